@@ -1,0 +1,1 @@
+//! isnode-bench (work in progress).

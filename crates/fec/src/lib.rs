@@ -1,0 +1,1 @@
+//! isnode-fec (work in progress).

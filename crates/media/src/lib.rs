@@ -1,0 +1,1 @@
+//! isnode-media (work in progress).

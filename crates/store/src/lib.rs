@@ -1,0 +1,1 @@
+//! isnode-store (work in progress).

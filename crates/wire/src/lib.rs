@@ -1,0 +1,1 @@
+//! isnode-wire (work in progress).
