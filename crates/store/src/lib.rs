@@ -1,1 +1,113 @@
-//! isnode-store (work in progress).
+//! The isnode volume store.
+//!
+//! A volume is a directory with a transactional catalog (`catalog.sqlite`)
+//! and M member directories, one per disk. Every object is stored as the
+//! finished ALC/LCT packets of its Reed-Solomon codewords, spread so that no
+//! member holds more symbols of a codeword than the code can rebuild
+//! ([`layout`]). Ingest ([`ingest`]) writes them once; reading ([`read`])
+//! verifies every packet's CRC32C and decodes around missing or damaged
+//! ones; [`check`] verifies and repairs.
+//!
+//! On-disk format: `docs/format.md`.
+
+pub mod catalog;
+pub mod check;
+mod crash;
+pub mod ingest;
+pub mod io;
+pub mod layout;
+pub mod params;
+pub mod read;
+mod segment;
+pub mod volume;
+
+pub use catalog::{ObjectRecord, ObjectState};
+pub use check::{check, CheckOptions, CheckReport};
+pub use ingest::{ingest, IngestOptions};
+pub use layout::Layout;
+pub use params::VolumeParams;
+pub use read::{ObjectReader, ReadStats};
+pub use volume::Volume;
+
+/// Everything that can go wrong in the store, with enough context to act on.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Parameters that break a rule, with the reason.
+    #[error("invalid parameters: {0}")]
+    BadParams(String),
+    /// An object name that cannot be used.
+    #[error("invalid object name {name:?}: {why}")]
+    BadName {
+        /// The name given.
+        name: String,
+        /// Why it is refused.
+        why: &'static str,
+    },
+    /// An object of that name exists and replacing was not asked for.
+    #[error("an object named {0:?} already exists (use --replace to replace it)")]
+    NameExists(String),
+    /// No complete object of that name.
+    #[error("no object named {0:?}")]
+    NotFound(String),
+    /// No volume at the path.
+    #[error("no volume at {0} (create one with `isnode volume create`)")]
+    NoVolume(String),
+    /// A volume exists already at the path.
+    #[error("a volume already exists at {0}")]
+    VolumeExists(String),
+    /// The input ended before its announced length.
+    #[error("input is truncated: got {got} of {expected} bytes")]
+    Truncated {
+        /// Bytes received.
+        got: u64,
+        /// Bytes expected.
+        expected: u64,
+    },
+    /// A codeword lost more symbols than the code can rebuild.
+    #[error("object {name:?} codeword {sbn}: only {have} of the {need} symbols needed are readable")]
+    Unrecoverable {
+        /// Object name.
+        name: String,
+        /// Source block number.
+        sbn: u32,
+        /// Good symbols found.
+        have: u32,
+        /// Symbols needed (k).
+        need: u32,
+    },
+    /// Stored data contradicts the catalog in a way the code cannot fix.
+    #[error("corrupt volume: {0}")]
+    Corrupt(String),
+    /// A file-system operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done, on which path.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A catalog (SQLite) operation failed.
+    #[error("catalog, {context}: {source}")]
+    Catalog {
+        /// What was being done.
+        context: String,
+        /// The SQLite error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The FEC codec refused an operation.
+    #[error("FEC: {0}")]
+    Fec(#[from] isnode_fec::FecError),
+    /// Packet framing failed.
+    #[error("packet framing: {0}")]
+    Wire(#[from] isnode_wire::WireError),
+}
+
+impl StoreError {
+    /// Wraps an I/O error with what was being done.
+    pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> StoreError {
+        let context = context.into();
+        move |source| StoreError::Io { context, source }
+    }
+}

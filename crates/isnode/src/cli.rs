@@ -1,0 +1,176 @@
+//! Command-line definitions.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Intermediate storage node for media-on-demand: stores media as prefabricated
+/// ALC/FLUTE packets protected by one Reed-Solomon code across disks and network.
+#[derive(Parser, Debug)]
+#[command(name = "isnode", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Volume directory.
+    #[arg(long, global = true, default_value = "./isnode-data", env = "ISNODE_VOLUME")]
+    pub volume: PathBuf,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create, check and repair volumes.
+    #[command(subcommand)]
+    Volume(VolumeCommand),
+    /// Store a file (or stdin) as prefabricated packets.
+    Ingest(IngestArgs),
+    /// List stored objects.
+    Ls(LsArgs),
+    /// Write an object's original bytes to stdout, rebuilding lost parts.
+    Cat(CatArgs),
+    /// Write a constant-bitrate MPEG-TS test stream.
+    GenTs(GenTsArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Show the whole path on a default volume: generate, ingest, lose a member, read back, repair.
+    Demo(DemoArgs),
+}
+
+/// Volume administration.
+#[derive(Subcommand, Debug)]
+pub enum VolumeCommand {
+    /// Create a volume.
+    Create(CreateArgs),
+    /// Verify every block and packet; exit non-zero while damage remains.
+    Check(CheckArgs),
+}
+
+/// `volume create`.
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    /// Number of members (disks): M-1 hold source symbols, one holds repair symbols.
+    #[arg(long, default_value_t = isnode_store::params::DEFAULT_MEMBERS)]
+    pub members: u32,
+    /// Member directories, comma-separated (default: VOLUME/members/0 .. M-1).
+    #[arg(long, value_delimiter = ',')]
+    pub member_dirs: Option<Vec<PathBuf>>,
+    /// Encoding symbol size in bytes (the payload of one packet).
+    #[arg(long, default_value_t = isnode_store::params::DEFAULT_SYMBOL_LEN)]
+    pub symbol_size: u32,
+    /// Source symbols per codeword (k).
+    #[arg(long, default_value_t = isnode_store::params::DEFAULT_SOURCE_SYMBOLS)]
+    pub source_symbols: u32,
+    /// Repair symbols per codeword (m).
+    #[arg(long, default_value_t = isnode_store::params::DEFAULT_REPAIR_SYMBOLS)]
+    pub repair_symbols: u32,
+    /// Block size of segment files in bytes (a multiple of 4096).
+    #[arg(long, default_value_t = isnode_store::params::DEFAULT_BLOCK_LEN)]
+    pub block_size: u32,
+}
+
+/// `volume check`.
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// Rewrite damaged symbols from the rest of their codewords.
+    #[arg(long)]
+    pub repair: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `ingest`.
+#[derive(Args, Debug)]
+pub struct IngestArgs {
+    /// File to ingest, or `-` for stdin.
+    pub file: PathBuf,
+    /// Object name (default: the file's name; required for stdin).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Bitrate in bits per second (detected from MPEG-TS PCR or MP4 duration when not given).
+    #[arg(long)]
+    pub bitrate: Option<u64>,
+    /// MIME type (default: from the detected container).
+    #[arg(long)]
+    pub content_type: Option<String>,
+    /// Replace an existing object of the same name.
+    #[arg(long)]
+    pub replace: bool,
+    /// Expected size in bytes: a shorter or longer upload is refused.
+    #[arg(long)]
+    pub size: Option<u64>,
+}
+
+/// `ls`.
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cat`.
+#[derive(Args, Debug)]
+pub struct CatArgs {
+    /// Object name.
+    pub name: String,
+}
+
+/// `gen-ts`.
+#[derive(Args, Debug)]
+pub struct GenTsArgs {
+    /// Bitrate in bits per second.
+    #[arg(long)]
+    pub bitrate: u64,
+    /// Duration in seconds.
+    #[arg(long)]
+    pub duration: f64,
+    /// Seed of the pseudo-random payload.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output file (`-` for stdout).
+    pub out: PathBuf,
+}
+
+/// Benchmarks.
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Reed-Solomon encode and worst-case decode throughput, per core.
+    Codec(CodecBenchArgs),
+}
+
+/// `bench codec`.
+#[derive(Args, Debug)]
+pub struct CodecBenchArgs {
+    /// Source symbols per codeword.
+    #[arg(long, default_value_t = 223)]
+    pub k: usize,
+    /// Repair symbols per codeword.
+    #[arg(long, default_value_t = 32)]
+    pub m: usize,
+    /// Symbol size in bytes.
+    #[arg(long, default_value_t = 1408)]
+    pub symbol_size: usize,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 2.0)]
+    pub seconds: f64,
+    /// Seed for data and loss positions.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// `demo`.
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Length of the generated test stream in seconds.
+    #[arg(long, default_value_t = 20.0)]
+    pub duration: f64,
+    /// Bitrate of the generated test stream.
+    #[arg(long, default_value_t = 4_000_000)]
+    pub bitrate: u64,
+}

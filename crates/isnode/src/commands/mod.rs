@@ -1,0 +1,25 @@
+//! One module per subcommand; each is a thin shell over the library crates.
+
+mod bench;
+mod demo;
+mod ingest;
+mod objects;
+mod volume;
+
+use std::process::ExitCode;
+
+use crate::cli::{BenchCommand, Cli, Command, VolumeCommand};
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Volume(VolumeCommand::Create(args)) => volume::create(&cli.volume, &args),
+        Command::Volume(VolumeCommand::Check(args)) => volume::check(&cli.volume, &args),
+        Command::Ingest(args) => ingest::run(&cli.volume, &args),
+        Command::Ls(args) => objects::ls(&cli.volume, &args),
+        Command::Cat(args) => objects::cat(&cli.volume, &args),
+        Command::GenTs(args) => objects::gen_ts(&args),
+        Command::Bench(BenchCommand::Codec(args)) => bench::codec(&args),
+        Command::Demo(args) => demo::run(&cli.volume, &args),
+    }
+}

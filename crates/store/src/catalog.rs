@@ -1,0 +1,349 @@
+//! The transactional catalog (SQLite): volume parameters, members, objects,
+//! and the checksum of every block. Schema in `docs/format.md`.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use serde::Serialize;
+
+use crate::{StoreError, VolumeParams};
+
+/// Version of the on-disk format this code reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE volume (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE members (
+    idx  INTEGER PRIMARY KEY,
+    path TEXT NOT NULL
+);
+CREATE TABLE objects (
+    toi            INTEGER PRIMARY KEY AUTOINCREMENT,
+    name           TEXT NOT NULL,
+    state          TEXT NOT NULL CHECK (state IN ('writing', 'complete')),
+    size_bytes     INTEGER NOT NULL,
+    bitrate_bps    INTEGER NOT NULL,
+    duration_s     REAL NOT NULL,
+    content_type   TEXT NOT NULL,
+    symbol_len     INTEGER NOT NULL,
+    source_symbols INTEGER NOT NULL,
+    repair_symbols INTEGER NOT NULL,
+    codewords      INTEGER NOT NULL,
+    content_crc32c INTEGER NOT NULL,
+    created_unix   INTEGER NOT NULL,
+    replaces       INTEGER
+);
+CREATE UNIQUE INDEX objects_complete_name ON objects(name) WHERE state = 'complete';
+CREATE TABLE blocks (
+    toi     INTEGER NOT NULL REFERENCES objects(toi) ON DELETE CASCADE,
+    member  INTEGER NOT NULL,
+    block   INTEGER NOT NULL,
+    packets INTEGER NOT NULL,
+    crc32c  INTEGER NOT NULL,
+    PRIMARY KEY (toi, member, block)
+) WITHOUT ROWID;
+";
+
+/// State of an object in the catalog.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ObjectState {
+    /// Ingest in progress (or crashed: removed at the next open).
+    Writing,
+    /// Fully written, durable and visible.
+    Complete,
+}
+
+/// One object as recorded in the catalog.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ObjectRecord {
+    /// Transport object identifier (FLUTE TOI), unique forever in this volume.
+    pub toi: u32,
+    /// Object name (FLUTE Content-Location).
+    pub name: String,
+    /// Catalog state.
+    pub state: ObjectState,
+    /// Length of the original bytes.
+    pub size_bytes: u64,
+    /// Nominal bitrate, bits per second.
+    pub bitrate_bps: u64,
+    /// Playing time in seconds (size * 8 / bitrate).
+    pub duration_s: f64,
+    /// MIME type of the content.
+    pub content_type: String,
+    /// Encoding symbol length E.
+    pub symbol_len: u32,
+    /// Maximum source symbols per codeword (B).
+    pub source_symbols: u32,
+    /// Repair symbols per codeword (m).
+    pub repair_symbols: u32,
+    /// Number of codewords.
+    pub codewords: u32,
+    /// CRC32C of the whole original content.
+    pub content_crc32c: u32,
+    /// Creation time, seconds since the Unix epoch.
+    pub created_unix: i64,
+    /// TOI of the object this one replaces on commit (`--replace`).
+    #[serde(skip)]
+    pub replaces: Option<u32>,
+}
+
+/// The checksum record of one block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockRecord {
+    /// Member index.
+    pub member: u32,
+    /// Block index in the segment file.
+    pub block: u64,
+    /// Packets stored in the block.
+    pub packets: u32,
+    /// CRC32C of the whole block as written.
+    pub crc32c: u32,
+}
+
+/// An open catalog.
+#[derive(Debug)]
+pub struct Catalog {
+    conn: Connection,
+}
+
+fn db(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+    move |source| StoreError::Catalog { context: context.to_string(), source }
+}
+
+impl Catalog {
+    /// Creates a new catalog at `path` with the given parameters and member paths.
+    pub fn create(path: &Path, params: &VolumeParams, members: &[PathBuf], tsi: u32, uuid: &str) -> Result<Catalog, StoreError> {
+        let conn = Connection::open(path).map_err(db("creating the catalog"))?;
+        let mut cat = Catalog { conn };
+        cat.configure()?;
+        let tx = cat.conn.transaction().map_err(db("creating the catalog"))?;
+        tx.execute_batch(SCHEMA).map_err(db("creating the schema"))?;
+        let kv = [
+            ("format_version", FORMAT_VERSION.to_string()),
+            ("uuid", uuid.to_string()),
+            ("tsi", tsi.to_string()),
+            ("symbol_len", params.symbol_len.to_string()),
+            ("source_symbols", params.source_symbols.to_string()),
+            ("repair_symbols", params.repair_symbols.to_string()),
+            ("members", params.members.to_string()),
+            ("block_len", params.block_len.to_string()),
+        ];
+        for (k, v) in kv {
+            tx.execute("INSERT INTO volume (key, value) VALUES (?1, ?2)", params![k, v])
+                .map_err(db("writing volume parameters"))?;
+        }
+        for (i, p) in members.iter().enumerate() {
+            let s = p.to_str().ok_or_else(|| StoreError::BadParams(format!("member path {} is not UTF-8", p.display())))?;
+            tx.execute("INSERT INTO members (idx, path) VALUES (?1, ?2)", params![i as i64, s])
+                .map_err(db("writing members"))?;
+        }
+        tx.commit().map_err(db("creating the catalog"))?;
+        Ok(cat)
+    }
+
+    /// Opens an existing catalog.
+    pub fn open(path: &Path) -> Result<Catalog, StoreError> {
+        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
+            .map_err(db("opening the catalog"))?;
+        let cat = Catalog { conn };
+        cat.configure()?;
+        let version: u32 = cat.get_kv("format_version")?;
+        if version != FORMAT_VERSION {
+            return Err(StoreError::BadParams(format!(
+                "catalog format version {version}, this isnode reads version {FORMAT_VERSION}"
+            )));
+        }
+        Ok(cat)
+    }
+
+    fn configure(&self) -> Result<(), StoreError> {
+        self.conn
+            .execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
+            .map_err(db("configuring the catalog"))?;
+        self.conn.busy_timeout(std::time::Duration::from_secs(30)).map_err(db("configuring the catalog"))?;
+        Ok(())
+    }
+
+    fn get_kv<T: std::str::FromStr>(&self, key: &str) -> Result<T, StoreError> {
+        let v: String = self
+            .conn
+            .query_row("SELECT value FROM volume WHERE key = ?1", [key], |r| r.get(0))
+            .map_err(db("reading volume parameters"))?;
+        v.parse().map_err(|_| StoreError::Corrupt(format!("catalog: volume key {key} = {v:?} is not valid")))
+    }
+
+    /// Volume parameters.
+    pub fn params(&self) -> Result<VolumeParams, StoreError> {
+        Ok(VolumeParams {
+            symbol_len: self.get_kv("symbol_len")?,
+            source_symbols: self.get_kv("source_symbols")?,
+            repair_symbols: self.get_kv("repair_symbols")?,
+            members: self.get_kv("members")?,
+            block_len: self.get_kv("block_len")?,
+        })
+    }
+
+    /// The FLUTE transport session identifier baked into this volume's packets.
+    pub fn tsi(&self) -> Result<u32, StoreError> {
+        self.get_kv("tsi")
+    }
+
+    /// The volume's unique identifier.
+    pub fn uuid(&self) -> Result<String, StoreError> {
+        self.get_kv("uuid")
+    }
+
+    /// Member directories, by index.
+    pub fn members(&self) -> Result<Vec<PathBuf>, StoreError> {
+        let mut st = self.conn.prepare("SELECT path FROM members ORDER BY idx").map_err(db("reading members"))?;
+        let rows = st.query_map([], |r| r.get::<_, String>(0)).map_err(db("reading members"))?;
+        rows.map(|r| r.map(PathBuf::from).map_err(db("reading members"))).collect()
+    }
+
+    /// Records a new object in state `writing` and returns its TOI.
+    pub fn begin_object(&mut self, rec: &ObjectRecord) -> Result<u32, StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO objects (name, state, size_bytes, bitrate_bps, duration_s, content_type, symbol_len,
+                 source_symbols, repair_symbols, codewords, content_crc32c, created_unix, replaces)
+                 VALUES (?1, 'writing', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                params![
+                    rec.name,
+                    rec.size_bytes as i64,
+                    rec.bitrate_bps as i64,
+                    rec.duration_s,
+                    rec.content_type,
+                    rec.symbol_len,
+                    rec.source_symbols,
+                    rec.repair_symbols,
+                    rec.codewords,
+                    rec.content_crc32c,
+                    rec.created_unix,
+                    rec.replaces
+                ],
+            )
+            .map_err(db("recording a new object"))?;
+        u32::try_from(self.conn.last_insert_rowid())
+            .map_err(|_| StoreError::Corrupt("catalog: transport object identifiers exhausted".into()))
+    }
+
+    /// Makes object `toi` complete and visible in one transaction: its block
+    /// checksums, its final CRC, and the removal of the object it replaces.
+    pub fn commit_object(&mut self, toi: u32, content_crc32c: u32, blocks: &[BlockRecord]) -> Result<Option<u32>, StoreError> {
+        let tx = self.conn.transaction().map_err(db("committing an object"))?;
+        let (name, replaces): (String, Option<u32>) = tx
+            .query_row("SELECT name, replaces FROM objects WHERE toi = ?1 AND state = 'writing'", [toi], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .map_err(db("committing an object"))?;
+        insert_blocks(&tx, toi, blocks)?;
+        // The replaced object goes in the same transaction; a name taken meanwhile by
+        // another ingest fails the unique index and rolls everything back.
+        let old: Option<u32> = tx
+            .query_row("SELECT toi FROM objects WHERE name = ?1 AND state = 'complete'", [&name], |r| r.get(0))
+            .optional()
+            .map_err(db("committing an object"))?;
+        if let Some(old_toi) = old {
+            if replaces != Some(old_toi) {
+                return Err(StoreError::NameExists(name));
+            }
+            tx.execute("DELETE FROM objects WHERE toi = ?1", [old_toi]).map_err(db("replacing an object"))?;
+        }
+        tx.execute(
+            "UPDATE objects SET state = 'complete', content_crc32c = ?2 WHERE toi = ?1",
+            params![toi, content_crc32c],
+        )
+        .map_err(db("committing an object"))?;
+        tx.commit().map_err(db("committing an object"))?;
+        Ok(old)
+    }
+
+    /// Replaces the block checksums of one member of an object (after repair).
+    pub fn replace_blocks(&mut self, toi: u32, member: u32, blocks: &[BlockRecord]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction().map_err(db("updating block checksums"))?;
+        tx.execute("DELETE FROM blocks WHERE toi = ?1 AND member = ?2", params![toi, member])
+            .map_err(db("updating block checksums"))?;
+        insert_blocks(&tx, toi, blocks)?;
+        tx.commit().map_err(db("updating block checksums"))
+    }
+
+    /// Deletes an object row and its blocks.
+    pub fn delete_object(&mut self, toi: u32) -> Result<(), StoreError> {
+        self.conn.execute("DELETE FROM objects WHERE toi = ?1", [toi]).map_err(db("deleting an object"))?;
+        Ok(())
+    }
+
+    /// Objects in a given state, by TOI.
+    pub fn objects(&self, state: ObjectState) -> Result<Vec<ObjectRecord>, StoreError> {
+        let st = match state {
+            ObjectState::Writing => "writing",
+            ObjectState::Complete => "complete",
+        };
+        let mut q = self
+            .conn
+            .prepare(&format!("{SELECT_OBJECT} WHERE state = ?1 ORDER BY toi"))
+            .map_err(db("listing objects"))?;
+        let rows = q.query_map([st], row_to_object).map_err(db("listing objects"))?;
+        rows.map(|r| r.map_err(db("listing objects"))).collect()
+    }
+
+    /// The complete object called `name`.
+    pub fn object_by_name(&self, name: &str) -> Result<Option<ObjectRecord>, StoreError> {
+        self.conn
+            .query_row(&format!("{SELECT_OBJECT} WHERE name = ?1 AND state = 'complete'"), [name], row_to_object)
+            .optional()
+            .map_err(db("looking up an object"))
+    }
+
+    /// Block checksums of one member of an object, by block index.
+    pub fn blocks(&self, toi: u32, member: u32) -> Result<Vec<BlockRecord>, StoreError> {
+        let mut q = self
+            .conn
+            .prepare("SELECT member, block, packets, crc32c FROM blocks WHERE toi = ?1 AND member = ?2 ORDER BY block")
+            .map_err(db("reading block checksums"))?;
+        let rows = q
+            .query_map(params![toi, member], |r| {
+                Ok(BlockRecord { member: r.get(0)?, block: r.get::<_, i64>(1)? as u64, packets: r.get(2)?, crc32c: r.get(3)? })
+            })
+            .map_err(db("reading block checksums"))?;
+        rows.map(|r| r.map_err(db("reading block checksums"))).collect()
+    }
+}
+
+const SELECT_OBJECT: &str = "SELECT toi, name, state, size_bytes, bitrate_bps, duration_s, content_type, symbol_len,
+    source_symbols, repair_symbols, codewords, content_crc32c, created_unix, replaces FROM objects";
+
+fn row_to_object(r: &rusqlite::Row<'_>) -> rusqlite::Result<ObjectRecord> {
+    let state: String = r.get(2)?;
+    Ok(ObjectRecord {
+        toi: r.get(0)?,
+        name: r.get(1)?,
+        state: if state == "complete" { ObjectState::Complete } else { ObjectState::Writing },
+        size_bytes: r.get::<_, i64>(3)? as u64,
+        bitrate_bps: r.get::<_, i64>(4)? as u64,
+        duration_s: r.get(5)?,
+        content_type: r.get(6)?,
+        symbol_len: r.get(7)?,
+        source_symbols: r.get(8)?,
+        repair_symbols: r.get(9)?,
+        codewords: r.get(10)?,
+        content_crc32c: r.get(11)?,
+        created_unix: r.get(12)?,
+        replaces: r.get(13)?,
+    })
+}
+
+fn insert_blocks(tx: &Transaction<'_>, toi: u32, blocks: &[BlockRecord]) -> Result<(), StoreError> {
+    let mut st = tx
+        .prepare("INSERT INTO blocks (toi, member, block, packets, crc32c) VALUES (?1, ?2, ?3, ?4, ?5)")
+        .map_err(db("recording block checksums"))?;
+    for b in blocks {
+        st.execute(params![toi, b.member, b.block as i64, b.packets, b.crc32c])
+            .map_err(db("recording block checksums"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,263 @@
+//! Verifying a volume block by block and packet by packet, and repairing it
+//! from the code: a damaged or lost member segment is rebuilt from the other
+//! members, byte-identical to what ingest wrote.
+
+use std::fs;
+
+use serde::Serialize;
+
+use crate::catalog::ObjectRecord;
+use crate::io::{AlignedBuf, BlockFile};
+use crate::read::ObjectReader;
+use crate::segment::SegmentWriter;
+use crate::{Layout, StoreError, Volume, VolumeParams};
+
+/// How to check.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CheckOptions {
+    /// Rewrite damaged segments from the rest of each codeword.
+    pub repair: bool,
+}
+
+/// Damage found on one member of one object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Damage {
+    /// Object name.
+    pub object: String,
+    /// Object TOI.
+    pub toi: u32,
+    /// Member index.
+    pub member: u32,
+    /// What is wrong, in words.
+    pub problem: String,
+    /// Blocks whose checksum failed or that could not be read.
+    pub bad_blocks: u64,
+    /// Packets missing or failing their own checks.
+    pub bad_packets: u64,
+    /// Whether the damage was repaired in this run.
+    pub repaired: bool,
+}
+
+/// The outcome of a check.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CheckReport {
+    /// Objects checked.
+    pub objects: u64,
+    /// Blocks verified.
+    pub blocks: u64,
+    /// Packets verified.
+    pub packets: u64,
+    /// Problems with member directories themselves.
+    pub member_problems: Vec<String>,
+    /// Whether the member directories were recreated in this run.
+    pub members_repaired: bool,
+    /// Damage per object and member.
+    pub damage: Vec<Damage>,
+    /// Codewords that lost more than the code can rebuild (data loss).
+    pub unrecoverable: Vec<String>,
+}
+
+impl CheckReport {
+    /// True while damage remains (not repaired, or unrecoverable).
+    pub fn damaged(&self) -> bool {
+        !self.unrecoverable.is_empty()
+            || self.damage.iter().any(|d| !d.repaired)
+            || (!self.member_problems.is_empty() && !self.members_repaired)
+    }
+}
+
+/// Checks (and with `opts.repair`, repairs) every object of the volume.
+pub fn check(vol: &mut Volume, opts: CheckOptions, progress: &mut dyn FnMut(&str)) -> Result<CheckReport, StoreError> {
+    let mut report = CheckReport::default();
+    report.members_repaired = opts.repair;
+    for m in 0..vol.params().members {
+        if let Err(e) = vol.member_identity_ok(m) {
+            report.member_problems.push(format!("member {m}: {e}"));
+            // A missing member (a replaced disk) is recreated; a directory of
+            // another volume is left alone for the operator to sort out.
+            let replaced = !vol.members()[m as usize].join("MEMBER").exists();
+            if opts.repair && replaced {
+                vol.prepare_member(m)?;
+            } else {
+                report.members_repaired = false;
+            }
+        }
+    }
+    for rec in vol.objects()? {
+        progress(&rec.name);
+        report.objects += 1;
+        check_object(vol, &rec, opts, &mut report)?;
+    }
+    Ok(report)
+}
+
+fn object_layout(vol: &Volume, rec: &ObjectRecord) -> Result<Layout, StoreError> {
+    let params = VolumeParams {
+        symbol_len: rec.symbol_len,
+        source_symbols: rec.source_symbols,
+        repair_symbols: rec.repair_symbols,
+        ..*vol.params()
+    };
+    Layout::new(params, rec.size_bytes)
+}
+
+fn check_object(vol: &mut Volume, rec: &ObjectRecord, opts: CheckOptions, report: &mut CheckReport) -> Result<(), StoreError> {
+    let layout = object_layout(vol, rec)?;
+    let members = layout.params().members;
+    // Pass 1: every block against its catalog checksum; packets of bad blocks one by one.
+    let mut bad_packets: Vec<Vec<bool>> = Vec::with_capacity(members as usize);
+    let mut damaged_members = Vec::new();
+    for m in 0..members {
+        let (bad, damage) = check_segment(vol, rec, &layout, m, report)?;
+        if let Some(d) = damage {
+            report.damage.push(d);
+            damaged_members.push(m);
+        }
+        bad_packets.push(bad);
+    }
+    // Pass 2: can every codeword still be decoded?
+    let mut lost_codewords = Vec::new();
+    for sbn in 0..layout.codewords() {
+        let mut lost = 0;
+        for m in 0..members {
+            let run = layout.member_run(sbn, m);
+            let start = run.first_packet as usize;
+            lost += bad_packets[m as usize][start..start + run.esis.len()].iter().filter(|b| **b).count();
+        }
+        if lost > layout.params().repair_symbols as usize {
+            lost_codewords.push(sbn);
+            report.unrecoverable.push(format!(
+                "object {:?} codeword {sbn}: {lost} symbols lost, the code rebuilds at most {}",
+                rec.name,
+                layout.params().repair_symbols
+            ));
+        }
+    }
+    if opts.repair && lost_codewords.is_empty() && !damaged_members.is_empty() {
+        for m in &damaged_members {
+            rebuild_segment(vol, rec, &layout, *m)?;
+        }
+        for d in report.damage.iter_mut().filter(|d| d.toi == rec.toi) {
+            d.repaired = true;
+        }
+    }
+    Ok(())
+}
+
+/// Verifies one segment file; returns a bad-packet map and the damage found.
+fn check_segment(
+    vol: &Volume,
+    rec: &ObjectRecord,
+    layout: &Layout,
+    member: u32,
+    report: &mut CheckReport,
+) -> Result<(Vec<bool>, Option<Damage>), StoreError> {
+    let packets = layout.member_packets(member) as usize;
+    let blocks = layout.member_blocks(member);
+    let damage = |problem: String, bad_blocks: u64, bad_packets: u64| Damage {
+        object: rec.name.clone(),
+        toi: rec.toi,
+        member,
+        problem,
+        bad_blocks,
+        bad_packets,
+        repaired: false,
+    };
+    let path = vol.segment_path(member, rec.toi);
+    let file = match BlockFile::open_read(&path) {
+        Ok(f) => f,
+        Err(e) => {
+            let d = damage(format!("segment {} unreadable: {e}", path.display()), blocks, packets as u64);
+            return Ok((vec![true; packets], Some(d)));
+        }
+    };
+    let records = vol.catalog().blocks(rec.toi, member)?;
+    let mut bad = vec![false; packets];
+    let mut bad_blocks = 0u64;
+    let mut problems = Vec::new();
+    let params = layout.params();
+    let expected_len = blocks * u64::from(params.block_len);
+    match file.len() {
+        Ok(len) if len != expected_len => problems.push(format!("segment is {len} bytes, expected {expected_len}")),
+        Err(e) => problems.push(format!("segment size unknown: {e}")),
+        Ok(_) => {}
+    }
+    let mut buf = AlignedBuf::new(params.block_len as usize);
+    let per_block = u64::from(params.packets_per_block());
+    let packet_len = params.packet_len() as usize;
+    for block in 0..blocks {
+        report.blocks += 1;
+        let first = (block * per_block) as usize;
+        let count = layout.packets_in_block(member, block) as usize;
+        report.packets += count as u64;
+        let expected = records.iter().find(|r| r.block == block);
+        let read = file.read_block(&mut buf, block * u64::from(params.block_len));
+        let crc_ok = read.is_ok() && expected.is_some_and(|r| r.crc32c == crc32c::crc32c(buf.as_slice()));
+        if crc_ok {
+            continue;
+        }
+        bad_blocks += 1;
+        if let Err(e) = read {
+            problems.push(format!("block {block} unreadable: {e}"));
+            bad[first..first + count].fill(true);
+            continue;
+        }
+        // Find which packets of the bad block are themselves damaged.
+        for slot in 0..count {
+            let index = (first + slot) as u64;
+            let bytes = &buf.as_slice()[slot * packet_len..(slot + 1) * packet_len];
+            let partial = u16::from_be_bytes([
+                buf.as_slice()[layout.checksum_offset(slot)],
+                buf.as_slice()[layout.checksum_offset(slot) + 1],
+            ]);
+            let ok = isnode_wire::parse_packet(bytes).is_ok_and(|p| {
+                p.crc == isnode_wire::CrcStatus::Valid
+                    && p.lct.toi == u128::from(rec.toi)
+                    && packet_index_matches(layout, member, p.sbn, u32::from(p.esi), index)
+            }) && isnode_wire::internet_checksum_partial(bytes) == partial;
+            bad[index as usize] = !ok;
+        }
+    }
+    let bad_count = bad.iter().filter(|b| **b).count() as u64;
+    if bad_blocks > 0 {
+        problems.push(format!("{bad_blocks} block(s) fail their checksum, {bad_count} packet(s) damaged"));
+    }
+    if problems.is_empty() {
+        return Ok((bad, None));
+    }
+    Ok((bad, Some(damage(problems.join("; "), bad_blocks, bad_count))))
+}
+
+/// True if the packet at `index` of `member`'s segment should carry (sbn, esi).
+fn packet_index_matches(layout: &Layout, member: u32, sbn: u32, esi: u32, index: u64) -> bool {
+    if sbn >= layout.codewords() {
+        return false;
+    }
+    let run = layout.member_run(sbn, member);
+    run.esis.contains(&esi) && run.first_packet + u64::from(esi - run.esis.start) == index
+}
+
+/// Rewrites `member`'s segment of an object from the code, then swaps it in.
+fn rebuild_segment(vol: &mut Volume, rec: &ObjectRecord, layout: &Layout, member: u32) -> Result<(), StoreError> {
+    if !vol.members()[member as usize].join("MEMBER").exists() {
+        vol.prepare_member(member)?;
+    }
+    let tmp = vol.tmp_segment_path(member, rec.toi);
+    let mut writer = SegmentWriter::create(&tmp, member, layout)?;
+    let mut reader = ObjectReader::for_record(vol, rec.clone())?;
+    for sbn in 0..layout.codewords() {
+        reader.read_codeword(sbn, true)?;
+        for esi in layout.member_run(sbn, member).esis {
+            let id = isnode_wire::DataPacketId { tsi: vol.tsi(), toi: rec.toi, sbn, esi: esi as u8 };
+            writer.push(&id, reader.symbol(esi))?;
+        }
+    }
+    let blocks = writer.finish()?;
+    let dest = vol.segment_path(member, rec.toi);
+    fs::rename(&tmp, &dest).map_err(StoreError::io(format!("replacing {}", dest.display())))?;
+    let dir = vol.members()[member as usize].join("objects");
+    crate::io::sync_dir(&dir).map_err(StoreError::io(format!("syncing {}", dir.display())))?;
+    vol.catalog_mut().replace_blocks(rec.toi, member, &blocks)?;
+    tracing::info!(object = %rec.name, member, "segment rebuilt");
+    Ok(())
+}

@@ -1,0 +1,213 @@
+//! The prefabrication filter: cut, encode, frame, checksum, write.
+//!
+//! Crash safety: the object is first recorded as `writing` and its ingest
+//! holds an flock; segment files are written under `MEMBER/tmp`, synced,
+//! renamed into `MEMBER/objects`, and only then does one catalog transaction
+//! make the object complete (and drop the object it replaces). A crash at any
+//! point leaves either the whole object or, after the next open, no trace.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{ErrorKind, Read};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use isnode_fec::Code;
+use isnode_wire::DataPacketId;
+
+use crate::catalog::{BlockRecord, ObjectRecord, ObjectState};
+use crate::segment::SegmentWriter;
+use crate::volume::FileLock;
+use crate::{crash, Layout, StoreError, Volume};
+
+/// What to ingest under which name.
+#[derive(Clone, Debug)]
+pub struct IngestOptions {
+    /// Object name (FLUTE Content-Location).
+    pub name: String,
+    /// Nominal bitrate in bits per second (> 0).
+    pub bitrate_bps: u64,
+    /// MIME type.
+    pub content_type: String,
+    /// Replace an existing object of the same name.
+    pub replace: bool,
+}
+
+/// Checks an object name: non-empty, at most 255 bytes, no `/`, no `..`, no control characters.
+pub fn validate_name(name: &str) -> Result<(), StoreError> {
+    let bad = |why| Err(StoreError::BadName { name: name.to_string(), why });
+    if name.is_empty() {
+        return bad("the name is empty");
+    }
+    if name.len() > 255 {
+        return bad("the name is longer than 255 bytes");
+    }
+    if name.contains('/') {
+        return bad("the name contains '/'");
+    }
+    if name.contains("..") {
+        return bad("the name contains '..'");
+    }
+    if name.chars().any(char::is_control) {
+        return bad("the name contains control characters");
+    }
+    if name.trim() != name {
+        return bad("the name starts or ends with white space");
+    }
+    Ok(())
+}
+
+/// Ingests exactly `len` bytes from `src` as a new object.
+///
+/// `progress` is called with the number of bytes consumed so far. On any
+/// error nothing of the object remains.
+pub fn ingest(
+    vol: &mut Volume,
+    opts: &IngestOptions,
+    src: &mut dyn Read,
+    len: u64,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ObjectRecord, StoreError> {
+    validate_name(&opts.name)?;
+    if opts.bitrate_bps == 0 {
+        return Err(StoreError::BadParams("bitrate must be greater than 0".into()));
+    }
+    let params = *vol.params();
+    let layout = Layout::new(params, len)?;
+    let existing = vol.catalog().object_by_name(&opts.name)?;
+    if existing.is_some() && !opts.replace {
+        return Err(StoreError::NameExists(opts.name.clone()));
+    }
+    let mut rec = ObjectRecord {
+        toi: 0,
+        name: opts.name.clone(),
+        state: ObjectState::Writing,
+        size_bytes: len,
+        bitrate_bps: opts.bitrate_bps,
+        duration_s: len as f64 * 8.0 / opts.bitrate_bps as f64,
+        content_type: opts.content_type.clone(),
+        symbol_len: params.symbol_len,
+        source_symbols: params.source_symbols,
+        repair_symbols: params.repair_symbols,
+        codewords: layout.codewords(),
+        content_crc32c: 0,
+        created_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0),
+        replaces: existing.as_ref().map(|r| r.toi),
+    };
+
+    // Record the object and take its ingest lock under the volume lock, so that
+    // recovery in another process never mistakes this ingest for a dead one.
+    let volume_lock = FileLock::exclusive(&vol.volume_lock_path(), true)?;
+    rec.toi = vol.catalog_mut().begin_object(&rec)?;
+    crash::point("after-begin");
+    let ingest_lock = FileLock::exclusive(&vol.ingest_lock_path(rec.toi), true)?
+        .ok_or_else(|| StoreError::Corrupt("ingest lock busy".into()))?;
+    drop(volume_lock);
+
+    match write_object(vol, &layout, &mut rec, src, progress) {
+        Ok(old) => {
+            if let Some(old_toi) = old {
+                vol.remove_object_files(old_toi);
+            }
+            ingest_lock.remove();
+            rec.state = ObjectState::Complete;
+            rec.replaces = None;
+            Ok(rec)
+        }
+        Err(e) => {
+            vol.remove_object_files(rec.toi);
+            let _ = vol.catalog_mut().delete_object(rec.toi);
+            ingest_lock.remove();
+            Err(e)
+        }
+    }
+}
+
+/// Writes, publishes and commits; returns the TOI of a replaced object.
+fn write_object(
+    vol: &mut Volume,
+    layout: &Layout,
+    rec: &mut ObjectRecord,
+    src: &mut dyn Read,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Option<u32>, StoreError> {
+    let p = *layout.params();
+    let e = p.symbol_len as usize;
+    let m = p.repair_symbols as usize;
+    let mut writers = (0..p.members)
+        .map(|member| SegmentWriter::create(&vol.tmp_segment_path(member, rec.toi), member, layout))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut source = vec![0u8; p.source_symbols as usize * e];
+    let mut repair = vec![0u8; m * e];
+    let mut codes: HashMap<u32, Code> = HashMap::new();
+    let mut crc = 0u32;
+    let mut done = 0u64;
+    for sbn in 0..layout.codewords() {
+        let k = layout.source_symbols(sbn) as usize;
+        let data_len = layout.codeword_data_len(sbn) as usize;
+        let data = &mut source[..k * e];
+        read_full(src, &mut data[..data_len], done, layout.transfer_len())?;
+        data[data_len..].fill(0);
+        crc = crc32c::crc32c_append(crc, &data[..data_len]);
+        done += data_len as u64;
+
+        let code = match codes.entry(k as u32) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(Code::new(k, k + m)?),
+        };
+        let src_refs: Vec<&[u8]> = data.chunks_exact(e).collect();
+        let mut rep_refs: Vec<&mut [u8]> = repair.chunks_exact_mut(e).collect();
+        code.encode(&src_refs, &mut rep_refs)?;
+
+        for (member, writer) in writers.iter_mut().enumerate() {
+            let run = layout.member_run(sbn, member as u32);
+            for esi in run.esis {
+                let id = DataPacketId { tsi: vol.tsi(), toi: rec.toi, sbn, esi: esi as u8 };
+                let esi = esi as usize;
+                let symbol = if esi < k { &source[esi * e..(esi + 1) * e] } else { &repair[(esi - k) * e..(esi - k + 1) * e] };
+                writer.push(&id, symbol)?;
+            }
+        }
+        progress(done);
+        crash::point("codeword");
+    }
+    // A source that keeps going past the announced length was misdescribed.
+    let mut probe = [0u8; 1];
+    if matches!(src.read(&mut probe), Ok(n) if n > 0) {
+        return Err(StoreError::BadParams(format!("input is longer than the announced {} bytes", layout.transfer_len())));
+    }
+    let mut blocks: Vec<BlockRecord> = Vec::new();
+    for w in writers {
+        blocks.extend(w.finish()?);
+    }
+    crash::point("before-rename");
+    for member in 0..p.members {
+        let from = vol.tmp_segment_path(member, rec.toi);
+        let to = vol.segment_path(member, rec.toi);
+        fs::rename(&from, &to).map_err(StoreError::io(format!("publishing {}", to.display())))?;
+        crash::point("rename");
+    }
+    for member in vol.members() {
+        for dir in ["objects", "tmp"] {
+            let d = member.join(dir);
+            crate::io::sync_dir(&d).map_err(StoreError::io(format!("syncing {}", d.display())))?;
+        }
+    }
+    crash::point("before-commit");
+    rec.content_crc32c = crc;
+    let old = vol.catalog_mut().commit_object(rec.toi, crc, &blocks)?;
+    crash::point("after-commit");
+    Ok(old)
+}
+
+fn read_full(src: &mut dyn Read, buf: &mut [u8], done: u64, expected: u64) -> Result<(), StoreError> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match src.read(&mut buf[filled..]) {
+            Ok(0) => return Err(StoreError::Truncated { got: done + filled as u64, expected }),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(StoreError::Io { context: "reading the input".into(), source: e }),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! Writing a member's segment file: packets packed into aligned blocks, each
+//! block with a trailer of per-packet partial Internet checksums, written
+//! whole with direct I/O.
+
+use std::path::{Path, PathBuf};
+
+use isnode_wire::DataPacketId;
+
+use crate::catalog::BlockRecord;
+use crate::io::{AlignedBuf, BlockFile};
+use crate::{Layout, StoreError};
+
+/// Appends packets to one segment file, block by block.
+pub(crate) struct SegmentWriter {
+    file: BlockFile,
+    path: PathBuf,
+    member: u32,
+    buf: AlignedBuf,
+    block: u64,
+    slot: usize,
+    packets_per_block: usize,
+    packet_len: usize,
+    records: Vec<BlockRecord>,
+}
+
+impl SegmentWriter {
+    /// Creates (truncates) the file at `path`.
+    pub(crate) fn create(path: &Path, member: u32, layout: &Layout) -> Result<SegmentWriter, StoreError> {
+        let p = layout.params();
+        let file = BlockFile::create(path).map_err(StoreError::io(format!("creating segment {}", path.display())))?;
+        Ok(SegmentWriter {
+            file,
+            path: path.to_path_buf(),
+            member,
+            buf: AlignedBuf::new(p.block_len as usize),
+            block: 0,
+            slot: 0,
+            packets_per_block: p.packets_per_block() as usize,
+            packet_len: p.packet_len() as usize,
+            records: Vec::new(),
+        })
+    }
+
+    /// Frames `symbol` as the packet `id` into the next slot.
+    pub(crate) fn push(&mut self, id: &DataPacketId, symbol: &[u8]) -> Result<(), StoreError> {
+        debug_assert_eq!(symbol.len() + isnode_wire::DATA_HEADER_LEN, self.packet_len);
+        let start = self.slot * self.packet_len;
+        let checksum_at = self.packets_per_block * self.packet_len + 2 * self.slot;
+        let bytes = self.buf.as_mut_slice();
+        let packet = &mut bytes[start..start + self.packet_len];
+        isnode_wire::build_data_packet(packet, id, symbol)?;
+        let partial = isnode_wire::internet_checksum_partial(packet);
+        bytes[checksum_at..checksum_at + 2].copy_from_slice(&partial.to_be_bytes());
+        self.slot += 1;
+        if self.slot == self.packets_per_block {
+            self.flush_block()?;
+        }
+        Ok(())
+    }
+
+    fn flush_block(&mut self) -> Result<(), StoreError> {
+        let crc32c = crc32c::crc32c(self.buf.as_slice());
+        let offset = self.block * self.buf.len() as u64;
+        self.file.write_block(&self.buf, offset).map_err(StoreError::io(format!(
+            "writing block {} of {}",
+            self.block,
+            self.path.display()
+        )))?;
+        self.records.push(BlockRecord { member: self.member, block: self.block, packets: self.slot as u32, crc32c });
+        self.block += 1;
+        self.slot = 0;
+        self.buf.zero();
+        Ok(())
+    }
+
+    /// Writes the last partial block, syncs, and returns the block records.
+    pub(crate) fn finish(mut self) -> Result<Vec<BlockRecord>, StoreError> {
+        if self.slot > 0 {
+            self.flush_block()?;
+        }
+        self.file.sync().map_err(StoreError::io(format!("syncing {}", self.path.display())))?;
+        Ok(self.records)
+    }
+}

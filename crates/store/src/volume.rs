@@ -1,0 +1,309 @@
+//! Opening, creating and recovering a volume.
+//!
+//! ```text
+//! DIR/catalog.sqlite        the catalog (SQLite, WAL)
+//! DIR/lock                  flock: held exclusively while recovering or starting an ingest
+//! DIR/tmp/ingest-TOI.lock   flock held by the live ingest of object TOI
+//! MEMBER/MEMBER             identity: volume uuid and member index
+//! MEMBER/objects/TOI.seg    segment file of a complete object
+//! MEMBER/tmp/TOI.seg        segment file being written
+//! ```
+
+use std::collections::HashSet;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use crate::catalog::{Catalog, ObjectRecord, ObjectState};
+use crate::{StoreError, VolumeParams};
+
+const CATALOG_FILE: &str = "catalog.sqlite";
+const MEMBER_ID_FILE: &str = "MEMBER";
+
+/// An open volume.
+#[derive(Debug)]
+pub struct Volume {
+    root: PathBuf,
+    catalog: Catalog,
+    params: VolumeParams,
+    tsi: u32,
+    uuid: String,
+    members: Vec<PathBuf>,
+}
+
+/// An flock on a file, released on drop (and by the kernel if the process dies).
+#[derive(Debug)]
+pub(crate) struct FileLock {
+    file: File,
+    path: PathBuf,
+}
+
+impl FileLock {
+    /// Takes an exclusive lock, waiting if `wait`; `Ok(None)` if busy and not waiting.
+    pub(crate) fn exclusive(path: &Path, wait: bool) -> Result<Option<FileLock>, StoreError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(StoreError::io(format!("opening lock file {}", path.display())))?;
+        let op = libc::LOCK_EX | if wait { 0 } else { libc::LOCK_NB };
+        // SAFETY: flock on a valid open descriptor.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Ok(None);
+            }
+            return Err(StoreError::Io { context: format!("locking {}", path.display()), source: err });
+        }
+        Ok(Some(FileLock { file, path: path.to_path_buf() }))
+    }
+
+    /// Releases the lock and removes the lock file.
+    pub(crate) fn remove(self) {
+        let _ = fs::remove_file(&self.path);
+        drop(self.file);
+    }
+}
+
+impl Volume {
+    /// Creates a volume at `root`. Members default to `root/members/0..M-1`.
+    pub fn create(root: &Path, params: VolumeParams, member_dirs: Option<Vec<PathBuf>>) -> Result<Volume, StoreError> {
+        params.validate()?;
+        let catalog_path = root.join(CATALOG_FILE);
+        if catalog_path.exists() {
+            return Err(StoreError::VolumeExists(root.display().to_string()));
+        }
+        let members: Vec<PathBuf> = match member_dirs {
+            Some(dirs) => {
+                if dirs.len() != params.members as usize {
+                    return Err(StoreError::BadParams(format!(
+                        "{} member directories given for {} members",
+                        dirs.len(),
+                        params.members
+                    )));
+                }
+                let unique: HashSet<_> = dirs.iter().collect();
+                if unique.len() != dirs.len() {
+                    return Err(StoreError::BadParams("member directories must be distinct".into()));
+                }
+                dirs.iter()
+                    .map(|d| std::path::absolute(d).map_err(StoreError::io(format!("resolving {}", d.display()))))
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+            None => (0..params.members).map(|i| PathBuf::from(format!("members/{i}"))).collect(),
+        };
+        fs::create_dir_all(root.join("tmp")).map_err(StoreError::io(format!("creating {}", root.display())))?;
+        let uuid = random_hex(16);
+        let mut stored = Vec::with_capacity(members.len());
+        for (i, m) in members.iter().enumerate() {
+            let abs = resolve(root, m);
+            prepare_member_dir(&abs, &uuid, i as u32, true)?;
+            // Default members are stored relative to the volume so it can move as a whole.
+            stored.push(if m.is_relative() && !m.starts_with("..") && root.join(m) == abs {
+                m.clone()
+            } else {
+                fs::canonicalize(&abs).map_err(StoreError::io(format!("resolving {}", abs.display())))?
+            });
+        }
+        let tsi = loop {
+            let t = rand::random::<u32>();
+            if t != 0 {
+                break t;
+            }
+        };
+        let tmp_catalog = root.join("catalog.sqlite.new");
+        let _ = fs::remove_file(&tmp_catalog);
+        drop(Catalog::create(&tmp_catalog, &params, &stored, tsi, &uuid)?);
+        fs::rename(&tmp_catalog, &catalog_path).map_err(StoreError::io("publishing the catalog"))?;
+        crate::io::sync_dir(root).map_err(StoreError::io(format!("syncing {}", root.display())))?;
+        Volume::open(root)
+    }
+
+    /// Opens the volume at `root`, first removing what a crashed ingest left behind.
+    pub fn open(root: &Path) -> Result<Volume, StoreError> {
+        let catalog_path = root.join(CATALOG_FILE);
+        if !catalog_path.is_file() {
+            return Err(StoreError::NoVolume(root.display().to_string()));
+        }
+        let catalog = Catalog::open(&catalog_path)?;
+        let params = catalog.params()?;
+        params.validate()?;
+        let members = catalog.members()?.iter().map(|m| resolve(root, m)).collect::<Vec<_>>();
+        if members.len() != params.members as usize {
+            return Err(StoreError::Corrupt(format!(
+                "catalog lists {} members, parameters say {}",
+                members.len(),
+                params.members
+            )));
+        }
+        let mut vol = Volume { root: root.to_path_buf(), tsi: catalog.tsi()?, uuid: catalog.uuid()?, catalog, params, members };
+        vol.recover()?;
+        Ok(vol)
+    }
+
+    /// Opens the volume at `root`, creating it with default parameters if there is none.
+    pub fn open_or_create(root: &Path) -> Result<Volume, StoreError> {
+        if root.join(CATALOG_FILE).is_file() {
+            Volume::open(root)
+        } else {
+            Volume::create(root, VolumeParams::default(), None)
+        }
+    }
+
+    /// Removes partial objects of dead ingests, and files no object owns.
+    fn recover(&mut self) -> Result<(), StoreError> {
+        let Some(_guard) = FileLock::exclusive(&self.root.join("lock"), true)? else {
+            unreachable!("a waiting lock is never busy")
+        };
+        for rec in self.catalog.objects(ObjectState::Writing)? {
+            let lock_path = self.ingest_lock_path(rec.toi);
+            if let Some(lock) = FileLock::exclusive(&lock_path, false)? {
+                tracing::warn!(toi = rec.toi, name = %rec.name, "removing an object whose ingest did not finish");
+                self.remove_object_files(rec.toi);
+                self.catalog.delete_object(rec.toi)?;
+                lock.remove();
+            }
+        }
+        let live: HashSet<u32> = self
+            .catalog
+            .objects(ObjectState::Complete)?
+            .iter()
+            .chain(self.catalog.objects(ObjectState::Writing)?.iter())
+            .map(|r| r.toi)
+            .collect();
+        let writing: HashSet<u32> = self.catalog.objects(ObjectState::Writing)?.iter().map(|r| r.toi).collect();
+        for member in &self.members {
+            for (dir, keep) in [("objects", &live), ("tmp", &writing)] {
+                let Ok(entries) = fs::read_dir(member.join(dir)) else { continue };
+                for entry in entries.flatten() {
+                    let name = entry.file_name();
+                    let toi = name.to_str().and_then(|n| n.strip_suffix(".seg")).and_then(|n| n.parse::<u32>().ok());
+                    if toi.is_none_or(|t| !keep.contains(&t)) {
+                        tracing::warn!(path = %entry.path().display(), "removing a file no object owns");
+                        let _ = fs::remove_file(entry.path());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn remove_object_files(&self, toi: u32) {
+        for m in 0..self.params.members {
+            let _ = fs::remove_file(self.segment_path(m, toi));
+            let _ = fs::remove_file(self.tmp_segment_path(m, toi));
+        }
+    }
+
+    /// The volume directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Coding and layout parameters.
+    pub fn params(&self) -> &VolumeParams {
+        &self.params
+    }
+
+    /// FLUTE transport session identifier of this volume's packets.
+    pub fn tsi(&self) -> u32 {
+        self.tsi
+    }
+
+    /// Unique identifier of this volume.
+    pub fn uuid(&self) -> &str {
+        &self.uuid
+    }
+
+    /// Member directories.
+    pub fn members(&self) -> &[PathBuf] {
+        &self.members
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    pub(crate) fn catalog_mut(&mut self) -> &mut Catalog {
+        &mut self.catalog
+    }
+
+    /// Complete objects, by TOI.
+    pub fn objects(&self) -> Result<Vec<ObjectRecord>, StoreError> {
+        self.catalog.objects(ObjectState::Complete)
+    }
+
+    /// The complete object called `name`.
+    pub fn object(&self, name: &str) -> Result<ObjectRecord, StoreError> {
+        self.catalog.object_by_name(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))
+    }
+
+    /// Segment file of object `toi` on `member`.
+    pub fn segment_path(&self, member: u32, toi: u32) -> PathBuf {
+        self.members[member as usize].join("objects").join(format!("{toi}.seg"))
+    }
+
+    pub(crate) fn tmp_segment_path(&self, member: u32, toi: u32) -> PathBuf {
+        self.members[member as usize].join("tmp").join(format!("{toi}.seg"))
+    }
+
+    pub(crate) fn ingest_lock_path(&self, toi: u32) -> PathBuf {
+        self.root.join("tmp").join(format!("ingest-{toi}.lock"))
+    }
+
+    pub(crate) fn volume_lock_path(&self) -> PathBuf {
+        self.root.join("lock")
+    }
+
+    /// Scratch directory of the volume (same file system as the catalog).
+    pub fn tmp_dir(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    /// Checks that `member`'s directory is present and belongs to this volume.
+    pub fn member_identity_ok(&self, member: u32) -> Result<(), String> {
+        let path = self.members[member as usize].join(MEMBER_ID_FILE);
+        let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let expected = member_identity(&self.uuid, member);
+        if text != expected {
+            return Err(format!("{} belongs to another volume or member", path.display()));
+        }
+        Ok(())
+    }
+
+    /// Recreates `member`'s directory structure (after a disk was replaced).
+    pub(crate) fn prepare_member(&self, member: u32) -> Result<(), StoreError> {
+        prepare_member_dir(&self.members[member as usize], &self.uuid, member, false)
+    }
+}
+
+fn member_identity(uuid: &str, index: u32) -> String {
+    format!("isnode member\nvolume {uuid}\nindex {index}\n")
+}
+
+fn prepare_member_dir(dir: &Path, uuid: &str, index: u32, must_be_new: bool) -> Result<(), StoreError> {
+    let id_path = dir.join(MEMBER_ID_FILE);
+    if must_be_new && id_path.exists() {
+        return Err(StoreError::BadParams(format!("{} is already a member of a volume", dir.display())));
+    }
+    for sub in ["objects", "tmp"] {
+        fs::create_dir_all(dir.join(sub)).map_err(StoreError::io(format!("creating member directory {}", dir.display())))?;
+    }
+    fs::write(&id_path, member_identity(uuid, index)).map_err(StoreError::io(format!("writing {}", id_path.display())))?;
+    Ok(())
+}
+
+fn resolve(root: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        root.join(p)
+    }
+}
+
+fn random_hex(bytes: usize) -> String {
+    (0..bytes).map(|_| format!("{:02x}", rand::random::<u8>())).collect()
+}
