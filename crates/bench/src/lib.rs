@@ -1,1 +1,9 @@
-//! isnode-bench (work in progress).
+//! isnode benchmarks: measurement code called by `isnode bench ...`.
+//!
+//! Each benchmark is a library function returning a serialisable report, so the CLI can print
+//! a table or write JSON. See [`codec`] for the Reed-Solomon codec benchmark.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod codec;
