@@ -28,7 +28,10 @@ use std::io;
 pub use crc::crc32_mpeg2;
 pub use mp4::probe_mp4;
 pub use ts::probe_ts;
-pub use tsgen::{generate_ts, generate_ts_with_first_pcr, TsGenConfig, DEFAULT_FIRST_PCR};
+pub use tsgen::{
+    generate_ts, generate_ts_with_first_pcr, TsGenConfig, DEFAULT_FIRST_PCR, MAX_BITRATE_BPS,
+    MIN_BITRATE_BPS,
+};
 
 /// How many bytes of an MPEG-TS [`probe`] reads from its start and from its end.
 pub const PROBE_WINDOW: usize = 4 << 20;
