@@ -34,13 +34,20 @@
 //! Modules: [`gf`] (field tables), [`matrix`] (matrices, generator), [`kernel`] (the slice
 //! multiply-accumulate loops that do all the byte work).
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod gf;
 pub mod kernel;
 pub mod matrix;
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod simd;
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub use kernel::{Kernel, MatrixPlan};
 use matrix::Matrix;
 
 /// The largest number of encoding symbols in one codeword: 255, the limit of a GF(2^8)
@@ -113,14 +120,28 @@ pub enum FecError {
 
 /// An RFC 5510 code with `k` source and `n` encoding symbols (`1 <= k <= n <= 255`).
 ///
-/// Cheap to build (`O(n k)`), immutable, and shareable between threads.
+/// Cheap to build (`O(n k)`), immutable, and shareable between threads. All byte work runs
+/// on one [`Kernel`] (by default [`Kernel::active`]; see [`Code::with_kernel`]); every kernel
+/// gives the same bytes.
 #[derive(Clone)]
 pub struct Code {
     k: usize,
     n: usize,
     /// `(n - k) x k`: row `i` gives the repair symbol with ESI `k + i`.
     parity: Matrix,
+    kernel: Kernel,
+    /// The whole parity matrix prepared for `kernel`, built on first use.
+    encode_plan: OnceLock<Arc<MatrixPlan>>,
+    /// Decoding matrices of the last few erasure patterns (shared by clones).
+    decode_cache: Arc<Mutex<DecodeCache>>,
 }
+
+/// Decoding matrices by presence pattern, most recent first.
+type DecodeCache = VecDeque<(Vec<bool>, Arc<MatrixPlan>)>;
+
+/// Erasure patterns whose decoding matrix is kept: a store repairing a lost member meets
+/// the same pattern in every codeword, so its `e x e` inversion is done once.
+const DECODE_CACHE_PATTERNS: usize = 8;
 
 impl std::fmt::Debug for Code {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -149,7 +170,31 @@ impl Code {
             k,
             n,
             parity: matrix::parity_rows(k, n),
+            kernel: Kernel::active(),
+            encode_plan: OnceLock::new(),
+            decode_cache: Arc::default(),
         })
+    }
+
+    /// The same code computed with `kernel` (or with [`Kernel::best`] if this CPU cannot run
+    /// `kernel`): for tests and benchmarks; the bytes are the same.
+    pub fn with_kernel(self, kernel: Kernel) -> Code {
+        let kernel = if kernel.is_supported() {
+            kernel
+        } else {
+            Kernel::best()
+        };
+        Code {
+            kernel,
+            encode_plan: OnceLock::new(),
+            decode_cache: Arc::default(),
+            ..self
+        }
+    }
+
+    /// The kernel this code computes with.
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
     }
 
     /// Number of source symbols, `k`.
@@ -179,7 +224,8 @@ impl Code {
     /// Computes repair symbols: `repair[i]` receives the symbol with ESI `k + i`.
     ///
     /// `source` must hold exactly `k` symbols, `repair.len() <= n - k`, and all slices must have
-    /// the same length (any length, including 0 and odd lengths).
+    /// the same length (any length, including 0 and odd lengths). All repair symbols are
+    /// computed in one pass over the source.
     pub fn encode(&self, source: &[&[u8]], repair: &mut [&mut [u8]]) -> Result<(), FecError> {
         let len_bytes = self.check_source(source)?;
         if repair.len() > self.repair_symbols() {
@@ -191,8 +237,11 @@ impl Code {
         for (i, symbol) in repair.iter().enumerate() {
             check_len(self.k + i, symbol.len(), len_bytes)?;
         }
-        for (i, out) in repair.iter_mut().enumerate() {
-            self.encode_row(self.parity.row(i), source, out);
+        if repair.len() == self.repair_symbols() {
+            self.full_encode_plan().apply(source, repair);
+        } else {
+            let rows: Vec<usize> = (0..repair.len()).collect();
+            self.parity_plan(&rows).apply(source, repair);
         }
         Ok(())
     }
@@ -205,9 +254,9 @@ impl Code {
         out: &mut [u8],
     ) -> Result<(), FecError> {
         let len_bytes = self.check_source(source)?;
-        let row = self.repair_coefficients(esi)?;
+        self.repair_coefficients(esi)?;
         check_len(esi, out.len(), len_bytes)?;
-        self.encode_row(row, source, out);
+        self.parity_plan(&[esi - self.k]).apply(source, &mut [out]);
         Ok(())
     }
 
@@ -232,28 +281,42 @@ impl Code {
     ) -> Result<(), FecError> {
         self.check_shards(shards, present)?;
         self.rebuild_sources(shards, present)?;
-        for esi in self.k..self.n {
-            if present[esi] {
-                continue;
-            }
-            // Take the output out of `shards` so the sources can be read while it is written.
-            let out = std::mem::take(&mut shards[esi]);
-            let source: Vec<&[u8]> = shards[..self.k].iter().map(|s| &**s).collect();
-            self.encode_row(self.parity.row(esi - self.k), &source, out);
-            shards[esi] = out;
+        let missing: Vec<usize> = (0..self.repair_symbols())
+            .filter(|&i| !present[self.k + i])
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let (source, repair) = shards.split_at_mut(self.k);
+        let source: Vec<&[u8]> = source.iter().map(|s| &**s).collect();
+        let mut outputs: Vec<&mut [u8]> = repair
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| !present[self.k + i])
+            .map(|(_, s)| &mut **s)
+            .collect();
+        if missing.len() == self.repair_symbols() {
+            self.full_encode_plan().apply(&source, &mut outputs);
+        } else {
+            self.parity_plan(&missing).apply(&source, &mut outputs);
         }
         Ok(())
     }
 
-    fn encode_row(&self, row: &[u8], source: &[&[u8]], out: &mut [u8]) {
-        debug_assert_eq!(row.len(), source.len());
-        let mut terms = source.iter().zip(row);
-        if let Some((first, &coef)) = terms.next() {
-            kernel::mul(out, first, coef);
-        }
-        for (symbol, &coef) in terms {
-            kernel::mul_add(out, symbol, coef);
-        }
+    fn full_encode_plan(&self) -> &MatrixPlan {
+        self.encode_plan.get_or_init(|| {
+            let rows: Vec<usize> = (0..self.repair_symbols()).collect();
+            Arc::new(self.parity_plan(&rows))
+        })
+    }
+
+    /// The parity rows `rows` (indices into the parity matrix) prepared for the kernel.
+    fn parity_plan(&self, rows: &[usize]) -> MatrixPlan {
+        let coefs: Vec<u8> = rows
+            .iter()
+            .flat_map(|&r| self.parity.row(r).iter().copied())
+            .collect();
+        MatrixPlan::new(self.kernel, &coefs, rows.len(), self.k)
     }
 
     /// Checks `source` has `k` symbols of one length; returns that length.
@@ -304,7 +367,8 @@ impl Code {
     /// With `L` the missing source ESIs (`e` of them), `P` the present ones and `R` the first
     /// `e` present repair ESIs: `G[R][L] s_L = p_R + G[R][P] s_P`, so
     /// `s_L = A^-1 p_R + A^-1 G[R][P] s_P` with `A = G[R][L]` (`e x e`, non-singular because
-    /// the code is MDS). Each lost symbol is one linear combination of `k` present symbols.
+    /// the code is MDS). The `e x k` decoding matrix `D = A^-1 [I | G[R][P]]` (cached per
+    /// erasure pattern) is applied to the inputs `[p_R | s_P]` in one pass.
     fn rebuild_sources(&self, shards: &mut [&mut [u8]], present: &[bool]) -> Result<(), FecError> {
         let lost: Vec<usize> = (0..self.k).filter(|&esi| !present[esi]).collect();
         let e = lost.len();
@@ -318,46 +382,121 @@ impl Code {
             .collect();
         assert_eq!(repair.len(), e, "check_shards guarantees k present shards");
 
-        let mut a = Matrix::zero(e, e);
-        let mut b = Matrix::zero(e, kept.len());
-        for (r, &esi) in repair.iter().enumerate() {
-            let row = self.parity.row(esi - self.k);
-            for (c, &source_esi) in lost.iter().enumerate() {
-                a.set(r, c, row[source_esi]);
-            }
-            for (c, &source_esi) in kept.iter().enumerate() {
-                b.set(r, c, row[source_esi]);
-            }
-        }
-        let a_inv = a.invert();
-        assert!(
-            a_inv.is_some(),
-            "square submatrices of an MDS parity matrix are invertible"
-        );
-        let Some(a_inv) = a_inv else {
-            return Ok(());
-        };
-        let from_kept = a_inv.mul(&b);
+        let plan = self.decode_plan(present, &lost, &kept, &repair);
 
-        for (i, &esi) in lost.iter().enumerate() {
-            let out = std::mem::take(&mut shards[esi]);
-            let inputs = repair
-                .iter()
-                .zip(a_inv.row(i))
-                .chain(kept.iter().zip(from_kept.row(i)));
-            let mut first = true;
-            for (&input_esi, &coef) in inputs {
-                if first {
-                    kernel::mul(out, shards[input_esi], coef);
-                    first = false;
-                } else {
-                    kernel::mul_add(out, shards[input_esi], coef);
-                }
+        let mut by_esi: Vec<Option<&[u8]>> = vec![None; self.n];
+        let mut outputs: Vec<&mut [u8]> = Vec::with_capacity(e);
+        for (esi, shard) in shards.iter_mut().enumerate() {
+            if present[esi] {
+                by_esi[esi] = Some(&**shard);
+            } else if esi < self.k {
+                outputs.push(&mut **shard);
             }
-            shards[esi] = out;
         }
+        let inputs: Vec<&[u8]> = repair
+            .iter()
+            .chain(&kept)
+            .filter_map(|&esi| by_esi[esi])
+            .collect();
+        plan.apply(&inputs, &mut outputs);
         Ok(())
     }
+
+    /// The decoding matrix for this erasure pattern, from the cache or freshly computed.
+    fn decode_plan(
+        &self,
+        present: &[bool],
+        lost: &[usize],
+        kept: &[usize],
+        repair: &[usize],
+    ) -> Arc<MatrixPlan> {
+        if let Ok(cache) = self.decode_cache.try_lock() {
+            if let Some((_, plan)) = cache.iter().find(|(p, _)| p == present) {
+                return Arc::clone(plan);
+            }
+        }
+        let plan = Arc::new(self.decode_matrix(lost, kept, repair));
+        if let Ok(mut cache) = self.decode_cache.try_lock() {
+            if cache.len() == DECODE_CACHE_PATTERNS {
+                cache.pop_back();
+            }
+            cache.push_front((present.to_vec(), Arc::clone(&plan)));
+        }
+        plan
+    }
+
+    /// `D = A^-1 [I | G[R][P]]` (`e x k`), see [`Code::rebuild_sources`].
+    fn decode_matrix(&self, lost: &[usize], kept: &[usize], repair: &[usize]) -> MatrixPlan {
+        let (e, k) = (lost.len(), self.k);
+        // Augmented [A | I], inverted in place by Gauss-Jordan with kernel row operations.
+        let w = 2 * e;
+        let mut aug = vec![0u8; e * w];
+        let mut rhs = vec![0u8; e * k]; // [I | G[R][P]]
+        for (r, &esi) in repair.iter().enumerate() {
+            let row = self.parity.row(esi - self.k);
+            for (c, &s) in lost.iter().enumerate() {
+                aug[r * w + c] = row[s];
+            }
+            aug[r * w + e + r] = 1;
+            rhs[r * k + r] = 1;
+            for (c, &s) in kept.iter().enumerate() {
+                rhs[r * k + e + c] = row[s];
+            }
+        }
+        let inverted = invert_augmented(self.kernel, &mut aug, e);
+        assert!(
+            inverted,
+            "square submatrices of an MDS parity matrix are invertible"
+        );
+        let a_inv: Vec<u8> = aug
+            .chunks_exact(w)
+            .flat_map(|r| r[e..].iter().copied())
+            .collect();
+        let mut d = vec![0u8; e * k];
+        {
+            let inputs: Vec<&[u8]> = rhs.chunks_exact(k).collect();
+            let mut outputs: Vec<&mut [u8]> = d.chunks_exact_mut(k).collect();
+            MatrixPlan::new(self.kernel, &a_inv, e, e).apply(&inputs, &mut outputs);
+        }
+        MatrixPlan::new(self.kernel, &d, e, k)
+    }
+}
+
+/// Gauss-Jordan elimination of the `e x 2e` row-major `[A | I]` into `[I | A^-1]`; false if
+/// `A` is singular.
+fn invert_augmented(kernel: Kernel, aug: &mut [u8], e: usize) -> bool {
+    let w = 2 * e;
+    let mut pivot_row = vec![0u8; w];
+    for col in 0..e {
+        let Some(pivot) = (col..e).find(|&r| aug[r * w + col] != 0) else {
+            return false;
+        };
+        if pivot != col {
+            for c in 0..w {
+                aug.swap(pivot * w + c, col * w + c);
+            }
+        }
+        let Some(scale) = gf::inv(aug[col * w + col]) else {
+            return false;
+        };
+        kernel.mul(
+            &mut pivot_row[col..],
+            &aug[col * w + col..(col + 1) * w],
+            scale,
+        );
+        aug[col * w + col..(col + 1) * w].copy_from_slice(&pivot_row[col..]);
+        for r in 0..e {
+            let factor = aug[r * w + col];
+            if r != col && factor != 0 {
+                kernel.mul_add(
+                    &mut aug[r * w + col..(r + 1) * w],
+                    &pivot_row[col..],
+                    factor,
+                );
+            }
+        }
+    }
+    true
 }
 
 fn check_len(esi: usize, len_bytes: usize, expected_bytes: usize) -> Result<(), FecError> {

@@ -37,7 +37,7 @@ fn splitmix64_bytes(seed: u64, count: usize) -> Vec<u8> {
 }
 
 fn hex_decode(text: &str) -> Vec<u8> {
-    assert!(text.len() % 2 == 0, "odd hex length");
+    assert!(text.len().is_multiple_of(2), "odd hex length");
     (0..text.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex digit"))

@@ -1,0 +1,391 @@
+//! x86-64 SIMD kernels: the only `unsafe` code of the crate.
+//!
+//! Two building blocks per instruction set, both driven by the safe wrappers in
+//! [`crate::kernel`], which check every length and every CPU feature before calling in:
+//!
+//! * a *tile* of the matrix product `out[o] (^)= sum_j c[o][j] * in[j]` for `G` outputs at
+//!   once over one vector-wide column: each source vector is loaded once and multiplied into
+//!   `G` accumulators kept in registers;
+//! * a *row* multiply(-accumulate) `dst (^)= c * src`, for short rows (matrix inversion).
+//!
+//! GF(2^8)/0x11D multiplication by a constant `c` is either one `GF2P8AFFINEQB` with the
+//! 8x8 bit matrix of `c` (see [`crate::kernel::affine_matrix`]; `GF2P8MULB` would use the
+//! AES polynomial 0x11B and is never used), or two `PSHUFB` lookups in the 16-entry tables
+//! of `c` times the low and the high nibble (see [`crate::kernel::NIBBLE_TABLES`]).
+//!
+//! # Safety contract (all functions)
+//! The caller has checked that the CPU supports the features named in the function's
+//! `target_feature`, that every input and output pointer is valid for `len` bytes (reads, and
+//! writes for outputs), that outputs do not overlap inputs or each other, that `len` is a
+//! multiple of the vector width for tile functions, and that coefficient slices have the
+//! documented length.
+
+use std::arch::x86_64::*;
+
+use crate::kernel::{AFFINE, NIBBLE_TABLES};
+
+/// Input and output pointers of one matrix product.
+pub(crate) struct Ptrs<'a> {
+    /// One pointer per input symbol.
+    pub inputs: &'a [*const u8],
+    /// One pointer per output symbol of the tile.
+    pub outputs: &'a [*mut u8],
+}
+
+/// A group of consecutive output rows computed together, and where its coefficients start.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tile {
+    /// First output row.
+    pub row0: usize,
+    /// Number of rows: a power of two no larger than the kernel's maximum.
+    pub size: usize,
+    /// Index of the tile's first coefficient (`inputs * size` of them, `[j][o]`).
+    pub coef0: usize,
+}
+
+// ---------------------------------------------------------------------------------------
+// GFNI + AVX-512: 64-byte vectors, 32 registers, three-way XOR with VPTERNLOGQ.
+// ---------------------------------------------------------------------------------------
+
+/// `G` outputs, one 64-byte column at `off`. `mats` holds `k * G` affine matrices, `[j][o]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+unsafe fn tile_gfni512<const G: usize, const ACC: bool>(mats: &[u64], p: &Ptrs, off: usize) {
+    let k = p.inputs.len();
+    let m = mats.as_ptr();
+    let mut acc = [_mm512_setzero_si512(); G];
+    if ACC {
+        for (o, a) in acc.iter_mut().enumerate() {
+            *a = _mm512_loadu_si512(p.outputs[o].add(off).cast());
+        }
+    }
+    let mut j = 0;
+    while j + 1 < k {
+        let s0 = _mm512_loadu_si512(p.inputs.get_unchecked(j).add(off).cast());
+        let s1 = _mm512_loadu_si512(p.inputs.get_unchecked(j + 1).add(off).cast());
+        let m0 = m.add(j * G);
+        let m1 = m.add((j + 1) * G);
+        for (o, a) in acc.iter_mut().enumerate() {
+            let p0 = _mm512_gf2p8affine_epi64_epi8::<0>(s0, _mm512_set1_epi64(*m0.add(o) as i64));
+            let p1 = _mm512_gf2p8affine_epi64_epi8::<0>(s1, _mm512_set1_epi64(*m1.add(o) as i64));
+            *a = _mm512_ternarylogic_epi64::<0x96>(*a, p0, p1);
+        }
+        j += 2;
+    }
+    if j < k {
+        let s0 = _mm512_loadu_si512(p.inputs.get_unchecked(j).add(off).cast());
+        let m0 = m.add(j * G);
+        for (o, a) in acc.iter_mut().enumerate() {
+            let p0 = _mm512_gf2p8affine_epi64_epi8::<0>(s0, _mm512_set1_epi64(*m0.add(o) as i64));
+            *a = _mm512_xor_si512(*a, p0);
+        }
+    }
+    for (o, a) in acc.iter().enumerate() {
+        _mm512_storeu_si512(p.outputs[o].add(off).cast(), *a);
+    }
+}
+
+/// Matrix product over `len` bytes (a multiple of 64) for one tile of `p.outputs.len()`
+/// (a power of two, at most 16) outputs.
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+pub(crate) unsafe fn matrix_gfni512<const ACC: bool>(
+    mats: &[u64],
+    tiles: &[Tile],
+    p: &Ptrs,
+    len: usize,
+) {
+    let mut off = 0;
+    while off < len {
+        for t in tiles {
+            let c = &mats[t.coef0..];
+            let q = Ptrs {
+                inputs: p.inputs,
+                outputs: &p.outputs[t.row0..t.row0 + t.size],
+            };
+            match t.size {
+                16 => tile_gfni512::<16, ACC>(c, &q, off),
+                8 => tile_gfni512::<8, ACC>(c, &q, off),
+                4 => tile_gfni512::<4, ACC>(c, &q, off),
+                2 => tile_gfni512::<2, ACC>(c, &q, off),
+                _ => tile_gfni512::<1, ACC>(c, &q, off),
+            }
+        }
+        off += 64;
+    }
+}
+
+/// `dst (^)= coef * src` over `len` bytes, any length (masked tail).
+#[target_feature(enable = "avx512f,avx512bw,gfni")]
+pub(crate) unsafe fn row_gfni512<const ACC: bool>(
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    coef: u8,
+) {
+    let mat = _mm512_set1_epi64(AFFINE[coef as usize] as i64);
+    let mut off = 0;
+    while off < len {
+        let rem = len - off;
+        let mask: __mmask64 = if rem >= 64 { !0 } else { (1u64 << rem) - 1 };
+        let s = _mm512_maskz_loadu_epi8(mask, src.add(off).cast());
+        let mut v = _mm512_gf2p8affine_epi64_epi8::<0>(s, mat);
+        if ACC {
+            v = _mm512_xor_si512(v, _mm512_maskz_loadu_epi8(mask, dst.add(off).cast()));
+        }
+        _mm512_mask_storeu_epi8(dst.add(off).cast(), mask, v);
+        off += 64;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// GFNI + AVX2: 32-byte vectors, 16 registers.
+// ---------------------------------------------------------------------------------------
+
+#[inline]
+#[target_feature(enable = "avx2,gfni")]
+unsafe fn tile_gfni256<const G: usize, const ACC: bool>(mats: &[u64], p: &Ptrs, off: usize) {
+    let k = p.inputs.len();
+    let m = mats.as_ptr();
+    let mut acc = [_mm256_setzero_si256(); G];
+    if ACC {
+        for (o, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_loadu_si256(p.outputs[o].add(off).cast());
+        }
+    }
+    for j in 0..k {
+        let s = _mm256_loadu_si256(p.inputs.get_unchecked(j).add(off).cast());
+        let mj = m.add(j * G);
+        for (o, a) in acc.iter_mut().enumerate() {
+            let prod = _mm256_gf2p8affine_epi64_epi8::<0>(s, _mm256_set1_epi64x(*mj.add(o) as i64));
+            *a = _mm256_xor_si256(*a, prod);
+        }
+    }
+    for (o, a) in acc.iter().enumerate() {
+        _mm256_storeu_si256(p.outputs[o].add(off).cast(), *a);
+    }
+}
+
+/// Matrix product over `len` bytes (a multiple of 32), tile of at most 8 outputs.
+#[target_feature(enable = "avx2,gfni")]
+pub(crate) unsafe fn matrix_gfni256<const ACC: bool>(
+    mats: &[u64],
+    tiles: &[Tile],
+    p: &Ptrs,
+    len: usize,
+) {
+    let mut off = 0;
+    while off < len {
+        for t in tiles {
+            let c = &mats[t.coef0..];
+            let q = Ptrs {
+                inputs: p.inputs,
+                outputs: &p.outputs[t.row0..t.row0 + t.size],
+            };
+            match t.size {
+                8 => tile_gfni256::<8, ACC>(c, &q, off),
+                4 => tile_gfni256::<4, ACC>(c, &q, off),
+                2 => tile_gfni256::<2, ACC>(c, &q, off),
+                _ => tile_gfni256::<1, ACC>(c, &q, off),
+            }
+        }
+        off += 32;
+    }
+}
+
+/// `dst (^)= coef * src` over `len` bytes; returns the bytes done (a multiple of 32).
+#[target_feature(enable = "avx2,gfni")]
+pub(crate) unsafe fn row_gfni256<const ACC: bool>(
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    coef: u8,
+) -> usize {
+    let mat = _mm256_set1_epi64x(AFFINE[coef as usize] as i64);
+    let mut off = 0;
+    while off + 32 <= len {
+        let mut v =
+            _mm256_gf2p8affine_epi64_epi8::<0>(_mm256_loadu_si256(src.add(off).cast()), mat);
+        if ACC {
+            v = _mm256_xor_si256(v, _mm256_loadu_si256(dst.add(off).cast()));
+        }
+        _mm256_storeu_si256(dst.add(off).cast(), v);
+        off += 32;
+    }
+    off
+}
+
+// ---------------------------------------------------------------------------------------
+// AVX2 split nibble tables (VPSHUFB).
+// ---------------------------------------------------------------------------------------
+
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn tile_avx2<const G: usize, const ACC: bool>(coefs: &[u8], p: &Ptrs, off: usize) {
+    let k = p.inputs.len();
+    let nib = NIBBLE_TABLES.as_ptr();
+    let mask = _mm256_set1_epi8(0x0f);
+    let mut acc = [_mm256_setzero_si256(); G];
+    if ACC {
+        for (o, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_loadu_si256(p.outputs[o].add(off).cast());
+        }
+    }
+    for j in 0..k {
+        let s = _mm256_loadu_si256(p.inputs.get_unchecked(j).add(off).cast());
+        let lo = _mm256_and_si256(s, mask);
+        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(s), mask);
+        let cj = coefs.as_ptr().add(j * G);
+        for (o, a) in acc.iter_mut().enumerate() {
+            let t = nib.add(*cj.add(o) as usize).cast::<u8>();
+            let tl = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.cast()));
+            let th = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.add(16).cast()));
+            let prod = _mm256_xor_si256(_mm256_shuffle_epi8(tl, lo), _mm256_shuffle_epi8(th, hi));
+            *a = _mm256_xor_si256(*a, prod);
+        }
+    }
+    for (o, a) in acc.iter().enumerate() {
+        _mm256_storeu_si256(p.outputs[o].add(off).cast(), *a);
+    }
+}
+
+/// Matrix product over `len` bytes (a multiple of 32), tile of at most 8 outputs.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn matrix_avx2<const ACC: bool>(
+    coefs: &[u8],
+    tiles: &[Tile],
+    p: &Ptrs,
+    len: usize,
+) {
+    let mut off = 0;
+    while off < len {
+        for t in tiles {
+            let c = &coefs[t.coef0..];
+            let q = Ptrs {
+                inputs: p.inputs,
+                outputs: &p.outputs[t.row0..t.row0 + t.size],
+            };
+            match t.size {
+                8 => tile_avx2::<8, ACC>(c, &q, off),
+                4 => tile_avx2::<4, ACC>(c, &q, off),
+                2 => tile_avx2::<2, ACC>(c, &q, off),
+                _ => tile_avx2::<1, ACC>(c, &q, off),
+            }
+        }
+        off += 32;
+    }
+}
+
+/// `dst (^)= coef * src` over `len` bytes; returns the bytes done (a multiple of 32).
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn row_avx2<const ACC: bool>(
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    coef: u8,
+) -> usize {
+    let t = NIBBLE_TABLES[coef as usize].as_ptr();
+    let tl = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.cast()));
+    let th = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.add(16).cast()));
+    let mask = _mm256_set1_epi8(0x0f);
+    let mut off = 0;
+    while off + 32 <= len {
+        let s = _mm256_loadu_si256(src.add(off).cast());
+        let lo = _mm256_and_si256(s, mask);
+        let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(s), mask);
+        let mut v = _mm256_xor_si256(_mm256_shuffle_epi8(tl, lo), _mm256_shuffle_epi8(th, hi));
+        if ACC {
+            v = _mm256_xor_si256(v, _mm256_loadu_si256(dst.add(off).cast()));
+        }
+        _mm256_storeu_si256(dst.add(off).cast(), v);
+        off += 32;
+    }
+    off
+}
+
+// ---------------------------------------------------------------------------------------
+// SSSE3 split nibble tables (PSHUFB), 16-byte vectors.
+// ---------------------------------------------------------------------------------------
+
+#[inline]
+#[target_feature(enable = "ssse3")]
+unsafe fn tile_ssse3<const G: usize, const ACC: bool>(coefs: &[u8], p: &Ptrs, off: usize) {
+    let k = p.inputs.len();
+    let nib = NIBBLE_TABLES.as_ptr();
+    let mask = _mm_set1_epi8(0x0f);
+    let mut acc = [_mm_setzero_si128(); G];
+    if ACC {
+        for (o, a) in acc.iter_mut().enumerate() {
+            *a = _mm_loadu_si128(p.outputs[o].add(off).cast());
+        }
+    }
+    for j in 0..k {
+        let s = _mm_loadu_si128(p.inputs.get_unchecked(j).add(off).cast());
+        let lo = _mm_and_si128(s, mask);
+        let hi = _mm_and_si128(_mm_srli_epi16::<4>(s), mask);
+        let cj = coefs.as_ptr().add(j * G);
+        for (o, a) in acc.iter_mut().enumerate() {
+            let t = nib.add(*cj.add(o) as usize).cast::<u8>();
+            let tl = _mm_loadu_si128(t.cast());
+            let th = _mm_loadu_si128(t.add(16).cast());
+            let prod = _mm_xor_si128(_mm_shuffle_epi8(tl, lo), _mm_shuffle_epi8(th, hi));
+            *a = _mm_xor_si128(*a, prod);
+        }
+    }
+    for (o, a) in acc.iter().enumerate() {
+        _mm_storeu_si128(p.outputs[o].add(off).cast(), *a);
+    }
+}
+
+/// Matrix product over `len` bytes (a multiple of 16), tile of at most 8 outputs.
+#[target_feature(enable = "ssse3")]
+pub(crate) unsafe fn matrix_ssse3<const ACC: bool>(
+    coefs: &[u8],
+    tiles: &[Tile],
+    p: &Ptrs,
+    len: usize,
+) {
+    let mut off = 0;
+    while off < len {
+        for t in tiles {
+            let c = &coefs[t.coef0..];
+            let q = Ptrs {
+                inputs: p.inputs,
+                outputs: &p.outputs[t.row0..t.row0 + t.size],
+            };
+            match t.size {
+                8 => tile_ssse3::<8, ACC>(c, &q, off),
+                4 => tile_ssse3::<4, ACC>(c, &q, off),
+                2 => tile_ssse3::<2, ACC>(c, &q, off),
+                _ => tile_ssse3::<1, ACC>(c, &q, off),
+            }
+        }
+        off += 16;
+    }
+}
+
+/// `dst (^)= coef * src` over `len` bytes; returns the bytes done (a multiple of 16).
+#[target_feature(enable = "ssse3")]
+pub(crate) unsafe fn row_ssse3<const ACC: bool>(
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    coef: u8,
+) -> usize {
+    let t = NIBBLE_TABLES[coef as usize].as_ptr();
+    let tl = _mm_loadu_si128(t.cast());
+    let th = _mm_loadu_si128(t.add(16).cast());
+    let mask = _mm_set1_epi8(0x0f);
+    let mut off = 0;
+    while off + 16 <= len {
+        let s = _mm_loadu_si128(src.add(off).cast());
+        let lo = _mm_and_si128(s, mask);
+        let hi = _mm_and_si128(_mm_srli_epi16::<4>(s), mask);
+        let mut v = _mm_xor_si128(_mm_shuffle_epi8(tl, lo), _mm_shuffle_epi8(th, hi));
+        if ACC {
+            v = _mm_xor_si128(v, _mm_loadu_si128(dst.add(off).cast()));
+        }
+        _mm_storeu_si128(dst.add(off).cast(), v);
+        off += 16;
+    }
+    off
+}
