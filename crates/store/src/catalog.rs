@@ -111,17 +111,27 @@ pub struct Catalog {
 }
 
 fn db(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
-    move |source| StoreError::Catalog { context: context.to_string(), source }
+    move |source| StoreError::Catalog {
+        context: context.to_string(),
+        source,
+    }
 }
 
 impl Catalog {
     /// Creates a new catalog at `path` with the given parameters and member paths.
-    pub fn create(path: &Path, params: &VolumeParams, members: &[PathBuf], tsi: u32, uuid: &str) -> Result<Catalog, StoreError> {
+    pub fn create(
+        path: &Path,
+        params: &VolumeParams,
+        members: &[PathBuf],
+        tsi: u32,
+        uuid: &str,
+    ) -> Result<Catalog, StoreError> {
         let conn = Connection::open(path).map_err(db("creating the catalog"))?;
         let mut cat = Catalog { conn };
         cat.configure()?;
         let tx = cat.conn.transaction().map_err(db("creating the catalog"))?;
-        tx.execute_batch(SCHEMA).map_err(db("creating the schema"))?;
+        tx.execute_batch(SCHEMA)
+            .map_err(db("creating the schema"))?;
         let kv = [
             ("format_version", FORMAT_VERSION.to_string()),
             ("uuid", uuid.to_string()),
@@ -133,13 +143,21 @@ impl Catalog {
             ("block_len", params.block_len.to_string()),
         ];
         for (k, v) in kv {
-            tx.execute("INSERT INTO volume (key, value) VALUES (?1, ?2)", params![k, v])
-                .map_err(db("writing volume parameters"))?;
+            tx.execute(
+                "INSERT INTO volume (key, value) VALUES (?1, ?2)",
+                params![k, v],
+            )
+            .map_err(db("writing volume parameters"))?;
         }
         for (i, p) in members.iter().enumerate() {
-            let s = p.to_str().ok_or_else(|| StoreError::BadParams(format!("member path {} is not UTF-8", p.display())))?;
-            tx.execute("INSERT INTO members (idx, path) VALUES (?1, ?2)", params![i as i64, s])
-                .map_err(db("writing members"))?;
+            let s = p.to_str().ok_or_else(|| {
+                StoreError::BadParams(format!("member path {} is not UTF-8", p.display()))
+            })?;
+            tx.execute(
+                "INSERT INTO members (idx, path) VALUES (?1, ?2)",
+                params![i as i64, s],
+            )
+            .map_err(db("writing members"))?;
         }
         tx.commit().map_err(db("creating the catalog"))?;
         Ok(cat)
@@ -162,18 +180,26 @@ impl Catalog {
 
     fn configure(&self) -> Result<(), StoreError> {
         self.conn
-            .execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")
+            .execute_batch(
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
+            )
             .map_err(db("configuring the catalog"))?;
-        self.conn.busy_timeout(std::time::Duration::from_secs(30)).map_err(db("configuring the catalog"))?;
+        self.conn
+            .busy_timeout(std::time::Duration::from_secs(30))
+            .map_err(db("configuring the catalog"))?;
         Ok(())
     }
 
     fn get_kv<T: std::str::FromStr>(&self, key: &str) -> Result<T, StoreError> {
         let v: String = self
             .conn
-            .query_row("SELECT value FROM volume WHERE key = ?1", [key], |r| r.get(0))
+            .query_row("SELECT value FROM volume WHERE key = ?1", [key], |r| {
+                r.get(0)
+            })
             .map_err(db("reading volume parameters"))?;
-        v.parse().map_err(|_| StoreError::Corrupt(format!("catalog: volume key {key} = {v:?} is not valid")))
+        v.parse().map_err(|_| {
+            StoreError::Corrupt(format!("catalog: volume key {key} = {v:?} is not valid"))
+        })
     }
 
     /// Volume parameters.
@@ -199,9 +225,15 @@ impl Catalog {
 
     /// Member directories, by index.
     pub fn members(&self) -> Result<Vec<PathBuf>, StoreError> {
-        let mut st = self.conn.prepare("SELECT path FROM members ORDER BY idx").map_err(db("reading members"))?;
-        let rows = st.query_map([], |r| r.get::<_, String>(0)).map_err(db("reading members"))?;
-        rows.map(|r| r.map(PathBuf::from).map_err(db("reading members"))).collect()
+        let mut st = self
+            .conn
+            .prepare("SELECT path FROM members ORDER BY idx")
+            .map_err(db("reading members"))?;
+        let rows = st
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(db("reading members"))?;
+        rows.map(|r| r.map(PathBuf::from).map_err(db("reading members")))
+            .collect()
     }
 
     /// Records a new object in state `writing` and returns its TOI.
@@ -227,31 +259,47 @@ impl Catalog {
                 ],
             )
             .map_err(db("recording a new object"))?;
-        u32::try_from(self.conn.last_insert_rowid())
-            .map_err(|_| StoreError::Corrupt("catalog: transport object identifiers exhausted".into()))
+        u32::try_from(self.conn.last_insert_rowid()).map_err(|_| {
+            StoreError::Corrupt("catalog: transport object identifiers exhausted".into())
+        })
     }
 
     /// Makes object `toi` complete and visible in one transaction: its block
     /// checksums, its final CRC, and the removal of the object it replaces.
-    pub fn commit_object(&mut self, toi: u32, content_crc32c: u32, blocks: &[BlockRecord]) -> Result<Option<u32>, StoreError> {
-        let tx = self.conn.transaction().map_err(db("committing an object"))?;
+    pub fn commit_object(
+        &mut self,
+        toi: u32,
+        content_crc32c: u32,
+        blocks: &[BlockRecord],
+    ) -> Result<Option<u32>, StoreError> {
+        let tx = self
+            .conn
+            .transaction()
+            .map_err(db("committing an object"))?;
         let (name, replaces): (String, Option<u32>) = tx
-            .query_row("SELECT name, replaces FROM objects WHERE toi = ?1 AND state = 'writing'", [toi], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .query_row(
+                "SELECT name, replaces FROM objects WHERE toi = ?1 AND state = 'writing'",
+                [toi],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .map_err(db("committing an object"))?;
         insert_blocks(&tx, toi, blocks)?;
         // The replaced object goes in the same transaction; a name taken meanwhile by
         // another ingest fails the unique index and rolls everything back.
         let old: Option<u32> = tx
-            .query_row("SELECT toi FROM objects WHERE name = ?1 AND state = 'complete'", [&name], |r| r.get(0))
+            .query_row(
+                "SELECT toi FROM objects WHERE name = ?1 AND state = 'complete'",
+                [&name],
+                |r| r.get(0),
+            )
             .optional()
             .map_err(db("committing an object"))?;
         if let Some(old_toi) = old {
             if replaces != Some(old_toi) {
                 return Err(StoreError::NameExists(name));
             }
-            tx.execute("DELETE FROM objects WHERE toi = ?1", [old_toi]).map_err(db("replacing an object"))?;
+            tx.execute("DELETE FROM objects WHERE toi = ?1", [old_toi])
+                .map_err(db("replacing an object"))?;
         }
         tx.execute(
             "UPDATE objects SET state = 'complete', content_crc32c = ?2 WHERE toi = ?1",
@@ -263,17 +311,30 @@ impl Catalog {
     }
 
     /// Replaces the block checksums of one member of an object (after repair).
-    pub fn replace_blocks(&mut self, toi: u32, member: u32, blocks: &[BlockRecord]) -> Result<(), StoreError> {
-        let tx = self.conn.transaction().map_err(db("updating block checksums"))?;
-        tx.execute("DELETE FROM blocks WHERE toi = ?1 AND member = ?2", params![toi, member])
+    pub fn replace_blocks(
+        &mut self,
+        toi: u32,
+        member: u32,
+        blocks: &[BlockRecord],
+    ) -> Result<(), StoreError> {
+        let tx = self
+            .conn
+            .transaction()
             .map_err(db("updating block checksums"))?;
+        tx.execute(
+            "DELETE FROM blocks WHERE toi = ?1 AND member = ?2",
+            params![toi, member],
+        )
+        .map_err(db("updating block checksums"))?;
         insert_blocks(&tx, toi, blocks)?;
         tx.commit().map_err(db("updating block checksums"))
     }
 
     /// Deletes an object row and its blocks.
     pub fn delete_object(&mut self, toi: u32) -> Result<(), StoreError> {
-        self.conn.execute("DELETE FROM objects WHERE toi = ?1", [toi]).map_err(db("deleting an object"))?;
+        self.conn
+            .execute("DELETE FROM objects WHERE toi = ?1", [toi])
+            .map_err(db("deleting an object"))?;
         Ok(())
     }
 
@@ -287,14 +348,20 @@ impl Catalog {
             .conn
             .prepare(&format!("{SELECT_OBJECT} WHERE state = ?1 ORDER BY toi"))
             .map_err(db("listing objects"))?;
-        let rows = q.query_map([st], row_to_object).map_err(db("listing objects"))?;
+        let rows = q
+            .query_map([st], row_to_object)
+            .map_err(db("listing objects"))?;
         rows.map(|r| r.map_err(db("listing objects"))).collect()
     }
 
     /// The complete object called `name`.
     pub fn object_by_name(&self, name: &str) -> Result<Option<ObjectRecord>, StoreError> {
         self.conn
-            .query_row(&format!("{SELECT_OBJECT} WHERE name = ?1 AND state = 'complete'"), [name], row_to_object)
+            .query_row(
+                &format!("{SELECT_OBJECT} WHERE name = ?1 AND state = 'complete'"),
+                [name],
+                row_to_object,
+            )
             .optional()
             .map_err(db("looking up an object"))
     }
@@ -307,14 +374,21 @@ impl Catalog {
             .map_err(db("reading block checksums"))?;
         let rows = q
             .query_map(params![toi, member], |r| {
-                Ok(BlockRecord { member: r.get(0)?, block: r.get::<_, i64>(1)? as u64, packets: r.get(2)?, crc32c: r.get(3)? })
+                Ok(BlockRecord {
+                    member: r.get(0)?,
+                    block: r.get::<_, i64>(1)? as u64,
+                    packets: r.get(2)?,
+                    crc32c: r.get(3)?,
+                })
             })
             .map_err(db("reading block checksums"))?;
-        rows.map(|r| r.map_err(db("reading block checksums"))).collect()
+        rows.map(|r| r.map_err(db("reading block checksums")))
+            .collect()
     }
 }
 
-const SELECT_OBJECT: &str = "SELECT toi, name, state, size_bytes, bitrate_bps, duration_s, content_type, symbol_len,
+const SELECT_OBJECT: &str =
+    "SELECT toi, name, state, size_bytes, bitrate_bps, duration_s, content_type, symbol_len,
     source_symbols, repair_symbols, codewords, content_crc32c, created_unix, replaces FROM objects";
 
 fn row_to_object(r: &rusqlite::Row<'_>) -> rusqlite::Result<ObjectRecord> {
@@ -322,7 +396,11 @@ fn row_to_object(r: &rusqlite::Row<'_>) -> rusqlite::Result<ObjectRecord> {
     Ok(ObjectRecord {
         toi: r.get(0)?,
         name: r.get(1)?,
-        state: if state == "complete" { ObjectState::Complete } else { ObjectState::Writing },
+        state: if state == "complete" {
+            ObjectState::Complete
+        } else {
+            ObjectState::Writing
+        },
         size_bytes: r.get::<_, i64>(3)? as u64,
         bitrate_bps: r.get::<_, i64>(4)? as u64,
         duration_s: r.get(5)?,
@@ -339,7 +417,9 @@ fn row_to_object(r: &rusqlite::Row<'_>) -> rusqlite::Result<ObjectRecord> {
 
 fn insert_blocks(tx: &Transaction<'_>, toi: u32, blocks: &[BlockRecord]) -> Result<(), StoreError> {
     let mut st = tx
-        .prepare("INSERT INTO blocks (toi, member, block, packets, crc32c) VALUES (?1, ?2, ?3, ?4, ?5)")
+        .prepare(
+            "INSERT INTO blocks (toi, member, block, packets, crc32c) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
         .map_err(db("recording block checksums"))?;
     for b in blocks {
         st.execute(params![toi, b.member, b.block as i64, b.packets, b.crc32c])

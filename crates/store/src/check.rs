@@ -67,9 +67,15 @@ impl CheckReport {
 }
 
 /// Checks (and with `opts.repair`, repairs) every object of the volume.
-pub fn check(vol: &mut Volume, opts: CheckOptions, progress: &mut dyn FnMut(&str)) -> Result<CheckReport, StoreError> {
-    let mut report = CheckReport::default();
-    report.members_repaired = opts.repair;
+pub fn check(
+    vol: &mut Volume,
+    opts: CheckOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<CheckReport, StoreError> {
+    let mut report = CheckReport {
+        members_repaired: opts.repair,
+        ..CheckReport::default()
+    };
     for m in 0..vol.params().members {
         if let Err(e) = vol.member_identity_ok(m) {
             report.member_problems.push(format!("member {m}: {e}"));
@@ -101,7 +107,12 @@ fn object_layout(vol: &Volume, rec: &ObjectRecord) -> Result<Layout, StoreError>
     Layout::new(params, rec.size_bytes)
 }
 
-fn check_object(vol: &mut Volume, rec: &ObjectRecord, opts: CheckOptions, report: &mut CheckReport) -> Result<(), StoreError> {
+fn check_object(
+    vol: &mut Volume,
+    rec: &ObjectRecord,
+    opts: CheckOptions,
+    report: &mut CheckReport,
+) -> Result<(), StoreError> {
     let layout = object_layout(vol, rec)?;
     let members = layout.params().members;
     // Pass 1: every block against its catalog checksum; packets of bad blocks one by one.
@@ -122,7 +133,10 @@ fn check_object(vol: &mut Volume, rec: &ObjectRecord, opts: CheckOptions, report
         for m in 0..members {
             let run = layout.member_run(sbn, m);
             let start = run.first_packet as usize;
-            lost += bad_packets[m as usize][start..start + run.esis.len()].iter().filter(|b| **b).count();
+            lost += bad_packets[m as usize][start..start + run.esis.len()]
+                .iter()
+                .filter(|b| **b)
+                .count();
         }
         if lost > layout.params().repair_symbols as usize {
             lost_codewords.push(sbn);
@@ -167,7 +181,11 @@ fn check_segment(
     let file = match BlockFile::open_read(&path) {
         Ok(f) => f,
         Err(e) => {
-            let d = damage(format!("segment {} unreadable: {e}", path.display()), blocks, packets as u64);
+            let d = damage(
+                format!("segment {} unreadable: {e}", path.display()),
+                blocks,
+                packets as u64,
+            );
             return Ok((vec![true; packets], Some(d)));
         }
     };
@@ -177,8 +195,10 @@ fn check_segment(
     let mut problems = Vec::new();
     let params = layout.params();
     let expected_len = blocks * u64::from(params.block_len);
-    match file.len() {
-        Ok(len) if len != expected_len => problems.push(format!("segment is {len} bytes, expected {expected_len}")),
+    match file.size_bytes() {
+        Ok(len) if len != expected_len => {
+            problems.push(format!("segment is {len} bytes, expected {expected_len}"))
+        }
         Err(e) => problems.push(format!("segment size unknown: {e}")),
         Ok(_) => {}
     }
@@ -192,7 +212,8 @@ fn check_segment(
         report.packets += count as u64;
         let expected = records.iter().find(|r| r.block == block);
         let read = file.read_block(&mut buf, block * u64::from(params.block_len));
-        let crc_ok = read.is_ok() && expected.is_some_and(|r| r.crc32c == crc32c::crc32c(buf.as_slice()));
+        let crc_ok =
+            read.is_ok() && expected.is_some_and(|r| r.crc32c == crc32c::crc32c(buf.as_slice()));
         if crc_ok {
             continue;
         }
@@ -210,22 +231,27 @@ fn check_segment(
                 buf.as_slice()[layout.checksum_offset(slot)],
                 buf.as_slice()[layout.checksum_offset(slot) + 1],
             ]);
-            let ok = isnode_wire::parse_packet(bytes).is_ok_and(|p| {
-                p.crc == isnode_wire::CrcStatus::Valid
-                    && p.lct.toi == u128::from(rec.toi)
-                    && packet_index_matches(layout, member, p.sbn, u32::from(p.esi), index)
+            let ok = isnode_wire::parse_data_packet(bytes).is_ok_and(|p| {
+                p.id.tsi == vol.tsi()
+                    && p.id.toi == rec.toi
+                    && packet_index_matches(layout, member, p.id.sbn, u32::from(p.id.esi), index)
             }) && isnode_wire::internet_checksum_partial(bytes) == partial;
             bad[index as usize] = !ok;
         }
     }
     let bad_count = bad.iter().filter(|b| **b).count() as u64;
     if bad_blocks > 0 {
-        problems.push(format!("{bad_blocks} block(s) fail their checksum, {bad_count} packet(s) damaged"));
+        problems.push(format!(
+            "{bad_blocks} block(s) fail their checksum, {bad_count} packet(s) damaged"
+        ));
     }
     if problems.is_empty() {
         return Ok((bad, None));
     }
-    Ok((bad, Some(damage(problems.join("; "), bad_blocks, bad_count))))
+    Ok((
+        bad,
+        Some(damage(problems.join("; "), bad_blocks, bad_count)),
+    ))
 }
 
 /// True if the packet at `index` of `member`'s segment should carry (sbn, esi).
@@ -238,7 +264,12 @@ fn packet_index_matches(layout: &Layout, member: u32, sbn: u32, esi: u32, index:
 }
 
 /// Rewrites `member`'s segment of an object from the code, then swaps it in.
-fn rebuild_segment(vol: &mut Volume, rec: &ObjectRecord, layout: &Layout, member: u32) -> Result<(), StoreError> {
+fn rebuild_segment(
+    vol: &mut Volume,
+    rec: &ObjectRecord,
+    layout: &Layout,
+    member: u32,
+) -> Result<(), StoreError> {
     if !vol.members()[member as usize].join("MEMBER").exists() {
         vol.prepare_member(member)?;
     }
@@ -248,7 +279,12 @@ fn rebuild_segment(vol: &mut Volume, rec: &ObjectRecord, layout: &Layout, member
     for sbn in 0..layout.codewords() {
         reader.read_codeword(sbn, true)?;
         for esi in layout.member_run(sbn, member).esis {
-            let id = isnode_wire::DataPacketId { tsi: vol.tsi(), toi: rec.toi, sbn, esi: esi as u8 };
+            let id = isnode_wire::DataPacketId {
+                tsi: vol.tsi(),
+                toi: rec.toi,
+                sbn,
+                esi: esi as u8,
+            };
             writer.push(&id, reader.symbol(esi))?;
         }
     }

@@ -34,7 +34,12 @@ pub struct IngestOptions {
 
 /// Checks an object name: non-empty, at most 255 bytes, no `/`, no `..`, no control characters.
 pub fn validate_name(name: &str) -> Result<(), StoreError> {
-    let bad = |why| Err(StoreError::BadName { name: name.to_string(), why });
+    let bad = |why| {
+        Err(StoreError::BadName {
+            name: name.to_string(),
+            why,
+        })
+    };
     if name.is_empty() {
         return bad("the name is empty");
     }
@@ -69,7 +74,9 @@ pub fn ingest(
 ) -> Result<ObjectRecord, StoreError> {
     validate_name(&opts.name)?;
     if opts.bitrate_bps == 0 {
-        return Err(StoreError::BadParams("bitrate must be greater than 0".into()));
+        return Err(StoreError::BadParams(
+            "bitrate must be greater than 0".into(),
+        ));
     }
     let params = *vol.params();
     let layout = Layout::new(params, len)?;
@@ -90,7 +97,10 @@ pub fn ingest(
         repair_symbols: params.repair_symbols,
         codewords: layout.codewords(),
         content_crc32c: 0,
-        created_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0),
+        created_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0),
         replaces: existing.as_ref().map(|r| r.toi),
     };
 
@@ -161,9 +171,18 @@ fn write_object(
         for (member, writer) in writers.iter_mut().enumerate() {
             let run = layout.member_run(sbn, member as u32);
             for esi in run.esis {
-                let id = DataPacketId { tsi: vol.tsi(), toi: rec.toi, sbn, esi: esi as u8 };
+                let id = DataPacketId {
+                    tsi: vol.tsi(),
+                    toi: rec.toi,
+                    sbn,
+                    esi: esi as u8,
+                };
                 let esi = esi as usize;
-                let symbol = if esi < k { &source[esi * e..(esi + 1) * e] } else { &repair[(esi - k) * e..(esi - k + 1) * e] };
+                let symbol = if esi < k {
+                    &source[esi * e..(esi + 1) * e]
+                } else {
+                    &repair[(esi - k) * e..(esi - k + 1) * e]
+                };
                 writer.push(&id, symbol)?;
             }
         }
@@ -173,7 +192,10 @@ fn write_object(
     // A source that keeps going past the announced length was misdescribed.
     let mut probe = [0u8; 1];
     if matches!(src.read(&mut probe), Ok(n) if n > 0) {
-        return Err(StoreError::BadParams(format!("input is longer than the announced {} bytes", layout.transfer_len())));
+        return Err(StoreError::BadParams(format!(
+            "input is longer than the announced {} bytes",
+            layout.transfer_len()
+        )));
     }
     let mut blocks: Vec<BlockRecord> = Vec::new();
     for w in writers {
@@ -199,14 +221,29 @@ fn write_object(
     Ok(old)
 }
 
-fn read_full(src: &mut dyn Read, buf: &mut [u8], done: u64, expected: u64) -> Result<(), StoreError> {
+fn read_full(
+    src: &mut dyn Read,
+    buf: &mut [u8],
+    done: u64,
+    expected: u64,
+) -> Result<(), StoreError> {
     let mut filled = 0;
     while filled < buf.len() {
         match src.read(&mut buf[filled..]) {
-            Ok(0) => return Err(StoreError::Truncated { got: done + filled as u64, expected }),
+            Ok(0) => {
+                return Err(StoreError::Truncated {
+                    got: done + filled as u64,
+                    expected,
+                })
+            }
             Ok(n) => filled += n,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(StoreError::Io { context: "reading the input".into(), source: e }),
+            Err(e) => {
+                return Err(StoreError::Io {
+                    context: "reading the input".into(),
+                    source: e,
+                })
+            }
         }
     }
     Ok(())

@@ -26,11 +26,16 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     /// Allocates `len` zeroed bytes (`len` > 0, a multiple of the alignment).
     pub fn new(len: usize) -> AlignedBuf {
-        assert!(len > 0 && len % DIRECT_IO_ALIGN == 0, "aligned buffer of {len} bytes");
+        assert!(
+            len > 0 && len % DIRECT_IO_ALIGN == 0,
+            "aligned buffer of {len} bytes"
+        );
         let layout = AllocLayout::from_size_align(len, DIRECT_IO_ALIGN).expect("valid layout");
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(raw) else { alloc::handle_alloc_error(layout) };
+        let Some(ptr) = NonNull::new(raw) else {
+            alloc::handle_alloc_error(layout)
+        };
         AlignedBuf { ptr, len }
     }
 
@@ -91,7 +96,10 @@ impl BlockFile {
 
     /// Creates (truncating) a file for writing.
     pub fn create(path: &Path) -> io::Result<BlockFile> {
-        Self::open(path, OpenOptions::new().write(true).create(true).truncate(true))
+        Self::open(
+            path,
+            OpenOptions::new().write(true).create(true).truncate(true),
+        )
     }
 
     fn open(path: &Path, opts: &OpenOptions) -> io::Result<BlockFile> {
@@ -105,7 +113,10 @@ impl BlockFile {
                 Err(e) => return Err(e),
             }
         }
-        Ok(BlockFile { file: opts.open(path)?, direct: false })
+        Ok(BlockFile {
+            file: opts.open(path)?,
+            direct: false,
+        })
     }
 
     /// True when the page cache is bypassed.
@@ -129,7 +140,7 @@ impl BlockFile {
     }
 
     /// Length of the file in bytes.
-    pub fn len(&self) -> io::Result<u64> {
+    pub fn size_bytes(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
     }
 }

@@ -63,8 +63,17 @@ impl Layout {
             };
             (k_large, k_small, large)
         };
-        let layout = Layout { params, transfer_len, codewords, k_large, k_small, large_codewords };
-        debug_assert!((0..codewords).all(|c| layout.source_symbols(c) == partition.source_symbols(c)));
+        let layout = Layout {
+            params,
+            transfer_len,
+            codewords,
+            k_large,
+            k_small,
+            large_codewords,
+        };
+        debug_assert!(
+            (0..codewords).all(|c| layout.source_symbols(c) == partition.source_symbols(c))
+        );
         Ok(layout)
     }
 
@@ -85,7 +94,11 @@ impl Layout {
 
     /// Source symbols (k) of codeword `sbn`.
     pub fn source_symbols(&self, sbn: u32) -> u32 {
-        assert!(sbn < self.codewords, "codeword {sbn} out of {}", self.codewords);
+        assert!(
+            sbn < self.codewords,
+            "codeword {sbn} out of {}",
+            self.codewords
+        );
         if sbn < self.large_codewords {
             self.k_large
         } else {
@@ -140,7 +153,11 @@ impl Layout {
     pub fn member_run(&self, sbn: u32, member: u32) -> MemberRun {
         assert!(member < self.params.members);
         let esis = self.esis_of(member, self.source_symbols(sbn));
-        MemberRun { member, esis, first_packet: self.packets_before(member, sbn) }
+        MemberRun {
+            member,
+            esis,
+            first_packet: self.packets_before(member, sbn),
+        }
     }
 
     /// The member holding symbol `esi` of codeword `sbn`.
@@ -160,7 +177,8 @@ impl Layout {
 
     /// Blocks in `member`'s segment file.
     pub fn member_blocks(&self, member: u32) -> u64 {
-        self.member_packets(member).div_ceil(u64::from(self.params.packets_per_block()))
+        self.member_packets(member)
+            .div_ceil(u64::from(self.params.packets_per_block()))
     }
 
     /// Packets in block `block` of `member`'s segment file.

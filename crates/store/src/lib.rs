@@ -64,7 +64,9 @@ pub enum StoreError {
         expected: u64,
     },
     /// A codeword lost more symbols than the code can rebuild.
-    #[error("object {name:?} codeword {sbn}: only {have} of the {need} symbols needed are readable")]
+    #[error(
+        "object {name:?} codeword {sbn}: only {have} of the {need} symbols needed are readable"
+    )]
     Unrecoverable {
         /// Object name.
         name: String,

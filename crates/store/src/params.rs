@@ -65,7 +65,9 @@ impl VolumeParams {
             return bad("a codeword needs at least 1 source symbol".into());
         }
         if self.repair_symbols == 0 {
-            return bad("at least 1 repair symbol per codeword is needed to survive a failed member".into());
+            return bad(
+                "at least 1 repair symbol per codeword is needed to survive a failed member".into(),
+            );
         }
         let n = self.source_symbols + self.repair_symbols;
         if n > isnode_fec::MAX_ENCODING_SYMBOLS as u32 {
@@ -146,16 +148,31 @@ mod tests {
 
     #[test]
     fn refusals_explain() {
-        let p = VolumeParams { members: 4, ..Default::default() };
+        let p = VolumeParams {
+            members: 4,
+            ..Default::default()
+        };
         let e = p.validate().unwrap_err().to_string();
         assert!(e.contains("75 symbols") && e.contains("32 repair"), "{e}");
-        let p = VolumeParams { repair_symbols: 40, ..Default::default() };
+        let p = VolumeParams {
+            repair_symbols: 40,
+            ..Default::default()
+        };
         assert!(p.validate().unwrap_err().to_string().contains("263"));
-        let p = VolumeParams { members: 1, ..Default::default() };
+        let p = VolumeParams {
+            members: 1,
+            ..Default::default()
+        };
         assert!(p.validate().is_err());
-        let p = VolumeParams { block_len: 5000, ..Default::default() };
+        let p = VolumeParams {
+            block_len: 5000,
+            ..Default::default()
+        };
         assert!(p.validate().is_err());
-        let p = VolumeParams { symbol_len: 0, ..Default::default() };
+        let p = VolumeParams {
+            symbol_len: 0,
+            ..Default::default()
+        };
         assert!(p.validate().is_err());
     }
 }

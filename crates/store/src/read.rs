@@ -85,11 +85,18 @@ impl ObjectReader {
                 let file = match BlockFile::open_read(&path) {
                     Ok(f) => Some(f),
                     Err(e) => {
-                        stats.member_errors.push(format!("member {m}: {}: {e}", path.display()));
+                        stats
+                            .member_errors
+                            .push(format!("member {m}: {}: {e}", path.display()));
                         None
                     }
                 };
-                MemberSource { file, buf: AlignedBuf::new(params.block_len as usize), cached: None, failed: None }
+                MemberSource {
+                    file,
+                    buf: AlignedBuf::new(params.block_len as usize),
+                    cached: None,
+                    failed: None,
+                }
             })
             .collect();
         let n_max = (params.source_symbols + params.repair_symbols) as usize;
@@ -129,31 +136,32 @@ impl ObjectReader {
         let block_len = self.layout.params().block_len as u64;
         let packet_len = self.layout.params().packet_len() as usize;
         let src = &mut self.sources[member as usize];
-        let Some(file) = &src.file else { return SymbolCheck::Missing };
+        let Some(file) = &src.file else {
+            return SymbolCheck::Missing;
+        };
         if src.failed == Some(block) {
             return SymbolCheck::Missing;
         }
         if src.cached != Some(block) {
             src.cached = None;
             if let Err(e) = file.read_block(&mut src.buf, block * block_len) {
-                self.stats.member_errors.push(format!("member {member}: block {block}: {e}"));
+                self.stats
+                    .member_errors
+                    .push(format!("member {member}: block {block}: {e}"));
                 src.failed = Some(block);
                 return SymbolCheck::Missing;
             }
             src.cached = Some(block);
         }
         let bytes = &src.buf.as_slice()[offset..offset + packet_len];
-        let ok = match isnode_wire::parse_packet(bytes) {
-            Ok(p) => {
-                p.crc == isnode_wire::CrcStatus::Valid
-                    && p.lct.tsi == u64::from(self.tsi)
-                    && p.lct.toi == u128::from(self.rec.toi)
-                    && p.sbn == sbn
-                    && u32::from(p.esi) == esi
-                    && p.payload.len() == out.len()
-            }
-            Err(_) => false,
+        let expected = isnode_wire::DataPacketId {
+            tsi: self.tsi,
+            toi: self.rec.toi,
+            sbn,
+            esi: esi as u8,
         };
+        let ok = isnode_wire::parse_data_packet(bytes)
+            .is_ok_and(|p| p.id == expected && p.symbol.len() == out.len());
         if !ok {
             return SymbolCheck::Corrupt;
         }
@@ -175,7 +183,11 @@ impl ObjectReader {
             let slot = &mut work[esi as usize * e..(esi as usize + 1) * e];
             // Repair symbols are only needed when a source symbol is lost, or when asked.
             let needed = all || esi < k || checks.iter().any(|c| *c != SymbolCheck::Good);
-            let c = if needed { self.fetch(sbn, esi, slot) } else { SymbolCheck::Missing };
+            let c = if needed {
+                self.fetch(sbn, esi, slot)
+            } else {
+                SymbolCheck::Missing
+            };
             if needed {
                 match c {
                     SymbolCheck::Good => {}
@@ -187,18 +199,28 @@ impl ObjectReader {
             checks.push(c);
         }
         self.stats.codewords += 1;
-        let source_lost = checks[..k as usize].iter().filter(|c| **c != SymbolCheck::Good).count();
+        let source_lost = checks[..k as usize]
+            .iter()
+            .filter(|c| **c != SymbolCheck::Good)
+            .count();
         let repair_lost = checks[k as usize..].iter().any(|c| *c != SymbolCheck::Good);
         if source_lost > 0 || (all && repair_lost) {
             let have = self.present[..n as usize].iter().filter(|p| **p).count() as u32;
             if have < k {
                 self.work = work;
-                return Err(StoreError::Unrecoverable { name: self.rec.name.clone(), sbn, have, need: k });
+                return Err(StoreError::Unrecoverable {
+                    name: self.rec.name.clone(),
+                    sbn,
+                    have,
+                    need: k,
+                });
             }
             let m = self.layout.params().repair_symbols;
             let code = match self.codes.entry(k) {
                 std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-                std::collections::hash_map::Entry::Vacant(v) => v.insert(Code::new(k as usize, (k + m) as usize)?),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(Code::new(k as usize, (k + m) as usize)?)
+                }
             };
             let mut shards: Vec<&mut [u8]> = work[..n as usize * e].chunks_exact_mut(e).collect();
             if all {
@@ -225,7 +247,11 @@ impl ObjectReader {
     }
 
     /// Writes the whole object to `out`, checking the content CRC32C at the end.
-    pub fn copy_to(&mut self, out: &mut dyn Write, progress: &mut dyn FnMut(u64)) -> Result<ReadStats, StoreError> {
+    pub fn copy_to(
+        &mut self,
+        out: &mut dyn Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<ReadStats, StoreError> {
         let mut crc = 0u32;
         let mut done = 0u64;
         for sbn in 0..self.layout.codewords() {
@@ -233,7 +259,8 @@ impl ObjectReader {
             let data = self.source(sbn);
             crc = crc32c::crc32c_append(crc, data);
             done += data.len() as u64;
-            out.write_all(data).map_err(StoreError::io("writing the output"))?;
+            out.write_all(data)
+                .map_err(StoreError::io("writing the output"))?;
             progress(done);
         }
         out.flush().map_err(StoreError::io("writing the output"))?;

@@ -25,9 +25,16 @@ pub(crate) struct SegmentWriter {
 
 impl SegmentWriter {
     /// Creates (truncates) the file at `path`.
-    pub(crate) fn create(path: &Path, member: u32, layout: &Layout) -> Result<SegmentWriter, StoreError> {
+    pub(crate) fn create(
+        path: &Path,
+        member: u32,
+        layout: &Layout,
+    ) -> Result<SegmentWriter, StoreError> {
         let p = layout.params();
-        let file = BlockFile::create(path).map_err(StoreError::io(format!("creating segment {}", path.display())))?;
+        let file = BlockFile::create(path).map_err(StoreError::io(format!(
+            "creating segment {}",
+            path.display()
+        )))?;
         Ok(SegmentWriter {
             file,
             path: path.to_path_buf(),
@@ -61,12 +68,19 @@ impl SegmentWriter {
     fn flush_block(&mut self) -> Result<(), StoreError> {
         let crc32c = crc32c::crc32c(self.buf.as_slice());
         let offset = self.block * self.buf.len() as u64;
-        self.file.write_block(&self.buf, offset).map_err(StoreError::io(format!(
-            "writing block {} of {}",
-            self.block,
-            self.path.display()
-        )))?;
-        self.records.push(BlockRecord { member: self.member, block: self.block, packets: self.slot as u32, crc32c });
+        self.file
+            .write_block(&self.buf, offset)
+            .map_err(StoreError::io(format!(
+                "writing block {} of {}",
+                self.block,
+                self.path.display()
+            )))?;
+        self.records.push(BlockRecord {
+            member: self.member,
+            block: self.block,
+            packets: self.slot as u32,
+            crc32c,
+        });
         self.block += 1;
         self.slot = 0;
         self.buf.zero();
@@ -78,7 +92,9 @@ impl SegmentWriter {
         if self.slot > 0 {
             self.flush_block()?;
         }
-        self.file.sync().map_err(StoreError::io(format!("syncing {}", self.path.display())))?;
+        self.file
+            .sync()
+            .map_err(StoreError::io(format!("syncing {}", self.path.display())))?;
         Ok(self.records)
     }
 }

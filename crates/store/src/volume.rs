@@ -46,7 +46,10 @@ impl FileLock {
             .truncate(false)
             .write(true)
             .open(path)
-            .map_err(StoreError::io(format!("opening lock file {}", path.display())))?;
+            .map_err(StoreError::io(format!(
+                "opening lock file {}",
+                path.display()
+            )))?;
         let op = libc::LOCK_EX | if wait { 0 } else { libc::LOCK_NB };
         // SAFETY: flock on a valid open descriptor.
         let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
@@ -55,9 +58,15 @@ impl FileLock {
             if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
                 return Ok(None);
             }
-            return Err(StoreError::Io { context: format!("locking {}", path.display()), source: err });
+            return Err(StoreError::Io {
+                context: format!("locking {}", path.display()),
+                source: err,
+            });
         }
-        Ok(Some(FileLock { file, path: path.to_path_buf() }))
+        Ok(Some(FileLock {
+            file,
+            path: path.to_path_buf(),
+        }))
     }
 
     /// Releases the lock and removes the lock file.
@@ -69,7 +78,11 @@ impl FileLock {
 
 impl Volume {
     /// Creates a volume at `root`. Members default to `root/members/0..M-1`.
-    pub fn create(root: &Path, params: VolumeParams, member_dirs: Option<Vec<PathBuf>>) -> Result<Volume, StoreError> {
+    pub fn create(
+        root: &Path,
+        params: VolumeParams,
+        member_dirs: Option<Vec<PathBuf>>,
+    ) -> Result<Volume, StoreError> {
         params.validate()?;
         let catalog_path = root.join(CATALOG_FILE);
         if catalog_path.exists() {
@@ -86,26 +99,37 @@ impl Volume {
                 }
                 let unique: HashSet<_> = dirs.iter().collect();
                 if unique.len() != dirs.len() {
-                    return Err(StoreError::BadParams("member directories must be distinct".into()));
+                    return Err(StoreError::BadParams(
+                        "member directories must be distinct".into(),
+                    ));
                 }
                 dirs.iter()
-                    .map(|d| std::path::absolute(d).map_err(StoreError::io(format!("resolving {}", d.display()))))
+                    .map(|d| {
+                        std::path::absolute(d)
+                            .map_err(StoreError::io(format!("resolving {}", d.display())))
+                    })
                     .collect::<Result<Vec<_>, _>>()?
             }
-            None => (0..params.members).map(|i| PathBuf::from(format!("members/{i}"))).collect(),
+            None => (0..params.members)
+                .map(|i| PathBuf::from(format!("members/{i}")))
+                .collect(),
         };
-        fs::create_dir_all(root.join("tmp")).map_err(StoreError::io(format!("creating {}", root.display())))?;
+        fs::create_dir_all(root.join("tmp"))
+            .map_err(StoreError::io(format!("creating {}", root.display())))?;
         let uuid = random_hex(16);
         let mut stored = Vec::with_capacity(members.len());
         for (i, m) in members.iter().enumerate() {
             let abs = resolve(root, m);
             prepare_member_dir(&abs, &uuid, i as u32, true)?;
             // Default members are stored relative to the volume so it can move as a whole.
-            stored.push(if m.is_relative() && !m.starts_with("..") && root.join(m) == abs {
-                m.clone()
-            } else {
-                fs::canonicalize(&abs).map_err(StoreError::io(format!("resolving {}", abs.display())))?
-            });
+            stored.push(
+                if m.is_relative() && !m.starts_with("..") && root.join(m) == abs {
+                    m.clone()
+                } else {
+                    fs::canonicalize(&abs)
+                        .map_err(StoreError::io(format!("resolving {}", abs.display())))?
+                },
+            );
         }
         let tsi = loop {
             let t = rand::random::<u32>();
@@ -116,7 +140,8 @@ impl Volume {
         let tmp_catalog = root.join("catalog.sqlite.new");
         let _ = fs::remove_file(&tmp_catalog);
         drop(Catalog::create(&tmp_catalog, &params, &stored, tsi, &uuid)?);
-        fs::rename(&tmp_catalog, &catalog_path).map_err(StoreError::io("publishing the catalog"))?;
+        fs::rename(&tmp_catalog, &catalog_path)
+            .map_err(StoreError::io("publishing the catalog"))?;
         crate::io::sync_dir(root).map_err(StoreError::io(format!("syncing {}", root.display())))?;
         Volume::open(root)
     }
@@ -130,7 +155,11 @@ impl Volume {
         let catalog = Catalog::open(&catalog_path)?;
         let params = catalog.params()?;
         params.validate()?;
-        let members = catalog.members()?.iter().map(|m| resolve(root, m)).collect::<Vec<_>>();
+        let members = catalog
+            .members()?
+            .iter()
+            .map(|m| resolve(root, m))
+            .collect::<Vec<_>>();
         if members.len() != params.members as usize {
             return Err(StoreError::Corrupt(format!(
                 "catalog lists {} members, parameters say {}",
@@ -138,7 +167,14 @@ impl Volume {
                 params.members
             )));
         }
-        let mut vol = Volume { root: root.to_path_buf(), tsi: catalog.tsi()?, uuid: catalog.uuid()?, catalog, params, members };
+        let mut vol = Volume {
+            root: root.to_path_buf(),
+            tsi: catalog.tsi()?,
+            uuid: catalog.uuid()?,
+            catalog,
+            params,
+            members,
+        };
         vol.recover()?;
         Ok(vol)
     }
@@ -173,13 +209,23 @@ impl Volume {
             .chain(self.catalog.objects(ObjectState::Writing)?.iter())
             .map(|r| r.toi)
             .collect();
-        let writing: HashSet<u32> = self.catalog.objects(ObjectState::Writing)?.iter().map(|r| r.toi).collect();
+        let writing: HashSet<u32> = self
+            .catalog
+            .objects(ObjectState::Writing)?
+            .iter()
+            .map(|r| r.toi)
+            .collect();
         for member in &self.members {
             for (dir, keep) in [("objects", &live), ("tmp", &writing)] {
-                let Ok(entries) = fs::read_dir(member.join(dir)) else { continue };
+                let Ok(entries) = fs::read_dir(member.join(dir)) else {
+                    continue;
+                };
                 for entry in entries.flatten() {
                     let name = entry.file_name();
-                    let toi = name.to_str().and_then(|n| n.strip_suffix(".seg")).and_then(|n| n.parse::<u32>().ok());
+                    let toi = name
+                        .to_str()
+                        .and_then(|n| n.strip_suffix(".seg"))
+                        .and_then(|n| n.parse::<u32>().ok());
                     if toi.is_none_or(|t| !keep.contains(&t)) {
                         tracing::warn!(path = %entry.path().display(), "removing a file no object owns");
                         let _ = fs::remove_file(entry.path());
@@ -238,16 +284,22 @@ impl Volume {
 
     /// The complete object called `name`.
     pub fn object(&self, name: &str) -> Result<ObjectRecord, StoreError> {
-        self.catalog.object_by_name(name)?.ok_or_else(|| StoreError::NotFound(name.to_string()))
+        self.catalog
+            .object_by_name(name)?
+            .ok_or_else(|| StoreError::NotFound(name.to_string()))
     }
 
     /// Segment file of object `toi` on `member`.
     pub fn segment_path(&self, member: u32, toi: u32) -> PathBuf {
-        self.members[member as usize].join("objects").join(format!("{toi}.seg"))
+        self.members[member as usize]
+            .join("objects")
+            .join(format!("{toi}.seg"))
     }
 
     pub(crate) fn tmp_segment_path(&self, member: u32, toi: u32) -> PathBuf {
-        self.members[member as usize].join("tmp").join(format!("{toi}.seg"))
+        self.members[member as usize]
+            .join("tmp")
+            .join(format!("{toi}.seg"))
     }
 
     pub(crate) fn ingest_lock_path(&self, toi: u32) -> PathBuf {
@@ -269,7 +321,10 @@ impl Volume {
         let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let expected = member_identity(&self.uuid, member);
         if text != expected {
-            return Err(format!("{} belongs to another volume or member", path.display()));
+            return Err(format!(
+                "{} belongs to another volume or member",
+                path.display()
+            ));
         }
         Ok(())
     }
@@ -284,15 +339,27 @@ fn member_identity(uuid: &str, index: u32) -> String {
     format!("isnode member\nvolume {uuid}\nindex {index}\n")
 }
 
-fn prepare_member_dir(dir: &Path, uuid: &str, index: u32, must_be_new: bool) -> Result<(), StoreError> {
+fn prepare_member_dir(
+    dir: &Path,
+    uuid: &str,
+    index: u32,
+    must_be_new: bool,
+) -> Result<(), StoreError> {
     let id_path = dir.join(MEMBER_ID_FILE);
     if must_be_new && id_path.exists() {
-        return Err(StoreError::BadParams(format!("{} is already a member of a volume", dir.display())));
+        return Err(StoreError::BadParams(format!(
+            "{} is already a member of a volume",
+            dir.display()
+        )));
     }
     for sub in ["objects", "tmp"] {
-        fs::create_dir_all(dir.join(sub)).map_err(StoreError::io(format!("creating member directory {}", dir.display())))?;
+        fs::create_dir_all(dir.join(sub)).map_err(StoreError::io(format!(
+            "creating member directory {}",
+            dir.display()
+        )))?;
     }
-    fs::write(&id_path, member_identity(uuid, index)).map_err(StoreError::io(format!("writing {}", id_path.display())))?;
+    fs::write(&id_path, member_identity(uuid, index))
+        .map_err(StoreError::io(format!("writing {}", id_path.display())))?;
     Ok(())
 }
 
@@ -305,5 +372,7 @@ fn resolve(root: &Path, p: &Path) -> PathBuf {
 }
 
 fn random_hex(bytes: usize) -> String {
-    (0..bytes).map(|_| format!("{:02x}", rand::random::<u8>())).collect()
+    (0..bytes)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect()
 }

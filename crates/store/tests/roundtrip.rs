@@ -6,7 +6,13 @@ use isnode_store::{check, CheckOptions, IngestOptions, ObjectReader, Volume, Vol
 use proptest::prelude::*;
 
 fn small() -> VolumeParams {
-    VolumeParams { symbol_len: 64, source_symbols: 20, repair_symbols: 4, members: 6, block_len: 4096 }
+    VolumeParams {
+        symbol_len: 64,
+        source_symbols: 20,
+        repair_symbols: 4,
+        members: 6,
+        block_len: 4096,
+    }
 }
 
 fn data(len: usize, seed: u64) -> Vec<u8> {
@@ -22,8 +28,14 @@ fn data(len: usize, seed: u64) -> Vec<u8> {
 }
 
 fn put(vol: &mut Volume, name: &str, bytes: &[u8]) {
-    let opts = IngestOptions { name: name.into(), bitrate_bps: 1_000_000, content_type: "application/octet-stream".into(), replace: false };
-    let rec = isnode_store::ingest(vol, &opts, &mut &bytes[..], bytes.len() as u64, &mut |_| {}).unwrap();
+    let opts = IngestOptions {
+        name: name.into(),
+        bitrate_bps: 1_000_000,
+        content_type: "application/octet-stream".into(),
+        replace: false,
+    };
+    let rec =
+        isnode_store::ingest(vol, &opts, &mut &bytes[..], bytes.len() as u64, &mut |_| {}).unwrap();
     assert_eq!(rec.size_bytes, bytes.len() as u64);
 }
 
@@ -146,20 +158,40 @@ fn names_and_duplicates_are_refused_without_side_effects() {
     put(&mut vol, "a", b"hello");
     let before = segments(dir.path());
     for bad in ["", "a/b", "..", "x..y", "tab\there", " lead"] {
-        let opts = IngestOptions { name: bad.into(), bitrate_bps: 1, content_type: "x".into(), replace: false };
-        assert!(isnode_store::ingest(&mut vol, &opts, &mut &b"zz"[..], 2, &mut |_| {}).is_err(), "{bad:?}");
+        let opts = IngestOptions {
+            name: bad.into(),
+            bitrate_bps: 1,
+            content_type: "x".into(),
+            replace: false,
+        };
+        assert!(
+            isnode_store::ingest(&mut vol, &opts, &mut &b"zz"[..], 2, &mut |_| {}).is_err(),
+            "{bad:?}"
+        );
     }
-    let dup = IngestOptions { name: "a".into(), bitrate_bps: 1, content_type: "x".into(), replace: false };
+    let dup = IngestOptions {
+        name: "a".into(),
+        bitrate_bps: 1,
+        content_type: "x".into(),
+        replace: false,
+    };
     let err = isnode_store::ingest(&mut vol, &dup, &mut &b"zz"[..], 2, &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("already exists"));
     // A short input is a truncation, and leaves nothing behind.
-    let short = IngestOptions { name: "b".into(), ..dup.clone() };
-    let err = isnode_store::ingest(&mut vol, &short, &mut &b"zz"[..], 10_000, &mut |_| {}).unwrap_err();
+    let short = IngestOptions {
+        name: "b".into(),
+        ..dup.clone()
+    };
+    let err =
+        isnode_store::ingest(&mut vol, &short, &mut &b"zz"[..], 10_000, &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("truncated"), "{err}");
     assert_eq!(segments(dir.path()), before);
     assert_eq!(vol.objects().unwrap().len(), 1);
     // Replacing works and frees the old object's files.
-    let rep = IngestOptions { replace: true, ..dup };
+    let rep = IngestOptions {
+        replace: true,
+        ..dup
+    };
     isnode_store::ingest(&mut vol, &rep, &mut &b"new content"[..], 11, &mut |_| {}).unwrap();
     assert_eq!(get(&vol, "a").unwrap(), b"new content");
     assert_eq!(segments(dir.path()).len(), before.len());
