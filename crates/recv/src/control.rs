@@ -1,0 +1,335 @@
+//! HTTP client of the server's control API (`docs/protocol.md`): sessions and objects.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use serde::Deserialize;
+
+use crate::receiver::SessionParams;
+
+/// An object as `GET /v1/objects/{name}` and the session response describe it.
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq)]
+pub struct ObjectInfo {
+    /// Object name.
+    pub name: String,
+    /// Transfer length in bytes.
+    pub size_bytes: u64,
+    /// Media bitrate in bit/s.
+    pub bitrate_bps: u64,
+    /// Playing time in seconds.
+    #[serde(default)]
+    pub duration_s: f64,
+    /// MIME type.
+    #[serde(default)]
+    pub content_type: Option<String>,
+    /// Encoding symbol length E.
+    pub symbol_size: u32,
+    /// Source symbols B of a full codeword.
+    pub source_symbols: u32,
+    /// Repair symbols m of every codeword.
+    pub repair_symbols: u32,
+    /// Number of codewords.
+    pub codewords: u32,
+    /// FLUTE TSI.
+    pub tsi: u32,
+    /// FLUTE TOI.
+    pub toi: u32,
+}
+
+/// FEC parameters of a session response.
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq, Eq)]
+pub struct FecInfo {
+    /// FEC Encoding ID (5).
+    pub encoding_id: u8,
+    /// Encoding symbol length E.
+    pub symbol_size: u32,
+    /// Maximum source block length B.
+    pub max_source_block_length: u32,
+    /// Maximum number of encoding symbols per codeword, B + m.
+    pub max_encoding_symbols: u32,
+}
+
+/// The `201` answer to `POST /v1/sessions`.
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq)]
+pub struct SessionInfo {
+    /// Session id.
+    pub id: String,
+    /// Where the server sends the stream (`ip:port`).
+    #[serde(default)]
+    pub destination: String,
+    /// The object streamed.
+    pub object: ObjectInfo,
+    /// First codeword sent.
+    #[serde(default)]
+    pub start_codeword: u32,
+    /// UDP payload rate in bit/s.
+    #[serde(default)]
+    pub send_rate_bps: u64,
+    /// How often to send keepalives.
+    #[serde(default = "default_keepalive_ms")]
+    pub keepalive_interval_ms: u64,
+    /// A session without keepalive for this long ends.
+    #[serde(default)]
+    pub session_timeout_ms: u64,
+    /// The FDT instance of the session (XML).
+    #[serde(default)]
+    pub fdt_xml: String,
+    /// FEC parameters.
+    pub fec: FecInfo,
+}
+
+fn default_keepalive_ms() -> u64 {
+    1000
+}
+
+impl SessionInfo {
+    /// The receiver's parameters, after checking that the answer is consistent.
+    pub fn params(&self) -> anyhow::Result<SessionParams> {
+        let o = &self.object;
+        let f = &self.fec;
+        if f.encoding_id != isnode_wire::FEC_ENCODING_ID_RS28 {
+            bail!(
+                "session uses FEC Encoding ID {}, only 5 is supported",
+                f.encoding_id
+            );
+        }
+        if f.symbol_size != o.symbol_size || f.max_source_block_length != o.source_symbols {
+            bail!(
+                "session FEC parameters (E={}, B={}) contradict the object's (E={}, B={})",
+                f.symbol_size,
+                f.max_source_block_length,
+                o.symbol_size,
+                o.source_symbols
+            );
+        }
+        let m = f
+            .max_encoding_symbols
+            .checked_sub(f.max_source_block_length)
+            .filter(|&m| m == o.repair_symbols)
+            .ok_or_else(|| {
+                anyhow!(
+                    "session max_encoding_symbols {} does not match B = {} + m = {}",
+                    f.max_encoding_symbols,
+                    f.max_source_block_length,
+                    o.repair_symbols
+                )
+            })?;
+        let params = SessionParams {
+            tsi: o.tsi,
+            toi: o.toi,
+            transfer_length: o.size_bytes,
+            symbol_len: f.symbol_size,
+            max_source_block_len: f.max_source_block_length,
+            repair_symbols: m,
+            start_codeword: self.start_codeword,
+        };
+        let part = params.partition()?;
+        if part.blocks() != o.codewords {
+            bail!(
+                "the object announces {} codewords, its size and FEC parameters give {}",
+                o.codewords,
+                part.blocks()
+            );
+        }
+        Ok(params)
+    }
+}
+
+/// A blocking HTTP client of one server's control API.
+pub struct ControlClient {
+    agent: ureq::Agent,
+    base: String,
+}
+
+impl std::fmt::Debug for ControlClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlClient")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Body of an error answer.
+#[derive(Deserialize)]
+struct ErrorBody {
+    error: String,
+    #[serde(default)]
+    limit: Option<String>,
+    #[serde(default)]
+    value: Option<serde_json::Value>,
+}
+
+impl ControlClient {
+    /// A client of the server at `server` (e.g. `http://127.0.0.1:7878`); every request
+    /// times out after `timeout`.
+    pub fn new(server: &str, timeout: Duration) -> ControlClient {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            .build()
+            .new_agent();
+        ControlClient {
+            agent,
+            base: server.trim_end_matches('/').to_string(),
+        }
+    }
+
+    /// Turns a response into its body, or an error that quotes the server's reason.
+    fn body(
+        what: &str,
+        expect: u16,
+        mut resp: ureq::http::Response<ureq::Body>,
+    ) -> anyhow::Result<String> {
+        let status = resp.status().as_u16();
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(16 << 20)
+            .read_to_string()
+            .unwrap_or_default();
+        if status == expect {
+            return Ok(body);
+        }
+        let reason = match serde_json::from_str::<ErrorBody>(&body) {
+            Ok(e) => match (e.limit, e.value) {
+                (Some(limit), Some(value)) => format!("{} (limit {limit} = {value})", e.error),
+                (Some(limit), None) => format!("{} (limit {limit})", e.error),
+                _ => e.error,
+            },
+            Err(_) => body.chars().take(200).collect(),
+        };
+        bail!("{what}: server answered {status}: {reason}")
+    }
+
+    /// `POST /v1/sessions`: asks for a stream of `object` to UDP `port` of this host (as the
+    /// server sees it), from `start_codeword`.
+    pub fn create_session(
+        &self,
+        object: &str,
+        port: u16,
+        start_codeword: u32,
+    ) -> anyhow::Result<SessionInfo> {
+        let mut req = serde_json::json!({ "object": object, "port": port });
+        if start_codeword > 0 {
+            req["start_codeword"] = start_codeword.into();
+        }
+        let url = format!("{}/v1/sessions", self.base);
+        let resp = self
+            .agent
+            .post(&url)
+            .send_json(&req)
+            .with_context(|| format!("POST {url}"))?;
+        let body = Self::body("creating the session", 201, resp)?;
+        serde_json::from_str(&body).context("reading the session description")
+    }
+
+    /// `POST /v1/sessions/{id}/keepalive`: `Ok(false)` if the server no longer knows the session.
+    pub fn keepalive(&self, id: &str) -> anyhow::Result<bool> {
+        let url = format!("{}/v1/sessions/{id}/keepalive", self.base);
+        let resp = self.agent.post(&url).send_empty()?;
+        if resp.status().as_u16() == 404 {
+            return Ok(false);
+        }
+        Self::body("keepalive", 204, resp).map(|_| true)
+    }
+
+    /// `DELETE /v1/sessions/{id}`; a session the server already forgot is not an error.
+    pub fn delete_session(&self, id: &str) -> anyhow::Result<()> {
+        let url = format!("{}/v1/sessions/{id}", self.base);
+        let resp = self.agent.delete(&url).call()?;
+        if resp.status().as_u16() == 404 {
+            return Ok(());
+        }
+        Self::body("deleting the session", 204, resp).map(|_| ())
+    }
+
+    /// `GET /v1/objects/{name}`.
+    pub fn object(&self, name: &str) -> anyhow::Result<ObjectInfo> {
+        let url = format!("{}/v1/objects/{name}", self.base);
+        let resp = self.agent.get(&url).call()?;
+        let body = Self::body("reading the object", 200, resp)?;
+        Ok(serde_json::from_str(&body)?)
+    }
+
+    /// The server's socket address (the host of the URL, resolved; port 80 by default).
+    pub fn server_addr(&self) -> anyhow::Result<SocketAddr> {
+        let rest = self
+            .base
+            .strip_prefix("http://")
+            .ok_or_else(|| anyhow!("server URL {} must start with http://", self.base))?;
+        let authority = rest.split('/').next().unwrap_or(rest);
+        let with_port = if authority.ends_with(']') || !authority.contains(':') {
+            format!("{authority}:80")
+        } else {
+            authority.to_string()
+        };
+        with_port
+            .to_socket_addrs()
+            .with_context(|| format!("resolving {authority}"))?
+            .next()
+            .ok_or_else(|| anyhow!("{authority} resolves to no address"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> SessionInfo {
+        serde_json::from_str(
+            r#"{
+              "id": "5f0c3a9e1b2d4c6f",
+              "destination": "127.0.0.1:40000",
+              "object": {"name": "movie.ts", "size_bytes": 10000000, "bitrate_bps": 4000000,
+                         "duration_s": 20.0, "content_type": "video/mp2t", "symbol_size": 1408,
+                         "source_symbols": 223, "repair_symbols": 32, "codewords": 32,
+                         "tsi": 2857740885, "toi": 7},
+              "start_codeword": 0, "send_rate_bps": 4712345, "keepalive_interval_ms": 1000,
+              "session_timeout_ms": 5000, "fdt_xml": "<x/>",
+              "fec": {"encoding_id": 5, "symbol_size": 1408, "max_source_block_length": 223,
+                      "max_encoding_symbols": 255}
+            }"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn parses_the_protocol_example() {
+        let s = sample();
+        let p = s.params().unwrap();
+        assert_eq!(
+            (p.tsi, p.toi, p.transfer_length, p.symbol_len),
+            (2857740885, 7, 10_000_000, 1408)
+        );
+        assert_eq!((p.max_source_block_len, p.repair_symbols), (223, 32));
+    }
+
+    #[test]
+    fn rejects_inconsistent_answers() {
+        let mut s = sample();
+        s.object.codewords = 31;
+        assert!(s.params().unwrap_err().to_string().contains("codewords"));
+        let mut s = sample();
+        s.fec.max_encoding_symbols = 250;
+        assert!(s.params().is_err());
+        let mut s = sample();
+        s.fec.encoding_id = 6;
+        assert!(s.params().is_err());
+        let mut s = sample();
+        s.fec.symbol_size = 1024;
+        assert!(s.params().is_err());
+    }
+
+    #[test]
+    fn server_addresses() {
+        let c = |u: &str| ControlClient::new(u, Duration::from_secs(1)).server_addr();
+        assert_eq!(
+            c("http://127.0.0.1:7878/").unwrap(),
+            "127.0.0.1:7878".parse().unwrap()
+        );
+        assert_eq!(c("http://[::1]").unwrap(), "[::1]:80".parse().unwrap());
+        assert_eq!(c("http://[::1]:9/x").unwrap(), "[::1]:9".parse().unwrap());
+        assert!(c("https://127.0.0.1").is_err());
+    }
+}

@@ -1,0 +1,23 @@
+//! isnode's receiving side: the `isnode play` client and the lossy `isnode relay`.
+//!
+//! - [`receiver`]: the sans-IO core. Verifies each datagram (CRC32C, TSI/TOI, ranges), collects
+//!   the symbols of each codeword, decodes a codeword as soon as k symbols are in, declares the
+//!   ones that cannot be recovered, and releases the object in order.
+//! - [`impair`]: seeded Gilbert-Elliott loss and byte corruption, for tests and demos.
+//! - [`play`]: the client shell: UDP socket, HTTP session control, batched receive, paced playout.
+//! - [`relay`]: a lossy UDP relay between processes.
+//! - [`sender`]: builds an object's packets without a server, for tests and demos.
+
+#![deny(missing_docs)]
+
+pub mod control;
+pub mod impair;
+mod net;
+pub mod play;
+pub mod playout;
+pub mod receiver;
+pub mod relay;
+pub mod sender;
+
+pub use play::{play, play_on, PlayArgs, PlayStats};
+pub use relay::{relay, Relay, RelayArgs, RelayStats};

@@ -1,0 +1,289 @@
+//! The playout buffer: writes the object's bytes in order, paced at its bitrate, and
+//! measures what a player would see (start-up time, underruns, bitrate of every second).
+//!
+//! The writer runs on its own thread and is fed [`Output`] pieces in order. Paced playout
+//! starts `prebuffer` after the first piece arrives; byte `x` of the output is then due at
+//! `start + x·8 / bitrate`. A piece that arrives after its due time is an *underrun* (when later
+//! than [`UNDERRUN_TOLERANCE`]): the schedule slides by the lateness, as a player that stalls
+//! and resumes. Unpaced playout (`--as-fast-as-possible`) writes each piece as it arrives.
+//! A lost piece is written as zeros, so the output keeps its length and positions.
+
+use std::io::{self, Write};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::receiver::Output;
+
+/// Lateness below this is scheduling noise, not an underrun.
+pub const UNDERRUN_TOLERANCE: Duration = Duration::from_millis(20);
+
+/// How the playout buffer writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlayoutConfig {
+    /// The object's bitrate in bit/s; 0 disables pacing.
+    pub bitrate_bps: u64,
+    /// Pace the output (false: write as fast as the data comes).
+    pub paced: bool,
+    /// Time between the first piece and the start of paced playout.
+    pub prebuffer: Duration,
+}
+
+/// What the playout buffer measured.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlayoutStats {
+    /// Bytes written (data and zeros).
+    pub bytes_written: u64,
+    /// Bytes written as zeros for lost codewords.
+    pub zero_bytes_written: u64,
+    /// When playout started (the first byte was due), if it did.
+    pub started_at: Option<Instant>,
+    /// Bits written in each second since the start of playout (the last one may be partial).
+    pub per_second_bitrate_bps: Vec<u64>,
+    /// Pieces that arrived later than their due time (paced playout only).
+    pub underruns: u64,
+    /// Total time the playout stalled waiting for data, in milliseconds.
+    pub stall_ms: u64,
+}
+
+/// Bytes per second of playout, binned by whole seconds since a start instant.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PerSecond {
+    bytes: Vec<u64>,
+}
+
+impl PerSecond {
+    /// Counts `bytes` written `since_start` after the start of playout.
+    pub fn add(&mut self, since_start: Duration, bytes: u64) {
+        let bin = since_start.as_secs() as usize;
+        if self.bytes.len() <= bin {
+            self.bytes.resize(bin + 1, 0);
+        }
+        self.bytes[bin] += bytes;
+    }
+
+    /// Bits per second of each bin.
+    pub fn bitrates(&self) -> Vec<u64> {
+        self.bytes.iter().map(|b| b * 8).collect()
+    }
+}
+
+/// Time at which the byte `rel` bytes after the start of the output is due.
+pub fn due_time(start: Instant, rel: u64, bitrate_bps: u64) -> Instant {
+    if bitrate_bps == 0 {
+        return start;
+    }
+    let nanos = u128::from(rel) * 8 * 1_000_000_000 / u128::from(bitrate_bps);
+    start + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+static ZEROS: [u8; 65536] = [0u8; 65536];
+
+/// Starts the writer thread. It ends when the sender side of `pieces` is dropped and every
+/// piece has been played out, and returns its measurements, or the first write error.
+pub fn spawn(
+    mut out: Box<dyn Write + Send>,
+    config: PlayoutConfig,
+    pieces: mpsc::Receiver<Output>,
+) -> io::Result<JoinHandle<io::Result<PlayoutStats>>> {
+    std::thread::Builder::new()
+        .name("isnode-playout".into())
+        .spawn(move || {
+            let stats = run(&mut *out, config, pieces)?;
+            out.flush()?;
+            Ok(stats)
+        })
+}
+
+fn run(
+    out: &mut dyn Write,
+    config: PlayoutConfig,
+    pieces: mpsc::Receiver<Output>,
+) -> io::Result<PlayoutStats> {
+    let paced = config.paced && config.bitrate_bps > 0;
+    // 20 ms of media per write when paced, within [1 KiB, 64 KiB].
+    let piece_len = if paced {
+        (config.bitrate_bps / 8 / 50).clamp(1024, 65536) as usize
+    } else {
+        65536
+    };
+    let mut stats = PlayoutStats::default();
+    let mut bins = PerSecond::default();
+    // Schedule origin (slides on underruns) and the fixed start of playout.
+    let mut origin: Option<Instant> = None;
+    let mut rel: u64 = 0;
+    while let Ok(piece) = pieces.recv() {
+        let arrived = Instant::now();
+        let start = match (stats.started_at, origin) {
+            (Some(start), Some(o)) => {
+                if paced {
+                    let due = due_time(o, rel, config.bitrate_bps);
+                    if arrived > due {
+                        let late = arrived - due;
+                        if late > UNDERRUN_TOLERANCE {
+                            stats.underruns += 1;
+                            stats.stall_ms += late.as_millis() as u64;
+                        }
+                        origin = Some(o + late);
+                    }
+                }
+                start
+            }
+            _ => {
+                let start = if paced {
+                    arrived + config.prebuffer
+                } else {
+                    arrived
+                };
+                stats.started_at = Some(start);
+                origin = Some(start);
+                start
+            }
+        };
+        let total = piece.len();
+        let mut done = 0u64;
+        while done < total {
+            let n = (total - done).min(piece_len as u64) as usize;
+            if paced {
+                if let Some(o) = origin {
+                    let due = due_time(o, rel, config.bitrate_bps);
+                    let now = Instant::now();
+                    if due > now {
+                        std::thread::sleep(due - now);
+                    }
+                }
+            }
+            match &piece {
+                Output::Data { bytes, .. } => {
+                    out.write_all(&bytes[done as usize..done as usize + n])?;
+                }
+                Output::Lost { .. } => {
+                    let mut left = n;
+                    while left > 0 {
+                        let z = left.min(ZEROS.len());
+                        out.write_all(&ZEROS[..z])?;
+                        left -= z;
+                    }
+                    stats.zero_bytes_written += n as u64;
+                }
+            }
+            bins.add(Instant::now().saturating_duration_since(start), n as u64);
+            done += n as u64;
+            rel += n as u64;
+            stats.bytes_written += n as u64;
+        }
+    }
+    stats.per_second_bitrate_bps = bins.bitrates();
+    Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn per_second_bins() {
+        let mut b = PerSecond::default();
+        b.add(Duration::from_millis(10), 100);
+        b.add(Duration::from_millis(999), 25);
+        b.add(Duration::from_millis(2500), 1);
+        assert_eq!(b.bitrates(), vec![1000, 0, 8]);
+    }
+
+    #[test]
+    fn due_times() {
+        let t = Instant::now();
+        assert_eq!(
+            due_time(t, 1_000_000, 8_000_000),
+            t + Duration::from_secs(1)
+        );
+        assert_eq!(due_time(t, 5, 0), t);
+    }
+
+    #[test]
+    fn writes_in_order_with_zeros_and_paces() {
+        let sink = Shared::default();
+        let (tx, rx) = mpsc::channel();
+        // 400 kbit/s: 20 000 bytes take 400 ms.
+        let cfg = PlayoutConfig {
+            bitrate_bps: 400_000,
+            paced: true,
+            prebuffer: Duration::from_millis(50),
+        };
+        let t = Instant::now();
+        let h = spawn(Box::new(sink.clone()), cfg, rx).unwrap();
+        tx.send(Output::Data {
+            sbn: 0,
+            offset: 0,
+            bytes: vec![7; 10_000],
+        })
+        .unwrap();
+        tx.send(Output::Lost {
+            sbn: 1,
+            offset: 10_000,
+            len: 5_000,
+        })
+        .unwrap();
+        tx.send(Output::Data {
+            sbn: 2,
+            offset: 15_000,
+            bytes: vec![9; 5_000],
+        })
+        .unwrap();
+        drop(tx);
+        let stats = h.join().unwrap().unwrap();
+        let took = t.elapsed();
+        let out = sink.0.lock().unwrap().clone();
+        assert_eq!(out.len(), 20_000);
+        assert!(out[..10_000].iter().all(|&b| b == 7));
+        assert!(out[10_000..15_000].iter().all(|&b| b == 0));
+        assert!(out[15_000..].iter().all(|&b| b == 9));
+        assert_eq!(stats.bytes_written, 20_000);
+        assert_eq!(stats.zero_bytes_written, 5_000);
+        assert_eq!(stats.underruns, 0);
+        // Paced: prebuffer + 400 ms minus the last piece's 20 ms, at least.
+        assert!(took >= Duration::from_millis(400), "{took:?}");
+        assert_eq!(stats.per_second_bitrate_bps.iter().sum::<u64>(), 20_000 * 8);
+    }
+
+    #[test]
+    fn counts_underruns() {
+        let (tx, rx) = mpsc::channel();
+        let cfg = PlayoutConfig {
+            bitrate_bps: 8_000_000,
+            paced: true,
+            prebuffer: Duration::ZERO,
+        };
+        let h = spawn(Box::new(io::sink()), cfg, rx).unwrap();
+        tx.send(Output::Lost {
+            sbn: 0,
+            offset: 0,
+            len: 1000,
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(150));
+        tx.send(Output::Lost {
+            sbn: 1,
+            offset: 1000,
+            len: 1000,
+        })
+        .unwrap();
+        drop(tx);
+        let stats = h.join().unwrap().unwrap();
+        assert_eq!(stats.underruns, 1);
+        assert!(stats.stall_ms >= 100, "{}", stats.stall_ms);
+    }
+}

@@ -1,0 +1,616 @@
+//! The sans-IO receive core: verify, reorder, decode, and release the object in order.
+//!
+//! A [`Receiver`] is fed raw datagrams with [`Receiver::push`] and hands out the object's bytes
+//! in order with [`Receiver::poll_output`]. It does no I/O and reads no clock: the caller
+//! passes the time, so it runs the same in a test as behind a socket.
+//!
+//! Rules:
+//!
+//! - A datagram counts only if it is an isnode data packet whose CRC32C matches
+//!   ([`isnode_wire::parse_data_packet`]), of this session's TSI and TOI, with an SBN of the
+//!   object at or after the start codeword, an ESI below the codeword's `k + m`, and a symbol of
+//!   E bytes. Anything that fails the parse or the CRC is *corrupt*; a valid packet of another
+//!   session or out of range is *foreign*. Either way it is an erasure.
+//! - FDT packets (TOI 0, valid CRC) are collected until one FDT instance is complete; it is then
+//!   checked against the session parameters ([`Receiver::fdt_check`]).
+//! - A codeword is decoded ([`isnode_fec::Code::reconstruct`]) as soon as k distinct symbols of
+//!   it are in. Symbols that arrive later are counted, not used.
+//! - A codeword is declared unrecoverable once a valid packet of a codeword more than
+//!   `loss_horizon` codewords later has arrived (the stream has moved on), or at
+//!   [`Receiver::finish`] (end of stream or timeout).
+//! - Output is strictly in order and covers the object from the start codeword to its end
+//!   exactly: each codeword is either [`Output::Data`] (its original bytes, without padding) or
+//!   [`Output::Lost`] (its byte range, for the caller to fill, e.g. with zeros).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use isnode_fec::Code;
+use isnode_wire::fdt::{FdtInstance, FecOti};
+use isnode_wire::partition::Partition;
+use isnode_wire::{parse_data_packet, parse_packet, CrcStatus, FEC_ENCODING_ID_RS28};
+
+/// What the receiver needs to know about the session: identifiers and FEC parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionParams {
+    /// FLUTE Transport Session Identifier of the stream.
+    pub tsi: u32,
+    /// FLUTE Transport Object Identifier of the object.
+    pub toi: u32,
+    /// Transfer length L of the object in bytes.
+    pub transfer_length: u64,
+    /// Encoding symbol length E in bytes.
+    pub symbol_len: u32,
+    /// Maximum source block length B (source symbols of a full codeword).
+    pub max_source_block_len: u32,
+    /// Repair symbols m of every codeword (max_n - B).
+    pub repair_symbols: u32,
+    /// First codeword the stream sends.
+    pub start_codeword: u32,
+}
+
+impl SessionParams {
+    /// The FEC OTI these parameters describe (FEC Encoding ID 5).
+    pub fn fec_oti(&self) -> FecOti {
+        FecOti {
+            encoding_id: FEC_ENCODING_ID_RS28,
+            max_source_block_len: self.max_source_block_len,
+            symbol_len: self.symbol_len,
+            max_encoding_symbols: self.max_source_block_len + self.repair_symbols,
+        }
+    }
+
+    /// The RFC 5052 partitioning of the object, checked (E, B, m within RFC 5510's limits).
+    pub fn partition(&self) -> Result<Partition, ReceiverError> {
+        let n = u64::from(self.max_source_block_len) + u64::from(self.repair_symbols);
+        if self.repair_symbols == 0 || n > 255 {
+            return Err(ReceiverError::Params(format!(
+                "B = {} and m = {} must satisfy m >= 1 and B + m <= 255",
+                self.max_source_block_len, self.repair_symbols
+            )));
+        }
+        let p = self
+            .fec_oti()
+            .partition(self.transfer_length)
+            .map_err(|e| ReceiverError::Params(e.to_string()))?;
+        if self.start_codeword > p.blocks() {
+            return Err(ReceiverError::Params(format!(
+                "start codeword {} is past the {} codewords of the object",
+                self.start_codeword,
+                p.blocks()
+            )));
+        }
+        Ok(p)
+    }
+}
+
+/// Errors of the receive core (bad session parameters only: bad packets are counted, not errors).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReceiverError {
+    /// The session parameters are inconsistent or out of range.
+    #[error("invalid session parameters: {0}")]
+    Params(String),
+}
+
+/// Tuning of a [`Receiver`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiverConfig {
+    /// A codeword still short of k symbols is declared unrecoverable when a valid packet of a
+    /// codeword more than this many codewords later arrives. Default 2.
+    pub loss_horizon: u32,
+}
+
+impl Default for ReceiverConfig {
+    fn default() -> Self {
+        ReceiverConfig { loss_horizon: 2 }
+    }
+}
+
+/// How [`Receiver::push`] classified a datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PacketClass {
+    /// A new symbol of a codeword still being collected; `decoded` if it completed the codeword.
+    Symbol {
+        /// Source Block Number.
+        sbn: u32,
+        /// Encoding Symbol ID.
+        esi: u8,
+        /// Whether this symbol was the k-th and the codeword is now decoded.
+        decoded: bool,
+    },
+    /// A valid symbol of a codeword already decoded, declared lost, or released.
+    Redundant,
+    /// A symbol already received.
+    Duplicate,
+    /// Failed the packet parse or the CRC32C check.
+    Corrupt,
+    /// Valid, but of another session/object, or out of the object's range.
+    Foreign,
+    /// A valid FDT packet (TOI 0).
+    Fdt,
+}
+
+/// A piece of the object, released in order by [`Receiver::poll_output`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// The original bytes of codeword `sbn`, at `offset` in the object.
+    Data {
+        /// Source Block Number.
+        sbn: u32,
+        /// Byte offset in the object.
+        offset: u64,
+        /// The codeword's bytes (padding removed).
+        bytes: Vec<u8>,
+    },
+    /// Codeword `sbn` could not be recovered: `len` bytes at `offset` are missing.
+    Lost {
+        /// Source Block Number.
+        sbn: u32,
+        /// Byte offset in the object.
+        offset: u64,
+        /// Number of bytes missing.
+        len: u64,
+    },
+}
+
+impl Output {
+    /// Byte offset of this piece in the object.
+    pub fn offset(&self) -> u64 {
+        match self {
+            Output::Data { offset, .. } | Output::Lost { offset, .. } => *offset,
+        }
+    }
+
+    /// Length of this piece in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            Output::Data { bytes, .. } => bytes.len() as u64,
+            Output::Lost { len, .. } => *len,
+        }
+    }
+
+    /// True for an empty piece (never produced: every codeword holds at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Result of checking an FDT instance against the session.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "status", content = "detail")]
+pub enum FdtCheck {
+    /// No complete FDT instance has been received.
+    NotReceived,
+    /// The FDT describes the object exactly as the session does.
+    Verified,
+    /// The FDT contradicts the session parameters.
+    Mismatch(String),
+}
+
+/// Counters of a [`Receiver`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReceiverStats {
+    /// Datagrams pushed.
+    pub packets_received: u64,
+    /// Distinct valid symbols of this object received (used or not).
+    pub packets_valid: u64,
+    /// Datagrams that failed the parse or the CRC32C check.
+    pub packets_corrupt: u64,
+    /// Valid datagrams of another session or out of range.
+    pub packets_foreign: u64,
+    /// Symbols received more than once.
+    pub packets_duplicate: u64,
+    /// Valid FDT packets.
+    pub packets_fdt: u64,
+    /// Symbols of this object that were expected (n per released codeword) but never arrived
+    /// valid: expected − valid − corrupt (a corrupt packet stands for one expected symbol),
+    /// never below 0.
+    pub packets_lost: u64,
+    /// Source symbols rebuilt by the Reed-Solomon decoder.
+    pub symbols_repaired: u64,
+    /// Codewords of the stream (from the start codeword to the end of the object).
+    pub codewords_total: u32,
+    /// Codewords decoded and released.
+    pub codewords_decoded: u32,
+    /// SBNs of the codewords declared unrecoverable, in order.
+    pub codewords_unrecoverable: Vec<u32>,
+    /// Object bytes released as data.
+    pub bytes_recovered: u64,
+    /// Object bytes released as lost.
+    pub bytes_lost: u64,
+}
+
+/// State of one codeword in the window.
+enum State {
+    /// Symbols being collected: `buf` holds n slots of E bytes.
+    Collecting { buf: Vec<u8>, present: Vec<bool> },
+    /// Decoded: the codeword's bytes, waiting for release.
+    Decoded(Vec<u8>),
+    /// Released (as data or lost): only the bookkeeping is kept.
+    Released,
+}
+
+struct Slot {
+    /// ESIs received valid (bit i of word i/64).
+    seen: [u64; 4],
+    /// Number of bits set in `seen`.
+    distinct: u32,
+    state: State,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            seen: [0; 4],
+            distinct: 0,
+            state: State::Collecting {
+                buf: Vec::new(),
+                present: Vec::new(),
+            },
+        }
+    }
+}
+
+/// Bounds the FDT bytes buffered while waiting for a complete instance.
+const MAX_FDT_BUFFER: usize = 1 << 20;
+
+/// The receive state machine of one session (see the module documentation).
+pub struct Receiver {
+    params: SessionParams,
+    config: ReceiverConfig,
+    partition: Partition,
+    /// Codes for the (at most two) codeword sizes, keyed by k.
+    codes: Vec<Code>,
+    /// One past the last codeword.
+    end: u32,
+    /// Next codeword to release.
+    next_release: u32,
+    /// Highest SBN of a valid packet of this object, if any.
+    max_sbn: Option<u32>,
+    /// Set by [`Receiver::finish`]: everything not decoded is lost.
+    finished: bool,
+    slots: BTreeMap<u32, Slot>,
+    /// Distinct valid symbols of slots already retired from `slots`.
+    retired_distinct: u64,
+    /// Encoding symbols of the codewords released so far.
+    expected_released: u64,
+    stats: ReceiverStats,
+    fdt_packets: Vec<Vec<u8>>,
+    fdt_instance: Option<u32>,
+    fdt_check: FdtCheck,
+    first_symbol_at: Option<Duration>,
+    last_symbol_at: Option<Duration>,
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("params", &self.params)
+            .field("next_release", &self.next_release)
+            .field("end", &self.end)
+            .field("max_sbn", &self.max_sbn)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Receiver {
+    /// A receiver for one session.
+    pub fn new(params: SessionParams, config: ReceiverConfig) -> Result<Receiver, ReceiverError> {
+        let partition = params.partition()?;
+        let m = params.repair_symbols as usize;
+        let mut codes = Vec::new();
+        for k in [partition.a_large, partition.a_small] {
+            if k > 0
+                && !codes
+                    .iter()
+                    .any(|c: &Code| c.source_symbols() == k as usize)
+            {
+                let code = Code::new(k as usize, k as usize + m)
+                    .map_err(|e| ReceiverError::Params(e.to_string()))?;
+                codes.push(code);
+            }
+        }
+        let end = partition.blocks();
+        let stats = ReceiverStats {
+            codewords_total: end - params.start_codeword,
+            ..Default::default()
+        };
+        Ok(Receiver {
+            next_release: params.start_codeword,
+            params,
+            config,
+            partition,
+            codes,
+            end,
+            max_sbn: None,
+            finished: false,
+            slots: BTreeMap::new(),
+            retired_distinct: 0,
+            expected_released: 0,
+            stats,
+            fdt_packets: Vec::new(),
+            fdt_instance: None,
+            fdt_check: FdtCheck::NotReceived,
+            first_symbol_at: None,
+            last_symbol_at: None,
+        })
+    }
+
+    /// The session parameters.
+    pub fn params(&self) -> &SessionParams {
+        &self.params
+    }
+
+    /// The object's partitioning.
+    pub fn partition(&self) -> &Partition {
+        &self.partition
+    }
+
+    /// Byte offset in the object where the output starts (the start codeword's first byte).
+    pub fn output_start(&self) -> u64 {
+        self.partition.block_offset(self.params.start_codeword)
+    }
+
+    /// Number of bytes the output covers: from the start codeword to the end of the object.
+    pub fn output_len(&self) -> u64 {
+        self.params.transfer_length - self.output_start()
+    }
+
+    /// Handles one datagram received at time `now` (any clock, as long as it is monotonic).
+    pub fn push(&mut self, bytes: &[u8], now: Duration) -> PacketClass {
+        self.stats.packets_received += 1;
+        let packet = match parse_data_packet(bytes) {
+            Ok(p) => p,
+            Err(_) => return self.push_non_data(bytes),
+        };
+        let id = packet.id;
+        if id.tsi != self.params.tsi || id.toi != self.params.toi {
+            self.stats.packets_foreign += 1;
+            return PacketClass::Foreign;
+        }
+        let k = self.partition.source_symbols(id.sbn);
+        let n = k + self.params.repair_symbols;
+        if id.sbn < self.params.start_codeword
+            || id.sbn >= self.end
+            || u32::from(id.esi) >= n
+            || packet.symbol.len() != self.params.symbol_len as usize
+        {
+            self.stats.packets_foreign += 1;
+            return PacketClass::Foreign;
+        }
+        self.first_symbol_at.get_or_insert(now);
+        self.last_symbol_at = Some(now);
+        self.max_sbn = Some(self.max_sbn.map_or(id.sbn, |m| m.max(id.sbn)));
+
+        if id.sbn < self.next_release && !self.slots.contains_key(&id.sbn) {
+            // Released and retired long ago: cannot tell a duplicate from a late symbol.
+            return PacketClass::Redundant;
+        }
+        let slot = self.slots.entry(id.sbn).or_insert_with(Slot::new);
+        let (word, bit) = (usize::from(id.esi) / 64, 1u64 << (id.esi % 64));
+        if slot.seen[word] & bit != 0 {
+            self.stats.packets_duplicate += 1;
+            return PacketClass::Duplicate;
+        }
+        slot.seen[word] |= bit;
+        slot.distinct += 1;
+        self.stats.packets_valid += 1;
+        let State::Collecting { buf, present } = &mut slot.state else {
+            return PacketClass::Redundant;
+        };
+        let e = self.params.symbol_len as usize;
+        if buf.is_empty() {
+            *buf = vec![0u8; n as usize * e];
+            *present = vec![false; n as usize];
+        }
+        let at = usize::from(id.esi) * e;
+        buf[at..at + e].copy_from_slice(packet.symbol);
+        present[usize::from(id.esi)] = true;
+        let decoded = slot.distinct >= k;
+        if decoded {
+            let code = self.codes.iter().find(|c| c.source_symbols() == k as usize);
+            let mut data = std::mem::take(buf);
+            let ok = code.is_some_and(|code| {
+                let mut shards: Vec<&mut [u8]> = data.chunks_mut(e).collect();
+                code.reconstruct(&mut shards, present).is_ok()
+            });
+            if ok {
+                self.stats.symbols_repaired +=
+                    present[..k as usize].iter().filter(|p| !**p).count() as u64;
+                data.truncate(self.partition.block_bytes(id.sbn) as usize);
+                slot.state = State::Decoded(data);
+            } else {
+                // Cannot happen with k distinct symbols and a code for k; keep it an erasure.
+                slot.state = State::Released;
+            }
+        }
+        PacketClass::Symbol {
+            sbn: id.sbn,
+            esi: id.esi,
+            decoded,
+        }
+    }
+
+    /// A datagram that is not a valid isnode data packet: an FDT packet or a corrupt one.
+    fn push_non_data(&mut self, bytes: &[u8]) -> PacketClass {
+        let Ok(p) = parse_packet(bytes) else {
+            self.stats.packets_corrupt += 1;
+            return PacketClass::Corrupt;
+        };
+        if p.crc != CrcStatus::Valid || p.lct.toi != 0 || p.fdt_instance_id.is_none() {
+            // A data-packet header that fails the strict parse, a bad CRC, or a packet
+            // without EXT_CRC (isnode seals every packet it sends).
+            self.stats.packets_corrupt += 1;
+            return PacketClass::Corrupt;
+        }
+        if p.lct.tsi != u64::from(self.params.tsi) {
+            self.stats.packets_foreign += 1;
+            return PacketClass::Foreign;
+        }
+        self.stats.packets_fdt += 1;
+        if self.fdt_check != FdtCheck::NotReceived {
+            return PacketClass::Fdt;
+        }
+        let Some(instance) = p.fdt_instance_id else {
+            return PacketClass::Fdt;
+        };
+        if self.fdt_instance != Some(instance) {
+            // A new instance replaces a partial older one.
+            self.fdt_instance = Some(instance);
+            self.fdt_packets.clear();
+        }
+        let buffered: usize = self.fdt_packets.iter().map(Vec::len).sum();
+        if buffered + bytes.len() > MAX_FDT_BUFFER {
+            return PacketClass::Fdt;
+        }
+        self.fdt_packets.push(bytes.to_vec());
+        let parsed: Vec<_> = self
+            .fdt_packets
+            .iter()
+            .filter_map(|b| parse_packet(b).ok())
+            .collect();
+        if let Some(xml) = isnode_wire::fdt::reassemble_fdt(&parsed, instance) {
+            self.fdt_check = match verify_fdt(&xml, &self.params) {
+                Ok(()) => FdtCheck::Verified,
+                Err(reason) => FdtCheck::Mismatch(reason),
+            };
+            self.fdt_packets = Vec::new();
+        }
+        PacketClass::Fdt
+    }
+
+    /// Declares the end of the stream: every codeword not decoded yet is unrecoverable.
+    pub fn finish(&mut self) {
+        self.finished = true;
+    }
+
+    /// True once every codeword has been released (decoded or lost).
+    pub fn is_complete(&self) -> bool {
+        self.next_release >= self.end
+    }
+
+    /// True once a valid symbol of the last codeword has arrived.
+    pub fn saw_last_codeword(&self) -> bool {
+        self.end > 0 && self.max_sbn == Some(self.end - 1)
+    }
+
+    /// Time of the first and the last valid symbol of this object, as passed to `push`.
+    pub fn symbol_times(&self) -> (Option<Duration>, Option<Duration>) {
+        (self.first_symbol_at, self.last_symbol_at)
+    }
+
+    /// The FDT check so far.
+    pub fn fdt_check(&self) -> &FdtCheck {
+        &self.fdt_check
+    }
+
+    /// Whether codeword `sbn` (not yet decoded) is given up.
+    fn given_up(&self, sbn: u32) -> bool {
+        self.finished
+            || self.max_sbn.is_some_and(|max| {
+                u64::from(max) > u64::from(sbn) + u64::from(self.config.loss_horizon)
+            })
+    }
+
+    /// The next piece of the object in order, if it is decided.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        if self.next_release >= self.end {
+            return None;
+        }
+        let sbn = self.next_release;
+        let decoded = matches!(
+            self.slots.get(&sbn),
+            Some(Slot {
+                state: State::Decoded(_),
+                ..
+            })
+        );
+        if !decoded && !self.given_up(sbn) {
+            return None;
+        }
+        let offset = self.partition.block_offset(sbn);
+        let k = self.partition.source_symbols(sbn);
+        self.expected_released += u64::from(k + self.params.repair_symbols);
+        self.next_release += 1;
+        let out = match self.slots.get_mut(&sbn) {
+            Some(slot) if decoded => {
+                let State::Decoded(bytes) = std::mem::replace(&mut slot.state, State::Released)
+                else {
+                    unreachable!("checked above")
+                };
+                self.stats.codewords_decoded += 1;
+                self.stats.bytes_recovered += bytes.len() as u64;
+                Output::Data { sbn, offset, bytes }
+            }
+            other => {
+                if let Some(slot) = other {
+                    slot.state = State::Released;
+                }
+                let len = self.partition.block_bytes(sbn);
+                self.stats.codewords_unrecoverable.push(sbn);
+                self.stats.bytes_lost += len;
+                Output::Lost { sbn, offset, len }
+            }
+        };
+        self.retire();
+        Some(out)
+    }
+
+    /// Forgets released codewords the stream has moved past (their late symbols are redundant).
+    fn retire(&mut self) {
+        let horizon = u64::from(self.config.loss_horizon);
+        let max = self.max_sbn.map_or(0, u64::from);
+        while let Some(&sbn) = self.slots.keys().next() {
+            let released = sbn < self.next_release;
+            if !released || (!self.finished && u64::from(sbn) + horizon >= max) {
+                break;
+            }
+            if let Some((_, slot)) = self.slots.pop_first() {
+                self.retired_distinct += u64::from(slot.distinct);
+            }
+        }
+    }
+
+    /// Counters so far (`packets_lost` counts the codewords released so far).
+    pub fn stats(&self) -> ReceiverStats {
+        let mut s = self.stats.clone();
+        let released_distinct: u64 = self
+            .slots
+            .range(..self.next_release)
+            .map(|(_, slot)| u64::from(slot.distinct))
+            .sum::<u64>()
+            + self.retired_distinct;
+        s.packets_lost = self
+            .expected_released
+            .saturating_sub(released_distinct + s.packets_corrupt);
+        s
+    }
+}
+
+/// Checks an FDT instance (XML) against the session: the object's File element (by TOI)
+/// must give the same transfer length and FEC OTI. Returns the first difference.
+pub fn verify_fdt(xml: &[u8], params: &SessionParams) -> Result<(), String> {
+    let fdt = FdtInstance::from_xml(xml).map_err(|e| format!("unreadable FDT: {e}"))?;
+    let file = fdt
+        .files
+        .iter()
+        .find(|f| f.toi == params.toi)
+        .ok_or_else(|| format!("the FDT has no File with TOI {}", params.toi))?;
+    if file.transfer_length != params.transfer_length {
+        return Err(format!(
+            "FDT Transfer-Length {} differs from the session's {}",
+            file.transfer_length, params.transfer_length
+        ));
+    }
+    let want = params.fec_oti();
+    match file.fec_oti {
+        Some(oti) if oti == want => Ok(()),
+        Some(oti) => Err(format!(
+            "FDT FEC OTI {oti:?} differs from the session's {want:?}"
+        )),
+        None => Err("the FDT File has no FEC OTI".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,214 @@
+//! `isnode relay`: a lossy UDP relay for tests between processes (this kernel has no netem).
+//!
+//! Every datagram received on `--listen` is impaired ([`crate::impair`]: Gilbert-Elliott loss,
+//! byte corruption, seeded) and the survivors are forwarded, unchanged otherwise, to `--to`.
+//! It is one-way: nothing goes back from `--to`. With the server, the client asks for a session
+//! to the relay's port (`isnode play --session-port LISTEN_PORT --port TO_PORT`): the server
+//! sends to the HTTP peer's IP at the relay's port, and the relay forwards to the client.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::impair::{ImpairConfig, Impairer, Verdict};
+use crate::net::{grow_recv_buffer, set_poll_timeout, Batch};
+
+/// Arguments of `isnode relay`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_help = "\
+Use with `isnode play --port TO_PORT --session-port LISTEN_PORT`: the server streams to the \
+relay, the relay forwards what survives to the client.")]
+pub struct RelayArgs {
+    /// Address to receive on (port 0: an ephemeral port, logged at start).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: SocketAddr,
+
+    /// Address to forward to.
+    #[arg(long, value_name = "ADDR")]
+    pub to: SocketAddr,
+
+    /// Average loss rate P in [0, 1] (Gilbert-Elliott).
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub loss: f64,
+
+    /// Mean loss burst length in packets (>= 1); default: independent losses.
+    #[arg(long, value_name = "LEN")]
+    pub burst: Option<f64>,
+
+    /// Probability that a forwarded packet gets one byte flipped.
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub corrupt: f64,
+
+    /// Seed of the loss and corruption.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600.0)]
+    pub max_seconds: f64,
+
+    /// Stop after this many seconds without a datagram, once one has arrived.
+    #[arg(long, value_name = "SECONDS")]
+    pub idle_exit_s: Option<f64>,
+}
+
+impl RelayArgs {
+    /// Arguments with every option at its default.
+    pub fn new(listen: SocketAddr, to: SocketAddr) -> RelayArgs {
+        RelayArgs {
+            listen,
+            to,
+            loss: 0.0,
+            burst: None,
+            corrupt: 0.0,
+            seed: 1,
+            max_seconds: 3600.0,
+            idle_exit_s: None,
+        }
+    }
+
+    fn impair_config(&self) -> ImpairConfig {
+        ImpairConfig {
+            loss: self.loss,
+            burst: self.burst,
+            corrupt: self.corrupt,
+            seed: self.seed,
+        }
+    }
+}
+
+/// Counters of a relay run.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct RelayStats {
+    /// Datagrams received.
+    pub packets_in: u64,
+    /// Datagrams forwarded (including corrupted ones).
+    pub packets_forwarded: u64,
+    /// Datagrams dropped by the injected loss.
+    pub packets_dropped: u64,
+    /// Datagrams forwarded with a flipped byte.
+    pub packets_corrupted: u64,
+    /// Datagrams received truncated (larger than 64 KiB), dropped.
+    pub packets_truncated: u64,
+    /// Sends that failed (e.g. nobody listening at `--to`).
+    pub send_errors: u64,
+    /// Bytes forwarded.
+    pub bytes_forwarded: u64,
+    /// Run time in seconds.
+    pub duration_s: f64,
+}
+
+/// A bound relay, ready to [`run`](Relay::run).
+#[derive(Debug)]
+pub struct Relay {
+    socket: UdpSocket,
+    out: UdpSocket,
+    args: RelayArgs,
+    impairer: Impairer,
+}
+
+impl Relay {
+    /// Checks the arguments and binds `--listen`.
+    pub fn bind(args: &RelayArgs) -> anyhow::Result<Relay> {
+        let impairer = Impairer::new(&args.impair_config())?;
+        let socket =
+            UdpSocket::bind(args.listen).with_context(|| format!("binding UDP {}", args.listen))?;
+        let any: SocketAddr = if args.to.is_ipv4() {
+            "0.0.0.0:0".parse()?
+        } else {
+            "[::]:0".parse()?
+        };
+        let out = UdpSocket::bind(any).context("binding the forwarding socket")?;
+        Ok(Relay {
+            socket,
+            out,
+            args: args.clone(),
+            impairer,
+        })
+    }
+
+    /// The address the relay receives on.
+    pub fn local_addr(&self) -> anyhow::Result<SocketAddr> {
+        Ok(self.socket.local_addr()?)
+    }
+
+    /// Relays until `stop` is set, `--max-seconds` elapse, or the relay was idle for
+    /// `--idle-exit-s` after its first datagram. Checks `stop` at least every 50 ms.
+    pub fn run(mut self, stop: &AtomicBool) -> anyhow::Result<RelayStats> {
+        let max = Duration::try_from_secs_f64(self.args.max_seconds)
+            .context("--max-seconds must be >= 0")?;
+        let idle_exit = self
+            .args
+            .idle_exit_s
+            .map(Duration::try_from_secs_f64)
+            .transpose()
+            .context("--idle-exit-s must be >= 0")?;
+        grow_recv_buffer(&self.socket, 8 << 20);
+        set_poll_timeout(&self.socket, Duration::from_millis(50))?;
+        tracing::info!("relay {} -> {}", self.socket.local_addr()?, self.args.to);
+        let mut batch = Batch::new(32, 65536);
+        let mut stats = RelayStats::default();
+        let start = Instant::now();
+        let mut last: Option<Instant> = None;
+        while !stop.load(Ordering::Relaxed) && start.elapsed() < max {
+            if let (Some(idle), Some(last)) = (idle_exit, last) {
+                if last.elapsed() >= idle {
+                    break;
+                }
+            }
+            let n = batch.recv(&self.socket).context("receiving")?;
+            if n > 0 {
+                last = Some(Instant::now());
+            }
+            for i in 0..n {
+                stats.packets_in += 1;
+                let (packet, truncated) = batch.packet_mut(i);
+                if truncated {
+                    stats.packets_truncated += 1;
+                    continue;
+                }
+                match self.impairer.apply(packet) {
+                    Verdict::Drop => {
+                        stats.packets_dropped += 1;
+                        continue;
+                    }
+                    Verdict::Corrupted => stats.packets_corrupted += 1,
+                    Verdict::Pass => {}
+                }
+                match self.out.send_to(packet, self.args.to) {
+                    Ok(_) => {
+                        stats.packets_forwarded += 1;
+                        stats.bytes_forwarded += packet.len() as u64;
+                    }
+                    Err(_) => stats.send_errors += 1,
+                }
+            }
+        }
+        stats.duration_s = start.elapsed().as_secs_f64();
+        Ok(stats)
+    }
+}
+
+/// Binds and runs a relay (see [`Relay`]).
+pub fn relay(args: &RelayArgs, stop: &AtomicBool) -> anyhow::Result<RelayStats> {
+    Relay::bind(args)?.run(stop)
+}
+
+impl RelayStats {
+    /// A one-line human summary.
+    pub fn summary(&self) -> String {
+        format!(
+            "relay: {} in, {} forwarded ({} corrupted), {} dropped, {} truncated, {} send errors, {} bytes in {:.1} s",
+            self.packets_in,
+            self.packets_forwarded,
+            self.packets_corrupted,
+            self.packets_dropped,
+            self.packets_truncated,
+            self.send_errors,
+            self.bytes_forwarded,
+            self.duration_s
+        )
+    }
+}
