@@ -13,12 +13,24 @@ const DEMO_OBJECT: &str = "demo.ts";
 
 /// Runs the demo.
 pub fn run(root: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
-    let mut vol = Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
+    let mut vol =
+        Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
     let p = *vol.params();
-    println!("== volume {} : {} members, RS(k={}, m={}), {}-byte symbols", root.display(), p.members, p.source_symbols, p.repair_symbols, p.symbol_len);
+    println!(
+        "== volume {} : {} members, RS(k={}, m={}), {}-byte symbols",
+        root.display(),
+        p.members,
+        p.source_symbols,
+        p.repair_symbols,
+        p.symbol_len
+    );
 
     // 1. A test stream.
-    let cfg = isnode_media::TsGenConfig { bitrate_bps: args.bitrate, duration_s: args.duration, seed: 7 };
+    let cfg = isnode_media::TsGenConfig {
+        bitrate_bps: args.bitrate,
+        duration_s: args.duration,
+        seed: 7,
+    };
     let mut original = Vec::new();
     isnode_media::generate_ts(&cfg, &mut original)?;
     let info = isnode_media::probe(&original, original.len() as u64)?;
@@ -40,7 +52,13 @@ pub fn run(root: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
         replace: true,
     };
     let t = Instant::now();
-    let rec = isnode_store::ingest(&mut vol, &opts, &mut original.as_slice(), original.len() as u64, &mut |_| {})?;
+    let rec = isnode_store::ingest(
+        &mut vol,
+        &opts,
+        &mut original.as_slice(),
+        original.len() as u64,
+        &mut |_| {},
+    )?;
     let secs = t.elapsed().as_secs_f64();
     println!(
         "== ingested {:?} in {:.2} s ({:.0} MB/s): {} codewords, {} packets on disk",
@@ -48,7 +66,11 @@ pub fn run(root: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
         secs,
         original.len() as f64 / secs / 1e6,
         rec.codewords,
-        (0..p.members).map(|m| isnode_store::Layout::new(p, rec.size_bytes).map(|l| l.member_packets(m)).unwrap_or(0)).sum::<u64>()
+        (0..p.members)
+            .map(|m| isnode_store::Layout::new(p, rec.size_bytes)
+                .map(|l| l.member_packets(m))
+                .unwrap_or(0))
+            .sum::<u64>()
     );
     println!("== catalog:");
     super::objects::ls(root, &crate::cli::LsArgs { json: false })?;
@@ -59,10 +81,17 @@ pub fn run(root: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
     let aside = PathBuf::from(format!("{}.failed-demo", member_dir.display()));
     let _ = std::fs::remove_dir_all(&aside);
     std::fs::rename(&member_dir, &aside).with_context(|| format!("taking member {member} away"))?;
-    println!("== member {member} failed ({} moved away)", member_dir.display());
+    println!(
+        "== member {member} failed ({} moved away)",
+        member_dir.display()
+    );
     let result = read_back(&vol, &original);
     let report = isnode_store::check(&mut vol, CheckOptions { repair: false }, &mut |_| {})?;
-    println!("== volume check: {} damaged segment(s), data lost: {}", report.damage.len(), !report.unrecoverable.is_empty());
+    println!(
+        "== volume check: {} damaged segment(s), data lost: {}",
+        report.damage.len(),
+        !report.unrecoverable.is_empty()
+    );
     for d in report.damage.iter().take(3) {
         println!("   member {}: {}", d.member, d.problem);
     }
@@ -79,7 +108,10 @@ pub fn run(root: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
     );
     std::fs::remove_dir_all(&aside).with_context(|| format!("removing {}", aside.display()))?;
     result?;
-    ensure!(!verify.damaged(), "the volume is still damaged after repair");
+    ensure!(
+        !verify.damaged(),
+        "the volume is still damaged after repair"
+    );
     println!("== demo passed: bytes identical with a member lost, and the member rebuilt");
     Ok(ExitCode::SUCCESS)
 }

@@ -12,7 +12,8 @@ use crate::cli::{CatArgs, GenTsArgs, LsArgs};
 
 /// `ls`.
 pub fn ls(root: &Path, args: &LsArgs) -> anyhow::Result<ExitCode> {
-    let vol = Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
+    let vol =
+        Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
     let objects = vol.objects()?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&objects)?);
@@ -43,14 +44,19 @@ pub fn cat(root: &Path, args: &CatArgs) -> anyhow::Result<ExitCode> {
     let mut reader = ObjectReader::open(&vol, &args.name)?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::with_capacity(1 << 20, stdout.lock());
-    let stats = reader.copy_to(&mut out, &mut |_| {}).with_context(|| format!("reading {:?}", args.name))?;
+    let stats = reader
+        .copy_to(&mut out, &mut |_| {})
+        .with_context(|| format!("reading {:?}", args.name))?;
     for e in &stats.member_errors {
         eprintln!("isnode: {e}");
     }
     if stats.symbols_missing + stats.symbols_corrupt > 0 {
         eprintln!(
             "isnode: {} symbols missing and {} corrupt; rebuilt {} source symbols in {} codewords",
-            stats.symbols_missing, stats.symbols_corrupt, stats.symbols_rebuilt, stats.codewords_decoded
+            stats.symbols_missing,
+            stats.symbols_corrupt,
+            stats.symbols_rebuilt,
+            stats.codewords_decoded
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -58,21 +64,32 @@ pub fn cat(root: &Path, args: &CatArgs) -> anyhow::Result<ExitCode> {
 
 /// `gen-ts`.
 pub fn gen_ts(args: &GenTsArgs) -> anyhow::Result<ExitCode> {
-    let cfg = isnode_media::TsGenConfig { bitrate_bps: args.bitrate, duration_s: args.duration, seed: args.seed };
+    let cfg = isnode_media::TsGenConfig {
+        bitrate_bps: args.bitrate,
+        duration_s: args.duration,
+        seed: args.seed,
+    };
     let written = if args.out.as_os_str() == "-" {
         let mut out = BufWriter::new(std::io::stdout().lock());
         let n = isnode_media::generate_ts(&cfg, &mut out)?;
         out.flush()?;
         n
     } else {
-        let file = File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+        let file =
+            File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
         let mut out = BufWriter::new(file);
         let n = isnode_media::generate_ts(&cfg, &mut out)?;
-        out.flush().with_context(|| format!("writing {}", args.out.display()))?;
+        out.flush()
+            .with_context(|| format!("writing {}", args.out.display()))?;
         n
     };
     if args.out.as_os_str() != "-" {
-        eprintln!("wrote {} ({written} bytes, {} bit/s, {} s)", args.out.display(), args.bitrate, args.duration);
+        eprintln!(
+            "wrote {} ({written} bytes, {} bit/s, {} s)",
+            args.out.display(),
+            args.bitrate,
+            args.duration
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

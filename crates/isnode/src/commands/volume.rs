@@ -40,11 +40,20 @@ pub fn create(root: &Path, args: &CreateArgs) -> anyhow::Result<ExitCode> {
 /// `volume check [--repair]`: exit status 0 when clean (or fully repaired), 1 while damage remains.
 pub fn check(root: &Path, args: &CheckArgs) -> anyhow::Result<ExitCode> {
     let mut vol = Volume::open(root).with_context(|| format!("opening {}", root.display()))?;
-    let report = isnode_store::check(&mut vol, CheckOptions { repair: args.repair }, &mut |_| {})
-        .context("checking the volume")?;
+    let report = isnode_store::check(
+        &mut vol,
+        CheckOptions {
+            repair: args.repair,
+        },
+        &mut |_| {},
+    )
+    .context("checking the volume")?;
     let after = if args.repair && !report.damage.is_empty() && report.unrecoverable.is_empty() {
         // Verify the repair with a fresh pass.
-        Some(isnode_store::check(&mut vol, CheckOptions { repair: false }, &mut |_| {}).context("re-checking")?)
+        Some(
+            isnode_store::check(&mut vol, CheckOptions { repair: false }, &mut |_| {})
+                .context("re-checking")?,
+        )
     } else {
         None
     };
@@ -59,13 +68,27 @@ pub fn check(root: &Path, args: &CheckArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let damaged = after.as_ref().unwrap_or(&report).damaged();
-    Ok(if damaged { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if damaged {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn print_report(r: &CheckReport) {
-    println!("checked {} objects, {} blocks, {} packets", r.objects, r.blocks, r.packets);
+    println!(
+        "checked {} objects, {} blocks, {} packets",
+        r.objects, r.blocks, r.packets
+    );
     for p in &r.member_problems {
-        println!("  {p}{}", if r.members_repaired { " (recreated)" } else { "" });
+        println!(
+            "  {p}{}",
+            if r.members_repaired {
+                " (recreated)"
+            } else {
+                ""
+            }
+        );
     }
     for d in &r.damage {
         println!(
@@ -80,6 +103,13 @@ fn print_report(r: &CheckReport) {
         println!("  DATA LOSS: {u}");
     }
     if !r.damaged() {
-        println!("  {}", if r.damage.is_empty() && r.member_problems.is_empty() { "clean" } else { "all damage repaired" });
+        println!(
+            "  {}",
+            if r.damage.is_empty() && r.member_problems.is_empty() {
+                "clean"
+            } else {
+                "all damage repaired"
+            }
+        );
     }
 }
