@@ -1,6 +1,7 @@
 //! One module per subcommand; each is a thin shell over the library crates.
 
 mod bench;
+mod bench_serve;
 mod demo;
 mod ingest;
 mod objects;
@@ -20,6 +21,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cat(args) => objects::cat(&cli.volume, &args),
         Command::GenTs(args) => objects::gen_ts(&args),
         Command::Bench(BenchCommand::Codec(args)) => bench::codec(&args),
+        Command::Bench(BenchCommand::Serve(args)) => bench_serve::run(&args),
         Command::Demo(args) => demo::run(&cli.volume, &args),
     }
 }

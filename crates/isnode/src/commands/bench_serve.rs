@@ -1,0 +1,339 @@
+//! `isnode bench serve`: the send engines side by side, in one run, on the same objects.
+//!
+//! For each engine a fresh `isnode serve` child process is started on the same
+//! volume; `--streams` sessions are opened and run for `--seconds`; the
+//! server's CPU time (user + sys, from /proc) is divided by the bytes
+//! delivered. Sinks:
+//! - `loopback`: real UDP receivers in this process (measures the whole system:
+//!   on loopback the sender's system call also pays for delivery);
+//! - `ifb`: a network namespace made for the run, where UDP to the client's
+//!   address is routed into an `ifb` device that drops it (measures the
+//!   server's send path alone; with `ethtool` present, segmentation offload is
+//!   turned off so GSO runs are segmented in software as on a NIC without it).
+
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use isnode_store::{IngestOptions, Volume, VolumeParams};
+use serde::Serialize;
+
+use crate::cli::{ServeBenchArgs, Sink};
+
+const NETNS_ENV: &str = "ISNODE_BENCH_NETNS";
+/// The client's address inside the benchmark namespace (never leaves it).
+const NETNS_CLIENT_IP: &str = "10.77.0.2";
+
+/// Per-engine results.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineResult {
+    engine: String,
+    streams: usize,
+    seconds: f64,
+    delivered_bytes: u64,
+    delivered_packets: u64,
+    server_cpu_s: f64,
+    cpu_s_per_gb: f64,
+    packets_per_s: f64,
+    delivered_bps: f64,
+    ratio_to_traditional: Option<f64>,
+}
+
+/// `bench serve`.
+pub fn run(args: &ServeBenchArgs) -> anyhow::Result<ExitCode> {
+    if args.sink == Sink::Ifb && std::env::var_os(NETNS_ENV).is_none() {
+        return run_in_netns();
+    }
+    let dir = tempfile::tempdir().context("creating a scratch volume")?;
+    let vol_dir = dir.path().join("vol");
+    let objects = prepare_volume(&vol_dir, args)?;
+    let host = if args.sink == Sink::Ifb { NETNS_CLIENT_IP } else { "127.0.0.1" };
+    let mut results = Vec::new();
+    for engine in &args.engines {
+        eprintln!("bench serve: engine {engine}, {} streams for {} s", args.streams, args.seconds);
+        let r = run_engine(&vol_dir, host, engine, &objects, args).with_context(|| format!("engine {engine}"))?;
+        results.push(r);
+    }
+    let trad = results.iter().find(|r| r.engine == "traditional").map(|r| r.cpu_s_per_gb);
+    for r in &mut results {
+        r.ratio_to_traditional = trad.filter(|t| *t > 0.0).map(|t| r.cpu_s_per_gb / t);
+    }
+    println!(
+        "{:<12} {:>8} {:>14} {:>12} {:>10} {:>12} {:>10} {:>8}",
+        "engine", "streams", "delivered_MB", "Mbit/s", "cpu_s", "cpu_s/GB", "kpkt/s", "vs_trad"
+    );
+    for r in &results {
+        println!(
+            "{:<12} {:>8} {:>14.1} {:>12.1} {:>10.3} {:>12.3} {:>10.1} {:>8}",
+            r.engine,
+            r.streams,
+            r.delivered_bytes as f64 / 1e6,
+            r.delivered_bps / 1e6,
+            r.server_cpu_s,
+            r.cpu_s_per_gb,
+            r.packets_per_s / 1e3,
+            r.ratio_to_traditional.map_or("-".into(), |x| format!("{x:.2}"))
+        );
+    }
+    let json = serde_json::json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "sink": format!("{:?}", args.sink).to_lowercase(),
+        "bitrate_bps": args.bitrate,
+        "results": results,
+    });
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&json)?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn prepare_volume(vol_dir: &Path, args: &ServeBenchArgs) -> anyhow::Result<Vec<String>> {
+    let mut vol = Volume::create(vol_dir, VolumeParams::default(), None)?;
+    let count = args.objects.clamp(1, args.streams.max(1));
+    let mut names = Vec::new();
+    for i in 0..count {
+        let cfg = isnode_media::TsGenConfig { bitrate_bps: args.bitrate, duration_s: args.seconds + 10.0, seed: i as u64 + 1 };
+        let mut bytes = Vec::new();
+        isnode_media::generate_ts(&cfg, &mut bytes)?;
+        let name = format!("bench-{i}.ts");
+        let opts = IngestOptions { name: name.clone(), bitrate_bps: args.bitrate, content_type: "video/mp2t".into(), replace: false };
+        isnode_store::ingest(&mut vol, &opts, &mut bytes.as_slice(), bytes.len() as u64, &mut |_| {})?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// Kills the server child when dropped.
+struct ServerChild(Child);
+
+impl Drop for ServerChild {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) on our child's pid.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn run_engine(vol_dir: &Path, host: &str, engine: &str, objects: &[String], args: &ServeBenchArgs) -> anyhow::Result<EngineResult> {
+    let port = TcpListener::bind((host, 0))?.local_addr()?.port();
+    let listen: SocketAddr = format!("{host}:{port}").parse()?;
+    let exe = std::env::current_exe()?;
+    let child = Command::new(exe)
+        .args(["--volume", &vol_dir.display().to_string(), "serve", "--listen", &listen.to_string(), "--engine", engine])
+        .args(["--max-bitrate", "1000000000000", "--max-sessions-per-client", "100000"])
+        .args(["--cache-size", &args.cache_size.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting isnode serve")?;
+    let server = ServerChild(child);
+    let base = format!("http://{listen}");
+    wait_ready(&base)?;
+
+    // Receivers.
+    let sink_counting = args.sink == Sink::Loopback;
+    let sockets: Vec<UdpSocket> = (0..args.streams)
+        .map(|_| {
+            let s = UdpSocket::bind((host, 0))?;
+            s.set_nonblocking(true)?;
+            Ok(s)
+        })
+        .collect::<std::io::Result<_>>()?;
+    let ports: Vec<u16> = sockets.iter().map(|s| s.local_addr().map(|a| a.port())).collect::<std::io::Result<_>>()?;
+    let bytes = Arc::new(AtomicU64::new(0));
+    let packets = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    if sink_counting {
+        let per = sockets.len().div_ceil(2).max(1);
+        let mut it = sockets.into_iter();
+        loop {
+            let chunk: Vec<UdpSocket> = it.by_ref().take(per).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            let (bytes, packets, stop) = (bytes.clone(), packets.clone(), stop.clone());
+            threads.push(std::thread::spawn(move || drain(chunk, &bytes, &packets, &stop)));
+        }
+    }
+
+    // Sessions, round robin over the objects.
+    let mut ids = Vec::new();
+    for (i, port) in ports.iter().enumerate() {
+        let body = serde_json::json!({ "object": objects[i % objects.len()], "port": port });
+        let mut resp = ureq::post(format!("{base}/v1/sessions")).send_json(&body).context("creating a session")?;
+        let v: serde_json::Value = resp.body_mut().read_json()?;
+        let id = v["id"].as_str().context("session id")?.to_string();
+        ids.push(id);
+    }
+    let keep = {
+        let (ids, base, stop) = (ids.clone(), base.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                for id in &ids {
+                    let _ = ureq::post(format!("{base}/v1/sessions/{id}/keepalive")).send_empty();
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+
+    // Warm up, then measure.
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = server.0.id();
+    let cpu0 = process_cpu_s(pid)?;
+    let (b0, p0) = delivered(sink_counting, &base, &bytes, &packets)?;
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(args.seconds));
+    let cpu1 = process_cpu_s(pid)?;
+    let (b1, p1) = delivered(sink_counting, &base, &bytes, &packets)?;
+    let secs = t0.elapsed().as_secs_f64();
+
+    stop.store(true, Ordering::Relaxed);
+    for id in &ids {
+        let _ = ureq::delete(format!("{base}/v1/sessions/{id}")).call();
+    }
+    let _ = keep.join();
+    for t in threads {
+        let _ = t.join();
+    }
+    drop(server);
+    let delivered_bytes = b1 - b0;
+    let cpu = cpu1 - cpu0;
+    if delivered_bytes == 0 {
+        bail!("nothing was delivered");
+    }
+    Ok(EngineResult {
+        engine: engine.to_string(),
+        streams: args.streams,
+        seconds: secs,
+        delivered_bytes,
+        delivered_packets: p1 - p0,
+        server_cpu_s: cpu,
+        cpu_s_per_gb: cpu / (delivered_bytes as f64 / 1e9),
+        packets_per_s: (p1 - p0) as f64 / secs,
+        delivered_bps: delivered_bytes as f64 * 8.0 / secs,
+        ratio_to_traditional: None,
+    })
+}
+
+fn wait_ready(base: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if ureq::get(format!("{base}/v1/objects")).call().is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the server did not answer on {base} within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn drain(sockets: Vec<UdpSocket>, bytes: &AtomicU64, packets: &AtomicU64, stop: &AtomicBool) {
+    let mut buf = vec![0u8; 65536];
+    while !stop.load(Ordering::Relaxed) {
+        let mut any = false;
+        for s in &sockets {
+            // Bounded per socket per pass so every socket gets its turn.
+            for _ in 0..256 {
+                match s.recv(&mut buf) {
+                    Ok(n) => {
+                        bytes.fetch_add(n as u64, Ordering::Relaxed);
+                        packets.fetch_add(1, Ordering::Relaxed);
+                        any = true;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        if !any {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+}
+
+/// Bytes and packets delivered so far: counted by our receivers, or (ifb sink) sent
+/// by the server as its metrics say, all of which the sink takes.
+fn delivered(counting: bool, base: &str, bytes: &AtomicU64, packets: &AtomicU64) -> anyhow::Result<(u64, u64)> {
+    if counting {
+        return Ok((bytes.load(Ordering::Relaxed), packets.load(Ordering::Relaxed)));
+    }
+    let text = ureq::get(format!("{base}/metrics")).call()?.body_mut().read_to_string()?;
+    let sum = |metric: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with(metric) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    Ok((sum("isnode_bytes_sent_total"), sum("isnode_packets_sent_total")))
+}
+
+/// user + sys CPU seconds of a process, from /proc/PID/stat.
+fn process_cpu_s(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat.rsplit_once(')').map(|(_, r)| r).context("parsing /proc stat")?;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After the command name: state is field 3; utime and stime are fields 14 and 15.
+    let utime: u64 = fields.get(11).context("utime")?.parse()?;
+    let stime: u64 = fields.get(12).context("stime")?.parse()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok((utime + stime) as f64 / hz)
+}
+
+/// The sink device created inside the benchmark namespace.
+const IFB_DEV: &str = "isnb0";
+
+/// Sets up a namespace whose UDP to the client goes into an ifb sink, re-runs this command inside, and tears it down.
+fn run_in_netns() -> anyhow::Result<ExitCode> {
+    let ns = format!("isnode-bench-{}", std::process::id());
+    let sh = |cmd: &str| -> anyhow::Result<()> {
+        let status = Command::new("sh").arg("-c").arg(cmd).status().with_context(|| format!("running {cmd}"))?;
+        if !status.success() {
+            bail!("`{cmd}` failed ({status}); the ifb sink needs root and iproute2");
+        }
+        Ok(())
+    };
+    let x = format!("ip netns exec {ns}");
+    sh(&format!("ip netns add {ns}"))?;
+    let result = (|| -> anyhow::Result<ExitCode> {
+        sh(&format!("{x} ip link set lo up"))?;
+        sh(&format!("{x} ip link add {IFB_DEV} type ifb"))?;
+        sh(&format!("{x} ip link set {IFB_DEV} up"))?;
+        sh(&format!("{x} ip addr add {NETNS_CLIENT_IP}/32 dev lo"))?;
+        sh(&format!("{x} ip route add {NETNS_CLIENT_IP}/32 dev {IFB_DEV} table 100"))?;
+        // UDP to the client goes to the sink; everything else (the HTTP control) stays local.
+        sh(&format!("{x} ip rule add pref 10 ipproto udp to {NETNS_CLIENT_IP} lookup 100"))?;
+        sh(&format!("{x} ip rule del pref 0"))?;
+        sh(&format!("{x} ip rule add pref 100 lookup local"))?;
+        let software_gso = sh(&format!("{x} ethtool -K {IFB_DEV} tx-udp-segmentation off >/dev/null 2>&1")).is_ok();
+        eprintln!(
+            "bench serve: ifb sink in namespace {ns}; GSO segmentation {}",
+            if software_gso { "in software (offload off)" } else { "as the device offers (ethtool missing)" }
+        );
+        let exe: PathBuf = std::env::current_exe()?;
+        let status = Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .arg(exe)
+            .args(std::env::args_os().skip(1))
+            .env(NETNS_ENV, &ns)
+            .status()
+            .context("running the benchmark inside the namespace")?;
+        Ok(if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    })();
+    let _ = sh(&format!("ip netns del {ns}"));
+    result
+}
