@@ -235,6 +235,8 @@ struct Slot {
     seen: [u64; 4],
     /// Number of bits set in `seen`.
     distinct: u32,
+    /// One past the highest ESI seen.
+    high: u32,
     state: State,
 }
 
@@ -243,6 +245,7 @@ impl Slot {
         Slot {
             seen: [0; 4],
             distinct: 0,
+            high: 0,
             state: State::Collecting {
                 buf: Vec::new(),
                 present: Vec::new(),
@@ -270,10 +273,8 @@ pub struct Receiver {
     /// Set by [`Receiver::finish`]: everything not decoded is lost.
     finished: bool,
     slots: BTreeMap<u32, Slot>,
-    /// Distinct valid symbols of slots already retired from `slots`.
-    retired_distinct: u64,
-    /// Encoding symbols of the codewords released so far.
-    expected_released: u64,
+    /// Symbols missing from codewords retired from `slots` or released without any symbol.
+    missing_retired: u64,
     stats: ReceiverStats,
     fdt_packets: Vec<Vec<u8>>,
     fdt_instance: Option<u32>,
@@ -325,8 +326,7 @@ impl Receiver {
             max_sbn: None,
             finished: false,
             slots: BTreeMap::new(),
-            retired_distinct: 0,
-            expected_released: 0,
+            missing_retired: 0,
             stats,
             fdt_packets: Vec::new(),
             fdt_instance: None,
@@ -394,6 +394,7 @@ impl Receiver {
         }
         slot.seen[word] |= bit;
         slot.distinct += 1;
+        slot.high = slot.high.max(u32::from(id.esi) + 1);
         self.stats.packets_valid += 1;
         let State::Collecting { buf, present } = &mut slot.state else {
             return PacketClass::Redundant;
@@ -529,9 +530,10 @@ impl Receiver {
             return None;
         }
         let offset = self.partition.block_offset(sbn);
-        let k = self.partition.source_symbols(sbn);
-        self.expected_released += u64::from(k + self.params.repair_symbols);
         self.next_release += 1;
+        if !self.slots.contains_key(&sbn) {
+            self.missing_retired += u64::from(self.encoding_symbols(sbn));
+        }
         let out = match self.slots.get_mut(&sbn) {
             Some(slot) if decoded => {
                 let State::Decoded(bytes) = std::mem::replace(&mut slot.state, State::Released)
@@ -565,24 +567,37 @@ impl Receiver {
             if !released || (!self.finished && u64::from(sbn) + horizon >= max) {
                 break;
             }
-            if let Some((_, slot)) = self.slots.pop_first() {
-                self.retired_distinct += u64::from(slot.distinct);
+            if let Some((sbn, slot)) = self.slots.pop_first() {
+                self.missing_retired +=
+                    u64::from(self.encoding_symbols(sbn).saturating_sub(slot.distinct));
             }
         }
     }
 
-    /// Counters so far (`packets_lost` counts the codewords released so far).
+    /// Number of encoding symbols n = k + m of codeword `sbn`.
+    fn encoding_symbols(&self, sbn: u32) -> u32 {
+        self.partition.source_symbols(sbn) + self.params.repair_symbols
+    }
+
+    /// Counters so far. `packets_lost` covers the released codewords: all n symbols of a
+    /// codeword the stream has moved past (or after [`Receiver::finish`]) are expected; of a
+    /// codeword just decoded, only those below the highest ESI seen (its remaining repair
+    /// symbols may still be on their way, or were never waited for).
     pub fn stats(&self) -> ReceiverStats {
         let mut s = self.stats.clone();
-        let released_distinct: u64 = self
+        let recent: u64 = self
             .slots
             .range(..self.next_release)
-            .map(|(_, slot)| u64::from(slot.distinct))
-            .sum::<u64>()
-            + self.retired_distinct;
-        s.packets_lost = self
-            .expected_released
-            .saturating_sub(released_distinct + s.packets_corrupt);
+            .map(|(&sbn, slot)| {
+                let expected = if self.finished {
+                    self.encoding_symbols(sbn)
+                } else {
+                    slot.high
+                };
+                u64::from(expected.saturating_sub(slot.distinct))
+            })
+            .sum();
+        s.packets_lost = (self.missing_retired + recent).saturating_sub(s.packets_corrupt);
         s
     }
 }
