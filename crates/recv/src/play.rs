@@ -80,8 +80,8 @@ pub struct PlayArgs {
     #[arg(long, default_value_t = 0)]
     pub port: u16,
 
-    /// Local address to receive on; default: the loopback address if the server is on
-    /// loopback, else the unspecified address of the server's family.
+    /// Local address to receive on; default: 127.0.0.1 if the server is on IPv4 loopback,
+    /// else the unspecified address of the server's family (`[::]` is dual-stack).
     #[arg(long, value_name = "IP")]
     pub bind: Option<IpAddr>,
 
@@ -384,8 +384,9 @@ pub fn play(args: &PlayArgs) -> anyhow::Result<PlayStats> {
         None => {
             let server = control.server_addr()?;
             match server.ip() {
-                ip if ip.is_loopback() => ip,
+                IpAddr::V4(ip) if ip.is_loopback() => IpAddr::V4(Ipv4Addr::LOCALHOST),
                 IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                // Dual-stack: receives whether the HTTP connection went over IPv6 or IPv4.
                 IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
             }
         }
@@ -542,7 +543,7 @@ fn run_session(
     grow_recv_buffer(socket, 8 << 20);
     set_poll_timeout(socket, Duration::from_millis(50))?;
     // FDT packets may be a little longer than data packets: leave room.
-    let slot = DATA_HEADER_LEN + p.symbol_len as usize + 256;
+    let slot = (DATA_HEADER_LEN + p.symbol_len as usize + 256).max(2048);
     let mut batch = Batch::new(32, slot);
     let mut received: u64 = 0;
     let start = Instant::now();
@@ -587,7 +588,10 @@ fn run_session(
             break EndReason::Complete;
         }
     };
-    rx.finish();
+    if !rx.is_complete() {
+        // The stream is over: whatever is not decoded now never will be.
+        rx.finish();
+    }
     while let Some(piece) = rx.poll_output() {
         if tx.send(piece).is_err() {
             break;
@@ -682,5 +686,100 @@ fn assemble(
         paced: t.paced,
         duration_s: t.requested.elapsed().as_secs_f64(),
         end_reason: t.end_reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{Args, Command, FromArgMatches};
+
+    fn parse(argv: &[&str]) -> PlayArgs {
+        let cmd = PlayArgs::augment_args(Command::new("play"));
+        cmd.clone().debug_assert();
+        let m = cmd.try_get_matches_from(argv).unwrap();
+        PlayArgs::from_arg_matches(&m).unwrap()
+    }
+
+    #[test]
+    fn cli_defaults_match_new() {
+        let a = parse(&["play", "movie.ts"]);
+        let b = PlayArgs::new("movie.ts");
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    }
+
+    #[test]
+    fn cli_options() {
+        let a = parse(&[
+            "play",
+            "m",
+            "--server",
+            "http://[::1]:9",
+            "--out",
+            "-",
+            "--stats-json",
+            "s.json",
+            "--loss",
+            "0.1",
+            "--burst",
+            "3",
+            "--corrupt",
+            "0.01",
+            "--seed",
+            "7",
+            "--as-fast-as-possible",
+            "--port",
+            "7002",
+            "--bind",
+            "127.0.0.1",
+            "--session-port",
+            "7001",
+            "--start-codeword",
+            "4",
+            "--timeout-s",
+            "2.5",
+            "--prebuffer-ms",
+            "300",
+            "--loss-horizon",
+            "3",
+            "--max-seconds",
+            "60",
+        ]);
+        assert_eq!(a.session_port, Some(7001));
+        assert_eq!(a.port, 7002);
+        assert_eq!(a.burst, Some(3.0));
+        assert!(a.as_fast_as_possible);
+        assert_eq!(a.out.as_deref(), Some(Path::new("-")));
+        let help = PlayArgs::augment_args(Command::new("play"))
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--session-port"), "{help}");
+        assert!(help.contains("isnode relay --listen"), "{help}");
+    }
+
+    #[test]
+    fn relay_cli() {
+        use crate::relay::RelayArgs;
+        let cmd = RelayArgs::augment_args(Command::new("relay"));
+        cmd.clone().debug_assert();
+        let m = cmd
+            .try_get_matches_from([
+                "relay",
+                "--listen",
+                "127.0.0.1:7001",
+                "--to",
+                "127.0.0.1:7002",
+                "--loss",
+                "0.05",
+                "--burst",
+                "2",
+            ])
+            .unwrap();
+        let r = RelayArgs::from_arg_matches(&m).unwrap();
+        assert_eq!(r.to.port(), 7002);
+        assert_eq!(r.loss, 0.05);
+        assert!(RelayArgs::augment_args(Command::new("relay"))
+            .try_get_matches_from(["relay", "--listen", "127.0.0.1:1"])
+            .is_err());
     }
 }
