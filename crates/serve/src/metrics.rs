@@ -1,0 +1,274 @@
+//! Server counters and their Prometheus text rendering.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use serde::Serialize;
+
+use crate::EngineKind;
+
+/// The admission limits a session can be refused for (`limit` of a 503 answer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// `--max-bitrate`: the sum of admitted sessions' send rates.
+    MaxBitrateBps,
+    /// `--cache-size`: the block pool cannot hold every session's working set.
+    CacheSizeBytes,
+    /// `--max-sessions-per-client`: sessions per client IP address.
+    MaxSessionsPerClient,
+}
+
+impl Limit {
+    /// All limits.
+    pub const ALL: [Limit; 3] = [
+        Limit::MaxBitrateBps,
+        Limit::CacheSizeBytes,
+        Limit::MaxSessionsPerClient,
+    ];
+
+    /// The name used in the API and in metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::MaxBitrateBps => "max_bitrate_bps",
+            Limit::CacheSizeBytes => "cache_size_bytes",
+            Limit::MaxSessionsPerClient => "max_sessions_per_client",
+        }
+    }
+}
+
+/// Live counters, shared by the data plane and the control API.
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    pub sessions_started: AtomicU64,
+    pub sessions_ended: AtomicU64,
+    pub sessions_expired: AtomicU64,
+    pub refused: [AtomicU64; 3],
+    pub packets: [AtomicU64; 4],
+    pub bytes: [AtomicU64; 4],
+    pub send_errors: AtomicU64,
+    pub member_errors: Vec<AtomicU64>,
+    pub member_logged: Vec<AtomicBool>,
+    pub symbols_rebuilt: AtomicU64,
+    pub packets_skipped: AtomicU64,
+    pub zc_sends: AtomicU64,
+    pub zc_copied: AtomicU64,
+}
+
+/// A point-in-time copy of the server's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct MetricsSnapshot {
+    /// Sessions currently streaming.
+    pub sessions_active: u64,
+    /// Sessions admitted since start.
+    pub sessions_started: u64,
+    /// Sessions that ended because no keepalive came in time.
+    pub sessions_expired: u64,
+    /// Refusals per limit: `max_bitrate_bps`, `cache_size_bytes`, `max_sessions_per_client`.
+    pub sessions_refused: [u64; 3],
+    /// Packets sent per engine: gso, uring-zc, sendmmsg, traditional.
+    pub packets_sent: [u64; 4],
+    /// UDP payload bytes sent per engine (same order).
+    pub bytes_sent: [u64; 4],
+    /// Send calls that failed.
+    pub send_errors: u64,
+    /// Cache lookups served from memory.
+    pub cache_hits: u64,
+    /// Cache lookups that read a block.
+    pub cache_misses: u64,
+    /// Bytes of the pool holding blocks.
+    pub cache_bytes: u64,
+    /// Size of the pool.
+    pub cache_pool_bytes: u64,
+    /// Bytes read from disk into the pool.
+    pub cache_read_bytes: u64,
+    /// Failed block reads per member.
+    pub member_errors: Vec<u64>,
+    /// Symbols rebuilt from the other members and sent.
+    pub symbols_rebuilt: u64,
+    /// Packets not sent because they could neither be read nor rebuilt (or by `send-available`).
+    pub packets_skipped: u64,
+    /// io_uring zero-copy sends completed.
+    pub zc_sends: u64,
+    /// Of those, sends the kernel reported as copied (not zero-copy).
+    pub zc_copied: u64,
+}
+
+impl MetricsSnapshot {
+    /// Packets sent by all engines.
+    pub fn total_packets(&self) -> u64 {
+        self.packets_sent.iter().sum()
+    }
+
+    /// Bytes sent by all engines.
+    pub fn total_bytes(&self) -> u64 {
+        self.bytes_sent.iter().sum()
+    }
+}
+
+impl Metrics {
+    pub fn new(members: u32) -> Metrics {
+        Metrics {
+            sessions_started: AtomicU64::new(0),
+            sessions_ended: AtomicU64::new(0),
+            sessions_expired: AtomicU64::new(0),
+            refused: Default::default(),
+            packets: Default::default(),
+            bytes: Default::default(),
+            send_errors: AtomicU64::new(0),
+            member_errors: (0..members).map(|_| AtomicU64::new(0)).collect(),
+            member_logged: (0..members).map(|_| AtomicBool::new(false)).collect(),
+            symbols_rebuilt: AtomicU64::new(0),
+            packets_skipped: AtomicU64::new(0),
+            zc_sends: AtomicU64::new(0),
+            zc_copied: AtomicU64::new(0),
+        }
+    }
+
+    pub fn sent(&self, engine: EngineKind, packets: u64, bytes: u64) {
+        self.packets[engine.index()].fetch_add(packets, Ordering::Relaxed);
+        self.bytes[engine.index()].fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub fn refused(&self, limit: Limit) {
+        let i = Limit::ALL.iter().position(|l| *l == limit).unwrap_or(0);
+        self.refused[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a failed read on `member`; logs the first one of each member.
+    pub fn member_error(&self, member: u32, why: &str) {
+        if let Some(c) = self.member_errors.get(member as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(l) = self.member_logged.get(member as usize) {
+            if !l.swap(true, Ordering::Relaxed) {
+                tracing::error!(
+                    member,
+                    "member failed while serving, streams continue from the other members: {why}"
+                );
+            }
+        }
+    }
+}
+
+/// Renders a snapshot in the Prometheus text exposition format.
+pub(crate) fn render(s: &MetricsSnapshot) -> String {
+    let mut o = String::new();
+    let mut one = |name: &str, kind: &str, help: &str, v: u64| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    };
+    one(
+        "isnode_sessions_active",
+        "gauge",
+        "Sessions currently streaming.",
+        s.sessions_active,
+    );
+    one(
+        "isnode_sessions_started_total",
+        "counter",
+        "Sessions admitted.",
+        s.sessions_started,
+    );
+    one(
+        "isnode_sessions_expired_total",
+        "counter",
+        "Sessions ended for lack of keepalive.",
+        s.sessions_expired,
+    );
+    one(
+        "isnode_cache_hits_total",
+        "counter",
+        "Block lookups served from the pool.",
+        s.cache_hits,
+    );
+    one(
+        "isnode_cache_misses_total",
+        "counter",
+        "Block lookups that read from disk.",
+        s.cache_misses,
+    );
+    one(
+        "isnode_cache_bytes",
+        "gauge",
+        "Bytes of the pool holding blocks.",
+        s.cache_bytes,
+    );
+    one(
+        "isnode_cache_pool_bytes",
+        "gauge",
+        "Size of the block pool.",
+        s.cache_pool_bytes,
+    );
+    one(
+        "isnode_cache_read_bytes_total",
+        "counter",
+        "Bytes read from the members into the pool.",
+        s.cache_read_bytes,
+    );
+    one(
+        "isnode_symbols_rebuilt_total",
+        "counter",
+        "Symbols rebuilt from the other members and sent.",
+        s.symbols_rebuilt,
+    );
+    one(
+        "isnode_packets_skipped_total",
+        "counter",
+        "Packets neither readable nor rebuilt.",
+        s.packets_skipped,
+    );
+    one(
+        "isnode_send_errors_total",
+        "counter",
+        "Failed send calls.",
+        s.send_errors,
+    );
+    one(
+        "isnode_zerocopy_sends_total",
+        "counter",
+        "io_uring zero-copy sends completed.",
+        s.zc_sends,
+    );
+    one(
+        "isnode_zerocopy_copied_total",
+        "counter",
+        "io_uring zero-copy sends the kernel reported as copied.",
+        s.zc_copied,
+    );
+    let _ = writeln!(
+        o,
+        "# HELP isnode_sessions_refused_total Sessions refused by admission control.\n# TYPE isnode_sessions_refused_total counter"
+    );
+    for (l, v) in Limit::ALL.iter().zip(s.sessions_refused) {
+        let _ = writeln!(
+            o,
+            "isnode_sessions_refused_total{{limit=\"{}\"}} {v}",
+            l.name()
+        );
+    }
+    for (name, help, vals) in [
+        (
+            "isnode_packets_sent_total",
+            "UDP datagrams sent.",
+            &s.packets_sent,
+        ),
+        (
+            "isnode_bytes_sent_total",
+            "UDP payload bytes sent.",
+            &s.bytes_sent,
+        ),
+    ] {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (e, v) in EngineKind::ALL.iter().zip(vals) {
+            let _ = writeln!(o, "{name}{{engine=\"{}\"}} {v}", e.name());
+        }
+    }
+    let _ = writeln!(
+        o,
+        "# HELP isnode_member_errors_total Failed block reads per member.\n# TYPE isnode_member_errors_total counter"
+    );
+    for (m, v) in s.member_errors.iter().enumerate() {
+        let _ = writeln!(o, "isnode_member_errors_total{{member=\"{m}\"}} {v}");
+    }
+    o
+}

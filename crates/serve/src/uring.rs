@@ -1,0 +1,222 @@
+//! The `uring-zc` engine: io_uring `SEND_ZC` straight from the registered pool buffers,
+//! with the GSO segment size set on the socket (an io_uring send carries no cmsg), so one
+//! submission sends a whole run. A buffer stays pinned until the kernel's notification
+//! says it no longer uses the memory; the notification also tells whether the kernel
+//! really sent from our pages or had to copy them (`IORING_NOTIF_USAGE_ZC_COPIED`: always
+//! the case on loopback, where the receiving socket gets the data through a copy).
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, types, IoUring};
+
+use crate::cache::{Cache, Pinned};
+use crate::net::{self, RawAddr};
+use crate::Shared;
+
+/// Most buffers io_uring lets a ring register.
+const MAX_REGISTERED: usize = 1 << 14;
+const RING_ENTRIES: u32 = 256;
+/// `IORING_SEND_ZC_REPORT_USAGE` (Linux 6.2): report in the notification whether data was copied.
+const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
+/// `IORING_NOTIF_USAGE_ZC_COPIED`: set in a notification's result when the kernel copied.
+const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
+
+/// True if this kernel lets us create a ring that supports `SEND_ZC`.
+pub(crate) fn available() -> bool {
+    let Ok(ring) = IoUring::new(8) else {
+        return false;
+    };
+    let mut probe = io_uring::Probe::new();
+    if ring.submitter().register_probe(&mut probe).is_err() {
+        return false;
+    }
+    probe.is_supported(opcode::SendZc::CODE)
+}
+
+struct InFlight {
+    _pin: Pinned,
+    /// The destination must stay valid until the kernel has consumed the submission.
+    _addr: Box<RawAddr>,
+}
+
+/// One data-plane thread's io_uring sender.
+pub(crate) struct UringSender {
+    ring: IoUring,
+    registered: usize,
+    sockets: HashMap<(bool, usize), UdpSocket>,
+    inflight: HashMap<u64, InFlight>,
+    next_id: u64,
+    sh: Arc<Shared>,
+    logged_copy: bool,
+    logged_zc: bool,
+    /// Keeps the registered memory alive as long as the ring (declared after it: dropped after).
+    _cache: Cache,
+}
+
+impl UringSender {
+    /// A ring with the pool's buffers registered (as many as io_uring allows).
+    pub(crate) fn new(cache: &Cache, sh: Arc<Shared>) -> io::Result<UringSender> {
+        let ring = IoUring::new(RING_ENTRIES)?;
+        let mut iovecs = cache.iovecs();
+        iovecs.truncate(MAX_REGISTERED);
+        // SAFETY: the iovecs point into the pool, which `_cache` keeps alive for the ring's life.
+        let registered = match unsafe { ring.submitter().register_buffers(&iovecs) } {
+            Ok(()) => iovecs.len(),
+            Err(e) => {
+                tracing::warn!("io_uring: registering the block pool failed ({e}); sending without fixed buffers");
+                0
+            }
+        };
+        Ok(UringSender {
+            ring,
+            registered,
+            sockets: HashMap::new(),
+            inflight: HashMap::new(),
+            next_id: 1,
+            sh,
+            logged_copy: false,
+            logged_zc: false,
+            _cache: cache.clone(),
+        })
+    }
+
+    /// Sends still waiting for their notification.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    fn socket(&mut self, dest: &SocketAddr, seg: usize) -> io::Result<i32> {
+        let key = (dest.is_ipv6(), seg);
+        if let Some(s) = self.sockets.get(&key) {
+            return Ok(s.as_raw_fd());
+        }
+        let s = net::send_socket(dest)?;
+        net::set_gso_size(&s, u16::try_from(seg).map_err(io::Error::other)?)?;
+        let fd = s.as_raw_fd();
+        self.sockets.insert(key, s);
+        Ok(fd)
+    }
+
+    /// Queues a zero-copy send of `pin[range]` (a run of `seg`-byte packets) to `dest`.
+    pub(crate) fn send(
+        &mut self,
+        dest: &SocketAddr,
+        raw: &RawAddr,
+        pin: Pinned,
+        range: Range<usize>,
+        seg: usize,
+    ) -> io::Result<()> {
+        assert!(range.len() <= net::MAX_SEND_BYTES && range.end <= pin.bytes().len());
+        let fd = self.socket(dest, seg)?;
+        let addr = Box::new(*raw);
+        let data = &pin.bytes()[range];
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut op = opcode::SendZc::new(types::Fd(fd), data.as_ptr(), data.len() as u32)
+            .dest_addr(addr.as_ptr())
+            .dest_addr_len(addr.len())
+            .zc_flags(IORING_SEND_ZC_REPORT_USAGE);
+        if (pin.slot() as usize) < self.registered {
+            op = op.buf_index(Some(pin.slot() as u16));
+        }
+        let sqe = op.build().user_data(id);
+        self.inflight.insert(
+            id,
+            InFlight {
+                _pin: pin,
+                _addr: addr,
+            },
+        );
+        for attempt in 0..100 {
+            // SAFETY: the buffer (pinned) and the address (boxed) live in `inflight` until
+            // the kernel's last completion for this id.
+            if unsafe { self.ring.submission().push(&sqe) }.is_ok() {
+                return Ok(());
+            }
+            if attempt > 0 {
+                // Submission queue full with completions pending: wait for one.
+                self.ring.submit_and_wait(1)?;
+            } else {
+                self.ring.submit()?;
+            }
+            self.reap();
+        }
+        self.inflight.remove(&id);
+        Err(io::Error::other("io_uring submission queue stays full"))
+    }
+
+    /// Submits queued sends and handles completions.
+    pub(crate) fn flush(&mut self) {
+        if let Err(e) = self.ring.submit() {
+            tracing::warn!("io_uring submit: {e}");
+        }
+        self.reap();
+    }
+
+    fn reap(&mut self) {
+        let mut done = Vec::new();
+        for cqe in self.ring.completion() {
+            let id = cqe.user_data();
+            let res = cqe.result();
+            let flags = cqe.flags();
+            if cqueue::notif(flags) {
+                self.sh.metrics.zc_sends.fetch_add(1, Ordering::Relaxed);
+                if (res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0 {
+                    self.sh.metrics.zc_copied.fetch_add(1, Ordering::Relaxed);
+                    if !self.logged_copy {
+                        self.logged_copy = true;
+                        tracing::warn!(
+                            "uring-zc: the kernel COPIED the data instead of sending from the pool \
+                             (always so on loopback, or with a NIC lacking scatter-gather/checksum offload): \
+                             zero-copy is not effective on this path"
+                        );
+                    }
+                } else if !self.logged_zc {
+                    self.logged_zc = true;
+                    tracing::info!("uring-zc: zero-copy confirmed by the kernel (data sent from the pool's pages)");
+                }
+                done.push(id);
+            } else {
+                if res < 0 {
+                    let e = io::Error::from_raw_os_error(-res);
+                    if self.sh.metrics.send_errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                        tracing::warn!("uring-zc send failed: {e}");
+                    }
+                }
+                if !cqueue::more(flags) {
+                    done.push(id);
+                }
+            }
+        }
+        for id in done {
+            self.inflight.remove(&id);
+        }
+    }
+
+    /// Waits (bounded) until the kernel has released every buffer.
+    pub(crate) fn drain(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !self.inflight.is_empty() && Instant::now() < deadline {
+            let _ = self.ring.submitter().submit_with_args(
+                1,
+                &types::SubmitArgs::new().timespec(&types::Timespec::new().nsec(10_000_000)),
+            );
+            self.reap();
+        }
+        if !self.inflight.is_empty() {
+            tracing::warn!(
+                "uring-zc: {} sends still in flight at shutdown; leaking their buffers",
+                self.inflight.len()
+            );
+            // The kernel may still read these pages: never free them.
+            std::mem::forget(std::mem::take(&mut self.inflight));
+        }
+    }
+}

@@ -1,0 +1,612 @@
+//! In-process end-to-end tests on loopback: a real server on a temporary volume, real UDP
+//! receivers, a raw HTTP/1.1 client.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use isnode_serve::{start, Degraded, EngineKind, ServeArgs, ServerHandle};
+use isnode_store::{ingest, IngestOptions, Layout, Volume, VolumeParams};
+use serde_json::Value;
+
+/// 6 members, k <= 20, m = 4, 1024-byte symbols, 7 packets per 8 KiB block.
+fn params() -> VolumeParams {
+    VolumeParams {
+        symbol_len: 1024,
+        source_symbols: 20,
+        repair_symbols: 4,
+        members: 6,
+        block_len: 8192,
+    }
+}
+
+fn data(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}
+
+/// A volume with objects `(name, bytes, bitrate)`.
+fn volume(objects: &[(&str, usize, u64)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut vol = Volume::create(dir.path(), params(), None).unwrap();
+    for (i, (name, len, bitrate)) in objects.iter().enumerate() {
+        let bytes = data(*len, i as u32 + 1);
+        let opts = IngestOptions {
+            name: name.to_string(),
+            bitrate_bps: *bitrate,
+            content_type: "video/mp2t".into(),
+            replace: false,
+        };
+        ingest(&mut vol, &opts, &mut &bytes[..], *len as u64, &mut |_| {}).unwrap();
+    }
+    dir
+}
+
+fn args(engine: EngineKind) -> ServeArgs {
+    ServeArgs {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        engine,
+        cache_size: 2 << 20,
+        threads: Some(2),
+        ..ServeArgs::default()
+    }
+}
+
+/// One HTTP/1.1 request; returns (status, body).
+fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let body = body.unwrap_or("");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let text = String::from_utf8_lossy(&resp).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    (status, body)
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    for _ in 0..10_000 {
+        let Some((len, rest)) = s.split_once("\r\n") else {
+            break;
+        };
+        let n = usize::from_str_radix(len.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}
+
+fn json(s: &str) -> Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+fn receiver() -> UdpSocket {
+    let r = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let size: libc::c_int = 16 << 20;
+    // SAFETY: setsockopt on a valid socket with an int value.
+    unsafe {
+        libc::setsockopt(
+            r.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&raw const size).cast(),
+            4,
+        );
+        libc::setsockopt(
+            r.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&raw const size).cast(),
+            4,
+        );
+    }
+    r.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    r
+}
+
+fn create(server: &ServerHandle, object: &str, port: u16) -> (u16, Value) {
+    let (st, body) = http(
+        server.local_addr(),
+        "POST",
+        "/v1/sessions",
+        Some(&format!(r#"{{"object": "{object}", "port": {port}}}"#)),
+    );
+    (st, json(&body))
+}
+
+/// Receives datagrams until `done(packets)` or `limit` passes; calls `tick` on each packet.
+fn receive(
+    r: &UdpSocket,
+    limit: Duration,
+    mut tick: impl FnMut(usize),
+    done: impl Fn(&[Vec<u8>]) -> bool,
+) -> Vec<Vec<u8>> {
+    let deadline = Instant::now() + limit;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 65536];
+    while Instant::now() < deadline && !done(&out) {
+        if let Ok(n) = r.recv(&mut buf) {
+            out.push(buf[..n].to_vec());
+            tick(out.len());
+        }
+    }
+    out
+}
+
+/// Data packets by (sbn, esi), verifying each one's CRC and identifiers; FDT packets counted.
+fn classify(packets: &[Vec<u8>], tsi: u32, toi: u32) -> (BTreeMap<(u32, u8), Vec<u8>>, usize) {
+    let mut data = BTreeMap::new();
+    let mut fdt = 0;
+    for p in packets {
+        let a = isnode_wire::parse_packet(p).expect("every packet parses");
+        assert_eq!(
+            a.crc,
+            isnode_wire::CrcStatus::Valid,
+            "every packet has a valid CRC32C"
+        );
+        assert_eq!(a.lct.tsi, u64::from(tsi));
+        if a.lct.toi == 0 {
+            fdt += 1;
+            continue;
+        }
+        let d = isnode_wire::parse_data_packet(p).unwrap();
+        assert_eq!(d.id.toi, toi);
+        assert!(
+            data.insert((d.id.sbn, d.id.esi), p.clone()).is_none(),
+            "duplicate packet {:?}",
+            d.id
+        );
+    }
+    (data, fdt)
+}
+
+/// The stored packets of an object, read straight from the segment files.
+fn stored(dir: &Path, name: &str) -> (BTreeMap<(u32, u8), Vec<u8>>, Layout) {
+    let vol = Volume::open(dir).unwrap();
+    let rec = vol.object(name).unwrap();
+    let layout = Layout::new(*vol.params(), rec.size_bytes).unwrap();
+    let p = vol.params().packet_len() as usize;
+    let mut out = BTreeMap::new();
+    for sbn in 0..layout.codewords() {
+        for m in 0..vol.params().members {
+            let run = layout.member_run(sbn, m);
+            let f = std::fs::File::open(vol.segment_path(m, rec.toi)).unwrap();
+            for esi in run.esis.clone() {
+                let (block, off) =
+                    layout.packet_position(run.first_packet + u64::from(esi - run.esis.start));
+                let mut buf = vec![0u8; p];
+                f.read_exact_at(&mut buf, block * 8192 + off as u64)
+                    .unwrap();
+                out.insert((sbn, esi as u8), buf);
+            }
+        }
+    }
+    (out, layout)
+}
+
+fn metric(server: &ServerHandle, line: &str) -> u64 {
+    let (st, body) = http(server.local_addr(), "GET", "/metrics", None);
+    assert_eq!(st, 200);
+    body.lines()
+        .find_map(|l| {
+            l.strip_prefix(line)
+                .map(|v| v.trim().parse::<u64>().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no {line} in\n{body}"))
+}
+
+#[test]
+fn objects_api_and_bad_requests() {
+    let dir = volume(&[("a.ts", 30_000, 1_000_000), ("b.ts", 5_000, 2_000_000)]);
+    let server = start(dir.path(), &args(EngineKind::Gso)).unwrap();
+    let addr = server.local_addr();
+    let (st, body) = http(addr, "GET", "/v1/objects", None);
+    assert_eq!(st, 200);
+    let list = json(&body);
+    assert_eq!(list.as_array().unwrap().len(), 2);
+    let (st, body) = http(addr, "GET", "/v1/objects/a.ts", None);
+    assert_eq!(st, 200);
+    let o = json(&body);
+    assert_eq!(o["size_bytes"], 30_000);
+    assert_eq!(o["bitrate_bps"], 1_000_000);
+    assert_eq!(o["symbol_size"], 1024);
+    assert_eq!(o["source_symbols"], 20);
+    assert_eq!(o["repair_symbols"], 4);
+    assert_eq!(o["codewords"], 2);
+    assert!(o["tsi"].as_u64().unwrap() > 0 && o["toi"].as_u64().unwrap() > 0);
+    let (st, body) = http(addr, "GET", "/v1/objects/nope", None);
+    assert_eq!(st, 404);
+    assert!(json(&body)["error"].is_string());
+    for bad in [
+        r#"{"object": "a.ts", "port": 0}"#,
+        r#"{"object": "a.ts"}"#,
+        r#"{"object": "a.ts", "port": 70000}"#,
+        r#"not json"#,
+        r#"{"object": "a.ts", "port": 9, "start_codeword": 2}"#,
+    ] {
+        let (st, body) = http(addr, "POST", "/v1/sessions", Some(bad));
+        assert_eq!(st, 400, "{bad}: {body}");
+        assert!(json(&body)["error"].is_string());
+    }
+    let (st, _) = http(
+        addr,
+        "POST",
+        "/v1/sessions",
+        Some(r#"{"object": "zz", "port": 9}"#),
+    );
+    assert_eq!(st, 404);
+    let (st, _) = http(addr, "POST", "/v1/sessions/0123/keepalive", None);
+    assert_eq!(st, 404);
+    let (st, _) = http(addr, "DELETE", "/v1/sessions/0123", None);
+    assert_eq!(st, 404);
+    let (st, body) = http(addr, "GET", "/nothing", None);
+    assert_eq!(st, 404);
+    assert!(json(&body)["error"].is_string());
+    server.shutdown();
+}
+
+/// Streams `name` with `engine` and returns what arrived plus the session answer.
+fn stream_all(
+    dir: &Path,
+    engine: EngineKind,
+    name: &str,
+) -> (Vec<Vec<u8>>, Value, isnode_serve::MetricsSnapshot) {
+    let (expected, _) = stored(dir, name);
+    let server = start(dir, &args(engine)).unwrap();
+    let r = receiver();
+    let (st, s) = create(&server, name, r.local_addr().unwrap().port());
+    assert_eq!(st, 201, "{s}");
+    let want = expected.len();
+    let packets = receive(&r, Duration::from_secs(15), |_| {}, |p| p.len() > want);
+    // Late or duplicate packets would show up here.
+    let extra = receive(&r, Duration::from_millis(200), |_| {}, |_| false);
+    let mut all = packets;
+    all.extend(extra);
+    let m = server.metrics();
+    server.shutdown();
+    (all, s, m)
+}
+
+#[test]
+fn every_engine_delivers_the_stored_packets() {
+    let dir = volume(&[("movie.ts", 120_000, 8_000_000)]);
+    let (expected, layout) = stored(dir.path(), "movie.ts");
+    assert_eq!(layout.codewords(), 6);
+    let mut results = HashMap::new();
+    for engine in EngineKind::ALL {
+        let (packets, s, m) = stream_all(dir.path(), engine, "movie.ts");
+        let tsi = s["object"]["tsi"].as_u64().unwrap() as u32;
+        let toi = s["object"]["toi"].as_u64().unwrap() as u32;
+        let (got, fdt) = classify(&packets, tsi, toi);
+        assert!(fdt >= 1, "{engine:?}: the FDT is sent");
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            expected.keys().collect::<Vec<_>>(),
+            "{engine:?}: every packet of every codeword, once"
+        );
+        assert!(
+            got == expected,
+            "{engine:?}: packets byte-identical to the stored ones"
+        );
+        let sent = m.packets_sent[engine.index()];
+        assert!(sent >= expected.len() as u64, "{engine:?} counted {sent}");
+        if engine == EngineKind::UringZc {
+            assert!(m.zc_sends > 0, "uring-zc notifications seen");
+            // On loopback the kernel always copies: the engine must say so.
+            assert_eq!(m.zc_copied, m.zc_sends);
+        }
+        results.insert(engine, got);
+    }
+    // The FDT XML names the object with its FEC parameters.
+    let (_, s, _) = stream_all(dir.path(), EngineKind::Gso, "movie.ts");
+    let xml = s["fdt_xml"].as_str().unwrap();
+    let fdt = isnode_wire::fdt::FdtInstance::from_xml(xml.as_bytes()).unwrap();
+    assert_eq!(fdt.files[0].content_location, "movie.ts");
+    assert_eq!(fdt.files[0].transfer_length, 120_000);
+    assert_eq!(s["fec"]["encoding_id"], 5);
+    assert_eq!(s["fec"]["max_encoding_symbols"], 24);
+}
+
+#[test]
+fn per_client_limit_delete_and_done() {
+    let dir = volume(&[("slow.ts", 60_000, 400_000)]);
+    let mut a = args(EngineKind::Gso);
+    a.max_sessions_per_client = Some(1);
+    let server = start(dir.path(), &a).unwrap();
+    let addr = server.local_addr();
+    let r = receiver();
+    // Fields naming another destination are ignored: packets go to the peer.
+    let (st, body) = http(
+        addr,
+        "POST",
+        "/v1/sessions",
+        Some(&format!(
+            r#"{{"object": "slow.ts", "port": {}, "address": "10.9.9.9", "destination": "10.9.9.9:9"}}"#,
+            r.local_addr().unwrap().port()
+        )),
+    );
+    assert_eq!(st, 201, "{body}");
+    let s = json(&body);
+    assert_eq!(
+        s["destination"].as_str().unwrap(),
+        r.local_addr().unwrap().to_string()
+    );
+    assert!(s["send_rate_bps"].as_u64().unwrap() > 400_000);
+    let id = s["id"].as_str().unwrap().to_string();
+    let (st, body) = create(&server, "slow.ts", 9);
+    assert_eq!(st, 503, "{body}");
+    assert_eq!(body["limit"], "max_sessions_per_client");
+    assert_eq!(body["value"], 1);
+    assert!(body["error"]
+        .as_str()
+        .unwrap()
+        .contains("admission refused"));
+    let (st, body) = http(addr, "GET", &format!("/v1/sessions/{id}"), None);
+    assert_eq!(st, 200);
+    assert_eq!(json(&body)["state"], "streaming");
+    assert_eq!(
+        http(addr, "POST", &format!("/v1/sessions/{id}/keepalive"), None).0,
+        204
+    );
+    // Some packets arrive, then DELETE stops the stream.
+    let got = receive(&r, Duration::from_secs(5), |_| {}, |p| p.len() >= 5);
+    assert!(got.len() >= 5);
+    assert_eq!(
+        http(addr, "DELETE", &format!("/v1/sessions/{id}"), None).0,
+        204
+    );
+    assert_eq!(
+        http(addr, "GET", &format!("/v1/sessions/{id}"), None).0,
+        404
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    while r.recv(&mut [0u8; 2048]).is_ok() {}
+    let after = receive(&r, Duration::from_millis(400), |_| {}, |_| false);
+    assert!(after.is_empty(), "packets after DELETE: {}", after.len());
+    assert_eq!(
+        metric(
+            &server,
+            "isnode_sessions_refused_total{limit=\"max_sessions_per_client\"}"
+        ),
+        1
+    );
+    // The slot is free again; a finished session is reported done.
+    let dir2 = volume(&[("tiny.ts", 3_000, 8_000_000)]);
+    drop(server);
+    let server = start(dir2.path(), &a).unwrap();
+    let (st, s) = create(&server, "tiny.ts", r.local_addr().unwrap().port());
+    assert_eq!(st, 201);
+    let id = s["id"].as_str().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (st, body) = http(
+            server.local_addr(),
+            "GET",
+            &format!("/v1/sessions/{id}"),
+            None,
+        );
+        assert_eq!(st, 200);
+        let v = json(&body);
+        if v["state"] == "done" {
+            assert_eq!(v["next_codeword"], 1);
+            assert!(v["packets_sent"].as_u64().unwrap() >= 7);
+            break;
+        }
+        assert!(Instant::now() < deadline, "session never done");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        http(
+            server.local_addr(),
+            "POST",
+            &format!("/v1/sessions/{id}/keepalive"),
+            None
+        )
+        .0,
+        404
+    );
+}
+
+#[test]
+fn session_without_keepalive_ends() {
+    let dir = volume(&[("long.ts", 200_000, 200_000)]);
+    let mut a = args(EngineKind::Gso);
+    a.session_timeout_ms = 400;
+    let server = start(dir.path(), &a).unwrap();
+    let addr = server.local_addr();
+    let r1 = receiver();
+    let r2 = receiver();
+    let (st, s1) = create(&server, "long.ts", r1.local_addr().unwrap().port());
+    assert_eq!(st, 201);
+    let (st, s2) = create(&server, "long.ts", r2.local_addr().unwrap().port());
+    assert_eq!(st, 201);
+    let id1 = s1["id"].as_str().unwrap().to_string();
+    let id2 = s2["id"].as_str().unwrap().to_string();
+    // Keep session 2 alive for 1.2 s; session 1 gets no keepalive.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(1200) {
+        assert_eq!(
+            http(addr, "POST", &format!("/v1/sessions/{id2}/keepalive"), None).0,
+            204
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        http(addr, "GET", &format!("/v1/sessions/{id1}"), None).0,
+        404
+    );
+    assert_eq!(
+        http(addr, "GET", &format!("/v1/sessions/{id2}"), None).0,
+        200
+    );
+    assert_eq!(server.metrics().sessions_expired, 1);
+    assert_eq!(server.metrics().sessions_active, 1);
+    // Session 1 stopped: nothing more arrives; session 2 still streams.
+    while r1.recv(&mut [0u8; 2048]).is_ok() {}
+    assert!(receive(&r1, Duration::from_millis(300), |_| {}, |_| false).is_empty());
+    assert!(!receive(&r2, Duration::from_millis(300), |_| {}, |p| !p.is_empty()).is_empty());
+}
+
+#[test]
+fn admission_refuses_bitrate_and_cache() {
+    let dir = volume(&[("a.ts", 100_000, 1_000_000), ("b.ts", 100_000, 1_000_000)]);
+    let mut a = args(EngineKind::Gso);
+    a.max_bitrate = Some(2_000_000);
+    let server = start(dir.path(), &a).unwrap();
+    let (st, s) = create(&server, "a.ts", 9);
+    assert_eq!(st, 201, "{s}");
+    let (st, body) = create(&server, "b.ts", 9);
+    assert_eq!(st, 503);
+    assert_eq!(body["limit"], "max_bitrate_bps");
+    assert_eq!(body["value"], 2_000_000);
+    // The admitted session keeps streaming.
+    let id = s["id"].as_str().unwrap();
+    let (_, b) = http(
+        server.local_addr(),
+        "GET",
+        &format!("/v1/sessions/{id}"),
+        None,
+    );
+    assert_eq!(json(&b)["state"], "streaming");
+    drop(server);
+
+    // A pool of 16 blocks: each session at a distinct position needs about 6-12.
+    let mut a = args(EngineKind::Gso);
+    a.cache_size = 16 * 8192;
+    let server = start(dir.path(), &a).unwrap();
+    let mut refused = None;
+    for i in 0..4 {
+        let obj = if i % 2 == 0 { "a.ts" } else { "b.ts" };
+        let (st, body) = create(&server, obj, 9);
+        if st == 503 {
+            refused = Some(body);
+            break;
+        }
+        assert_eq!(st, 201);
+    }
+    let body = refused.expect("the pool must refuse at some point");
+    assert_eq!(body["limit"], "cache_size_bytes");
+    assert_eq!(body["value"], 16 * 8192);
+    assert_eq!(server.metrics().sessions_refused, [0, 1, 0]);
+}
+
+#[test]
+fn viewers_of_one_title_share_one_copy() {
+    let dir = volume(&[("pop.ts", 100_000, 8_000_000)]);
+    let server = start(dir.path(), &args(EngineKind::Gso)).unwrap();
+    let receivers: Vec<UdpSocket> = (0..4).map(|_| receiver()).collect();
+    for r in &receivers {
+        let (st, _) = create(&server, "pop.ts", r.local_addr().unwrap().port());
+        assert_eq!(st, 201);
+    }
+    let (expected, layout) = stored(dir.path(), "pop.ts");
+    for r in &receivers {
+        let got = receive(
+            r,
+            Duration::from_secs(10),
+            |_| {},
+            |p| p.len() > expected.len(),
+        );
+        assert!(got.len() > expected.len());
+    }
+    let blocks: u64 = (0..params().members).map(|m| layout.member_blocks(m)).sum();
+    let m = server.metrics();
+    assert_eq!(
+        m.cache_misses, blocks,
+        "each block read once for all viewers"
+    );
+    assert_eq!(m.cache_read_bytes, blocks * 8192);
+}
+
+#[test]
+fn a_member_lost_mid_stream_is_rebuilt() {
+    for degraded in [Degraded::Rebuild, Degraded::SendAvailable] {
+        let dir = volume(&[("big.ts", 600_000, 16_000_000)]);
+        let (expected, layout) = stored(dir.path(), "big.ts");
+        let mut a = args(EngineKind::Gso);
+        a.degraded = degraded;
+        let server = start(dir.path(), &a).unwrap();
+        let r = receiver();
+        let (st, s) = create(&server, "big.ts", r.local_addr().unwrap().port());
+        assert_eq!(st, 201);
+        let member_dir = dir.path().join("members/2");
+        let mut removed = false;
+        let packets = receive(
+            &r,
+            Duration::from_secs(15),
+            |n| {
+                if n == 30 && !removed {
+                    std::fs::remove_dir_all(&member_dir).unwrap();
+                    removed = true;
+                }
+            },
+            |p| p.len() > expected.len(),
+        );
+        let mut all = packets;
+        all.extend(receive(&r, Duration::from_millis(300), |_| {}, |_| false));
+        assert!(removed);
+        let tsi = s["object"]["tsi"].as_u64().unwrap() as u32;
+        let toi = s["object"]["toi"].as_u64().unwrap() as u32;
+        let (got, _) = classify(&all, tsi, toi);
+        let m = server.metrics();
+        assert!(m.member_errors[2] > 0, "{degraded:?}: member error counted");
+        assert_eq!(m.member_errors.iter().sum::<u64>(), m.member_errors[2]);
+        for sbn in 0..layout.codewords() {
+            let k = layout.source_symbols(sbn);
+            let n = layout.encoding_symbols(sbn);
+            let esis: BTreeSet<u8> = got
+                .keys()
+                .filter(|(c, _)| *c == sbn)
+                .map(|(_, e)| *e)
+                .collect();
+            match degraded {
+                // Every packet arrives, the lost member's ones rebuilt byte-identical.
+                Degraded::Rebuild => assert_eq!(esis.len() as u32, n, "codeword {sbn}"),
+                Degraded::SendAvailable => assert!(esis.len() as u32 >= k, "codeword {sbn}"),
+            }
+        }
+        for (key, p) in &got {
+            assert_eq!(
+                Some(p),
+                expected.get(key),
+                "{key:?} differs from the stored packet"
+            );
+        }
+        match degraded {
+            Degraded::Rebuild => assert!(m.symbols_rebuilt > 0),
+            Degraded::SendAvailable => assert!(m.packets_skipped > 0 && m.symbols_rebuilt == 0),
+        }
+        assert!(metric(&server, "isnode_member_errors_total{member=\"2\"}") > 0);
+    }
+}
