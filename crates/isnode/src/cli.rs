@@ -10,7 +10,12 @@ use clap::{Args, Parser, Subcommand};
 #[command(name = "isnode", version, about, propagate_version = true)]
 pub struct Cli {
     /// Volume directory.
-    #[arg(long, global = true, default_value = "./isnode-data", env = "ISNODE_VOLUME")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "./isnode-data",
+        env = "ISNODE_VOLUME"
+    )]
     pub volume: PathBuf,
     /// What to do.
     #[command(subcommand)]
@@ -31,6 +36,12 @@ pub enum Command {
     Cat(CatArgs),
     /// Write a constant-bitrate MPEG-TS test stream.
     GenTs(GenTsArgs),
+    /// Serve stored objects: HTTP control API and paced UDP streams of prefabricated packets.
+    Serve(isnode_serve::ServeArgs),
+    /// Receive an object from a server, repair loss with FEC, write the original bytes.
+    Play(isnode_recv::PlayArgs),
+    /// A lossy UDP relay for tests (this kernel has no netem).
+    Relay(isnode_recv::RelayArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -139,6 +150,50 @@ pub struct GenTsArgs {
 pub enum BenchCommand {
     /// Reed-Solomon encode and worst-case decode throughput, per core.
     Codec(CodecBenchArgs),
+    /// The send engines side by side: server CPU per delivered GB.
+    Serve(ServeBenchArgs),
+}
+
+/// Where `bench serve` sends its streams.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sink {
+    /// Real receivers on loopback (measures the whole system).
+    Loopback,
+    /// An ifb device in a network namespace made for the run (measures the server's send path).
+    Ifb,
+}
+
+/// `bench serve`.
+#[derive(Args, Debug)]
+pub struct ServeBenchArgs {
+    /// Engines to compare, in order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "gso,uring-zc,sendmmsg,traditional"
+    )]
+    pub engines: Vec<String>,
+    /// Concurrent sessions per engine.
+    #[arg(long, default_value_t = 50)]
+    pub streams: usize,
+    /// Bitrate of each stream's object.
+    #[arg(long, default_value_t = 8_000_000)]
+    pub bitrate: u64,
+    /// Measured seconds per engine (after 1 s of warm-up).
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Distinct objects the sessions are spread over.
+    #[arg(long, default_value_t = 4)]
+    pub objects: usize,
+    /// Server block cache size in bytes.
+    #[arg(long, default_value_t = 512 << 20)]
+    pub cache_size: u64,
+    /// Where the packets go.
+    #[arg(long, value_enum, default_value_t = Sink::Loopback)]
+    pub sink: Sink,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// `bench codec`.
@@ -162,6 +217,10 @@ pub struct CodecBenchArgs {
     /// Also write the report as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Compare, in the same run on the same data, our codec with every kernel the CPU
+    /// supports and the peer codecs (reed-solomon-erasure, reed-solomon-simd, flute, ISA-L).
+    #[arg(long)]
+    pub compare: bool,
 }
 
 /// `demo`.

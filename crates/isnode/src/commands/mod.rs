@@ -5,6 +5,7 @@ mod bench_serve;
 mod demo;
 mod ingest;
 mod objects;
+mod stream;
 mod volume;
 
 use std::process::ExitCode;
@@ -20,6 +21,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ls(args) => objects::ls(&cli.volume, &args),
         Command::Cat(args) => objects::cat(&cli.volume, &args),
         Command::GenTs(args) => objects::gen_ts(&args),
+        Command::Serve(args) => stream::serve(&cli.volume, &args),
+        Command::Play(args) => stream::play(&args),
+        Command::Relay(args) => stream::relay(&args),
         Command::Bench(BenchCommand::Codec(args)) => bench::codec(&args),
         Command::Bench(BenchCommand::Serve(args)) => bench_serve::run(&args),
         Command::Demo(args) => demo::run(&cli.volume, &args),
