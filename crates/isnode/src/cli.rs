@@ -227,7 +227,7 @@ pub struct CodecBenchArgs {
 #[derive(Args, Debug)]
 pub struct DemoArgs {
     /// Length of the generated test stream in seconds.
-    #[arg(long, default_value_t = 20.0)]
+    #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
     /// Bitrate of the generated test stream.
     #[arg(long, default_value_t = 4_000_000)]
