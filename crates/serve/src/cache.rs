@@ -189,9 +189,9 @@ impl Cache {
         let mut mem = AlignedBuf::new(block_len * slots as usize);
         let bytes = mem.as_mut_slice();
         for page in bytes.chunks_mut(4096) {
-            page[0] = 0;
-            // Keep the write: a write of 0 to a zero page still faults it in.
-            std::hint::black_box(&page[0]);
+            // A (volatile, so never elided) write of 0 still faults the page in.
+            // SAFETY: the pointer is valid for writes (a page of our own buffer).
+            unsafe { std::ptr::write_volatile(page.as_mut_ptr(), 0) };
         }
         let base = bytes.as_mut_ptr();
         let metas = (0..slots)

@@ -314,9 +314,12 @@ impl Worker {
 
     fn send_fdt(&mut self, a: &Active) {
         let obj = a.s.object.clone();
+        // Counted under the session's engine (the FDT is a few small datagrams: sendto).
         let engine = match self.mode {
             Mode::Traditional => EngineKind::Traditional,
-            _ => EngineKind::Gso,
+            Mode::Uring(_) => EngineKind::UringZc,
+            Mode::Mmsg => EngineKind::Sendmmsg,
+            Mode::Gso => EngineKind::Gso,
         };
         for p in &obj.fdt_packets {
             let r = self

@@ -145,7 +145,8 @@ fn create(server: &ServerHandle, object: &str, port: u16) -> (u16, Value) {
     (st, json(&body))
 }
 
-/// Receives datagrams until `done(packets)` or `limit` passes; calls `tick` on each packet.
+/// Receives datagrams until `done(packets)`, `limit` passes, or (once something arrived)
+/// the stream has been silent for 700 ms; calls `tick` on each packet.
 fn receive(
     r: &UdpSocket,
     limit: Duration,
@@ -155,10 +156,14 @@ fn receive(
     let deadline = Instant::now() + limit;
     let mut out = Vec::new();
     let mut buf = vec![0u8; 65536];
+    let mut last = Instant::now();
     while Instant::now() < deadline && !done(&out) {
         if let Ok(n) = r.recv(&mut buf) {
             out.push(buf[..n].to_vec());
+            last = Instant::now();
             tick(out.len());
+        } else if !out.is_empty() && last.elapsed() > Duration::from_millis(700) {
+            break;
         }
     }
     out
