@@ -98,6 +98,12 @@ fn router(sh: Arc<Shared>) -> Router {
         .route("/v1/sessions/{id}/keepalive", post(keepalive))
         .route("/metrics", get(metrics))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such resource") })
+        .method_not_allowed_fallback(|| async {
+            error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method not allowed on this resource",
+            )
+        })
         .with_state(sh)
 }
 

@@ -275,6 +275,9 @@ fn objects_api_and_bad_requests() {
     assert_eq!(st, 404);
     let (st, _) = http(addr, "DELETE", "/v1/sessions/0123", None);
     assert_eq!(st, 404);
+    let (st, body) = http(addr, "PUT", "/v1/objects", None);
+    assert_eq!(st, 405);
+    assert!(json(&body)["error"].is_string());
     let (st, body) = http(addr, "GET", "/nothing", None);
     assert_eq!(st, 404);
     assert!(json(&body)["error"].is_string());
