@@ -1,9 +1,12 @@
 //! isnode benchmarks: measurement code called by `isnode bench ...`.
 //!
 //! Each benchmark is a library function returning a serialisable report, so the CLI can print
-//! a table or write JSON. See [`codec`] for the Reed-Solomon codec benchmark.
+//! a table or write JSON. See [`codec`] for the Reed-Solomon codec benchmark and [`peers`] for
+//! the codecs it compares ours with.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod codec;
+pub mod cputime;
+pub mod peers;

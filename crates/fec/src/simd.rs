@@ -50,7 +50,11 @@ pub(crate) struct Tile {
 /// `G` outputs, one 64-byte column at `off`. `mats` holds `k * G` affine matrices, `[j][o]`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
-unsafe fn tile_gfni512<const G: usize, const ACC: bool>(mats: &[u64], p: &Ptrs, off: usize) {
+unsafe fn tile_gfni512<const G: usize, const ACC: bool, const PF: bool>(
+    mats: &[u64],
+    p: &Ptrs,
+    off: usize,
+) {
     let k = p.inputs.len();
     let m = mats.as_ptr();
     let mut acc = [_mm512_setzero_si512(); G];
@@ -63,6 +67,13 @@ unsafe fn tile_gfni512<const G: usize, const ACC: bool>(mats: &[u64], p: &Ptrs, 
     while j + 1 < k {
         let s0 = _mm512_loadu_si512(p.inputs.get_unchecked(j).add(off).cast());
         let s1 = _mm512_loadu_si512(p.inputs.get_unchecked(j + 1).add(off).cast());
+        if PF {
+            // The next column of these inputs, for the next pass (no fault: a hint).
+            _mm_prefetch::<_MM_HINT_T0>(p.inputs.get_unchecked(j).wrapping_add(off + 64).cast());
+            _mm_prefetch::<_MM_HINT_T0>(
+                p.inputs.get_unchecked(j + 1).wrapping_add(off + 64).cast(),
+            );
+        }
         let m0 = m.add(j * G);
         let m1 = m.add((j + 1) * G);
         for (o, a) in acc.iter_mut().enumerate() {
@@ -102,12 +113,17 @@ pub(crate) unsafe fn matrix_gfni512<const ACC: bool>(
                 inputs: p.inputs,
                 outputs: &p.outputs[t.row0..t.row0 + t.size],
             };
-            match t.size {
-                16 => tile_gfni512::<16, ACC>(c, &q, off),
-                8 => tile_gfni512::<8, ACC>(c, &q, off),
-                4 => tile_gfni512::<4, ACC>(c, &q, off),
-                2 => tile_gfni512::<2, ACC>(c, &q, off),
-                _ => tile_gfni512::<1, ACC>(c, &q, off),
+            let first = t.row0 == 0;
+            match (t.size, first) {
+                (16, true) => tile_gfni512::<16, ACC, true>(c, &q, off),
+                (16, false) => tile_gfni512::<16, ACC, false>(c, &q, off),
+                (8, true) => tile_gfni512::<8, ACC, true>(c, &q, off),
+                (8, false) => tile_gfni512::<8, ACC, false>(c, &q, off),
+                (4, true) => tile_gfni512::<4, ACC, true>(c, &q, off),
+                (4, false) => tile_gfni512::<4, ACC, false>(c, &q, off),
+                (2, true) => tile_gfni512::<2, ACC, true>(c, &q, off),
+                (2, false) => tile_gfni512::<2, ACC, false>(c, &q, off),
+                _ => tile_gfni512::<1, ACC, false>(c, &q, off),
             }
         }
         off += 64;

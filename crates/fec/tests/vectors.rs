@@ -1,17 +1,19 @@
 //! Interoperability: isnode-fec parity must be byte-identical to zfec's (and so to Rizzo's
 //! fec.c and OpenFEC), for the vectors in `tests/vectors/zfec.txt` (see its README).
 
-use isnode_fec::Code;
+use isnode_fec::{Code, Kernel};
 use sha2::{Digest, Sha256};
 
 const FIXTURE: &str = include_str!("vectors/zfec.txt");
 
 /// Expected content of one repair symbol.
+#[derive(Clone)]
 enum Expected {
     Bytes(Vec<u8>),
     Sha256(String),
 }
 
+#[derive(Clone)]
 struct Case {
     k: usize,
     n: usize,
@@ -92,8 +94,10 @@ fn parse_fixture() -> Vec<Case> {
 }
 
 /// All n symbols of a case, encoded by isnode-fec.
-fn encode_case(case: &Case) -> (Code, Vec<Vec<u8>>) {
-    let code = Code::new(case.k, case.n).expect("valid shape");
+fn encode_case(case: &Case, kernel: Kernel) -> (Code, Vec<Vec<u8>>) {
+    let code = Code::new(case.k, case.n)
+        .expect("valid shape")
+        .with_kernel(kernel);
     let stream = splitmix64_bytes(case.seed, case.k * case.symbol_len_bytes);
     assert_eq!(
         hex_encode(&Sha256::digest(&stream)),
@@ -114,6 +118,14 @@ fn encode_case(case: &Case) -> (Code, Vec<Vec<u8>>) {
     }
     symbols.extend(repair);
     (code, symbols)
+}
+
+/// Every case under every kernel this CPU supports.
+fn every_kernel(cases: Vec<Case>) -> Vec<(Kernel, Case)> {
+    Kernel::supported()
+        .into_iter()
+        .flat_map(|kernel| cases.iter().map(move |c| (kernel, c.clone())))
+        .collect()
 }
 
 #[test]
@@ -139,14 +151,14 @@ fn fixture_covers_the_required_shapes() {
 
 #[test]
 fn repair_symbols_match_zfec_byte_for_byte() {
-    for case in parse_fixture() {
-        let (_, symbols) = encode_case(&case);
+    for (kernel, case) in every_kernel(parse_fixture()) {
+        let (_, symbols) = encode_case(&case, kernel);
         for (esi, expected) in &case.repair {
             let ours = &symbols[*esi];
             match expected {
                 Expected::Bytes(bytes) => assert!(
                     ours == bytes,
-                    "k={} n={} ESI {esi}: ours {} zfec {}",
+                    "{kernel:?} k={} n={} ESI {esi}: ours {} zfec {}",
                     case.k,
                     case.n,
                     hex_encode(ours),
@@ -155,7 +167,7 @@ fn repair_symbols_match_zfec_byte_for_byte() {
                 Expected::Sha256(hash) => assert_eq!(
                     &hex_encode(&Sha256::digest(ours)),
                     hash,
-                    "k={} n={} ESI {esi}: sha256 differs from zfec",
+                    "{kernel:?} k={} n={} ESI {esi}: sha256 differs from zfec",
                     case.k,
                     case.n
                 ),
@@ -166,22 +178,25 @@ fn repair_symbols_match_zfec_byte_for_byte() {
 
 #[test]
 fn encode_symbol_matches_zfec_for_single_esi() {
-    for case in parse_fixture().into_iter().filter(|c| c.n > c.k) {
-        let (code, symbols) = encode_case(&case);
+    for (kernel, case) in every_kernel(parse_fixture()) {
+        if case.n == case.k {
+            continue;
+        }
+        let (code, symbols) = encode_case(&case, kernel);
         let source: Vec<&[u8]> = symbols[..case.k].iter().map(Vec::as_slice).collect();
         let esi = case.n - 1;
         let mut out = vec![0xEE; case.symbol_len_bytes];
         code.encode_symbol(&source, esi, &mut out)
             .expect("encode_symbol");
-        assert_eq!(out, symbols[esi], "k={} n={}", case.k, case.n);
+        assert_eq!(out, symbols[esi], "{kernel:?} k={} n={}", case.k, case.n);
     }
 }
 
 #[test]
 fn zfec_vectors_decode_after_random_erasures() {
     let mut rng_state = 0x5EED_u64;
-    for case in parse_fixture() {
-        let (code, original) = encode_case(&case);
+    for (kernel, case) in every_kernel(parse_fixture()) {
+        let (code, original) = encode_case(&case, kernel);
         let patterns = if case.symbol_len_bytes > 1000 { 3 } else { 8 };
         for pattern in 0..patterns {
             // Draw a loss count in 0..=n-k (the first pattern always loses the maximum)
@@ -213,7 +228,7 @@ fn zfec_vectors_decode_after_random_erasures() {
                 .expect("enough symbols");
             assert!(
                 shards == original,
-                "k={} n={} lost {:?}",
+                "{kernel:?} k={} n={} lost {:?}",
                 case.k,
                 case.n,
                 &positions[..loss]

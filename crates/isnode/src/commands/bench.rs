@@ -6,18 +6,35 @@ use anyhow::Context;
 
 use crate::cli::CodecBenchArgs;
 
-/// `bench codec`.
+/// `bench codec`: our codec with the active kernel (`ISNODE_FEC_KERNEL` forces one), or with
+/// `--compare` every kernel beside the peer codecs.
 pub fn codec(args: &CodecBenchArgs) -> anyhow::Result<ExitCode> {
-    let cfg = isnode_bench::codec::CodecBenchConfig {
+    use isnode_bench::codec;
+    let cfg = codec::CodecBenchConfig {
         k: args.k,
         m: args.m,
         symbol_len_bytes: args.symbol_size,
         seconds: args.seconds,
         seed: args.seed,
     };
-    let report = isnode_bench::codec::run_codec_bench(&cfg).context("running the codec benchmark")?;
-    println!("{}", isnode_bench::codec::format_table(std::slice::from_ref(&report)));
-    let json = serde_json::to_string_pretty(&report)?;
+    let (reports, skipped) = if args.compare {
+        codec::run_compare(&cfg).context("running the codec comparison")?
+    } else {
+        let report = codec::run_codec_bench(&cfg).context("running the codec benchmark")?;
+        (vec![report], Vec::new())
+    };
+    println!(
+        "MB/s of source data per core (per CPU second of the benchmark thread); \
+         enc_x / dec_x: ratio to our fastest kernel"
+    );
+    print!("{}", codec::format_table(&reports));
+    for s in &skipped {
+        println!("skipped: {s}");
+    }
+    let json = serde_json::to_string_pretty(&serde_json::json!({
+        "reports": reports,
+        "skipped": skipped,
+    }))?;
     if let Some(path) = &args.json {
         std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
     } else {
