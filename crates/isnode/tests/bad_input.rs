@@ -337,7 +337,6 @@ fn full_disk() {
 /// An OS error appears once in a message, not repeated by each layer of the
 /// error chain ("...: Is a directory (os error 21): Is a directory (os error 21)").
 #[test]
-#[ignore = "known bug: StoreError::Io / MediaError::Io print their source in Display and also return it from source(), so `{err:#}` repeats it; run with --include-ignored"]
 fn os_errors_are_reported_once() {
     let (v, keep) = volume_with_object();
     let dir = v.dir.path().join("in/a-directory");

@@ -169,7 +169,6 @@ fn crash_while_replacing() {
 /// volume's tmp/ ("temporary files cleaned up"): the next open should remove it,
 /// also once the object has been replaced.
 #[test]
-#[ignore = "known bug: Volume::recover (crates/store/src/volume.rs) never removes tmp/ingest-TOI.lock of an ingest that died after its commit; run with --include-ignored"]
 fn stale_ingest_locks_are_removed() {
     let v = Vol::small();
     let data = common::random_bytes(31, 4 * SMALL_CODEWORD);

@@ -183,7 +183,7 @@ pub enum MediaError {
     #[error("invalid probe arguments: {0}")]
     InvalidArgument(String),
     /// Reading or writing failed.
-    #[error("media I/O error: {0}")]
+    #[error("media I/O error")]
     Io(#[from] io::Error),
 }
 

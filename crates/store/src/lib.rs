@@ -81,7 +81,7 @@ pub enum StoreError {
     #[error("corrupt volume: {0}")]
     Corrupt(String),
     /// A file-system operation failed.
-    #[error("{context}: {source}")]
+    #[error("{context}")]
     Io {
         /// What was being done, on which path.
         context: String,
@@ -90,7 +90,7 @@ pub enum StoreError {
         source: std::io::Error,
     },
     /// A catalog (SQLite) operation failed.
-    #[error("catalog, {context}: {source}")]
+    #[error("catalog, {context}")]
     Catalog {
         /// What was being done.
         context: String,

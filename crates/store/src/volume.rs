@@ -215,6 +215,21 @@ impl Volume {
             .iter()
             .map(|r| r.toi)
             .collect();
+        // Lock files of finished ingests (a crash after the commit leaves one behind).
+        if let Ok(entries) = fs::read_dir(self.root.join("tmp")) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let toi = name.to_str().and_then(|n| {
+                    n.strip_prefix("ingest-")?
+                        .strip_suffix(".lock")?
+                        .parse::<u32>()
+                        .ok()
+                });
+                if toi.is_some_and(|t| !writing.contains(&t)) {
+                    let _ = fs::remove_file(entry.path());
+                }
+            }
+        }
         for member in &self.members {
             for (dir, keep) in [("objects", &live), ("tmp", &writing)] {
                 let Ok(entries) = fs::read_dir(member.join(dir)) else {

@@ -51,14 +51,25 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<ExitCode> {
     let dir = tempfile::tempdir().context("creating a scratch volume")?;
     let vol_dir = dir.path().join("vol");
     let objects = prepare_volume(&vol_dir, args)?;
-    let host = if args.sink == Sink::Ifb { NETNS_CLIENT_IP } else { "127.0.0.1" };
+    let host = if args.sink == Sink::Ifb {
+        NETNS_CLIENT_IP
+    } else {
+        "127.0.0.1"
+    };
     let mut results = Vec::new();
     for engine in &args.engines {
-        eprintln!("bench serve: engine {engine}, {} streams for {} s", args.streams, args.seconds);
-        let r = run_engine(&vol_dir, host, engine, &objects, args).with_context(|| format!("engine {engine}"))?;
+        eprintln!(
+            "bench serve: engine {engine}, {} streams for {} s",
+            args.streams, args.seconds
+        );
+        let r = run_engine(&vol_dir, host, engine, &objects, args)
+            .with_context(|| format!("engine {engine}"))?;
         results.push(r);
     }
-    let trad = results.iter().find(|r| r.engine == "traditional").map(|r| r.cpu_s_per_gb);
+    let trad = results
+        .iter()
+        .find(|r| r.engine == "traditional")
+        .map(|r| r.cpu_s_per_gb);
     for r in &mut results {
         r.ratio_to_traditional = trad.filter(|t| *t > 0.0).map(|t| r.cpu_s_per_gb / t);
     }
@@ -76,7 +87,8 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<ExitCode> {
             r.server_cpu_s,
             r.cpu_s_per_gb,
             r.packets_per_s / 1e3,
-            r.ratio_to_traditional.map_or("-".into(), |x| format!("{x:.2}"))
+            r.ratio_to_traditional
+                .map_or("-".into(), |x| format!("{x:.2}"))
         );
     }
     let json = serde_json::json!({
@@ -86,7 +98,8 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<ExitCode> {
         "results": results,
     });
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&json)?).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -96,12 +109,27 @@ fn prepare_volume(vol_dir: &Path, args: &ServeBenchArgs) -> anyhow::Result<Vec<S
     let count = args.objects.clamp(1, args.streams.max(1));
     let mut names = Vec::new();
     for i in 0..count {
-        let cfg = isnode_media::TsGenConfig { bitrate_bps: args.bitrate, duration_s: args.seconds + 10.0, seed: i as u64 + 1 };
+        let cfg = isnode_media::TsGenConfig {
+            bitrate_bps: args.bitrate,
+            duration_s: args.seconds + 10.0,
+            seed: i as u64 + 1,
+        };
         let mut bytes = Vec::new();
         isnode_media::generate_ts(&cfg, &mut bytes)?;
         let name = format!("bench-{i}.ts");
-        let opts = IngestOptions { name: name.clone(), bitrate_bps: args.bitrate, content_type: "video/mp2t".into(), replace: false };
-        isnode_store::ingest(&mut vol, &opts, &mut bytes.as_slice(), bytes.len() as u64, &mut |_| {})?;
+        let opts = IngestOptions {
+            name: name.clone(),
+            bitrate_bps: args.bitrate,
+            content_type: "video/mp2t".into(),
+            replace: false,
+        };
+        isnode_store::ingest(
+            &mut vol,
+            &opts,
+            &mut bytes.as_slice(),
+            bytes.len() as u64,
+            &mut |_| {},
+        )?;
         names.push(name);
     }
     Ok(names)
@@ -126,13 +154,32 @@ impl Drop for ServerChild {
     }
 }
 
-fn run_engine(vol_dir: &Path, host: &str, engine: &str, objects: &[String], args: &ServeBenchArgs) -> anyhow::Result<EngineResult> {
+fn run_engine(
+    vol_dir: &Path,
+    host: &str,
+    engine: &str,
+    objects: &[String],
+    args: &ServeBenchArgs,
+) -> anyhow::Result<EngineResult> {
     let port = TcpListener::bind((host, 0))?.local_addr()?.port();
     let listen: SocketAddr = format!("{host}:{port}").parse()?;
     let exe = std::env::current_exe()?;
     let child = Command::new(exe)
-        .args(["--volume", &vol_dir.display().to_string(), "serve", "--listen", &listen.to_string(), "--engine", engine])
-        .args(["--max-bitrate", "1000000000000", "--max-sessions-per-client", "100000"])
+        .args([
+            "--volume",
+            &vol_dir.display().to_string(),
+            "serve",
+            "--listen",
+            &listen.to_string(),
+            "--engine",
+            engine,
+        ])
+        .args([
+            "--max-bitrate",
+            "1000000000000",
+            "--max-sessions-per-client",
+            "100000",
+        ])
         .args(["--cache-size", &args.cache_size.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -151,7 +198,10 @@ fn run_engine(vol_dir: &Path, host: &str, engine: &str, objects: &[String], args
             Ok(s)
         })
         .collect::<std::io::Result<_>>()?;
-    let ports: Vec<u16> = sockets.iter().map(|s| s.local_addr().map(|a| a.port())).collect::<std::io::Result<_>>()?;
+    let ports: Vec<u16> = sockets
+        .iter()
+        .map(|s| s.local_addr().map(|a| a.port()))
+        .collect::<std::io::Result<_>>()?;
     let bytes = Arc::new(AtomicU64::new(0));
     let packets = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -165,7 +215,9 @@ fn run_engine(vol_dir: &Path, host: &str, engine: &str, objects: &[String], args
                 break;
             }
             let (bytes, packets, stop) = (bytes.clone(), packets.clone(), stop.clone());
-            threads.push(std::thread::spawn(move || drain(chunk, &bytes, &packets, &stop)));
+            threads.push(std::thread::spawn(move || {
+                drain(chunk, &bytes, &packets, &stop)
+            }));
         }
     }
 
@@ -173,7 +225,9 @@ fn run_engine(vol_dir: &Path, host: &str, engine: &str, objects: &[String], args
     let mut ids = Vec::new();
     for (i, port) in ports.iter().enumerate() {
         let body = serde_json::json!({ "object": objects[i % objects.len()], "port": port });
-        let mut resp = ureq::post(format!("{base}/v1/sessions")).send_json(&body).context("creating a session")?;
+        let mut resp = ureq::post(format!("{base}/v1/sessions"))
+            .send_json(&body)
+            .context("creating a session")?;
         let v: serde_json::Value = resp.body_mut().read_json()?;
         let id = v["id"].as_str().context("session id")?.to_string();
         ids.push(id);
@@ -267,24 +321,41 @@ fn drain(sockets: Vec<UdpSocket>, bytes: &AtomicU64, packets: &AtomicU64, stop: 
 
 /// Bytes and packets delivered so far: counted by our receivers, or (ifb sink) sent
 /// by the server as its metrics say, all of which the sink takes.
-fn delivered(counting: bool, base: &str, bytes: &AtomicU64, packets: &AtomicU64) -> anyhow::Result<(u64, u64)> {
+fn delivered(
+    counting: bool,
+    base: &str,
+    bytes: &AtomicU64,
+    packets: &AtomicU64,
+) -> anyhow::Result<(u64, u64)> {
     if counting {
-        return Ok((bytes.load(Ordering::Relaxed), packets.load(Ordering::Relaxed)));
+        return Ok((
+            bytes.load(Ordering::Relaxed),
+            packets.load(Ordering::Relaxed),
+        ));
     }
-    let text = ureq::get(format!("{base}/metrics")).call()?.body_mut().read_to_string()?;
+    let text = ureq::get(format!("{base}/metrics"))
+        .call()?
+        .body_mut()
+        .read_to_string()?;
     let sum = |metric: &str| -> u64 {
         text.lines()
             .filter(|l| l.starts_with(metric) && !l.starts_with('#'))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>() as u64
     };
-    Ok((sum("isnode_bytes_sent_total"), sum("isnode_packets_sent_total")))
+    Ok((
+        sum("isnode_bytes_sent_total"),
+        sum("isnode_packets_sent_total"),
+    ))
 }
 
 /// user + sys CPU seconds of a process, from /proc/PID/stat.
 fn process_cpu_s(pid: u32) -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat.rsplit_once(')').map(|(_, r)| r).context("parsing /proc stat")?;
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("parsing /proc stat")?;
     let fields: Vec<&str> = after.split_whitespace().collect();
     // After the command name: state is field 3; utime and stime are fields 14 and 15.
     let utime: u64 = fields.get(11).context("utime")?.parse()?;
@@ -301,7 +372,11 @@ const IFB_DEV: &str = "isnb0";
 fn run_in_netns() -> anyhow::Result<ExitCode> {
     let ns = format!("isnode-bench-{}", std::process::id());
     let sh = |cmd: &str| -> anyhow::Result<()> {
-        let status = Command::new("sh").arg("-c").arg(cmd).status().with_context(|| format!("running {cmd}"))?;
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(cmd)
+            .status()
+            .with_context(|| format!("running {cmd}"))?;
         if !status.success() {
             bail!("`{cmd}` failed ({status}); the ifb sink needs root and iproute2");
         }
@@ -314,15 +389,26 @@ fn run_in_netns() -> anyhow::Result<ExitCode> {
         sh(&format!("{x} ip link add {IFB_DEV} type ifb"))?;
         sh(&format!("{x} ip link set {IFB_DEV} up"))?;
         sh(&format!("{x} ip addr add {NETNS_CLIENT_IP}/32 dev lo"))?;
-        sh(&format!("{x} ip route add {NETNS_CLIENT_IP}/32 dev {IFB_DEV} table 100"))?;
+        sh(&format!(
+            "{x} ip route add {NETNS_CLIENT_IP}/32 dev {IFB_DEV} table 100"
+        ))?;
         // UDP to the client goes to the sink; everything else (the HTTP control) stays local.
-        sh(&format!("{x} ip rule add pref 10 ipproto udp to {NETNS_CLIENT_IP} lookup 100"))?;
+        sh(&format!(
+            "{x} ip rule add pref 10 ipproto udp to {NETNS_CLIENT_IP} lookup 100"
+        ))?;
         sh(&format!("{x} ip rule del pref 0"))?;
         sh(&format!("{x} ip rule add pref 100 lookup local"))?;
-        let software_gso = sh(&format!("{x} ethtool -K {IFB_DEV} tx-udp-segmentation off >/dev/null 2>&1")).is_ok();
+        let software_gso = sh(&format!(
+            "{x} ethtool -K {IFB_DEV} tx-udp-segmentation off >/dev/null 2>&1"
+        ))
+        .is_ok();
         eprintln!(
             "bench serve: ifb sink in namespace {ns}; GSO segmentation {}",
-            if software_gso { "in software (offload off)" } else { "as the device offers (ethtool missing)" }
+            if software_gso {
+                "in software (offload off)"
+            } else {
+                "as the device offers (ethtool missing)"
+            }
         );
         let exe: PathBuf = std::env::current_exe()?;
         let status = Command::new("ip")
@@ -332,7 +418,11 @@ fn run_in_netns() -> anyhow::Result<ExitCode> {
             .env(NETNS_ENV, &ns)
             .status()
             .context("running the benchmark inside the namespace")?;
-        Ok(if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        Ok(if status.success() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
     })();
     let _ = sh(&format!("ip netns del {ns}"));
     result

@@ -21,11 +21,17 @@ use crate::cli::DemoArgs;
 const DEMO_OBJECT: &str = "demo.ts";
 
 /// Loss, mean burst length, and corruption of each demo client's relay.
-const CLIENTS: [(f64, Option<f64>, f64); 4] = [(0.0, None, 0.0), (0.03, None, 0.005), (0.05, Some(4.0), 0.0), (0.02, Some(2.0), 0.01)];
+const CLIENTS: [(f64, Option<f64>, f64); 4] = [
+    (0.0, None, 0.0),
+    (0.03, None, 0.005),
+    (0.05, Some(4.0), 0.0),
+    (0.02, Some(2.0), 0.01),
+];
 
 /// Runs the demo.
 pub fn run(root: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
-    let mut vol = Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
+    let mut vol =
+        Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
     let p = *vol.params();
     println!(
         "== volume {}: {} members, RS(k={}, m={}) over GF(2^8), {}-byte symbols",
@@ -37,7 +43,11 @@ pub fn run(root: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
     );
 
     // 1. A test stream, ingested as prefabricated packets.
-    let cfg = isnode_media::TsGenConfig { bitrate_bps: args.bitrate, duration_s: args.duration, seed: 7 };
+    let cfg = isnode_media::TsGenConfig {
+        bitrate_bps: args.bitrate,
+        duration_s: args.duration,
+        seed: 7,
+    };
     let mut original = Vec::new();
     isnode_media::generate_ts(&cfg, &mut original)?;
     let info = isnode_media::probe(&original, original.len() as u64)?;
@@ -48,7 +58,13 @@ pub fn run(root: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
         replace: true,
     };
     let t = Instant::now();
-    let rec = isnode_store::ingest(&mut vol, &opts, &mut original.as_slice(), original.len() as u64, &mut |_| {})?;
+    let rec = isnode_store::ingest(
+        &mut vol,
+        &opts,
+        &mut original.as_slice(),
+        original.len() as u64,
+        &mut |_| {},
+    )?;
     println!(
         "== ingested {:?}: {} bytes of {} at {} bit/s (detected), {} codewords, in {:.2} s",
         rec.name,
@@ -66,11 +82,21 @@ pub fn run(root: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
     let aside = PathBuf::from(format!("{}.failed-demo", member_dir.display()));
     let _ = std::fs::remove_dir_all(&aside);
     std::fs::rename(&member_dir, &aside).with_context(|| format!("failing member {member}"))?;
-    println!("== member {member} failed ({} moved away)", member_dir.display());
-    let serve_args = isnode_serve::ServeArgs { listen: SocketAddr::from(([127, 0, 0, 1], 0)), ..Default::default() };
+    println!(
+        "== member {member} failed ({} moved away)",
+        member_dir.display()
+    );
+    let serve_args = isnode_serve::ServeArgs {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..Default::default()
+    };
     let server = isnode_serve::start(root, &serve_args).context("starting the server")?;
     let base = format!("http://{}", server.local_addr());
-    println!("== serving on {base} (engine {:?}); {} clients through lossy relays", server.engine(), CLIENTS.len());
+    println!(
+        "== serving on {base} (engine {:?}); {} clients through lossy relays",
+        server.engine(),
+        CLIENTS.len()
+    );
     let out_dir = tempfile::tempdir()?;
     let stop = Arc::new(AtomicBool::new(false));
     let mut clients = Vec::new();
@@ -92,10 +118,17 @@ pub fn run(root: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
         play.session_port = Some(relay_port);
         play.out = Some(out_dir.path().join(format!("client-{i}.ts")));
         play.timeout_s = 10.0;
-        clients.push(std::thread::spawn(move || isnode_recv::play_on(&play, socket)));
+        clients.push(std::thread::spawn(move || {
+            isnode_recv::play_on(&play, socket)
+        }));
     }
-    let results: Vec<anyhow::Result<PlayStats>> =
-        clients.into_iter().map(|c| c.join().unwrap_or_else(|_| Err(anyhow::anyhow!("client panicked")))).collect();
+    let results: Vec<anyhow::Result<PlayStats>> = clients
+        .into_iter()
+        .map(|c| {
+            c.join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("client panicked")))
+        })
+        .collect();
     stop.store(true, Ordering::Relaxed);
     for r in relays {
         let _ = r.join();
@@ -119,7 +152,8 @@ pub fn run(root: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
                     s.packets_lost,
                     s.packets_corrupt,
                     s.symbols_repaired,
-                    s.startup_delay_ms.map_or("-".to_string(), |d| d.to_string()),
+                    s.startup_delay_ms
+                        .map_or("-".to_string(), |d| d.to_string()),
                     if same { "yes" } else { "NO" }
                 );
             }
@@ -141,7 +175,11 @@ pub fn run(root: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
 
     // 3. Find the failed member and rebuild it from the others.
     let report = isnode_store::check(&mut vol, CheckOptions { repair: false }, &mut |_| {})?;
-    println!("== volume check: {} damaged segment(s), data lost: {}", report.damage.len(), !report.unrecoverable.is_empty());
+    println!(
+        "== volume check: {} damaged segment(s), data lost: {}",
+        report.damage.len(),
+        !report.unrecoverable.is_empty()
+    );
     let t = Instant::now();
     let repaired = isnode_store::check(&mut vol, CheckOptions { repair: true }, &mut |_| {})?;
     let verify = isnode_store::check(&mut vol, CheckOptions { repair: false }, &mut |_| {})?;
@@ -153,7 +191,10 @@ pub fn run(root: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
     );
     std::fs::remove_dir_all(&aside).with_context(|| format!("removing {}", aside.display()))?;
     ensure!(all_identical, "a client's output differs from the original");
-    ensure!(!verify.damaged(), "the volume is still damaged after repair");
+    ensure!(
+        !verify.damaged(),
+        "the volume is still damaged after repair"
+    );
     println!("== demo passed: every client got the original bytes through loss, corruption and a failed disk, and the disk was rebuilt");
     Ok(ExitCode::SUCCESS)
 }
