@@ -332,6 +332,89 @@ fn row<const ACC: bool>(kernel: Kernel, dst: &mut [u8], src: &[u8], coef: u8) {
     }
 }
 
+/// The output tiles of a `rows x cols` plan: groups of `max_tile` rows, then powers of two;
+/// tile `t` owns coefficients `coef0 .. coef0 + cols * size`, `[j][o]`.
+#[cfg(target_arch = "x86_64")]
+fn tiles(kernel: Kernel, rows: usize, cols: usize) -> Vec<crate::simd::Tile> {
+    let max = kernel.max_tile();
+    let mut tiles = Vec::new();
+    let mut row0 = 0;
+    while row0 < rows {
+        let left = rows - row0;
+        let size = if left >= max {
+            max
+        } else {
+            1 << (usize::BITS - 1 - left.leading_zeros())
+        };
+        tiles.push(crate::simd::Tile {
+            row0,
+            size,
+            coef0: row0 * cols,
+        });
+        row0 += size;
+    }
+    tiles
+}
+
+/// Gauss-Jordan elimination of `e` rows of `stride` bytes, `[A | I | 0]` into
+/// `[I | A^-1 | 0]`, with GFNI; `None` if this CPU has no GFNI (the caller falls back), else
+/// whether `A` was invertible.
+///
+/// # Panics
+/// If `stride` is not a multiple of 32, is below `2 e`, or `aug.len() != e * stride`.
+pub(crate) fn invert_gfni(aug: &mut [u8], e: usize, stride: usize) -> Option<bool> {
+    assert!(stride.is_multiple_of(32) && stride >= 2 * e && aug.len() == e * stride);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !Kernel::GfniAvx2.is_supported() {
+            return None;
+        }
+        // SAFETY: AVX2 and GFNI are supported (checked above); `aug` holds `e * stride`
+        // bytes, `stride` is a multiple of 32 and at least `2 e` (asserted).
+        #[allow(unsafe_code)]
+        Some(unsafe { crate::simd::invert_gfni256(aug.as_mut_ptr(), e, stride) })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
+/// `dt[e + c] = sum_r rows[r][kept[c]] * dt[r]` over rows of `stride` bytes, `e = rows.len()`,
+/// with GFNI; false (nothing done) if this CPU has no GFNI.
+///
+/// # Panics
+/// If `stride % 32 != 0`, `dt.len() != (e + kept.len()) * stride`, or an index of `kept` is
+/// out of range of a row.
+pub(crate) fn combine_gfni(dt: &mut [u8], stride: usize, rows: &[&[u8]], kept: &[usize]) -> bool {
+    let e = rows.len();
+    assert!(stride.is_multiple_of(32) && dt.len() == (e + kept.len()) * stride);
+    let min_len = rows.iter().map(|r| r.len()).min().unwrap_or(0);
+    assert!(
+        kept.iter().all(|&c| c < min_len),
+        "combine: column out of range"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !Kernel::GfniAvx2.is_supported() {
+            return false;
+        }
+        let ptrs: Vec<*const u8> = rows.iter().map(|r| r.as_ptr()).collect();
+        // SAFETY: AVX2 and GFNI are supported (checked above); `dt` holds
+        // `(e + kept.len()) * stride` bytes with `stride` a multiple of 32 (asserted); every
+        // row is longer than every index of `kept` (asserted).
+        #[allow(unsafe_code)]
+        unsafe {
+            crate::simd::combine_gfni256(dt.as_mut_ptr(), stride, &ptrs, kept)
+        };
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// A coefficient matrix prepared for one kernel: tiled, and for GFNI expanded to bit
 /// matrices. Build it once and apply it to many symbol sets (the encoder keeps one for its
 /// parity matrix; the decoder caches one per erasure pattern).
@@ -386,23 +469,11 @@ impl MatrixPlan {
         }
         #[cfg(target_arch = "x86_64")]
         {
-            let max = kernel.max_tile();
-            let mut row0 = 0;
-            while row0 < rows {
-                let left = rows - row0;
-                let size = if left >= max {
-                    max
-                } else {
-                    1 << (usize::BITS - 1 - left.leading_zeros())
-                };
-                let coef0 = if kernel.uses_gfni() {
-                    plan.mats.len()
-                } else {
-                    plan.coefs.len()
-                };
+            plan.tiles = tiles(kernel, rows, cols);
+            for t in &plan.tiles {
                 for j in 0..cols {
-                    for o in 0..size {
-                        let c = coefs[(row0 + o) * cols + j];
+                    for o in 0..t.size {
+                        let c = coefs[(t.row0 + o) * cols + j];
                         if kernel.uses_gfni() {
                             plan.mats.push(AFFINE[c as usize]);
                         } else {
@@ -410,11 +481,80 @@ impl MatrixPlan {
                         }
                     }
                 }
-                plan.tiles.push(crate::simd::Tile { row0, size, coef0 });
-                row0 += size;
             }
         }
         plan
+    }
+
+    /// Prepares the `rows x cols` matrix `C` given transposed: `C[o][j] = ct[j * stride + o]`
+    /// (`stride >= rows`), like [`MatrixPlan::new`]. `recycle`, a plan no longer used, lends
+    /// its buffers.
+    ///
+    /// # Panics
+    /// If `stride < rows` or `ct` is shorter than `cols * stride` (for `cols > 0`).
+    pub fn from_transposed(
+        kernel: Kernel,
+        ct: &[u8],
+        stride: usize,
+        rows: usize,
+        cols: usize,
+        recycle: Option<MatrixPlan>,
+    ) -> MatrixPlan {
+        assert!(
+            stride >= rows && (cols == 0 || ct.len() >= (cols - 1) * stride + rows),
+            "MatrixPlan: transposed matrix too short"
+        );
+        let kernel = kernel.checked();
+        let (mut coefs, mut mats) = match recycle {
+            Some(p) => (p.coefs, p.mats),
+            None => (Vec::new(), Vec::new()),
+        };
+        coefs.clear();
+        mats.clear();
+        if kernel == Kernel::Scalar {
+            coefs.reserve(rows * cols);
+            for o in 0..rows {
+                coefs.extend((0..cols).map(|j| ct[j * stride + o]));
+            }
+            return MatrixPlan {
+                kernel,
+                rows,
+                cols,
+                coefs,
+                mats,
+                #[cfg(target_arch = "x86_64")]
+                tiles: Vec::new(),
+            };
+        }
+        #[cfg(target_arch = "x86_64")]
+        let tiles = tiles(kernel, rows, cols);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if kernel.uses_gfni() {
+                mats.reserve(rows * cols);
+            } else {
+                coefs.reserve(rows * cols);
+            }
+            for t in &tiles {
+                for j in 0..cols {
+                    let column = &ct[j * stride + t.row0..j * stride + t.row0 + t.size];
+                    if kernel.uses_gfni() {
+                        mats.extend(column.iter().map(|&c| AFFINE[c as usize]));
+                    } else {
+                        coefs.extend_from_slice(column);
+                    }
+                }
+            }
+        }
+        MatrixPlan {
+            kernel,
+            rows,
+            cols,
+            coefs,
+            mats,
+            #[cfg(target_arch = "x86_64")]
+            tiles,
+        }
     }
 
     /// The kernel this plan runs on.

@@ -136,8 +136,19 @@ pub struct Code {
     decode_cache: Arc<Mutex<DecodeCache>>,
 }
 
-/// Decoding matrices by presence pattern, most recent first.
-type DecodeCache = VecDeque<(Vec<bool>, Arc<MatrixPlan>)>;
+/// Decoding matrices by presence pattern (a bit per ESI), most recent first.
+type DecodeCache = VecDeque<(Pattern, Arc<MatrixPlan>)>;
+
+/// A presence pattern: bit `esi % 64` of word `esi / 64` is set if the symbol is present.
+type Pattern = [u64; 4];
+
+fn pattern(present: &[bool]) -> Pattern {
+    let mut bits = [0u64; 4];
+    for (esi, &p) in present.iter().enumerate() {
+        bits[esi / 64] |= u64::from(p) << (esi % 64);
+    }
+    bits
+}
 
 /// Erasure patterns whose decoding matrix is kept: a store repairing a lost member meets
 /// the same pattern in every codeword, so its `e x e` inversion is done once.
@@ -410,23 +421,40 @@ impl Code {
         kept: &[usize],
         repair: &[usize],
     ) -> Arc<MatrixPlan> {
-        if let Ok(cache) = self.decode_cache.try_lock() {
-            if let Some((_, plan)) = cache.iter().find(|(p, _)| p == present) {
+        let key = pattern(present);
+        // The oldest plan, if the cache is full and nobody else holds it, lends its buffers.
+        let mut recycle = None;
+        if let Ok(mut cache) = self.decode_cache.try_lock() {
+            if let Some((_, plan)) = cache.iter().find(|(p, _)| *p == key) {
                 return Arc::clone(plan);
             }
+            if cache.len() == DECODE_CACHE_PATTERNS {
+                recycle = cache.pop_back().and_then(|(_, plan)| Arc::into_inner(plan));
+            }
         }
-        let plan = Arc::new(self.decode_matrix(lost, kept, repair));
+        let plan = Arc::new(self.decode_matrix(lost, kept, repair, recycle));
         if let Ok(mut cache) = self.decode_cache.try_lock() {
             if cache.len() == DECODE_CACHE_PATTERNS {
                 cache.pop_back();
             }
-            cache.push_front((present.to_vec(), Arc::clone(&plan)));
+            cache.push_front((key, Arc::clone(&plan)));
         }
         plan
     }
 
     /// `D = A^-1 [I | G[R][P]]` (`e x k`), see [`Code::rebuild_sources`].
-    fn decode_matrix(&self, lost: &[usize], kept: &[usize], repair: &[usize]) -> MatrixPlan {
+    fn decode_matrix(
+        &self,
+        lost: &[usize],
+        kept: &[usize],
+        repair: &[usize],
+        recycle: Option<MatrixPlan>,
+    ) -> MatrixPlan {
+        if matches!(self.kernel, Kernel::GfniAvx2 | Kernel::GfniAvx512) {
+            if let Some(plan) = self.decode_matrix_gfni(lost, kept, repair, recycle) {
+                return plan;
+            }
+        }
         let (e, k) = (lost.len(), self.k);
         // Augmented [A | I], inverted in place by Gauss-Jordan with kernel row operations.
         let w = 2 * e;
@@ -459,6 +487,59 @@ impl Code {
             MatrixPlan::new(self.kernel, &a_inv, e, e).apply(&inputs, &mut outputs);
         }
         MatrixPlan::new(self.kernel, &d, e, k)
+    }
+}
+
+impl Code {
+    /// [`Code::decode_matrix`] with GFNI on short rows: `[A | I]` inverted in place, then
+    /// `D` built transposed (`D^T` row `j` is column `j` of `D`: the `e` coefficients of
+    /// input `j` for the `e` outputs), which is the order the plan stores its bit matrices
+    /// in. `D^T[c] = A^-1[.][c]` for the repair inputs `c < e`; for the present source `s`
+    /// (input `e + c`), `D^T[e + c] = sum_r G[R_r][s] A^-1[.][r]`. `None` without GFNI.
+    fn decode_matrix_gfni(
+        &self,
+        lost: &[usize],
+        kept: &[usize],
+        repair: &[usize],
+        recycle: Option<MatrixPlan>,
+    ) -> Option<MatrixPlan> {
+        let (e, k) = (lost.len(), self.k);
+        let stride = (2 * e).div_ceil(32) * 32;
+        let mut aug = vec![0u8; e * stride];
+        let rows: Vec<&[u8]> = repair
+            .iter()
+            .map(|&esi| self.parity.row(esi - self.k))
+            .collect();
+        for (r, row) in rows.iter().enumerate() {
+            let out = &mut aug[r * stride..];
+            for (c, &s) in lost.iter().enumerate() {
+                out[c] = row[s];
+            }
+            out[e + r] = 1;
+        }
+        let inverted = kernel::invert_gfni(&mut aug, e, stride)?;
+        assert!(
+            inverted,
+            "square submatrices of an MDS parity matrix are invertible"
+        );
+        let dstride = e.div_ceil(32) * 32;
+        let mut dt = vec![0u8; k * dstride];
+        for (i, a_row) in aug.chunks_exact(stride).enumerate() {
+            for (c, &a) in a_row[e..2 * e].iter().enumerate() {
+                dt[c * dstride + i] = a;
+            }
+        }
+        if !kernel::combine_gfni(&mut dt, dstride, &rows, kept) {
+            return None;
+        }
+        Some(MatrixPlan::from_transposed(
+            self.kernel,
+            &dt,
+            dstride,
+            e,
+            k,
+            recycle,
+        ))
     }
 }
 
@@ -525,6 +606,55 @@ mod tests {
             Code::new(11, 10).unwrap_err(),
             FecError::SourceExceedsEncoding { k: 11, n: 10 }
         );
+    }
+
+    /// Every kernel rebuilds the same bytes for every erasure count (short and long rows of
+    /// the inversion, more than 32 lost) and for more patterns than the cache holds (plans
+    /// recycled), including patterns that lose repair symbols.
+    #[test]
+    fn decode_matches_for_every_erasure_count_kernel_and_pattern() {
+        let (k, n, len) = (100, 170, 131);
+        let source: Vec<Vec<u8>> = (0..k)
+            .map(|i| (0..len).map(|b| (i * 7 + b * 13 + 1) as u8).collect())
+            .collect();
+        let code = Code::new(k, n).unwrap();
+        let mut full = source.clone();
+        full.extend((k..n).map(|_| vec![0u8; len]));
+        {
+            let (src, rep) = full.split_at_mut(k);
+            let src: Vec<&[u8]> = src.iter().map(|s| &s[..]).collect();
+            let mut rep: Vec<&mut [u8]> = rep.iter_mut().map(|s| &mut s[..]).collect();
+            code.encode(&src, &mut rep).unwrap();
+        }
+        for kernel in Kernel::supported() {
+            let code = Code::new(k, n).unwrap().with_kernel(kernel);
+            let mut seed = 0x9E37_79B9_u32;
+            for e in (1..=70).chain(1..=20) {
+                let mut present = vec![true; n];
+                let mut lost = 0;
+                while lost < e {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    let esi = (seed >> 8) as usize % k;
+                    if present[esi] {
+                        present[esi] = false;
+                        lost += 1;
+                    }
+                }
+                // Lose a few repair symbols too: R is then not the first e repair rows.
+                for esi in (k..k + (e % 5)).filter(|_| e + 5 <= n - k) {
+                    present[esi] = false;
+                }
+                let mut shards = full.clone();
+                for (esi, shard) in shards.iter_mut().enumerate() {
+                    if !present[esi] {
+                        shard.fill(0xEE);
+                    }
+                }
+                let mut refs: Vec<&mut [u8]> = shards.iter_mut().map(|s| &mut s[..]).collect();
+                code.reconstruct(&mut refs, &present).unwrap();
+                assert_eq!(&shards[..k], &full[..k], "{kernel:?} e = {e}");
+            }
+        }
     }
 
     #[test]

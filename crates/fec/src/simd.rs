@@ -405,3 +405,108 @@ pub(crate) unsafe fn row_ssse3<const ACC: bool>(
     }
     off
 }
+
+// ---------------------------------------------------------------------------------------
+// Decoding-matrix construction with GFNI on 256-bit vectors (both GFNI kernels): the
+// per-codeword work of a fresh erasure pattern, on short rows kept in L1.
+// ---------------------------------------------------------------------------------------
+
+/// Gauss-Jordan elimination of `e` rows of `stride` bytes each (`stride` a multiple of 32,
+/// at least `2e`; bytes past `2e` are zero): `[A | I | 0]` becomes `[I | A^-1 | 0]`. False
+/// (with `aug` partly eliminated) if `A` is singular.
+///
+/// # Safety
+/// The CPU supports AVX2 and GFNI; `aug` is valid for reads and writes of `e * stride`
+/// bytes; `stride % 32 == 0` and `stride >= 2 * e`.
+#[target_feature(enable = "avx2,gfni")]
+pub(crate) unsafe fn invert_gfni256(aug: *mut u8, e: usize, stride: usize) -> bool {
+    let nv = stride / 32;
+    for col in 0..e {
+        let mut pivot = col;
+        while pivot < e && *aug.add(pivot * stride + col) == 0 {
+            pivot += 1;
+        }
+        if pivot == e {
+            return false;
+        }
+        let prow = aug.add(col * stride);
+        if pivot != col {
+            let other = aug.add(pivot * stride);
+            for v in 0..nv {
+                let a = _mm256_loadu_si256(prow.add(32 * v).cast());
+                let b = _mm256_loadu_si256(other.add(32 * v).cast());
+                _mm256_storeu_si256(prow.add(32 * v).cast(), b);
+                _mm256_storeu_si256(other.add(32 * v).cast(), a);
+            }
+        }
+        // The pivot is non-zero, so its inverse exists.
+        let scale = crate::gf::INV[*prow.add(col) as usize];
+        let m = _mm256_set1_epi64x(AFFINE[scale as usize] as i64);
+        for v in 0..nv {
+            let x = _mm256_loadu_si256(prow.add(32 * v).cast());
+            _mm256_storeu_si256(
+                prow.add(32 * v).cast(),
+                _mm256_gf2p8affine_epi64_epi8::<0>(x, m),
+            );
+        }
+        for r in 0..e {
+            let row = aug.add(r * stride);
+            let factor = *row.add(col);
+            if r == col || factor == 0 {
+                continue;
+            }
+            let m = _mm256_set1_epi64x(AFFINE[factor as usize] as i64);
+            for v in 0..nv {
+                let p = _mm256_loadu_si256(prow.add(32 * v).cast());
+                let x = _mm256_loadu_si256(row.add(32 * v).cast());
+                let y = _mm256_xor_si256(x, _mm256_gf2p8affine_epi64_epi8::<0>(p, m));
+                _mm256_storeu_si256(row.add(32 * v).cast(), y);
+            }
+        }
+    }
+    true
+}
+
+/// Rows `e .. e + kept.len()` of the transposed decoding matrix `dt` (rows of `stride`
+/// bytes): `dt[e + c] = sum_r rows[r][kept[c]] * dt[r]` for `r < e`, over whole rows.
+///
+/// # Safety
+/// The CPU supports AVX2 and GFNI; `dt` is valid for reads and writes of
+/// `(e + kept.len()) * stride` bytes, `stride % 32 == 0`; `rows` has `e` pointers, each
+/// valid for reads of more than `max(kept)` bytes.
+#[target_feature(enable = "avx2,gfni")]
+pub(crate) unsafe fn combine_gfni256(
+    dt: *mut u8,
+    stride: usize,
+    rows: &[*const u8],
+    kept: &[usize],
+) {
+    let e = rows.len();
+    let nv = stride / 32;
+    for (c, &col) in kept.iter().enumerate() {
+        let out = dt.add((e + c) * stride);
+        for v in 0..nv {
+            let mut acc0 = _mm256_setzero_si256();
+            let mut acc1 = _mm256_setzero_si256();
+            let mut r = 0;
+            while r + 1 < e {
+                let c0 = *rows.get_unchecked(r).add(col);
+                let c1 = *rows.get_unchecked(r + 1).add(col);
+                let m0 = _mm256_set1_epi64x(AFFINE[c0 as usize] as i64);
+                let m1 = _mm256_set1_epi64x(AFFINE[c1 as usize] as i64);
+                let x0 = _mm256_loadu_si256(dt.add(r * stride + 32 * v).cast());
+                let x1 = _mm256_loadu_si256(dt.add((r + 1) * stride + 32 * v).cast());
+                acc0 = _mm256_xor_si256(acc0, _mm256_gf2p8affine_epi64_epi8::<0>(x0, m0));
+                acc1 = _mm256_xor_si256(acc1, _mm256_gf2p8affine_epi64_epi8::<0>(x1, m1));
+                r += 2;
+            }
+            if r < e {
+                let c0 = *rows.get_unchecked(r).add(col);
+                let m0 = _mm256_set1_epi64x(AFFINE[c0 as usize] as i64);
+                let x0 = _mm256_loadu_si256(dt.add(r * stride + 32 * v).cast());
+                acc0 = _mm256_xor_si256(acc0, _mm256_gf2p8affine_epi64_epi8::<0>(x0, m0));
+            }
+            _mm256_storeu_si256(out.add(32 * v).cast(), _mm256_xor_si256(acc0, acc1));
+        }
+    }
+}
