@@ -1,8 +1,8 @@
 //! isnode benchmarks: measurement code called by `isnode bench ...`.
 //!
 //! Each benchmark is a library function returning a serialisable report, so the CLI can print
-//! a table or write JSON. See [`codec`] for the Reed-Solomon codec benchmark and [`peers`] for
-//! the codecs it compares ours with.
+//! a table or write JSON. See [`codec`] for the Reed-Solomon codec benchmark, [`peers`] for
+//! the codecs it compares ours with, and [`serve`] for the send engines side by side.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -10,3 +10,4 @@
 pub mod codec;
 pub mod cputime;
 pub mod peers;
+pub mod serve;

@@ -42,3 +42,32 @@ pub fn codec(args: &CodecBenchArgs) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `bench serve`: prints the table, and writes JSON with `--json`.
+pub fn serve(args: &crate::cli::ServeBenchArgs) -> anyhow::Result<ExitCode> {
+    use isnode_bench::serve::{ServeBenchConfig, Sink};
+    let cfg = ServeBenchConfig {
+        isnode_exe: std::env::current_exe().context("finding the isnode binary")?,
+        engines: args.engines.clone(),
+        streams: args.streams,
+        bitrate_bps: args.bitrate,
+        seconds: args.seconds,
+        objects: args.objects,
+        cache_size_bytes: args.cache_size,
+        sink: match args.sink {
+            crate::cli::Sink::Loopback => Sink::Loopback,
+            crate::cli::Sink::Ifb => Sink::Ifb,
+        },
+    };
+    let report = isnode_bench::serve::run(&cfg).context("running the serve benchmark")?;
+    println!("{}", isnode_bench::serve::format_table(&report));
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "report": report,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,7 +1,6 @@
 //! One module per subcommand; each is a thin shell over the library crates.
 
 mod bench;
-mod bench_serve;
 mod demo;
 mod ingest;
 mod objects;
@@ -25,7 +24,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Play(args) => stream::play(&args),
         Command::Relay(args) => stream::relay(&args),
         Command::Bench(BenchCommand::Codec(args)) => bench::codec(&args),
-        Command::Bench(BenchCommand::Serve(args)) => bench_serve::run(&args),
+        Command::Bench(BenchCommand::Serve(args)) => bench::serve(&args),
         Command::Demo(args) => demo::run(&cli.volume, &args),
     }
 }

@@ -1,6 +1,7 @@
 //! `isnode bench serve`: the send engines side by side, in one run, on the same objects.
 //!
-//! For each engine a fresh `isnode serve` child process is started on the same
+//! For each engine a fresh `isnode serve` child process (of the binary given in
+//! [`ServeBenchConfig::isnode_exe`]) is started on the same
 //! volume; `--streams` sessions are opened and run for `--seconds`; the
 //! server's CPU time (user + sys, from /proc) is divided by the bytes
 //! delivered. Sinks:
@@ -13,56 +14,107 @@
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use isnode_store::{IngestOptions, Volume, VolumeParams};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::cli::{ServeBenchArgs, Sink};
+/// Where the streams go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sink {
+    /// Real receivers on loopback in this process.
+    Loopback,
+    /// An ifb device in a network namespace made for the run.
+    Ifb,
+}
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct ServeBenchConfig {
+    /// The `isnode` binary to start servers from (and to re-run inside the namespace).
+    pub isnode_exe: PathBuf,
+    /// Engines to compare, in order.
+    pub engines: Vec<String>,
+    /// Concurrent sessions per engine.
+    pub streams: usize,
+    /// Bitrate of each object.
+    pub bitrate_bps: u64,
+    /// Measured seconds per engine, after 1 s of warm-up.
+    pub seconds: f64,
+    /// Distinct objects the sessions are spread over.
+    pub objects: usize,
+    /// Server block pool size.
+    pub cache_size_bytes: u64,
+    /// Where the packets go.
+    pub sink: Sink,
+}
 
 const NETNS_ENV: &str = "ISNODE_BENCH_NETNS";
+const REPORT_ENV: &str = "ISNODE_BENCH_REPORT";
 /// The client's address inside the benchmark namespace (never leaves it).
 const NETNS_CLIENT_IP: &str = "10.77.0.2";
 
 /// Per-engine results.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EngineResult {
-    engine: String,
-    streams: usize,
-    seconds: f64,
-    delivered_bytes: u64,
-    delivered_packets: u64,
-    server_cpu_s: f64,
-    cpu_s_per_gb: f64,
-    packets_per_s: f64,
-    delivered_bps: f64,
-    ratio_to_traditional: Option<f64>,
+    /// Engine name.
+    pub engine: String,
+    /// Concurrent sessions.
+    pub streams: usize,
+    /// Measured seconds.
+    pub seconds: f64,
+    /// UDP payload bytes delivered.
+    pub delivered_bytes: u64,
+    /// Packets delivered.
+    pub delivered_packets: u64,
+    /// Server user + sys CPU seconds.
+    pub server_cpu_s: f64,
+    /// Server CPU seconds per delivered GB (10^9 bytes).
+    pub cpu_s_per_gb: f64,
+    /// Delivered packets per second.
+    pub packets_per_s: f64,
+    /// Delivered bits per second.
+    pub delivered_bps: f64,
+    /// cpu_s_per_gb relative to the traditional engine's.
+    pub ratio_to_traditional: Option<f64>,
 }
 
-/// `bench serve`.
-pub fn run(args: &ServeBenchArgs) -> anyhow::Result<ExitCode> {
-    if args.sink == Sink::Ifb && std::env::var_os(NETNS_ENV).is_none() {
-        return run_in_netns();
+/// The results of one `bench serve` run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServeBenchReport {
+    /// Where the packets went.
+    pub sink: Sink,
+    /// Bitrate of each stream's object.
+    pub bitrate_bps: u64,
+    /// One row per engine, in the order run.
+    pub results: Vec<EngineResult>,
+}
+
+/// Runs every engine of `cfg` in turn and returns their figures.
+pub fn run(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
+    if cfg.sink == Sink::Ifb && std::env::var_os(NETNS_ENV).is_none() {
+        return run_in_netns(cfg);
     }
     let dir = tempfile::tempdir().context("creating a scratch volume")?;
     let vol_dir = dir.path().join("vol");
-    let objects = prepare_volume(&vol_dir, args)?;
-    let host = if args.sink == Sink::Ifb {
+    let objects = prepare_volume(&vol_dir, cfg)?;
+    let host = if cfg.sink == Sink::Ifb {
         NETNS_CLIENT_IP
     } else {
         "127.0.0.1"
     };
     let mut results = Vec::new();
-    for engine in &args.engines {
+    for engine in &cfg.engines {
         eprintln!(
             "bench serve: engine {engine}, {} streams for {} s",
-            args.streams, args.seconds
+            cfg.streams, cfg.seconds
         );
-        let r = run_engine(&vol_dir, host, engine, &objects, args)
+        let r = run_engine(&vol_dir, host, engine, &objects, cfg)
             .with_context(|| format!("engine {engine}"))?;
         results.push(r);
     }
@@ -73,13 +125,27 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<ExitCode> {
     for r in &mut results {
         r.ratio_to_traditional = trad.filter(|t| *t > 0.0).map(|t| r.cpu_s_per_gb / t);
     }
-    println!(
-        "{:<12} {:>8} {:>14} {:>12} {:>10} {:>12} {:>10} {:>8}",
+    let report = ServeBenchReport {
+        sink: cfg.sink,
+        bitrate_bps: cfg.bitrate_bps,
+        results,
+    };
+    if let Some(path) = std::env::var_os(REPORT_ENV) {
+        std::fs::write(&path, serde_json::to_string(&report)?)
+            .context("writing the report for the parent")?;
+    }
+    Ok(report)
+}
+
+/// The report as a table.
+pub fn format_table(report: &ServeBenchReport) -> String {
+    let mut s = format!(
+        "{:<12} {:>8} {:>14} {:>12} {:>10} {:>12} {:>10} {:>8}\n",
         "engine", "streams", "delivered_MB", "Mbit/s", "cpu_s", "cpu_s/GB", "kpkt/s", "vs_trad"
     );
-    for r in &results {
-        println!(
-            "{:<12} {:>8} {:>14.1} {:>12.1} {:>10.3} {:>12.3} {:>10.1} {:>8}",
+    for r in &report.results {
+        s.push_str(&format!(
+            "{:<12} {:>8} {:>14.1} {:>12.1} {:>10.3} {:>12.3} {:>10.1} {:>8}\n",
             r.engine,
             r.streams,
             r.delivered_bytes as f64 / 1e6,
@@ -89,28 +155,18 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<ExitCode> {
             r.packets_per_s / 1e3,
             r.ratio_to_traditional
                 .map_or("-".into(), |x| format!("{x:.2}"))
-        );
+        ));
     }
-    let json = serde_json::json!({
-        "command": std::env::args().collect::<Vec<_>>().join(" "),
-        "sink": format!("{:?}", args.sink).to_lowercase(),
-        "bitrate_bps": args.bitrate,
-        "results": results,
-    });
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&json)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(ExitCode::SUCCESS)
+    s
 }
 
-fn prepare_volume(vol_dir: &Path, args: &ServeBenchArgs) -> anyhow::Result<Vec<String>> {
+fn prepare_volume(vol_dir: &Path, args: &ServeBenchConfig) -> anyhow::Result<Vec<String>> {
     let mut vol = Volume::create(vol_dir, VolumeParams::default(), None)?;
     let count = args.objects.clamp(1, args.streams.max(1));
     let mut names = Vec::new();
     for i in 0..count {
         let cfg = isnode_media::TsGenConfig {
-            bitrate_bps: args.bitrate,
+            bitrate_bps: args.bitrate_bps,
             duration_s: args.seconds + 10.0,
             seed: i as u64 + 1,
         };
@@ -119,7 +175,7 @@ fn prepare_volume(vol_dir: &Path, args: &ServeBenchArgs) -> anyhow::Result<Vec<S
         let name = format!("bench-{i}.ts");
         let opts = IngestOptions {
             name: name.clone(),
-            bitrate_bps: args.bitrate,
+            bitrate_bps: args.bitrate_bps,
             content_type: "video/mp2t".into(),
             replace: false,
         };
@@ -141,7 +197,10 @@ struct ServerChild(Child);
 impl Drop for ServerChild {
     fn drop(&mut self) {
         // SAFETY: plain kill(2) on our child's pid.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(self.0.id() as i32, libc::SIGTERM)
+        };
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if matches!(self.0.try_wait(), Ok(Some(_))) {
@@ -159,12 +218,11 @@ fn run_engine(
     host: &str,
     engine: &str,
     objects: &[String],
-    args: &ServeBenchArgs,
+    args: &ServeBenchConfig,
 ) -> anyhow::Result<EngineResult> {
     let port = TcpListener::bind((host, 0))?.local_addr()?.port();
     let listen: SocketAddr = format!("{host}:{port}").parse()?;
-    let exe = std::env::current_exe()?;
-    let child = Command::new(exe)
+    let child = Command::new(&args.isnode_exe)
         .args([
             "--volume",
             &vol_dir.display().to_string(),
@@ -180,7 +238,7 @@ fn run_engine(
             "--max-sessions-per-client",
             "100000",
         ])
-        .args(["--cache-size", &args.cache_size.to_string()])
+        .args(["--cache-size", &args.cache_size_bytes.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -361,6 +419,7 @@ fn process_cpu_s(pid: u32) -> anyhow::Result<f64> {
     let utime: u64 = fields.get(11).context("utime")?.parse()?;
     let stime: u64 = fields.get(12).context("stime")?.parse()?;
     // SAFETY: sysconf has no preconditions.
+    #[allow(unsafe_code)]
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     Ok((utime + stime) as f64 / hz)
 }
@@ -369,7 +428,7 @@ fn process_cpu_s(pid: u32) -> anyhow::Result<f64> {
 const IFB_DEV: &str = "isnb0";
 
 /// Sets up a namespace whose UDP to the client goes into an ifb sink, re-runs this command inside, and tears it down.
-fn run_in_netns() -> anyhow::Result<ExitCode> {
+fn run_in_netns(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
     let ns = format!("isnode-bench-{}", std::process::id());
     let sh = |cmd: &str| -> anyhow::Result<()> {
         let status = Command::new("sh")
@@ -384,7 +443,8 @@ fn run_in_netns() -> anyhow::Result<ExitCode> {
     };
     let x = format!("ip netns exec {ns}");
     sh(&format!("ip netns add {ns}"))?;
-    let result = (|| -> anyhow::Result<ExitCode> {
+    let report_file = tempfile::NamedTempFile::new().context("creating the report file")?;
+    let result = (|| -> anyhow::Result<ServeBenchReport> {
         sh(&format!("{x} ip link set lo up"))?;
         sh(&format!("{x} ip link add {IFB_DEV} type ifb"))?;
         sh(&format!("{x} ip link set {IFB_DEV} up"))?;
@@ -410,19 +470,21 @@ fn run_in_netns() -> anyhow::Result<ExitCode> {
                 "as the device offers (ethtool missing)"
             }
         );
-        let exe: PathBuf = std::env::current_exe()?;
+        // Re-run this same command inside the namespace; it reports through a file.
         let status = Command::new("ip")
             .args(["netns", "exec", &ns])
-            .arg(exe)
+            .arg(&cfg.isnode_exe)
             .args(std::env::args_os().skip(1))
             .env(NETNS_ENV, &ns)
+            .env(REPORT_ENV, report_file.path())
+            .stdout(Stdio::null())
             .status()
             .context("running the benchmark inside the namespace")?;
-        Ok(if status.success() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        })
+        if !status.success() {
+            bail!("the benchmark inside the namespace failed ({status})");
+        }
+        let text = std::fs::read_to_string(report_file.path()).context("reading the report")?;
+        Ok(serde_json::from_str(&text)?)
     })();
     let _ = sh(&format!("ip netns del {ns}"));
     result
