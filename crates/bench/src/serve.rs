@@ -1,16 +1,16 @@
 //! `isnode bench serve`: the send engines side by side, in one run, on the same objects.
 //!
 //! For each engine a fresh `isnode serve` child process (of the binary given in
-//! [`ServeBenchConfig::isnode_exe`]) is started on the same
-//! volume; `--streams` sessions are opened and run for `--seconds`; the
-//! server's CPU time (user + sys, from /proc) is divided by the bytes
-//! delivered. Sinks:
+//! [`ServeBenchConfig::isnode_exe`]) is started on the same volume; the
+//! sessions run for the measured seconds; the server's CPU time (user + sys,
+//! from /proc) is divided by the bytes delivered. Sinks:
 //! - `loopback`: real UDP receivers in this process (measures the whole system:
 //!   on loopback the sender's system call also pays for delivery);
 //! - `ifb`: a network namespace made for the run, where UDP to the client's
 //!   address is routed into an `ifb` device that drops it (measures the
-//!   server's send path alone; with `ethtool` present, segmentation offload is
-//!   turned off so GSO runs are segmented in software as on a NIC without it).
+//!   server's send path alone). By default (and with `ethtool` present) its
+//!   segmentation offload is turned off, so GSO runs are segmented in software
+//!   as for a NIC without UDP segmentation offload.
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -52,6 +52,8 @@ pub struct ServeBenchConfig {
     pub cache_size_bytes: u64,
     /// Where the packets go.
     pub sink: Sink,
+    /// With the ifb sink: leave UDP segmentation offload on (GSO runs reach the sink whole).
+    pub device_segmentation: bool,
 }
 
 const NETNS_ENV: &str = "ISNODE_BENCH_NETNS";
@@ -458,18 +460,18 @@ fn run_in_netns(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
         ))?;
         sh(&format!("{x} ip rule del pref 0"))?;
         sh(&format!("{x} ip rule add pref 100 lookup local"))?;
-        let software_gso = sh(&format!(
+        let segmentation = if cfg.device_segmentation {
+            "by the device (offload on: what a NIC with UDP segmentation offload costs)"
+        } else if sh(&format!(
             "{x} ethtool -K {IFB_DEV} tx-udp-segmentation off >/dev/null 2>&1"
         ))
-        .is_ok();
-        eprintln!(
-            "bench serve: ifb sink in namespace {ns}; GSO segmentation {}",
-            if software_gso {
-                "in software (offload off)"
-            } else {
-                "as the device offers (ethtool missing)"
-            }
-        );
+        .is_ok()
+        {
+            "in software (offload off: what a NIC without UDP segmentation offload costs)"
+        } else {
+            "by the device (ethtool missing, offload left on)"
+        };
+        eprintln!("bench serve: ifb sink in namespace {ns}; GSO runs segmented {segmentation}");
         // Re-run this same command inside the namespace; it reports through a file.
         let status = Command::new("ip")
             .args(["netns", "exec", &ns])

@@ -191,6 +191,10 @@ pub struct ServeBenchArgs {
     /// Where the packets go.
     #[arg(long, value_enum, default_value_t = Sink::Loopback)]
     pub sink: Sink,
+    /// With `--sink ifb`: keep the sink's UDP segmentation offload on, as a NIC with USO
+    /// (default: off, so GSO runs are segmented in software).
+    #[arg(long)]
+    pub device_segmentation: bool,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,

@@ -58,6 +58,7 @@ pub fn serve(args: &crate::cli::ServeBenchArgs) -> anyhow::Result<ExitCode> {
             crate::cli::Sink::Loopback => Sink::Loopback,
             crate::cli::Sink::Ifb => Sink::Ifb,
         },
+        device_segmentation: args.device_segmentation,
     };
     let report = isnode_bench::serve::run(&cfg).context("running the serve benchmark")?;
     println!("{}", isnode_bench::serve::format_table(&report));
