@@ -1,0 +1,536 @@
+//! Helpers of the serve end-to-end tests (`serve_e2e.rs`): volumes made with the real
+//! binary, an `isnode serve` child that is killed when dropped, a hand-written HTTP/1.1
+//! client (so a test can choose the TCP source address), metrics parsing and UDP receivers.
+//!
+//! Everything is bounded: every wait has a deadline, every socket a timeout.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_isnode")
+}
+
+/// A command for the binary, isolated from the caller's environment.
+pub fn command() -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.env_remove("ISNODE_CRASH_POINT")
+        .env_remove("ISNODE_VOLUME")
+        .env_remove("ISNODE_BUFFERED_IO")
+        .env_remove("RUST_LOG");
+    cmd
+}
+
+/// Runs the binary with `args` and panics unless it succeeds; returns stdout.
+#[track_caller]
+pub fn run_ok(args: &[&str]) -> String {
+    let out = command()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running isnode {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "isnode {args:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A child process killed (and reaped) when dropped.
+pub struct ChildGuard(pub Option<Child>);
+
+impl ChildGuard {
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// Waits for the child until `deadline`; kills it and panics if it is still running.
+    #[track_caller]
+    pub fn wait_until(&mut self, deadline: Instant, what: &str) -> std::process::ExitStatus {
+        let child = self.0.as_mut().expect("child already reaped");
+        loop {
+            if let Some(st) = child.try_wait().expect("try_wait") {
+                self.0 = None;
+                return st;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                self.0 = None;
+                panic!("{what}: still running at its deadline (killed)");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A temporary directory with a volume in `vol/` and generated inputs in `in/`.
+pub struct Vol {
+    /// Keeps the directory alive.
+    pub dir: tempfile::TempDir,
+    /// The volume directory.
+    pub root: PathBuf,
+}
+
+impl Vol {
+    /// Creates a volume with `isnode volume create` and `extra` flags.
+    pub fn create(extra: &[&str]) -> Vol {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("vol");
+        std::fs::create_dir_all(dir.path().join("in")).unwrap();
+        let root_s = root.to_str().unwrap().to_string();
+        let mut args = vec!["volume", "create", "--volume", root_s.as_str()];
+        args.extend_from_slice(extra);
+        run_ok(&args);
+        Vol { dir, root }
+    }
+
+    /// Generates a constant-bitrate MPEG-TS stream with `isnode gen-ts`, ingests it as
+    /// `name` (bitrate detected from the PCR) and returns its bytes.
+    pub fn add_ts(&self, name: &str, bitrate: u64, seconds: f64, seed: u64) -> Vec<u8> {
+        let file = self.dir.path().join("in").join(name);
+        let f = file.to_str().unwrap();
+        run_ok(&[
+            "gen-ts",
+            "--bitrate",
+            &bitrate.to_string(),
+            "--duration",
+            &seconds.to_string(),
+            "--seed",
+            &seed.to_string(),
+            f,
+        ]);
+        run_ok(&[
+            "ingest",
+            "--volume",
+            self.root.to_str().unwrap(),
+            "--name",
+            name,
+            f,
+        ]);
+        std::fs::read(&file).unwrap()
+    }
+
+    /// A path for a scratch file in the temporary directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (free when asked; the server start retries on a clash).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("binding an ephemeral port")
+        .port()
+}
+
+/// An `isnode serve` child on 127.0.0.1, killed when dropped.
+pub struct Server {
+    child: ChildGuard,
+    /// The control API address.
+    pub addr: SocketAddr,
+    /// Its standard error (the log).
+    pub log: PathBuf,
+}
+
+impl Server {
+    /// Starts `isnode serve --volume VOL --listen 127.0.0.1:PORT EXTRA...` on a free port and
+    /// waits (bounded) until `GET /v1/objects` answers 200.
+    pub fn start(vol: &Vol, extra: &[&str]) -> Server {
+        for attempt in 0..5 {
+            let port = free_port();
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let log = vol.path(&format!("serve-{port}.log"));
+            let child = command()
+                .arg("serve")
+                .arg("--volume")
+                .arg(&vol.root)
+                .arg("--listen")
+                .arg(addr.to_string())
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .expect("spawning isnode serve");
+            let mut server = Server {
+                child: ChildGuard(Some(child)),
+                addr,
+                log,
+            };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let exited = server
+                    .child
+                    .0
+                    .as_mut()
+                    .unwrap()
+                    .try_wait()
+                    .unwrap()
+                    .is_some();
+                if exited {
+                    let text = server.log_text();
+                    server.child.0 = None;
+                    if text.contains("in use") && attempt < 4 {
+                        break; // the port was taken meanwhile: try another
+                    }
+                    panic!("isnode serve exited at start:\n{text}");
+                }
+                if let Ok(r) = try_http(addr, None, "GET", "/v1/objects", None, &[]) {
+                    if r.status == 200 {
+                        return server;
+                    }
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "isnode serve did not answer within 20 s:\n{}",
+                    server.log_text()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        unreachable!("the loop returns or panics")
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The base URL of the control API.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The server's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A request from 127.0.0.1.
+    pub fn req(&self, method: &str, path: &str, body: Option<&str>) -> Resp {
+        http(self.addr, None, method, path, body, &[])
+    }
+
+    /// `POST /v1/sessions` for `object` at `port`, from 127.0.0.1.
+    pub fn post_session(&self, object: &str, port: u16) -> Resp {
+        let body = serde_json::json!({ "object": object, "port": port }).to_string();
+        self.req("POST", "/v1/sessions", Some(&body))
+    }
+
+    /// `POST /v1/sessions/{id}/keepalive`; the status.
+    pub fn keepalive(&self, id: &str) -> u16 {
+        self.req("POST", &format!("/v1/sessions/{id}/keepalive"), None)
+            .status
+    }
+
+    /// `GET /metrics`.
+    pub fn metrics(&self) -> Metrics {
+        let r = self.req("GET", "/metrics", None);
+        assert_eq!(r.status, 200, "GET /metrics: {}", r.body);
+        Metrics(r.body)
+    }
+
+    /// VmRSS of the server process, in bytes.
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("reading the server's /proc status");
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .expect("VmRSS line");
+        let kb: u64 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .expect("VmRSS value");
+        kb * 1024
+    }
+}
+
+/// The text of `GET /metrics`.
+pub struct Metrics(pub String);
+
+impl Metrics {
+    /// The value of the series `name` (with its labels, e.g. `x_total{member="2"}`), or 0
+    /// if absent.
+    pub fn get(&self, series: &str) -> f64 {
+        self.0
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .find_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                (k == series).then(|| v.parse().ok()).flatten()
+            })
+            .unwrap_or(0.0)
+    }
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+pub struct Resp {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names lower-cased.
+    pub headers: Vec<(String, String)>,
+    /// Body, decoded.
+    pub body: String,
+}
+
+impl Resp {
+    /// The body as JSON (panics with the body if it is not JSON).
+    #[track_caller]
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("answer {} is not JSON ({e}): {:?}", self.status, self.body))
+    }
+
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One HTTP/1.1 request over a fresh TCP connection, from `from` (an IP to bind the client
+/// side to; default 127.0.0.1), with extra headers. Panics on a transport error.
+#[track_caller]
+pub fn http(
+    server: SocketAddr,
+    from: Option<IpAddr>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Resp {
+    try_http(server, from, method, path, body, headers)
+        .unwrap_or_else(|e| panic!("{method} {path} to {server}: {e}"))
+}
+
+/// Like [`http`], but returns transport errors.
+pub fn try_http(
+    server: SocketAddr,
+    from: Option<IpAddr>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Resp> {
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    let from = from.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    sock.bind(&SocketAddr::new(from, 0).into())?;
+    sock.connect_timeout(&server.into(), Duration::from_secs(5))?;
+    let mut stream: TcpStream = sock.into();
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(10)))?;
+    let body = body.unwrap_or("");
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {server}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !body.is_empty() {
+        req.push_str("Content-Type: application/json\r\n");
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    stream.write_all(req.as_bytes())?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    parse_response(&raw).ok_or_else(|| {
+        std::io::Error::other(format!(
+            "bad HTTP answer: {:?}",
+            String::from_utf8_lossy(&raw)
+        ))
+    })
+}
+
+fn parse_response(raw: &[u8]) -> Option<Resp> {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..split]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            Some((k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        })
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
+    if chunked {
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        loop {
+            let eol = rest.windows(2).position(|w| w == b"\r\n")?;
+            let size_s = std::str::from_utf8(&rest[..eol]).ok()?;
+            let size = usize::from_str_radix(size_s.split(';').next()?.trim(), 16).ok()?;
+            rest = &rest[eol + 2..];
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(rest.get(..size)?);
+            rest = rest.get(size + 2..)?;
+        }
+        body = out;
+    }
+    Some(Resp {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// A UDP socket bound to `ip` (port 0: ephemeral) with a large receive buffer and a short
+/// read timeout.
+pub fn udp(ip: IpAddr, port: u16) -> std::io::Result<UdpSocket> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
+    let _ = s.set_recv_buffer_size(4 << 20);
+    s.bind(&SocketAddr::new(ip, port).into())?;
+    let s: UdpSocket = s.into();
+    s.set_read_timeout(Some(Duration::from_millis(20)))?;
+    Ok(s)
+}
+
+/// 127.0.0.1.
+pub const LO1: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
+/// 127.0.0.2 (also local on Linux loopback).
+pub const LO2: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+
+/// Receives on `sock` from a thread until `stop`, recording each datagram's arrival time
+/// (seconds since `t0`) and length.
+pub struct Recorder {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Vec<(f64, usize)>>>,
+}
+
+impl Recorder {
+    /// Starts recording.
+    pub fn start(sock: UdpSocket, t0: Instant) -> Recorder {
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 65536];
+            // Bounded even if nobody stops it.
+            let end = Instant::now() + Duration::from_secs(60);
+            while !st.load(Ordering::Relaxed) && Instant::now() < end {
+                if let Ok(n) = sock.recv(&mut buf) {
+                    got.push((t0.elapsed().as_secs_f64(), n));
+                }
+            }
+            got
+        });
+        Recorder {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops and returns what arrived.
+    pub fn finish(mut self) -> Vec<(f64, usize)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().expect("recorder thread")
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Reads and discards whatever is queued on `sock` now; returns the datagrams read.
+pub fn drain(sock: &UdpSocket) -> usize {
+    let mut buf = vec![0u8; 65536];
+    sock.set_nonblocking(true).unwrap();
+    let mut n = 0;
+    while sock.recv(&mut buf).is_ok() {
+        n += 1;
+    }
+    sock.set_nonblocking(false).unwrap();
+    n
+}
+
+/// Counts the datagrams arriving at `sock` during `dur`.
+pub fn count_for(sock: &UdpSocket, dur: Duration) -> usize {
+    let mut buf = vec![0u8; 65536];
+    let end = Instant::now() + dur;
+    let mut n = 0;
+    while Instant::now() < end {
+        if sock.recv(&mut buf).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// A deterministic xorshift generator for test-side loss.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A uniform number in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Truncates every segment file of the member directory `dir` to 0 bytes and renames the
+/// directory away (to `dir` + ".failed"): see the member-loss test for why both.
+pub fn fail_member(dir: &Path) -> usize {
+    let mut truncated = 0;
+    if let Ok(entries) = std::fs::read_dir(dir.join("objects")) {
+        for e in entries.flatten() {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(e.path())
+                .expect("opening a segment file");
+            f.set_len(0).expect("truncating a segment file");
+            truncated += 1;
+        }
+    }
+    let aside = PathBuf::from(format!("{}.failed", dir.display()));
+    std::fs::rename(dir, &aside).expect("renaming the member away");
+    truncated
+}
