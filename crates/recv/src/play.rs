@@ -200,8 +200,10 @@ pub struct PlayStats {
     pub packets_received: u64,
     /// Distinct valid symbols of the object received.
     pub packets_valid: u64,
-    /// Symbols expected (n per codeword) that never arrived valid: expected − valid −
-    /// corrupt, never below 0. Includes the injected losses.
+    /// Symbols known to be missing: expected − valid − corrupt, never below 0, where a
+    /// codeword decoded before its end is expected up to the highest ESI seen (repair
+    /// packets after that were never waited for, so an injected loss there is counted in
+    /// `injected_lost` but not here).
     pub packets_lost: u64,
     /// Datagrams that failed the parse or the CRC32C check (includes injected corruption).
     pub packets_corrupt: u64,
