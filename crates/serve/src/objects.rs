@@ -67,13 +67,8 @@ pub struct ObjectJson {
 impl ObjectInfo {
     /// Builds the serving view of a catalog record.
     pub fn new(vol: &Volume, rec: ObjectRecord) -> Result<ObjectInfo, StoreError> {
-        let params = VolumeParams {
-            symbol_len: rec.symbol_len,
-            source_symbols: rec.source_symbols,
-            repair_symbols: rec.repair_symbols,
-            ..*vol.params()
-        };
-        let layout = Layout::new(params, rec.size_bytes)?;
+        let layout = vol.layout(&rec)?;
+        let params = *layout.params();
         let seg_paths = (0..params.members)
             .map(|m| vol.segment_path(m, rec.toi))
             .collect();

@@ -10,7 +10,7 @@ use crate::catalog::ObjectRecord;
 use crate::io::{AlignedBuf, BlockFile};
 use crate::read::ObjectReader;
 use crate::segment::SegmentWriter;
-use crate::{Layout, StoreError, Volume, VolumeParams};
+use crate::{Layout, StoreError, Volume};
 
 /// How to check.
 #[derive(Clone, Copy, Debug, Default)]
@@ -97,23 +97,13 @@ pub fn check(
     Ok(report)
 }
 
-fn object_layout(vol: &Volume, rec: &ObjectRecord) -> Result<Layout, StoreError> {
-    let params = VolumeParams {
-        symbol_len: rec.symbol_len,
-        source_symbols: rec.source_symbols,
-        repair_symbols: rec.repair_symbols,
-        ..*vol.params()
-    };
-    Layout::new(params, rec.size_bytes)
-}
-
 fn check_object(
     vol: &mut Volume,
     rec: &ObjectRecord,
     opts: CheckOptions,
     report: &mut CheckReport,
 ) -> Result<(), StoreError> {
-    let layout = object_layout(vol, rec)?;
+    let layout = vol.layout(rec)?;
     let members = layout.params().members;
     // Pass 1: every block against its catalog checksum; packets of bad blocks one by one.
     let mut bad_packets: Vec<Vec<bool>> = Vec::with_capacity(members as usize);

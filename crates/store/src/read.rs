@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::catalog::ObjectRecord;
 use crate::io::{AlignedBuf, BlockFile};
-use crate::{Layout, StoreError, Volume, VolumeParams};
+use crate::{Layout, StoreError, Volume};
 
 /// What reading an object met on the way.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -71,13 +71,8 @@ impl ObjectReader {
 
     /// Opens an object by catalog record.
     pub fn for_record(vol: &Volume, rec: ObjectRecord) -> Result<ObjectReader, StoreError> {
-        let params = VolumeParams {
-            symbol_len: rec.symbol_len,
-            source_symbols: rec.source_symbols,
-            repair_symbols: rec.repair_symbols,
-            ..*vol.params()
-        };
-        let layout = Layout::new(params, rec.size_bytes)?;
+        let layout = vol.layout(&rec)?;
+        let params = *layout.params();
         let mut stats = ReadStats::default();
         let sources = (0..params.members)
             .map(|m| {

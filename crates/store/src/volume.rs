@@ -304,6 +304,18 @@ impl Volume {
             .ok_or_else(|| StoreError::NotFound(name.to_string()))
     }
 
+    /// The layout of a stored object: its own coding parameters (recorded at ingest) on
+    /// this volume's members and blocks.
+    pub fn layout(&self, rec: &ObjectRecord) -> Result<crate::Layout, StoreError> {
+        let params = VolumeParams {
+            symbol_len: rec.symbol_len,
+            source_symbols: rec.source_symbols,
+            repair_symbols: rec.repair_symbols,
+            ..self.params
+        };
+        crate::Layout::new(params, rec.size_bytes)
+    }
+
     /// Segment file of object `toi` on `member`.
     pub fn segment_path(&self, member: u32, toi: u32) -> PathBuf {
         self.members[member as usize]
