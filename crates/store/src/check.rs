@@ -81,7 +81,7 @@ pub fn check(
             report.member_problems.push(format!("member {m}: {e}"));
             // A missing member (a replaced disk) is recreated; a directory of
             // another volume is left alone for the operator to sort out.
-            let replaced = !vol.members()[m as usize].join("MEMBER").exists();
+            let replaced = !vol.member_identity_present(m);
             if opts.repair && replaced {
                 vol.prepare_member(m)?;
             } else {
@@ -179,7 +179,13 @@ fn check_segment(
             return Ok((vec![true; packets], Some(d)));
         }
     };
-    let records = vol.catalog().blocks(rec.toi, member)?;
+    // Expected CRC32C of every block, indexed by block number.
+    let mut expected_crcs = vec![None; blocks as usize];
+    for r in vol.catalog().blocks(rec.toi, member)? {
+        if let Some(slot) = expected_crcs.get_mut(r.block as usize) {
+            *slot = Some(r.crc32c);
+        }
+    }
     let mut bad = vec![false; packets];
     let mut bad_blocks = 0u64;
     let mut problems = Vec::new();
@@ -200,10 +206,9 @@ fn check_segment(
         let first = (block * per_block) as usize;
         let count = layout.packets_in_block(member, block) as usize;
         report.packets += count as u64;
-        let expected = records.iter().find(|r| r.block == block);
+        let expected = expected_crcs[block as usize];
         let read = file.read_block(&mut buf, block * u64::from(params.block_len));
-        let crc_ok =
-            read.is_ok() && expected.is_some_and(|r| r.crc32c == crc32c::crc32c(buf.as_slice()));
+        let crc_ok = read.is_ok() && expected == Some(crc32c::crc32c(buf.as_slice()));
         if crc_ok {
             continue;
         }
@@ -260,7 +265,7 @@ fn rebuild_segment(
     layout: &Layout,
     member: u32,
 ) -> Result<(), StoreError> {
-    if !vol.members()[member as usize].join("MEMBER").exists() {
+    if !vol.member_identity_present(member) {
         vol.prepare_member(member)?;
     }
     let tmp = vol.tmp_segment_path(member, rec.toi);

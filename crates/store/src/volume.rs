@@ -342,6 +342,11 @@ impl Volume {
         self.root.join("tmp")
     }
 
+    /// True if `member`'s identity file exists (false: the directory is missing or new).
+    pub fn member_identity_present(&self, member: u32) -> bool {
+        self.members[member as usize].join(MEMBER_ID_FILE).exists()
+    }
+
     /// Checks that `member`'s directory is present and belongs to this volume.
     pub fn member_identity_ok(&self, member: u32) -> Result<(), String> {
         let path = self.members[member as usize].join(MEMBER_ID_FILE);
