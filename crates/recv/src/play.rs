@@ -56,21 +56,9 @@ pub struct PlayArgs {
     #[arg(long, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,
 
-    /// Inject loss on receive: average loss rate P in [0, 1] (Gilbert-Elliott).
-    #[arg(long, value_name = "P", default_value_t = 0.0)]
-    pub loss: f64,
-
-    /// Mean length of an injected loss burst, in packets (>= 1); default: independent losses.
-    #[arg(long, value_name = "LEN")]
-    pub burst: Option<f64>,
-
-    /// Inject corruption on receive: probability that a packet gets one byte flipped.
-    #[arg(long, value_name = "P", default_value_t = 0.0)]
-    pub corrupt: f64,
-
-    /// Seed of the injected loss and corruption.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub seed: u64,
+    /// Injected loss and corruption.
+    #[command(flatten)]
+    pub impair: ImpairConfig,
 
     /// Write the output as soon as it is decoded instead of pacing it at the object's bitrate.
     #[arg(long)]
@@ -121,10 +109,10 @@ impl PlayArgs {
             server: "http://127.0.0.1:7878".into(),
             out: None,
             stats_json: None,
-            loss: 0.0,
-            burst: None,
-            corrupt: 0.0,
-            seed: 1,
+            impair: ImpairConfig {
+                seed: 1,
+                ..ImpairConfig::default()
+            },
             as_fast_as_possible: false,
             port: 0,
             bind: None,
@@ -134,16 +122,6 @@ impl PlayArgs {
             max_seconds: 86_400.0,
             prebuffer_ms: None,
             loss_horizon: 2,
-        }
-    }
-
-    /// The injected impairment these arguments ask for.
-    pub fn impair_config(&self) -> ImpairConfig {
-        ImpairConfig {
-            loss: self.loss,
-            burst: self.burst,
-            corrupt: self.corrupt,
-            seed: self.seed,
         }
     }
 }
@@ -403,7 +381,7 @@ pub fn play(args: &PlayArgs) -> anyhow::Result<PlayStats> {
 /// keeps it alive, deletes it at the end.
 pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> {
     // Check everything local before asking the server for anything.
-    Impairer::new(&args.impair_config())?;
+    Impairer::new(&args.impair)?;
     let out = open_output(args.out.as_deref())?;
     let local = socket.local_addr()?;
     let port = args.session_port.unwrap_or(local.port());
@@ -510,8 +488,8 @@ fn run_session(
     let idle_timeout = secs(args.timeout_s, "--timeout-s")?;
     let max_duration = secs(args.max_seconds, "--max-seconds")?;
     let tail_idle = idle_timeout.min(Duration::from_secs(1));
-    let mut impairer = Impairer::new(&args.impair_config())?;
-    let transparent = args.impair_config().is_transparent();
+    let mut impairer = Impairer::new(&args.impair)?;
+    let transparent = args.impair.is_transparent();
     let mut rx = Receiver::new(
         setup.params.clone(),
         ReceiverConfig {
@@ -749,7 +727,7 @@ mod tests {
         ]);
         assert_eq!(a.session_port, Some(7001));
         assert_eq!(a.port, 7002);
-        assert_eq!(a.burst, Some(3.0));
+        assert_eq!(a.impair.burst, Some(3.0));
         assert!(a.as_fast_as_possible);
         assert_eq!(a.out.as_deref(), Some(Path::new("-")));
         let help = PlayArgs::augment_args(Command::new("play"))
@@ -779,7 +757,7 @@ mod tests {
             .unwrap();
         let r = RelayArgs::from_arg_matches(&m).unwrap();
         assert_eq!(r.to.port(), 7002);
-        assert_eq!(r.loss, 0.05);
+        assert_eq!(r.impair.loss, 0.05);
         assert!(RelayArgs::augment_args(Command::new("relay"))
             .try_get_matches_from(["relay", "--listen", "127.0.0.1:1"])
             .is_err());

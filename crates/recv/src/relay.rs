@@ -29,21 +29,9 @@ pub struct RelayArgs {
     #[arg(long, value_name = "ADDR")]
     pub to: SocketAddr,
 
-    /// Average loss rate P in [0, 1] (Gilbert-Elliott).
-    #[arg(long, value_name = "P", default_value_t = 0.0)]
-    pub loss: f64,
-
-    /// Mean loss burst length in packets (>= 1); default: independent losses.
-    #[arg(long, value_name = "LEN")]
-    pub burst: Option<f64>,
-
-    /// Probability that a forwarded packet gets one byte flipped.
-    #[arg(long, value_name = "P", default_value_t = 0.0)]
-    pub corrupt: f64,
-
-    /// Seed of the loss and corruption.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub seed: u64,
+    /// Injected loss and corruption.
+    #[command(flatten)]
+    pub impair: ImpairConfig,
 
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600.0)]
@@ -60,21 +48,12 @@ impl RelayArgs {
         RelayArgs {
             listen,
             to,
-            loss: 0.0,
-            burst: None,
-            corrupt: 0.0,
-            seed: 1,
+            impair: ImpairConfig {
+                seed: 1,
+                ..ImpairConfig::default()
+            },
             max_seconds: 3600.0,
             idle_exit_s: None,
-        }
-    }
-
-    fn impair_config(&self) -> ImpairConfig {
-        ImpairConfig {
-            loss: self.loss,
-            burst: self.burst,
-            corrupt: self.corrupt,
-            seed: self.seed,
         }
     }
 }
@@ -112,7 +91,7 @@ pub struct Relay {
 impl Relay {
     /// Checks the arguments and binds `--listen`.
     pub fn bind(args: &RelayArgs) -> anyhow::Result<Relay> {
-        let impairer = Impairer::new(&args.impair_config())?;
+        let impairer = Impairer::new(&args.impair)?;
         let socket =
             UdpSocket::bind(args.listen).with_context(|| format!("binding UDP {}", args.listen))?;
         let any: SocketAddr = if args.to.is_ipv4() {

@@ -142,10 +142,10 @@ fn relay_with_loss_and_corruption_gives_identical_output() {
     let bytes = data(len as usize, 1);
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut rargs = RelayArgs::new("127.0.0.1:0".parse().unwrap(), client.local_addr().unwrap());
-    rargs.loss = 0.04;
-    rargs.burst = Some(2.0);
-    rargs.corrupt = 0.01;
-    rargs.seed = 11;
+    rargs.impair.loss = 0.04;
+    rargs.impair.burst = Some(2.0);
+    rargs.impair.corrupt = 0.01;
+    rargs.impair.seed = 11;
     rargs.max_seconds = 20.0;
     let relay = Relay::bind(&rargs).unwrap();
     let relay_addr = relay.local_addr().unwrap();
@@ -166,8 +166,8 @@ fn relay_with_loss_and_corruption_gives_identical_output() {
     let out = dir.path().join("relay.out");
     let mut args = fast_args(&out);
     // More corruption on receive, on top of the relay's.
-    args.corrupt = 0.01;
-    args.seed = 5;
+    args.impair.corrupt = 0.01;
+    args.impair.seed = 5;
     args.stats_json = Some(dir.path().join("relay.json"));
     let stats = play_session(&args, &client, &setup(&p, 8_000_000)).unwrap();
     let sent = sender.join().unwrap();
@@ -449,8 +449,8 @@ fn play_against_a_control_server_paced() {
     args.out = Some(out.clone());
     args.timeout_s = 3.0;
     args.prebuffer_ms = Some(200);
-    args.loss = 0.05;
-    args.seed = 9;
+    args.impair.loss = 0.05;
+    args.impair.seed = 9;
     let t = Instant::now();
     let stats = play(&args).unwrap();
     let took = t.elapsed();
@@ -497,8 +497,8 @@ fn session_port_through_a_relay() {
     let server = fake_server(p.clone(), bytes.clone(), 0, None);
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut rargs = RelayArgs::new("127.0.0.1:0".parse().unwrap(), client.local_addr().unwrap());
-    rargs.loss = 0.03;
-    rargs.seed = 2;
+    rargs.impair.loss = 0.03;
+    rargs.impair.seed = 2;
     rargs.idle_exit_s = Some(2.0);
     rargs.max_seconds = 20.0;
     let relay = Relay::bind(&rargs).unwrap();
@@ -547,7 +547,7 @@ fn admission_refusal_is_a_clear_error() {
     assert!(err.contains("max_bitrate_bps = 100000000"), "{err}");
     // Bad local arguments fail before any request.
     let mut bad = args.clone();
-    bad.loss = 2.0;
+    bad.impair.loss = 2.0;
     assert!(play(&bad).is_err());
     assert_eq!(server.log.lock().unwrap().posts.len(), 1);
 }

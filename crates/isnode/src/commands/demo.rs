@@ -104,10 +104,10 @@ pub fn run(root: &Path, args: &DemoArgs) -> anyhow::Result<ExitCode> {
     for (i, (loss, burst, corrupt)) in CLIENTS.into_iter().enumerate() {
         let socket = UdpSocket::bind("127.0.0.1:0")?;
         let mut relay_args = RelayArgs::new("127.0.0.1:0".parse()?, socket.local_addr()?);
-        relay_args.loss = loss;
-        relay_args.burst = burst;
-        relay_args.corrupt = corrupt;
-        relay_args.seed = 100 + i as u64;
+        relay_args.impair.loss = loss;
+        relay_args.impair.burst = burst;
+        relay_args.impair.corrupt = corrupt;
+        relay_args.impair.seed = 100 + i as u64;
         relay_args.max_seconds = args.duration + 60.0;
         let relay = Relay::bind(&relay_args)?;
         let relay_port = relay.local_addr()?.port();
