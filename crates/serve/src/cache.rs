@@ -10,7 +10,7 @@
 //! follower).
 
 use std::collections::HashMap;
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -271,10 +271,16 @@ impl Cache {
         st.tick += 1;
         let tick = st.tick;
         st.slots[slot as usize].last_use = tick;
-        Some(self.pin(slot))
+        Some(self.pin(&st, slot))
     }
 
-    fn pin(&self, slot: u32) -> Pinned {
+    /// Pins a ready slot (the caller holds the lock: `st`).
+    fn pin(&self, st: &State, slot: u32) -> Pinned {
+        assert_eq!(
+            st.slots[slot as usize].state,
+            SlotState::Ready,
+            "handing out slot {slot} that is not ready"
+        );
         self.inner.pins[slot as usize].fetch_add(1, Ordering::AcqRel);
         Pinned {
             inner: self.inner.clone(),
@@ -282,56 +288,47 @@ impl Cache {
         }
     }
 
-    /// Returns `key` pinned, reading it if needed. With `wait`, waits (bounded) for a read in
-    /// progress elsewhere; otherwise answers [`FetchError::Busy`].
-    pub fn get(
-        &self,
-        key: BlockKey,
-        source: &dyn BlockSource,
-        demand: &dyn Demand,
-        wait: bool,
-    ) -> Result<Pinned, FetchError> {
-        let deadline = Instant::now() + Duration::from_secs(5);
+    /// Looks `key` up and, on a miss, claims a slot for it: the sans-IO first half of a
+    /// read. `Ready` is a hit (pinned, counted); `Loading` means a read is in flight
+    /// (here or on another thread); `Load` hands the caller the slot, marked loading, to
+    /// fill and then pass to [`Cache::finish`]. Errors: the block failed recently
+    /// ([`FetchError::Unavailable`]) or every slot is pinned or loading ([`FetchError::Full`]).
+    pub fn begin(&self, key: BlockKey, demand: &dyn Demand) -> Result<Lookup, FetchError> {
         let mut st = self.lock();
-        loop {
-            if let Some(&slot) = st.index.get(&key) {
-                match st.slots[slot as usize].state {
-                    SlotState::Ready => {
-                        st.tick += 1;
-                        let tick = st.tick;
-                        st.slots[slot as usize].last_use = tick;
-                        self.inner.stats.hits.fetch_add(1, Ordering::Relaxed);
-                        return Ok(self.pin(slot));
-                    }
-                    SlotState::Loading => {
-                        if !wait {
-                            return Err(FetchError::Busy);
-                        }
-                        let now = Instant::now();
-                        if now >= deadline {
-                            return Err(FetchError::Busy);
-                        }
-                        st = self
-                            .inner
-                            .ready
-                            .wait_timeout(st, deadline - now)
-                            .unwrap_or_else(|e| e.into_inner())
-                            .0;
-                        continue;
-                    }
-                    SlotState::Empty => unreachable!("an indexed slot is never empty"),
+        self.begin_locked(&mut st, key, demand)
+    }
+
+    fn begin_locked(
+        &self,
+        st: &mut State,
+        key: BlockKey,
+        demand: &dyn Demand,
+    ) -> Result<Lookup, FetchError> {
+        if let Some(&slot) = st.index.get(&key) {
+            return match st.slots[slot as usize].state {
+                SlotState::Ready => {
+                    st.tick += 1;
+                    let tick = st.tick;
+                    st.slots[slot as usize].last_use = tick;
+                    self.inner.stats.hits.fetch_add(1, Ordering::Relaxed);
+                    Ok(Lookup::Ready(self.pin(st, slot)))
                 }
-            }
-            if let Some((at, why)) = st.failed.get(&key) {
-                if at.elapsed() < FAILED_RETRY {
-                    return Err(FetchError::Unavailable(why.clone()));
-                }
-                st.failed.remove(&key);
-            }
-            break;
+                SlotState::Loading => Ok(Lookup::Loading),
+                SlotState::Empty => unreachable!("an indexed slot is never empty"),
+            };
         }
-        // Miss: take a slot.
-        let slot = self.victim(&mut st, demand).ok_or(FetchError::Full)?;
+        if let Some((at, why)) = st.failed.get(&key) {
+            if at.elapsed() < FAILED_RETRY {
+                return Err(FetchError::Unavailable(why.clone()));
+            }
+            st.failed.remove(&key);
+        }
+        let slot = self.victim(st, demand).ok_or(FetchError::Full)?;
+        assert_eq!(
+            self.inner.pins[slot as usize].load(Ordering::Acquire),
+            0,
+            "victim slot {slot} is pinned"
+        );
         let old = st.slots[slot as usize].key.take();
         if let Some(old) = old {
             st.index.remove(&old);
@@ -341,16 +338,54 @@ impl Cache {
         meta.key = Some(key);
         meta.state = SlotState::Loading;
         st.index.insert(key, slot);
-        let pin = self.pin(slot);
         self.inner.stats.misses.fetch_add(1, Ordering::Relaxed);
-        drop(st);
+        Ok(Lookup::Load(Load {
+            cache: self.clone(),
+            slot,
+            key,
+            finished: false,
+        }))
+    }
 
-        let result = self.read_into(slot, &key, source);
-
+    /// The second half of a read: `io` is the outcome of filling `load`'s slot; on
+    /// success the block is checked against `expected_crc` and becomes ready (returned
+    /// pinned), otherwise the slot is freed and the block remembered as failed. `ctx`
+    /// (file and block) prefixes the message of a checksum mismatch.
+    pub fn finish(
+        &self,
+        mut load: Load,
+        io: Result<(), String>,
+        expected_crc: Option<u32>,
+        ctx: &str,
+    ) -> Result<Pinned, FetchError> {
+        assert!(
+            Arc::ptr_eq(&load.cache.inner, &self.inner),
+            "a load finished on another cache"
+        );
+        load.finished = true;
+        let (slot, key) = (load.slot, load.key);
+        let io = io.and_then(|()| match expected_crc {
+            Some(expected) => {
+                let got = crc32c::crc32c(load.bytes_mut());
+                if got == expected {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{ctx}: CRC32C {got:08x}, catalog says {expected:08x}"
+                    ))
+                }
+            }
+            None => Ok(()),
+        });
         let mut st = self.lock();
+        let meta = &st.slots[slot as usize];
+        assert!(
+            meta.state == SlotState::Loading && meta.key == Some(key),
+            "finishing slot {slot} that is not loading {key:?}"
+        );
         st.tick += 1;
         let tick = st.tick;
-        let out = match result {
+        let out = match io {
             Ok(()) => {
                 let meta = &mut st.slots[slot as usize];
                 meta.state = SlotState::Ready;
@@ -359,16 +394,10 @@ impl Cache {
                     .stats
                     .bytes_read
                     .fetch_add(self.inner.block_len as u64, Ordering::Relaxed);
-                Ok(pin)
+                Ok(self.pin(&st, slot))
             }
             Err(why) => {
-                let meta = &mut st.slots[slot as usize];
-                meta.state = SlotState::Empty;
-                meta.key = None;
-                st.index.remove(&key);
-                st.failed.insert(key, (Instant::now(), why.clone()));
-                self.inner.stats.read_errors.fetch_add(1, Ordering::Relaxed);
-                drop(pin);
+                self.fail_locked(&mut st, slot, key, why.clone());
                 Err(FetchError::Failed(why))
             }
         };
@@ -377,9 +406,84 @@ impl Cache {
         out
     }
 
+    fn fail_locked(&self, st: &mut State, slot: u32, key: BlockKey, why: String) {
+        let meta = &mut st.slots[slot as usize];
+        meta.state = SlotState::Empty;
+        meta.key = None;
+        st.index.remove(&key);
+        st.failed.insert(key, (Instant::now(), why));
+        self.inner.stats.read_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Waits up to `timeout` while `key` is loading (on another thread: a thread must
+    /// never wait here for its own read).
+    pub fn wait_loading(&self, key: &BlockKey, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.lock();
+        loop {
+            let loading = st
+                .index
+                .get(key)
+                .is_some_and(|&s| st.slots[s as usize].state == SlotState::Loading);
+            let now = Instant::now();
+            if !loading || now >= deadline {
+                return;
+            }
+            st = self
+                .inner
+                .ready
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Returns `key` pinned, reading it synchronously (`pread`) if needed. With `wait`,
+    /// waits (bounded) for a read in progress elsewhere; otherwise answers
+    /// [`FetchError::Busy`].
+    pub fn get(
+        &self,
+        key: BlockKey,
+        source: &dyn BlockSource,
+        demand: &dyn Demand,
+        wait: bool,
+    ) -> Result<Pinned, FetchError> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut st = self.lock();
+        let mut load = loop {
+            match self.begin_locked(&mut st, key, demand)? {
+                Lookup::Ready(pin) => return Ok(pin),
+                Lookup::Load(load) => break load,
+                Lookup::Loading => {
+                    let now = Instant::now();
+                    if !wait || now >= deadline {
+                        return Err(FetchError::Busy);
+                    }
+                    st = self
+                        .inner
+                        .ready
+                        .wait_timeout(st, deadline - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+        };
+        drop(st);
+        let path = source.path(&key);
+        let ctx = format!("{}: block {}", path.display(), key.block);
+        let io = read_block(
+            &path,
+            key.block * self.inner.block_len as u64,
+            load.bytes_mut(),
+        )
+        .map_err(|e| format!("{ctx}: {e}"));
+        self.finish(load, io, source.crc(&key), &ctx)
+    }
+
     /// Chooses a slot to (re)use: empty first, then the unpinned ready block whose next use
     /// is farthest (never needed counts as infinitely far; ties by least recent use).
-    fn victim(&self, st: &mut State, demand: &dyn Demand) -> Option<u32> {
+    /// A loading slot is never chosen.
+    fn victim(&self, st: &State, demand: &dyn Demand) -> Option<u32> {
         let mut best: Option<(u32, (u64, std::cmp::Reverse<u64>))> = None;
         for (i, meta) in st.slots.iter().enumerate() {
             if meta.state == SlotState::Empty {
@@ -397,50 +501,100 @@ impl Cache {
                 best = Some((i as u32, score));
             }
         }
-        best.map(|(i, _)| i)
-    }
-
-    /// Reads block `key` into `slot` (which the caller holds Loading) and verifies it.
-    fn read_into(&self, slot: u32, key: &BlockKey, source: &dyn BlockSource) -> Result<(), String> {
-        let len = self.inner.block_len;
-        // SAFETY: the slot is Loading and only this thread holds it: exclusive access.
-        let buf = unsafe {
-            std::slice::from_raw_parts_mut(self.inner.base.add(slot as usize * len), len)
-        };
-        let path = source.path(key);
-        read_block(&path, key.block * len as u64, buf)
-            .map_err(|e| format!("{}: block {}: {e}", path.display(), key.block))?;
-        if let Some(expected) = source.crc(key) {
-            let got = crc32c::crc32c(buf);
-            if got != expected {
-                return Err(format!(
-                    "{}: block {}: CRC32C {got:08x}, catalog says {expected:08x}",
-                    path.display(),
-                    key.block
-                ));
-            }
+        if let Some((i, _)) = best {
+            assert_eq!(
+                st.slots[i as usize].state,
+                SlotState::Ready,
+                "a loading slot chosen for eviction"
+            );
         }
-        Ok(())
+        best.map(|(i, _)| i)
     }
 }
 
-/// Reads exactly `buf.len()` bytes at `offset` of `path`, with O_DIRECT where the file
-/// system allows (and `ISNODE_BUFFERED_IO` is not set).
-pub fn read_block(path: &Path, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+/// The answer of [`Cache::begin`].
+#[derive(Debug)]
+pub enum Lookup {
+    /// In memory: pinned.
+    Ready(Pinned),
+    /// Being read (here or by another thread).
+    Loading,
+    /// A miss: the caller owns the read of this slot.
+    Load(Load),
+}
+
+/// A slot claimed for reading one block (state loading: never evicted, never handed
+/// out). Fill [`Load::bytes_mut`] (or the slot's registered buffer) and pass it to
+/// [`Cache::finish`]. Dropped unfinished, the block counts as failed; a load whose read
+/// the kernel may still be writing must be leaked (`std::mem::forget`), never dropped.
+pub struct Load {
+    cache: Cache,
+    slot: u32,
+    key: BlockKey,
+    finished: bool,
+}
+
+impl Load {
+    /// The block being read.
+    pub fn key(&self) -> BlockKey {
+        self.key
+    }
+
+    /// Index of the slot in the pool (the io_uring registered-buffer index).
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The slot's bytes, for the reader to fill.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.cache.inner.block_len;
+        // SAFETY: the slot is loading and this `Load` (not Clone) is its only owner: no
+        // pin exists and no other thread reads or writes it until `finish`.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.cache.inner.base.add(self.slot as usize * len), len)
+        }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let cache = self.cache.clone();
+        let mut st = cache.lock();
+        cache.fail_locked(&mut st, self.slot, self.key, "read abandoned".into());
+        drop(st);
+        cache.inner.ready.notify_all();
+    }
+}
+
+impl std::fmt::Debug for Load {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Load(slot {}, {:?})", self.slot, self.key)
+    }
+}
+
+/// Opens a segment file for block reads: O_DIRECT where the file system allows (and
+/// `ISNODE_BUFFERED_IO` is not set), buffered otherwise.
+pub fn open_for_blocks(path: &Path) -> std::io::Result<File> {
     let mut opts = OpenOptions::new();
     opts.read(true);
-    let file = if std::env::var_os("ISNODE_BUFFERED_IO").is_none() {
+    if std::env::var_os("ISNODE_BUFFERED_IO").is_none() {
         let mut direct = opts.clone();
         direct.custom_flags(libc::O_DIRECT);
         match direct.open(path) {
-            Ok(f) => f,
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => opts.open(path)?,
+            Ok(f) => return Ok(f),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
             Err(e) => return Err(e),
         }
-    } else {
-        opts.open(path)?
-    };
-    file.read_exact_at(buf, offset)
+    }
+    opts.open(path)
+}
+
+/// Reads exactly `buf.len()` bytes at `offset` of `path` (opened with [`open_for_blocks`]).
+pub fn read_block(path: &Path, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+    open_for_blocks(path)?.read_exact_at(buf, offset)
 }
 
 #[cfg(test)]

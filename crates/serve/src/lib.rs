@@ -2,6 +2,8 @@
 //!
 //! - [`session`]: the sans-IO pacing core (what to send when), tested with a virtual clock.
 //! - [`cache`]: the fixed pool of aligned block buffers shared by every session.
+//! - `reader`: fills the pool, per data-plane thread: io_uring `READ_FIXED` (O_DIRECT,
+//!   registered pool buffers) without stalling the thread's other sessions, or `pread`.
 //! - [`net`]: the UDP send system calls (GSO `sendmsg`, `sendmmsg`, `sendto`); the
 //!   io_uring zero-copy engine lives in `uring`.
 //! - data-plane threads (one per core by default) each own their sessions and send from
@@ -19,6 +21,7 @@ pub mod metrics;
 pub mod net;
 pub mod objects;
 mod plane;
+mod reader;
 pub mod session;
 mod uring;
 
@@ -94,6 +97,17 @@ pub enum Degraded {
     SendAvailable,
 }
 
+/// How the data plane reads blocks into the pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReadIo {
+    /// io_uring `READ_FIXED` (O_DIRECT, registered pool buffers) without blocking the
+    /// thread's other sessions; falls back to `Sync` where io_uring is unavailable.
+    Uring,
+    /// A synchronous `pread` (O_DIRECT where allowed) on the data-plane thread.
+    Sync,
+}
+
 /// Flags of `isnode serve`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
@@ -122,6 +136,10 @@ pub struct ServeArgs {
     /// A session without keepalive for this long ends by itself (milliseconds).
     #[arg(long, default_value_t = 5000)]
     pub session_timeout_ms: u64,
+    /// How blocks are read into the pool (`uring` falls back to `sync` where io_uring is
+    /// unavailable).
+    #[arg(long, value_enum, env = "ISNODE_READ_IO", default_value_t = ReadIo::Uring)]
+    pub read_io: ReadIo,
 }
 
 impl Default for ServeArgs {
@@ -135,6 +153,7 @@ impl Default for ServeArgs {
             threads: None,
             degraded: Degraded::Rebuild,
             session_timeout_ms: 5000,
+            read_io: ReadIo::Uring,
         }
     }
 }
@@ -226,6 +245,8 @@ pub(crate) struct Shared {
     pub next_worker: AtomicUsize,
     /// Engine in use (uring-zc falls back to gso where io_uring is unavailable).
     pub engine: EngineKind,
+    /// Block reads in use (uring falls back to sync where io_uring is unavailable).
+    pub read_io: ReadIo,
 }
 
 impl Shared {
@@ -347,6 +368,15 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         }
         e => e,
     };
+    let read_io = match args.read_io {
+        ReadIo::Uring if !reader::available() => {
+            tracing::warn!(
+                "io_uring reads are not available on this kernel: reading blocks with pread"
+            );
+            ReadIo::Sync
+        }
+        r => r,
+    };
     let std_listener =
         std::net::TcpListener::bind(args.listen).map_err(|source| ServeError::Io {
             context: format!("binding the control API to {}", args.listen),
@@ -381,6 +411,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         workers: senders,
         next_worker: AtomicUsize::new(0),
         engine,
+        read_io,
     });
     let mut workers = Vec::with_capacity(threads);
     for (i, rx) in receivers.into_iter().enumerate() {
@@ -425,6 +456,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
     tracing::info!(
         listen = %local_addr,
         engine = engine.name(),
+        read_io = ?read_io,
         threads,
         cache_bytes = u64::from(slots) * block_len as u64,
         "isnode serve started"

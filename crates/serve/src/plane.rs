@@ -18,16 +18,23 @@ use isnode_wire::{build_data_packet, parse_data_packet, DataPacketId, DATA_HEADE
 use crate::cache::{BlockKey, Demand, FetchError, Pinned};
 use crate::net::{self, RawAddr};
 use crate::objects::ObjectInfo;
+use crate::reader::{Prefetch, Reader, QUEUE_DEPTH};
 use crate::session::{blocks_of, codewords_in_block, Burst, Pacer, Step};
 use crate::uring::UringSender;
-use crate::{Degraded, EngineKind, SessionShared, SessionState, Shared};
+use crate::{Degraded, EngineKind, ReadIo, SessionShared, SessionState, Shared};
 
 /// Codewords (current one included) whose blocks a session keeps in the pool.
 pub(crate) const LOOKAHEAD_CODEWORDS: u32 = 3;
 /// Most steps one session may take per loop iteration (catching up stays bounded).
 const MAX_STEPS_PER_TURN: u32 = 256;
-/// Most blocks read ahead per loop iteration.
-const READ_AHEAD_PER_TURN: u32 = 8;
+/// Most blocks read ahead per loop iteration with synchronous reads (asynchronous ones
+/// are bounded by the read queue's depth).
+const READ_AHEAD_PER_TURN: usize = 8;
+/// Longest wait of a burst for its block's read (then the burst is retried next turn
+/// and pacing catches up).
+const FETCH_WAIT: Duration = Duration::from_millis(100);
+/// Longest sleep while block reads are in flight (completions are reaped by the loop).
+const READ_POLL: Duration = Duration::from_millis(1);
 /// Longest sleep of an idle loop.
 const MAX_IDLE: Duration = Duration::from_millis(10);
 /// Bursts due within this window are sent in the same turn: the thread wakes at most
@@ -128,6 +135,8 @@ enum Mode {
 struct Worker {
     sh: Arc<Shared>,
     mode: Mode,
+    /// Fills the pool (io_uring or pread).
+    reader: Reader,
     v4: Option<UdpSocket>,
     v6: Option<UdpSocket>,
     rebuild: Rebuild,
@@ -153,8 +162,20 @@ pub(crate) fn worker(sh: Arc<Shared>, rx: Receiver<NewSession>) {
             }
         },
     };
+    let read_io = if matches!(mode, Mode::Traditional) {
+        ReadIo::Sync
+    } else {
+        sh.read_io
+    };
+    let fail_sh = sh.clone();
+    let reader = Reader::new(
+        &sh.cache,
+        read_io,
+        Box::new(move |key, why| fail_sh.metrics.member_error(key.member, why)),
+    );
     let mut w = Worker {
         mode,
+        reader,
         v4: None,
         v6: None,
         rebuild: Rebuild {
@@ -169,6 +190,7 @@ pub(crate) fn worker(sh: Arc<Shared>, rx: Receiver<NewSession>) {
     };
     let mut sessions: Vec<Active> = Vec::with_capacity(64);
     while !w.sh.shutdown.load(Ordering::Acquire) {
+        w.reader.poll();
         for _ in 0..1024 {
             match rx.try_recv() {
                 Ok(ns) => sessions.push(w.admit(ns)),
@@ -231,6 +253,11 @@ pub(crate) fn worker(sh: Arc<Shared>, rx: Receiver<NewSession>) {
         if wait.is_zero() {
             continue;
         }
+        if w.reader.in_flight() > 0 {
+            // Wake on the first completion; new sessions wait at most READ_POLL.
+            w.reader.wait(wait.min(READ_POLL));
+            continue;
+        }
         match rx.recv_timeout(wait) {
             Ok(ns) => sessions.push(w.admit(ns)),
             Err(RecvTimeoutError::Timeout) => {}
@@ -240,6 +267,7 @@ pub(crate) fn worker(sh: Arc<Shared>, rx: Receiver<NewSession>) {
     if let Mode::Uring(u) = &mut w.mode {
         u.drain(Duration::from_secs(2));
     }
+    w.reader.drain(Duration::from_secs(2));
 }
 
 impl Worker {
@@ -380,14 +408,10 @@ impl Worker {
             block: b.block,
         };
         let demand = LazyDemand::new(&self.sh);
-        let pin = match self.sh.cache.get(key, &*obj, &demand, true) {
+        // A failed read has gone to `member_error` through the reader's callback.
+        let pin = match self.reader.fetch(key, &*obj, &demand, FETCH_WAIT) {
             Ok(pin) => pin,
-            Err(FetchError::Failed(why)) => {
-                self.sh.metrics.member_error(b.member, &why);
-                self.degraded(a, &obj, b);
-                return true;
-            }
-            Err(FetchError::Unavailable(_)) => {
+            Err(FetchError::Failed(_)) | Err(FetchError::Unavailable(_)) => {
                 self.degraded(a, &obj, b);
                 return true;
             }
@@ -515,14 +539,11 @@ impl Worker {
                         member,
                         block,
                     };
-                    pin = match self.sh.cache.get(key, &**obj, &demand, true) {
-                        Ok(pn) => Some((block, pn)),
-                        Err(FetchError::Failed(why)) => {
-                            self.sh.metrics.member_error(member, &why);
-                            None
-                        }
-                        Err(_) => None,
-                    };
+                    pin = self
+                        .reader
+                        .fetch(key, &**obj, &demand, FETCH_WAIT)
+                        .ok()
+                        .map(|pn| (block, pn));
                 }
                 let Some((_, pn)) = &pin else { continue };
                 let Some(bytes) = pn.bytes().get(off..off + p) else {
@@ -700,10 +721,16 @@ impl Worker {
         t.present[..n as usize].fill(true);
     }
 
-    /// Loads the blocks of each session's next codewords that are not in the pool (bounded).
+    /// Starts reading the blocks of each session's next codewords that are not in the
+    /// pool (bounded: the read queue's free depth, or [`READ_AHEAD_PER_TURN`] synchronous
+    /// reads), then submits them.
     fn read_ahead(&mut self, sessions: &mut [Active]) {
-        let mut budget = READ_AHEAD_PER_TURN;
-        for a in sessions.iter_mut() {
+        let limit = match self.reader.kind() {
+            ReadIo::Uring => QUEUE_DEPTH,
+            ReadIo::Sync => READ_AHEAD_PER_TURN,
+        };
+        let mut budget = self.reader.room().min(limit);
+        'sessions: for a in sessions.iter_mut() {
             if a.pacer.is_done() {
                 continue;
             }
@@ -725,19 +752,18 @@ impl Worker {
                     continue;
                 }
                 if budget == 0 {
-                    return;
+                    break 'sessions;
                 }
                 budget -= 1;
-                match self.sh.cache.get(key, &*obj, &demand, false) {
-                    Ok(_) | Err(FetchError::Unavailable(_)) => {}
-                    Err(FetchError::Failed(why)) => self.sh.metrics.member_error(member, &why),
-                    Err(FetchError::Busy) | Err(FetchError::Full) => complete = false,
+                if self.reader.prefetch(key, &*obj, &demand) == Prefetch::NoRoom {
+                    complete = false;
                 }
             }
             if complete {
                 a.read_ahead_at = Some(c);
             }
         }
+        self.reader.poll();
     }
 }
 

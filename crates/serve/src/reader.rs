@@ -1,0 +1,629 @@
+//! Filling the block pool: each data-plane thread owns a [`Reader`] that reads whole
+//! blocks into pool slots, either asynchronously through its own io_uring
+//! (`READ_FIXED` into the registered pool buffers, O_DIRECT; a plain `READ` into the slot
+//! where registration is refused) while the thread keeps serving its other sessions, or
+//! synchronously with `pread` (the fallback, and `--read-io sync`).
+//!
+//! The cache's state machine stays sans-IO ([`Cache::begin`] / [`Cache::finish`]): a slot
+//! being read is `Loading` (never evicted, never handed out) and owned by its [`Load`],
+//! which this module keeps, together with the open file, until the kernel's completion.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use io_uring::{opcode, types, IoUring};
+
+use crate::cache::{open_for_blocks, BlockKey, BlockSource, Cache, Demand, FetchError, Load};
+use crate::cache::{Lookup, Pinned};
+use crate::ReadIo;
+
+/// Reads in flight per thread at most (the fixed submission depth).
+pub(crate) const QUEUE_DEPTH: usize = 32;
+/// Submission ring entries (more than the depth: a push never finds the ring full).
+const RING_ENTRIES: u32 = 2 * QUEUE_DEPTH as u32;
+/// Most buffers io_uring lets a ring register (indices are u16).
+const MAX_REGISTERED: usize = 1 << 14;
+
+/// True if this kernel lets us create a ring that supports `READ_FIXED` and `READ`.
+pub(crate) fn available() -> bool {
+    let Ok(ring) = IoUring::new(8) else {
+        return false;
+    };
+    let mut probe = io_uring::Probe::new();
+    if ring.submitter().register_probe(&mut probe).is_err() {
+        return false;
+    }
+    probe.is_supported(opcode::ReadFixed::CODE) && probe.is_supported(opcode::Read::CODE)
+}
+
+/// What [`Reader::prefetch`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Prefetch {
+    /// In memory, being read (here or elsewhere), or known unreadable: nothing to do.
+    Done,
+    /// A read was started (asynchronous) or done (synchronous).
+    Started,
+    /// No room now (read queue or pool full): try again later.
+    NoRoom,
+}
+
+/// Called with every block whose read failed (I/O error or checksum mismatch).
+pub(crate) type OnFail = Box<dyn FnMut(&BlockKey, &str) + Send>;
+
+struct Pending {
+    load: Load,
+    /// Keeps the descriptor open until the completion.
+    file: File,
+    offset: u64,
+    crc: Option<u32>,
+    ctx: String,
+}
+
+/// One thread's io_uring block reads.
+struct UringReads {
+    ring: IoUring,
+    /// Slots `0..registered` are registered buffers (READ_FIXED); others use READ.
+    registered: usize,
+    block_len: usize,
+    /// By slot (the `user_data` of the read): at most [`QUEUE_DEPTH`].
+    inflight: HashMap<u32, Pending>,
+    /// Pushed but not yet submitted.
+    unsubmitted: bool,
+    /// Keeps the pool (registered and read into) alive as long as the ring (declared
+    /// after it: dropped after).
+    cache: Cache,
+}
+
+/// Reads blocks into the pool for one data-plane thread.
+pub(crate) struct Reader {
+    cache: Cache,
+    uring: Option<UringReads>,
+    on_fail: OnFail,
+}
+
+static LOGGED_REGISTER: AtomicBool = AtomicBool::new(false);
+static LOGGED_SETUP: AtomicBool = AtomicBool::new(false);
+
+impl Reader {
+    /// A reader of `io` kind; `Uring` falls back to synchronous reads (logged once) if the
+    /// ring cannot be set up.
+    pub(crate) fn new(cache: &Cache, io: ReadIo, on_fail: OnFail) -> Reader {
+        let uring = match io {
+            ReadIo::Sync => None,
+            ReadIo::Uring => match UringReads::new(cache) {
+                Ok(u) => Some(u),
+                Err(e) => {
+                    if !LOGGED_SETUP.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            "io_uring block reads unavailable ({e}): reading with pread"
+                        );
+                    }
+                    None
+                }
+            },
+        };
+        Reader {
+            cache: cache.clone(),
+            uring,
+            on_fail,
+        }
+    }
+
+    /// The kind of reads this reader does.
+    pub(crate) fn kind(&self) -> ReadIo {
+        if self.uring.is_some() {
+            ReadIo::Uring
+        } else {
+            ReadIo::Sync
+        }
+    }
+
+    /// Reads in flight.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.uring.as_ref().map_or(0, |u| u.inflight.len())
+    }
+
+    /// How many more reads may start now (synchronous: unbounded; the caller bounds).
+    pub(crate) fn room(&self) -> usize {
+        self.uring
+            .as_ref()
+            .map_or(usize::MAX, |u| QUEUE_DEPTH - u.inflight.len())
+    }
+
+    /// Starts reading `key` unless it is in memory, being read, or known bad; never
+    /// waits (a synchronous reader reads it now).
+    pub(crate) fn prefetch(
+        &mut self,
+        key: BlockKey,
+        source: &dyn BlockSource,
+        demand: &dyn Demand,
+    ) -> Prefetch {
+        if self.room() == 0 {
+            return Prefetch::NoRoom;
+        }
+        match self.cache.begin(key, demand) {
+            Ok(Lookup::Ready(_)) | Ok(Lookup::Loading) | Err(FetchError::Unavailable(_)) => {
+                Prefetch::Done
+            }
+            Err(_) => Prefetch::NoRoom,
+            Ok(Lookup::Load(load)) => {
+                self.start(load, source);
+                Prefetch::Started
+            }
+        }
+    }
+
+    /// Starts (or, synchronously, does) the read of a claimed slot.
+    fn start(&mut self, load: Load, source: &dyn BlockSource) {
+        let key = load.key();
+        let path = source.path(&key);
+        let ctx = format!("{}: block {}", path.display(), key.block);
+        let crc = source.crc(&key);
+        let failed = match &mut self.uring {
+            Some(u) => u.submit(load, path, crc, ctx),
+            None => {
+                let mut load = load;
+                let offset = key.block * self.cache.block_len() as u64;
+                let io = open_for_blocks(&path)
+                    .and_then(|f| f.read_exact_at(load.bytes_mut(), offset))
+                    .map_err(|e| format!("{ctx}: {e}"));
+                self.cache.finish(load, io, crc, &ctx).err()
+            }
+        };
+        if let Some(FetchError::Failed(why)) = failed {
+            (self.on_fail)(&key, &why);
+        }
+    }
+
+    /// Returns `key` pinned, reading it if needed and waiting at most about `limit` for
+    /// a read in flight ([`FetchError::Busy`] after that). A read that fails here
+    /// answers [`FetchError::Failed`] once (and goes to the failure callback);
+    /// afterwards the block is [`FetchError::Unavailable`] for a while.
+    pub(crate) fn fetch(
+        &mut self,
+        key: BlockKey,
+        source: &dyn BlockSource,
+        demand: &dyn Demand,
+        limit: Duration,
+    ) -> Result<Pinned, FetchError> {
+        if self.uring.is_none() {
+            let r = self.cache.get(key, source, demand, true);
+            if let Err(FetchError::Failed(why)) = &r {
+                (self.on_fail)(&key, why);
+            }
+            return r;
+        }
+        let deadline = Instant::now() + limit;
+        let mut ours = false;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.room() == 0 {
+                if left.is_zero() {
+                    return Err(FetchError::Busy);
+                }
+                self.wait(left);
+                continue;
+            }
+            match self.cache.begin(key, demand) {
+                Ok(Lookup::Ready(pin)) => return Ok(pin),
+                Err(FetchError::Unavailable(why)) if ours => return Err(FetchError::Failed(why)),
+                Err(e) => return Err(e),
+                Ok(Lookup::Load(load)) => {
+                    ours = true;
+                    self.start(load, source);
+                    self.submit();
+                }
+                Ok(Lookup::Loading) => {
+                    if left.is_zero() {
+                        return Err(FetchError::Busy);
+                    }
+                    if self.is_ours(&key) {
+                        self.wait(left);
+                    } else {
+                        // Another thread's read: never block on it without reaping ours.
+                        self.poll();
+                        self.cache
+                            .wait_loading(&key, left.min(Duration::from_millis(1)));
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_ours(&self, key: &BlockKey) -> bool {
+        self.uring
+            .as_ref()
+            .is_some_and(|u| u.inflight.values().any(|p| p.load.key() == *key))
+    }
+
+    fn submit(&mut self) {
+        if let Some(u) = &mut self.uring {
+            u.submit_pushed();
+        }
+    }
+
+    /// Submits queued reads and finishes the completed ones (never blocks).
+    pub(crate) fn poll(&mut self) {
+        if let Some(u) = &mut self.uring {
+            u.submit_pushed();
+            u.reap(&mut self.on_fail);
+        }
+    }
+
+    /// Waits up to `timeout` for at least one completion (if reads are in flight) and
+    /// finishes what completed.
+    pub(crate) fn wait(&mut self, timeout: Duration) {
+        let Some(u) = &mut self.uring else { return };
+        u.submit_pushed();
+        if !u.inflight.is_empty() && !timeout.is_zero() {
+            let ts = types::Timespec::from(timeout);
+            let args = types::SubmitArgs::new().timespec(&ts);
+            // ETIME (timeout) and EINTR are expected; anything else shows in the next reap.
+            let _ = u.ring.submitter().submit_with_args(1, &args);
+        }
+        u.reap(&mut self.on_fail);
+    }
+
+    /// Waits (bounded) until no read is in flight; reads still in flight after `limit`
+    /// are leaked with the pool (the kernel may still write into it).
+    pub(crate) fn drain(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.in_flight() > 0 && Instant::now() < deadline {
+            self.wait(Duration::from_millis(10));
+        }
+        if let Some(u) = &mut self.uring {
+            if !u.inflight.is_empty() {
+                tracing::warn!(
+                    "{} block reads still in flight at shutdown; leaking the pool",
+                    u.inflight.len()
+                );
+                std::mem::forget(std::mem::take(&mut u.inflight));
+                std::mem::forget(u.cache.clone());
+            }
+        }
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.drain(Duration::from_secs(2));
+    }
+}
+
+impl UringReads {
+    fn new(cache: &Cache) -> io::Result<UringReads> {
+        let ring = IoUring::new(RING_ENTRIES)?;
+        let mut iovecs = cache.iovecs();
+        iovecs.truncate(MAX_REGISTERED);
+        // SAFETY: the iovecs point into the pool, which `cache` (a field dropped after the
+        // ring) keeps alive for the ring's whole life.
+        let registered = match unsafe { ring.submitter().register_buffers(&iovecs) } {
+            Ok(()) => iovecs.len(),
+            Err(e) => {
+                if !LOGGED_REGISTER.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "io_uring: registering the block pool for reads failed ({e}); plain READ into the slots"
+                    );
+                }
+                0
+            }
+        };
+        Ok(UringReads {
+            ring,
+            registered,
+            block_len: cache.block_len(),
+            inflight: HashMap::with_capacity(QUEUE_DEPTH),
+            unsubmitted: false,
+            cache: cache.clone(),
+        })
+    }
+
+    /// Queues the read of `load`; answers the failure if it cannot even start.
+    fn submit(
+        &mut self,
+        mut load: Load,
+        path: PathBuf,
+        crc: Option<u32>,
+        ctx: String,
+    ) -> Option<FetchError> {
+        assert!(self.inflight.len() < QUEUE_DEPTH, "read queue overfull");
+        let slot = load.slot();
+        assert!(
+            !self.inflight.contains_key(&slot),
+            "slot {slot} already being read"
+        );
+        // Opened per read, as the synchronous path does: a member that disappears (a
+        // failed disk, a removed directory) fails its next read instead of being served
+        // from a descriptor kept open.
+        let file = match open_for_blocks(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                let io = Err(format!("{ctx}: {e}"));
+                return self.cache.finish(load, io, crc, &ctx).err();
+            }
+        };
+        let offset = load.key().block * self.block_len as u64;
+        let buf = load.bytes_mut();
+        let (ptr, len) = (buf.as_mut_ptr(), buf.len() as u32);
+        let fd = types::Fd(file.as_raw_fd());
+        let sqe = if (slot as usize) < self.registered {
+            opcode::ReadFixed::new(fd, ptr, len, slot as u16)
+                .offset(offset)
+                .build()
+        } else {
+            opcode::Read::new(fd, ptr, len).offset(offset).build()
+        }
+        .user_data(u64::from(slot));
+        // SAFETY: the buffer is the slot of `load`, which stays loading (no one else reads
+        // or writes it, it is never evicted) and alive in `inflight` until this read's
+        // completion; `file` keeps the descriptor open as long.
+        let pushed = unsafe { self.ring.submission().push(&sqe) };
+        assert!(pushed.is_ok(), "io_uring submission ring full");
+        self.unsubmitted = true;
+        self.inflight.insert(
+            slot,
+            Pending {
+                load,
+                file,
+                offset,
+                crc,
+                ctx,
+            },
+        );
+        None
+    }
+
+    fn submit_pushed(&mut self) {
+        if !self.unsubmitted {
+            return;
+        }
+        match self.ring.submit() {
+            Ok(_) => self.unsubmitted = false,
+            // EAGAIN/EBUSY: retried at the next poll.
+            Err(e) => tracing::debug!("io_uring submit (reads): {e}"),
+        }
+    }
+
+    fn reap(&mut self, on_fail: &mut OnFail) {
+        let mut done: Vec<(u32, i32)> = Vec::new();
+        for cqe in self.ring.completion() {
+            done.push((cqe.user_data() as u32, cqe.result()));
+        }
+        for (slot, res) in done {
+            let Some(mut p) = self.inflight.remove(&slot) else {
+                panic!("completion for slot {slot}, which has no read in flight");
+            };
+            let len = self.block_len;
+            let io = if res < 0 {
+                Err(io::Error::from_raw_os_error(-res))
+            } else if res as usize == len {
+                Ok(())
+            } else if res == 0 {
+                Err(io::Error::from(io::ErrorKind::UnexpectedEof))
+            } else {
+                // A short read (rare: a signal, a partial O_DIRECT transfer): finish it
+                // synchronously.
+                p.file.read_exact_at(p.load.bytes_mut(), p.offset)
+            };
+            let key = p.load.key();
+            let io = io.map_err(|e| format!("{}: {e}", p.ctx));
+            if let Err(FetchError::Failed(why)) = self.cache.finish(p.load, io, p.crc, &p.ctx) {
+                on_fail(&key, &why);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::NoDemand;
+    use std::sync::{Arc, Mutex};
+
+    const LEN: usize = 8192;
+
+    struct Files {
+        dir: PathBuf,
+        crcs: HashMap<BlockKey, u32>,
+    }
+    impl BlockSource for Files {
+        fn path(&self, key: &BlockKey) -> PathBuf {
+            self.dir.join(format!("{}-{}", key.toi, key.member))
+        }
+        fn crc(&self, key: &BlockKey) -> Option<u32> {
+            self.crcs.get(key).copied()
+        }
+    }
+
+    /// Two members of `blocks` pseudo-random blocks each, with their checksums.
+    fn setup(blocks: u64) -> (tempfile::TempDir, Files) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut crcs = HashMap::new();
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for m in 0..2u32 {
+            let mut data = Vec::new();
+            for b in 0..blocks {
+                let start = data.len();
+                for _ in 0..LEN / 8 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    data.extend_from_slice(&x.to_le_bytes());
+                }
+                crcs.insert(key(m, b), crc32c::crc32c(&data[start..]));
+            }
+            std::fs::write(dir.path().join(format!("1-{m}")), data).unwrap();
+        }
+        let dir_path = dir.path().to_path_buf();
+        (
+            dir,
+            Files {
+                dir: dir_path,
+                crcs,
+            },
+        )
+    }
+
+    fn key(member: u32, block: u64) -> BlockKey {
+        BlockKey {
+            toi: 1,
+            member,
+            block,
+        }
+    }
+
+    type Failures = Arc<Mutex<Vec<(BlockKey, String)>>>;
+
+    fn reader(cache: &Cache, io: ReadIo) -> Option<(Reader, Failures)> {
+        let failures: Failures = Arc::default();
+        let f = failures.clone();
+        let r = Reader::new(
+            cache,
+            io,
+            Box::new(move |k, why| f.lock().unwrap().push((*k, why.to_string()))),
+        );
+        if io == ReadIo::Uring && r.kind() != ReadIo::Uring {
+            eprintln!("io_uring unavailable here: skipping");
+            return None;
+        }
+        Some((r, failures))
+    }
+
+    #[test]
+    fn uring_reads_equal_sync_reads() {
+        let (_d, src) = setup(6);
+        let sync_cache = Cache::new(16, LEN);
+        let uring_cache = Cache::new(16, LEN);
+        let (mut sync, _) = reader(&sync_cache, ReadIo::Sync).unwrap();
+        let Some((mut uring, failures)) = reader(&uring_cache, ReadIo::Uring) else {
+            return;
+        };
+        // Read-ahead of everything, then fetch (waits for the reads in flight).
+        for m in 0..2 {
+            for b in 0..6 {
+                assert_eq!(
+                    uring.prefetch(key(m, b), &src, &NoDemand),
+                    Prefetch::Started
+                );
+            }
+        }
+        assert!(uring.in_flight() <= QUEUE_DEPTH);
+        for m in 0..2 {
+            for b in 0..6 {
+                let limit = Duration::from_secs(5);
+                let a = sync.fetch(key(m, b), &src, &NoDemand, limit).unwrap();
+                let u = uring.fetch(key(m, b), &src, &NoDemand, limit).unwrap();
+                assert!(a.bytes() == u.bytes(), "block {m}/{b} differs");
+            }
+        }
+        assert_eq!(uring.in_flight(), 0);
+        assert!(failures.lock().unwrap().is_empty());
+        assert_eq!(uring_cache.stats().misses.load(Ordering::Relaxed), 12);
+        assert_eq!(uring_cache.stats().read_errors.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn read_queue_depth_is_bounded() {
+        let (_d, src) = setup(40);
+        let cache = Cache::new(80, LEN);
+        let Some((mut r, _)) = reader(&cache, ReadIo::Uring) else {
+            return;
+        };
+        let mut started = 0;
+        for b in 0..40 {
+            if r.prefetch(key(0, b), &src, &NoDemand) == Prefetch::Started {
+                started += 1;
+            }
+        }
+        // Completions are only reaped by poll/wait: the depth caps what was started.
+        assert_eq!(started, QUEUE_DEPTH);
+        assert_eq!(r.prefetch(key(1, 0), &src, &NoDemand), Prefetch::NoRoom);
+        r.drain(Duration::from_secs(5));
+        assert_eq!(r.in_flight(), 0);
+        for b in 0..QUEUE_DEPTH as u64 {
+            assert!(cache.peek(&key(0, b)).is_some());
+        }
+    }
+
+    #[test]
+    fn in_flight_slot_is_not_evicted_nor_handed_out() {
+        let (_d, src) = setup(4);
+        let cache = Cache::new(2, LEN);
+        let Some((mut r, _)) = reader(&cache, ReadIo::Uring) else {
+            return;
+        };
+        assert_eq!(r.prefetch(key(0, 0), &src, &NoDemand), Prefetch::Started);
+        // Not reaped yet: the slot is loading.
+        assert!(cache.peek(&key(0, 0)).is_none());
+        // The other slot cycles; the loading one is never taken.
+        for b in 1..4 {
+            let p = cache.get(key(1, b), &src, &NoDemand, true).unwrap();
+            assert_eq!(p.slot(), 1, "the loading slot 0 was reused");
+            drop(p);
+        }
+        let busy = cache.get(key(1, 0), &src, &NoDemand, true).unwrap();
+        assert_eq!(
+            cache.get(key(1, 1), &src, &NoDemand, false).unwrap_err(),
+            FetchError::Full
+        );
+        drop(busy);
+        let p = r
+            .fetch(key(0, 0), &src, &NoDemand, Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(crc32c::crc32c(p.bytes()), src.crc(&key(0, 0)).unwrap());
+    }
+
+    #[test]
+    fn failed_reads_mark_the_block_failed() {
+        for io in [ReadIo::Uring, ReadIo::Sync] {
+            let (_d, mut src) = setup(2);
+            let cache = Cache::new(4, LEN);
+            let Some((mut r, failures)) = reader(&cache, io) else {
+                continue;
+            };
+            let limit = Duration::from_secs(5);
+            // Missing file.
+            let missing = BlockKey {
+                toi: 9,
+                member: 0,
+                block: 0,
+            };
+            assert!(matches!(
+                r.fetch(missing, &src, &NoDemand, limit),
+                Err(FetchError::Failed(_))
+            ));
+            assert!(matches!(
+                r.fetch(missing, &src, &NoDemand, limit),
+                Err(FetchError::Unavailable(_))
+            ));
+            // Past the end of the file, through read-ahead.
+            assert_eq!(r.prefetch(key(0, 7), &src, &NoDemand), Prefetch::Started);
+            r.drain(limit);
+            assert!(matches!(
+                r.fetch(key(0, 7), &src, &NoDemand, limit),
+                Err(FetchError::Unavailable(_))
+            ));
+            // Checksum mismatch.
+            src.crcs.insert(key(1, 1), 0xdead_beef);
+            let e = r.fetch(key(1, 1), &src, &NoDemand, limit).unwrap_err();
+            assert!(
+                matches!(&e, FetchError::Failed(why) if why.contains("CRC32C")),
+                "{io:?}: {e}"
+            );
+            let f = failures.lock().unwrap();
+            let keys: Vec<BlockKey> = f.iter().map(|(k, _)| *k).collect();
+            assert_eq!(keys, [missing, key(0, 7), key(1, 1)], "{io:?}: {f:?}");
+            assert_eq!(cache.stats().read_errors.load(Ordering::Relaxed), 3);
+            // Failed slots are free again.
+            for b in 0..2 {
+                assert!(r.fetch(key(0, b), &src, &NoDemand, limit).is_ok());
+            }
+        }
+    }
+}
