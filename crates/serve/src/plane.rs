@@ -132,6 +132,19 @@ enum Mode {
     Traditional,
 }
 
+impl Mode {
+    /// The engine every packet a session sends is counted under, whatever the path
+    /// (FDT datagrams and rebuilt packets included).
+    fn engine(&self) -> EngineKind {
+        match self {
+            Mode::Traditional => EngineKind::Traditional,
+            Mode::Uring(_) => EngineKind::UringZc,
+            Mode::Mmsg => EngineKind::Sendmmsg,
+            Mode::Gso => EngineKind::Gso,
+        }
+    }
+}
+
 struct Worker {
     sh: Arc<Shared>,
     mode: Mode,
@@ -346,14 +359,9 @@ impl Worker {
     }
 
     fn send_fdt(&mut self, a: &Active) {
-        let obj = a.s.object.clone();
+        let obj = &a.s.object;
         // Counted under the session's engine (the FDT is a few small datagrams: sendto).
-        let engine = match self.mode {
-            Mode::Traditional => EngineKind::Traditional,
-            Mode::Uring(_) => EngineKind::UringZc,
-            Mode::Mmsg => EngineKind::Sendmmsg,
-            Mode::Gso => EngineKind::Gso,
-        };
+        let engine = self.mode.engine();
         for p in &obj.fdt_packets {
             let r = self
                 .socket(&a.s.dest)
@@ -386,21 +394,14 @@ impl Worker {
             net::send_mmsg(sock, &a.dest, data, seg)
         };
         match r {
-            Ok(()) => {
-                let engine = if gso {
-                    EngineKind::Gso
-                } else {
-                    EngineKind::Sendmmsg
-                };
-                self.count(a, engine, packets, len as u64);
-            }
+            Ok(()) => self.count(a, self.mode.engine(), packets, len as u64),
             Err(e) => self.send_error(&e),
         }
     }
 
     /// Sends one burst from the pool. False: try again later (pool busy or full).
     fn send_burst(&mut self, a: &Active, b: &Burst) -> bool {
-        let obj = a.s.object.clone();
+        let obj = &a.s.object;
         let p = obj.layout.params().packet_len() as usize;
         let key = BlockKey {
             toi: obj.rec.toi,
@@ -409,10 +410,10 @@ impl Worker {
         };
         let demand = LazyDemand::new(&self.sh);
         // A failed read has gone to `member_error` through the reader's callback.
-        let pin = match self.reader.fetch(key, &*obj, &demand, FETCH_WAIT) {
+        let pin = match self.reader.fetch(key, &**obj, &demand, FETCH_WAIT) {
             Ok(pin) => pin,
             Err(FetchError::Failed(_)) | Err(FetchError::Unavailable(_)) => {
-                self.degraded(a, &obj, b);
+                self.degraded(a, obj, b);
                 return true;
             }
             Err(FetchError::Busy) | Err(FetchError::Full) => return false,
