@@ -27,19 +27,9 @@ use crate::ReadIo;
 pub(crate) const QUEUE_DEPTH: usize = 32;
 /// Submission ring entries (more than the depth: a push never finds the ring full).
 const RING_ENTRIES: u32 = 2 * QUEUE_DEPTH as u32;
-/// Most buffers io_uring lets a ring register (indices are u16).
-const MAX_REGISTERED: usize = 1 << 14;
-
 /// True if this kernel lets us create a ring that supports `READ_FIXED` and `READ`.
 pub(crate) fn available() -> bool {
-    let Ok(ring) = IoUring::new(8) else {
-        return false;
-    };
-    let mut probe = io_uring::Probe::new();
-    if ring.submitter().register_probe(&mut probe).is_err() {
-        return false;
-    }
-    probe.is_supported(opcode::ReadFixed::CODE) && probe.is_supported(opcode::Read::CODE)
+    crate::uring::supports(&[opcode::ReadFixed::CODE, opcode::Read::CODE])
 }
 
 /// What [`Reader::prefetch`] did.
@@ -299,12 +289,10 @@ impl Drop for Reader {
 impl UringReads {
     fn new(cache: &Cache) -> io::Result<UringReads> {
         let ring = IoUring::new(RING_ENTRIES)?;
-        let mut iovecs = cache.iovecs();
-        iovecs.truncate(MAX_REGISTERED);
-        // SAFETY: the iovecs point into the pool, which `cache` (a field dropped after the
-        // ring) keeps alive for the ring's whole life.
-        let registered = match unsafe { ring.submitter().register_buffers(&iovecs) } {
-            Ok(()) => iovecs.len(),
+        // SAFETY: `cache` (a field dropped after the ring) keeps the pool alive for the
+        // ring's whole life.
+        let registered = match unsafe { crate::uring::register_pool(&ring, cache) } {
+            Ok(n) => n,
             Err(e) => {
                 if !LOGGED_REGISTER.swap(true, Ordering::Relaxed) {
                     tracing::warn!(

@@ -20,7 +20,7 @@ use crate::cache::{Cache, Pinned};
 use crate::net::{self, RawAddr};
 use crate::Shared;
 
-/// Most buffers io_uring lets a ring register.
+/// Most buffers io_uring lets a ring register (indices are u16).
 const MAX_REGISTERED: usize = 1 << 14;
 const RING_ENTRIES: u32 = 256;
 /// `IORING_SEND_ZC_REPORT_USAGE` (Linux 6.2): report in the notification whether data was copied.
@@ -28,8 +28,8 @@ const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 /// `IORING_NOTIF_USAGE_ZC_COPIED`: set in a notification's result when the kernel copied.
 const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
 
-/// True if this kernel lets us create a ring that supports `SEND_ZC`.
-pub(crate) fn available() -> bool {
+/// True if this kernel lets us create a ring that supports every opcode in `codes`.
+pub(crate) fn supports(codes: &[u8]) -> bool {
     let Ok(ring) = IoUring::new(8) else {
         return false;
     };
@@ -37,7 +37,25 @@ pub(crate) fn available() -> bool {
     if ring.submitter().register_probe(&mut probe).is_err() {
         return false;
     }
-    probe.is_supported(opcode::SendZc::CODE)
+    codes.iter().all(|&c| probe.is_supported(c))
+}
+
+/// True if this kernel lets us create a ring that supports `SEND_ZC`.
+pub(crate) fn available() -> bool {
+    supports(&[opcode::SendZc::CODE])
+}
+
+/// Registers the pool's buffers (as many as io_uring allows) with `ring` as fixed buffers;
+/// returns how many, which are the slots `0..n`.
+///
+/// # Safety
+/// The pool behind `cache` must stay alive as long as `ring`.
+pub(crate) unsafe fn register_pool(ring: &IoUring, cache: &Cache) -> io::Result<usize> {
+    let mut iovecs = cache.iovecs();
+    iovecs.truncate(MAX_REGISTERED);
+    // SAFETY: the iovecs point into the pool, which the caller keeps alive for the ring's life.
+    unsafe { ring.submitter().register_buffers(&iovecs) }?;
+    Ok(iovecs.len())
 }
 
 struct InFlight {
@@ -64,11 +82,9 @@ impl UringSender {
     /// A ring with the pool's buffers registered (as many as io_uring allows).
     pub(crate) fn new(cache: &Cache, sh: Arc<Shared>) -> io::Result<UringSender> {
         let ring = IoUring::new(RING_ENTRIES)?;
-        let mut iovecs = cache.iovecs();
-        iovecs.truncate(MAX_REGISTERED);
-        // SAFETY: the iovecs point into the pool, which `_cache` keeps alive for the ring's life.
-        let registered = match unsafe { ring.submitter().register_buffers(&iovecs) } {
-            Ok(()) => iovecs.len(),
+        // SAFETY: `_cache` keeps the pool alive for the ring's life.
+        let registered = match unsafe { register_pool(&ring, cache) } {
+            Ok(n) => n,
             Err(e) => {
                 tracing::warn!("io_uring: registering the block pool failed ({e}); sending without fixed buffers");
                 0
