@@ -106,26 +106,28 @@ pub fn div(a: u8, b: u8) -> Option<u8> {
     inv(b).map(|b_inv| mul(a, b_inv))
 }
 
+/// Carry-less "Russian peasant" multiplication reduced by 0x11D, independent of the
+/// exp/log tables: the reference the tables are tested against, and what the SIMD kernels'
+/// constant tables are built from.
+pub(crate) const fn mul_bitwise(mut a: u8, mut b: u8) -> u8 {
+    let mut product = 0u8;
+    while b != 0 {
+        if b & 1 != 0 {
+            product ^= a;
+        }
+        let carry = a & 0x80 != 0;
+        a <<= 1;
+        if carry {
+            a ^= (PRIMITIVE_POLYNOMIAL & 0xFF) as u8;
+        }
+        b >>= 1;
+    }
+    product
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Carry-less "Russian peasant" multiplication reduced by 0x11D: independent of the tables.
-    fn mul_bitwise(mut a: u8, mut b: u8) -> u8 {
-        let mut product = 0u8;
-        while b != 0 {
-            if b & 1 != 0 {
-                product ^= a;
-            }
-            let carry = a & 0x80 != 0;
-            a <<= 1;
-            if carry {
-                a ^= (PRIMITIVE_POLYNOMIAL & 0xFF) as u8;
-            }
-            b >>= 1;
-        }
-        product
-    }
 
     #[test]
     fn mul_matches_bitwise_reference_for_all_pairs() {

@@ -12,7 +12,7 @@
 
 use std::sync::OnceLock;
 
-use crate::gf::MUL_TABLE;
+use crate::gf::{mul_bitwise, MUL_TABLE};
 
 /// Environment variable that forces a kernel: `scalar`, `ssse3`, `avx2`, `gfni-avx2` or
 /// `gfni-avx512`. A name that is unknown or unsupported by the CPU is reported on stderr and
@@ -221,22 +221,6 @@ pub fn mul(dst: &mut [u8], src: &[u8], coef: u8) {
 /// If `coefs.len() != outputs.len() * inputs.len()` or the symbols differ in length.
 pub fn mul_matrix(coefs: &[u8], inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
     MatrixPlan::new(Kernel::active(), coefs, outputs.len(), inputs.len()).apply(inputs, outputs);
-}
-
-const fn mul_bitwise(mut a: u8, mut b: u8) -> u8 {
-    let mut product = 0u8;
-    while b != 0 {
-        if b & 1 != 0 {
-            product ^= a;
-        }
-        let carry = a & 0x80 != 0;
-        a <<= 1;
-        if carry {
-            a ^= (crate::gf::PRIMITIVE_POLYNOMIAL & 0xFF) as u8;
-        }
-        b >>= 1;
-    }
-    product
 }
 
 /// The 8x8 bit matrix of "multiply by `c`" in GF(2^8)/0x11D, in the layout of
