@@ -7,6 +7,7 @@ use std::fs;
 use serde::Serialize;
 
 use crate::catalog::ObjectRecord;
+use crate::codeword::{verify_block, verify_packet, Want};
 use crate::io::{AlignedBuf, BlockFile};
 use crate::read::ObjectReader;
 use crate::segment::SegmentWriter;
@@ -190,7 +191,7 @@ fn check_segment(
     let mut bad_blocks = 0u64;
     let mut problems = Vec::new();
     let params = layout.params();
-    let expected_len = blocks * u64::from(params.block_len);
+    let expected_len = layout.segment_len_bytes(member);
     match file.size_bytes() {
         Ok(len) if len != expected_len => {
             problems.push(format!("segment is {len} bytes, expected {expected_len}"))
@@ -206,9 +207,10 @@ fn check_segment(
         let first = (block * per_block) as usize;
         let count = layout.packets_in_block(member, block) as usize;
         report.packets += count as u64;
+        let read = file.read_block(&mut buf, layout.block_offset(block));
         let expected = expected_crcs[block as usize];
-        let read = file.read_block(&mut buf, block * u64::from(params.block_len));
-        let crc_ok = read.is_ok() && expected == Some(crc32c::crc32c(buf.as_slice()));
+        let crc_ok =
+            read.is_ok() && expected.is_some() && verify_block(buf.as_slice(), expected).is_ok();
         if crc_ok {
             continue;
         }
@@ -222,15 +224,8 @@ fn check_segment(
         for slot in 0..count {
             let index = (first + slot) as u64;
             let bytes = &buf.as_slice()[slot * packet_len..(slot + 1) * packet_len];
-            let partial = u16::from_be_bytes([
-                buf.as_slice()[layout.checksum_offset(slot)],
-                buf.as_slice()[layout.checksum_offset(slot) + 1],
-            ]);
-            let ok = isnode_wire::parse_data_packet(bytes).is_ok_and(|p| {
-                p.id.tsi == vol.tsi()
-                    && p.id.toi == rec.toi
-                    && packet_index_matches(layout, member, p.id.sbn, u32::from(p.id.esi), index)
-            }) && isnode_wire::internet_checksum_partial(bytes) == partial;
+            let ok = expected_id(layout, vol.tsi(), rec.toi, member, index)
+                .is_some_and(|id| verify_packet(bytes, &id, params.symbol_len as usize).is_some());
             bad[index as usize] = !ok;
         }
     }
@@ -249,13 +244,36 @@ fn check_segment(
     ))
 }
 
-/// True if the packet at `index` of `member`'s segment should carry (sbn, esi).
-fn packet_index_matches(layout: &Layout, member: u32, sbn: u32, esi: u32, index: u64) -> bool {
-    if sbn >= layout.codewords() {
-        return false;
+/// The identifiers the packet at `index` of `member`'s segment must carry.
+fn expected_id(
+    layout: &Layout,
+    tsi: u32,
+    toi: u32,
+    member: u32,
+    index: u64,
+) -> Option<isnode_wire::DataPacketId> {
+    // Codewords are stored in order: find the one whose run on this member holds `index`.
+    let (mut lo, mut hi) = (0u32, layout.codewords());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let run = layout.member_run(mid, member);
+        if run.first_packet + run.esis.len() as u64 <= index {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
     }
-    let run = layout.member_run(sbn, member);
-    run.esis.contains(&esi) && run.first_packet + u64::from(esi - run.esis.start) == index
+    if lo >= layout.codewords() {
+        return None;
+    }
+    let run = layout.member_run(lo, member);
+    let esi = run.esis.start + u32::try_from(index.checked_sub(run.first_packet)?).ok()?;
+    Some(isnode_wire::DataPacketId {
+        tsi,
+        toi,
+        sbn: lo,
+        esi: u8::try_from(esi).ok()?,
+    })
 }
 
 /// Rewrites `member`'s segment of an object from the code, then swaps it in.
@@ -272,7 +290,7 @@ fn rebuild_segment(
     let mut writer = SegmentWriter::create(&tmp, member, layout)?;
     let mut reader = ObjectReader::for_record(vol, rec.clone())?;
     for sbn in 0..layout.codewords() {
-        reader.read_codeword(sbn, true)?;
+        reader.read_codeword(sbn, Want::All)?;
         for esi in layout.member_run(sbn, member).esis {
             let id = isnode_wire::DataPacketId {
                 tsi: vol.tsi(),

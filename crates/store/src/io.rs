@@ -126,7 +126,20 @@ impl BlockFile {
 
     /// Reads a whole block at `offset` into `buf`; a short file is an error.
     pub fn read_block(&self, buf: &mut AlignedBuf, offset: u64) -> io::Result<()> {
-        self.file.read_exact_at(buf.as_mut_slice(), offset)
+        self.read_block_into(buf.as_mut_slice(), offset)
+    }
+
+    /// Reads `buf.len()` bytes at `offset` into `buf` (aligned memory of a multiple of
+    /// [`DIRECT_IO_ALIGN`] bytes when the file is direct, such as a slot of the server's
+    /// pool); a short file is an error.
+    pub fn read_block_into(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        debug_assert!(
+            !self.direct
+                || (buf.as_ptr() as usize % DIRECT_IO_ALIGN == 0
+                    && buf.len() % DIRECT_IO_ALIGN == 0),
+            "a direct read into unaligned memory"
+        );
+        self.file.read_exact_at(buf, offset)
     }
 
     /// Writes a whole block at `offset`.
@@ -142,6 +155,12 @@ impl BlockFile {
     /// Length of the file in bytes.
     pub fn size_bytes(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
+    }
+}
+
+impl std::os::fd::AsRawFd for BlockFile {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
     }
 }
 

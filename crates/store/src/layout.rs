@@ -194,10 +194,43 @@ impl Layout {
         let slot = (index % per) as usize;
         (index / per, slot * self.params.packet_len() as usize)
     }
+}
 
-    /// Byte offset within a block of the 2-byte partial checksum of slot `slot`.
-    pub fn checksum_offset(&self, slot: usize) -> usize {
-        self.params.packets_per_block() as usize * self.params.packet_len() as usize + 2 * slot
+/// Where one stored symbol is: the member, the block of the member's segment file, and
+/// the byte offset of its packet in that block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SymbolLocation {
+    /// Member index.
+    pub member: u32,
+    /// Block index in the member's segment file.
+    pub block: u64,
+    /// Byte offset of the packet within the block.
+    pub offset: usize,
+}
+
+impl Layout {
+    /// Where symbol `esi` of codeword `sbn` is stored.
+    pub fn symbol_location(&self, sbn: u32, esi: u32) -> SymbolLocation {
+        let member = self.member_of(sbn, esi);
+        let run = self.member_run(sbn, member);
+        debug_assert!(run.esis.contains(&esi), "esi {esi} not in its member's run");
+        let (block, offset) =
+            self.packet_position(run.first_packet + u64::from(esi - run.esis.start));
+        SymbolLocation {
+            member,
+            block,
+            offset,
+        }
+    }
+
+    /// Byte offset of block `block` in a segment file (the one place blocks become bytes).
+    pub fn block_offset(&self, block: u64) -> u64 {
+        block * u64::from(self.params.block_len)
+    }
+
+    /// Length in bytes of `member`'s segment file (whole blocks).
+    pub fn segment_len_bytes(&self, member: u32) -> u64 {
+        self.block_offset(self.member_blocks(member))
     }
 }
 

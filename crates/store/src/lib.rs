@@ -12,6 +12,7 @@
 
 pub mod catalog;
 pub mod check;
+pub mod codeword;
 mod crash;
 pub mod ingest;
 pub mod io;
@@ -23,10 +24,12 @@ pub mod volume;
 
 pub use catalog::{ObjectRecord, ObjectState};
 pub use check::{check, CheckOptions, CheckReport};
+pub use codeword::{BlockError, BlockSource, Readiness, SymbolCheck, Want};
 pub use ingest::{ingest, IngestOptions};
 pub use layout::Layout;
+pub use layout::SymbolLocation;
 pub use params::VolumeParams;
-pub use read::{ObjectReader, ReadStats};
+pub use read::{DiskBlocks, ObjectReader, ReadStats};
 pub use volume::Volume;
 
 /// Everything that can go wrong in the store, with enough context to act on.

@@ -1,14 +1,17 @@
-//! Reading objects back: every packet is verified (CRC32C and identifiers);
-//! a missing, unreadable or damaged packet is an erasure, and the code
-//! rebuilds whatever is lost, up to m symbols per codeword.
+//! Reading objects back from the segment files (`cat`, `check --repair`): the blocks come
+//! from disk ([`DiskBlocks`]) and go through the one codeword read path
+//! ([`crate::codeword`]): every packet is verified (CRC32C and identifiers); a missing,
+//! unreadable or damaged packet is an erasure, and the code rebuilds whatever is lost, up
+//! to m symbols per codeword.
 
-use std::collections::HashMap;
 use std::io::Write;
 
-use isnode_fec::Code;
 use serde::Serialize;
 
 use crate::catalog::ObjectRecord;
+use crate::codeword::{
+    read_codeword, Assembler, BlockError, BlockSource, Readiness, SymbolCheck, Target, Want,
+};
 use crate::io::{AlignedBuf, BlockFile};
 use crate::{Layout, StoreError, Volume};
 
@@ -29,37 +32,91 @@ pub struct ReadStats {
     pub member_errors: Vec<String>,
 }
 
-/// Reads one member's segment file of one object, a block at a time.
-struct MemberSource {
-    file: Option<BlockFile>,
-    buf: AlignedBuf,
-    cached: Option<u64>,
-    /// Block whose read failed (its packets are erasures).
-    failed: Option<u64>,
+/// The blocks of one object's segment files, read from disk (O_DIRECT where the file
+/// system allows), one block buffer per member.
+pub struct DiskBlocks {
+    layout: Layout,
+    members: Vec<MemberFile>,
+    /// One line per member that could not be opened, or per unreadable block.
+    errors: Vec<String>,
 }
 
-/// Reads codewords of one object, decoding around damage.
+/// One member's segment file and the block last read from it.
+struct MemberFile {
+    file: Option<BlockFile>,
+    buf: AlignedBuf,
+    /// The block in `buf`, or the block whose read failed.
+    block: Option<(u64, Result<(), ()>)>,
+}
+
+impl DiskBlocks {
+    /// Opens the segment files of `rec`; a member that cannot be opened is reported in
+    /// [`DiskBlocks::errors`] and all its blocks are unreadable.
+    pub fn open(vol: &Volume, rec: &ObjectRecord, layout: &Layout) -> DiskBlocks {
+        let params = *layout.params();
+        let mut errors = Vec::new();
+        let members = (0..params.members)
+            .map(|m| {
+                let path = vol.segment_path(m, rec.toi);
+                let file = BlockFile::open_read(&path)
+                    .map_err(|e| errors.push(format!("member {m}: {}: {e}", path.display())))
+                    .ok();
+                MemberFile {
+                    file,
+                    buf: AlignedBuf::new(params.block_len as usize),
+                    block: None,
+                }
+            })
+            .collect();
+        DiskBlocks {
+            layout: layout.clone(),
+            members,
+            errors,
+        }
+    }
+
+    /// What went wrong so far: unopenable members, unreadable blocks.
+    pub fn errors(&self) -> &[String] {
+        &self.errors
+    }
+}
+
+impl BlockSource for DiskBlocks {
+    fn block(&mut self, member: u32, block: u64) -> Result<&[u8], BlockError> {
+        let offset = self.layout.block_offset(block);
+        let Some(src) = self.members.get_mut(member as usize) else {
+            return Err(BlockError::Unreadable(format!("no member {member}")));
+        };
+        let Some(file) = &src.file else {
+            return Err(BlockError::Unreadable(format!(
+                "member {member} unreadable"
+            )));
+        };
+        if src.block.as_ref().is_none_or(|(b, _)| *b != block) {
+            let read = file.read_block(&mut src.buf, offset);
+            if let Err(e) = &read {
+                self.errors
+                    .push(format!("member {member}: block {block}: {e}"));
+            }
+            src.block = Some((block, read.map_err(|_| ())));
+        }
+        match src.block {
+            Some((_, Ok(()))) => Ok(src.buf.as_slice()),
+            _ => Err(BlockError::Unreadable(format!(
+                "member {member}: block {block} unreadable"
+            ))),
+        }
+    }
+}
+
+/// Reads codewords of one object from its segment files, decoding around damage.
 pub struct ObjectReader {
     rec: ObjectRecord,
     layout: Layout,
     tsi: u32,
-    sources: Vec<MemberSource>,
-    codes: HashMap<u32, Code>,
-    /// n symbols of the current codeword, E bytes each.
-    work: Vec<u8>,
-    present: Vec<bool>,
+    blocks: DiskBlocks,
+    asm: Assembler,
     stats: ReadStats,
-}
-
-/// The state of one symbol as found on disk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SymbolCheck {
-    /// Present and verified.
-    Good,
-    /// Not readable.
-    Missing,
-    /// Read but failed verification.
-    Corrupt,
 }
 
 impl ObjectReader {
@@ -73,37 +130,14 @@ impl ObjectReader {
     pub fn for_record(vol: &Volume, rec: ObjectRecord) -> Result<ObjectReader, StoreError> {
         let layout = vol.layout(&rec)?;
         let params = *layout.params();
-        let mut stats = ReadStats::default();
-        let sources = (0..params.members)
-            .map(|m| {
-                let path = vol.segment_path(m, rec.toi);
-                let file = match BlockFile::open_read(&path) {
-                    Ok(f) => Some(f),
-                    Err(e) => {
-                        stats
-                            .member_errors
-                            .push(format!("member {m}: {}: {e}", path.display()));
-                        None
-                    }
-                };
-                MemberSource {
-                    file,
-                    buf: AlignedBuf::new(params.block_len as usize),
-                    cached: None,
-                    failed: None,
-                }
-            })
-            .collect();
         let n_max = (params.source_symbols + params.repair_symbols) as usize;
         Ok(ObjectReader {
             tsi: vol.tsi(),
-            work: vec![0u8; n_max * params.symbol_len as usize],
-            present: vec![false; n_max],
+            blocks: DiskBlocks::open(vol, &rec, &layout),
+            asm: Assembler::new(params.symbol_len as usize, n_max),
             rec,
             layout,
-            sources,
-            codes: HashMap::new(),
-            stats,
+            stats: ReadStats::default(),
         })
     }
 
@@ -118,127 +152,44 @@ impl ObjectReader {
     }
 
     /// What reading met so far.
-    pub fn stats(&self) -> &ReadStats {
-        &self.stats
+    pub fn stats(&self) -> ReadStats {
+        let mut stats = self.stats.clone();
+        stats.member_errors = self.blocks.errors().to_vec();
+        stats
     }
 
-    /// Fetches the symbol `esi` of codeword `sbn` from disk into `out`, verifying it.
-    fn fetch(&mut self, sbn: u32, esi: u32, out: &mut [u8]) -> SymbolCheck {
-        let member = self.layout.member_of(sbn, esi);
-        let run = self.layout.member_run(sbn, member);
-        let index = run.first_packet + u64::from(esi - run.esis.start);
-        let (block, offset) = self.layout.packet_position(index);
-        let block_len = self.layout.params().block_len as u64;
-        let packet_len = self.layout.params().packet_len() as usize;
-        let src = &mut self.sources[member as usize];
-        let Some(file) = &src.file else {
-            return SymbolCheck::Missing;
-        };
-        if src.failed == Some(block) {
-            return SymbolCheck::Missing;
-        }
-        if src.cached != Some(block) {
-            src.cached = None;
-            if let Err(e) = file.read_block(&mut src.buf, block * block_len) {
-                self.stats
-                    .member_errors
-                    .push(format!("member {member}: block {block}: {e}"));
-                src.failed = Some(block);
-                return SymbolCheck::Missing;
-            }
-            src.cached = Some(block);
-        }
-        let bytes = &src.buf.as_slice()[offset..offset + packet_len];
-        let expected = isnode_wire::DataPacketId {
+    /// Reads codeword `sbn`: afterwards [`Self::source`] holds its source bytes and, with
+    /// [`Want::All`], [`Self::symbol`] every symbol. Returns the check of every symbol.
+    pub fn read_codeword(&mut self, sbn: u32, want: Want) -> Result<&[SymbolCheck], StoreError> {
+        let target = Target {
+            layout: &self.layout,
+            rec: &self.rec,
             tsi: self.tsi,
-            toi: self.rec.toi,
-            sbn,
-            esi: esi as u8,
         };
-        let ok = isnode_wire::parse_data_packet(bytes)
-            .is_ok_and(|p| p.id == expected && p.symbol.len() == out.len());
-        if !ok {
-            return SymbolCheck::Corrupt;
-        }
-        out.copy_from_slice(&bytes[isnode_wire::DATA_HEADER_LEN..]);
-        SymbolCheck::Good
-    }
-
-    /// Reads codeword `sbn`; afterwards [`Self::source`] holds its k source symbols.
-    ///
-    /// With `all`, repair symbols are read (and rebuilt if lost) too, for [`Self::symbol`].
-    /// Returns the check result of every one of its n symbols.
-    pub fn read_codeword(&mut self, sbn: u32, all: bool) -> Result<Vec<SymbolCheck>, StoreError> {
-        let k = self.layout.source_symbols(sbn);
-        let n = self.layout.encoding_symbols(sbn);
-        let e = self.layout.params().symbol_len as usize;
-        let mut checks = Vec::with_capacity(n as usize);
-        let mut work = std::mem::take(&mut self.work);
-        for esi in 0..n {
-            let slot = &mut work[esi as usize * e..(esi as usize + 1) * e];
-            // Repair symbols are only needed when a source symbol is lost, or when asked.
-            let needed = all || esi < k || checks.iter().any(|c| *c != SymbolCheck::Good);
-            let c = if needed {
-                self.fetch(sbn, esi, slot)
-            } else {
-                SymbolCheck::Missing
-            };
-            if needed {
-                match c {
-                    SymbolCheck::Good => {}
-                    SymbolCheck::Missing => self.stats.symbols_missing += 1,
-                    SymbolCheck::Corrupt => self.stats.symbols_corrupt += 1,
-                }
-            }
-            self.present[esi as usize] = c == SymbolCheck::Good;
-            checks.push(c);
-        }
+        let (ready, tally) = read_codeword(&mut self.asm, target, sbn, want, &mut self.blocks)?;
+        assert_eq!(ready, Readiness::Ready, "disk blocks are never pending");
         self.stats.codewords += 1;
-        let source_lost = checks[..k as usize]
-            .iter()
-            .filter(|c| **c != SymbolCheck::Good)
-            .count();
-        let repair_lost = checks[k as usize..].iter().any(|c| *c != SymbolCheck::Good);
-        if source_lost > 0 || (all && repair_lost) {
-            let have = self.present[..n as usize].iter().filter(|p| **p).count() as u32;
-            if have < k {
-                self.work = work;
-                return Err(StoreError::Unrecoverable {
-                    name: self.rec.name.clone(),
-                    sbn,
-                    have,
-                    need: k,
-                });
-            }
-            let m = self.layout.params().repair_symbols;
-            let code = match self.codes.entry(k) {
-                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(Code::new(k as usize, (k + m) as usize)?)
-                }
-            };
-            let mut shards: Vec<&mut [u8]> = work[..n as usize * e].chunks_exact_mut(e).collect();
-            if all {
-                code.reconstruct_all(&mut shards, &self.present[..n as usize])?;
-            } else {
-                code.reconstruct(&mut shards, &self.present[..n as usize])?;
-            }
-            self.stats.codewords_decoded += 1;
-            self.stats.symbols_rebuilt += source_lost as u64;
-        }
-        self.work = work;
-        Ok(checks)
+        self.stats.symbols_missing += u64::from(tally.missing);
+        self.stats.symbols_corrupt += u64::from(tally.corrupt);
+        self.stats.symbols_rebuilt += u64::from(tally.rebuilt_source);
+        self.stats.codewords_decoded += u64::from(tally.decoded);
+        Ok(self.asm.checks())
     }
 
-    /// The source bytes of the codeword last read, without the padding of the last symbol.
+    /// The source bytes of codeword `sbn` (the one last read), without the padding of its
+    /// last symbol.
     pub fn source(&self, sbn: u32) -> &[u8] {
-        &self.work[..self.layout.codeword_data_len(sbn) as usize]
+        assert_eq!(
+            self.asm.current(),
+            Some(sbn),
+            "codeword {sbn} is not the one read"
+        );
+        self.asm.source(self.layout.codeword_data_len(sbn))
     }
 
-    /// Symbol `esi` of the codeword last read with `all`.
+    /// Symbol `esi` of the codeword last read with [`Want::All`].
     pub fn symbol(&self, esi: u32) -> &[u8] {
-        let e = self.layout.params().symbol_len as usize;
-        &self.work[esi as usize * e..(esi as usize + 1) * e]
+        self.asm.symbol(esi)
     }
 
     /// Writes the whole object to `out`, checking the content CRC32C at the end.
@@ -250,7 +201,7 @@ impl ObjectReader {
         let mut crc = 0u32;
         let mut done = 0u64;
         for sbn in 0..self.layout.codewords() {
-            self.read_codeword(sbn, false)?;
+            self.read_codeword(sbn, Want::Source)?;
             let data = self.source(sbn);
             crc = crc32c::crc32c_append(crc, data);
             done += data.len() as u64;
@@ -265,6 +216,6 @@ impl ObjectReader {
                 self.rec.name, self.rec.content_crc32c
             )));
         }
-        Ok(self.stats.clone())
+        Ok(self.stats())
     }
 }
