@@ -247,9 +247,19 @@ pub(crate) struct Shared {
     pub engine: EngineKind,
     /// Block reads in use (uring falls back to sync where io_uring is unavailable).
     pub read_io: ReadIo,
+    /// Where each data-plane thread's sessions are (eviction decisions; data plane only).
+    pub positions: plane::demand::PositionBoard,
+    /// Why the data plane failed (a thread panicked): the server stops.
+    pub failure: std::sync::OnceLock<String>,
 }
 
 impl Shared {
+    /// Records a data-plane failure and stops the server (every thread, the API's sessions).
+    pub fn fail(&self, why: String) {
+        let _ = self.failure.set(why);
+        self.shutdown.store(true, Ordering::Release);
+    }
+
     pub fn now_ns(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
@@ -312,6 +322,11 @@ impl ServerHandle {
     /// A snapshot of the counters (as `GET /metrics` reports them).
     pub fn metrics(&self) -> MetricsSnapshot {
         self.shared.snapshot()
+    }
+
+    /// Why the data plane failed, if it did (the server has then stopped serving).
+    pub fn failure(&self) -> Option<String> {
+        self.shared.failure.get().cloned()
     }
 
     /// Stops the data plane and the control API and waits for their threads.
@@ -412,13 +427,15 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         next_worker: AtomicUsize::new(0),
         engine,
         read_io,
+        positions: plane::demand::PositionBoard::new(threads),
+        failure: std::sync::OnceLock::new(),
     });
     let mut workers = Vec::with_capacity(threads);
     for (i, rx) in receivers.into_iter().enumerate() {
         let sh = shared.clone();
         let h = std::thread::Builder::new()
             .name(format!("isnode-plane-{i}"))
-            .spawn(move || plane::worker(sh, rx))
+            .spawn(move || plane::worker(sh, i, rx))
             .map_err(|source| ServeError::Io {
                 context: "starting a data-plane thread".into(),
                 source,
@@ -477,14 +494,28 @@ pub fn run(volume_dir: &Path, args: &ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("creating the signal runtime")?;
-    rt.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r,
-            _ = term.recv() => Ok(()),
-        }
-    })
-    .context("waiting for a signal")?;
+    let stop = rt
+        .block_on(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            let mut check = tokio::time::interval(std::time::Duration::from_millis(100));
+            loop {
+                tokio::select! {
+                    r = tokio::signal::ctrl_c() => return r.map(|()| None),
+                    _ = term.recv() => return Ok(None),
+                    _ = check.tick() => {
+                        if let Some(why) = handle.failure() {
+                            return Ok(Some(why));
+                        }
+                    }
+                }
+            }
+        })
+        .context("waiting for a signal")?;
+    if let Some(why) = stop {
+        handle.shutdown();
+        anyhow::bail!("the server stopped: {why}");
+    }
     eprintln!("isnode serve: shutting down");
     handle.shutdown();
     Ok(())

@@ -10,7 +10,6 @@ use isnode_store::{Layout, ObjectRecord, StoreError, Volume, VolumeParams};
 use isnode_wire::fdt::{build_fdt_packets, FdtFile, FdtInstance, FecOti};
 use serde::Serialize;
 
-use crate::cache::{BlockKey, BlockSource};
 use crate::session::send_rate_bps;
 
 /// Seconds between the NTP epoch (1900) and the Unix epoch (1970).
@@ -142,23 +141,6 @@ impl ObjectInfo {
         let bits = u128::from(self.rec.source_symbols) * u128::from(self.rec.symbol_len) * 8;
         let ns = bits * 1_000_000_000 / u128::from(self.rec.bitrate_bps.max(1));
         u64::try_from(ns).unwrap_or(u64::MAX)
-    }
-}
-
-impl BlockSource for ObjectInfo {
-    fn path(&self, key: &BlockKey) -> PathBuf {
-        self.seg_paths
-            .get(key.member as usize)
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    fn crc(&self, key: &BlockKey) -> Option<u32> {
-        self.block_crcs
-            .get(key.member as usize)?
-            .get(key.block as usize)
-            .copied()
-            .flatten()
     }
 }
 

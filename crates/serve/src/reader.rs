@@ -9,18 +9,17 @@
 //! which this module keeps, together with the open file, until the kernel's completion.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use io_uring::{opcode, types, IoUring};
+use isnode_store::io::BlockFile;
 
-use crate::cache::{open_for_blocks, BlockKey, BlockSource, Cache, Demand, FetchError, Load};
-use crate::cache::{Lookup, Pinned};
+use crate::cache::{BlockKey, Cache, Demand, FetchError, Load, Lookup, Pinned};
+use crate::objects::ObjectInfo;
 use crate::ReadIo;
 
 /// Reads in flight per thread at most (the fixed submission depth).
@@ -30,6 +29,37 @@ const RING_ENTRIES: u32 = 2 * QUEUE_DEPTH as u32;
 /// True if this kernel lets us create a ring that supports `READ_FIXED` and `READ`.
 pub(crate) fn available() -> bool {
     crate::uring::supports(&[opcode::ReadFixed::CODE, opcode::Read::CODE])
+}
+
+/// Where the blocks of an object are on disk.
+pub(crate) trait SegmentFiles {
+    /// Path of the segment file holding `key`.
+    fn segment_path(&self, key: &BlockKey) -> PathBuf;
+    /// Byte offset of `key`'s block in its segment file.
+    fn block_offset(&self, key: &BlockKey) -> u64;
+    /// Expected CRC32C of the whole block, if the catalog has it.
+    fn block_crc32c(&self, key: &BlockKey) -> Option<u32>;
+}
+
+impl SegmentFiles for ObjectInfo {
+    fn segment_path(&self, key: &BlockKey) -> PathBuf {
+        self.seg_paths
+            .get(key.member as usize)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn block_offset(&self, key: &BlockKey) -> u64 {
+        self.layout.block_offset(key.block)
+    }
+
+    fn block_crc32c(&self, key: &BlockKey) -> Option<u32> {
+        self.block_crcs
+            .get(key.member as usize)?
+            .get(key.block as usize)
+            .copied()
+            .flatten()
+    }
 }
 
 /// What [`Reader::prefetch`] did.
@@ -46,13 +76,32 @@ pub(crate) enum Prefetch {
 /// Called with every block whose read failed (I/O error or checksum mismatch).
 pub(crate) type OnFail = Box<dyn FnMut(&BlockKey, &str) + Send>;
 
+/// One block read: where from, and what it must hash to.
+struct BlockRead {
+    path: PathBuf,
+    offset: u64,
+    crc32c: Option<u32>,
+    /// File and block, for messages.
+    ctx: String,
+}
+
+impl BlockRead {
+    fn of(key: &BlockKey, files: &dyn SegmentFiles) -> BlockRead {
+        let path = files.segment_path(key);
+        BlockRead {
+            ctx: format!("{}: block {}", path.display(), key.block),
+            offset: files.block_offset(key),
+            crc32c: files.block_crc32c(key),
+            path,
+        }
+    }
+}
+
 struct Pending {
     load: Load,
     /// Keeps the descriptor open until the completion.
-    file: File,
-    offset: u64,
-    crc: Option<u32>,
-    ctx: String,
+    file: BlockFile,
+    read: BlockRead,
 }
 
 /// One thread's io_uring block reads.
@@ -61,7 +110,7 @@ struct UringReads {
     /// Slots `0..registered` are registered buffers (READ_FIXED); others use READ.
     registered: usize,
     block_len: usize,
-    /// By slot (the `user_data` of the read): at most [`QUEUE_DEPTH`].
+    /// By pool slot (the `user_data` of the read): at most [`QUEUE_DEPTH`].
     inflight: HashMap<u32, Pending>,
     /// Pushed but not yet submitted.
     unsubmitted: bool,
@@ -70,7 +119,9 @@ struct UringReads {
     cache: Cache,
 }
 
-/// Reads blocks into the pool for one data-plane thread.
+/// Reads blocks into the pool for one data-plane thread. Never waits for a read: a block
+/// being read answers [`FetchError::Busy`] and the caller comes back later (only the
+/// synchronous `pread` of `--read-io sync` blocks, for the time of one read).
 pub(crate) struct Reader {
     cache: Cache,
     uring: Option<UringReads>,
@@ -131,7 +182,7 @@ impl Reader {
     pub(crate) fn prefetch(
         &mut self,
         key: BlockKey,
-        source: &dyn BlockSource,
+        files: &dyn SegmentFiles,
         demand: &dyn Demand,
     ) -> Prefetch {
         if self.room() == 0 {
@@ -143,93 +194,54 @@ impl Reader {
             }
             Err(_) => Prefetch::NoRoom,
             Ok(Lookup::Load(load)) => {
-                self.start(load, source);
+                self.start(load, files);
                 Prefetch::Started
             }
         }
     }
 
-    /// Starts (or, synchronously, does) the read of a claimed slot.
-    fn start(&mut self, load: Load, source: &dyn BlockSource) {
+    /// Starts (or, synchronously, does) the read of a claimed slot; a synchronous read
+    /// returns the block.
+    fn start(
+        &mut self,
+        load: Load,
+        files: &dyn SegmentFiles,
+    ) -> Option<Result<Pinned, FetchError>> {
         let key = load.key();
-        let path = source.path(&key);
-        let ctx = format!("{}: block {}", path.display(), key.block);
-        let crc = source.crc(&key);
-        let failed = match &mut self.uring {
-            Some(u) => u.submit(load, path, crc, ctx),
-            None => {
-                let mut load = load;
-                let offset = key.block * self.cache.block_len() as u64;
-                let io = open_for_blocks(&path)
-                    .and_then(|f| f.read_exact_at(load.bytes_mut(), offset))
-                    .map_err(|e| format!("{ctx}: {e}"));
-                self.cache.finish(load, io, crc, &ctx).err()
-            }
+        let read = BlockRead::of(&key, files);
+        let done = match &mut self.uring {
+            Some(u) => u.submit(load, read).map(Err),
+            None => Some(read_now(&self.cache, load, &read)),
         };
-        if let Some(FetchError::Failed(why)) = failed {
-            (self.on_fail)(&key, &why);
+        if let Some(Err(FetchError::Failed(why))) = &done {
+            (self.on_fail)(&key, why);
         }
+        done
     }
 
-    /// Returns `key` pinned, reading it if needed and waiting at most about `limit` for
-    /// a read in flight ([`FetchError::Busy`] after that). A read that fails here
-    /// answers [`FetchError::Failed`] once (and goes to the failure callback);
-    /// afterwards the block is [`FetchError::Unavailable`] for a while.
+    /// Returns `key` pinned if it is in memory; otherwise starts its read (if there is
+    /// room) and answers [`FetchError::Busy`]: come back when the read has completed. A
+    /// synchronous reader reads it at once. A read that fails here answers
+    /// [`FetchError::Failed`] once (and goes to the failure callback); afterwards the
+    /// block is [`FetchError::Unavailable`] for a while.
     pub(crate) fn fetch(
         &mut self,
         key: BlockKey,
-        source: &dyn BlockSource,
+        files: &dyn SegmentFiles,
         demand: &dyn Demand,
-        limit: Duration,
     ) -> Result<Pinned, FetchError> {
-        if self.uring.is_none() {
-            let r = self.cache.get(key, source, demand, true);
-            if let Err(FetchError::Failed(why)) = &r {
-                (self.on_fail)(&key, why);
-            }
-            return r;
+        if self.room() == 0 && !self.cache.contains(&key) {
+            return Err(FetchError::Busy);
         }
-        let deadline = Instant::now() + limit;
-        let mut ours = false;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if self.room() == 0 {
-                if left.is_zero() {
-                    return Err(FetchError::Busy);
-                }
-                self.wait(left);
-                continue;
-            }
-            match self.cache.begin(key, demand) {
-                Ok(Lookup::Ready(pin)) => return Ok(pin),
-                Err(FetchError::Unavailable(why)) if ours => return Err(FetchError::Failed(why)),
-                Err(e) => return Err(e),
-                Ok(Lookup::Load(load)) => {
-                    ours = true;
-                    self.start(load, source);
-                    self.submit();
-                }
-                Ok(Lookup::Loading) => {
-                    if left.is_zero() {
-                        return Err(FetchError::Busy);
-                    }
-                    if self.is_ours(&key) {
-                        self.wait(left);
-                    } else {
-                        // Another thread's read: never block on it without reaping ours.
-                        self.poll();
-                        self.cache
-                            .wait_loading(&key, left.min(Duration::from_millis(1)));
-                    }
-                }
+        match self.cache.begin(key, demand)? {
+            Lookup::Ready(pin) => Ok(pin),
+            Lookup::Loading => Err(FetchError::Busy),
+            Lookup::Load(load) => {
+                let done = self.start(load, files);
+                self.submit();
+                done.unwrap_or(Err(FetchError::Busy))
             }
         }
-    }
-
-    fn is_ours(&self, key: &BlockKey) -> bool {
-        self.uring
-            .as_ref()
-            .is_some_and(|u| u.inflight.values().any(|p| p.load.key() == *key))
     }
 
     fn submit(&mut self) {
@@ -313,15 +325,9 @@ impl UringReads {
     }
 
     /// Queues the read of `load`; answers the failure if it cannot even start.
-    fn submit(
-        &mut self,
-        mut load: Load,
-        path: PathBuf,
-        crc: Option<u32>,
-        ctx: String,
-    ) -> Option<FetchError> {
+    fn submit(&mut self, mut load: Load, read: BlockRead) -> Option<FetchError> {
         assert!(self.inflight.len() < QUEUE_DEPTH, "read queue overfull");
-        let slot = load.slot();
+        let slot = load.pool_slot();
         assert!(
             !self.inflight.contains_key(&slot),
             "slot {slot} already being read"
@@ -329,23 +335,22 @@ impl UringReads {
         // Opened per read, as the synchronous path does: a member that disappears (a
         // failed disk, a removed directory) fails its next read instead of being served
         // from a descriptor kept open.
-        let file = match open_for_blocks(&path) {
+        let file = match BlockFile::open_read(&read.path) {
             Ok(f) => f,
             Err(e) => {
-                let io = Err(format!("{ctx}: {e}"));
-                return self.cache.finish(load, io, crc, &ctx).err();
+                let io = Err(format!("{}: {e}", read.ctx));
+                return self.cache.finish(load, io, read.crc32c, &read.ctx).err();
             }
         };
-        let offset = load.key().block * self.block_len as u64;
         let buf = load.bytes_mut();
         let (ptr, len) = (buf.as_mut_ptr(), buf.len() as u32);
         let fd = types::Fd(file.as_raw_fd());
         let sqe = if (slot as usize) < self.registered {
             opcode::ReadFixed::new(fd, ptr, len, slot as u16)
-                .offset(offset)
+                .offset(read.offset)
                 .build()
         } else {
-            opcode::Read::new(fd, ptr, len).offset(offset).build()
+            opcode::Read::new(fd, ptr, len).offset(read.offset).build()
         }
         .user_data(u64::from(slot));
         // SAFETY: the buffer is the slot of `load`, which stays loading (no one else reads
@@ -354,16 +359,7 @@ impl UringReads {
         let pushed = unsafe { self.ring.submission().push(&sqe) };
         assert!(pushed.is_ok(), "io_uring submission ring full");
         self.unsubmitted = true;
-        self.inflight.insert(
-            slot,
-            Pending {
-                load,
-                file,
-                offset,
-                crc,
-                ctx,
-            },
-        );
+        self.inflight.insert(slot, Pending { load, file, read });
         None
     }
 
@@ -397,15 +393,24 @@ impl UringReads {
             } else {
                 // A short read (rare: a signal, a partial O_DIRECT transfer): finish it
                 // synchronously.
-                p.file.read_exact_at(p.load.bytes_mut(), p.offset)
+                p.file.read_block_into(p.load.bytes_mut(), p.read.offset)
             };
             let key = p.load.key();
-            let io = io.map_err(|e| format!("{}: {e}", p.ctx));
-            if let Err(FetchError::Failed(why)) = self.cache.finish(p.load, io, p.crc, &p.ctx) {
+            let io = io.map_err(|e| format!("{}: {e}", p.read.ctx));
+            let done = self.cache.finish(p.load, io, p.read.crc32c, &p.read.ctx);
+            if let Err(FetchError::Failed(why)) = done {
                 on_fail(&key, &why);
             }
         }
     }
+}
+
+/// Reads a claimed slot now with `pread` (O_DIRECT where the file system allows).
+fn read_now(cache: &Cache, mut load: Load, read: &BlockRead) -> Result<Pinned, FetchError> {
+    let io = BlockFile::open_read(&read.path)
+        .and_then(|f| f.read_block_into(load.bytes_mut(), read.offset))
+        .map_err(|e| format!("{}: {e}", read.ctx));
+    cache.finish(load, io, read.crc32c, &read.ctx)
 }
 
 #[cfg(test)]
@@ -420,11 +425,14 @@ mod tests {
         dir: PathBuf,
         crcs: HashMap<BlockKey, u32>,
     }
-    impl BlockSource for Files {
-        fn path(&self, key: &BlockKey) -> PathBuf {
+    impl SegmentFiles for Files {
+        fn segment_path(&self, key: &BlockKey) -> PathBuf {
             self.dir.join(format!("{}-{}", key.toi, key.member))
         }
-        fn crc(&self, key: &BlockKey) -> Option<u32> {
+        fn block_offset(&self, key: &BlockKey) -> u64 {
+            key.block * LEN as u64
+        }
+        fn block_crc32c(&self, key: &BlockKey) -> Option<u32> {
             self.crcs.get(key).copied()
         }
     }
@@ -468,6 +476,9 @@ mod tests {
 
     type Failures = Arc<Mutex<Vec<(BlockKey, String)>>>;
 
+    /// A reader of `io`; `None` (said on stderr) where io_uring is unavailable, unless
+    /// `ISNODE_REQUIRE_URING` is set (CI sets it where the kernel has io_uring), which
+    /// makes a missing io_uring a failure instead of a skip.
     fn reader(cache: &Cache, io: ReadIo) -> Option<(Reader, Failures)> {
         let failures: Failures = Arc::default();
         let f = failures.clone();
@@ -477,10 +488,25 @@ mod tests {
             Box::new(move |k, why| f.lock().unwrap().push((*k, why.to_string()))),
         );
         if io == ReadIo::Uring && r.kind() != ReadIo::Uring {
-            eprintln!("io_uring unavailable here: skipping");
+            assert!(
+                std::env::var_os("ISNODE_REQUIRE_URING").is_none(),
+                "io_uring reads required (ISNODE_REQUIRE_URING) but unavailable"
+            );
+            eprintln!("SKIPPED: io_uring unavailable here");
             return None;
         }
         Some((r, failures))
+    }
+
+    /// Fetches as the data plane does over several turns: come back while busy (bounded).
+    fn fetch(r: &mut Reader, key: BlockKey, src: &Files) -> Result<Pinned, FetchError> {
+        for _turn in 0..5000 {
+            match r.fetch(key, src, &NoDemand) {
+                Err(FetchError::Busy) => r.wait(Duration::from_millis(1)),
+                other => return other,
+            }
+        }
+        panic!("{key:?} still busy after 5000 turns");
     }
 
     #[test]
@@ -492,7 +518,7 @@ mod tests {
         let Some((mut uring, failures)) = reader(&uring_cache, ReadIo::Uring) else {
             return;
         };
-        // Read-ahead of everything, then fetch (waits for the reads in flight).
+        // Read-ahead of everything, then fetch (comes back until the reads complete).
         for m in 0..2 {
             for b in 0..6 {
                 assert_eq!(
@@ -504,9 +530,8 @@ mod tests {
         assert!(uring.in_flight() <= QUEUE_DEPTH);
         for m in 0..2 {
             for b in 0..6 {
-                let limit = Duration::from_secs(5);
-                let a = sync.fetch(key(m, b), &src, &NoDemand, limit).unwrap();
-                let u = uring.fetch(key(m, b), &src, &NoDemand, limit).unwrap();
+                let a = sync.fetch(key(m, b), &src, &NoDemand).unwrap();
+                let u = fetch(&mut uring, key(m, b), &src).unwrap();
                 assert!(a.bytes() == u.bytes(), "block {m}/{b} differs");
             }
         }
@@ -514,6 +539,23 @@ mod tests {
         assert!(failures.lock().unwrap().is_empty());
         assert_eq!(uring_cache.stats().misses.load(Ordering::Relaxed), 12);
         assert_eq!(uring_cache.stats().read_errors.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_fetch_never_waits_for_its_read() {
+        let (_d, src) = setup(2);
+        let cache = Cache::new(4, LEN);
+        let Some((mut r, _)) = reader(&cache, ReadIo::Uring) else {
+            return;
+        };
+        // The first fetch starts the read and comes back at once.
+        assert_eq!(
+            r.fetch(key(0, 0), &src, &NoDemand).unwrap_err(),
+            FetchError::Busy
+        );
+        assert_eq!(r.in_flight(), 1);
+        let p = fetch(&mut r, key(0, 0), &src).unwrap();
+        assert_eq!(crc32c::crc32c(p.bytes()), src.crcs[&key(0, 0)]);
     }
 
     #[test]
@@ -532,6 +574,10 @@ mod tests {
         // Completions are only reaped by poll/wait: the depth caps what was started.
         assert_eq!(started, QUEUE_DEPTH);
         assert_eq!(r.prefetch(key(1, 0), &src, &NoDemand), Prefetch::NoRoom);
+        assert_eq!(
+            r.fetch(key(1, 0), &src, &NoDemand).unwrap_err(),
+            FetchError::Busy
+        );
         r.drain(Duration::from_secs(5));
         assert_eq!(r.in_flight(), 0);
         for b in 0..QUEUE_DEPTH as u64 {
@@ -546,25 +592,24 @@ mod tests {
         let Some((mut r, _)) = reader(&cache, ReadIo::Uring) else {
             return;
         };
+        let (mut sync, _) = reader(&cache, ReadIo::Sync).unwrap();
         assert_eq!(r.prefetch(key(0, 0), &src, &NoDemand), Prefetch::Started);
         // Not reaped yet: the slot is loading.
         assert!(cache.peek(&key(0, 0)).is_none());
         // The other slot cycles; the loading one is never taken.
         for b in 1..4 {
-            let p = cache.get(key(1, b), &src, &NoDemand, true).unwrap();
-            assert_eq!(p.slot(), 1, "the loading slot 0 was reused");
+            let p = sync.fetch(key(1, b), &src, &NoDemand).unwrap();
+            assert_eq!(p.pool_slot(), 1, "the loading slot 0 was reused");
             drop(p);
         }
-        let busy = cache.get(key(1, 0), &src, &NoDemand, true).unwrap();
+        let busy = sync.fetch(key(1, 0), &src, &NoDemand).unwrap();
         assert_eq!(
-            cache.get(key(1, 1), &src, &NoDemand, false).unwrap_err(),
+            sync.fetch(key(1, 1), &src, &NoDemand).unwrap_err(),
             FetchError::Full
         );
         drop(busy);
-        let p = r
-            .fetch(key(0, 0), &src, &NoDemand, Duration::from_secs(5))
-            .unwrap();
-        assert_eq!(crc32c::crc32c(p.bytes()), src.crc(&key(0, 0)).unwrap());
+        let p = fetch(&mut r, key(0, 0), &src).unwrap();
+        assert_eq!(crc32c::crc32c(p.bytes()), src.crcs[&key(0, 0)]);
     }
 
     #[test]
@@ -575,7 +620,6 @@ mod tests {
             let Some((mut r, failures)) = reader(&cache, io) else {
                 continue;
             };
-            let limit = Duration::from_secs(5);
             // Missing file.
             let missing = BlockKey {
                 toi: 9,
@@ -583,34 +627,36 @@ mod tests {
                 block: 0,
             };
             assert!(matches!(
-                r.fetch(missing, &src, &NoDemand, limit),
+                fetch(&mut r, missing, &src),
                 Err(FetchError::Failed(_))
             ));
             assert!(matches!(
-                r.fetch(missing, &src, &NoDemand, limit),
+                fetch(&mut r, missing, &src),
                 Err(FetchError::Unavailable(_))
             ));
             // Past the end of the file, through read-ahead.
             assert_eq!(r.prefetch(key(0, 7), &src, &NoDemand), Prefetch::Started);
-            r.drain(limit);
+            r.drain(Duration::from_secs(5));
             assert!(matches!(
-                r.fetch(key(0, 7), &src, &NoDemand, limit),
+                fetch(&mut r, key(0, 7), &src),
                 Err(FetchError::Unavailable(_))
             ));
-            // Checksum mismatch.
+            // Checksum mismatch: an asynchronous read reports it to the callback, and the
+            // next fetch finds the block unavailable.
             src.crcs.insert(key(1, 1), 0xdead_beef);
-            let e = r.fetch(key(1, 1), &src, &NoDemand, limit).unwrap_err();
+            let e = fetch(&mut r, key(1, 1), &src).unwrap_err();
             assert!(
-                matches!(&e, FetchError::Failed(why) if why.contains("CRC32C")),
+                matches!(&e, FetchError::Failed(why) | FetchError::Unavailable(why) if why.contains("CRC32C")),
                 "{io:?}: {e}"
             );
             let f = failures.lock().unwrap();
             let keys: Vec<BlockKey> = f.iter().map(|(k, _)| *k).collect();
             assert_eq!(keys, [missing, key(0, 7), key(1, 1)], "{io:?}: {f:?}");
             assert_eq!(cache.stats().read_errors.load(Ordering::Relaxed), 3);
+            drop(f);
             // Failed slots are free again.
             for b in 0..2 {
-                assert!(r.fetch(key(0, b), &src, &NoDemand, limit).is_ok());
+                assert!(fetch(&mut r, key(0, b), &src).is_ok());
             }
         }
     }

@@ -42,8 +42,8 @@ pub struct Burst {
     pub esis: Range<u32>,
     /// Block of the member's segment file holding them.
     pub block: u64,
-    /// Slot (packet index within the block) of the first packet.
-    pub slot: u32,
+    /// Index within the block of the first packet (not a pool slot).
+    pub first_in_block: u32,
 }
 
 impl Burst {
@@ -238,16 +238,16 @@ impl Pacer {
         let index = run.first_packet + u64::from(self.esi - run.esis.start);
         let (block, offset) = layout.packet_position(index);
         let per_block = layout.params().packets_per_block();
-        let slot = (offset / layout.params().packet_len() as usize) as u32;
+        let first_in_block = (offset / layout.params().packet_len() as usize) as u32;
         let count = (run.esis.end - self.esi)
-            .min(per_block - slot)
+            .min(per_block - first_in_block)
             .min(self.cfg.max_burst);
         Step::Burst(Burst {
             sbn: self.sbn,
             member: self.member,
             esis: self.esi..self.esi + count,
             block,
-            slot,
+            first_in_block,
         })
     }
 
@@ -407,13 +407,13 @@ mod tests {
                     Step::Fdt { before_codeword } => fdts.push(*before_codeword),
                     Step::Burst(b) => {
                         prop_assert!(!b.is_empty() && b.len() <= max_burst);
-                        prop_assert!(b.slot + b.len() <= p.packets_per_block());
+                        prop_assert!(b.first_in_block + b.len() <= p.packets_per_block());
                         let run = layout.member_run(b.sbn, b.member);
                         prop_assert!(run.esis.start <= b.esis.start && b.esis.end <= run.esis.end);
                         let idx = run.first_packet + u64::from(b.esis.start - run.esis.start);
                         let (blk, off) = layout.packet_position(idx);
                         prop_assert_eq!(blk, b.block);
-                        prop_assert_eq!(off as u64, u64::from(b.slot) * packet_len);
+                        prop_assert_eq!(off as u64, u64::from(b.first_in_block) * packet_len);
                         for esi in b.esis.clone() {
                             prop_assert!(seen.insert((b.sbn, esi)), "sent twice");
                         }

@@ -18,7 +18,7 @@ use io_uring::{cqueue, opcode, types, IoUring};
 
 use crate::cache::{Cache, Pinned};
 use crate::net::{self, RawAddr};
-use crate::Shared;
+use crate::{EngineKind, SessionShared, Shared};
 
 /// Most buffers io_uring lets a ring register (indices are u16).
 const MAX_REGISTERED: usize = 1 << 14;
@@ -62,6 +62,40 @@ struct InFlight {
     _pin: Pinned,
     /// The destination must stay valid until the kernel has consumed the submission.
     _addr: Box<RawAddr>,
+    /// The session the packets belong to, counted when the kernel completes the send.
+    session: Arc<SessionShared>,
+    /// Packets and bytes submitted, and the packet size.
+    packets: u64,
+    bytes: u64,
+    seg: usize,
+}
+
+/// What one completed send delivered to the kernel: counted only on completion, so a
+/// send that fails is an error, not bytes sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// Bytes (and whole packets) the kernel took.
+    Sent {
+        /// Packets.
+        packets: u64,
+        /// Bytes.
+        bytes: u64,
+    },
+    /// The send failed with this errno.
+    Failed(i32),
+}
+
+/// Settles a send completion's result `res` for a submission of `bytes` in `seg`-byte packets.
+pub(crate) fn settle(res: i32, bytes: u64, seg: usize) -> Settled {
+    if res < 0 {
+        return Settled::Failed(-res);
+    }
+    let sent = u64::from(res.unsigned_abs()).min(bytes);
+    let packets = sent.div_ceil(seg.max(1) as u64);
+    Settled::Sent {
+        packets,
+        bytes: sent,
+    }
 }
 
 /// One data-plane thread's io_uring sender.
@@ -123,14 +157,15 @@ impl UringSender {
     /// Queues a zero-copy send of `pin[range]` (a run of `seg`-byte packets) to `dest`.
     pub(crate) fn send(
         &mut self,
-        dest: &SocketAddr,
+        session: &Arc<SessionShared>,
         raw: &RawAddr,
         pin: Pinned,
         range: Range<usize>,
         seg: usize,
     ) -> io::Result<()> {
         assert!(range.len() <= net::MAX_SEND_BYTES && range.end <= pin.bytes().len());
-        let fd = self.socket(dest, seg)?;
+        let fd = self.socket(&session.dest, seg)?;
+        let (packets, bytes) = (range.len().div_ceil(seg) as u64, range.len() as u64);
         let addr = Box::new(*raw);
         let data = &pin.bytes()[range];
         let id = self.next_id;
@@ -139,8 +174,8 @@ impl UringSender {
             .dest_addr(addr.as_ptr())
             .dest_addr_len(addr.len())
             .zc_flags(IORING_SEND_ZC_REPORT_USAGE);
-        if (pin.slot() as usize) < self.registered {
-            op = op.buf_index(Some(pin.slot() as u16));
+        if (pin.pool_slot() as usize) < self.registered {
+            op = op.buf_index(Some(pin.pool_slot() as u16));
         }
         let sqe = op.build().user_data(id);
         self.inflight.insert(
@@ -148,6 +183,10 @@ impl UringSender {
             InFlight {
                 _pin: pin,
                 _addr: addr,
+                session: session.clone(),
+                packets,
+                bytes,
+                seg,
             },
         );
         for attempt in 0..100 {
@@ -178,10 +217,12 @@ impl UringSender {
 
     fn reap(&mut self) {
         let mut done = Vec::new();
-        for cqe in self.ring.completion() {
-            let id = cqe.user_data();
-            let res = cqe.result();
-            let flags = cqe.flags();
+        let cqes: Vec<(u64, i32, u32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result(), c.flags()))
+            .collect();
+        for (id, res, flags) in cqes {
             if cqueue::notif(flags) {
                 self.sh.metrics.zc_sends.fetch_add(1, Ordering::Relaxed);
                 if (res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0 {
@@ -200,11 +241,9 @@ impl UringSender {
                 }
                 done.push(id);
             } else {
-                if res < 0 {
-                    let e = io::Error::from_raw_os_error(-res);
-                    if self.sh.metrics.send_errors.fetch_add(1, Ordering::Relaxed) == 0 {
-                        tracing::warn!("uring-zc send failed: {e}");
-                    }
+                if let Some(f) = self.inflight.get(&id) {
+                    debug_assert_eq!(f.packets, f.bytes.div_ceil(f.seg as u64));
+                    self.settle(f.session.clone(), settle(res, f.bytes, f.seg));
                 }
                 if !cqueue::more(flags) {
                     done.push(id);
@@ -213,6 +252,22 @@ impl UringSender {
         }
         for id in done {
             self.inflight.remove(&id);
+        }
+    }
+
+    fn settle(&self, session: Arc<SessionShared>, settled: Settled) {
+        match settled {
+            Settled::Sent { packets, bytes } => {
+                self.sh.metrics.sent(EngineKind::UringZc, packets, bytes);
+                session.packets_sent.fetch_add(packets, Ordering::Relaxed);
+                session.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Settled::Failed(errno) => {
+                let e = io::Error::from_raw_os_error(errno);
+                if self.sh.metrics.send_errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                    tracing::warn!("uring-zc send failed: {e}");
+                }
+            }
         }
     }
 
@@ -234,5 +289,36 @@ impl UringSender {
             // The kernel may still read these pages: never free them.
             std::mem::forget(std::mem::take(&mut self.inflight));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_send_counts_no_bytes() {
+        assert_eq!(
+            settle(-libc::EACCES, 2872, 1436),
+            Settled::Failed(libc::EACCES)
+        );
+    }
+
+    #[test]
+    fn a_completed_send_counts_what_the_kernel_took() {
+        assert_eq!(
+            settle(2872, 2872, 1436),
+            Settled::Sent {
+                packets: 2,
+                bytes: 2872
+            }
+        );
+        assert_eq!(
+            settle(1436, 2872, 1436),
+            Settled::Sent {
+                packets: 1,
+                bytes: 1436
+            }
+        );
     }
 }

@@ -1,0 +1,394 @@
+//! Data-plane threads. Each owns its sessions (handed over through a bounded channel),
+//! drives their pacers with the real clock, sends from the shared block pool with its
+//! engine ([`send`]), reads ahead ([`crate::reader`]), and rebuilds the symbols of a
+//! failed member ([`degraded`]). The seed papers' baseline engine lives apart
+//! ([`baseline`]).
+//!
+//! Nothing here waits for a read: a burst whose block is not in memory yet starts the
+//! read and the session is retried after [`RETRY_BACKOFF_NS`], so one slow disk never
+//! stalls the thread's other sessions and a full pool never spins the thread. A thread
+//! that panics records why in [`Shared::plane_failure`](crate::Shared) and stops the
+//! server: the process fails loudly instead of running half-alive.
+
+mod baseline;
+mod degraded;
+pub(crate) mod demand;
+mod send;
+
+use std::collections::HashMap;
+use std::net::UdpSocket;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use isnode_fec::Code;
+
+use self::baseline::Baseline;
+use self::degraded::Rebuild;
+use self::demand::{LazyDemand, Positions};
+use self::send::Mode;
+use crate::cache::BlockKey;
+use crate::net::{self, RawAddr};
+use crate::reader::{Prefetch, Reader, QUEUE_DEPTH};
+use crate::session::{blocks_of, Pacer, Step};
+use crate::uring::UringSender;
+use crate::{EngineKind, ReadIo, SessionShared, SessionState, Shared};
+
+/// Codewords (current one included) whose blocks a session keeps in the pool.
+pub(crate) const LOOKAHEAD_CODEWORDS: u32 = 3;
+/// Most steps one session may take per loop iteration (catching up stays bounded).
+const MAX_STEPS_PER_TURN: u32 = 256;
+/// Most new sessions taken per loop iteration.
+const MAX_NEW_PER_TURN: usize = 1024;
+/// Most blocks read ahead per loop iteration with synchronous reads (asynchronous ones
+/// are bounded by the read queue's depth).
+const READ_AHEAD_PER_TURN: usize = 8;
+/// A session whose block is not in memory (or the pool is full) is retried this much later.
+const RETRY_BACKOFF_NS: u64 = 1_000_000;
+/// Longest sleep while block reads are in flight (completions are reaped by the loop).
+const READ_POLL: Duration = Duration::from_millis(1);
+/// Longest sleep of an idle loop.
+const MAX_IDLE: Duration = Duration::from_millis(10);
+/// Positions are published for eviction decisions at most this often.
+const PUBLISH_EVERY_NS: u64 = 5_000_000;
+/// Bursts due within this window are sent in the same turn: the thread wakes at most
+/// about once per window instead of once per burst (each wake-up is a context switch,
+/// the largest single cost of the send path in `perf`); a burst leaves at most this
+/// early, against tens of milliseconds between one session's bursts.
+const PACING_SLACK_NS: u64 = 2_000_000;
+
+/// A session handed to a data-plane thread.
+pub(crate) struct NewSession {
+    pub shared: Arc<SessionShared>,
+    pub pacer: Pacer,
+}
+
+/// One session on this thread.
+struct Active {
+    s: Arc<SessionShared>,
+    pacer: Pacer,
+    dest: RawAddr,
+    /// Codeword up to which read-ahead was done.
+    read_ahead_at: Option<u32>,
+    /// Not before this time (ns): its last burst had to wait for a block.
+    retry_at_ns: u64,
+    /// State of the baseline engine (`traditional` only).
+    baseline: Option<Box<Baseline>>,
+}
+
+/// Whether a step went out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sent {
+    /// Sent (or deliberately skipped): the pacer moves on.
+    Yes,
+    /// Not now (block not in memory yet, pool full): retry the same step later.
+    Later,
+}
+
+struct Worker {
+    sh: Arc<Shared>,
+    /// Index of this thread (its row on the position board).
+    index: usize,
+    mode: Mode,
+    /// Fills the pool (io_uring or pread).
+    reader: Reader,
+    v4: Option<UdpSocket>,
+    v6: Option<UdpSocket>,
+    rebuild: Rebuild,
+    codes: HashMap<u32, Code>,
+    /// Packets built by this thread (rebuilt runs): up to one burst.
+    out: Vec<u8>,
+    published_ns: u64,
+}
+
+/// The data-plane thread body: runs the loop, and turns a panic into a recorded failure
+/// that stops the server (never a silently dead thread).
+pub(crate) fn worker(sh: Arc<Shared>, index: usize, rx: Receiver<NewSession>) {
+    let run = std::panic::catch_unwind(AssertUnwindSafe(|| run(sh.clone(), index, rx)));
+    if let Err(payload) = run {
+        let why = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        let msg = format!("data-plane thread {index} panicked: {why}");
+        tracing::error!("{msg}; stopping the server");
+        sh.fail(msg);
+    }
+}
+
+fn run(sh: Arc<Shared>, index: usize, rx: Receiver<NewSession>) {
+    let mut w = Worker::new(sh, index);
+    let mut sessions: Vec<Active> = Vec::with_capacity(64);
+    while !w.sh.shutdown.load(Ordering::Acquire) {
+        w.reader.poll();
+        for ns in rx.try_iter().take(MAX_NEW_PER_TURN) {
+            sessions.push(w.admit(ns));
+        }
+        w.serve(&mut sessions);
+        if let Mode::Uring(u) = &mut w.mode {
+            u.flush();
+        }
+        if !matches!(w.mode, Mode::Traditional) {
+            w.read_ahead(&mut sessions);
+        }
+        w.publish(&sessions);
+        let wait = w.idle_time(&sessions);
+        if wait.is_zero() {
+            continue;
+        }
+        if w.reader.in_flight() > 0 {
+            // Wake on the first completion; new sessions wait at most READ_POLL.
+            w.reader.wait(wait.min(READ_POLL));
+            continue;
+        }
+        match rx.recv_timeout(wait) {
+            Ok(ns) => sessions.push(w.admit(ns)),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    if let Mode::Uring(u) = &mut w.mode {
+        u.drain(Duration::from_secs(2));
+    }
+    w.reader.drain(Duration::from_secs(2));
+}
+
+/// `ISNODE_FAULT=plane-panic` (debug builds only): the thread panics on its first
+/// session, for the test that a dead data-plane thread stops the server.
+fn injected_panic() -> bool {
+    cfg!(debug_assertions) && std::env::var_os("ISNODE_FAULT").is_some_and(|v| v == "plane-panic")
+}
+
+impl Worker {
+    fn new(sh: Arc<Shared>, index: usize) -> Worker {
+        let params = *sh.objects.params();
+        let n_max = (params.source_symbols + params.repair_symbols) as usize;
+        let mode = match sh.engine {
+            EngineKind::Gso => Mode::Gso,
+            EngineKind::Sendmmsg => Mode::Mmsg,
+            EngineKind::Traditional => Mode::Traditional,
+            EngineKind::UringZc => match UringSender::new(&sh.cache, sh.clone()) {
+                Ok(u) => Mode::Uring(Box::new(u)),
+                Err(err) => {
+                    tracing::error!(
+                        "io_uring setup failed ({err}); this thread uses the gso engine"
+                    );
+                    Mode::Gso
+                }
+            },
+        };
+        let read_io = match mode {
+            Mode::Traditional => ReadIo::Sync,
+            _ => sh.read_io,
+        };
+        let fail_sh = sh.clone();
+        let reader = Reader::new(
+            &sh.cache,
+            read_io,
+            Box::new(move |key: &BlockKey, why| fail_sh.metrics.member_error(key.member, why)),
+        );
+        Worker {
+            mode,
+            reader,
+            v4: None,
+            v6: None,
+            rebuild: Rebuild::new(params.symbol_len as usize, n_max),
+            codes: HashMap::new(),
+            out: vec![0; net::MAX_SEND_BYTES.max(params.packet_len() as usize)],
+            published_ns: 0,
+            index,
+            sh,
+        }
+    }
+
+    fn admit(&mut self, ns: NewSession) -> Active {
+        assert!(!injected_panic(), "injected fault: plane-panic");
+        let baseline = matches!(self.mode, Mode::Traditional)
+            .then(|| Box::new(Baseline::new(&ns.shared.object)));
+        Active {
+            dest: RawAddr::new(&ns.shared.dest),
+            s: ns.shared,
+            pacer: ns.pacer,
+            read_ahead_at: None,
+            retry_at_ns: 0,
+            baseline,
+        }
+    }
+
+    /// Gives every session its turn; drops the ones that ended.
+    fn serve(&mut self, sessions: &mut Vec<Active>) {
+        let now = self.sh.now_ns();
+        let mut i = 0;
+        while i < sessions.len() {
+            if self.serve_one(&mut sessions[i], now) {
+                i += 1;
+            } else {
+                self.sh
+                    .metrics
+                    .sessions_ended
+                    .fetch_add(1, Ordering::Relaxed);
+                sessions.swap_remove(i);
+            }
+        }
+    }
+
+    /// One session's turn; false once it has ended (deleted, expired, or done).
+    fn serve_one(&mut self, a: &mut Active, now: u64) -> bool {
+        if a.s.state() != SessionState::Streaming {
+            return false;
+        }
+        let idle = now.saturating_sub(a.s.last_keepalive_ns.load(Ordering::Acquire));
+        let timeout_ns = self.sh.args.session_timeout_ms.saturating_mul(1_000_000);
+        if idle > timeout_ns {
+            if a.s.end(SessionState::Expired, now) {
+                self.sh
+                    .metrics
+                    .sessions_expired
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::info!(id = %a.s.id, "session expired: no keepalive for {} ms", idle / 1_000_000);
+            }
+            return false;
+        }
+        if now >= a.retry_at_ns {
+            self.turn(a, now);
+        }
+        if a.pacer.is_done() {
+            a.s.end(SessionState::Done, self.sh.now_ns());
+            tracing::info!(id = %a.s.id, "session done");
+            return false;
+        }
+        true
+    }
+
+    /// Sends what is due for one session (bounded); a step that must wait backs the
+    /// session off for [`RETRY_BACKOFF_NS`].
+    fn turn(&mut self, a: &mut Active, now: u64) {
+        for _ in 0..MAX_STEPS_PER_TURN {
+            let Some(step) = a.pacer.peek(now + PACING_SLACK_NS) else {
+                break;
+            };
+            let sent = match step {
+                Step::Fdt { .. } => {
+                    self.send_fdt(a);
+                    Sent::Yes
+                }
+                Step::Burst(b) if a.baseline.is_some() => {
+                    self.send_baseline(a, &b);
+                    Sent::Yes
+                }
+                Step::Burst(b) => self.send_burst(a, &b),
+            };
+            if sent == Sent::Later {
+                a.retry_at_ns = now + RETRY_BACKOFF_NS;
+                break;
+            }
+            a.pacer.advance();
+        }
+        a.s.next_codeword
+            .store(a.pacer.codeword(), Ordering::Relaxed);
+    }
+
+    /// How long the loop may sleep: until the next step is due or a backed-off session may
+    /// retry, at most [`MAX_IDLE`] (1 ms while zero-copy sends await their notification).
+    fn idle_time(&self, sessions: &[Active]) -> Duration {
+        let now = self.sh.now_ns();
+        let next = sessions
+            .iter()
+            .filter_map(|a| Some(a.pacer.next_due()?.max(a.retry_at_ns)))
+            .min()
+            .unwrap_or(u64::MAX);
+        let mut wait = Duration::from_nanos(next.saturating_sub(now)).min(MAX_IDLE);
+        if let Mode::Uring(u) = &self.mode {
+            if u.in_flight() > 0 {
+                wait = wait.min(Duration::from_millis(1));
+            }
+        }
+        wait
+    }
+
+    /// Publishes where this thread's sessions are (for eviction), at most every
+    /// [`PUBLISH_EVERY_NS`].
+    fn publish(&mut self, sessions: &[Active]) {
+        let now = self.sh.now_ns();
+        if now.saturating_sub(self.published_ns) < PUBLISH_EVERY_NS {
+            return;
+        }
+        self.published_ns = now;
+        let mut positions = Positions::new();
+        for a in sessions {
+            positions
+                .entry(a.s.object.rec.toi)
+                .or_insert_with(|| (a.s.object.clone(), Vec::new()))
+                .1
+                .push(a.pacer.codeword());
+        }
+        for (_, at) in positions.values_mut() {
+            at.sort_unstable();
+        }
+        self.sh.positions.publish(self.index, positions);
+    }
+
+    /// Starts reading the blocks of each session's next codewords that are not in the
+    /// pool (bounded: the read queue's free depth, or [`READ_AHEAD_PER_TURN`] synchronous
+    /// reads), then submits them.
+    fn read_ahead(&mut self, sessions: &mut [Active]) {
+        let limit = match self.reader.kind() {
+            ReadIo::Uring => QUEUE_DEPTH,
+            ReadIo::Sync => READ_AHEAD_PER_TURN,
+        };
+        let mut budget = self.reader.room().min(limit);
+        let demand = LazyDemand::new(&self.sh.positions);
+        'sessions: for a in sessions.iter_mut() {
+            if a.pacer.is_done() {
+                continue;
+            }
+            let c = a.pacer.codeword();
+            if a.read_ahead_at == Some(c) {
+                continue;
+            }
+            let obj = a.s.object.clone();
+            let mut complete = true;
+            for (member, block) in blocks_of(&obj.layout, c..c.saturating_add(LOOKAHEAD_CODEWORDS))
+            {
+                let key = BlockKey {
+                    toi: obj.rec.toi,
+                    member,
+                    block,
+                };
+                if self.sh.cache.contains(&key) {
+                    continue;
+                }
+                if budget == 0 {
+                    break 'sessions;
+                }
+                budget -= 1;
+                if self.reader.prefetch(key, &*obj, &demand) == Prefetch::NoRoom {
+                    complete = false;
+                }
+            }
+            if complete {
+                a.read_ahead_at = Some(c);
+            }
+        }
+        self.reader.poll();
+    }
+}
+
+/// The code for k source symbols of n (cached per thread).
+fn code_for(codes: &mut HashMap<u32, Code>, k: u32, n: u32) -> Option<&Code> {
+    if let std::collections::hash_map::Entry::Vacant(v) = codes.entry(k) {
+        match Code::new(k as usize, n as usize) {
+            Ok(c) => {
+                v.insert(c);
+            }
+            Err(err) => {
+                tracing::error!("no code for k={k} n={n}: {err}");
+                return None;
+            }
+        }
+    }
+    codes.get(&k)
+}

@@ -1,0 +1,173 @@
+//! Sending from the pool: a burst is a run of stored packets of one block, sent as they
+//! are with the thread's engine (GSO `sendmsg`, `sendmmsg`, or io_uring `SEND_ZC`); the
+//! FDT and rebuilt packets, which this thread builds, go from its own buffer.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::ops::Range;
+
+use super::demand::LazyDemand;
+use super::{Active, Sent, Worker};
+use crate::cache::{BlockKey, FetchError, Pinned};
+use crate::net;
+use crate::session::Burst;
+use crate::uring::UringSender;
+use crate::EngineKind;
+
+/// The send engine of one data-plane thread.
+pub(super) enum Mode {
+    Gso,
+    Mmsg,
+    Uring(Box<UringSender>),
+    /// The seed papers' baseline (`baseline.rs`).
+    Traditional,
+}
+
+impl Mode {
+    /// The engine every packet a session sends is counted under, whatever the path
+    /// (FDT datagrams and rebuilt packets included).
+    pub(super) fn engine(&self) -> EngineKind {
+        match self {
+            Mode::Traditional => EngineKind::Traditional,
+            Mode::Uring(_) => EngineKind::UringZc,
+            Mode::Mmsg => EngineKind::Sendmmsg,
+            Mode::Gso => EngineKind::Gso,
+        }
+    }
+}
+
+impl Worker {
+    pub(super) fn socket(&mut self, dest: &SocketAddr) -> std::io::Result<&UdpSocket> {
+        let slot = if dest.is_ipv4() {
+            &mut self.v4
+        } else {
+            &mut self.v6
+        };
+        if slot.is_none() {
+            *slot = Some(net::send_socket(dest)?);
+        }
+        slot.as_ref()
+            .ok_or_else(|| std::io::Error::other("no socket"))
+    }
+
+    pub(super) fn count(&self, a: &Active, engine: EngineKind, packets: u64, bytes: u64) {
+        self.sh.metrics.sent(engine, packets, bytes);
+        a.s.packets_sent
+            .fetch_add(packets, std::sync::atomic::Ordering::Relaxed);
+        a.s.bytes_sent
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(super) fn send_error(&self, e: &std::io::Error) {
+        let errors = &self.sh.metrics.send_errors;
+        if errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
+            tracing::warn!("send failed: {e}");
+        }
+    }
+
+    pub(super) fn send_fdt(&mut self, a: &Active) {
+        let obj = a.s.object.clone();
+        // Counted under the session's engine (the FDT is a few small datagrams: sendto).
+        let engine = self.mode.engine();
+        for p in &obj.fdt_packets {
+            let r = self
+                .socket(&a.s.dest)
+                .and_then(|s| net::send_to(s, &a.dest, p));
+            match r {
+                Ok(()) => self.count(a, engine, 1, p.len() as u64),
+                Err(e) => self.send_error(&e),
+            }
+        }
+    }
+
+    /// Sends a run of packets that this thread built (rebuilt symbols), synchronously.
+    pub(super) fn send_built(&mut self, a: &Active, len: usize, seg: usize) {
+        let packets = len.div_ceil(seg) as u64;
+        let gso = !matches!(self.mode, Mode::Mmsg);
+        if let Err(e) = self.socket(&a.s.dest) {
+            return self.send_error(&e);
+        }
+        let sock = if a.s.dest.is_ipv4() {
+            &self.v4
+        } else {
+            &self.v6
+        };
+        let Some(sock) = sock else { return };
+        let data = &self.out[..len];
+        let r = if gso {
+            net::send_gso(sock, &a.dest, data, seg)
+        } else {
+            net::send_mmsg(sock, &a.dest, data, seg)
+        };
+        match r {
+            Ok(()) => self.count(a, self.mode.engine(), packets, len as u64),
+            Err(e) => self.send_error(&e),
+        }
+    }
+
+    /// Sends one burst from the pool; [`Sent::Later`] when its block is not in memory yet
+    /// (its read is started) or the pool is full.
+    pub(super) fn send_burst(&mut self, a: &Active, b: &Burst) -> Sent {
+        let obj = a.s.object.clone();
+        let p = obj.layout.params().packet_len() as usize;
+        let key = BlockKey {
+            toi: obj.rec.toi,
+            member: b.member,
+            block: b.block,
+        };
+        let demand = LazyDemand::new(&self.sh.positions);
+        // A failed read has gone to `member_error` through the reader's callback.
+        let pin = match self.reader.fetch(key, &*obj, &demand) {
+            Ok(pin) => pin,
+            Err(FetchError::Failed(_)) | Err(FetchError::Unavailable(_)) => {
+                return self.degraded(a, &obj, b);
+            }
+            Err(FetchError::Busy) | Err(FetchError::Full) => return Sent::Later,
+        };
+        let range = b.first_in_block as usize * p..(b.first_in_block + b.len()) as usize * p;
+        assert!(range.end <= pin.bytes().len(), "burst beyond its block");
+        self.send_pinned(a, pin, range, p);
+        Sent::Yes
+    }
+
+    fn send_pinned(&mut self, a: &Active, pin: Pinned, range: Range<usize>, seg: usize) {
+        if let Mode::Uring(u) = &mut self.mode {
+            // Counted when the kernel completes the send (`uring.rs`).
+            if let Err(e) = u.send(&a.s, &a.dest, pin, range, seg) {
+                self.send_error(&e);
+            }
+            return;
+        }
+        let packets = range.len().div_ceil(seg) as u64;
+        let bytes = range.len() as u64;
+        if matches!(self.mode, Mode::Gso) {
+            let sock = match self.socket(&a.s.dest) {
+                Ok(s) => s,
+                Err(e) => return self.send_error(&e),
+            };
+            match net::send_gso(sock, &a.dest, &pin.bytes()[range.clone()], seg) {
+                Ok(()) => return self.count(a, EngineKind::Gso, packets, bytes),
+                Err(e) if gso_refused(&e) => {
+                    tracing::warn!("the kernel refuses UDP GSO ({e}): falling back to sendmmsg");
+                    self.mode = Mode::Mmsg;
+                }
+                Err(e) => return self.send_error(&e),
+            }
+        }
+        let sock = match self.socket(&a.s.dest) {
+            Ok(s) => s,
+            Err(e) => return self.send_error(&e),
+        };
+        match net::send_mmsg(sock, &a.dest, &pin.bytes()[range], seg) {
+            Ok(()) => self.count(a, EngineKind::Sendmmsg, packets, bytes),
+            Err(e) => self.send_error(&e),
+        }
+    }
+}
+
+/// Whether a GSO send failed because the kernel or device cannot segment.
+fn gso_refused(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(libc::ENOPROTOOPT)
+    )
+}
