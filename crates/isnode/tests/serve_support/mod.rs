@@ -28,6 +28,7 @@ pub fn command() -> Command {
     cmd.env_remove("ISNODE_CRASH_POINT")
         .env_remove("ISNODE_VOLUME")
         .env_remove("ISNODE_BUFFERED_IO")
+        .env_remove("ISNODE_FAULT")
         .env_remove("RUST_LOG");
     cmd
 }
@@ -162,6 +163,11 @@ impl Server {
     /// Starts `isnode serve --volume VOL --listen 127.0.0.1:PORT EXTRA...` on a free port and
     /// waits (bounded) until `GET /v1/objects` answers 200.
     pub fn start(vol: &Vol, extra: &[&str]) -> Server {
+        Server::start_env(vol, extra, &[])
+    }
+
+    /// [`Server::start`] with extra environment variables for the server.
+    pub fn start_env(vol: &Vol, extra: &[&str], env: &[(&str, &str)]) -> Server {
         for attempt in 0..5 {
             let port = free_port();
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -173,6 +179,7 @@ impl Server {
                 .arg("--listen")
                 .arg(addr.to_string())
                 .args(extra)
+                .envs(env.iter().copied())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(&log).unwrap())
@@ -215,6 +222,13 @@ impl Server {
             }
         }
         unreachable!("the loop returns or panics")
+    }
+
+    /// Waits for the server to exit by itself until `deadline` (panics, killing it, if
+    /// it is still running then).
+    #[track_caller]
+    pub fn wait_exit(&mut self, deadline: Instant) -> std::process::ExitStatus {
+        self.child.wait_until(deadline, "isnode serve")
     }
 
     /// The server's process id.
