@@ -295,11 +295,7 @@ impl Worker {
     /// retry, at most [`MAX_IDLE`] (1 ms while zero-copy sends await their notification).
     fn idle_time(&self, sessions: &[Active]) -> Duration {
         let now = self.sh.now_ns();
-        let next = sessions
-            .iter()
-            .filter_map(|a| Some(a.pacer.next_due()?.max(a.retry_at_ns)))
-            .min()
-            .unwrap_or(u64::MAX);
+        let next = next_wake_ns(sessions.iter().map(|a| (a.pacer.next_due(), a.retry_at_ns)));
         let mut wait = Duration::from_nanos(next.saturating_sub(now)).min(MAX_IDLE);
         if let Mode::Uring(u) = &self.mode {
             if u.in_flight() > 0 {
@@ -377,6 +373,16 @@ impl Worker {
     }
 }
 
+/// When the loop must wake next, from each session's (next step due, retry not before):
+/// a session backed off after waiting for a block wakes the loop at its retry time, never
+/// earlier (the loop does not spin on a step that cannot go out yet).
+fn next_wake_ns(sessions: impl Iterator<Item = (Option<u64>, u64)>) -> u64 {
+    sessions
+        .filter_map(|(due, retry_at)| Some(due?.max(retry_at)))
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
 /// The code for k source symbols of n (cached per thread).
 fn code_for(codes: &mut HashMap<u32, Code>, k: u32, n: u32) -> Option<&Code> {
     if let std::collections::hash_map::Entry::Vacant(v) = codes.entry(k) {
@@ -391,4 +397,22 @@ fn code_for(codes: &mut HashMap<u32, Code>, k: u32, n: u32) -> Option<&Code> {
         }
     }
     codes.get(&k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backed_off_session_does_not_wake_the_loop_early() {
+        // Due long ago, but waiting for its block until 5 ms: the loop sleeps until then.
+        assert_eq!(
+            next_wake_ns([(Some(1_000), 5_000_000)].into_iter()),
+            5_000_000
+        );
+        // Another session due earlier wins; a finished one (no next step) never wakes it.
+        let s = [(Some(1_000), 5_000_000), (Some(3_000_000), 0), (None, 0)];
+        assert_eq!(next_wake_ns(s.into_iter()), 3_000_000);
+        assert_eq!(next_wake_ns([(None, 7)].into_iter()), u64::MAX);
+    }
 }
