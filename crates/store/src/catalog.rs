@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use serde::Serialize;
 
 use crate::{StoreError, VolumeParams};
@@ -129,7 +129,7 @@ impl Catalog {
         let conn = Connection::open(path).map_err(db("creating the catalog"))?;
         let mut cat = Catalog { conn };
         cat.configure()?;
-        let tx = cat.conn.transaction().map_err(db("creating the catalog"))?;
+        let tx = cat.write_transaction("creating the catalog")?;
         tx.execute_batch(SCHEMA)
             .map_err(db("creating the schema"))?;
         let kv = [
@@ -188,6 +188,15 @@ impl Catalog {
             .busy_timeout(std::time::Duration::from_secs(30))
             .map_err(db("configuring the catalog"))?;
         Ok(())
+    }
+
+    /// Begins a transaction that takes the write lock at once: a deferred one that
+    /// reads first would fail with SQLITE_BUSY (without waiting) when another
+    /// process writes between its read and its first write.
+    fn write_transaction(&mut self, context: &str) -> Result<Transaction<'_>, StoreError> {
+        self.conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db(context))
     }
 
     fn get_kv<T: std::str::FromStr>(&self, key: &str) -> Result<T, StoreError> {
@@ -272,10 +281,7 @@ impl Catalog {
         content_crc32c: u32,
         blocks: &[BlockRecord],
     ) -> Result<Option<u32>, StoreError> {
-        let tx = self
-            .conn
-            .transaction()
-            .map_err(db("committing an object"))?;
+        let tx = self.write_transaction("committing an object")?;
         let (name, replaces): (String, Option<u32>) = tx
             .query_row(
                 "SELECT name, replaces FROM objects WHERE toi = ?1 AND state = 'writing'",
@@ -317,10 +323,7 @@ impl Catalog {
         member: u32,
         blocks: &[BlockRecord],
     ) -> Result<(), StoreError> {
-        let tx = self
-            .conn
-            .transaction()
-            .map_err(db("updating block checksums"))?;
+        let tx = self.write_transaction("updating block checksums")?;
         tx.execute(
             "DELETE FROM blocks WHERE toi = ?1 AND member = ?2",
             params![toi, member],
@@ -336,6 +339,39 @@ impl Catalog {
             .execute("DELETE FROM objects WHERE toi = ?1", [toi])
             .map_err(db("deleting an object"))?;
         Ok(())
+    }
+
+    /// Deletes, in one transaction, those of `tois` that are still `writing`
+    /// (an ingest may have committed one since the caller looked); returns the
+    /// TOIs actually deleted.
+    pub fn delete_writing(&mut self, tois: &[u32]) -> Result<Vec<u32>, StoreError> {
+        let tx = self.write_transaction("removing unfinished objects")?;
+        let mut deleted = Vec::new();
+        for &toi in tois {
+            let n = tx
+                .execute(
+                    "DELETE FROM objects WHERE toi = ?1 AND state = 'writing'",
+                    [toi],
+                )
+                .map_err(db("removing unfinished objects"))?;
+            if n > 0 {
+                deleted.push(toi);
+            }
+        }
+        tx.commit().map_err(db("removing unfinished objects"))?;
+        Ok(deleted)
+    }
+
+    /// Every object's TOI and state, read in one statement (one consistent snapshot).
+    pub fn object_states(&self) -> Result<Vec<(u32, ObjectState)>, StoreError> {
+        let mut q = self
+            .conn
+            .prepare("SELECT toi, state FROM objects ORDER BY toi")
+            .map_err(db("listing objects"))?;
+        let rows = q
+            .query_map([], |r| Ok((r.get(0)?, state_of(&r.get::<_, String>(1)?))))
+            .map_err(db("listing objects"))?;
+        rows.map(|r| r.map_err(db("listing objects"))).collect()
     }
 
     /// Objects in a given state, by TOI.
@@ -392,15 +428,10 @@ const SELECT_OBJECT: &str =
     source_symbols, repair_symbols, codewords, content_crc32c, created_unix, replaces FROM objects";
 
 fn row_to_object(r: &rusqlite::Row<'_>) -> rusqlite::Result<ObjectRecord> {
-    let state: String = r.get(2)?;
     Ok(ObjectRecord {
         toi: r.get(0)?,
         name: r.get(1)?,
-        state: if state == "complete" {
-            ObjectState::Complete
-        } else {
-            ObjectState::Writing
-        },
+        state: state_of(&r.get::<_, String>(2)?),
         size_bytes: r.get::<_, i64>(3)? as u64,
         bitrate_bps: r.get::<_, i64>(4)? as u64,
         duration_s: r.get(5)?,
@@ -413,6 +444,15 @@ fn row_to_object(r: &rusqlite::Row<'_>) -> rusqlite::Result<ObjectRecord> {
         created_unix: r.get(12)?,
         replaces: r.get(13)?,
     })
+}
+
+/// The state stored as `state` (the schema allows only 'writing' and 'complete').
+fn state_of(stored: &str) -> ObjectState {
+    if stored == "complete" {
+        ObjectState::Complete
+    } else {
+        ObjectState::Writing
+    }
 }
 
 fn insert_blocks(tx: &Transaction<'_>, toi: u32, blocks: &[BlockRecord]) -> Result<(), StoreError> {
