@@ -9,7 +9,11 @@ use serde::Serialize;
 use crate::{StoreError, VolumeParams};
 
 /// Version of the on-disk format this code reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+///
+/// Version 2 dropped the per-block trailer of RFC 1071 partial checksums that
+/// version 1 kept after the packets of every block (no send path used it), so
+/// a block holds more packets: the two cannot be read by the same code.
+pub const FORMAT_VERSION: u32 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE volume (
@@ -170,11 +174,7 @@ impl Catalog {
         let cat = Catalog { conn };
         cat.configure()?;
         let version: u32 = cat.get_kv("format_version")?;
-        if version != FORMAT_VERSION {
-            return Err(StoreError::BadParams(format!(
-                "catalog format version {version}, this isnode reads version {FORMAT_VERSION}"
-            )));
-        }
+        check_format_version(path, version)?;
         Ok(cat)
     }
 
@@ -421,6 +421,27 @@ impl Catalog {
         rows.map(|r| r.map_err(db("reading block checksums")))
             .collect()
     }
+}
+
+/// Refuses a volume of another format version, saying what to do about it.
+fn check_format_version(catalog: &Path, version: u32) -> Result<(), StoreError> {
+    let volume = catalog.parent().unwrap_or(catalog).display();
+    if version < FORMAT_VERSION {
+        return Err(StoreError::BadParams(format!(
+            "the volume at {volume} has on-disk format version {version}, which this isnode \
+             (format version {FORMAT_VERSION}) cannot read: version {FORMAT_VERSION} removed the \
+             per-block checksum trailer, so blocks are laid out differently. To keep its objects, \
+             export each one with the isnode that wrote the volume (`isnode cat NAME > FILE`), \
+             create a new volume with this isnode (`isnode volume create`) and ingest them again"
+        )));
+    }
+    if version > FORMAT_VERSION {
+        return Err(StoreError::BadParams(format!(
+            "the volume at {volume} has on-disk format version {version}, written by a newer \
+             isnode; this isnode reads format version {FORMAT_VERSION} only: use a newer isnode"
+        )));
+    }
+    Ok(())
 }
 
 const SELECT_OBJECT: &str =
