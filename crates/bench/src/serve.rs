@@ -3,14 +3,19 @@
 //! For each engine a fresh `isnode serve` child process (of the binary given in
 //! [`ServeBenchConfig::isnode_exe`]) is started on the same volume; the
 //! sessions run for the measured seconds; the server's CPU time (user + sys,
-//! from /proc) is divided by the bytes delivered. Sinks:
-//! - `loopback`: real UDP receivers in this process (measures the whole system:
-//!   on loopback the sender's system call also pays for delivery);
+//! from /proc) is divided by the bytes delivered, counted at the sink. Sinks:
+//! - `loopback`: real UDP receivers in this process count what they receive
+//!   (measures the whole system: on loopback the sender's system call also
+//!   pays for delivery);
 //! - `ifb`: a network namespace made for the run, where UDP to the client's
 //!   address is routed into an `ifb` device that drops it (measures the
-//!   server's send path alone). By default (and with `ethtool` present) its
-//!   segmentation offload is turned off, so GSO runs are segmented in software
-//!   as for a NIC without UDP segmentation offload.
+//!   server's send path alone). The device's own counters say what reached
+//!   it. By default (and with `ethtool` present) its segmentation offload is
+//!   turned off, so GSO runs are segmented in software as for a NIC without
+//!   UDP segmentation offload.
+//!
+//! Every row also carries what the server's metrics say it sent ("sent by
+//! the server"), a figure the server counts itself, not measured at the sink.
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -70,17 +75,23 @@ pub struct EngineResult {
     pub streams: usize,
     /// Measured seconds.
     pub seconds: f64,
-    /// UDP payload bytes delivered.
+    /// UDP payload bytes delivered, measured at the sink (the loopback receivers,
+    /// or the ifb device's counters less each frame's headers).
     pub delivered_bytes: u64,
-    /// Packets delivered.
+    /// Packets delivered, measured at the sink. At the ifb sink these are the
+    /// frames the device received: with device segmentation a whole GSO run is one frame.
     pub delivered_packets: u64,
+    /// UDP payload bytes sent by the server, as its own metrics count them.
+    pub sent_by_server_bytes: u64,
+    /// Packets sent by the server, as its own metrics count them.
+    pub sent_by_server_packets: u64,
     /// Server user + sys CPU seconds.
     pub server_cpu_s: f64,
-    /// Server CPU seconds per delivered GB (10^9 bytes).
+    /// Server CPU seconds per GB (10^9 bytes) delivered at the sink.
     pub cpu_s_per_gb: f64,
     /// Delivered packets per second.
     pub packets_per_s: f64,
-    /// Delivered bits per second.
+    /// Bits per second delivered at the sink.
     pub delivered_bps: f64,
     /// cpu_s_per_gb relative to the traditional engine's.
     pub ratio_to_traditional: Option<f64>,
@@ -105,10 +116,9 @@ pub fn run(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
     let dir = tempfile::tempdir().context("creating a scratch volume")?;
     let vol_dir = dir.path().join("vol");
     let objects = prepare_volume(&vol_dir, cfg)?;
-    let host = if cfg.sink == Sink::Ifb {
-        NETNS_CLIENT_IP
-    } else {
-        "127.0.0.1"
+    let (host, sink) = match cfg.sink {
+        Sink::Ifb => (NETNS_CLIENT_IP, SinkCounter::Ifb(IfbSink::calibrate()?)),
+        Sink::Loopback => ("127.0.0.1", SinkCounter::Receivers),
     };
     let mut results = Vec::new();
     for engine in &cfg.engines {
@@ -116,7 +126,7 @@ pub fn run(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
             "bench serve: engine {engine}, {} streams for {} s",
             cfg.streams, cfg.seconds
         );
-        let r = run_engine(&vol_dir, host, engine, &objects, cfg)
+        let r = run_engine(&vol_dir, host, &sink, engine, &objects, cfg)
             .with_context(|| format!("engine {engine}"))?;
         results.push(r);
     }
@@ -142,15 +152,24 @@ pub fn run(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
 /// The report as a table.
 pub fn format_table(report: &ServeBenchReport) -> String {
     let mut s = format!(
-        "{:<12} {:>8} {:>14} {:>12} {:>10} {:>12} {:>10} {:>8}\n",
-        "engine", "streams", "delivered_MB", "Mbit/s", "cpu_s", "cpu_s/GB", "kpkt/s", "vs_trad"
+        "{:<12} {:>8} {:>14} {:>14} {:>12} {:>10} {:>12} {:>10} {:>8}\n",
+        "engine",
+        "streams",
+        "delivered_MB",
+        "server_sent_MB",
+        "Mbit/s",
+        "cpu_s",
+        "cpu_s/GB",
+        "kpkt/s",
+        "vs_trad"
     );
     for r in &report.results {
         s.push_str(&format!(
-            "{:<12} {:>8} {:>14.1} {:>12.1} {:>10.3} {:>12.3} {:>10.1} {:>8}\n",
+            "{:<12} {:>8} {:>14.1} {:>14.1} {:>12.1} {:>10.3} {:>12.3} {:>10.1} {:>8}\n",
             r.engine,
             r.streams,
             r.delivered_bytes as f64 / 1e6,
+            r.sent_by_server_bytes as f64 / 1e6,
             r.delivered_bps / 1e6,
             r.server_cpu_s,
             r.cpu_s_per_gb,
@@ -159,6 +178,13 @@ pub fn format_table(report: &ServeBenchReport) -> String {
                 .map_or("-".into(), |x| format!("{x:.2}"))
         ));
     }
+    let at = match report.sink {
+        Sink::Loopback => "counted by the receivers",
+        Sink::Ifb => "counted by the ifb device (UDP payload; kpkt/s: frames at the device)",
+    };
+    s.push_str(&format!(
+        "delivered_MB, Mbit/s, cpu_s/GB, kpkt/s: at the sink, {at}; server_sent_MB: sent by the server, as its metrics count\n"
+    ));
     s
 }
 
@@ -218,10 +244,69 @@ impl Drop for ServerChild {
 fn run_engine(
     vol_dir: &Path,
     host: &str,
+    sink: &SinkCounter,
     engine: &str,
     objects: &[String],
     args: &ServeBenchConfig,
 ) -> anyhow::Result<EngineResult> {
+    let (server, base) = start_server(vol_dir, host, engine, args)?;
+    let receivers = Receivers::start(host, args.streams, sink)?;
+    let ids = create_sessions(&base, &receivers.ports, objects)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let keep = keep_alive(&base, &ids, &stop);
+
+    // Warm up, then measure.
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = server.0.id();
+    let cpu0 = process_cpu_s(pid)?;
+    let sent0 = sent_by_server(&base)?;
+    let at_sink0 = sink.read(&receivers)?;
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(args.seconds));
+    let cpu1 = process_cpu_s(pid)?;
+    let at_sink1 = sink.read(&receivers)?;
+    let sent1 = sent_by_server(&base)?;
+    let secs = t0.elapsed().as_secs_f64();
+
+    stop.store(true, Ordering::Relaxed);
+    for id in &ids {
+        let _ = ureq::delete(format!("{base}/v1/sessions/{id}")).call();
+    }
+    let _ = keep.join();
+    receivers.stop();
+    drop(server);
+    let delivered = at_sink1.since(at_sink0);
+    let sent = sent1.since(sent0);
+    let cpu = cpu1 - cpu0;
+    if delivered.bytes == 0 {
+        bail!(
+            "nothing was delivered at the sink (the server counts {} bytes sent)",
+            sent.bytes
+        );
+    }
+    Ok(EngineResult {
+        engine: engine.to_string(),
+        streams: args.streams,
+        seconds: secs,
+        delivered_bytes: delivered.bytes,
+        delivered_packets: delivered.packets,
+        sent_by_server_bytes: sent.bytes,
+        sent_by_server_packets: sent.packets,
+        server_cpu_s: cpu,
+        cpu_s_per_gb: cpu / (delivered.bytes as f64 / 1e9),
+        packets_per_s: delivered.packets as f64 / secs,
+        delivered_bps: delivered.bytes as f64 * 8.0 / secs,
+        ratio_to_traditional: None,
+    })
+}
+
+/// Starts `isnode serve` with `engine` on the volume; returns it and its base URL once it answers.
+fn start_server(
+    vol_dir: &Path,
+    host: &str,
+    engine: &str,
+    args: &ServeBenchConfig,
+) -> anyhow::Result<(ServerChild, String)> {
     let port = TcpListener::bind((host, 0))?.local_addr()?.port();
     let listen: SocketAddr = format!("{host}:{port}").parse()?;
     let child = Command::new(&args.isnode_exe)
@@ -248,25 +333,45 @@ fn run_engine(
     let server = ServerChild(child);
     let base = format!("http://{listen}");
     wait_ready(&base)?;
+    Ok((server, base))
+}
 
-    // Receivers.
-    let sink_counting = args.sink == Sink::Loopback;
-    let sockets: Vec<UdpSocket> = (0..args.streams)
-        .map(|_| {
-            let s = UdpSocket::bind((host, 0))?;
-            s.set_nonblocking(true)?;
-            Ok(s)
-        })
-        .collect::<std::io::Result<_>>()?;
-    let ports: Vec<u16> = sockets
-        .iter()
-        .map(|s| s.local_addr().map(|a| a.port()))
-        .collect::<std::io::Result<_>>()?;
-    let bytes = Arc::new(AtomicU64::new(0));
-    let packets = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut threads = Vec::new();
-    if sink_counting {
+/// One UDP socket per stream; on loopback, two threads drain and count them.
+struct Receivers {
+    ports: Vec<u16>,
+    bytes: Arc<AtomicU64>,
+    packets: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    /// Sockets nobody drains (ifb sink: the packets never reach them), kept bound.
+    _idle: Vec<UdpSocket>,
+}
+
+impl Receivers {
+    fn start(host: &str, streams: usize, sink: &SinkCounter) -> anyhow::Result<Receivers> {
+        let sockets: Vec<UdpSocket> = (0..streams)
+            .map(|_| {
+                let s = UdpSocket::bind((host, 0))?;
+                s.set_nonblocking(true)?;
+                Ok(s)
+            })
+            .collect::<std::io::Result<_>>()?;
+        let ports: Vec<u16> = sockets
+            .iter()
+            .map(|s| s.local_addr().map(|a| a.port()))
+            .collect::<std::io::Result<_>>()?;
+        let mut r = Receivers {
+            ports,
+            bytes: Arc::new(AtomicU64::new(0)),
+            packets: Arc::new(AtomicU64::new(0)),
+            stop: Arc::new(AtomicBool::new(false)),
+            threads: Vec::new(),
+            _idle: Vec::new(),
+        };
+        if !matches!(sink, SinkCounter::Receivers) {
+            r._idle = sockets;
+            return Ok(r);
+        }
         let per = sockets.len().div_ceil(2).max(1);
         let mut it = sockets.into_iter();
         loop {
@@ -274,14 +379,24 @@ fn run_engine(
             if chunk.is_empty() {
                 break;
             }
-            let (bytes, packets, stop) = (bytes.clone(), packets.clone(), stop.clone());
-            threads.push(std::thread::spawn(move || {
+            let (bytes, packets, stop) = (r.bytes.clone(), r.packets.clone(), r.stop.clone());
+            r.threads.push(std::thread::spawn(move || {
                 drain(chunk, &bytes, &packets, &stop)
             }));
         }
+        Ok(r)
     }
 
-    // Sessions, round robin over the objects.
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Creates one session per receiver port, round robin over the objects; returns their ids.
+fn create_sessions(base: &str, ports: &[u16], objects: &[String]) -> anyhow::Result<Vec<String>> {
     let mut ids = Vec::new();
     for (i, port) in ports.iter().enumerate() {
         let body = serde_json::json!({ "object": objects[i % objects.len()], "port": port });
@@ -292,54 +407,19 @@ fn run_engine(
         let id = v["id"].as_str().context("session id")?.to_string();
         ids.push(id);
     }
-    let keep = {
-        let (ids, base, stop) = (ids.clone(), base.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                for id in &ids {
-                    let _ = ureq::post(format!("{base}/v1/sessions/{id}/keepalive")).send_empty();
-                }
-                std::thread::sleep(Duration::from_millis(500));
+    Ok(ids)
+}
+
+/// Keeps the sessions alive until `stop`.
+fn keep_alive(base: &str, ids: &[String], stop: &Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    let (ids, base, stop) = (ids.to_vec(), base.to_string(), stop.clone());
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            for id in &ids {
+                let _ = ureq::post(format!("{base}/v1/sessions/{id}/keepalive")).send_empty();
             }
-        })
-    };
-
-    // Warm up, then measure.
-    std::thread::sleep(Duration::from_secs(1));
-    let pid = server.0.id();
-    let cpu0 = process_cpu_s(pid)?;
-    let (b0, p0) = delivered(sink_counting, &base, &bytes, &packets)?;
-    let t0 = Instant::now();
-    std::thread::sleep(Duration::from_secs_f64(args.seconds));
-    let cpu1 = process_cpu_s(pid)?;
-    let (b1, p1) = delivered(sink_counting, &base, &bytes, &packets)?;
-    let secs = t0.elapsed().as_secs_f64();
-
-    stop.store(true, Ordering::Relaxed);
-    for id in &ids {
-        let _ = ureq::delete(format!("{base}/v1/sessions/{id}")).call();
-    }
-    let _ = keep.join();
-    for t in threads {
-        let _ = t.join();
-    }
-    drop(server);
-    let delivered_bytes = b1 - b0;
-    let cpu = cpu1 - cpu0;
-    if delivered_bytes == 0 {
-        bail!("nothing was delivered");
-    }
-    Ok(EngineResult {
-        engine: engine.to_string(),
-        streams: args.streams,
-        seconds: secs,
-        delivered_bytes,
-        delivered_packets: p1 - p0,
-        server_cpu_s: cpu,
-        cpu_s_per_gb: cpu / (delivered_bytes as f64 / 1e9),
-        packets_per_s: (p1 - p0) as f64 / secs,
-        delivered_bps: delivered_bytes as f64 * 8.0 / secs,
-        ratio_to_traditional: None,
+            std::thread::sleep(Duration::from_millis(500));
+        }
     })
 }
 
@@ -379,20 +459,119 @@ fn drain(sockets: Vec<UdpSocket>, bytes: &AtomicU64, packets: &AtomicU64, stop: 
     }
 }
 
-/// Bytes and packets delivered so far: counted by our receivers, or (ifb sink) sent
-/// by the server as its metrics say, all of which the sink takes.
-fn delivered(
-    counting: bool,
-    base: &str,
-    bytes: &AtomicU64,
-    packets: &AtomicU64,
-) -> anyhow::Result<(u64, u64)> {
-    if counting {
-        return Ok((
-            bytes.load(Ordering::Relaxed),
-            packets.load(Ordering::Relaxed),
-        ));
+/// Bytes and packets, cumulative.
+#[derive(Clone, Copy, Debug)]
+struct Count {
+    bytes: u64,
+    packets: u64,
+}
+
+impl Count {
+    /// What was added since `earlier` (counters never go back; saturating anyway).
+    fn since(self, earlier: Count) -> Count {
+        Count {
+            bytes: self.bytes.saturating_sub(earlier.bytes),
+            packets: self.packets.saturating_sub(earlier.packets),
+        }
     }
+}
+
+/// Where delivered bytes are counted.
+enum SinkCounter {
+    /// By this process's loopback receivers.
+    Receivers,
+    /// By the ifb device inside the benchmark namespace.
+    Ifb(IfbSink),
+}
+
+impl SinkCounter {
+    /// UDP payload bytes and packets delivered at the sink so far.
+    fn read(&self, receivers: &Receivers) -> anyhow::Result<Count> {
+        match self {
+            SinkCounter::Receivers => Ok(Count {
+                bytes: receivers.bytes.load(Ordering::Relaxed),
+                packets: receivers.packets.load(Ordering::Relaxed),
+            }),
+            SinkCounter::Ifb(ifb) => ifb.read(),
+        }
+    }
+}
+
+/// The ifb device's counters. Packets routed into an ifb device (rather than
+/// redirected to it by tc) are counted as received (`rx_packets`, `rx_bytes`:
+/// the whole frame, headers included) and dropped; its `tx_*` counters stay 0.
+struct IfbSink {
+    /// Bytes of headers (link, IP, UDP) the device counts per frame on top of the UDP payload.
+    header_bytes: u64,
+}
+
+/// UDP payload of each calibration probe, and how many are sent.
+const PROBE_PAYLOAD_BYTES: usize = 1000;
+const PROBES: u64 = 8;
+
+impl IfbSink {
+    /// Learns the per-frame header bytes the device counts, from a few probe datagrams
+    /// of known length sent to the client address before any server runs.
+    fn calibrate() -> anyhow::Result<IfbSink> {
+        let socket = UdpSocket::bind("0.0.0.0:0").context("binding the calibration socket")?;
+        let raw0 = Self::raw()?;
+        for _ in 0..PROBES {
+            socket
+                .send_to(&[0u8; PROBE_PAYLOAD_BYTES], (NETNS_CLIENT_IP, 9))
+                .context("sending a calibration probe to the sink")?;
+        }
+        let d = Self::raw()?.since(raw0);
+        if d.packets != PROBES {
+            bail!(
+                "the ifb sink counted {} frames for {PROBES} calibration probes; \
+                 something else sends to it, so its counters cannot be trusted",
+                d.packets
+            );
+        }
+        let payload = PROBES * PROBE_PAYLOAD_BYTES as u64;
+        let header_bytes = d
+            .bytes
+            .checked_sub(payload)
+            .context("the ifb sink counted fewer bytes than the probes' payload")?
+            / PROBES;
+        eprintln!(
+            "bench serve: ifb sink counts {header_bytes} header bytes per frame (calibrated)"
+        );
+        Ok(IfbSink { header_bytes })
+    }
+
+    /// The device's received frames and bytes (headers included).
+    fn raw() -> anyhow::Result<Count> {
+        let stat = |name: &str| -> anyhow::Result<u64> {
+            let path = format!("/sys/class/net/{IFB_DEV}/statistics/{name}");
+            let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+            text.trim()
+                .parse()
+                .with_context(|| format!("parsing {path}: {text:?}"))
+        };
+        Ok(Count {
+            bytes: stat("rx_bytes")?,
+            packets: stat("rx_packets")?,
+        })
+    }
+
+    /// UDP payload bytes and frames that reached the device.
+    fn read(&self) -> anyhow::Result<Count> {
+        Ok(self.payload(Self::raw()?))
+    }
+
+    /// UDP payload in what the device counted: each frame less its headers.
+    fn payload(&self, raw: Count) -> Count {
+        Count {
+            bytes: raw.bytes.saturating_sub(raw.packets * self.header_bytes),
+            packets: raw.packets,
+        }
+    }
+}
+
+/// Bytes and packets the server says it sent (its /metrics): "sent by the server",
+/// not a measurement at the sink.
+fn sent_by_server(base: &str) -> anyhow::Result<Count> {
     let text = ureq::get(format!("{base}/metrics"))
         .call()?
         .body_mut()
@@ -403,10 +582,10 @@ fn delivered(
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum::<f64>() as u64
     };
-    Ok((
-        sum("isnode_bytes_sent_total"),
-        sum("isnode_packets_sent_total"),
-    ))
+    Ok(Count {
+        bytes: sum("isnode_bytes_sent_total"),
+        packets: sum("isnode_packets_sent_total"),
+    })
 }
 
 /// user + sys CPU seconds of a process, from /proc/PID/stat.
@@ -449,6 +628,10 @@ fn run_in_netns(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
     let result = (|| -> anyhow::Result<ServeBenchReport> {
         sh(&format!("{x} ip link set lo up"))?;
         sh(&format!("{x} ip link add {IFB_DEV} type ifb"))?;
+        // No IPv6 on the sink (router solicitations would add frames to its counters).
+        let _ = sh(&format!(
+            "{x} sh -c 'echo 1 > /proc/sys/net/ipv6/conf/{IFB_DEV}/disable_ipv6' 2>/dev/null"
+        ));
         sh(&format!("{x} ip link set {IFB_DEV} up"))?;
         sh(&format!("{x} ip addr add {NETNS_CLIENT_IP}/32 dev lo"))?;
         sh(&format!(
@@ -490,4 +673,53 @@ fn run_in_netns(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
     })();
     let _ = sh(&format!("ip netns del {ns}"));
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ifb_payload_is_frames_less_their_headers() {
+        // 10 datagrams of 1436 bytes, counted with 14 + 20 + 8 header bytes each.
+        let sink = IfbSink { header_bytes: 42 };
+        let raw = Count {
+            bytes: 10 * (1436 + 42),
+            packets: 10,
+        };
+        let got = sink.payload(raw);
+        assert_eq!((got.bytes, got.packets), (14_360, 10));
+    }
+
+    #[test]
+    fn the_table_says_where_each_figure_was_counted() {
+        let row = EngineResult {
+            engine: "gso".into(),
+            streams: 2,
+            seconds: 2.0,
+            delivered_bytes: 1_000_000,
+            delivered_packets: 700,
+            sent_by_server_bytes: 1_100_000,
+            sent_by_server_packets: 770,
+            server_cpu_s: 0.01,
+            cpu_s_per_gb: 10.0,
+            packets_per_s: 350.0,
+            delivered_bps: 4e6,
+            ratio_to_traditional: None,
+        };
+        let table = format_table(&ServeBenchReport {
+            sink: Sink::Ifb,
+            bitrate_bps: 1_000_000,
+            results: vec![row],
+        });
+        assert!(
+            table.contains("server_sent_MB") && table.contains("1.1"),
+            "{table}"
+        );
+        assert!(
+            table.contains("at the sink, counted by the ifb device"),
+            "{table}"
+        );
+        assert!(table.contains("sent by the server"), "{table}");
+    }
 }

@@ -45,7 +45,8 @@ pub enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
-    /// Show the whole path on a default volume: generate, ingest, lose a member, read back, repair.
+    /// Show the whole path in a temporary volume of its own (yours is not touched): generate,
+    /// ingest, lose a member, serve through lossy relays, repair.
     Demo(DemoArgs),
 }
 

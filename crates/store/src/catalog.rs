@@ -3,13 +3,17 @@
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use serde::Serialize;
 
 use crate::{StoreError, VolumeParams};
 
 /// Version of the on-disk format this code reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+///
+/// Version 2 dropped the per-block trailer of RFC 1071 partial checksums that
+/// version 1 kept after the packets of every block (no send path used it), so
+/// a block holds more packets: the two cannot be read by the same code.
+pub const FORMAT_VERSION: u32 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE volume (
@@ -129,7 +133,7 @@ impl Catalog {
         let conn = Connection::open(path).map_err(db("creating the catalog"))?;
         let mut cat = Catalog { conn };
         cat.configure()?;
-        let tx = cat.conn.transaction().map_err(db("creating the catalog"))?;
+        let tx = cat.write_transaction("creating the catalog")?;
         tx.execute_batch(SCHEMA)
             .map_err(db("creating the schema"))?;
         let kv = [
@@ -170,11 +174,7 @@ impl Catalog {
         let cat = Catalog { conn };
         cat.configure()?;
         let version: u32 = cat.get_kv("format_version")?;
-        if version != FORMAT_VERSION {
-            return Err(StoreError::BadParams(format!(
-                "catalog format version {version}, this isnode reads version {FORMAT_VERSION}"
-            )));
-        }
+        check_format_version(path, version)?;
         Ok(cat)
     }
 
@@ -188,6 +188,15 @@ impl Catalog {
             .busy_timeout(std::time::Duration::from_secs(30))
             .map_err(db("configuring the catalog"))?;
         Ok(())
+    }
+
+    /// Begins a transaction that takes the write lock at once: a deferred one that
+    /// reads first would fail with SQLITE_BUSY (without waiting) when another
+    /// process writes between its read and its first write.
+    fn write_transaction(&mut self, context: &str) -> Result<Transaction<'_>, StoreError> {
+        self.conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db(context))
     }
 
     fn get_kv<T: std::str::FromStr>(&self, key: &str) -> Result<T, StoreError> {
@@ -272,10 +281,7 @@ impl Catalog {
         content_crc32c: u32,
         blocks: &[BlockRecord],
     ) -> Result<Option<u32>, StoreError> {
-        let tx = self
-            .conn
-            .transaction()
-            .map_err(db("committing an object"))?;
+        let tx = self.write_transaction("committing an object")?;
         let (name, replaces): (String, Option<u32>) = tx
             .query_row(
                 "SELECT name, replaces FROM objects WHERE toi = ?1 AND state = 'writing'",
@@ -317,10 +323,7 @@ impl Catalog {
         member: u32,
         blocks: &[BlockRecord],
     ) -> Result<(), StoreError> {
-        let tx = self
-            .conn
-            .transaction()
-            .map_err(db("updating block checksums"))?;
+        let tx = self.write_transaction("updating block checksums")?;
         tx.execute(
             "DELETE FROM blocks WHERE toi = ?1 AND member = ?2",
             params![toi, member],
@@ -336,6 +339,39 @@ impl Catalog {
             .execute("DELETE FROM objects WHERE toi = ?1", [toi])
             .map_err(db("deleting an object"))?;
         Ok(())
+    }
+
+    /// Deletes, in one transaction, those of `tois` that are still `writing`
+    /// (an ingest may have committed one since the caller looked); returns the
+    /// TOIs actually deleted.
+    pub fn delete_writing(&mut self, tois: &[u32]) -> Result<Vec<u32>, StoreError> {
+        let tx = self.write_transaction("removing unfinished objects")?;
+        let mut deleted = Vec::new();
+        for &toi in tois {
+            let n = tx
+                .execute(
+                    "DELETE FROM objects WHERE toi = ?1 AND state = 'writing'",
+                    [toi],
+                )
+                .map_err(db("removing unfinished objects"))?;
+            if n > 0 {
+                deleted.push(toi);
+            }
+        }
+        tx.commit().map_err(db("removing unfinished objects"))?;
+        Ok(deleted)
+    }
+
+    /// Every object's TOI and state, read in one statement (one consistent snapshot).
+    pub fn object_states(&self) -> Result<Vec<(u32, ObjectState)>, StoreError> {
+        let mut q = self
+            .conn
+            .prepare("SELECT toi, state FROM objects ORDER BY toi")
+            .map_err(db("listing objects"))?;
+        let rows = q
+            .query_map([], |r| Ok((r.get(0)?, state_of(&r.get::<_, String>(1)?))))
+            .map_err(db("listing objects"))?;
+        rows.map(|r| r.map_err(db("listing objects"))).collect()
     }
 
     /// Objects in a given state, by TOI.
@@ -387,20 +423,36 @@ impl Catalog {
     }
 }
 
+/// Refuses a volume of another format version, saying what to do about it.
+fn check_format_version(catalog: &Path, version: u32) -> Result<(), StoreError> {
+    let volume = catalog.parent().unwrap_or(catalog).display();
+    if version < FORMAT_VERSION {
+        return Err(StoreError::BadParams(format!(
+            "the volume at {volume} has on-disk format version {version}, which this isnode \
+             (format version {FORMAT_VERSION}) cannot read: version {FORMAT_VERSION} removed the \
+             per-block checksum trailer, so blocks are laid out differently. To keep its objects, \
+             export each one with the isnode that wrote the volume (`isnode cat NAME > FILE`), \
+             create a new volume with this isnode (`isnode volume create`) and ingest them again"
+        )));
+    }
+    if version > FORMAT_VERSION {
+        return Err(StoreError::BadParams(format!(
+            "the volume at {volume} has on-disk format version {version}, written by a newer \
+             isnode; this isnode reads format version {FORMAT_VERSION} only: use a newer isnode"
+        )));
+    }
+    Ok(())
+}
+
 const SELECT_OBJECT: &str =
     "SELECT toi, name, state, size_bytes, bitrate_bps, duration_s, content_type, symbol_len,
     source_symbols, repair_symbols, codewords, content_crc32c, created_unix, replaces FROM objects";
 
 fn row_to_object(r: &rusqlite::Row<'_>) -> rusqlite::Result<ObjectRecord> {
-    let state: String = r.get(2)?;
     Ok(ObjectRecord {
         toi: r.get(0)?,
         name: r.get(1)?,
-        state: if state == "complete" {
-            ObjectState::Complete
-        } else {
-            ObjectState::Writing
-        },
+        state: state_of(&r.get::<_, String>(2)?),
         size_bytes: r.get::<_, i64>(3)? as u64,
         bitrate_bps: r.get::<_, i64>(4)? as u64,
         duration_s: r.get(5)?,
@@ -413,6 +465,15 @@ fn row_to_object(r: &rusqlite::Row<'_>) -> rusqlite::Result<ObjectRecord> {
         created_unix: r.get(12)?,
         replaces: r.get(13)?,
     })
+}
+
+/// The state stored as `state` (the schema allows only 'writing' and 'complete').
+fn state_of(stored: &str) -> ObjectState {
+    if stored == "complete" {
+        ObjectState::Complete
+    } else {
+        ObjectState::Writing
+    }
 }
 
 fn insert_blocks(tx: &Transaction<'_>, toi: u32, blocks: &[BlockRecord]) -> Result<(), StoreError> {

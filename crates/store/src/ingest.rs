@@ -16,7 +16,7 @@ use isnode_wire::DataPacketId;
 
 use crate::catalog::{BlockRecord, ObjectRecord, ObjectState};
 use crate::segment::SegmentWriter;
-use crate::volume::FileLock;
+use crate::volume::{FileLock, LockWait};
 use crate::{crash, Layout, StoreError, Volume};
 
 /// What to ingest under which name.
@@ -106,10 +106,10 @@ pub fn ingest(
 
     // Record the object and take its ingest lock under the volume lock, so that
     // recovery in another process never mistakes this ingest for a dead one.
-    let volume_lock = FileLock::exclusive(&vol.volume_lock_path(), true)?;
+    let volume_lock = FileLock::exclusive(&vol.volume_lock_path(), LockWait::Block)?;
     rec.toi = vol.catalog_mut().begin_object(&rec)?;
     crash::point("after-begin");
-    let ingest_lock = FileLock::exclusive(&vol.ingest_lock_path(rec.toi), true)?
+    let ingest_lock = FileLock::exclusive(&vol.ingest_lock_path(rec.toi), LockWait::Block)?
         .ok_or_else(|| StoreError::Corrupt("ingest lock busy".into()))?;
     drop(volume_lock);
 

@@ -99,9 +99,9 @@ impl VolumeParams {
                 self.block_len
             ));
         }
-        if self.block_len < self.packet_len() + 2 {
+        if self.block_len < self.packet_len() {
             return bad(format!(
-                "block size {} cannot hold one {}-byte packet and its checksum",
+                "block size {} cannot hold one {}-byte packet",
                 self.block_len,
                 self.packet_len()
             ));
@@ -114,9 +114,11 @@ impl VolumeParams {
         isnode_wire::DATA_HEADER_LEN as u32 + self.symbol_len
     }
 
-    /// Packets per block: each packet also takes a 2-byte partial checksum in the block trailer.
+    /// Packets per block: as many whole packets as fit, back to back (the rest of
+    /// the block is zero). The one place this number is derived; layout, check and
+    /// the server's block addressing all call it.
     pub fn packets_per_block(&self) -> u32 {
-        self.block_len / (self.packet_len() + 2)
+        self.block_len / self.packet_len()
     }
 
     /// Number of members holding source symbols.
@@ -143,7 +145,7 @@ mod tests {
     fn defaults_are_valid() {
         VolumeParams::default().validate().unwrap();
         assert_eq!(VolumeParams::default().packet_len(), 1436);
-        assert_eq!(VolumeParams::default().packets_per_block(), 729);
+        assert_eq!(VolumeParams::default().packets_per_block(), 730);
     }
 
     #[test]

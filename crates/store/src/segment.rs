@@ -1,6 +1,6 @@
-//! Writing a member's segment file: packets packed into aligned blocks, each
-//! block with a trailer of per-packet partial Internet checksums, written
-//! whole with direct I/O.
+//! Writing a member's segment file: packets packed back to back into aligned
+//! blocks (the rest of a block is zero), each block written whole with direct
+//! I/O. Byte layout in `docs/format.md`.
 
 use std::path::{Path, PathBuf};
 
@@ -52,12 +52,8 @@ impl SegmentWriter {
     pub(crate) fn push(&mut self, id: &DataPacketId, symbol: &[u8]) -> Result<(), StoreError> {
         debug_assert_eq!(symbol.len() + isnode_wire::DATA_HEADER_LEN, self.packet_len);
         let start = self.slot * self.packet_len;
-        let checksum_at = self.packets_per_block * self.packet_len + 2 * self.slot;
-        let bytes = self.buf.as_mut_slice();
-        let packet = &mut bytes[start..start + self.packet_len];
+        let packet = &mut self.buf.as_mut_slice()[start..start + self.packet_len];
         isnode_wire::build_data_packet(packet, id, symbol)?;
-        let partial = isnode_wire::internet_checksum_partial(packet);
-        bytes[checksum_at..checksum_at + 2].copy_from_slice(&partial.to_be_bytes());
         self.slot += 1;
         if self.slot == self.packets_per_block {
             self.flush_block()?;

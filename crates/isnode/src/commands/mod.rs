@@ -25,6 +25,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Relay(args) => stream::relay(&args),
         Command::Bench(BenchCommand::Codec(args)) => bench::codec(&args),
         Command::Bench(BenchCommand::Serve(args)) => bench::serve(&args),
-        Command::Demo(args) => demo::run(&cli.volume, &args),
+        Command::Demo(args) => demo::run(&args),
     }
 }
