@@ -187,10 +187,7 @@ fn check_segment(
             *slot = Some(r.crc32c);
         }
     }
-    let mut bad = vec![false; packets];
-    let mut bad_blocks = 0u64;
     let mut problems = Vec::new();
-    let params = layout.params();
     let expected_len = layout.segment_len_bytes(member);
     match file.size_bytes() {
         Ok(len) if len != expected_len => {
@@ -199,36 +196,13 @@ fn check_segment(
         Err(e) => problems.push(format!("segment size unknown: {e}")),
         Ok(_) => {}
     }
-    let mut buf = AlignedBuf::new(params.block_len as usize);
-    let per_block = u64::from(params.packets_per_block());
-    let packet_len = params.packet_len() as usize;
-    for block in 0..blocks {
-        report.blocks += 1;
-        let first = (block * per_block) as usize;
-        let count = layout.packets_in_block(member, block) as usize;
-        report.packets += count as u64;
-        let read = file.read_block(&mut buf, layout.block_offset(block));
-        let expected = expected_crcs[block as usize];
-        let crc_ok =
-            read.is_ok() && expected.is_some() && verify_block(buf.as_slice(), expected).is_ok();
-        if crc_ok {
-            continue;
-        }
-        bad_blocks += 1;
-        if let Err(e) = read {
-            problems.push(format!("block {block} unreadable: {e}"));
-            bad[first..first + count].fill(true);
-            continue;
-        }
-        // Find which packets of the bad block are themselves damaged.
-        for slot in 0..count {
-            let index = (first + slot) as u64;
-            let bytes = &buf.as_slice()[slot * packet_len..(slot + 1) * packet_len];
-            let ok = expected_id(layout, vol.tsi(), rec.toi, member, index)
-                .is_some_and(|id| verify_packet(bytes, &id, params.symbol_len as usize).is_some());
-            bad[index as usize] = !ok;
-        }
-    }
+    let scan = SegmentScan {
+        layout,
+        tsi: vol.tsi(),
+        toi: rec.toi,
+        member,
+    };
+    let (bad, bad_blocks) = scan.run(&file, &expected_crcs, report, &mut problems);
     let bad_count = bad.iter().filter(|b| **b).count() as u64;
     if bad_blocks > 0 {
         problems.push(format!(
@@ -242,6 +216,69 @@ fn check_segment(
         bad,
         Some(damage(problems.join("; "), bad_blocks, bad_count)),
     ))
+}
+
+/// Verifies one segment's blocks against the catalog, and the packets of failing blocks
+/// one by one.
+struct SegmentScan<'a> {
+    layout: &'a Layout,
+    tsi: u32,
+    toi: u32,
+    member: u32,
+}
+
+impl SegmentScan<'_> {
+    /// Returns the bad-packet map and the number of bad blocks; says what it found in
+    /// `problems`.
+    fn run(
+        &self,
+        file: &BlockFile,
+        expected_crcs: &[Option<u32>],
+        report: &mut CheckReport,
+        problems: &mut Vec<String>,
+    ) -> (Vec<bool>, u64) {
+        let (layout, member) = (self.layout, self.member);
+        let params = layout.params();
+        let mut bad = vec![false; layout.member_packets(member) as usize];
+        let mut bad_blocks = 0u64;
+        let mut buf = AlignedBuf::new(params.block_len as usize);
+        let per_block = u64::from(params.packets_per_block());
+        for (block, expected) in expected_crcs.iter().enumerate() {
+            let block = block as u64;
+            let first = (block * per_block) as usize;
+            let count = layout.packets_in_block(member, block) as usize;
+            report.blocks += 1;
+            report.packets += count as u64;
+            let read = file.read_block(&mut buf, layout.block_offset(block));
+            let crc_ok = read.is_ok()
+                && expected.is_some()
+                && verify_block(buf.as_slice(), *expected).is_ok();
+            if crc_ok {
+                continue;
+            }
+            bad_blocks += 1;
+            if let Err(e) = read {
+                problems.push(format!("block {block} unreadable: {e}"));
+                bad[first..first + count].fill(true);
+                continue;
+            }
+            self.find_bad_packets(buf.as_slice(), first, count, &mut bad);
+        }
+        (bad, bad_blocks)
+    }
+
+    /// Marks which of the `count` packets of a block failing its checksum are damaged.
+    fn find_bad_packets(&self, block: &[u8], first: usize, count: usize, bad: &mut [bool]) {
+        let params = self.layout.params();
+        let packet_len = params.packet_len() as usize;
+        for slot in 0..count {
+            let index = (first + slot) as u64;
+            let bytes = &block[slot * packet_len..(slot + 1) * packet_len];
+            let ok = expected_id(self.layout, self.tsi, self.toi, self.member, index)
+                .is_some_and(|id| verify_packet(bytes, &id, params.symbol_len as usize).is_some());
+            bad[index as usize] = !ok;
+        }
+    }
 }
 
 /// The identifiers the packet at `index` of `member`'s segment must carry.
