@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use isnode_store::{Layout, ObjectRecord, StoreError, Volume, VolumeParams};
 use isnode_wire::fdt::{build_fdt_packets, FdtFile, FdtInstance, FecOti};
-use serde::Serialize;
 
 use crate::cache::{BlockKey, BlockSource};
 use crate::session::send_rate_bps;
@@ -37,36 +37,9 @@ pub struct ObjectInfo {
     pub send_rate_bps: u64,
 }
 
-/// The JSON description of an object (protocol.md, "Objects").
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct ObjectJson {
-    /// Object name.
-    pub name: String,
-    /// Length in bytes.
-    pub size_bytes: u64,
-    /// Media bitrate.
-    pub bitrate_bps: u64,
-    /// Playing time.
-    pub duration_s: f64,
-    /// MIME type.
-    pub content_type: String,
-    /// E.
-    pub symbol_size: u32,
-    /// B (k of full codewords).
-    pub source_symbols: u32,
-    /// m.
-    pub repair_symbols: u32,
-    /// Number of codewords.
-    pub codewords: u32,
-    /// FLUTE TSI.
-    pub tsi: u32,
-    /// FLUTE TOI.
-    pub toi: u32,
-}
-
 impl ObjectInfo {
     /// Builds the serving view of a catalog record.
-    pub fn new(vol: &Volume, rec: ObjectRecord) -> Result<ObjectInfo, StoreError> {
+    pub fn new(vol: &Volume, rec: ObjectRecord, now_unix_s: u64) -> Result<ObjectInfo, StoreError> {
         let layout = vol.layout(&rec)?;
         let params = *layout.params();
         let seg_paths = (0..params.members)
@@ -88,10 +61,7 @@ impl ObjectInfo {
             rec.source_symbols,
             rec.source_symbols + rec.repair_symbols,
         )?;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let now = now_unix_s;
         let fdt = FdtInstance {
             instance_id: rec.toi & isnode_wire::fdt::MAX_FDT_INSTANCE_ID,
             // Valid for the playing time plus a day.
@@ -120,9 +90,9 @@ impl ObjectInfo {
         })
     }
 
-    /// The JSON description.
-    pub fn json(&self) -> ObjectJson {
-        ObjectJson {
+    /// The JSON description (`docs/protocol.md`, "Objects").
+    pub fn json(&self) -> isnode_proto::ObjectInfo {
+        isnode_proto::ObjectInfo {
             name: self.rec.name.clone(),
             size_bytes: self.rec.size_bytes,
             bitrate_bps: self.rec.bitrate_bps,
@@ -162,21 +132,54 @@ impl BlockSource for ObjectInfo {
     }
 }
 
+/// Seconds since the Unix epoch now (0 if the clock is before 1970).
+pub fn system_clock_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The wall clock FDT `Expires` is computed from: seconds since the Unix epoch.
+pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The FDT instance of one session.
+#[derive(Clone, Debug)]
+pub struct SessionFdt {
+    /// The FDT instance (XML).
+    pub xml: String,
+    /// Its ALC packets (TOI 0).
+    pub packets: Vec<Vec<u8>>,
+}
+
 /// The objects of the volume, looked up in the catalog on demand (so objects ingested
-/// while the server runs can be served) and kept once prepared.
+/// or replaced while the server runs are served as they are now), kept once prepared
+/// while the catalog still has them.
+///
+/// Every method but [`Objects::params`] and [`Objects::session_fdt`] reads the catalog
+/// (SQLite) and may block: call them off the async runtime.
 pub struct Objects {
     vol: Mutex<Volume>,
     prepared: Mutex<HashMap<u32, Arc<ObjectInfo>>>,
     params: VolumeParams,
+    clock: Clock,
+    lookups_active: AtomicU64,
 }
 
 impl Objects {
-    /// Wraps an open volume.
+    /// Wraps an open volume; FDTs expire relative to the system clock.
     pub fn new(vol: Volume) -> Objects {
+        Objects::with_clock(vol, Arc::new(system_clock_s))
+    }
+
+    /// Wraps an open volume; FDTs expire relative to `clock`.
+    pub fn with_clock(vol: Volume, clock: Clock) -> Objects {
         Objects {
             params: *vol.params(),
             vol: Mutex::new(vol),
             prepared: Mutex::new(HashMap::new()),
+            clock,
+            lookups_active: AtomicU64::new(0),
         }
     }
 
@@ -185,29 +188,68 @@ impl Objects {
         &self.params
     }
 
+    /// Catalog lookups in progress (waiting for the volume or reading the catalog).
+    pub fn lookups_active(&self) -> u64 {
+        self.lookups_active.load(Ordering::Relaxed)
+    }
+
+    /// Objects prepared and kept.
+    pub fn prepared_count(&self) -> usize {
+        self.lock_prepared().len()
+    }
+
+    fn lock_prepared(&self) -> MutexGuard<'_, HashMap<u32, Arc<ObjectInfo>>> {
+        self.prepared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the volume, counted in [`Objects::lookups_active`].
+    fn with_volume<T>(&self, f: impl FnOnce(&Volume) -> T) -> T {
+        self.lookups_active.fetch_add(1, Ordering::Relaxed);
+        let vol = self.vol.lock().unwrap_or_else(|e| e.into_inner());
+        let r = f(&vol);
+        drop(vol);
+        self.lookups_active.fetch_sub(1, Ordering::Relaxed);
+        r
+    }
+
     fn prepare(&self, vol: &Volume, rec: ObjectRecord) -> Result<Arc<ObjectInfo>, StoreError> {
-        let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(o) = prepared.get(&rec.toi) {
+        if let Some(o) = self.lock_prepared().get(&rec.toi) {
             return Ok(o.clone());
         }
-        let o = Arc::new(ObjectInfo::new(vol, rec)?);
-        prepared.insert(o.rec.toi, o.clone());
+        let o = Arc::new(ObjectInfo::new(vol, rec, (self.clock)())?);
+        self.lock_prepared().insert(o.rec.toi, o.clone());
         Ok(o)
     }
 
-    /// The complete object called `name`.
+    /// The complete object called `name`. Blocks on the catalog.
     pub fn get(&self, name: &str) -> Result<Arc<ObjectInfo>, StoreError> {
-        let vol = self.vol.lock().unwrap_or_else(|e| e.into_inner());
-        let rec = vol.object(name)?;
-        self.prepare(&vol, rec)
+        self.with_volume(|vol| {
+            let rec = vol.object(name)?;
+            self.prepare(vol, rec)
+        })
     }
 
-    /// Every complete object, by TOI.
+    /// Every complete object, by TOI. Blocks on the catalog.
     pub fn list(&self) -> Result<Vec<Arc<ObjectInfo>>, StoreError> {
-        let vol = self.vol.lock().unwrap_or_else(|e| e.into_inner());
-        vol.objects()?
-            .into_iter()
-            .map(|rec| self.prepare(&vol, rec))
-            .collect()
+        self.with_volume(|vol| {
+            vol.objects()?
+                .into_iter()
+                .map(|rec| self.prepare(vol, rec))
+                .collect()
+        })
+    }
+
+    /// The FDT instance of a new session of `obj`, valid from now.
+    pub fn session_fdt(&self, obj: &ObjectInfo) -> Result<SessionFdt, StoreError> {
+        Ok(SessionFdt {
+            xml: obj.fdt_xml.clone(),
+            packets: obj.fdt_packets.clone(),
+        })
+    }
+
+    /// Holds the volume (tests: a catalog that is slow or locked).
+    #[cfg(test)]
+    pub(crate) fn lock_volume(&self) -> MutexGuard<'_, Volume> {
+        self.vol.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

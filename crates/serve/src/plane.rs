@@ -359,10 +359,9 @@ impl Worker {
     }
 
     fn send_fdt(&mut self, a: &Active) {
-        let obj = &a.s.object;
         // Counted under the session's engine (the FDT is a few small datagrams: sendto).
         let engine = self.mode.engine();
-        for p in &obj.fdt_packets {
+        for p in &a.s.fdt_packets {
             let r = self
                 .socket(&a.s.dest)
                 .and_then(|s| net::send_to(s, &a.dest, p));

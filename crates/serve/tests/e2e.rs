@@ -57,7 +57,7 @@ fn args(engine: EngineKind) -> ServeArgs {
     ServeArgs {
         listen: "127.0.0.1:0".parse().unwrap(),
         engine,
-        cache_size: 2 << 20,
+        cache_size_bytes: 2 << 20,
         threads: Some(2),
         ..ServeArgs::default()
     }
@@ -350,7 +350,7 @@ fn every_engine_delivers_the_stored_packets() {
 fn per_client_limit_delete_and_done() {
     let dir = volume(&[("slow.ts", 60_000, 400_000)]);
     let mut a = args(EngineKind::Gso);
-    a.max_sessions_per_client = Some(1);
+    a.max_sessions_per_client = 1;
     let server = start(dir.path(), &a).unwrap();
     let addr = server.local_addr();
     let r = receiver();
@@ -490,7 +490,7 @@ fn session_without_keepalive_ends() {
 fn admission_refuses_bitrate_and_cache() {
     let dir = volume(&[("a.ts", 100_000, 1_000_000), ("b.ts", 100_000, 1_000_000)]);
     let mut a = args(EngineKind::Gso);
-    a.max_bitrate = Some(2_000_000);
+    a.max_bitrate_bps = Some(2_000_000);
     let server = start(dir.path(), &a).unwrap();
     let (st, s) = create(&server, "a.ts", 9);
     assert_eq!(st, 201, "{s}");
@@ -511,7 +511,7 @@ fn admission_refuses_bitrate_and_cache() {
 
     // A pool of 16 blocks: each session at a distinct position needs about 6-12.
     let mut a = args(EngineKind::Gso);
-    a.cache_size = 16 * 8192;
+    a.cache_size_bytes = 16 * 8192;
     let server = start(dir.path(), &a).unwrap();
     let mut refused = None;
     for i in 0..4 {
