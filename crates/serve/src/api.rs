@@ -119,8 +119,29 @@ async fn reap(sh: Arc<Shared>) {
     }
 }
 
+/// An error answer: its status and JSON body.
+struct ApiError {
+    status: StatusCode,
+    body: ErrorBody,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, msg: impl std::fmt::Display) -> ApiError {
+        ApiError {
+            status,
+            body: ErrorBody::new(msg.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body)).into_response()
+    }
+}
+
 fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
-    (status, Json(ErrorBody::new(msg.to_string()))).into_response()
+    ApiError::new(status, msg).into_response()
 }
 
 fn store_error(e: StoreError) -> Response {

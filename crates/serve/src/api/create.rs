@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use isnode_proto::{CreateSession, ErrorBody, FecInfo, SessionInfo};
 
-use super::{blocking, error, store_error, Sh};
+use super::{blocking, store_error, ApiError, Sh};
 use crate::admission::{admit, Demand, Limits, PoolLimit, Refusal};
 use crate::objects::{ObjectInfo, SessionFdt};
 use crate::plane::{NewSession, LOOKAHEAD_CODEWORDS};
@@ -36,11 +36,11 @@ struct Request {
 }
 
 /// Parses the body; packets only ever go to the HTTP peer's own address.
-fn parse(body: &[u8], peer: SocketAddr) -> Result<Request, Response> {
+fn parse(body: &[u8], peer: SocketAddr) -> Result<Request, ApiError> {
     let req: CreateSession = serde_json::from_slice(body)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("malformed request: {e}")))?;
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("malformed request: {e}")))?;
     if req.port == 0 {
-        return Err(error(
+        return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "port 0 is not a destination",
         ));
@@ -57,7 +57,7 @@ fn parse(body: &[u8], peer: SocketAddr) -> Result<Request, Response> {
 }
 
 /// The pacer of a session of `obj` from `start_codeword`.
-fn pacer(sh: &Shared, obj: &ObjectInfo, start_codeword: u32) -> Result<Pacer, Response> {
+fn pacer(sh: &Shared, obj: &ObjectInfo, start_codeword: u32) -> Result<Pacer, ApiError> {
     let packet_len = obj.layout.params().packet_len() as usize;
     let max_burst =
         (crate::net::MAX_SEND_BYTES / packet_len).clamp(1, crate::net::MAX_GSO_SEGMENTS) as u32;
@@ -68,7 +68,7 @@ fn pacer(sh: &Shared, obj: &ObjectInfo, start_codeword: u32) -> Result<Pacer, Re
         max_burst,
         fdt_every: FDT_EVERY,
     };
-    Pacer::new(cfg, sh.now_ns()).map_err(|e| error(StatusCode::BAD_REQUEST, e))
+    Pacer::new(cfg, sh.now_ns()).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))
 }
 
 /// The configured limits.
@@ -113,14 +113,17 @@ fn admit_over(
     admit(&limits(sh), &active, &new)
 }
 
-fn refuse(sh: &Shared, r: Refusal) -> Response {
+/// Counts the refusal; the `503` answer naming the limit.
+fn refuse(sh: &Shared, r: Refusal) -> ApiError {
     sh.metrics.refused(r.limit);
-    let body = ErrorBody {
-        error: format!("admission refused: {}", r.reason),
-        limit: Some(r.limit),
-        value: Some(r.value),
-    };
-    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+    ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        body: ErrorBody {
+            error: format!("admission refused: {}", r.reason),
+            limit: Some(r.limit),
+            value: Some(r.value),
+        },
+    }
 }
 
 /// Admits and registers the session and hands it to a data-plane thread.
@@ -130,7 +133,7 @@ fn admit_and_register(
     obj: &Arc<ObjectInfo>,
     fdt: &SessionFdt,
     pacer: Pacer,
-) -> Result<Arc<SessionShared>, Response> {
+) -> Result<Arc<SessionShared>, ApiError> {
     let mut pacer = Some(pacer);
     for _ in 0..REGISTER_ATTEMPTS {
         let snap = sh.sessions.snapshot();
@@ -161,7 +164,7 @@ fn admit_and_register(
             Err(RegisterError::HandOver(())) => break,
         }
     }
-    Err(error(
+    Err(ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "data plane busy, try again",
     ))
@@ -195,7 +198,7 @@ pub(super) async fn create_session(
 ) -> Response {
     let req = match parse(&body, peer) {
         Ok(r) => r,
-        Err(resp) => return resp,
+        Err(e) => return e.into_response(),
     };
     let name = req.object.clone();
     let found = blocking(&sh, move |sh| {
@@ -210,7 +213,7 @@ pub(super) async fn create_session(
     };
     let pacer = match pacer(&sh, &obj, req.start_codeword) {
         Ok(p) => p,
-        Err(resp) => return resp,
+        Err(e) => return e.into_response(),
     };
     match admit_and_register(&sh, &req, &obj, &fdt, pacer) {
         Ok(s) => {
@@ -218,6 +221,6 @@ pub(super) async fn create_session(
             tracing::info!(id = %s.id, object = %obj.rec.name, dest = %s.dest, "session started");
             created(&sh, &s, fdt)
         }
-        Err(resp) => resp,
+        Err(e) => e.into_response(),
     }
 }
