@@ -213,3 +213,80 @@ impl std::ops::DerefMut for TableGuard<'_> {
         &mut self.0 .0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use isnode_store::{ingest, IngestOptions, Volume, VolumeParams};
+
+    fn object() -> Arc<ObjectInfo> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = VolumeParams {
+            symbol_len: 1024,
+            source_symbols: 20,
+            repair_symbols: 4,
+            members: 6,
+            block_len: 8192,
+        };
+        let mut vol = Volume::create(dir.path(), p, None).unwrap();
+        let bytes = vec![1u8; 30_000];
+        let opts = IngestOptions {
+            name: "a.ts".into(),
+            bitrate_bps: 1_000_000,
+            content_type: String::new(),
+            replace: false,
+        };
+        ingest(&mut vol, &opts, &mut &bytes[..], 30_000, &mut |_| {}).unwrap();
+        let rec = vol.object("a.ts").unwrap();
+        Arc::new(ObjectInfo::new(&vol, rec).unwrap())
+    }
+
+    fn make(obj: &Arc<ObjectInfo>) -> impl FnOnce(String) -> Arc<SessionShared> + '_ {
+        move |id| {
+            Arc::new(SessionShared::new(NewSessionShared {
+                id,
+                object: obj.clone(),
+                fdt_packets: Vec::new(),
+                dest: "127.0.0.1:9".parse().unwrap(),
+                start_codeword: 0,
+                now_ns: 0,
+            }))
+        }
+    }
+
+    fn ok(_: &Arc<SessionShared>) -> Result<(), ()> {
+        Ok(())
+    }
+
+    #[test]
+    fn a_registration_since_the_snapshot_makes_it_stale() {
+        let obj = object();
+        let r = Registry::new();
+        let snap = r.snapshot();
+        let other = r.snapshot();
+        let ids = std::cell::Cell::new(0u32);
+        let new_id = || {
+            ids.set(ids.get() + 1);
+            format!("s{}", ids.get() / 2)
+        };
+        // The second id drawn collides with the first and is drawn again.
+        let a = r.register(&snap, make(&obj), &new_id, ok).unwrap();
+        let stale = r.register(&other, make(&obj), &new_id, ok);
+        assert!(matches!(stale, Err(RegisterError::Stale)));
+        let fresh = r.snapshot();
+        assert_eq!(fresh.sessions.len(), 1);
+        let b = r.register(&fresh, make(&obj), &new_id, ok).unwrap();
+        assert_ne!(a.id, b.id);
+        // A refused hand-over registers nothing.
+        let fresh = r.snapshot();
+        let refused = r.register(&fresh, make(&obj), &new_id, |_| Err(()));
+        assert!(matches!(refused, Err(RegisterError::HandOver(()))));
+        assert_eq!(r.snapshot().sessions.len(), 2);
+        // Ended sessions are not in a snapshot; removal does not make one stale.
+        b.end(SessionState::Done, 1);
+        let snap = r.snapshot();
+        assert_eq!(snap.sessions.len(), 1);
+        assert!(r.remove(&a.id).is_some());
+        assert!(r.register(&snap, make(&obj), &new_id, ok).is_ok());
+    }
+}
