@@ -270,16 +270,16 @@ mod tests {
             format!("s{}", ids.get() / 2)
         };
         // The second id drawn collides with the first and is drawn again.
-        let a = r.register(&snap, make(&obj), &new_id, ok).unwrap();
-        let stale = r.register(&other, make(&obj), &new_id, ok);
+        let a = r.register(&snap, make(&obj), new_id, ok).unwrap();
+        let stale = r.register(&other, make(&obj), new_id, ok);
         assert!(matches!(stale, Err(RegisterError::Stale)));
         let fresh = r.snapshot();
         assert_eq!(fresh.sessions.len(), 1);
-        let b = r.register(&fresh, make(&obj), &new_id, ok).unwrap();
+        let b = r.register(&fresh, make(&obj), new_id, ok).unwrap();
         assert_ne!(a.id, b.id);
         // A refused hand-over registers nothing.
         let fresh = r.snapshot();
-        let refused = r.register(&fresh, make(&obj), &new_id, |_| Err(()));
+        let refused = r.register(&fresh, make(&obj), new_id, |_| Err(()));
         assert!(matches!(refused, Err(RegisterError::HandOver(()))));
         assert_eq!(r.snapshot().sessions.len(), 2);
         // Ended sessions are not in a snapshot; removal does not make one stale.
@@ -287,6 +287,6 @@ mod tests {
         let snap = r.snapshot();
         assert_eq!(snap.sessions.len(), 1);
         assert!(r.remove(&a.id).is_some());
-        assert!(r.register(&snap, make(&obj), &new_id, ok).is_ok());
+        assert!(r.register(&snap, make(&obj), new_id, ok).is_ok());
     }
 }
