@@ -102,7 +102,16 @@ fn serve_many_clients() {
         .iter()
         .map(|&(name, rate, secs, seed)| (name, vol.add_ts(name, rate, secs, seed)))
         .collect();
-    let server = Server::start(&vol, &["--cache-size", &(64u64 << 20).to_string()]);
+    // More sessions from 127.0.0.1 than the default per-client limit (16).
+    let server = Server::start(
+        &vol,
+        &[
+            "--cache-size",
+            &(64u64 << 20).to_string(),
+            "--max-sessions-per-client",
+            "64",
+        ],
+    );
 
     // (loss, mean burst, corruption) of each client, cycled. "Within the code's limit"
     // means at most m = 32 erasures in a codeword of ~240 packets: independent losses of
@@ -883,7 +892,16 @@ fn serve_admission_cache_size() {
 fn serve_memory_flat() {
     let vol = Vol::create(&[]);
     vol.add_ts("pop.ts", 1_000_000, 6.0, 61);
-    let server = Server::start(&vol, &["--cache-size", &(64u64 << 20).to_string()]);
+    // More sessions from 127.0.0.1 than the default per-client limit (16).
+    let server = Server::start(
+        &vol,
+        &[
+            "--cache-size",
+            &(64u64 << 20).to_string(),
+            "--max-sessions-per-client",
+            "64",
+        ],
+    );
     const VIEWERS: usize = 50;
     let socks: Vec<std::net::UdpSocket> = (0..VIEWERS).map(|_| udp(LO1, 0).unwrap()).collect();
     let ports: Vec<u16> = socks

@@ -4,88 +4,19 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
-use serde::Deserialize;
 
 use crate::receiver::SessionParams;
 
-/// An object as `GET /v1/objects/{name}` and the session response describe it.
-#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq)]
-pub struct ObjectInfo {
-    /// Object name.
-    pub name: String,
-    /// Transfer length in bytes.
-    pub size_bytes: u64,
-    /// Media bitrate in bit/s.
-    pub bitrate_bps: u64,
-    /// Playing time in seconds.
-    #[serde(default)]
-    pub duration_s: f64,
-    /// MIME type.
-    #[serde(default)]
-    pub content_type: Option<String>,
-    /// Encoding symbol length E.
-    pub symbol_size: u32,
-    /// Source symbols B of a full codeword.
-    pub source_symbols: u32,
-    /// Repair symbols m of every codeword.
-    pub repair_symbols: u32,
-    /// Number of codewords.
-    pub codewords: u32,
-    /// FLUTE TSI.
-    pub tsi: u32,
-    /// FLUTE TOI.
-    pub toi: u32,
-}
+pub use isnode_proto::{ErrorBody, FecInfo, ObjectInfo, SessionInfo};
 
-/// FEC parameters of a session response.
-#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq, Eq)]
-pub struct FecInfo {
-    /// FEC Encoding ID (5).
-    pub encoding_id: u8,
-    /// Encoding symbol length E.
-    pub symbol_size: u32,
-    /// Maximum source block length B.
-    pub max_source_block_length: u32,
-    /// Maximum number of encoding symbols per codeword, B + m.
-    pub max_encoding_symbols: u32,
-}
-
-/// The `201` answer to `POST /v1/sessions`.
-#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq)]
-pub struct SessionInfo {
-    /// Session id.
-    pub id: String,
-    /// Where the server sends the stream (`ip:port`).
-    #[serde(default)]
-    pub destination: String,
-    /// The object streamed.
-    pub object: ObjectInfo,
-    /// First codeword sent.
-    #[serde(default)]
-    pub start_codeword: u32,
-    /// UDP payload rate in bit/s.
-    #[serde(default)]
-    pub send_rate_bps: u64,
-    /// How often to send keepalives.
-    #[serde(default = "default_keepalive_ms")]
-    pub keepalive_interval_ms: u64,
-    /// A session without keepalive for this long ends.
-    #[serde(default)]
-    pub session_timeout_ms: u64,
-    /// The FDT instance of the session (XML).
-    #[serde(default)]
-    pub fdt_xml: String,
-    /// FEC parameters.
-    pub fec: FecInfo,
-}
-
-fn default_keepalive_ms() -> u64 {
-    1000
-}
-
-impl SessionInfo {
+/// The receiver's parameters of a session answer, after checking that it is consistent.
+pub trait SessionInfoExt {
     /// The receiver's parameters, after checking that the answer is consistent.
-    pub fn params(&self) -> anyhow::Result<SessionParams> {
+    fn params(&self) -> anyhow::Result<SessionParams>;
+}
+
+impl SessionInfoExt for SessionInfo {
+    fn params(&self) -> anyhow::Result<SessionParams> {
         let o = &self.object;
         let f = &self.fec;
         if f.encoding_id != isnode_wire::FEC_ENCODING_ID_RS28 {
@@ -150,16 +81,6 @@ impl std::fmt::Debug for ControlClient {
     }
 }
 
-/// Body of an error answer.
-#[derive(Deserialize)]
-struct ErrorBody {
-    error: String,
-    #[serde(default)]
-    limit: Option<String>,
-    #[serde(default)]
-    value: Option<serde_json::Value>,
-}
-
 impl ControlClient {
     /// A client of the server at `server` (e.g. `http://127.0.0.1:7878`); every request
     /// times out after `timeout`.
@@ -193,8 +114,10 @@ impl ControlClient {
         }
         let reason = match serde_json::from_str::<ErrorBody>(&body) {
             Ok(e) => match (e.limit, e.value) {
-                (Some(limit), Some(value)) => format!("{} (limit {limit} = {value})", e.error),
-                (Some(limit), None) => format!("{} (limit {limit})", e.error),
+                (Some(limit), Some(value)) => {
+                    format!("{} (limit {} = {value})", e.error, limit.name())
+                }
+                (Some(limit), None) => format!("{} (limit {})", e.error, limit.name()),
                 _ => e.error,
             },
             Err(_) => body.chars().take(200).collect(),
@@ -210,10 +133,11 @@ impl ControlClient {
         port: u16,
         start_codeword: u32,
     ) -> anyhow::Result<SessionInfo> {
-        let mut req = serde_json::json!({ "object": object, "port": port });
-        if start_codeword > 0 {
-            req["start_codeword"] = start_codeword.into();
-        }
+        let req = isnode_proto::CreateSession {
+            object: object.to_string(),
+            port,
+            start_codeword,
+        };
         let url = format!("{}/v1/sessions", self.base);
         let resp = self
             .agent

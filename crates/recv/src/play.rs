@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use isnode_wire::DATA_HEADER_LEN;
 
-use crate::control::{ControlClient, SessionInfo};
+use crate::control::{ControlClient, SessionInfo, SessionInfoExt};
 use crate::impair::{ImpairConfig, ImpairStats, Impairer, Verdict};
 use crate::net::{grow_recv_buffer, set_poll_timeout, Batch};
 use crate::playout::{self, PlayoutConfig};

@@ -7,35 +7,7 @@ use serde::Serialize;
 
 use crate::EngineKind;
 
-/// The admission limits a session can be refused for (`limit` of a 503 answer).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Limit {
-    /// `--max-bitrate`: the sum of admitted sessions' send rates.
-    MaxBitrateBps,
-    /// `--cache-size`: the block pool cannot hold every session's working set.
-    CacheSizeBytes,
-    /// `--max-sessions-per-client`: sessions per client IP address.
-    MaxSessionsPerClient,
-}
-
-impl Limit {
-    /// All limits.
-    pub const ALL: [Limit; 3] = [
-        Limit::MaxBitrateBps,
-        Limit::CacheSizeBytes,
-        Limit::MaxSessionsPerClient,
-    ];
-
-    /// The name used in the API and in metrics.
-    pub fn name(self) -> &'static str {
-        match self {
-            Limit::MaxBitrateBps => "max_bitrate_bps",
-            Limit::CacheSizeBytes => "cache_size_bytes",
-            Limit::MaxSessionsPerClient => "max_sessions_per_client",
-        }
-    }
-}
+pub use isnode_proto::Limit;
 
 /// Live counters, shared by the data plane and the control API.
 #[derive(Debug)]
@@ -92,6 +64,8 @@ pub struct MetricsSnapshot {
     pub zc_sends: u64,
     /// Of those, sends the kernel reported as copied (not zero-copy).
     pub zc_copied: u64,
+    /// Catalog lookups of the control API waiting for or reading the catalog now.
+    pub catalog_lookups_active: u64,
 }
 
 impl MetricsSnapshot {
@@ -131,8 +105,7 @@ impl Metrics {
     }
 
     pub fn refused(&self, limit: Limit) {
-        let i = Limit::ALL.iter().position(|l| *l == limit).unwrap_or(0);
-        self.refused[i].fetch_add(1, Ordering::Relaxed);
+        self.refused[limit.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a failed read on `member`; logs the first one of each member.
@@ -234,6 +207,12 @@ pub(crate) fn render(s: &MetricsSnapshot) -> String {
         "counter",
         "io_uring zero-copy sends the kernel reported as copied.",
         s.zc_copied,
+    );
+    one(
+        "isnode_catalog_lookups_active",
+        "gauge",
+        "Catalog lookups of the control API in progress.",
+        s.catalog_lookups_active,
     );
     let _ = writeln!(
         o,

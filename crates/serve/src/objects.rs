@@ -1,19 +1,23 @@
 //! The served objects: catalog records with everything a session needs precomputed
-//! (layout, FDT packets, block checksums, segment paths).
+//! (layout, block checksums, segment paths), and each session's FDT instance, built when
+//! the session starts so that its `Expires` lies after the session's end however long
+//! the server has been up.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use isnode_store::{Layout, ObjectRecord, StoreError, Volume, VolumeParams};
 use isnode_wire::fdt::{build_fdt_packets, FdtFile, FdtInstance, FecOti};
-use serde::Serialize;
 
 use crate::session::send_rate_bps;
 
 /// Seconds between the NTP epoch (1900) and the Unix epoch (1970).
 const NTP_UNIX_OFFSET: u64 = 2_208_988_800;
+/// An FDT stays valid this long after the end of the session's playing time (a day).
+const FDT_VALIDITY_MARGIN_S: u64 = 86_400;
 
 /// One object as the server sends it.
 #[derive(Debug)]
@@ -28,39 +32,10 @@ pub struct ObjectInfo {
     pub seg_paths: Vec<PathBuf>,
     /// CRC32C of every block of every member, from the catalog.
     pub block_crcs: Vec<Vec<Option<u32>>>,
-    /// The FDT instance (XML) describing the object.
-    pub fdt_xml: String,
-    /// The FDT instance's ALC packets (TOI 0).
-    pub fdt_packets: Vec<Vec<u8>>,
+    /// FEC Object Transmission Information of the object (for its FDT).
+    pub fec_oti: FecOti,
     /// UDP payload rate of a session, bits per second.
     pub send_rate_bps: u64,
-}
-
-/// The JSON description of an object (protocol.md, "Objects").
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct ObjectJson {
-    /// Object name.
-    pub name: String,
-    /// Length in bytes.
-    pub size_bytes: u64,
-    /// Media bitrate.
-    pub bitrate_bps: u64,
-    /// Playing time.
-    pub duration_s: f64,
-    /// MIME type.
-    pub content_type: String,
-    /// E.
-    pub symbol_size: u32,
-    /// B (k of full codewords).
-    pub source_symbols: u32,
-    /// m.
-    pub repair_symbols: u32,
-    /// Number of codewords.
-    pub codewords: u32,
-    /// FLUTE TSI.
-    pub tsi: u32,
-    /// FLUTE TOI.
-    pub toi: u32,
 }
 
 impl ObjectInfo {
@@ -87,29 +62,9 @@ impl ObjectInfo {
             rec.source_symbols,
             rec.source_symbols + rec.repair_symbols,
         )?;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let fdt = FdtInstance {
-            instance_id: rec.toi & isnode_wire::fdt::MAX_FDT_INSTANCE_ID,
-            // Valid for the playing time plus a day.
-            expires: now + NTP_UNIX_OFFSET + rec.duration_s.ceil() as u64 + 86_400,
-            files: vec![FdtFile {
-                toi: rec.toi,
-                content_location: rec.name.clone(),
-                content_length: rec.size_bytes,
-                transfer_length: rec.size_bytes,
-                content_type: Some(rec.content_type.clone()).filter(|s| !s.is_empty()),
-                content_encoding: None,
-                fec_oti: Some(oti),
-            }],
-        };
-        let fdt_packets = build_fdt_packets(&fdt, vol.tsi(), rec.symbol_len as usize)?;
         let send_rate_bps = send_rate_bps(&layout, rec.bitrate_bps);
         Ok(ObjectInfo {
-            fdt_xml: fdt.to_xml(),
-            fdt_packets,
+            fec_oti: oti,
             send_rate_bps,
             tsi: vol.tsi(),
             seg_paths,
@@ -119,9 +74,9 @@ impl ObjectInfo {
         })
     }
 
-    /// The JSON description.
-    pub fn json(&self) -> ObjectJson {
-        ObjectJson {
+    /// The JSON description (`docs/protocol.md`, "Objects").
+    pub fn json(&self) -> isnode_proto::ObjectInfo {
+        isnode_proto::ObjectInfo {
             name: self.rec.name.clone(),
             size_bytes: self.rec.size_bytes,
             bitrate_bps: self.rec.bitrate_bps,
@@ -136,6 +91,29 @@ impl ObjectInfo {
         }
     }
 
+    /// The FDT instance describing the object to a session starting at `now_unix_s`:
+    /// valid for the playing time plus a day from then.
+    pub fn fdt_instance(&self, now_unix_s: u64) -> FdtInstance {
+        let rec = &self.rec;
+        let playing_s = rec.duration_s.max(0.0).ceil().min(u32::MAX as f64) as u64;
+        FdtInstance {
+            instance_id: rec.toi & isnode_wire::fdt::MAX_FDT_INSTANCE_ID,
+            expires: now_unix_s
+                .saturating_add(NTP_UNIX_OFFSET)
+                .saturating_add(playing_s)
+                .saturating_add(FDT_VALIDITY_MARGIN_S),
+            files: vec![FdtFile {
+                toi: rec.toi,
+                content_location: rec.name.clone(),
+                content_length: rec.size_bytes,
+                transfer_length: rec.size_bytes,
+                content_type: Some(rec.content_type.clone()).filter(|s| !s.is_empty()),
+                content_encoding: None,
+                fec_oti: Some(self.fec_oti),
+            }],
+        }
+    }
+
     /// Nanoseconds of playing time of one full codeword.
     pub fn codeword_ns(&self) -> u64 {
         let bits = u128::from(self.rec.source_symbols) * u128::from(self.rec.symbol_len) * 8;
@@ -144,21 +122,54 @@ impl ObjectInfo {
     }
 }
 
+/// Seconds since the Unix epoch now (0 if the clock is before 1970).
+pub fn system_clock_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The wall clock FDT `Expires` is computed from: seconds since the Unix epoch.
+pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The FDT instance of one session.
+#[derive(Clone, Debug)]
+pub struct SessionFdt {
+    /// The FDT instance (XML).
+    pub xml: String,
+    /// Its ALC packets (TOI 0).
+    pub packets: Vec<Vec<u8>>,
+}
+
 /// The objects of the volume, looked up in the catalog on demand (so objects ingested
-/// while the server runs can be served) and kept once prepared.
+/// or replaced while the server runs are served as they are now), kept once prepared
+/// while the catalog still has them.
+///
+/// Every method but [`Objects::params`] and [`Objects::session_fdt`] reads the catalog
+/// (SQLite) and may block: call them off the async runtime.
 pub struct Objects {
     vol: Mutex<Volume>,
     prepared: Mutex<HashMap<u32, Arc<ObjectInfo>>>,
     params: VolumeParams,
+    clock: Clock,
+    lookups_active: AtomicU64,
 }
 
 impl Objects {
-    /// Wraps an open volume.
+    /// Wraps an open volume; FDTs expire relative to the system clock.
     pub fn new(vol: Volume) -> Objects {
+        Objects::with_clock(vol, Arc::new(system_clock_s))
+    }
+
+    /// Wraps an open volume; FDTs expire relative to `clock`.
+    pub fn with_clock(vol: Volume, clock: Clock) -> Objects {
         Objects {
             params: *vol.params(),
             vol: Mutex::new(vol),
             prepared: Mutex::new(HashMap::new()),
+            clock,
+            lookups_active: AtomicU64::new(0),
         }
     }
 
@@ -167,29 +178,197 @@ impl Objects {
         &self.params
     }
 
+    /// Catalog lookups in progress (waiting for the volume or reading the catalog).
+    pub fn lookups_active(&self) -> u64 {
+        self.lookups_active.load(Ordering::Relaxed)
+    }
+
+    /// Objects prepared and kept.
+    pub fn prepared_count(&self) -> usize {
+        self.lock_prepared().len()
+    }
+
+    fn lock_prepared(&self) -> MutexGuard<'_, HashMap<u32, Arc<ObjectInfo>>> {
+        self.prepared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the volume, counted in [`Objects::lookups_active`].
+    fn with_volume<T>(&self, f: impl FnOnce(&Volume) -> T) -> T {
+        self.lookups_active.fetch_add(1, Ordering::Relaxed);
+        let vol = self.vol.lock().unwrap_or_else(|e| e.into_inner());
+        let r = f(&vol);
+        drop(vol);
+        self.lookups_active.fetch_sub(1, Ordering::Relaxed);
+        r
+    }
+
     fn prepare(&self, vol: &Volume, rec: ObjectRecord) -> Result<Arc<ObjectInfo>, StoreError> {
-        let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(o) = prepared.get(&rec.toi) {
+        if let Some(o) = self.lock_prepared().get(&rec.toi) {
             return Ok(o.clone());
         }
         let o = Arc::new(ObjectInfo::new(vol, rec)?);
-        prepared.insert(o.rec.toi, o.clone());
+        self.lock_prepared().insert(o.rec.toi, o.clone());
         Ok(o)
     }
 
-    /// The complete object called `name`.
+    /// The complete object called `name`. Blocks on the catalog. A prepared object of
+    /// that name the catalog no longer has (replaced: another TOI; or deleted) is dropped.
     pub fn get(&self, name: &str) -> Result<Arc<ObjectInfo>, StoreError> {
-        let vol = self.vol.lock().unwrap_or_else(|e| e.into_inner());
-        let rec = vol.object(name)?;
-        self.prepare(&vol, rec)
+        self.with_volume(|vol| match vol.object(name) {
+            Ok(rec) => {
+                let toi = rec.toi;
+                self.lock_prepared()
+                    .retain(|t, o| *t == toi || o.rec.name != name);
+                self.prepare(vol, rec)
+            }
+            Err(e) => {
+                if matches!(e, StoreError::NotFound(_)) {
+                    self.lock_prepared().retain(|_, o| o.rec.name != name);
+                }
+                Err(e)
+            }
+        })
     }
 
-    /// Every complete object, by TOI.
+    /// Every complete object, by TOI. Blocks on the catalog. Prepared objects the catalog
+    /// no longer has are dropped.
     pub fn list(&self) -> Result<Vec<Arc<ObjectInfo>>, StoreError> {
-        let vol = self.vol.lock().unwrap_or_else(|e| e.into_inner());
-        vol.objects()?
-            .into_iter()
-            .map(|rec| self.prepare(&vol, rec))
-            .collect()
+        self.with_volume(|vol| {
+            let recs = vol.objects()?;
+            let live: HashSet<u32> = recs.iter().map(|r| r.toi).collect();
+            self.lock_prepared().retain(|t, _| live.contains(t));
+            recs.into_iter().map(|rec| self.prepare(vol, rec)).collect()
+        })
+    }
+
+    /// The FDT instance of a new session of `obj`, valid from now (the clock) for the
+    /// object's playing time plus a day.
+    pub fn session_fdt(&self, obj: &ObjectInfo) -> Result<SessionFdt, StoreError> {
+        let fdt = obj.fdt_instance((self.clock)());
+        let packets = build_fdt_packets(&fdt, obj.tsi, obj.rec.symbol_len as usize)?;
+        Ok(SessionFdt {
+            xml: fdt.to_xml(),
+            packets,
+        })
+    }
+
+    /// Holds the volume (tests: a catalog that is slow or locked).
+    #[cfg(test)]
+    pub(crate) fn lock_volume(&self) -> MutexGuard<'_, Volume> {
+        self.vol.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use isnode_store::{ingest, IngestOptions};
+    use isnode_wire::fdt::FdtInstance;
+    use std::path::Path;
+
+    const DAY_S: u64 = 86_400;
+
+    fn params() -> VolumeParams {
+        VolumeParams {
+            symbol_len: 1024,
+            source_symbols: 20,
+            repair_symbols: 4,
+            members: 6,
+            block_len: 8192,
+        }
+    }
+
+    fn put(dir: &Path, name: &str, fill: u8, len: usize, replace: bool) {
+        let mut vol = Volume::open(dir).unwrap();
+        let bytes = vec![fill; len];
+        let opts = IngestOptions {
+            name: name.into(),
+            bitrate_bps: 1_000_000,
+            content_type: "video/mp2t".into(),
+            replace,
+        };
+        ingest(&mut vol, &opts, &mut &bytes[..], len as u64, &mut |_| {}).unwrap();
+    }
+
+    fn volume() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        Volume::create(dir.path(), params(), None).unwrap();
+        put(dir.path(), "a.ts", 1, 100_000, false);
+        dir
+    }
+
+    fn expires(fdt: &SessionFdt) -> u64 {
+        FdtInstance::from_xml(fdt.xml.as_bytes()).unwrap().expires
+    }
+
+    /// Defect 5: a session started long after its object was prepared still gets an FDT
+    /// that expires after its playing time (standard receivers drop an expired FDT).
+    #[test]
+    fn fdt_expires_from_the_session_start_not_the_first_lookup() {
+        let dir = volume();
+        let now = Arc::new(AtomicU64::new(1_700_000_000));
+        let clock = now.clone();
+        let objects = Objects::with_clock(
+            Volume::open(dir.path()).unwrap(),
+            Arc::new(move || clock.load(Ordering::Relaxed)),
+        );
+        let first = objects.get("a.ts").unwrap();
+        let t0 = expires(&objects.session_fdt(&first).unwrap());
+        assert!(t0 >= 1_700_000_000 + NTP_UNIX_OFFSET + DAY_S);
+        // Thirty days of uptime later.
+        now.fetch_add(30 * DAY_S, Ordering::Relaxed);
+        let later = objects.get("a.ts").unwrap();
+        let fdt = objects.session_fdt(&later).unwrap();
+        let t1 = now.load(Ordering::Relaxed) + NTP_UNIX_OFFSET;
+        assert!(
+            expires(&fdt) > t1 + later.rec.duration_s as u64,
+            "Expires {} is before the end of a session starting at {t1}",
+            expires(&fdt)
+        );
+        // The in-band packets carry the same instance as the XML.
+        let instance = later.fdt_instance(now.load(Ordering::Relaxed));
+        assert_eq!(fdt.xml, instance.to_xml());
+        let packets = build_fdt_packets(&instance, later.tsi, later.rec.symbol_len as usize);
+        assert_eq!(fdt.packets, packets.unwrap());
+    }
+
+    /// Defect 5: an object replaced while the server runs is served with its new content,
+    /// and the prepared entry of the old one is dropped (it leaked before).
+    #[test]
+    fn a_replaced_object_is_served_new_and_the_old_one_dropped() {
+        let dir = volume();
+        let objects = Objects::new(Volume::open(dir.path()).unwrap());
+        let old = objects.get("a.ts").unwrap();
+        put(dir.path(), "a.ts", 2, 150_000, true);
+        let new = objects.get("a.ts").unwrap();
+        assert_ne!(new.rec.toi, old.rec.toi);
+        assert_eq!(new.rec.size_bytes, 150_000);
+        assert_eq!(objects.prepared_count(), 1);
+        for _ in 0..3 {
+            put(dir.path(), "a.ts", 3, 120_000, true);
+            assert_eq!(objects.list().unwrap().len(), 1);
+            assert_eq!(objects.prepared_count(), 1);
+        }
+        assert_eq!(objects.get("a.ts").unwrap().rec.size_bytes, 120_000);
+    }
+
+    /// Defect 5: an object gone from the catalog is dropped on the next lookup or listing.
+    #[test]
+    fn a_deleted_object_is_dropped() {
+        let dir = volume();
+        put(dir.path(), "b.ts", 4, 50_000, false);
+        let objects = Objects::new(Volume::open(dir.path()).unwrap());
+        assert_eq!(objects.list().unwrap().len(), 2);
+        let b = objects.get("b.ts").unwrap();
+        // Delete it as a recovery would: the catalog row goes.
+        let mut cat =
+            isnode_store::catalog::Catalog::open(&dir.path().join("catalog.sqlite")).unwrap();
+        cat.delete_object(b.rec.toi).unwrap();
+        assert!(matches!(objects.get("b.ts"), Err(StoreError::NotFound(_))));
+        assert_eq!(objects.prepared_count(), 1);
+        objects.get("b.ts").unwrap_err();
+        let _b = objects.get("a.ts").unwrap();
+        assert_eq!(objects.list().unwrap().len(), 1);
+        assert_eq!(objects.prepared_count(), 1);
     }
 }

@@ -57,7 +57,7 @@ fn args(engine: EngineKind) -> ServeArgs {
     ServeArgs {
         listen: "127.0.0.1:0".parse().unwrap(),
         engine,
-        cache_size: 2 << 20,
+        cache_size_bytes: 2 << 20,
         threads: Some(2),
         ..ServeArgs::default()
     }
@@ -290,10 +290,18 @@ fn stream_all(
     engine: EngineKind,
     name: &str,
 ) -> (Vec<Vec<u8>>, Value, isnode_serve::MetricsSnapshot) {
-    let (expected, _) = stored(dir, name);
     let server = start(dir, &args(engine)).unwrap();
+    let (all, s) = stream_on(&server, dir, name);
+    let m = server.metrics();
+    server.shutdown();
+    (all, s, m)
+}
+
+/// Streams `name` from a running server; returns what arrived plus the session answer.
+fn stream_on(server: &ServerHandle, dir: &Path, name: &str) -> (Vec<Vec<u8>>, Value) {
+    let (expected, _) = stored(dir, name);
     let r = receiver();
-    let (st, s) = create(&server, name, r.local_addr().unwrap().port());
+    let (st, s) = create(server, name, r.local_addr().unwrap().port());
     assert_eq!(st, 201, "{s}");
     let want = expected.len();
     let packets = receive(&r, Duration::from_secs(15), |_| {}, |p| p.len() > want);
@@ -301,9 +309,7 @@ fn stream_all(
     let extra = receive(&r, Duration::from_millis(200), |_| {}, |_| false);
     let mut all = packets;
     all.extend(extra);
-    let m = server.metrics();
-    server.shutdown();
-    (all, s, m)
+    (all, s)
 }
 
 #[test]
@@ -350,7 +356,7 @@ fn every_engine_delivers_the_stored_packets() {
 fn per_client_limit_delete_and_done() {
     let dir = volume(&[("slow.ts", 60_000, 400_000)]);
     let mut a = args(EngineKind::Gso);
-    a.max_sessions_per_client = Some(1);
+    a.max_sessions_per_client = 1;
     let server = start(dir.path(), &a).unwrap();
     let addr = server.local_addr();
     let r = receiver();
@@ -490,7 +496,7 @@ fn session_without_keepalive_ends() {
 fn admission_refuses_bitrate_and_cache() {
     let dir = volume(&[("a.ts", 100_000, 1_000_000), ("b.ts", 100_000, 1_000_000)]);
     let mut a = args(EngineKind::Gso);
-    a.max_bitrate = Some(2_000_000);
+    a.max_bitrate_bps = Some(2_000_000);
     let server = start(dir.path(), &a).unwrap();
     let (st, s) = create(&server, "a.ts", 9);
     assert_eq!(st, 201, "{s}");
@@ -511,7 +517,7 @@ fn admission_refuses_bitrate_and_cache() {
 
     // A pool of 16 blocks: each session at a distinct position needs about 6-12.
     let mut a = args(EngineKind::Gso);
-    a.cache_size = 16 * 8192;
+    a.cache_size_bytes = 16 * 8192;
     let server = start(dir.path(), &a).unwrap();
     let mut refused = None;
     for i in 0..4 {
@@ -617,4 +623,79 @@ fn a_member_lost_mid_stream_is_rebuilt() {
         }
         assert!(metric(&server, "isnode_member_errors_total{member=\"2\"}") > 0);
     }
+}
+
+/// Defect 9: the default limits are finite. With nothing configured, one client gets 16
+/// concurrent sessions and the 17th is refused with the documented JSON error; another
+/// client is still admitted.
+#[test]
+fn default_limits_refuse_a_seventeenth_session_per_client() {
+    // 200 kB at 100 kbit/s: 16 s of playing time, so every session is still streaming.
+    let dir = volume(&[("long.ts", 200_000, 100_000)]);
+    let server = start(dir.path(), &args(EngineKind::Gso)).unwrap();
+    let r = receiver();
+    let port = r.local_addr().unwrap().port();
+    for i in 0..16 {
+        let (st, body) = create(&server, "long.ts", port);
+        assert_eq!(st, 201, "session {i}: {body}");
+    }
+    let (st, body) = create(&server, "long.ts", port);
+    assert_eq!(st, 503, "{body}");
+    let err: isnode_proto::ErrorBody = serde_json::from_value(body.clone()).unwrap();
+    assert_eq!(err.limit, Some(isnode_serve::Limit::MaxSessionsPerClient));
+    assert_eq!(err.value, Some(16));
+    assert!(err.error.starts_with("admission refused: "), "{body}");
+    assert_eq!(server.metrics().sessions_refused, [0, 0, 1]);
+}
+
+/// Defect 9: the default bitrate budget is 90 % of the default egress capacity
+/// (1 Gbit/s): a session that would send faster is refused with the documented error.
+#[test]
+fn default_bitrate_budget_refuses_beyond_the_egress_capacity() {
+    let dir = volume(&[
+        ("fast.ts", 100_000, 800_000_000),
+        ("ok.ts", 100_000, 100_000),
+    ]);
+    let server = start(dir.path(), &args(EngineKind::Gso)).unwrap();
+    let (st, body) = create(&server, "fast.ts", 9);
+    assert_eq!(st, 503, "{body}");
+    let err: isnode_proto::ErrorBody = serde_json::from_value(body.clone()).unwrap();
+    assert_eq!(err.limit, Some(isnode_serve::Limit::MaxBitrateBps));
+    assert_eq!(err.value, Some(900_000_000));
+    let (st, body) = create(&server, "ok.ts", 9);
+    assert_eq!(st, 201, "{body}");
+    assert_eq!(server.metrics().sessions_refused, [1, 0, 0]);
+}
+
+/// Defect 5: an object replaced in the catalog while the server runs is streamed with its
+/// new content (new TOI, new packets), and its session FDT names the new object.
+#[test]
+fn an_object_replaced_while_serving_streams_its_new_content() {
+    let dir = volume(&[("v.ts", 30_000, 2_000_000)]);
+    let server = start(dir.path(), &args(EngineKind::Gso)).unwrap();
+    let (packets, s) = stream_on(&server, dir.path(), "v.ts");
+    let old_toi = s["object"]["toi"].as_u64().unwrap() as u32;
+    assert!(!packets.is_empty());
+    {
+        let mut vol = Volume::open(dir.path()).unwrap();
+        let bytes = data(40_000, 99);
+        let opts = IngestOptions {
+            name: "v.ts".into(),
+            bitrate_bps: 2_000_000,
+            content_type: "video/mp2t".into(),
+            replace: true,
+        };
+        ingest(&mut vol, &opts, &mut &bytes[..], 40_000, &mut |_| {}).unwrap();
+    }
+    let (packets, s) = stream_on(&server, dir.path(), "v.ts");
+    let toi = s["object"]["toi"].as_u64().unwrap() as u32;
+    assert_ne!(toi, old_toi);
+    assert_eq!(s["object"]["size_bytes"], 40_000);
+    let tsi = s["object"]["tsi"].as_u64().unwrap() as u32;
+    let (got, _) = classify(&packets, tsi, toi);
+    let (want, _) = stored(dir.path(), "v.ts");
+    assert_eq!(got, want);
+    let fdt =
+        isnode_wire::fdt::FdtInstance::from_xml(s["fdt_xml"].as_str().unwrap().as_bytes()).unwrap();
+    assert_eq!(fdt.files[0].toi, toi);
 }

@@ -65,10 +65,11 @@ impl Worker {
     }
 
     pub(super) fn send_fdt(&mut self, a: &Active) {
-        let obj = a.s.object.clone();
+        // The session's own FDT (its `Expires` counts from the session's start).
+        let session = a.s.clone();
         // Counted under the session's engine (the FDT is a few small datagrams: sendto).
         let engine = self.mode.engine();
-        for p in &obj.fdt_packets {
+        for p in &session.fdt_packets {
             let r = self
                 .socket(&a.s.dest)
                 .and_then(|s| net::send_to(s, &a.dest, p));

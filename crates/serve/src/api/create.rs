@@ -1,0 +1,226 @@
+//! `POST /v1/sessions`: parse the request, look the object up (off the runtime), admit
+//! over a snapshot of the sessions (the pure [`admit`]), register with a re-check.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use isnode_proto::{CreateSession, ErrorBody, FecInfo, SessionInfo};
+
+use super::{blocking, store_error, ApiError, Sh};
+use crate::admission::{admit, Demand, Limits, PoolLimit, Refusal};
+use crate::objects::{ObjectInfo, SessionFdt};
+use crate::plane::{NewSession, LOOKAHEAD_CODEWORDS};
+use crate::registry::{NewSessionShared, RegisterError, Snapshot};
+use crate::session::{Pacer, PacerConfig};
+use crate::{EngineKind, SessionShared, Shared};
+
+/// The FDT is repeated before every this many codewords.
+pub(crate) const FDT_EVERY: u32 = 8;
+/// Pool slots kept free beyond the sessions' working sets (rebuilds, in-flight sends).
+const CACHE_RESERVE_SLOTS: usize = 2;
+/// Admissions retried when other sessions were registered meanwhile.
+const REGISTER_ATTEMPTS: usize = 16;
+
+/// A well-formed request.
+struct Request {
+    object: String,
+    /// Always the HTTP peer's own address.
+    dest: SocketAddr,
+    start_codeword: u32,
+}
+
+/// Parses the body; packets only ever go to the HTTP peer's own address.
+fn parse(body: &[u8], peer: SocketAddr) -> Result<Request, ApiError> {
+    let req: CreateSession = serde_json::from_slice(body)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("malformed request: {e}")))?;
+    if req.port == 0 {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "port 0 is not a destination",
+        ));
+    }
+    let peer_ip = match peer.ip() {
+        IpAddr::V6(v6) => v6.to_canonical(),
+        v4 => v4,
+    };
+    Ok(Request {
+        object: req.object,
+        dest: SocketAddr::new(peer_ip, req.port),
+        start_codeword: req.start_codeword,
+    })
+}
+
+/// The pacer of a session of `obj` from `start_codeword`.
+fn pacer(sh: &Shared, obj: &ObjectInfo, start_codeword: u32) -> Result<Pacer, ApiError> {
+    let packet_len = obj.layout.params().packet_len() as usize;
+    let max_burst =
+        (crate::net::MAX_SEND_BYTES / packet_len).clamp(1, crate::net::MAX_GSO_SEGMENTS) as u32;
+    let cfg = PacerConfig {
+        layout: obj.layout.clone(),
+        bitrate_bps: obj.rec.bitrate_bps,
+        start_codeword,
+        max_burst,
+        fdt_every: FDT_EVERY,
+    };
+    Pacer::new(cfg, sh.now_ns()).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))
+}
+
+/// The configured limits.
+fn limits(sh: &Shared) -> Limits {
+    Limits {
+        max_sessions_per_client: sh.args.max_sessions_per_client,
+        max_bitrate_bps: sh.args.bitrate_budget_bps(),
+        pool: (sh.engine != EngineKind::Traditional).then(|| PoolLimit {
+            slots: sh.cache.slots() as usize,
+            reserve_slots: CACHE_RESERVE_SLOTS,
+            lookahead_codewords: LOOKAHEAD_CODEWORDS,
+            cache_size_bytes: sh.args.cache_size_bytes,
+        }),
+    }
+}
+
+fn demand(s: &SessionShared) -> Demand<'_> {
+    Demand {
+        peer_ip: s.peer_ip,
+        send_rate_bps: s.send_rate_bps,
+        toi: s.object.rec.toi,
+        layout: &s.object.layout,
+        codeword: s.next_codeword.load(Ordering::Relaxed),
+    }
+}
+
+/// Admits the session over `snap`, without any lock held.
+fn admit_over(
+    sh: &Shared,
+    snap: &Snapshot,
+    req: &Request,
+    obj: &ObjectInfo,
+) -> Result<(), Refusal> {
+    let active: Vec<Demand> = snap.sessions.iter().map(|s| demand(s)).collect();
+    let new = Demand {
+        peer_ip: req.dest.ip(),
+        send_rate_bps: obj.send_rate_bps,
+        toi: obj.rec.toi,
+        layout: &obj.layout,
+        codeword: req.start_codeword,
+    };
+    admit(&limits(sh), &active, &new)
+}
+
+/// Counts the refusal; the `503` answer naming the limit.
+fn refuse(sh: &Shared, r: Refusal) -> ApiError {
+    sh.metrics.refused(r.limit);
+    ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        body: ErrorBody {
+            error: format!("admission refused: {}", r.reason),
+            limit: Some(r.limit),
+            value: Some(r.value),
+        },
+    }
+}
+
+/// Admits and registers the session and hands it to a data-plane thread.
+fn admit_and_register(
+    sh: &Shared,
+    req: &Request,
+    obj: &Arc<ObjectInfo>,
+    fdt: &SessionFdt,
+    pacer: Pacer,
+) -> Result<Arc<SessionShared>, ApiError> {
+    let mut pacer = Some(pacer);
+    for _ in 0..REGISTER_ATTEMPTS {
+        let snap = sh.sessions.snapshot();
+        admit_over(sh, &snap, req, obj).map_err(|r| refuse(sh, r))?;
+        let make = |id| {
+            Arc::new(SessionShared::new(NewSessionShared {
+                id,
+                object: obj.clone(),
+                fdt_packets: fdt.packets.clone(),
+                dest: req.dest,
+                start_codeword: req.start_codeword,
+                now_ns: sh.now_ns(),
+            }))
+        };
+        let new_id = || format!("{:016x}", rand::random::<u64>());
+        let hand_over = |s: &Arc<SessionShared>| {
+            let w = sh.next_worker.fetch_add(1, Ordering::Relaxed) % sh.workers.len().max(1);
+            let pacer = pacer.take().ok_or(())?;
+            let ns = NewSession {
+                shared: s.clone(),
+                pacer,
+            };
+            sh.workers.get(w).ok_or(())?.try_send(ns).map_err(|_| ())
+        };
+        match sh.sessions.register(&snap, make, new_id, hand_over) {
+            Ok(s) => return Ok(s),
+            Err(RegisterError::Stale) => continue,
+            Err(RegisterError::HandOver(())) => break,
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "data plane busy, try again",
+    ))
+}
+
+fn created(sh: &Shared, s: &SessionShared, fdt: SessionFdt) -> Response {
+    let obj = &s.object;
+    let body = SessionInfo {
+        id: s.id.clone(),
+        destination: s.dest.to_string(),
+        object: obj.json(),
+        start_codeword: s.start_codeword,
+        send_rate_bps: s.send_rate_bps,
+        keepalive_interval_ms: isnode_proto::DEFAULT_KEEPALIVE_INTERVAL_MS,
+        session_timeout_ms: sh.args.session_timeout_ms,
+        fdt_xml: fdt.xml,
+        fec: FecInfo {
+            encoding_id: isnode_wire::FEC_ENCODING_ID_RS28,
+            symbol_size: obj.rec.symbol_len,
+            max_source_block_length: obj.rec.source_symbols,
+            max_encoding_symbols: obj.rec.source_symbols + obj.rec.repair_symbols,
+        },
+    };
+    (StatusCode::CREATED, Json(body)).into_response()
+}
+
+pub(super) async fn create_session(
+    State(sh): Sh,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Bytes,
+) -> Response {
+    let req = match parse(&body, peer) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let name = req.object.clone();
+    let found = blocking(&sh, move |sh| {
+        let obj = sh.objects.get(&name)?;
+        let fdt = sh.objects.session_fdt(&obj)?;
+        Ok::<_, isnode_store::StoreError>((obj, fdt))
+    });
+    let (obj, fdt) = match found.await {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => return store_error(e),
+        Err(resp) => return resp,
+    };
+    let pacer = match pacer(&sh, &obj, req.start_codeword) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    match admit_and_register(&sh, &req, &obj, &fdt, pacer) {
+        Ok(s) => {
+            sh.metrics.sessions_started.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(id = %s.id, object = %obj.rec.name, dest = %s.dest, "session started");
+            created(&sh, &s, fdt)
+        }
+        Err(e) => e.into_response(),
+    }
+}

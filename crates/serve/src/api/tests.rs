@@ -1,0 +1,142 @@
+//! The control API stays responsive while the catalog is slow or locked.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use isnode_store::{ingest, IngestOptions, Volume, VolumeParams};
+
+use crate::{start, ServeArgs, ServerHandle};
+
+/// Longest wait for an answer the server owes at once (a bound, not a measurement).
+const ANSWER_BOUND: Duration = Duration::from_secs(20);
+
+fn volume() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let p = VolumeParams {
+        symbol_len: 1024,
+        source_symbols: 20,
+        repair_symbols: 4,
+        members: 6,
+        block_len: 8192,
+    };
+    let mut vol = Volume::create(dir.path(), p, None).unwrap();
+    let bytes = vec![7u8; 200_000];
+    let opts = IngestOptions {
+        name: "a.ts".into(),
+        bitrate_bps: 1_000_000,
+        content_type: "video/mp2t".into(),
+        replace: false,
+    };
+    ingest(
+        &mut vol,
+        &opts,
+        &mut &bytes[..],
+        bytes.len() as u64,
+        &mut |_| {},
+    )
+    .unwrap();
+    dir
+}
+
+fn server(dir: &tempfile::TempDir) -> ServerHandle {
+    let args = ServeArgs {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        cache_size_bytes: 2 << 20,
+        threads: Some(1),
+        ..ServeArgs::default()
+    };
+    start(dir.path(), &args).unwrap()
+}
+
+/// One HTTP/1.1 request; (status, body), or the I/O error (e.g. the read timed out).
+fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(ANSWER_BOUND))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp)?;
+    let text = String::from_utf8_lossy(&resp).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((status, rest.to_string()))
+}
+
+/// Issues a request on its own thread; the answer comes on the channel.
+fn request(
+    addr: SocketAddr,
+    method: &'static str,
+    path: String,
+    body: &'static str,
+) -> mpsc::Receiver<std::io::Result<(u16, String)>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(http(addr, method, &path, body));
+    });
+    rx
+}
+
+/// Defect 6: while a catalog lookup waits for the volume (held here, as a slow or
+/// locked SQLite would hold it), `GET /metrics` and keepalives are still answered.
+#[test]
+fn a_locked_catalog_does_not_stall_metrics_or_keepalives() {
+    let dir = volume();
+    let server = server(&dir);
+    let addr = server.local_addr();
+    let (status, body) = http(
+        addr,
+        "POST",
+        "/v1/sessions",
+        r#"{"object":"a.ts","port":9}"#,
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let id = serde_json::from_str::<isnode_proto::SessionInfo>(&body)
+        .unwrap()
+        .id;
+
+    let held = server.shared.objects.lock_volume();
+    let create = request(
+        addr,
+        "POST",
+        "/v1/sessions".into(),
+        r#"{"object":"a.ts","port":10}"#,
+    );
+    // Wait (bounded) until that request is blocked on the catalog.
+    let mut waiting = false;
+    for _ in 0..4000 {
+        if server.metrics().catalog_lookups_active > 0 {
+            waiting = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(waiting, "the session request never reached the catalog");
+    let metrics = request(addr, "GET", "/metrics".into(), "");
+    let keepalive = request(addr, "POST", format!("/v1/sessions/{id}/keepalive"), "");
+    let metrics = metrics.recv_timeout(ANSWER_BOUND);
+    let keepalive = keepalive.recv_timeout(ANSWER_BOUND);
+    drop(held);
+
+    let (status, text) = metrics
+        .expect("GET /metrics was not answered while the catalog was locked")
+        .expect("GET /metrics failed while the catalog was locked");
+    assert_eq!(status, 200);
+    assert!(text.contains("isnode_catalog_lookups_active 1"), "{text}");
+    let (status, _) = keepalive
+        .expect("the keepalive was not answered while the catalog was locked")
+        .expect("the keepalive failed while the catalog was locked");
+    assert_eq!(status, 204);
+    // Once the catalog is free, the waiting request completes.
+    let (status, body) = create.recv_timeout(ANSWER_BOUND).unwrap().unwrap();
+    assert_eq!(status, 201, "{body}");
+}

@@ -1,0 +1,197 @@
+//! The server's configuration: the flags of `isnode serve` and the enums they select.
+
+use std::net::SocketAddr;
+
+use serde::Serialize;
+
+/// Default egress capacity the bitrate budget is derived from: 1 Gbit/s.
+pub const DEFAULT_EGRESS_CAPACITY_BPS: u64 = 1_000_000_000;
+/// Share of the egress capacity admitted sessions may use together, in percent
+/// (the rest is headroom for bursts, the FDT, retransmitted keepalives and other traffic).
+pub const EGRESS_BUDGET_PERCENT: u64 = 90;
+/// Default most concurrent sessions per client IP address.
+pub const DEFAULT_MAX_SESSIONS_PER_CLIENT: u32 = 16;
+/// Default size of the block pool, bytes.
+pub const DEFAULT_CACHE_SIZE_BYTES: u64 = 256 << 20;
+
+/// The send engine of the data plane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EngineKind {
+    /// `sendmsg` with `UDP_SEGMENT` (GSO) straight from the block pool: one call per run.
+    Gso,
+    /// io_uring `SEND_ZC` from the registered pool buffers, with socket-level GSO.
+    UringZc,
+    /// `sendmmsg` from the pool: one call per run, one datagram per packet in the kernel.
+    Sendmmsg,
+    /// The seeds' baseline: buffered reads into a per-session buffer, parity encoded at
+    /// send time, headers built and payload copied per packet, one `sendto` per packet.
+    Traditional,
+}
+
+impl EngineKind {
+    /// Every engine, in metrics order.
+    pub const ALL: [EngineKind; 4] = [
+        EngineKind::Gso,
+        EngineKind::UringZc,
+        EngineKind::Sendmmsg,
+        EngineKind::Traditional,
+    ];
+
+    /// The engine's name on the command line and in metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Gso => "gso",
+            EngineKind::UringZc => "uring-zc",
+            EngineKind::Sendmmsg => "sendmmsg",
+            EngineKind::Traditional => "traditional",
+        }
+    }
+
+    /// Position in [`EngineKind::ALL`] (and in the metrics arrays).
+    pub fn index(self) -> usize {
+        match self {
+            EngineKind::Gso => 0,
+            EngineKind::UringZc => 1,
+            EngineKind::Sendmmsg => 2,
+            EngineKind::Traditional => 3,
+        }
+    }
+}
+
+/// What to do with the packets of a failed member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Degraded {
+    /// Rebuild the missing symbols from the other members and send them.
+    Rebuild,
+    /// Send what can be read; the client's FEC repairs the rest.
+    SendAvailable,
+}
+
+/// How the data plane reads blocks into the pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReadIo {
+    /// io_uring `READ_FIXED` (O_DIRECT, registered pool buffers) without blocking the
+    /// thread's other sessions; falls back to `Sync` where io_uring is unavailable.
+    Uring,
+    /// A synchronous `pread` (O_DIRECT where allowed) on the data-plane thread.
+    Sync,
+}
+
+/// Flags of `isnode serve`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeArgs {
+    /// Address of the HTTP control API.
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    pub listen: SocketAddr,
+    /// Send engine.
+    #[arg(long, value_enum, default_value_t = EngineKind::Gso)]
+    pub engine: EngineKind,
+    /// Size of the block pool in bytes (allocated at start; bounds the sessions at
+    /// distinct positions: each needs about one block per member).
+    #[arg(long, visible_alias = "cache-size", default_value_t = DEFAULT_CACHE_SIZE_BYTES)]
+    pub cache_size_bytes: u64,
+    /// Egress capacity of the server, bits per second. Unless `--max-bitrate-bps` is
+    /// given, admitted sessions may together send at most 90 % of it.
+    #[arg(long, default_value_t = DEFAULT_EGRESS_CAPACITY_BPS)]
+    pub egress_capacity_bps: u64,
+    /// Bitrate budget: the sum of admitted sessions' send rates, bits per second
+    /// (default: 90 % of `--egress-capacity-bps`, i.e. 900 Mbit/s).
+    #[arg(long, visible_alias = "max-bitrate")]
+    pub max_bitrate_bps: Option<u64>,
+    /// Most concurrent sessions per client IP address.
+    #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS_PER_CLIENT)]
+    pub max_sessions_per_client: u32,
+    /// Data-plane threads (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// What to send for a failed member's packets.
+    #[arg(long, value_enum, default_value_t = Degraded::Rebuild)]
+    pub degraded: Degraded,
+    /// A session without keepalive for this long ends by itself (milliseconds).
+    #[arg(long, default_value_t = 5000)]
+    pub session_timeout_ms: u64,
+    /// How blocks are read into the pool (`uring` falls back to `sync` where io_uring is
+    /// unavailable).
+    #[arg(long, value_enum, env = "ISNODE_READ_IO", default_value_t = ReadIo::Uring)]
+    pub read_io: ReadIo,
+}
+
+impl ServeArgs {
+    /// The bitrate budget in force: `--max-bitrate-bps`, or [`EGRESS_BUDGET_PERCENT`] of
+    /// `--egress-capacity-bps`.
+    pub fn bitrate_budget_bps(&self) -> u64 {
+        self.max_bitrate_bps.unwrap_or_else(|| {
+            let budget =
+                u128::from(self.egress_capacity_bps) * u128::from(EGRESS_BUDGET_PERCENT) / 100;
+            u64::try_from(budget).unwrap_or(u64::MAX)
+        })
+    }
+}
+
+impl Default for ServeArgs {
+    fn default() -> Self {
+        ServeArgs {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
+            engine: EngineKind::Gso,
+            cache_size_bytes: DEFAULT_CACHE_SIZE_BYTES,
+            egress_capacity_bps: DEFAULT_EGRESS_CAPACITY_BPS,
+            max_bitrate_bps: None,
+            max_sessions_per_client: DEFAULT_MAX_SESSIONS_PER_CLIENT,
+            threads: None,
+            degraded: Degraded::Rebuild,
+            session_timeout_ms: 5000,
+            read_io: ReadIo::Uring,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    fn parse(flags: &[&str]) -> ServeArgs {
+        let argv = std::iter::once("serve").chain(flags.iter().copied());
+        Cli::try_parse_from(argv).map(|c| c.args).unwrap()
+    }
+
+    #[test]
+    fn the_flags_default_like_default() {
+        let a = parse(&[]);
+        let d = ServeArgs::default();
+        assert_eq!(a.cache_size_bytes, d.cache_size_bytes);
+        assert_eq!(a.egress_capacity_bps, d.egress_capacity_bps);
+        assert_eq!(a.max_bitrate_bps, d.max_bitrate_bps);
+        assert_eq!(a.max_sessions_per_client, d.max_sessions_per_client);
+        assert_eq!(a.bitrate_budget_bps(), 900_000_000);
+        assert_eq!(a.max_sessions_per_client, 16);
+    }
+
+    #[test]
+    fn old_flag_names_still_work() {
+        let a = parse(&["--cache-size", "1024", "--max-bitrate", "5"]);
+        assert_eq!((a.cache_size_bytes, a.bitrate_budget_bps()), (1024, 5));
+        let a = parse(&["--cache-size-bytes", "2048", "--max-bitrate-bps", "7"]);
+        assert_eq!((a.cache_size_bytes, a.bitrate_budget_bps()), (2048, 7));
+    }
+
+    #[test]
+    fn the_budget_follows_the_egress_capacity() {
+        let a = parse(&["--egress-capacity-bps", "10000000000"]);
+        assert_eq!(a.bitrate_budget_bps(), 9_000_000_000);
+        let a = parse(&["--egress-capacity-bps", &u64::MAX.to_string()]);
+        assert_eq!(
+            a.bitrate_budget_bps(),
+            (u128::from(u64::MAX) * 90 / 100) as u64
+        );
+    }
+}

@@ -1,0 +1,292 @@
+//! The session registry: what the control API and the data plane share about each
+//! session, and the table of sessions the API knows.
+//!
+//! The table is behind one short-lived mutex: the API takes it to look a session up, to
+//! copy the streaming sessions for admission ([`Registry::snapshot`]) and to insert an
+//! admitted one if nothing was inserted since that copy ([`Registry::register`]); it is
+//! never held across admission, a catalog lookup or any I/O.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::objects::ObjectInfo;
+
+/// Lifecycle of a session, as published by the data plane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum SessionState {
+    Streaming = 0,
+    Done = 1,
+    Expired = 2,
+    Deleted = 3,
+}
+
+impl SessionState {
+    /// The state as the API reports it.
+    pub fn wire(self) -> isnode_proto::SessionState {
+        match self {
+            SessionState::Streaming => isnode_proto::SessionState::Streaming,
+            _ => isnode_proto::SessionState::Done,
+        }
+    }
+}
+
+/// What the control API and the data plane share about one session.
+pub(crate) struct SessionShared {
+    pub id: String,
+    pub object: Arc<ObjectInfo>,
+    /// The FDT instance's ALC packets (TOI 0), built for this session (fresh `Expires`).
+    pub fdt_packets: Vec<Vec<u8>>,
+    pub dest: SocketAddr,
+    pub peer_ip: IpAddr,
+    pub send_rate_bps: u64,
+    pub start_codeword: u32,
+    pub next_codeword: AtomicU32,
+    pub packets_sent: AtomicU64,
+    pub bytes_sent: AtomicU64,
+    state: AtomicU8,
+    pub last_keepalive_ns: AtomicU64,
+    pub ended_ns: AtomicU64,
+}
+
+/// The fixed parts of a new session.
+pub(crate) struct NewSessionShared {
+    pub id: String,
+    pub object: Arc<ObjectInfo>,
+    pub fdt_packets: Vec<Vec<u8>>,
+    pub dest: SocketAddr,
+    pub start_codeword: u32,
+    pub now_ns: u64,
+}
+
+impl SessionShared {
+    /// A streaming session; its keepalive clock starts at `now_ns`.
+    pub fn new(n: NewSessionShared) -> SessionShared {
+        SessionShared {
+            send_rate_bps: n.object.send_rate_bps,
+            peer_ip: n.dest.ip(),
+            id: n.id,
+            object: n.object,
+            fdt_packets: n.fdt_packets,
+            dest: n.dest,
+            start_codeword: n.start_codeword,
+            next_codeword: AtomicU32::new(n.start_codeword),
+            packets_sent: AtomicU64::new(0),
+            bytes_sent: AtomicU64::new(0),
+            state: AtomicU8::new(SessionState::Streaming as u8),
+            last_keepalive_ns: AtomicU64::new(n.now_ns),
+            ended_ns: AtomicU64::new(0),
+        }
+    }
+
+    pub fn state(&self) -> SessionState {
+        match self.state.load(Ordering::Acquire) {
+            0 => SessionState::Streaming,
+            1 => SessionState::Done,
+            2 => SessionState::Expired,
+            _ => SessionState::Deleted,
+        }
+    }
+
+    /// Moves from streaming to `to`; false if it had already ended.
+    pub fn end(&self, to: SessionState, now_ns: u64) -> bool {
+        let ok = self
+            .state
+            .compare_exchange(
+                SessionState::Streaming as u8,
+                to as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok();
+        if ok {
+            self.ended_ns.store(now_ns, Ordering::Release);
+        }
+        ok
+    }
+}
+
+/// The sessions by id.
+pub(crate) type SessionTable = HashMap<String, Arc<SessionShared>>;
+
+/// The streaming sessions at one moment, and the table's generation then.
+pub(crate) struct Snapshot {
+    pub sessions: Vec<Arc<SessionShared>>,
+    generation: u64,
+}
+
+/// Why a session could not be registered.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum RegisterError<E> {
+    /// Sessions were registered since the snapshot: admit again over a new one.
+    Stale,
+    /// The hand-over refused the session.
+    HandOver(E),
+}
+
+/// The session table and its generation (bumped by every insertion).
+pub(crate) struct Registry {
+    table: Mutex<(SessionTable, u64)>,
+}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry {
+            table: Mutex::new((HashMap::new(), 0)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, (SessionTable, u64)> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The session table, locked (briefly, please).
+    pub fn lock_sessions(&self) -> impl std::ops::DerefMut<Target = SessionTable> + '_ {
+        TableGuard(self.lock())
+    }
+
+    /// The streaming sessions now.
+    pub fn snapshot(&self) -> Snapshot {
+        let t = self.lock();
+        Snapshot {
+            sessions: t
+                .0
+                .values()
+                .filter(|s| s.state() == SessionState::Streaming)
+                .cloned()
+                .collect(),
+            generation: t.1,
+        }
+    }
+
+    /// Inserts `s` under a fresh id made by `new_id` if no session was registered since
+    /// `snap` was taken, after `hand_over` accepted it (the table stays locked meanwhile,
+    /// so `hand_over` must not block).
+    pub fn register<E>(
+        &self,
+        snap: &Snapshot,
+        make: impl FnOnce(String) -> Arc<SessionShared>,
+        new_id: impl Fn() -> String,
+        hand_over: impl FnOnce(&Arc<SessionShared>) -> Result<(), E>,
+    ) -> Result<Arc<SessionShared>, RegisterError<E>> {
+        let mut t = self.lock();
+        if t.1 != snap.generation {
+            return Err(RegisterError::Stale);
+        }
+        let id = loop {
+            let id = new_id();
+            if !t.0.contains_key(&id) {
+                break id;
+            }
+        };
+        let s = make(id);
+        hand_over(&s).map_err(RegisterError::HandOver)?;
+        t.0.insert(s.id.clone(), s.clone());
+        t.1 += 1;
+        Ok(s)
+    }
+
+    /// The session `id`.
+    pub fn find(&self, id: &str) -> Option<Arc<SessionShared>> {
+        self.lock().0.get(id).cloned()
+    }
+
+    /// Removes and returns the session `id`.
+    pub fn remove(&self, id: &str) -> Option<Arc<SessionShared>> {
+        self.lock().0.remove(id)
+    }
+}
+
+struct TableGuard<'a>(MutexGuard<'a, (SessionTable, u64)>);
+
+impl std::ops::Deref for TableGuard<'_> {
+    type Target = SessionTable;
+    fn deref(&self) -> &SessionTable {
+        &self.0 .0
+    }
+}
+
+impl std::ops::DerefMut for TableGuard<'_> {
+    fn deref_mut(&mut self) -> &mut SessionTable {
+        &mut self.0 .0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use isnode_store::{ingest, IngestOptions, Volume, VolumeParams};
+
+    fn object() -> Arc<ObjectInfo> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = VolumeParams {
+            symbol_len: 1024,
+            source_symbols: 20,
+            repair_symbols: 4,
+            members: 6,
+            block_len: 8192,
+        };
+        let mut vol = Volume::create(dir.path(), p, None).unwrap();
+        let bytes = vec![1u8; 30_000];
+        let opts = IngestOptions {
+            name: "a.ts".into(),
+            bitrate_bps: 1_000_000,
+            content_type: String::new(),
+            replace: false,
+        };
+        ingest(&mut vol, &opts, &mut &bytes[..], 30_000, &mut |_| {}).unwrap();
+        let rec = vol.object("a.ts").unwrap();
+        Arc::new(ObjectInfo::new(&vol, rec).unwrap())
+    }
+
+    fn make(obj: &Arc<ObjectInfo>) -> impl FnOnce(String) -> Arc<SessionShared> + '_ {
+        move |id| {
+            Arc::new(SessionShared::new(NewSessionShared {
+                id,
+                object: obj.clone(),
+                fdt_packets: Vec::new(),
+                dest: "127.0.0.1:9".parse().unwrap(),
+                start_codeword: 0,
+                now_ns: 0,
+            }))
+        }
+    }
+
+    fn ok(_: &Arc<SessionShared>) -> Result<(), ()> {
+        Ok(())
+    }
+
+    #[test]
+    fn a_registration_since_the_snapshot_makes_it_stale() {
+        let obj = object();
+        let r = Registry::new();
+        let snap = r.snapshot();
+        let other = r.snapshot();
+        let ids = std::cell::Cell::new(0u32);
+        let new_id = || {
+            ids.set(ids.get() + 1);
+            format!("s{}", ids.get() / 2)
+        };
+        // The second id drawn collides with the first and is drawn again.
+        let a = r.register(&snap, make(&obj), new_id, ok).unwrap();
+        let stale = r.register(&other, make(&obj), new_id, ok);
+        assert!(matches!(stale, Err(RegisterError::Stale)));
+        let fresh = r.snapshot();
+        assert_eq!(fresh.sessions.len(), 1);
+        let b = r.register(&fresh, make(&obj), new_id, ok).unwrap();
+        assert_ne!(a.id, b.id);
+        // A refused hand-over registers nothing.
+        let fresh = r.snapshot();
+        let refused = r.register(&fresh, make(&obj), new_id, |_| Err(()));
+        assert!(matches!(refused, Err(RegisterError::HandOver(()))));
+        assert_eq!(r.snapshot().sessions.len(), 2);
+        // Ended sessions are not in a snapshot; removal does not make one stale.
+        b.end(SessionState::Done, 1);
+        let snap = r.snapshot();
+        assert_eq!(snap.sessions.len(), 1);
+        assert!(r.remove(&a.id).is_some());
+        assert!(r.register(&snap, make(&obj), new_id, ok).is_ok());
+    }
+}

@@ -1,0 +1,343 @@
+//! Server start and stop: the state every thread shares, the data-plane threads, the
+//! control API thread, and the handle that stops them.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use anyhow::Context as _;
+
+use crate::cache::Cache;
+use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::objects::Objects;
+use crate::registry::{Registry, SessionState, SessionTable};
+use crate::{api, plane, reader, uring, EngineKind, ReadIo, ServeArgs};
+
+/// Errors of starting a server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The volume could not be opened.
+    #[error("opening the volume: {0}")]
+    Volume(#[from] isnode_store::StoreError),
+    /// The configuration cannot work.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A socket, thread or runtime could not be set up.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io_error(context: &str) -> impl FnOnce(std::io::Error) -> ServeError + '_ {
+    move |source| ServeError::Io {
+        context: context.to_string(),
+        source,
+    }
+}
+
+/// Everything the threads of a server share.
+pub(crate) struct Shared {
+    pub args: ServeArgs,
+    pub objects: Objects,
+    pub cache: Cache,
+    pub metrics: Metrics,
+    pub sessions: Registry,
+    pub epoch: Instant,
+    pub shutdown: AtomicBool,
+    pub workers: Vec<std::sync::mpsc::SyncSender<plane::NewSession>>,
+    pub next_worker: AtomicUsize,
+    /// Engine in use (uring-zc falls back to gso where io_uring is unavailable).
+    pub engine: EngineKind,
+    /// Block reads in use (uring falls back to sync where io_uring is unavailable).
+    pub read_io: ReadIo,
+    /// Where each data-plane thread's sessions are (eviction decisions; data plane only).
+    pub positions: plane::demand::PositionBoard,
+    /// Why the data plane failed (a thread panicked): the server stops.
+    pub failure: std::sync::OnceLock<String>,
+}
+
+impl Shared {
+    /// Records a data-plane failure and stops the server.
+    pub fn fail(&self, why: String) {
+        let _ = self.failure.set(why);
+        self.shutdown.store(true, Ordering::Release);
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    pub fn lock_sessions(&self) -> impl std::ops::DerefMut<Target = SessionTable> + '_ {
+        self.sessions.lock_sessions()
+    }
+
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let m = &self.metrics;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let active = self
+            .lock_sessions()
+            .values()
+            .filter(|s| s.state() == SessionState::Streaming)
+            .count() as u64;
+        let cs = self.cache.stats();
+        MetricsSnapshot {
+            sessions_active: active,
+            sessions_started: load(&m.sessions_started),
+            sessions_expired: load(&m.sessions_expired),
+            sessions_refused: std::array::from_fn(|i| load(&m.refused[i])),
+            packets_sent: std::array::from_fn(|i| load(&m.packets[i])),
+            bytes_sent: std::array::from_fn(|i| load(&m.bytes[i])),
+            send_errors: load(&m.send_errors),
+            cache_hits: load(&cs.hits),
+            cache_misses: load(&cs.misses),
+            cache_bytes: self.cache.bytes_cached(),
+            cache_pool_bytes: u64::from(self.cache.slots()) * self.cache.block_len() as u64,
+            cache_read_bytes: load(&cs.bytes_read),
+            member_errors: m.member_errors.iter().map(load).collect(),
+            symbols_rebuilt: load(&m.symbols_rebuilt),
+            packets_skipped: load(&m.packets_skipped),
+            zc_sends: load(&m.zc_sends),
+            zc_copied: load(&m.zc_copied),
+            catalog_lookups_active: self.objects.lookups_active(),
+        }
+    }
+}
+
+/// A running server (in-process). Dropping it shuts it down.
+pub struct ServerHandle {
+    local_addr: SocketAddr,
+    pub(crate) shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    api_thread: Option<JoinHandle<()>>,
+    api_stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl ServerHandle {
+    /// The address the control API listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The engine in use (`uring-zc` falls back to `gso` if io_uring is unavailable).
+    pub fn engine(&self) -> EngineKind {
+        self.shared.engine
+    }
+
+    /// A snapshot of the counters (as `GET /metrics` reports them).
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.shared.snapshot()
+    }
+
+    /// Why the data plane failed, if it did (the server has then stopped serving).
+    pub fn failure(&self) -> Option<String> {
+        self.shared.failure.get().cloned()
+    }
+
+    /// Stops the data plane and the control API and waits for their threads.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        if let Some(tx) = self.api_stop.take() {
+            let _ = tx.send(());
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        if let Some(t) = self.api_thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Blocks of the pool for `args.cache_size_bytes`: at least two per member, at most 2^20.
+fn pool_slots(args: &ServeArgs, members: u32, block_len: usize) -> Result<u32, ServeError> {
+    let slots = args.cache_size_bytes / block_len as u64;
+    if slots < u64::from(members) * 2 {
+        return Err(ServeError::Config(format!(
+            "--cache-size-bytes {} holds {slots} blocks of {block_len} bytes; at least {} (two per member) are needed",
+            args.cache_size_bytes,
+            members * 2
+        )));
+    }
+    Ok(u32::try_from(slots).unwrap_or(u32::MAX).min(1 << 20))
+}
+
+/// The engine and block reads to use, falling back where io_uring is unavailable.
+fn io_choices(args: &ServeArgs) -> (EngineKind, ReadIo) {
+    let engine = match args.engine {
+        EngineKind::UringZc if !uring::available() => {
+            tracing::warn!(
+                "io_uring SEND_ZC is not available on this kernel: using the gso engine"
+            );
+            EngineKind::Gso
+        }
+        e => e,
+    };
+    let read_io = match args.read_io {
+        ReadIo::Uring if !reader::available() => {
+            tracing::warn!(
+                "io_uring reads are not available on this kernel: reading blocks with pread"
+            );
+            ReadIo::Sync
+        }
+        r => r,
+    };
+    (engine, read_io)
+}
+
+/// The control API's listener, non-blocking, and its address.
+fn bind(listen: SocketAddr) -> Result<(std::net::TcpListener, SocketAddr), ServeError> {
+    let ctx = format!("binding the control API to {listen}");
+    let listener = std::net::TcpListener::bind(listen).map_err(io_error(&ctx))?;
+    let local = listener
+        .local_addr()
+        .map_err(io_error("reading the listen address"))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(io_error("setting the listener non-blocking"))?;
+    Ok((listener, local))
+}
+
+type PlaneQueue = std::sync::mpsc::Receiver<plane::NewSession>;
+
+fn spawn_workers(
+    shared: &Arc<Shared>,
+    queues: Vec<PlaneQueue>,
+) -> Result<Vec<JoinHandle<()>>, ServeError> {
+    let mut workers = Vec::with_capacity(queues.len());
+    for (i, rx) in queues.into_iter().enumerate() {
+        let sh = shared.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("isnode-plane-{i}"))
+            .spawn(move || plane::worker(sh, i, rx))
+            .map_err(io_error("starting a data-plane thread"))?;
+        workers.push(h);
+    }
+    Ok(workers)
+}
+
+/// Starts a server on the volume at `volume_dir` (created with default parameters if
+/// absent) and returns once it listens.
+pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeError> {
+    let vol = isnode_store::Volume::open_or_create(volume_dir)?;
+    let params = *vol.params();
+    let block_len = params.block_len as usize;
+    let slots = pool_slots(args, params.members, block_len)?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, 256);
+    let cache = Cache::new(slots, block_len);
+    let (engine, read_io) = io_choices(args);
+    let (std_listener, local_addr) = bind(args.listen)?;
+    let (senders, queues): (Vec<_>, Vec<_>) = (0..threads)
+        .map(|_| std::sync::mpsc::sync_channel(1024))
+        .unzip();
+    let shared = Arc::new(Shared {
+        args: args.clone(),
+        objects: Objects::new(vol),
+        cache,
+        metrics: Metrics::new(params.members),
+        sessions: Registry::new(),
+        epoch: Instant::now(),
+        shutdown: AtomicBool::new(false),
+        workers: senders,
+        next_worker: AtomicUsize::new(0),
+        engine,
+        read_io,
+        positions: plane::demand::PositionBoard::new(threads),
+        failure: std::sync::OnceLock::new(),
+    });
+    let mut handle = ServerHandle {
+        local_addr,
+        shared: shared.clone(),
+        workers: Vec::new(),
+        api_thread: None,
+        api_stop: None,
+    };
+    handle.workers = spawn_workers(&shared, queues)?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let sh = shared.clone();
+    handle.api_stop = Some(stop_tx);
+    handle.api_thread = Some(
+        std::thread::Builder::new()
+            .name("isnode-api".into())
+            .spawn(move || api::serve(sh, std_listener, stop_rx, ready_tx))
+            .map_err(io_error("starting the control API thread"))?,
+    );
+    match ready_rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err(ServeError::Config("the control API thread died".into())),
+    }
+    tracing::info!(
+        listen = %local_addr,
+        engine = engine.name(),
+        read_io = ?read_io,
+        threads,
+        cache_bytes = u64::from(slots) * block_len as u64,
+        bitrate_budget_bps = args.bitrate_budget_bps(),
+        max_sessions_per_client = args.max_sessions_per_client,
+        "isnode serve started"
+    );
+    Ok(handle)
+}
+
+/// Runs a server until SIGINT or SIGTERM, then shuts it down cleanly; fails if the data
+/// plane failed (a thread panicked).
+pub fn run(volume_dir: &Path, args: &ServeArgs) -> anyhow::Result<()> {
+    let handle = start(volume_dir, args)
+        .with_context(|| format!("starting the server on {}", volume_dir.display()))?;
+    eprintln!(
+        "isnode serve: listening on http://{} (engine {}), Ctrl-C to stop",
+        handle.local_addr(),
+        handle.engine().name()
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("creating the signal runtime")?;
+    let failed = rt
+        .block_on(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            let mut check = tokio::time::interval(std::time::Duration::from_millis(100));
+            loop {
+                tokio::select! {
+                    r = tokio::signal::ctrl_c() => return r.map(|()| None),
+                    _ = term.recv() => return Ok(None),
+                    _ = check.tick() => {
+                        if let Some(why) = handle.failure() {
+                            return Ok(Some(why));
+                        }
+                    }
+                }
+            }
+        })
+        .context("waiting for a signal")?;
+    if let Some(why) = failed {
+        handle.shutdown();
+        anyhow::bail!("the server stopped: {why}");
+    }
+    eprintln!("isnode serve: shutting down");
+    handle.shutdown();
+    Ok(())
+}
