@@ -86,3 +86,34 @@ fn fdt_assembler_allocates_at_most_the_announced_length() {
     });
     assert!(largest <= 4096, "allocated {largest} bytes");
 }
+
+#[test]
+fn fdt_assembler_skips_a_refused_announcement_and_completes_once() {
+    let fdt = FdtInstance {
+        instance_id: 1,
+        expires: 7,
+        files: vec![],
+    };
+    let packets = build_fdt_packets(&fdt, 9, 40).unwrap();
+    assert!(packets.len() > 2);
+    let too_big = announcing(MAX_FDT_LEN_BYTES + 1, 1000, 2000);
+    let mut a = FdtAssembler::new(1);
+    assert_eq!(a.push(&parse_packet(&too_big).unwrap()), None);
+    let parsed: Vec<_> = packets.iter().map(|p| parse_packet(p).unwrap()).collect();
+    // In reverse, the first one twice; a symbol of the wrong length is ignored.
+    let mut short = packets[1].clone();
+    short.truncate(short.len() - 1);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&short[..40]), &short[44..]);
+    short[40..44].copy_from_slice(&crc.to_be_bytes());
+    assert_eq!(a.push(&parse_packet(&short).unwrap()), None);
+    let mut got = None;
+    for p in parsed.iter().rev().chain(&parsed[..1]) {
+        assert!(!a.is_done() || got.is_some());
+        if let Some(xml) = a.push(p) {
+            assert!(got.is_none(), "handed out once");
+            got = Some(xml);
+        }
+    }
+    assert!(a.is_done());
+    assert_eq!(got.unwrap(), fdt.to_xml().into_bytes());
+}

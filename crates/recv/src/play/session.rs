@@ -275,3 +275,25 @@ pub(super) fn run_session(
         times,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_filter_compares_ips_of_any_port() {
+        let server = SourceFilter::ip([127, 0, 0, 1].into());
+        assert!(server.accepts(Some("127.0.0.1:40000".parse().unwrap())));
+        assert!(
+            server.accepts(Some("[::ffff:127.0.0.1]:9".parse().unwrap())),
+            "mapped IPv4"
+        );
+        assert!(!server.accepts(Some("127.0.0.2:40000".parse().unwrap())));
+        assert!(!server.accepts(Some("[::1]:40000".parse().unwrap())));
+        assert!(!server.accepts(None), "an unknown source is not the server");
+        let v6 = SourceFilter::ip("::1".parse().unwrap());
+        assert!(v6.accepts(Some("[::1]:1".parse().unwrap())));
+        assert!(SourceFilter::Any.accepts(None));
+        assert!(!SourceFilter::Ips(vec![]).accepts(Some("127.0.0.1:1".parse().unwrap())));
+    }
+}

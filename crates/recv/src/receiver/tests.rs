@@ -455,3 +455,45 @@ fn far_future_packet_does_not_zero_the_output() {
         "the strays are counted foreign"
     );
 }
+
+/// The other side of the window: a stream that really moved further ahead than the window
+/// (an outage) is followed once k distinct symbols of one codeword beyond it are in, while
+/// repeats of one stray symbol never are.
+#[test]
+fn follows_a_stream_that_jumped_past_the_window() {
+    let data = random_data(40_000, 8);
+    let p = params(40_000, 100, 10, 2); // 40 codewords of 10 source symbols
+    let cws = object_packets(&data, &p).unwrap();
+    let config = ReceiverConfig::default();
+    assert_eq!(config.effective_window_codewords(), 16);
+    let mut rx = Receiver::new(p, config).unwrap();
+    let mut seq: Vec<Vec<u8>> = cws[0].clone();
+    // One symbol far ahead, many times over: a stray, not a stream.
+    seq.extend(std::iter::repeat_n(cws[35][0].clone(), 50));
+    // The outage: codewords 1..30 never arrive.
+    seq.extend(cws[30..].iter().flatten().cloned());
+    let (out, lost) = run(&mut rx, &seq);
+    let lost: Vec<u32> = lost.iter().map(|l| l.0).collect();
+    assert_eq!(
+        lost,
+        (1..=30).collect::<Vec<_>>(),
+        "the codeword that resynchronised is lost too"
+    );
+    assert_eq!(out[..1000], data[..1000]);
+    assert_eq!(out[31_000..], data[31_000..]);
+    assert_eq!(rx.stats().codewords_decoded, 10);
+}
+
+#[test]
+fn window_is_at_least_the_loss_horizon_plus_two() {
+    let c = ReceiverConfig {
+        loss_horizon: 20,
+        window_codewords: 4,
+    };
+    assert_eq!(c.effective_window_codewords(), 22);
+    let c = ReceiverConfig {
+        loss_horizon: u32::MAX,
+        window_codewords: 4,
+    };
+    assert_eq!(c.effective_window_codewords(), u32::MAX);
+}
