@@ -11,7 +11,7 @@ use isnode_wire::DATA_HEADER_LEN;
 use crate::control::SessionInfo;
 use crate::impair::{Impairer, Verdict};
 use crate::net::{grow_recv_buffer, set_poll_timeout, Batch};
-use crate::playout::{self, PlayoutConfig, PlayoutStats};
+use crate::playout::{self, Pacing, PlayoutConfig, PlayoutStats};
 use crate::receiver::{verify_fdt, FdtCheck, Output, Receiver, ReceiverConfig, SessionParams};
 
 use super::args::PlayArgs;
@@ -123,7 +123,11 @@ fn playout_config(args: &PlayArgs, setup: &SessionSetup, rx: &Receiver) -> Playo
     };
     PlayoutConfig {
         bitrate_bps: setup.bitrate_bps,
-        paced: !args.as_fast_as_possible && setup.bitrate_bps > 0,
+        pacing: if args.as_fast_as_possible {
+            Pacing::AsFastAsPossible
+        } else {
+            Pacing::AtBitrate
+        },
         prebuffer: args
             .prebuffer_ms
             .map_or(codeword_time, Duration::from_millis),
@@ -134,7 +138,8 @@ fn playout_config(args: &PlayArgs, setup: &SessionSetup, rx: &Receiver) -> Playo
 struct Feed<'a> {
     rx: Receiver,
     source: &'a SourceFilter,
-    impairer: Impairer,
+    /// Injected loss and corruption; None when `--loss` and `--corrupt` are 0.
+    impairer: Option<Impairer>,
     counts: LoopCounts,
     pieces: mpsc::Sender<Output>,
     /// Set when the playout thread stopped taking pieces.
@@ -144,7 +149,7 @@ struct Feed<'a> {
 impl Feed<'_> {
     /// Takes the datagrams of one receive: filters, impairs and pushes each, and hands what
     /// it releases to the playout thread at once (so the release point is always current).
-    fn take(&mut self, batch: &mut Batch, n: usize, at: Duration, transparent: bool) {
+    fn take(&mut self, batch: &mut Batch, n: usize, at: Duration) {
         for i in 0..n {
             self.counts.received += 1;
             if !self.source.accepts(batch.source(i)) {
@@ -153,7 +158,8 @@ impl Feed<'_> {
             }
             let (packet, _truncated) = batch.packet_mut(i);
             // A truncated datagram fails the CRC check: the core counts it corrupt.
-            if !transparent && self.impairer.apply(packet) == Verdict::Drop {
+            let verdict = self.impairer.as_mut().map(|i| i.apply(packet));
+            if verdict == Some(Verdict::Drop) {
                 continue;
             }
             self.rx.push(packet, at);
@@ -186,7 +192,6 @@ fn receive(
     feed: &mut Feed<'_>,
     limits: Limits,
     requested: Instant,
-    transparent: bool,
 ) -> anyhow::Result<EndReason> {
     grow_recv_buffer(socket, 8 << 20);
     set_poll_timeout(socket, Duration::from_millis(50))?;
@@ -215,7 +220,7 @@ fn receive(
         if n > 0 {
             last_datagram = Instant::now();
         }
-        feed.take(&mut batch, n, last_datagram - requested, transparent);
+        feed.take(&mut batch, n, last_datagram - requested);
     }
 }
 
@@ -235,18 +240,19 @@ pub(super) fn run_session(
     };
     let rx = Receiver::new(setup.params.clone(), config)?;
     let playout_config = playout_config(args, setup, &rx);
+    // Checked even when it does nothing, as `play_on` checks it before the session.
+    let impairer = Impairer::new(&args.impair)?;
     let (pieces, to_play) = mpsc::channel();
     let mut feed = Feed {
         rx,
         source: &setup.source,
-        impairer: Impairer::new(&args.impair)?,
+        impairer: (!args.impair.is_transparent()).then_some(impairer),
         counts: LoopCounts::default(),
         pieces,
         writer_gone: false,
     };
     let writer = playout::spawn(out, playout_config, to_play)?;
-    let transparent = args.impair.is_transparent();
-    let end_reason = receive(socket, &mut feed, limits, requested, transparent)?;
+    let end_reason = receive(socket, &mut feed, limits, requested)?;
     feed.finish();
     let Feed {
         rx,
@@ -263,13 +269,13 @@ pub(super) fn run_session(
     let times = PlayTimes {
         requested,
         first_symbol: rx.symbol_times().0,
-        paced: playout_config.paced,
+        paced: playout_config.pacing == Pacing::AtBitrate && setup.bitrate_bps > 0,
         end_reason,
     };
     Ok(assemble(
         setup,
         &rx,
-        impairer.stats(),
+        impairer.map(|i| i.stats()).unwrap_or_default(),
         counts,
         playout,
         times,
