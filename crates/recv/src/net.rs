@@ -1,7 +1,7 @@
 //! Batched UDP receive (`recvmmsg`) and socket options.
 
 use std::io;
-use std::net::UdpSocket;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
@@ -11,6 +11,8 @@ pub(crate) struct Batch {
     buf: Vec<u8>,
     lens: Vec<usize>,
     truncated: Vec<bool>,
+    /// Source address of each datagram, as the kernel wrote it.
+    sources: Vec<libc::sockaddr_storage>,
 }
 
 impl Batch {
@@ -23,6 +25,8 @@ impl Batch {
             buf: vec![0u8; slots * slot],
             lens: vec![0; slots],
             truncated: vec![false; slots],
+            // SAFETY: sockaddr_storage is a plain C struct for which all-zero bytes are valid.
+            sources: (0..slots).map(|_| unsafe { std::mem::zeroed() }).collect(),
         }
     }
 
@@ -41,13 +45,20 @@ impl Batch {
         // SAFETY: mmsghdr is a plain C struct for which all-zero bytes are a valid value.
         let mut hdrs: Vec<libc::mmsghdr> =
             (0..slots).map(|_| unsafe { std::mem::zeroed() }).collect();
-        for (hdr, iov) in hdrs.iter_mut().zip(iovecs.iter_mut()) {
+        for ((hdr, iov), source) in hdrs
+            .iter_mut()
+            .zip(iovecs.iter_mut())
+            .zip(self.sources.iter_mut())
+        {
             hdr.msg_hdr.msg_iov = iov;
             hdr.msg_hdr.msg_iovlen = 1;
+            hdr.msg_hdr.msg_name = (source as *mut libc::sockaddr_storage).cast();
+            hdr.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
         }
         // SAFETY: `hdrs` holds `slots` headers, each pointing at one iovec of `iovecs`, each
-        // pointing at a distinct `slot`-byte chunk of `self.buf`; all outlive the call and
-        // nothing else accesses them meanwhile. No address or control buffers are passed.
+        // pointing at a distinct `slot`-byte chunk of `self.buf`, and at a distinct
+        // sockaddr_storage of `self.sources` with its size; all outlive the call and nothing
+        // else accesses them meanwhile. No control buffers are passed.
         let n = unsafe {
             libc::recvmmsg(
                 socket.as_raw_fd(),
@@ -71,6 +82,10 @@ impl Batch {
             let len = hdr.msg_len as usize;
             self.truncated[i] = hdr.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > self.slot;
             self.lens[i] = len.min(self.slot);
+            if hdr.msg_hdr.msg_namelen == 0 {
+                // No source (not a connectionless socket): never taken for any address.
+                self.sources[i].ss_family = libc::AF_UNSPEC as libc::sa_family_t;
+            }
         }
         Ok(n)
     }
@@ -83,6 +98,44 @@ impl Batch {
             &mut self.buf[start..start + self.lens[i]],
             self.truncated[i],
         )
+    }
+}
+
+impl Batch {
+    /// Source address of datagram `i` of the last receive (None if the kernel gave none).
+    pub(crate) fn source(&self, i: usize) -> Option<SocketAddr> {
+        socket_addr(self.sources.get(i)?)
+    }
+}
+
+/// A `sockaddr_storage` filled by the kernel as a Rust address (IPv4 or IPv6, else None).
+fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match libc::c_int::from(storage.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in when the family is AF_INET, and
+            // sockaddr_storage is large and aligned enough for every sockaddr type.
+            let a =
+                unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above, for sockaddr_in6 and AF_INET6.
+            let a = unsafe {
+                &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
+            let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                ip,
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
     }
 }
 
@@ -133,6 +186,7 @@ mod tests {
         for _ in 0..10 {
             let n = batch.recv(&rx).unwrap();
             for i in 0..n {
+                assert_eq!(batch.source(i), Some(tx.local_addr().unwrap()));
                 let (p, truncated) = batch.packet_mut(i);
                 got.push((p.to_vec(), truncated));
             }

@@ -23,10 +23,19 @@ pub const UNDERRUN_TOLERANCE: Duration = Duration::from_millis(20);
 pub struct PlayoutConfig {
     /// The object's bitrate in bit/s; 0 disables pacing.
     pub bitrate_bps: u64,
-    /// Pace the output (false: write as fast as the data comes).
-    pub paced: bool,
+    /// Whether the output is paced at the bitrate.
+    pub pacing: Pacing,
     /// Time between the first piece and the start of paced playout.
     pub prebuffer: Duration,
+}
+
+/// How the playout buffer times its writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pacing {
+    /// Byte `x` is written at `start + x·8 / bitrate` (no pacing if the bitrate is 0).
+    AtBitrate,
+    /// Each piece is written as soon as it arrives (`--as-fast-as-possible`).
+    AsFastAsPossible,
 }
 
 /// What the playout buffer measured.
@@ -100,7 +109,7 @@ fn run(
     config: PlayoutConfig,
     pieces: mpsc::Receiver<Output>,
 ) -> io::Result<PlayoutStats> {
-    let paced = config.paced && config.bitrate_bps > 0;
+    let paced = config.pacing == Pacing::AtBitrate && config.bitrate_bps > 0;
     // 20 ms of media per write when paced, within [1 KiB, 64 KiB].
     let piece_len = if paced {
         (config.bitrate_bps / 8 / 50).clamp(1024, 65536) as usize
@@ -220,7 +229,7 @@ mod tests {
         // 400 kbit/s: 20 000 bytes take 400 ms.
         let cfg = PlayoutConfig {
             bitrate_bps: 400_000,
-            paced: true,
+            pacing: Pacing::AtBitrate,
             prebuffer: Duration::from_millis(50),
         };
         let t = Instant::now();
@@ -264,7 +273,7 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let cfg = PlayoutConfig {
             bitrate_bps: 8_000_000,
-            paced: true,
+            pacing: Pacing::AtBitrate,
             prebuffer: Duration::ZERO,
         };
         let h = spawn(Box::new(io::sink()), cfg, rx).unwrap();

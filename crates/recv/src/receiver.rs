@@ -11,8 +11,15 @@
 //!   object at or after the start codeword, an ESI below the codeword's `k + m`, and a symbol of
 //!   E bytes. Anything that fails the parse or the CRC is *corrupt*; a valid packet of another
 //!   session or out of range is *foreign*. Either way it is an erasure.
-//! - FDT packets (TOI 0, valid CRC) are collected until one FDT instance is complete; it is then
-//!   checked against the session parameters ([`Receiver::fdt_check`]).
+//! - Only codewords inside a window ahead of the release point (the next codeword to release,
+//!   [`ReceiverConfig::window_codewords`]) are collected: a packet of a codeword further ahead
+//!   is *foreign* too, so that one stray datagram cannot make the receiver give up the
+//!   codewords before it. If the stream really is that far ahead (an outage longer than the
+//!   window), the receiver follows it once k distinct symbols of one such codeword have
+//!   arrived: the codewords more than `loss_horizon` before it are given up.
+//! - FDT packets (TOI 0, valid CRC) are assembled as they come ([`FdtAssembler`]: each packet
+//!   is looked at once, the XML bounded by [`isnode_wire::fdt::MAX_FDT_LEN_BYTES`]) until one FDT instance is
+//!   complete; it is then checked against the session parameters ([`Receiver::fdt_check`]).
 //! - A codeword is decoded ([`isnode_fec::Code::reconstruct`]) as soon as k distinct symbols of
 //!   it are in. Symbols that arrive later are counted, not used.
 //! - A codeword is declared unrecoverable once a valid packet of a codeword more than
@@ -26,9 +33,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use isnode_fec::Code;
-use isnode_wire::fdt::{FdtInstance, FecOti};
+use isnode_wire::fdt::{FdtAssembler, FdtInstance, FecOti};
 use isnode_wire::partition::Partition;
-use isnode_wire::{parse_data_packet, parse_packet, CrcStatus, FEC_ENCODING_ID_RS28};
+use isnode_wire::{parse_data_packet, parse_packet, CrcStatus, DataPacket, FEC_ENCODING_ID_RS28};
 
 /// What the receiver needs to know about the session: identifiers and FEC parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,11 +105,27 @@ pub struct ReceiverConfig {
     /// A codeword still short of k symbols is declared unrecoverable when a valid packet of a
     /// codeword more than this many codewords later arrives. Default 2.
     pub loss_horizon: u32,
+    /// Codewords collected ahead of the release point (the next codeword to release): a packet
+    /// of codeword `release + window_codewords` or later is foreign. Raised to
+    /// `loss_horizon + 2` if smaller, so that the loss horizon can be reached. Bounds the
+    /// codewords held in memory. Default 16.
+    pub window_codewords: u32,
 }
 
 impl Default for ReceiverConfig {
     fn default() -> Self {
-        ReceiverConfig { loss_horizon: 2 }
+        ReceiverConfig {
+            loss_horizon: 2,
+            window_codewords: 16,
+        }
+    }
+}
+
+impl ReceiverConfig {
+    /// The window in effect: `window_codewords`, at least `loss_horizon + 2`.
+    pub fn effective_window_codewords(&self) -> u32 {
+        self.window_codewords
+            .max(self.loss_horizon.saturating_add(2))
     }
 }
 
@@ -124,7 +147,8 @@ pub enum PacketClass {
     Duplicate,
     /// Failed the packet parse or the CRC32C check.
     Corrupt,
-    /// Valid, but of another session/object, or out of the object's range.
+    /// Valid, but of another session/object, out of the object's range, or of a codeword
+    /// beyond the window ahead of the release point.
     Foreign,
     /// A valid FDT packet (TOI 0).
     Fdt,
@@ -230,11 +254,31 @@ enum State {
     Released,
 }
 
+/// A set of ESIs (8 bits each).
+#[derive(Clone, Copy, Debug, Default)]
+struct EsiSet {
+    /// Bit i of word i/64 is set if ESI i is in.
+    bits: [u64; 4],
+    /// Number of bits set.
+    len: u32,
+}
+
+impl EsiSet {
+    /// Adds `esi`; false if it was in already.
+    fn insert(&mut self, esi: u8) -> bool {
+        let (word, bit) = (usize::from(esi / 64), 1u64 << (esi % 64));
+        if self.bits[word] & bit != 0 {
+            return false;
+        }
+        self.bits[word] |= bit;
+        self.len += 1;
+        true
+    }
+}
+
 struct Slot {
-    /// ESIs received valid (bit i of word i/64).
-    seen: [u64; 4],
-    /// Number of bits set in `seen`.
-    distinct: u32,
+    /// ESIs received valid.
+    seen: EsiSet,
     /// One past the highest ESI seen.
     high: u32,
     state: State,
@@ -243,8 +287,7 @@ struct Slot {
 impl Slot {
     fn new() -> Slot {
         Slot {
-            seen: [0; 4],
-            distinct: 0,
+            seen: EsiSet::default(),
             high: 0,
             state: State::Collecting {
                 buf: Vec::new(),
@@ -254,13 +297,16 @@ impl Slot {
     }
 }
 
-/// Bounds the FDT bytes buffered while waiting for a complete instance.
-const MAX_FDT_BUFFER: usize = 1 << 20;
+/// Codewords beyond the window whose symbols are tallied (without their bytes) to tell a
+/// stream that moved on from strays.
+const MAX_AHEAD_CANDIDATES: usize = 8;
 
 /// The receive state machine of one session (see the module documentation).
 pub struct Receiver {
     params: SessionParams,
     config: ReceiverConfig,
+    /// [`ReceiverConfig::effective_window_codewords`].
+    window_codewords: u32,
     partition: Partition,
     /// Codes for the (at most two) codeword sizes, keyed by k.
     codes: Vec<Code>,
@@ -273,11 +319,13 @@ pub struct Receiver {
     /// Set by [`Receiver::finish`]: everything not decoded is lost.
     finished: bool,
     slots: BTreeMap<u32, Slot>,
+    /// Codewords beyond the window and the ESIs seen of each (see [`Receiver::watch_ahead`]).
+    ahead: BTreeMap<u32, EsiSet>,
     /// Symbols missing from codewords retired from `slots` or released without any symbol.
     missing_retired: u64,
     stats: ReceiverStats,
-    fdt_packets: Vec<Vec<u8>>,
-    fdt_instance: Option<u32>,
+    /// The FDT instance being assembled, until one is complete.
+    fdt: Option<FdtAssembler>,
     fdt_check: FdtCheck,
     first_symbol_at: Option<Duration>,
     last_symbol_at: Option<Duration>,
@@ -319,6 +367,7 @@ impl Receiver {
         Ok(Receiver {
             next_release: params.start_codeword,
             params,
+            window_codewords: config.effective_window_codewords(),
             config,
             partition,
             codes,
@@ -326,10 +375,10 @@ impl Receiver {
             max_sbn: None,
             finished: false,
             slots: BTreeMap::new(),
+            ahead: BTreeMap::new(),
             missing_retired: 0,
             stats,
-            fdt_packets: Vec::new(),
-            fdt_instance: None,
+            fdt: None,
             fdt_check: FdtCheck::NotReceived,
             first_symbol_at: None,
             last_symbol_at: None,
@@ -364,72 +413,92 @@ impl Receiver {
             Err(_) => return self.push_non_data(bytes),
         };
         let id = packet.id;
-        if id.tsi != self.params.tsi || id.toi != self.params.toi {
+        if !self.is_in_object(&packet) {
             self.stats.packets_foreign += 1;
             return PacketClass::Foreign;
         }
-        let k = self.partition.source_symbols(id.sbn);
-        let n = k + self.params.repair_symbols;
-        if id.sbn < self.params.start_codeword
-            || id.sbn >= self.end
-            || u32::from(id.esi) >= n
-            || packet.symbol.len() != self.params.symbol_len as usize
-        {
+        if u64::from(id.sbn) >= u64::from(self.next_release) + u64::from(self.window_codewords) {
             self.stats.packets_foreign += 1;
+            self.watch_ahead(id.sbn, id.esi);
             return PacketClass::Foreign;
         }
         self.first_symbol_at.get_or_insert(now);
         self.last_symbol_at = Some(now);
-        self.max_sbn = Some(self.max_sbn.map_or(id.sbn, |m| m.max(id.sbn)));
-
+        self.saw_codeword(id.sbn);
         if id.sbn < self.next_release && !self.slots.contains_key(&id.sbn) {
             // Released and retired long ago: cannot tell a duplicate from a late symbol.
             return PacketClass::Redundant;
         }
-        let slot = self.slots.entry(id.sbn).or_insert_with(Slot::new);
-        let (word, bit) = (usize::from(id.esi) / 64, 1u64 << (id.esi % 64));
-        if slot.seen[word] & bit != 0 {
+        self.push_symbol(id.sbn, id.esi, packet.symbol)
+    }
+
+    /// Whether a valid data packet is of this session and object and within its ranges.
+    fn is_in_object(&self, packet: &DataPacket<'_>) -> bool {
+        let id = packet.id;
+        id.tsi == self.params.tsi
+            && id.toi == self.params.toi
+            && id.sbn >= self.params.start_codeword
+            && id.sbn < self.end
+            && u32::from(id.esi) < self.encoding_symbols(id.sbn)
+            && packet.symbol.len() == self.params.symbol_len as usize
+    }
+
+    /// A valid packet of codeword `sbn` arrived: the stream is at least there.
+    fn saw_codeword(&mut self, sbn: u32) {
+        self.max_sbn = Some(self.max_sbn.map_or(sbn, |m| m.max(sbn)));
+    }
+
+    /// Tallies a symbol of codeword `sbn` beyond the window. Once k distinct symbols of one such
+    /// codeword are in, the stream has moved on (an outage longer than the window, not a
+    /// stray): the receiver follows it, giving up what is more than the loss horizon behind.
+    fn watch_ahead(&mut self, sbn: u32, esi: u8) {
+        let window_end = u64::from(self.next_release) + u64::from(self.window_codewords);
+        self.ahead.retain(|&s, _| u64::from(s) >= window_end);
+        if !self.ahead.contains_key(&sbn) && self.ahead.len() >= MAX_AHEAD_CANDIDATES {
+            let fewest = self.ahead.iter().min_by_key(|(&s, set)| (set.len, s));
+            if let Some(&victim) = fewest.map(|(s, _)| s) {
+                self.ahead.remove(&victim);
+            }
+        }
+        let set = self.ahead.entry(sbn).or_default();
+        set.insert(esi);
+        if set.len >= self.partition.source_symbols(sbn) {
+            self.ahead.clear();
+            self.saw_codeword(sbn);
+        }
+    }
+
+    /// A symbol of codeword `sbn` inside the window: stores it, decodes at k.
+    fn push_symbol(&mut self, sbn: u32, esi: u8, symbol: &[u8]) -> PacketClass {
+        let k = self.partition.source_symbols(sbn);
+        let n = self.encoding_symbols(sbn) as usize;
+        let e = self.params.symbol_len as usize;
+        let slot = self.slots.entry(sbn).or_insert_with(Slot::new);
+        if !slot.seen.insert(esi) {
             self.stats.packets_duplicate += 1;
             return PacketClass::Duplicate;
         }
-        slot.seen[word] |= bit;
-        slot.distinct += 1;
-        slot.high = slot.high.max(u32::from(id.esi) + 1);
+        slot.high = slot.high.max(u32::from(esi) + 1);
         self.stats.packets_valid += 1;
         let State::Collecting { buf, present } = &mut slot.state else {
             return PacketClass::Redundant;
         };
-        let e = self.params.symbol_len as usize;
         if buf.is_empty() {
-            *buf = vec![0u8; n as usize * e];
-            *present = vec![false; n as usize];
+            *buf = vec![0u8; n * e];
+            *present = vec![false; n];
         }
-        let at = usize::from(id.esi) * e;
-        buf[at..at + e].copy_from_slice(packet.symbol);
-        present[usize::from(id.esi)] = true;
-        let decoded = slot.distinct >= k;
+        let at = usize::from(esi) * e;
+        buf[at..at + e].copy_from_slice(symbol);
+        present[usize::from(esi)] = true;
+        let decoded = slot.seen.len >= k;
         if decoded {
             let code = self.codes.iter().find(|c| c.source_symbols() == k as usize);
-            let mut data = std::mem::take(buf);
-            let ok = code.is_some_and(|code| {
-                let mut shards: Vec<&mut [u8]> = data.chunks_mut(e).collect();
-                code.reconstruct(&mut shards, present).is_ok()
-            });
-            if ok {
-                self.stats.symbols_repaired +=
-                    present[..k as usize].iter().filter(|p| !**p).count() as u64;
-                data.truncate(self.partition.block_bytes(id.sbn) as usize);
-                slot.state = State::Decoded(data);
-            } else {
-                // Cannot happen with k distinct symbols and a code for k; keep it an erasure.
-                slot.state = State::Released;
-            }
+            let block_bytes = self.partition.block_bytes(sbn) as usize;
+            let (state, repaired) = decode(code, std::mem::take(buf), present, e, block_bytes);
+            slot.state = state;
+            self.stats.symbols_repaired += repaired;
         }
-        PacketClass::Symbol {
-            sbn: id.sbn,
-            esi: id.esi,
-            decoded,
-        }
+        PacketClass::Symbol { sbn, esi, decoded }
     }
 
     /// A datagram that is not a valid isnode data packet: an FDT packet or a corrupt one.
@@ -455,27 +524,17 @@ impl Receiver {
         let Some(instance) = p.fdt_instance_id else {
             return PacketClass::Fdt;
         };
-        if self.fdt_instance != Some(instance) {
+        let assembler = match &mut self.fdt {
             // A new instance replaces a partial older one.
-            self.fdt_instance = Some(instance);
-            self.fdt_packets.clear();
-        }
-        let buffered: usize = self.fdt_packets.iter().map(Vec::len).sum();
-        if buffered + bytes.len() > MAX_FDT_BUFFER {
-            return PacketClass::Fdt;
-        }
-        self.fdt_packets.push(bytes.to_vec());
-        let parsed: Vec<_> = self
-            .fdt_packets
-            .iter()
-            .filter_map(|b| parse_packet(b).ok())
-            .collect();
-        if let Some(xml) = isnode_wire::fdt::reassemble_fdt(&parsed, instance) {
+            Some(a) if a.instance_id() == instance => a,
+            other => other.insert(FdtAssembler::new(instance)),
+        };
+        if let Some(xml) = assembler.push(&p) {
             self.fdt_check = match verify_fdt(&xml, &self.params) {
                 Ok(()) => FdtCheck::Verified,
                 Err(reason) => FdtCheck::Mismatch(reason),
             };
-            self.fdt_packets = Vec::new();
+            self.fdt = None;
         }
         PacketClass::Fdt
     }
@@ -569,7 +628,7 @@ impl Receiver {
             }
             if let Some((sbn, slot)) = self.slots.pop_first() {
                 self.missing_retired +=
-                    u64::from(self.encoding_symbols(sbn).saturating_sub(slot.distinct));
+                    u64::from(self.encoding_symbols(sbn).saturating_sub(slot.seen.len));
             }
         }
     }
@@ -594,12 +653,37 @@ impl Receiver {
                 } else {
                     slot.high
                 };
-                u64::from(expected.saturating_sub(slot.distinct))
+                u64::from(expected.saturating_sub(slot.seen.len))
             })
             .sum();
         s.packets_lost = (self.missing_retired + recent).saturating_sub(s.packets_corrupt);
         s
     }
+}
+
+/// Decodes a codeword from `buf` (n symbols of `e` bytes, `present` marking those received,
+/// at least k of them): the decoded state (its first `block_bytes` bytes) and the number of
+/// source symbols rebuilt.
+fn decode(
+    code: Option<&Code>,
+    mut buf: Vec<u8>,
+    present: &[bool],
+    e: usize,
+    block_bytes: usize,
+) -> (State, u64) {
+    let Some(code) = code else {
+        // Cannot happen: there is a code for every k of the partition. Keep it an erasure.
+        return (State::Released, 0);
+    };
+    let mut shards: Vec<&mut [u8]> = buf.chunks_mut(e).collect();
+    if code.reconstruct(&mut shards, present).is_err() {
+        // Cannot happen with k distinct symbols and a code for k; keep it an erasure.
+        return (State::Released, 0);
+    }
+    let k = code.source_symbols();
+    let repaired = present[..k].iter().filter(|p| !**p).count() as u64;
+    buf.truncate(block_bytes);
+    (State::Decoded(buf), repaired)
 }
 
 /// Checks an FDT instance (XML) against the session: the object's File element (by TOI)

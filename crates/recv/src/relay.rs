@@ -5,6 +5,9 @@
 //! It is one-way: nothing goes back from `--to`. With the server, the client asks for a session
 //! to the relay's port (`isnode play --session-port LISTEN_PORT --port TO_PORT`): the server
 //! sends to the HTTP peer's IP at the relay's port, and the relay forwards to the client.
+//! The client takes datagrams only from the server's IP address by default: the relay sends
+//! from its own host's address, which is the server's when both run on one host; for a relay
+//! elsewhere, give the client `--accept-from RELAY_IP`.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};

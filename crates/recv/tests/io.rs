@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use isnode_recv::play::{play_session, EndReason, SessionSetup};
+use isnode_recv::play::{play_session, EndReason, SessionSetup, SourceFilter};
 use isnode_recv::receiver::{FdtCheck, SessionParams};
 use isnode_recv::sender::object_packets;
 use isnode_recv::{play, play_on, PlayArgs, Relay, RelayArgs};
@@ -123,6 +123,7 @@ fn setup(p: &SessionParams, bitrate_bps: u64) -> SessionSetup {
         params: p.clone(),
         bitrate_bps,
         fdt_session: FdtCheck::NotReceived,
+        source: SourceFilter::ip([127, 0, 0, 1].into()),
     }
 }
 
@@ -247,6 +248,69 @@ fn silence_ends_the_session_with_everything_lost() {
         std::fs::read(dir.path().join("silent.out")).unwrap(),
         vec![0u8; 100_000]
     );
+}
+
+/// Defect 2 of issue 7: datagrams that are not the session's stream must not change the
+/// output. Before the stream starts, another host (127.0.0.2) sends CRC-valid forgeries of the
+/// first codewords and of the last one, and another socket of the sender's host sends a
+/// far-future symbol, duplicates of real packets and packets of another session.
+#[test]
+fn stray_duplicate_and_far_future_packets_leave_output_identical() {
+    let dir = tmpdir();
+    let len = 200_000;
+    let p = SessionParams {
+        symbol_len: 256,
+        max_source_block_len: 10,
+        repair_symbols: 4,
+        ..params(len)
+    };
+    let bytes = data(len as usize, 6);
+    let cws = object_packets(&bytes, &p).unwrap();
+    let last = cws.len() as u32 - 1;
+    assert!(
+        last > 64,
+        "the object spans more codewords than the reorder window"
+    );
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = client.local_addr().unwrap();
+    let forge = |sbn: u32, esi: u8, tsi: u32| {
+        let mut pkt = vec![0x5A; isnode_wire::DATA_HEADER_LEN + p.symbol_len as usize];
+        let id = isnode_wire::DataPacketId {
+            tsi,
+            toi: p.toi,
+            sbn,
+            esi,
+        };
+        isnode_wire::seal_data_packet(&mut pkt, &id).unwrap();
+        pkt
+    };
+    let elsewhere = UdpSocket::bind("127.0.0.2:0").expect("loopback 127.0.0.2");
+    for sbn in [0, 1, 2, last] {
+        for esi in 0..10 {
+            elsewhere.send_to(&forge(sbn, esi, p.tsi), to).unwrap();
+        }
+    }
+    let same_host = UdpSocket::bind("127.0.0.1:0").unwrap();
+    same_host.send_to(&forge(last, 0, p.tsi), to).unwrap();
+    same_host.send_to(&forge(0, 0, p.tsi + 1), to).unwrap();
+    for pkt in cws[0].iter().chain(&cws[0]) {
+        same_host.send_to(pkt, to).unwrap();
+    }
+    let sender = spawn_sender(
+        p.clone(),
+        bytes.clone(),
+        to,
+        SendPlan {
+            bitrate_bps: 0,
+            skip: vec![],
+        },
+    );
+    let out = dir.path().join("strays.out");
+    let stats = play_session(&fast_args(&out), &client, &setup(&p, 8_000_000)).unwrap();
+    sender.join().unwrap();
+    assert_eq!(std::fs::read(&out).unwrap(), bytes, "{}", stats.summary());
+    assert!(stats.is_clean(), "{}", stats.summary());
+    assert!(stats.packets_duplicate >= cws[0].len() as u64);
 }
 
 // ---------------------------------------------------------------------------------------

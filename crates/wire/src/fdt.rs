@@ -528,64 +528,160 @@ pub fn build_fdt_packets(
         .collect())
 }
 
-/// Reassembles the XML of one FDT instance from its packets (any order, duplicates allowed),
-/// sent with in-band EXT_FTI and Compact No-Code (as isnode sends it) or FEC Encoding ID 5
-/// (as the `flute` crate does when its session uses that scheme). Only source symbols are
-/// used (no FEC decoding). Returns `None` until every source symbol announced by the
-/// EXT_FTI is present.
-/// Packets of other instances, without FTI, or with a CRC mismatch are ignored.
-pub fn reassemble_fdt(packets: &[crate::AlcPacket<'_>], instance_id: u32) -> Option<Vec<u8>> {
-    let mut layout: Option<(Fti, Partition)> = None;
-    let mut symbols: Vec<Option<&[u8]>> = Vec::new();
-    for p in packets {
-        if p.lct.toi != 0
-            || p.dataless
-            || p.fdt_instance_id != Some(instance_id)
-            || p.crc == crate::CrcStatus::Invalid
-            || !matches!(
+/// Largest FDT instance, in XML bytes, that [`FdtAssembler`] and [`reassemble_fdt`] accept:
+/// 1 MiB. An isnode FDT describes one object in a few hundred bytes; a Transfer-Length above
+/// this in EXT_FTI is refused before anything is allocated for it.
+pub const MAX_FDT_LEN_BYTES: u64 = 1 << 20;
+
+/// Where the symbols of the instance being assembled go, fixed by the first accepted EXT_FTI.
+#[derive(Clone, Debug)]
+struct FdtLayout {
+    fti: Fti,
+    part: Partition,
+    /// The XML being filled, `fti.transfer_length` bytes.
+    xml: Vec<u8>,
+    /// Which source symbols are in, by symbol index.
+    present: Vec<bool>,
+    /// Source symbols still missing.
+    missing: u64,
+}
+
+/// Incremental reassembly of one FDT instance from its packets, in any order, duplicates
+/// allowed: each packet is looked at once, when it is pushed, and its symbol copied into
+/// place; the XML is handed out when the last missing symbol arrives.
+///
+/// Accepted are packets of TOI 0 with EXT_FDT of this instance, an EXT_FTI, a CRC that is not
+/// invalid, and codepoint 0 (Compact No-Code, as isnode sends the FDT) or 5 (as the `flute`
+/// crate may). Only source symbols are used (no FEC decoding). The first such packet whose
+/// EXT_FTI announces at most [`MAX_FDT_LEN_BYTES`] (and at most 65535 symbols) fixes the layout:
+/// that many bytes are allocated, never more; packets with another EXT_FTI are ignored.
+#[derive(Clone, Debug)]
+pub struct FdtAssembler {
+    instance_id: u32,
+    layout: Option<FdtLayout>,
+    done: bool,
+}
+
+impl FdtAssembler {
+    /// An assembler of instance `instance_id`.
+    pub fn new(instance_id: u32) -> FdtAssembler {
+        FdtAssembler {
+            instance_id,
+            layout: None,
+            done: false,
+        }
+    }
+
+    /// The FDT Instance ID being assembled.
+    pub fn instance_id(&self) -> u32 {
+        self.instance_id
+    }
+
+    /// True once the XML has been handed out by [`FdtAssembler::push`].
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Takes one packet; returns the instance's XML when this packet completed it (once).
+    /// Packets that do not belong, or come after completion, are ignored.
+    pub fn push(&mut self, p: &crate::AlcPacket<'_>) -> Option<Vec<u8>> {
+        if self.done || !self.belongs(p) {
+            return None;
+        }
+        let fti = p.fti?;
+        if self.layout.is_none() {
+            self.layout = FdtAssembler::layout_for(fti);
+        }
+        let layout = self.layout.as_mut()?;
+        if fti != layout.fti || !layout.place(p.sbn, p.esi, p.payload) || layout.missing > 0 {
+            return None;
+        }
+        self.done = true;
+        self.layout.take().map(|l| l.xml)
+    }
+
+    /// Whether `p` is a packet of this instance's FDT that may carry a source symbol.
+    fn belongs(&self, p: &crate::AlcPacket<'_>) -> bool {
+        p.lct.toi == 0
+            && !p.dataless
+            && p.fdt_instance_id == Some(self.instance_id)
+            && p.crc != crate::CrcStatus::Invalid
+            && matches!(
                 p.lct.codepoint,
                 FEC_ENCODING_ID_NO_CODE | FEC_ENCODING_ID_RS28
             )
-        {
-            continue;
+    }
+
+    /// The layout an EXT_FTI announces, if it is within the limits.
+    fn layout_for(fti: Fti) -> Option<FdtLayout> {
+        if fti.transfer_length > MAX_FDT_LEN_BYTES {
+            return None;
         }
-        let Some(f) = p.fti else { continue };
-        if layout.is_none() {
-            let part = Partition::new(
-                f.transfer_length,
-                f.oti.symbol_len,
-                f.oti.max_source_block_len,
-            )
-            .ok()?;
-            // An FDT is small: refuse absurd announcements instead of allocating them.
-            if part.total_symbols() > u64::from(u16::MAX) {
-                return None;
-            }
-            symbols = vec![None; part.total_symbols() as usize];
-            layout = Some((f, part));
+        let part = Partition::new(
+            fti.transfer_length,
+            fti.oti.symbol_len,
+            fti.oti.max_source_block_len,
+        )
+        .ok()?;
+        let symbols = part.total_symbols();
+        if symbols > u64::from(u16::MAX) {
+            return None;
         }
-        let (fti, part) = layout?;
-        if f != fti || p.esi >= part.source_symbols(p.sbn) {
-            continue;
+        // Both bounded above: transfer_length by MAX_FDT_LEN_BYTES, symbols by 65535.
+        let len = usize::try_from(fti.transfer_length).ok()?;
+        Some(FdtLayout {
+            fti,
+            part,
+            xml: vec![0; len],
+            present: vec![false; symbols as usize],
+            missing: symbols,
+        })
+    }
+}
+
+impl FdtLayout {
+    /// Copies source symbol (`sbn`, `esi`) into place; false if it is not one of the layout's
+    /// source symbols or has the wrong length. A duplicate is accepted and changes nothing.
+    fn place(&mut self, sbn: u32, esi: u32, payload: &[u8]) -> bool {
+        if esi >= self.part.source_symbols(sbn) {
+            return false;
         }
-        let index = (part.first_symbol(p.sbn) + u64::from(p.esi)) as usize;
-        let e = fti.oti.symbol_len as usize;
-        let need = if index + 1 == symbols.len() {
-            part.last_symbol_len() as usize
+        let index = self.part.first_symbol(sbn) + u64::from(esi);
+        let e = u64::from(self.fti.oti.symbol_len);
+        let need = if index + 1 == self.part.total_symbols() {
+            u64::from(self.part.last_symbol_len())
         } else {
             e
         };
-        if p.payload.len() < need || p.payload.len() > e {
-            continue;
+        let len = payload.len() as u64;
+        if len < need || len > e {
+            return false;
         }
-        if let Some(slot) = symbols.get_mut(index) {
-            *slot = Some(&p.payload[..need]);
+        let Ok(i) = usize::try_from(index) else {
+            return false;
+        };
+        let (start, need) = ((index * e) as usize, need as usize);
+        let (Some(seen), Some(dst), Some(src)) = (
+            self.present.get_mut(i),
+            self.xml.get_mut(start..start + need),
+            payload.get(..need),
+        ) else {
+            return false;
+        };
+        if !*seen {
+            dst.copy_from_slice(src);
+            *seen = true;
+            self.missing -= 1;
         }
+        true
     }
-    let (fti, _) = layout?;
-    let mut xml = Vec::with_capacity(usize::try_from(fti.transfer_length).ok()?);
-    for s in symbols {
-        xml.extend_from_slice(s?);
-    }
-    Some(xml)
+}
+
+/// Reassembles the XML of one FDT instance from its packets with an [`FdtAssembler`] (any
+/// order, duplicates allowed, at most [`MAX_FDT_LEN_BYTES`]). Returns `None` until every
+/// source symbol announced by the EXT_FTI is present.
+/// Packets of other instances, without FTI, or with a CRC mismatch are ignored.
+pub fn reassemble_fdt(packets: &[crate::AlcPacket<'_>], instance_id: u32) -> Option<Vec<u8>> {
+    let mut assembler = FdtAssembler::new(instance_id);
+    packets.iter().find_map(|p| assembler.push(p))
 }

@@ -379,6 +379,51 @@ fn fec_payload_id_format(codepoint: u8) -> Result<(u32, u32), WireError> {
 /// Never panics: malformed input is a typed [`WireError`]. A CRC mismatch is not an error
 /// but [`CrcStatus::Invalid`], so that the caller can count it and treat it as an erasure.
 pub fn parse_packet(bytes: &[u8]) -> Result<AlcPacket<'_>, WireError> {
+    let (lct, fixed) = parse_lct_header(bytes)?;
+    let header_len = lct.header_len;
+    let ext = parse_extensions(bytes, fixed, header_len)?;
+    let fti = match ext.fti_offset {
+        Some(at) => parse_fti(&bytes[at..header_len], lct.codepoint, at)?,
+        None => None,
+    };
+    let crc = match ext.crc_offset {
+        None => CrcStatus::Absent,
+        Some(at) if read_u32(bytes, at) == packet_crc(bytes, at) => CrcStatus::Valid,
+        Some(_) => CrcStatus::Invalid,
+    };
+    let (flute_version, fdt_instance_id) = ext.fdt.unzip();
+    let mut packet = AlcPacket {
+        lct,
+        sbn: 0,
+        esi: 0,
+        crc,
+        fdt_instance_id,
+        flute_version,
+        cenc: ext.cenc,
+        fti,
+        dataless: true,
+        payload: &bytes[header_len..],
+    };
+    // RFC 5775 §4.1: a packet may consist of the LCT header only.
+    if bytes.len() == header_len {
+        return Ok(packet);
+    }
+    let (sbn, esi) = parse_fec_payload_id(bytes, header_len, lct.codepoint)?;
+    packet.sbn = sbn;
+    packet.esi = esi;
+    packet.dataless = false;
+    packet.payload = &bytes[header_len + 4..];
+    Ok(packet)
+}
+
+/// The big-endian 32-bit word at `at` (the caller has checked `at + 4 <= bytes.len()`).
+fn read_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
+
+/// Parses the fixed part of an LCT header and checks HDR_LEN against it and against the
+/// buffer. Returns the header and the length of its fixed part (where extensions start).
+fn parse_lct_header(bytes: &[u8]) -> Result<(LctHeader, usize), WireError> {
     let got = bytes.len();
     if got < 4 {
         return Err(WireError::TooShort { need: 4, got });
@@ -388,14 +433,10 @@ pub fn parse_packet(bytes: &[u8]) -> Result<AlcPacket<'_>, WireError> {
         return Err(WireError::BadVersion(version));
     }
     let c = usize::from((bytes[0] >> 2) & 0x3);
-    let psi = bytes[0] & 0x3;
     let s = usize::from(bytes[1] >> 7);
     let o = usize::from((bytes[1] >> 5) & 0x3);
     let h = usize::from((bytes[1] >> 4) & 0x1);
-    let close_session = bytes[1] & 0x2 != 0;
-    let close_object = bytes[1] & 0x1 != 0;
     let header_len = usize::from(bytes[2]) * 4;
-    let codepoint = bytes[3];
 
     let cci_len = 4 * (c + 1);
     let tsi_len = 4 * s + 2 * h;
@@ -413,29 +454,44 @@ pub fn parse_packet(bytes: &[u8]) -> Result<AlcPacket<'_>, WireError> {
             got,
         });
     }
-    let cci = be_uint(&bytes[4..4 + cci_len]);
     let tsi_end = 4 + cci_len + tsi_len;
-    // At most 48 bits: the cast is lossless.
-    let tsi = be_uint(&bytes[4 + cci_len..tsi_end]) as u64;
-    let toi = be_uint(&bytes[tsi_end..fixed]);
-
     let lct = LctHeader {
         version,
-        psi,
-        cci,
-        tsi,
-        toi,
-        codepoint,
-        close_session,
-        close_object,
+        psi: bytes[0] & 0x3,
+        cci: be_uint(&bytes[4..4 + cci_len]),
+        // At most 48 bits: the cast is lossless.
+        tsi: be_uint(&bytes[4 + cci_len..tsi_end]) as u64,
+        toi: be_uint(&bytes[tsi_end..fixed]),
+        codepoint: bytes[3],
+        close_session: bytes[1] & 0x2 != 0,
+        close_object: bytes[1] & 0x1 != 0,
         header_len,
     };
+    Ok((lct, fixed))
+}
 
-    // Header extensions.
-    let mut crc_offset: Option<usize> = None;
-    let mut fdt: Option<(u8, u32)> = None;
-    let mut cenc: Option<u8> = None;
-    let mut fti_ext: Option<usize> = None;
+/// The header extensions isnode decodes, by where they are.
+#[derive(Default)]
+struct Extensions {
+    /// Offset of the CRC32C value of EXT_CRC.
+    crc_offset: Option<usize>,
+    /// FLUTE version and FDT Instance ID of EXT_FDT.
+    fdt: Option<(u8, u32)>,
+    /// Content encoding of EXT_CENC.
+    cenc: Option<u8>,
+    /// Offset of EXT_FTI (its HET byte).
+    fti_offset: Option<usize>,
+}
+
+/// Walks the header extensions in `bytes[fixed..header_len]` (the caller has checked
+/// `header_len <= bytes.len()`): checks every length, rejects duplicates of the extensions
+/// it decodes, and skips the others.
+fn parse_extensions(
+    bytes: &[u8],
+    fixed: usize,
+    header_len: usize,
+) -> Result<Extensions, WireError> {
+    let mut ext = Extensions::default();
     let mut offset = fixed;
     while offset < header_len {
         let het = bytes[offset];
@@ -455,114 +511,48 @@ pub fn parse_packet(bytes: &[u8]) -> Result<AlcPacket<'_>, WireError> {
         if offset + hel > header_len {
             return Err(bad("extension overruns HDR_LEN"));
         }
-        match het {
-            EXT_CRC32C_HET => {
-                if hel != 8 {
-                    return Err(bad("EXT_CRC must have HEL=2"));
-                }
-                if crc_offset.is_some() {
-                    return Err(bad("duplicate EXT_CRC"));
-                }
-                crc_offset = Some(offset + 4);
-            }
+        let duplicate = match het {
+            EXT_CRC32C_HET if hel != 8 => return Err(bad("EXT_CRC must have HEL=2")),
+            EXT_CRC32C_HET => ext.crc_offset.replace(offset + 4).is_some(),
             EXT_FDT_HET => {
-                if fdt.is_some() {
-                    return Err(bad("duplicate EXT_FDT"));
-                }
-                let word = u32::from_be_bytes([
-                    bytes[offset],
-                    bytes[offset + 1],
-                    bytes[offset + 2],
-                    bytes[offset + 3],
-                ]);
-                fdt = Some((((word >> 20) & 0xF) as u8, word & 0xF_FFFF));
+                let word = read_u32(bytes, offset);
+                let fdt = (((word >> 20) & 0xF) as u8, word & 0xF_FFFF);
+                ext.fdt.replace(fdt).is_some()
             }
-            EXT_CENC_HET => {
-                if cenc.is_some() {
-                    return Err(bad("duplicate EXT_CENC"));
-                }
-                cenc = Some(bytes[offset + 1]);
-            }
-            EXT_FTI_HET => {
-                if fti_ext.is_some() {
-                    return Err(bad("duplicate EXT_FTI"));
-                }
-                fti_ext = Some(offset);
-            }
-            _ => {}
+            EXT_CENC_HET => ext.cenc.replace(bytes[offset + 1]).is_some(),
+            EXT_FTI_HET => ext.fti_offset.replace(offset).is_some(),
+            _ => false,
+        };
+        if duplicate {
+            return Err(bad(match het {
+                EXT_CRC32C_HET => "duplicate EXT_CRC",
+                EXT_FDT_HET => "duplicate EXT_FDT",
+                EXT_CENC_HET => "duplicate EXT_CENC",
+                _ => "duplicate EXT_FTI",
+            }));
         }
         offset += hel;
     }
+    Ok(ext)
+}
 
-    let fti = match fti_ext {
-        Some(at) => parse_fti(&bytes[at..header_len], codepoint, at)?,
-        None => None,
-    };
-
-    let crc = match crc_offset {
-        None => CrcStatus::Absent,
-        Some(at) => {
-            let carried =
-                u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-            if carried == packet_crc(bytes, at) {
-                CrcStatus::Valid
-            } else {
-                CrcStatus::Invalid
-            }
-        }
-    };
-
-    let (fdt_instance_id, flute_version) = match fdt {
-        Some((v, id)) => (Some(id), Some(v)),
-        None => (None, None),
-    };
-
-    // RFC 5775 §4.1: a packet may consist of the LCT header only.
-    if got == header_len {
-        return Ok(AlcPacket {
-            lct,
-            sbn: 0,
-            esi: 0,
-            crc,
-            fdt_instance_id,
-            flute_version,
-            cenc,
-            fti,
-            dataless: true,
-            payload: &bytes[got..],
-        });
-    }
-
+/// Reads the FEC Payload ID at `header_len` for the scheme `codepoint`: (SBN, ESI).
+fn parse_fec_payload_id(
+    bytes: &[u8],
+    header_len: usize,
+    codepoint: u8,
+) -> Result<(u32, u32), WireError> {
     let (sbn_bits, esi_bits) = fec_payload_id_format(codepoint)?;
     let payload_start = header_len + 4;
-    if got < payload_start {
+    if bytes.len() < payload_start {
         return Err(WireError::TooShort {
             need: payload_start,
-            got,
+            got: bytes.len(),
         });
     }
-    let word = u32::from_be_bytes([
-        bytes[header_len],
-        bytes[header_len + 1],
-        bytes[header_len + 2],
-        bytes[header_len + 3],
-    ]);
+    let word = read_u32(bytes, header_len);
     debug_assert_eq!(sbn_bits + esi_bits, 32);
-    let sbn = word >> esi_bits;
-    let esi = word & ((1u32 << esi_bits) - 1);
-
-    Ok(AlcPacket {
-        lct,
-        sbn,
-        esi,
-        crc,
-        fdt_instance_id,
-        flute_version,
-        cenc,
-        fti,
-        dataless: false,
-        payload: &bytes[payload_start..],
-    })
+    Ok((word >> esi_bits, word & ((1u32 << esi_bits) - 1)))
 }
 
 /// Decodes the EXT_FTI starting at `ext[0]` (HET) for the FEC scheme `codepoint`.

@@ -156,7 +156,7 @@ proptest! {
         // can span any number of codewords when the ones between lost most of their packets;
         // so the early give-up (tested on its own) is switched off here and the codewords
         // are judged at the end of the stream.
-        let no_horizon = ReceiverConfig { loss_horizon: u32::MAX };
+        let no_horizon = ReceiverConfig { loss_horizon: u32::MAX, ..ReceiverConfig::default() };
         let mut rx = Receiver::new(p.clone(), no_horizon).unwrap();
         let (out, lost) = run(&mut rx, &seq);
         prop_assert!(lost.is_empty(), "lost {:?}", lost);
@@ -209,7 +209,7 @@ proptest! {
         // can span any number of codewords when the ones between lost most of their packets;
         // so the early give-up (tested on its own) is switched off here and the codewords
         // are judged at the end of the stream.
-        let no_horizon = ReceiverConfig { loss_horizon: u32::MAX };
+        let no_horizon = ReceiverConfig { loss_horizon: u32::MAX, ..ReceiverConfig::default() };
         let mut rx = Receiver::new(p.clone(), no_horizon).unwrap();
         let (out, lost) = run(&mut rx, &seq);
         let part = rx.partition().to_owned();
@@ -273,7 +273,14 @@ fn horizon_declares_loss_without_finish() {
     let data = random_data(4000, 2);
     let p = params(4000, 100, 10, 2); // 4 codewords of 10 source symbols
     let cws = object_packets(&data, &p).unwrap();
-    let mut rx = Receiver::new(p, ReceiverConfig { loss_horizon: 1 }).unwrap();
+    let mut rx = Receiver::new(
+        p,
+        ReceiverConfig {
+            loss_horizon: 1,
+            ..ReceiverConfig::default()
+        },
+    )
+    .unwrap();
     // Codeword 0 gets only 9 symbols.
     for pkt in &cws[0][..9] {
         rx.push(pkt, T0);
@@ -413,4 +420,80 @@ fn empty_object_and_bad_params() {
     let mut p = params(1000, 100, 5, 1);
     p.start_codeword = 3;
     assert!(Receiver::new(p, ReceiverConfig::default()).is_err());
+}
+
+/// Defect 2 of issue 7: one CRC-valid datagram of the session with a far-future SBN (a stray,
+/// a replay, a bit of another run) must not make the receiver give up every earlier codeword.
+#[test]
+fn far_future_packet_does_not_zero_the_output() {
+    let data = random_data(40_000, 7);
+    let p = params(40_000, 100, 10, 2); // 40 codewords of 10 source symbols
+    let cws = object_packets(&data, &p).unwrap();
+    let last = cws.len() - 1;
+    let mut rx = Receiver::new(p, ReceiverConfig::default()).unwrap();
+    // Before the stream: the last codeword's first symbol with forged bytes, twice.
+    let mut stray = cws[last][0].clone();
+    stray[isnode_wire::DATA_HEADER_LEN] ^= 0xFF;
+    isnode_wire::seal_data_packet(
+        &mut stray,
+        &isnode_wire::DataPacketId {
+            tsi: 0xA1B2_C3D4,
+            toi: 7,
+            sbn: last as u32,
+            esi: 0,
+        },
+    )
+    .unwrap();
+    let mut seq = vec![stray.clone(), stray];
+    seq.extend(cws.iter().flatten().cloned());
+    let (out, lost) = run(&mut rx, &seq);
+    assert_eq!(lost, vec![], "no codeword given up");
+    assert_eq!(out, data);
+    assert_eq!(
+        rx.stats().packets_foreign,
+        2,
+        "the strays are counted foreign"
+    );
+}
+
+/// The other side of the window: a stream that really moved further ahead than the window
+/// (an outage) is followed once k distinct symbols of one codeword beyond it are in, while
+/// repeats of one stray symbol never are.
+#[test]
+fn follows_a_stream_that_jumped_past_the_window() {
+    let data = random_data(40_000, 8);
+    let p = params(40_000, 100, 10, 2); // 40 codewords of 10 source symbols
+    let cws = object_packets(&data, &p).unwrap();
+    let config = ReceiverConfig::default();
+    assert_eq!(config.effective_window_codewords(), 16);
+    let mut rx = Receiver::new(p, config).unwrap();
+    let mut seq: Vec<Vec<u8>> = cws[0].clone();
+    // One symbol far ahead, many times over: a stray, not a stream.
+    seq.extend(std::iter::repeat_n(cws[35][0].clone(), 50));
+    // The outage: codewords 1..30 never arrive.
+    seq.extend(cws[30..].iter().flatten().cloned());
+    let (out, lost) = run(&mut rx, &seq);
+    let lost: Vec<u32> = lost.iter().map(|l| l.0).collect();
+    assert_eq!(
+        lost,
+        (1..=30).collect::<Vec<_>>(),
+        "the codeword that resynchronised is lost too"
+    );
+    assert_eq!(out[..1000], data[..1000]);
+    assert_eq!(out[31_000..], data[31_000..]);
+    assert_eq!(rx.stats().codewords_decoded, 10);
+}
+
+#[test]
+fn window_is_at_least_the_loss_horizon_plus_two() {
+    let c = ReceiverConfig {
+        loss_horizon: 20,
+        window_codewords: 4,
+    };
+    assert_eq!(c.effective_window_codewords(), 22);
+    let c = ReceiverConfig {
+        loss_horizon: u32::MAX,
+        window_codewords: 4,
+    };
+    assert_eq!(c.effective_window_codewords(), u32::MAX);
 }

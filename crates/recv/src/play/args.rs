@@ -1,0 +1,272 @@
+//! The command line of `isnode play`.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use crate::impair::ImpairConfig;
+
+/// Arguments of `isnode play`.
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_help = "\
+Lossy relay between processes: the server sends to the HTTP peer's address at the port the \
+session names, so point the session at a relay and let the relay forward to this client:
+
+  isnode relay --listen 127.0.0.1:7001 --to 127.0.0.1:7002 --loss 0.05 --burst 3
+  isnode play movie.ts --port 7002 --session-port 7001 --out movie.out
+
+The client receives on --port 7002 and asks the server to stream to port 7001 (the relay). \
+It accepts datagrams from the server's IP address only: a relay on the server's host sends \
+from it too; for a relay on another host, add --accept-from RELAY_IP.")]
+pub struct PlayArgs {
+    /// Name of the object to play.
+    pub name: String,
+
+    /// Base URL of the server's control API.
+    #[arg(long, default_value = "http://127.0.0.1:7878")]
+    pub server: String,
+
+    /// Write the object's bytes to FILE (`-` for stdout); without it they are only counted.
+    /// Unrecoverable codewords are written as zeros: the output always keeps its length.
+    #[arg(long, value_name = "FILE|-")]
+    pub out: Option<PathBuf>,
+
+    /// Also write the statistics as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub stats_json: Option<PathBuf>,
+
+    /// Injected loss and corruption.
+    #[command(flatten)]
+    pub impair: ImpairConfig,
+
+    /// Write the output as soon as it is decoded instead of pacing it at the object's bitrate.
+    #[arg(long)]
+    pub as_fast_as_possible: bool,
+
+    /// UDP port to receive on (0: an ephemeral port).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+
+    /// Local address to receive on; default: 127.0.0.1 if the server is on IPv4 loopback,
+    /// else the unspecified address of the server's family (`[::]` is dual-stack).
+    #[arg(long, value_name = "IP")]
+    pub bind: Option<IpAddr>,
+
+    /// Ask the server to stream to this UDP port instead of the receive port, e.g. the
+    /// `--listen` port of an `isnode relay` whose `--to` is this client's `--port`.
+    #[arg(long, value_name = "PORT")]
+    pub session_port: Option<u16>,
+
+    /// Accept datagrams only from this IP address, any port (`any`: from every address).
+    /// Default: the server's address (the host of `--server`), which is also the source of an
+    /// `isnode relay` on the server's host; give the relay's address if it runs elsewhere.
+    #[arg(long, value_name = "IP|any")]
+    pub accept_from: Option<AcceptFrom>,
+
+    /// First codeword to ask for (the output then starts at that codeword's first byte).
+    #[arg(long, default_value_t = 0)]
+    pub start_codeword: u32,
+
+    /// End the session after this many seconds without a datagram.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    pub timeout_s: f64,
+
+    /// End the session after this many seconds in any case.
+    #[arg(long, value_name = "SECONDS", default_value_t = 86_400.0)]
+    pub max_seconds: f64,
+
+    /// Paced playout starts this long after the first codeword is ready; default: one
+    /// codeword's playing time.
+    #[arg(long, value_name = "MS")]
+    pub prebuffer_ms: Option<u64>,
+
+    /// Declare a codeword unrecoverable once packets of a codeword more than this many
+    /// codewords later arrive.
+    #[arg(long, value_name = "CODEWORDS", default_value_t = 2)]
+    pub loss_horizon: u32,
+
+    /// Collect codewords up to this many ahead of the next one to play out; packets of
+    /// codewords further ahead are taken for strays (at least --loss-horizon + 2).
+    #[arg(long, value_name = "CODEWORDS", default_value_t = 16)]
+    pub window_codewords: u32,
+}
+
+impl PlayArgs {
+    /// Arguments with every option at its default, for `name`.
+    pub fn new(name: impl Into<String>) -> PlayArgs {
+        PlayArgs {
+            name: name.into(),
+            server: "http://127.0.0.1:7878".into(),
+            out: None,
+            stats_json: None,
+            impair: ImpairConfig {
+                seed: 1,
+                ..ImpairConfig::default()
+            },
+            as_fast_as_possible: false,
+            port: 0,
+            bind: None,
+            session_port: None,
+            accept_from: None,
+            start_codeword: 0,
+            timeout_s: 5.0,
+            max_seconds: 86_400.0,
+            prebuffer_ms: None,
+            loss_horizon: 2,
+            window_codewords: 16,
+        }
+    }
+}
+
+/// The value of `--accept-from`: an IP address, or `any`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AcceptFrom {
+    /// Datagrams from every address.
+    Any,
+    /// Datagrams from this IP address only.
+    Ip(IpAddr),
+}
+
+impl FromStr for AcceptFrom {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.eq_ignore_ascii_case("any") {
+            return Ok(AcceptFrom::Any);
+        }
+        s.parse()
+            .map(AcceptFrom::Ip)
+            .map_err(|_| format!("{s:?} is neither an IP address nor `any`"))
+    }
+}
+
+impl fmt::Display for AcceptFrom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AcceptFrom::Any => f.write_str("any"),
+            AcceptFrom::Ip(ip) => ip.fmt(f),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{Args, Command, FromArgMatches};
+    use std::path::Path;
+
+    fn parse(argv: &[&str]) -> PlayArgs {
+        let cmd = PlayArgs::augment_args(Command::new("play"));
+        cmd.clone().debug_assert();
+        let m = cmd.try_get_matches_from(argv).unwrap();
+        PlayArgs::from_arg_matches(&m).unwrap()
+    }
+
+    #[test]
+    fn cli_defaults_match_new() {
+        let a = parse(&["play", "movie.ts"]);
+        let b = PlayArgs::new("movie.ts");
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    }
+
+    #[test]
+    fn cli_options() {
+        let a = parse(&[
+            "play",
+            "m",
+            "--server",
+            "http://[::1]:9",
+            "--out",
+            "-",
+            "--stats-json",
+            "s.json",
+            "--loss",
+            "0.1",
+            "--burst",
+            "3",
+            "--corrupt",
+            "0.01",
+            "--seed",
+            "7",
+            "--as-fast-as-possible",
+            "--port",
+            "7002",
+            "--bind",
+            "127.0.0.1",
+            "--session-port",
+            "7001",
+            "--accept-from",
+            "10.0.0.7",
+            "--start-codeword",
+            "4",
+            "--timeout-s",
+            "2.5",
+            "--prebuffer-ms",
+            "300",
+            "--loss-horizon",
+            "3",
+            "--window-codewords",
+            "32",
+            "--max-seconds",
+            "60",
+        ]);
+        assert_eq!(a.session_port, Some(7001));
+        assert_eq!(a.port, 7002);
+        assert_eq!(
+            a.accept_from,
+            Some(AcceptFrom::Ip("10.0.0.7".parse().unwrap()))
+        );
+        assert_eq!(a.window_codewords, 32);
+        assert_eq!(a.impair.burst, Some(3.0));
+        assert!(a.as_fast_as_possible);
+        assert_eq!(a.out.as_deref(), Some(Path::new("-")));
+        let help = PlayArgs::augment_args(Command::new("play"))
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--session-port"), "{help}");
+        assert!(help.contains("isnode relay --listen"), "{help}");
+        assert!(help.contains("--accept-from RELAY_IP"), "{help}");
+    }
+
+    #[test]
+    fn accept_from_values() {
+        assert_eq!(
+            parse(&["play", "m", "--accept-from", "ANY"]).accept_from,
+            Some(AcceptFrom::Any)
+        );
+        let v6 = parse(&["play", "m", "--accept-from", "::1"]).accept_from;
+        assert_eq!(v6, Some(AcceptFrom::Ip("::1".parse().unwrap())));
+        let cmd = PlayArgs::augment_args(Command::new("play"));
+        assert!(cmd
+            .try_get_matches_from(["play", "m", "--accept-from", "relay"])
+            .is_err());
+        assert_eq!(AcceptFrom::Any.to_string(), "any");
+    }
+
+    #[test]
+    fn relay_cli() {
+        use crate::relay::RelayArgs;
+        let cmd = RelayArgs::augment_args(Command::new("relay"));
+        cmd.clone().debug_assert();
+        let m = cmd
+            .try_get_matches_from([
+                "relay",
+                "--listen",
+                "127.0.0.1:7001",
+                "--to",
+                "127.0.0.1:7002",
+                "--loss",
+                "0.05",
+                "--burst",
+                "2",
+            ])
+            .unwrap();
+        let r = RelayArgs::from_arg_matches(&m).unwrap();
+        assert_eq!(r.to.port(), 7002);
+        assert_eq!(r.impair.loss, 0.05);
+        assert!(RelayArgs::augment_args(Command::new("relay"))
+            .try_get_matches_from(["relay", "--listen", "127.0.0.1:1"])
+            .is_err());
+    }
+}

@@ -1,0 +1,305 @@
+//! One session's receive loop: socket → source filter → impairment → receive core → playout.
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use isnode_wire::DATA_HEADER_LEN;
+
+use crate::control::{SessionInfo, SessionInfoExt};
+use crate::impair::{Impairer, Verdict};
+use crate::net::{grow_recv_buffer, set_poll_timeout, Batch};
+use crate::playout::{self, Pacing, PlayoutConfig, PlayoutStats};
+use crate::receiver::{verify_fdt, FdtCheck, Output, Receiver, ReceiverConfig, SessionParams};
+
+use super::args::PlayArgs;
+use super::stats::{assemble, EndReason, LoopCounts, PlayStats, PlayTimes};
+
+/// Which datagrams the receive loop takes, by their source address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceFilter {
+    /// Datagrams from every address (`--accept-from any`).
+    Any,
+    /// Datagrams whose source IP is one of these, from any port (the server sends from the
+    /// ephemeral ports of its data-plane sockets). IPv4-mapped IPv6 addresses count as IPv4.
+    Ips(Vec<IpAddr>),
+}
+
+impl SourceFilter {
+    /// Datagrams from `ip` only.
+    pub fn ip(ip: IpAddr) -> SourceFilter {
+        SourceFilter::Ips(vec![ip])
+    }
+
+    /// Whether a datagram from `from` (None: unknown) is taken.
+    pub fn accepts(&self, from: Option<SocketAddr>) -> bool {
+        match self {
+            SourceFilter::Any => true,
+            SourceFilter::Ips(ips) => from.is_some_and(|from| {
+                let ip = from.ip().to_canonical();
+                ips.iter().any(|a| a.to_canonical() == ip)
+            }),
+        }
+    }
+}
+
+/// A session as the receive loop needs it: from the server's answer, or preset (tests, demos).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionSetup {
+    /// Object name (for the statistics).
+    pub object: String,
+    /// Server session id, if any.
+    pub session_id: Option<String>,
+    /// Receiver parameters.
+    pub params: SessionParams,
+    /// The object's bitrate, for pacing.
+    pub bitrate_bps: u64,
+    /// The FDT check of the session answer.
+    pub fdt_session: FdtCheck,
+    /// Where the session's datagrams may come from.
+    pub source: SourceFilter,
+}
+
+impl SessionSetup {
+    /// From the server's session answer (checked), taking datagrams from `source`.
+    pub fn from_info(info: &SessionInfo, source: SourceFilter) -> anyhow::Result<SessionSetup> {
+        let params = info.params()?;
+        let fdt_session = if info.fdt_xml.is_empty() {
+            FdtCheck::NotReceived
+        } else {
+            match verify_fdt(info.fdt_xml.as_bytes(), &params) {
+                Ok(()) => FdtCheck::Verified,
+                Err(r) => FdtCheck::Mismatch(r),
+            }
+        };
+        Ok(SessionSetup {
+            object: info.object.name.clone(),
+            session_id: Some(info.id.clone()),
+            params,
+            bitrate_bps: info.object.bitrate_bps,
+            fdt_session,
+            source,
+        })
+    }
+}
+
+/// When the receive loop gives up, from `--timeout-s` and `--max-seconds`.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    /// No datagram for this long ends the session.
+    idle_timeout: Duration,
+    /// Once the last codeword has been seen, no datagram for this long ends the session.
+    tail_idle: Duration,
+    /// The session ends after this long in any case.
+    max_duration: Duration,
+}
+
+impl Limits {
+    fn from_args(args: &PlayArgs) -> anyhow::Result<Limits> {
+        let idle_timeout = secs(args.timeout_s, "--timeout-s")?;
+        Ok(Limits {
+            idle_timeout,
+            tail_idle: idle_timeout.min(Duration::from_secs(1)),
+            max_duration: secs(args.max_seconds, "--max-seconds")?,
+        })
+    }
+}
+
+fn secs(v: f64, what: &str) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(v).map_err(|_| anyhow::anyhow!("{what} must be >= 0, got {v}"))
+}
+
+/// How the playout buffer writes this session: paced at the bitrate unless
+/// `--as-fast-as-possible`, after `--prebuffer-ms` (default: one codeword's playing time).
+fn playout_config(args: &PlayArgs, setup: &SessionSetup, rx: &Receiver) -> PlayoutConfig {
+    let codeword_bits =
+        f64::from(rx.partition().a_large) * f64::from(setup.params.symbol_len) * 8.0;
+    let codeword_time = if setup.bitrate_bps > 0 {
+        Duration::from_secs_f64(codeword_bits / setup.bitrate_bps as f64)
+    } else {
+        Duration::ZERO
+    };
+    PlayoutConfig {
+        bitrate_bps: setup.bitrate_bps,
+        pacing: if args.as_fast_as_possible {
+            Pacing::AsFastAsPossible
+        } else {
+            Pacing::AtBitrate
+        },
+        prebuffer: args
+            .prebuffer_ms
+            .map_or(codeword_time, Duration::from_millis),
+    }
+}
+
+/// The receive core and what feeds it and drains it.
+struct Feed<'a> {
+    rx: Receiver,
+    source: &'a SourceFilter,
+    /// Injected loss and corruption; None when `--loss` and `--corrupt` are 0.
+    impairer: Option<Impairer>,
+    counts: LoopCounts,
+    pieces: mpsc::Sender<Output>,
+    /// Set when the playout thread stopped taking pieces.
+    writer_gone: bool,
+}
+
+impl Feed<'_> {
+    /// Takes the datagrams of one receive: filters, impairs and pushes each, and hands what
+    /// it releases to the playout thread at once (so the release point is always current).
+    fn take(&mut self, batch: &mut Batch, n: usize, at: Duration) {
+        for i in 0..n {
+            self.counts.received += 1;
+            if !self.source.accepts(batch.source(i)) {
+                self.counts.wrong_source += 1;
+                continue;
+            }
+            let (packet, _truncated) = batch.packet_mut(i);
+            // A truncated datagram fails the CRC check: the core counts it corrupt.
+            let verdict = self.impairer.as_mut().map(|i| i.apply(packet));
+            if verdict == Some(Verdict::Drop) {
+                continue;
+            }
+            self.rx.push(packet, at);
+            self.drain();
+        }
+    }
+
+    /// Hands every released piece to the playout thread.
+    fn drain(&mut self) {
+        while !self.writer_gone {
+            let Some(piece) = self.rx.poll_output() else {
+                return;
+            };
+            self.writer_gone = self.pieces.send(piece).is_err();
+        }
+    }
+
+    /// The stream is over: whatever is not decoded now never will be.
+    fn finish(&mut self) {
+        if !self.rx.is_complete() {
+            self.rx.finish();
+        }
+        self.drain();
+    }
+}
+
+/// Receives until the session ends (see the module documentation of [`super`]).
+fn receive(
+    socket: &UdpSocket,
+    feed: &mut Feed<'_>,
+    limits: Limits,
+    requested: Instant,
+) -> anyhow::Result<EndReason> {
+    grow_recv_buffer(socket, 8 << 20);
+    set_poll_timeout(socket, Duration::from_millis(50))?;
+    // FDT packets may be a little longer than data packets: leave room.
+    let slot = (DATA_HEADER_LEN + feed.rx.params().symbol_len as usize + 256).max(2048);
+    let mut batch = Batch::new(32, slot);
+    let start = Instant::now();
+    let mut last_datagram = start;
+    loop {
+        // The playout thread gone (its error is reported when it is joined) ends it too.
+        if feed.rx.is_complete() || feed.writer_gone {
+            return Ok(EndReason::Complete);
+        }
+        let now = Instant::now();
+        let idle = now - last_datagram;
+        if now - start >= limits.max_duration {
+            return Ok(EndReason::MaxDuration);
+        }
+        if idle >= limits.idle_timeout {
+            return Ok(EndReason::Timeout);
+        }
+        if feed.rx.saw_last_codeword() && idle >= limits.tail_idle {
+            return Ok(EndReason::EndOfStream);
+        }
+        let n = batch.recv(socket).context("receiving")?;
+        if n > 0 {
+            last_datagram = Instant::now();
+        }
+        feed.take(&mut batch, n, last_datagram - requested);
+    }
+}
+
+/// The receive loop of one session: receives, repairs and plays out `setup` from `socket`
+/// into `out`; `requested` is when the session was asked for.
+pub(super) fn run_session(
+    args: &PlayArgs,
+    socket: &UdpSocket,
+    setup: &SessionSetup,
+    out: Box<dyn Write + Send>,
+    requested: Instant,
+) -> anyhow::Result<PlayStats> {
+    let limits = Limits::from_args(args)?;
+    let config = ReceiverConfig {
+        loss_horizon: args.loss_horizon,
+        window_codewords: args.window_codewords,
+    };
+    let rx = Receiver::new(setup.params.clone(), config)?;
+    let playout_config = playout_config(args, setup, &rx);
+    // Checked even when it does nothing, as `play_on` checks it before the session.
+    let impairer = Impairer::new(&args.impair)?;
+    let (pieces, to_play) = mpsc::channel();
+    let mut feed = Feed {
+        rx,
+        source: &setup.source,
+        impairer: (!args.impair.is_transparent()).then_some(impairer),
+        counts: LoopCounts::default(),
+        pieces,
+        writer_gone: false,
+    };
+    let writer = playout::spawn(out, playout_config, to_play)?;
+    let end_reason = receive(socket, &mut feed, limits, requested)?;
+    feed.finish();
+    let Feed {
+        rx,
+        impairer,
+        counts,
+        pieces,
+        ..
+    } = feed;
+    drop(pieces);
+    let playout: PlayoutStats = match writer.join() {
+        Ok(r) => r.context("writing the output")?,
+        Err(_) => bail!("the playout thread panicked"),
+    };
+    let times = PlayTimes {
+        requested,
+        first_symbol: rx.symbol_times().0,
+        paced: playout_config.pacing == Pacing::AtBitrate && setup.bitrate_bps > 0,
+        end_reason,
+    };
+    Ok(assemble(
+        setup,
+        &rx,
+        impairer.map(|i| i.stats()).unwrap_or_default(),
+        counts,
+        playout,
+        times,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_filter_compares_ips_of_any_port() {
+        let server = SourceFilter::ip([127, 0, 0, 1].into());
+        assert!(server.accepts(Some("127.0.0.1:40000".parse().unwrap())));
+        assert!(
+            server.accepts(Some("[::ffff:127.0.0.1]:9".parse().unwrap())),
+            "mapped IPv4"
+        );
+        assert!(!server.accepts(Some("127.0.0.2:40000".parse().unwrap())));
+        assert!(!server.accepts(Some("[::1]:40000".parse().unwrap())));
+        assert!(!server.accepts(None), "an unknown source is not the server");
+        let v6 = SourceFilter::ip("::1".parse().unwrap());
+        assert!(v6.accepts(Some("[::1]:1".parse().unwrap())));
+        assert!(SourceFilter::Any.accepts(None));
+        assert!(!SourceFilter::Ips(vec![]).accepts(Some("127.0.0.1:1".parse().unwrap())));
+    }
+}

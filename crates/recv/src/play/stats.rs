@@ -1,0 +1,287 @@
+//! What `isnode play` reports: [`PlayStats`], their human summary, and how they are put
+//! together from the receive core, the impairer and the playout buffer.
+
+use std::time::{Duration, Instant};
+
+use crate::impair::ImpairStats;
+use crate::playout::PlayoutStats;
+use crate::receiver::{FdtCheck, Receiver, ReceiverStats};
+
+use super::session::SessionSetup;
+
+/// A codeword that could not be recovered and the byte range of the output it zeroed.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LostRange {
+    /// Source Block Number.
+    pub sbn: u32,
+    /// Byte offset in the object.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// Why the session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// Every codeword was decoded or declared lost while the stream ran.
+    Complete,
+    /// The last codeword had been seen and the stream went quiet.
+    EndOfStream,
+    /// No datagram for `--timeout-s`.
+    Timeout,
+    /// `--max-seconds` elapsed.
+    MaxDuration,
+}
+
+/// Statistics of one `play`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct PlayStats {
+    /// Object name.
+    pub object: String,
+    /// Server session id (None for a preset session).
+    pub session_id: Option<String>,
+    /// FLUTE TSI and TOI of the stream.
+    pub tsi: u32,
+    /// FLUTE TOI of the object.
+    pub toi: u32,
+    /// Object size in bytes.
+    pub size_bytes: u64,
+    /// Object bitrate in bit/s.
+    pub bitrate_bps: u64,
+    /// Encoding symbol length E.
+    pub symbol_size: u32,
+    /// Source symbols B of a full codeword.
+    pub source_symbols: u32,
+    /// Repair symbols m per codeword.
+    pub repair_symbols: u32,
+    /// First codeword of the session.
+    pub start_codeword: u32,
+    /// Datagrams received from the socket (before injected loss).
+    pub packets_received: u64,
+    /// Distinct valid symbols of the object received.
+    pub packets_valid: u64,
+    /// Symbols known to be missing: expected − valid − corrupt, never below 0, where a
+    /// codeword decoded before its end is expected up to the highest ESI seen (repair
+    /// packets after that were never waited for, so an injected loss there is counted in
+    /// `injected_lost` but not here).
+    pub packets_lost: u64,
+    /// Datagrams that failed the parse or the CRC32C check (includes injected corruption).
+    pub packets_corrupt: u64,
+    /// Symbols received more than once.
+    pub packets_duplicate: u64,
+    /// Valid datagrams of another session, out of the object's range, or too far ahead.
+    pub packets_foreign: u64,
+    /// Datagrams from an address the session does not accept (`--accept-from`), dropped
+    /// before the checks above (counted in `packets_received`, not in the other counters).
+    pub packets_wrong_source: u64,
+    /// Valid FDT packets.
+    pub packets_fdt: u64,
+    /// Datagrams dropped by the injected loss.
+    pub injected_lost: u64,
+    /// Datagrams corrupted by the injected corruption.
+    pub injected_corrupt: u64,
+    /// Source symbols rebuilt by the Reed-Solomon decoder.
+    pub symbols_repaired: u64,
+    /// Codewords of the session.
+    pub codewords_total: u32,
+    /// Codewords decoded.
+    pub codewords_decoded: u32,
+    /// Codewords that could not be recovered.
+    pub codewords_unrecoverable: u32,
+    /// Their SBNs and byte ranges (written as zeros).
+    pub unrecoverable: Vec<LostRange>,
+    /// FDT received in the stream, checked against the session.
+    pub fdt_stream: FdtCheck,
+    /// FDT of the session answer, checked against the session.
+    pub fdt_session: FdtCheck,
+    /// From the session request to the first byte played out, in ms.
+    pub startup_delay_ms: Option<u64>,
+    /// From the session request to the first valid symbol, in ms.
+    pub first_packet_ms: Option<u64>,
+    /// Bytes written to the output (data and zeros).
+    pub bytes_written: u64,
+    /// Bytes the output must have: the object from the start codeword to its end.
+    pub bytes_expected: u64,
+    /// Bits played out in each second since playout started (the last may be partial).
+    pub per_second_bitrate_bps: Vec<u64>,
+    /// Playout underruns (a piece later than its due time), paced playout only.
+    pub underruns: u64,
+    /// Total playout stall, in ms.
+    pub stall_ms: u64,
+    /// Whether the output was paced at the bitrate.
+    pub paced: bool,
+    /// From the session request to the end of playout, in seconds.
+    pub duration_s: f64,
+    /// Why the session ended.
+    pub end_reason: EndReason,
+}
+
+impl PlayStats {
+    /// True if every codeword was decoded and the output has its full length.
+    pub fn is_clean(&self) -> bool {
+        self.codewords_unrecoverable == 0
+            && self.codewords_decoded == self.codewords_total
+            && self.bytes_written == self.bytes_expected
+    }
+
+    /// A short human summary, several lines.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let verdict = if self.is_clean() {
+            "complete".to_string()
+        } else {
+            format!("{} codewords unrecoverable", self.codewords_unrecoverable)
+        };
+        s.push_str(&format!(
+            "played {} ({} bytes) in {:.1} s: {verdict} ({:?})\n",
+            self.object, self.bytes_written, self.duration_s, self.end_reason
+        ));
+        s.push_str(&format!(
+            "packets: {} received, {} from elsewhere, {} valid, {} lost, {} corrupt, {} duplicate, \
+             {} foreign, {} FDT (injected: {} lost, {} corrupt)\n",
+            self.packets_received,
+            self.packets_wrong_source,
+            self.packets_valid,
+            self.packets_lost,
+            self.packets_corrupt,
+            self.packets_duplicate,
+            self.packets_foreign,
+            self.packets_fdt,
+            self.injected_lost,
+            self.injected_corrupt
+        ));
+        s.push_str(&format!(
+            "codewords: {}/{} decoded, {} symbols repaired, {} unrecoverable\n",
+            self.codewords_decoded,
+            self.codewords_total,
+            self.symbols_repaired,
+            self.codewords_unrecoverable
+        ));
+        for r in self.unrecoverable.iter().take(10) {
+            s.push_str(&format!(
+                "  lost codeword {}: bytes {}..{} written as zeros\n",
+                r.sbn,
+                r.offset,
+                r.offset + r.len
+            ));
+        }
+        if self.unrecoverable.len() > 10 {
+            s.push_str(&format!(
+                "  ... and {} more\n",
+                self.unrecoverable.len() - 10
+            ));
+        }
+        let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
+        s.push_str(&format!(
+            "start-up delay {} (first packet {}), {} underruns ({} ms stalled), FDT: stream {}, session {}\n",
+            ms(self.startup_delay_ms),
+            ms(self.first_packet_ms),
+            self.underruns,
+            self.stall_ms,
+            fdt_word(&self.fdt_stream),
+            fdt_word(&self.fdt_session),
+        ));
+        let rates: Vec<String> = self
+            .per_second_bitrate_bps
+            .iter()
+            .map(|b| format!("{:.2}", *b as f64 / 1e6))
+            .collect();
+        s.push_str(&format!(
+            "bitrate per second (Mbit/s, object {:.2}{}): [{}]\n",
+            self.bitrate_bps as f64 / 1e6,
+            if self.paced { ", paced" } else { ", unpaced" },
+            rates.join(" ")
+        ));
+        s
+    }
+}
+
+fn fdt_word(c: &FdtCheck) -> String {
+    match c {
+        FdtCheck::NotReceived => "not received".into(),
+        FdtCheck::Verified => "verified".into(),
+        FdtCheck::Mismatch(r) => format!("MISMATCH ({r})"),
+    }
+}
+
+/// The times and modes of a session that go into its [`PlayStats`].
+pub(super) struct PlayTimes {
+    pub(super) requested: Instant,
+    pub(super) first_symbol: Option<Duration>,
+    pub(super) paced: bool,
+    pub(super) end_reason: EndReason,
+}
+
+/// What the receive loop counted before the receive core.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct LoopCounts {
+    /// Datagrams taken from the socket.
+    pub(super) received: u64,
+    /// Of those, datagrams from an address the session does not accept.
+    pub(super) wrong_source: u64,
+}
+
+/// The statistics of a finished session.
+pub(super) fn assemble(
+    setup: &SessionSetup,
+    rx: &Receiver,
+    injected: ImpairStats,
+    counts: LoopCounts,
+    playout: PlayoutStats,
+    t: PlayTimes,
+) -> PlayStats {
+    let core: ReceiverStats = rx.stats();
+    let p = &setup.params;
+    let part = rx.partition();
+    let unrecoverable: Vec<LostRange> = core
+        .codewords_unrecoverable
+        .iter()
+        .map(|&sbn| LostRange {
+            sbn,
+            offset: part.block_offset(sbn),
+            len: part.block_bytes(sbn),
+        })
+        .collect();
+    PlayStats {
+        object: setup.object.clone(),
+        session_id: setup.session_id.clone(),
+        tsi: p.tsi,
+        toi: p.toi,
+        size_bytes: p.transfer_length,
+        bitrate_bps: setup.bitrate_bps,
+        symbol_size: p.symbol_len,
+        source_symbols: p.max_source_block_len,
+        repair_symbols: p.repair_symbols,
+        start_codeword: p.start_codeword,
+        packets_received: counts.received,
+        packets_wrong_source: counts.wrong_source,
+        packets_valid: core.packets_valid,
+        packets_lost: core.packets_lost,
+        packets_corrupt: core.packets_corrupt,
+        packets_duplicate: core.packets_duplicate,
+        packets_foreign: core.packets_foreign,
+        packets_fdt: core.packets_fdt,
+        injected_lost: injected.dropped,
+        injected_corrupt: injected.corrupted,
+        symbols_repaired: core.symbols_repaired,
+        codewords_total: core.codewords_total,
+        codewords_decoded: core.codewords_decoded,
+        codewords_unrecoverable: unrecoverable.len() as u32,
+        unrecoverable,
+        fdt_stream: rx.fdt_check().clone(),
+        fdt_session: setup.fdt_session.clone(),
+        startup_delay_ms: playout
+            .started_at
+            .map(|s| s.saturating_duration_since(t.requested).as_millis() as u64),
+        first_packet_ms: t.first_symbol.map(|d| d.as_millis() as u64),
+        bytes_written: playout.bytes_written,
+        bytes_expected: rx.output_len(),
+        per_second_bitrate_bps: playout.per_second_bitrate_bps,
+        underruns: playout.underruns,
+        stall_ms: playout.stall_ms,
+        paced: t.paced,
+        duration_s: t.requested.elapsed().as_secs_f64(),
+        end_reason: t.end_reason,
+    }
+}
