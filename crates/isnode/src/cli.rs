@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 /// ALC/FLUTE packets protected by one Reed-Solomon code across disks and network.
 #[derive(Parser, Debug)]
 #[command(name = "isnode", version, about, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Volume directory.
     #[arg(
         long,
@@ -24,7 +24,7 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Create, check and repair volumes.
     #[command(subcommand)]
     Volume(VolumeCommand),
@@ -52,7 +52,7 @@ pub enum Command {
 
 /// Volume administration.
 #[derive(Subcommand, Debug)]
-pub enum VolumeCommand {
+pub(crate) enum VolumeCommand {
     /// Create a volume.
     Create(CreateArgs),
     /// Verify every block and packet; exit non-zero while damage remains.
@@ -61,7 +61,7 @@ pub enum VolumeCommand {
 
 /// `volume create`.
 #[derive(Args, Debug)]
-pub struct CreateArgs {
+pub(crate) struct CreateArgs {
     /// Number of members (disks): M-1 hold source symbols, one holds repair symbols.
     #[arg(long, default_value_t = isnode_store::params::DEFAULT_MEMBERS)]
     pub members: u32,
@@ -84,7 +84,7 @@ pub struct CreateArgs {
 
 /// `volume check`.
 #[derive(Args, Debug)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// Rewrite damaged symbols from the rest of their codewords.
     #[arg(long)]
     pub repair: bool,
@@ -95,7 +95,7 @@ pub struct CheckArgs {
 
 /// `ingest`.
 #[derive(Args, Debug)]
-pub struct IngestArgs {
+pub(crate) struct IngestArgs {
     /// File to ingest, or `-` for stdin.
     pub file: PathBuf,
     /// Object name (default: the file's name; required for stdin).
@@ -117,7 +117,7 @@ pub struct IngestArgs {
 
 /// `ls`.
 #[derive(Args, Debug)]
-pub struct LsArgs {
+pub(crate) struct LsArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -125,14 +125,14 @@ pub struct LsArgs {
 
 /// `cat`.
 #[derive(Args, Debug)]
-pub struct CatArgs {
+pub(crate) struct CatArgs {
     /// Object name.
     pub name: String,
 }
 
 /// `gen-ts`.
 #[derive(Args, Debug)]
-pub struct GenTsArgs {
+pub(crate) struct GenTsArgs {
     /// Bitrate in bits per second.
     #[arg(long)]
     pub bitrate: u64,
@@ -148,7 +148,7 @@ pub struct GenTsArgs {
 
 /// Benchmarks.
 #[derive(Subcommand, Debug)]
-pub enum BenchCommand {
+pub(crate) enum BenchCommand {
     /// Reed-Solomon encode and worst-case decode throughput, per core.
     Codec(CodecBenchArgs),
     /// The send engines side by side: server CPU per delivered GB.
@@ -157,7 +157,7 @@ pub enum BenchCommand {
 
 /// Where `bench serve` sends its streams.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sink {
+pub(crate) enum Sink {
     /// Real receivers on loopback (measures the whole system).
     Loopback,
     /// An ifb device in a network namespace made for the run (measures the server's send path).
@@ -166,7 +166,7 @@ pub enum Sink {
 
 /// `bench serve`.
 #[derive(Args, Debug)]
-pub struct ServeBenchArgs {
+pub(crate) struct ServeBenchArgs {
     /// Engines to compare, in order.
     #[arg(
         long,
@@ -203,7 +203,7 @@ pub struct ServeBenchArgs {
 
 /// `bench codec`.
 #[derive(Args, Debug)]
-pub struct CodecBenchArgs {
+pub(crate) struct CodecBenchArgs {
     /// Source symbols per codeword.
     #[arg(long, default_value_t = 223)]
     pub k: usize,
@@ -230,7 +230,7 @@ pub struct CodecBenchArgs {
 
 /// `demo`.
 #[derive(Args, Debug)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Length of the generated test stream in seconds.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,

@@ -3,7 +3,7 @@
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// A byte progress bar of `total` bytes.
-pub fn bytes(total: u64, what: &str) -> ProgressBar {
+pub(crate) fn bytes(total: u64, what: &str) -> ProgressBar {
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template(

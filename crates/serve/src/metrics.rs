@@ -81,7 +81,7 @@ impl MetricsSnapshot {
 }
 
 impl Metrics {
-    pub fn new(members: u32) -> Metrics {
+    pub(crate) fn new(members: u32) -> Metrics {
         Metrics {
             sessions_started: AtomicU64::new(0),
             sessions_ended: AtomicU64::new(0),
@@ -99,17 +99,17 @@ impl Metrics {
         }
     }
 
-    pub fn sent(&self, engine: EngineKind, packets: u64, bytes: u64) {
+    pub(crate) fn sent(&self, engine: EngineKind, packets: u64, bytes: u64) {
         self.packets[engine.index()].fetch_add(packets, Ordering::Relaxed);
         self.bytes[engine.index()].fetch_add(bytes, Ordering::Relaxed);
     }
 
-    pub fn refused(&self, limit: Limit) {
+    pub(crate) fn refused(&self, limit: Limit) {
         self.refused[limit.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a failed read on `member`; logs the first one of each member.
-    pub fn member_error(&self, member: u32, why: &str) {
+    pub(crate) fn member_error(&self, member: u32, why: &str) {
         if let Some(c) = self.member_errors.get(member as usize) {
             c.fetch_add(1, Ordering::Relaxed);
         }

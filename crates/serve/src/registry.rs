@@ -25,7 +25,7 @@ pub(crate) enum SessionState {
 
 impl SessionState {
     /// The state as the API reports it.
-    pub fn wire(self) -> isnode_proto::SessionState {
+    pub(crate) fn wire(self) -> isnode_proto::SessionState {
         match self {
             SessionState::Streaming => isnode_proto::SessionState::Streaming,
             _ => isnode_proto::SessionState::Done,
@@ -63,7 +63,7 @@ pub(crate) struct NewSessionShared {
 
 impl SessionShared {
     /// A streaming session; its keepalive clock starts at `now_ns`.
-    pub fn new(n: NewSessionShared) -> SessionShared {
+    pub(crate) fn new(n: NewSessionShared) -> SessionShared {
         SessionShared {
             send_rate_bps: n.object.send_rate_bps,
             peer_ip: n.dest.ip(),
@@ -81,7 +81,7 @@ impl SessionShared {
         }
     }
 
-    pub fn state(&self) -> SessionState {
+    pub(crate) fn state(&self) -> SessionState {
         match self.state.load(Ordering::Acquire) {
             0 => SessionState::Streaming,
             1 => SessionState::Done,
@@ -91,7 +91,7 @@ impl SessionShared {
     }
 
     /// Moves from streaming to `to`; false if it had already ended.
-    pub fn end(&self, to: SessionState, now_ns: u64) -> bool {
+    pub(crate) fn end(&self, to: SessionState, now_ns: u64) -> bool {
         let ok = self
             .state
             .compare_exchange(
@@ -132,7 +132,7 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    pub fn new() -> Registry {
+    pub(crate) fn new() -> Registry {
         Registry {
             table: Mutex::new((HashMap::new(), 0)),
         }
@@ -143,12 +143,12 @@ impl Registry {
     }
 
     /// The session table, locked (briefly, please).
-    pub fn lock_sessions(&self) -> impl std::ops::DerefMut<Target = SessionTable> + '_ {
+    pub(crate) fn lock_sessions(&self) -> impl std::ops::DerefMut<Target = SessionTable> + '_ {
         TableGuard(self.lock())
     }
 
     /// The streaming sessions now.
-    pub fn snapshot(&self) -> Snapshot {
+    pub(crate) fn snapshot(&self) -> Snapshot {
         let t = self.lock();
         Snapshot {
             sessions: t
@@ -164,7 +164,7 @@ impl Registry {
     /// Inserts `s` under a fresh id made by `new_id` if no session was registered since
     /// `snap` was taken, after `hand_over` accepted it (the table stays locked meanwhile,
     /// so `hand_over` must not block).
-    pub fn register<E>(
+    pub(crate) fn register<E>(
         &self,
         snap: &Snapshot,
         make: impl FnOnce(String) -> Arc<SessionShared>,
@@ -189,12 +189,12 @@ impl Registry {
     }
 
     /// The session `id`.
-    pub fn find(&self, id: &str) -> Option<Arc<SessionShared>> {
+    pub(crate) fn find(&self, id: &str) -> Option<Arc<SessionShared>> {
         self.lock().0.get(id).cloned()
     }
 
     /// Removes and returns the session `id`.
-    pub fn remove(&self, id: &str) -> Option<Arc<SessionShared>> {
+    pub(crate) fn remove(&self, id: &str) -> Option<Arc<SessionShared>> {
         self.lock().0.remove(id)
     }
 }

@@ -66,20 +66,20 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Records a data-plane failure and stops the server.
-    pub fn fail(&self, why: String) {
+    pub(crate) fn fail(&self, why: String) {
         let _ = self.failure.set(why);
         self.shutdown.store(true, Ordering::Release);
     }
 
-    pub fn now_ns(&self) -> u64 {
+    pub(crate) fn now_ns(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    pub fn lock_sessions(&self) -> impl std::ops::DerefMut<Target = SessionTable> + '_ {
+    pub(crate) fn lock_sessions(&self) -> impl std::ops::DerefMut<Target = SessionTable> + '_ {
         self.sessions.lock_sessions()
     }
 
-    pub fn snapshot(&self) -> MetricsSnapshot {
+    pub(crate) fn snapshot(&self) -> MetricsSnapshot {
         let m = &self.metrics;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let active = self

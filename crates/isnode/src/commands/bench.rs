@@ -8,7 +8,7 @@ use crate::cli::CodecBenchArgs;
 
 /// `bench codec`: our codec with the active kernel (`ISNODE_FEC_KERNEL` forces one), or with
 /// `--compare` every kernel beside the peer codecs.
-pub fn codec(args: &CodecBenchArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn codec(args: &CodecBenchArgs) -> anyhow::Result<ExitCode> {
     use isnode_bench::codec;
     let cfg = codec::CodecBenchConfig {
         k: args.k,
@@ -44,7 +44,7 @@ pub fn codec(args: &CodecBenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `bench serve`: prints the table, and writes JSON with `--json`.
-pub fn serve(args: &crate::cli::ServeBenchArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn serve(args: &crate::cli::ServeBenchArgs) -> anyhow::Result<ExitCode> {
     use isnode_bench::serve::{ServeBenchConfig, Sink};
     let cfg = ServeBenchConfig {
         isnode_exe: std::env::current_exe().context("finding the isnode binary")?,

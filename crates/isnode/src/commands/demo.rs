@@ -61,7 +61,7 @@ const CLIENTS: [Impairment; 4] = [
 ];
 
 /// Runs the demo in a temporary volume; the user's volume is not touched.
-pub fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     let dir = tempfile::Builder::new()
         .prefix("isnode-demo-")
         .tempdir()

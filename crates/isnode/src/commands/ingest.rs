@@ -11,7 +11,7 @@ use isnode_store::{IngestOptions, ObjectRecord, Volume};
 use crate::cli::IngestArgs;
 
 /// `ingest`.
-pub fn run(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn run(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
     let mut vol =
         Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
     let rec = ingest_path(&mut vol, &args.file, args)?;
@@ -31,7 +31,7 @@ pub fn run(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Ingests a file or stdin (`-`) into an open volume.
-pub fn ingest_path(
+pub(super) fn ingest_path(
     vol: &mut Volume,
     path: &Path,
     args: &IngestArgs,

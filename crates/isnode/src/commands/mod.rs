@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use crate::cli::{BenchCommand, Cli, Command, VolumeCommand};
 
 /// Runs the parsed command line.
-pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Volume(VolumeCommand::Create(args)) => volume::create(&cli.volume, &args),
         Command::Volume(VolumeCommand::Check(args)) => volume::check(&cli.volume, &args),

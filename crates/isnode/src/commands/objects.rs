@@ -11,7 +11,7 @@ use isnode_store::{ObjectReader, Volume};
 use crate::cli::{CatArgs, GenTsArgs, LsArgs};
 
 /// `ls`.
-pub fn ls(root: &Path, args: &LsArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn ls(root: &Path, args: &LsArgs) -> anyhow::Result<ExitCode> {
     let vol =
         Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
     let objects = vol.objects()?;
@@ -39,7 +39,7 @@ pub fn ls(root: &Path, args: &LsArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `cat NAME`: the original bytes to stdout; damage is repaired on the fly and reported on stderr.
-pub fn cat(root: &Path, args: &CatArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn cat(root: &Path, args: &CatArgs) -> anyhow::Result<ExitCode> {
     let vol = Volume::open(root).with_context(|| format!("opening {}", root.display()))?;
     let mut reader = ObjectReader::open(&vol, &args.name)?;
     let stdout = std::io::stdout();
@@ -63,7 +63,7 @@ pub fn cat(root: &Path, args: &CatArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `gen-ts`.
-pub fn gen_ts(args: &GenTsArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn gen_ts(args: &GenTsArgs) -> anyhow::Result<ExitCode> {
     let cfg = isnode_media::TsGenConfig {
         bitrate_bps: args.bitrate,
         duration_s: args.duration,

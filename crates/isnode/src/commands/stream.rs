@@ -7,13 +7,13 @@ use std::sync::atomic::AtomicBool;
 use anyhow::Context;
 
 /// `serve`: runs until SIGINT or SIGTERM.
-pub fn serve(root: &Path, args: &isnode_serve::ServeArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn serve(root: &Path, args: &isnode_serve::ServeArgs) -> anyhow::Result<ExitCode> {
     isnode_serve::run(root, args).with_context(|| format!("serving {}", root.display()))?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// `play`: the summary goes to stderr (stdout may carry the media); exit 1 if any codeword was lost.
-pub fn play(args: &isnode_recv::PlayArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn play(args: &isnode_recv::PlayArgs) -> anyhow::Result<ExitCode> {
     let stats = isnode_recv::play(args).with_context(|| format!("playing {:?}", args.name))?;
     eprintln!("{}", stats.summary());
     Ok(if stats.is_clean() {
@@ -24,7 +24,7 @@ pub fn play(args: &isnode_recv::PlayArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `relay`: forwards until its time limit or idle exit.
-pub fn relay(args: &isnode_recv::RelayArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn relay(args: &isnode_recv::RelayArgs) -> anyhow::Result<ExitCode> {
     let stop = AtomicBool::new(false);
     let stats = isnode_recv::relay(args, &stop).context("relaying")?;
     eprintln!("{}", stats.summary());

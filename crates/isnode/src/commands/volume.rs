@@ -9,7 +9,7 @@ use isnode_store::{CheckOptions, CheckReport, Volume, VolumeParams};
 use crate::cli::{CheckArgs, CreateArgs};
 
 /// `volume create`.
-pub fn create(root: &Path, args: &CreateArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn create(root: &Path, args: &CreateArgs) -> anyhow::Result<ExitCode> {
     let params = VolumeParams {
         symbol_len: args.symbol_size,
         source_symbols: args.source_symbols,
@@ -38,7 +38,7 @@ pub fn create(root: &Path, args: &CreateArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `volume check [--repair]`: exit status 0 when clean (or fully repaired), 1 while damage remains.
-pub fn check(root: &Path, args: &CheckArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn check(root: &Path, args: &CheckArgs) -> anyhow::Result<ExitCode> {
     let mut vol = Volume::open(root).with_context(|| format!("opening {}", root.display()))?;
     let report = isnode_store::check(
         &mut vol,

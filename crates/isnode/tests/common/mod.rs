@@ -12,13 +12,13 @@ use std::process::{Command, ExitStatus, Stdio};
 use serde_json::Value;
 
 /// The binary under test.
-pub fn bin() -> &'static str {
+pub(crate) fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_isnode")
 }
 
 /// The small volume shape used by loops: E=64, k=20, m=4, 6 members, 4 KiB blocks
 /// (a codeword is 1280 bytes; each source member holds 4 symbols of it).
-pub const SMALL: &[&str] = &[
+pub(crate) const SMALL: &[&str] = &[
     "--symbol-size",
     "64",
     "--source-symbols",
@@ -32,13 +32,13 @@ pub const SMALL: &[&str] = &[
 ];
 
 /// Bytes of source data in one codeword of the small shape.
-pub const SMALL_CODEWORD: usize = 64 * 20;
+pub(crate) const SMALL_CODEWORD: usize = 64 * 20;
 /// Bytes of source data in one codeword of the default shape.
-pub const DEFAULT_CODEWORD: usize = 1408 * 223;
+pub(crate) const DEFAULT_CODEWORD: usize = 1408 * 223;
 
 /// A finished run of the binary.
 #[derive(Debug)]
-pub struct Out {
+pub(crate) struct Out {
     /// Exit status.
     pub status: ExitStatus,
     /// Standard output.
@@ -51,13 +51,13 @@ pub struct Out {
 
 impl Out {
     /// Standard output as text.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.stdout).into_owned()
     }
 
     /// Panics unless the run succeeded.
     #[track_caller]
-    pub fn ok(self) -> Out {
+    pub(crate) fn ok(self) -> Out {
         assert!(
             self.status.success(),
             "`{}` failed ({}):\nstdout:\n{}\nstderr:\n{}",
@@ -72,7 +72,7 @@ impl Out {
     /// Panics unless the run failed with exit status 1 (an error, not a crash), and
     /// unless stderr contains every one of `phrases` (case-insensitive).
     #[track_caller]
-    pub fn fails_with(self, phrases: &[&str]) -> Out {
+    pub(crate) fn fails_with(self, phrases: &[&str]) -> Out {
         assert_eq!(
             self.status.code(),
             Some(1),
@@ -96,7 +96,7 @@ impl Out {
 }
 
 /// Runs a prepared command with optional stdin bytes.
-pub fn run_cmd(mut cmd: Command, stdin: Option<&[u8]>) -> Out {
+pub(crate) fn run_cmd(mut cmd: Command, stdin: Option<&[u8]>) -> Out {
     let what = format!("{cmd:?}");
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()
@@ -130,7 +130,7 @@ pub fn run_cmd(mut cmd: Command, stdin: Option<&[u8]>) -> Out {
 }
 
 /// A bare command for the binary, isolated from the caller's environment.
-pub fn command() -> Command {
+pub(crate) fn command() -> Command {
     let mut cmd = Command::new(bin());
     cmd.env_remove("ISNODE_CRASH_POINT")
         .env_remove("ISNODE_VOLUME")
@@ -139,7 +139,7 @@ pub fn command() -> Command {
 }
 
 /// A temporary directory with a volume in `vol/` and inputs in `in/`.
-pub struct Vol {
+pub(crate) struct Vol {
     /// Keeps the directory alive.
     pub dir: tempfile::TempDir,
     /// The volume directory.
@@ -148,7 +148,7 @@ pub struct Vol {
 
 impl Vol {
     /// A temporary directory without a volume yet.
-    pub fn empty() -> Vol {
+    pub(crate) fn empty() -> Vol {
         let dir = tempfile::Builder::new()
             .prefix("isnode-e2e-")
             .tempdir()
@@ -159,52 +159,52 @@ impl Vol {
     }
 
     /// A fresh volume with the small shape.
-    pub fn small() -> Vol {
+    pub(crate) fn small() -> Vol {
         let v = Vol::empty();
         v.create(SMALL).ok();
         v
     }
 
     /// A fresh volume with the default shape.
-    pub fn default_shape() -> Vol {
+    pub(crate) fn default_shape() -> Vol {
         let v = Vol::empty();
         v.create(&[]).ok();
         v
     }
 
     /// `volume create` with extra arguments.
-    pub fn create(&self, args: &[&str]) -> Out {
+    pub(crate) fn create(&self, args: &[&str]) -> Out {
         let mut a = vec!["volume", "create"];
         a.extend_from_slice(args);
         self.run(&a)
     }
 
     /// A command on this volume.
-    pub fn cmd(&self, args: &[&str]) -> Command {
+    pub(crate) fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = command();
         cmd.arg("--volume").arg(&self.root).args(args);
         cmd
     }
 
     /// Runs a command on this volume.
-    pub fn run(&self, args: &[&str]) -> Out {
+    pub(crate) fn run(&self, args: &[&str]) -> Out {
         run_cmd(self.cmd(args), None)
     }
 
     /// Runs a command on this volume with bytes on stdin.
-    pub fn run_stdin(&self, args: &[&str], stdin: &[u8]) -> Out {
+    pub(crate) fn run_stdin(&self, args: &[&str], stdin: &[u8]) -> Out {
         run_cmd(self.cmd(args), Some(stdin))
     }
 
     /// Writes an input file under `in/` and returns its path.
-    pub fn input(&self, file_name: &str, data: &[u8]) -> PathBuf {
+    pub(crate) fn input(&self, file_name: &str, data: &[u8]) -> PathBuf {
         let p = self.dir.path().join("in").join(file_name);
         fs::write(&p, data).unwrap();
         p
     }
 
     /// Ingests `data` as `name` (the bitrate given explicitly), panicking on failure.
-    pub fn ingest(&self, name: &str, data: &[u8]) {
+    pub(crate) fn ingest(&self, name: &str, data: &[u8]) {
         let p = self.input(&format!("{name}.input"), data);
         self.run(&[
             "ingest",
@@ -219,7 +219,7 @@ impl Vol {
 
     /// `ls --json`, parsed.
     #[track_caller]
-    pub fn ls(&self) -> Vec<Value> {
+    pub(crate) fn ls(&self) -> Vec<Value> {
         let out = self.run(&["ls", "--json"]).ok();
         match serde_json::from_slice::<Value>(&out.stdout) {
             Ok(Value::Array(a)) => a,
@@ -229,7 +229,7 @@ impl Vol {
 
     /// Object names listed by `ls --json`.
     #[track_caller]
-    pub fn names(&self) -> BTreeSet<String> {
+    pub(crate) fn names(&self) -> BTreeSet<String> {
         self.ls()
             .iter()
             .map(|o| o["name"].as_str().unwrap().to_string())
@@ -238,18 +238,18 @@ impl Vol {
 
     /// The listing entry of `name`, if listed.
     #[track_caller]
-    pub fn object(&self, name: &str) -> Option<Value> {
+    pub(crate) fn object(&self, name: &str) -> Option<Value> {
         self.ls().into_iter().find(|o| o["name"] == name)
     }
 
     /// `cat NAME`.
-    pub fn cat(&self, name: &str) -> Out {
+    pub(crate) fn cat(&self, name: &str) -> Out {
         self.run(&["cat", name])
     }
 
     /// Asserts that `cat NAME` succeeds and returns exactly `expected`.
     #[track_caller]
-    pub fn assert_cat(&self, name: &str, expected: &[u8]) {
+    pub(crate) fn assert_cat(&self, name: &str, expected: &[u8]) {
         let out = self.cat(name).ok();
         assert!(
             out.stdout == expected,
@@ -261,19 +261,19 @@ impl Vol {
     }
 
     /// Member directory `i` (default member paths).
-    pub fn member(&self, i: usize) -> PathBuf {
+    pub(crate) fn member(&self, i: usize) -> PathBuf {
         self.root.join("members").join(i.to_string())
     }
 
     /// Number of member directories listed under `members/`.
-    pub fn member_count(&self) -> usize {
+    pub(crate) fn member_count(&self) -> usize {
         fs::read_dir(self.root.join("members"))
             .map(|d| d.count())
             .unwrap_or(0)
     }
 
     /// Every segment file of the volume (members/*/objects/*.seg), sorted.
-    pub fn segment_files(&self) -> Vec<PathBuf> {
+    pub(crate) fn segment_files(&self) -> Vec<PathBuf> {
         let mut v = Vec::new();
         for m in 0..self.member_count() {
             if let Ok(entries) = fs::read_dir(self.member(m).join("objects")) {
@@ -286,7 +286,7 @@ impl Vol {
 
     /// Snapshot of the volume's files (without the catalog's own files, whose
     /// bytes change on every open): relative path -> (length, FNV hash).
-    pub fn snapshot(&self) -> BTreeMap<PathBuf, Option<(u64, u64)>> {
+    pub(crate) fn snapshot(&self) -> BTreeMap<PathBuf, Option<(u64, u64)>> {
         let mut out = BTreeMap::new();
         walk(&self.root, &self.root, &mut out);
         out
@@ -297,7 +297,7 @@ impl Vol {
     /// for each listed object; members/*/tmp empty; the volume tmp/ without files
     /// other than ingest locks (see `stale_ingest_locks`).
     #[track_caller]
-    pub fn assert_no_orphans(&self) {
+    pub(crate) fn assert_no_orphans(&self) {
         let listed = self.ls();
         let tois: BTreeSet<u64> = listed.iter().map(|o| o["toi"].as_u64().unwrap()).collect();
         let members = self.member_count();
@@ -361,7 +361,7 @@ impl Vol {
     }
 
     /// Ingest lock files left in the volume's tmp/ (none should outlive their ingest).
-    pub fn stale_ingest_locks(&self) -> Vec<String> {
+    pub(crate) fn stale_ingest_locks(&self) -> Vec<String> {
         let Ok(entries) = fs::read_dir(self.root.join("tmp")) else {
             return Vec::new();
         };
@@ -374,7 +374,7 @@ impl Vol {
     }
 
     /// `volume check` (optionally `--repair`).
-    pub fn check(&self, repair: bool) -> Out {
+    pub(crate) fn check(&self, repair: bool) -> Out {
         if repair {
             self.run(&["volume", "check", "--repair"])
         } else {
@@ -384,7 +384,7 @@ impl Vol {
 
     /// Asserts that `volume check` exits 0 and calls the volume clean.
     #[track_caller]
-    pub fn assert_clean(&self) {
+    pub(crate) fn assert_clean(&self) {
         let out = self.check(false);
         assert!(
             out.status.success() && out.text().contains("clean"),
@@ -425,16 +425,16 @@ fn fnv(data: &[u8]) -> u64 {
 }
 
 /// A small deterministic PRNG (SplitMix64).
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
     /// A generator from a seed.
-    pub fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed)
     }
 
     /// A generator seeded from `ISNODE_TEST_SEED` or the clock; prints the seed.
-    pub fn from_env(test: &str) -> Rng {
+    pub(crate) fn from_env(test: &str) -> Rng {
         let seed = std::env::var("ISNODE_TEST_SEED")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -449,7 +449,7 @@ impl Rng {
     }
 
     /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -458,12 +458,12 @@ impl Rng {
     }
 
     /// A number in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
     }
 
     /// `len` random bytes.
-    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+    pub(crate) fn bytes(&mut self, len: usize) -> Vec<u8> {
         let mut v = Vec::with_capacity(len + 8);
         while v.len() < len {
             v.extend_from_slice(&self.next_u64().to_le_bytes());
@@ -474,6 +474,6 @@ impl Rng {
 }
 
 /// `len` bytes from a fixed seed.
-pub fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+pub(crate) fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
     Rng::new(seed).bytes(len)
 }

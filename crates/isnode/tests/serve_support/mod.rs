@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The binary under test.
-pub fn bin() -> &'static str {
+pub(crate) fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_isnode")
 }
 
 /// A command for the binary, isolated from the caller's environment.
-pub fn command() -> Command {
+pub(crate) fn command() -> Command {
     let mut cmd = Command::new(bin());
     cmd.env_remove("ISNODE_CRASH_POINT")
         .env_remove("ISNODE_VOLUME")
@@ -35,7 +35,7 @@ pub fn command() -> Command {
 
 /// Runs the binary with `args` and panics unless it succeeds; returns stdout.
 #[track_caller]
-pub fn run_ok(args: &[&str]) -> String {
+pub(crate) fn run_ok(args: &[&str]) -> String {
     let out = command()
         .args(args)
         .stdin(Stdio::null())
@@ -52,17 +52,17 @@ pub fn run_ok(args: &[&str]) -> String {
 }
 
 /// A child process killed (and reaped) when dropped.
-pub struct ChildGuard(pub Option<Child>);
+pub(crate) struct ChildGuard(pub Option<Child>);
 
 impl ChildGuard {
     /// The process id.
-    pub fn id(&self) -> u32 {
+    pub(crate) fn id(&self) -> u32 {
         self.0.as_ref().map_or(0, Child::id)
     }
 
     /// Waits for the child until `deadline`; kills it and panics if it is still running.
     #[track_caller]
-    pub fn wait_until(&mut self, deadline: Instant, what: &str) -> std::process::ExitStatus {
+    pub(crate) fn wait_until(&mut self, deadline: Instant, what: &str) -> std::process::ExitStatus {
         let child = self.0.as_mut().expect("child already reaped");
         loop {
             if let Some(st) = child.try_wait().expect("try_wait") {
@@ -90,7 +90,7 @@ impl Drop for ChildGuard {
 }
 
 /// A temporary directory with a volume in `vol/` and generated inputs in `in/`.
-pub struct Vol {
+pub(crate) struct Vol {
     /// Keeps the directory alive.
     pub dir: tempfile::TempDir,
     /// The volume directory.
@@ -99,7 +99,7 @@ pub struct Vol {
 
 impl Vol {
     /// Creates a volume with `isnode volume create` and `extra` flags.
-    pub fn create(extra: &[&str]) -> Vol {
+    pub(crate) fn create(extra: &[&str]) -> Vol {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("vol");
         std::fs::create_dir_all(dir.path().join("in")).unwrap();
@@ -112,7 +112,7 @@ impl Vol {
 
     /// Generates a constant-bitrate MPEG-TS stream with `isnode gen-ts`, ingests it as
     /// `name` (bitrate detected from the PCR) and returns its bytes.
-    pub fn add_ts(&self, name: &str, bitrate: u64, seconds: f64, seed: u64) -> Vec<u8> {
+    pub(crate) fn add_ts(&self, name: &str, bitrate: u64, seconds: f64, seed: u64) -> Vec<u8> {
         let file = self.dir.path().join("in").join(name);
         let f = file.to_str().unwrap();
         run_ok(&[
@@ -137,13 +137,13 @@ impl Vol {
     }
 
     /// A path for a scratch file in the temporary directory.
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 }
 
 /// A free TCP port on 127.0.0.1 (free when asked; the server start retries on a clash).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("binding an ephemeral port")
@@ -151,7 +151,7 @@ pub fn free_port() -> u16 {
 }
 
 /// An `isnode serve` child on 127.0.0.1, killed when dropped.
-pub struct Server {
+pub(crate) struct Server {
     child: ChildGuard,
     /// The control API address.
     pub addr: SocketAddr,
@@ -162,12 +162,12 @@ pub struct Server {
 impl Server {
     /// Starts `isnode serve --volume VOL --listen 127.0.0.1:PORT EXTRA...` on a free port and
     /// waits (bounded) until `GET /v1/objects` answers 200.
-    pub fn start(vol: &Vol, extra: &[&str]) -> Server {
+    pub(crate) fn start(vol: &Vol, extra: &[&str]) -> Server {
         Server::start_env(vol, extra, &[])
     }
 
     /// [`Server::start`] with extra environment variables for the server.
-    pub fn start_env(vol: &Vol, extra: &[&str], env: &[(&str, &str)]) -> Server {
+    pub(crate) fn start_env(vol: &Vol, extra: &[&str], env: &[(&str, &str)]) -> Server {
         for attempt in 0..5 {
             let port = free_port();
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -227,51 +227,51 @@ impl Server {
     /// Waits for the server to exit by itself until `deadline` (panics, killing it, if
     /// it is still running then).
     #[track_caller]
-    pub fn wait_exit(&mut self, deadline: Instant) -> std::process::ExitStatus {
+    pub(crate) fn wait_exit(&mut self, deadline: Instant) -> std::process::ExitStatus {
         self.child.wait_until(deadline, "isnode serve")
     }
 
     /// The server's process id.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// The base URL of the control API.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// The server's log so far.
-    pub fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// A request from 127.0.0.1.
-    pub fn req(&self, method: &str, path: &str, body: Option<&str>) -> Resp {
+    pub(crate) fn req(&self, method: &str, path: &str, body: Option<&str>) -> Resp {
         http(self.addr, None, method, path, body, &[])
     }
 
     /// `POST /v1/sessions` for `object` at `port`, from 127.0.0.1.
-    pub fn post_session(&self, object: &str, port: u16) -> Resp {
+    pub(crate) fn post_session(&self, object: &str, port: u16) -> Resp {
         let body = serde_json::json!({ "object": object, "port": port }).to_string();
         self.req("POST", "/v1/sessions", Some(&body))
     }
 
     /// `POST /v1/sessions/{id}/keepalive`; the status.
-    pub fn keepalive(&self, id: &str) -> u16 {
+    pub(crate) fn keepalive(&self, id: &str) -> u16 {
         self.req("POST", &format!("/v1/sessions/{id}/keepalive"), None)
             .status
     }
 
     /// `GET /metrics`.
-    pub fn metrics(&self) -> Metrics {
+    pub(crate) fn metrics(&self) -> Metrics {
         let r = self.req("GET", "/metrics", None);
         assert_eq!(r.status, 200, "GET /metrics: {}", r.body);
         Metrics(r.body)
     }
 
     /// VmRSS of the server process, in bytes.
-    pub fn rss_bytes(&self) -> u64 {
+    pub(crate) fn rss_bytes(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
             .expect("reading the server's /proc status");
         let line = status
@@ -288,12 +288,12 @@ impl Server {
 }
 
 /// The text of `GET /metrics`.
-pub struct Metrics(pub String);
+pub(crate) struct Metrics(pub String);
 
 impl Metrics {
     /// The value of the series `name` (with its labels, e.g. `x_total{member="2"}`), or 0
     /// if absent.
-    pub fn get(&self, series: &str) -> f64 {
+    pub(crate) fn get(&self, series: &str) -> f64 {
         self.0
             .lines()
             .filter(|l| !l.starts_with('#'))
@@ -307,7 +307,7 @@ impl Metrics {
 
 /// An HTTP answer.
 #[derive(Debug)]
-pub struct Resp {
+pub(crate) struct Resp {
     /// Status code.
     pub status: u16,
     /// Headers, names lower-cased.
@@ -319,13 +319,13 @@ pub struct Resp {
 impl Resp {
     /// The body as JSON (panics with the body if it is not JSON).
     #[track_caller]
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body)
             .unwrap_or_else(|e| panic!("answer {} is not JSON ({e}): {:?}", self.status, self.body))
     }
 
     /// A header's value.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k == name)
@@ -336,7 +336,7 @@ impl Resp {
 /// One HTTP/1.1 request over a fresh TCP connection, from `from` (an IP to bind the client
 /// side to; default 127.0.0.1), with extra headers. Panics on a transport error.
 #[track_caller]
-pub fn http(
+pub(crate) fn http(
     server: SocketAddr,
     from: Option<IpAddr>,
     method: &str,
@@ -349,7 +349,7 @@ pub fn http(
 }
 
 /// Like [`http`], but returns transport errors.
-pub fn try_http(
+pub(crate) fn try_http(
     server: SocketAddr,
     from: Option<IpAddr>,
     method: &str,
@@ -429,7 +429,7 @@ fn parse_response(raw: &[u8]) -> Option<Resp> {
 
 /// A UDP socket bound to `ip` (port 0: ephemeral) with a large receive buffer and a short
 /// read timeout.
-pub fn udp(ip: IpAddr, port: u16) -> std::io::Result<UdpSocket> {
+pub(crate) fn udp(ip: IpAddr, port: u16) -> std::io::Result<UdpSocket> {
     use socket2::{Domain, Socket, Type};
     let s = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
     let _ = s.set_recv_buffer_size(4 << 20);
@@ -440,20 +440,20 @@ pub fn udp(ip: IpAddr, port: u16) -> std::io::Result<UdpSocket> {
 }
 
 /// 127.0.0.1.
-pub const LO1: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
+pub(crate) const LO1: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
 /// 127.0.0.2 (also local on Linux loopback).
-pub const LO2: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+pub(crate) const LO2: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
 
 /// Receives on `sock` from a thread until `stop`, recording each datagram's arrival time
 /// (seconds since `t0`) and length.
-pub struct Recorder {
+pub(crate) struct Recorder {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Vec<(f64, usize)>>>,
 }
 
 impl Recorder {
     /// Starts recording.
-    pub fn start(sock: UdpSocket, t0: Instant) -> Recorder {
+    pub(crate) fn start(sock: UdpSocket, t0: Instant) -> Recorder {
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -475,7 +475,7 @@ impl Recorder {
     }
 
     /// Stops and returns what arrived.
-    pub fn finish(mut self) -> Vec<(f64, usize)> {
+    pub(crate) fn finish(mut self) -> Vec<(f64, usize)> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.take().unwrap().join().expect("recorder thread")
     }
@@ -491,7 +491,7 @@ impl Drop for Recorder {
 }
 
 /// Reads and discards whatever is queued on `sock` now; returns the datagrams read.
-pub fn drain(sock: &UdpSocket) -> usize {
+pub(crate) fn drain(sock: &UdpSocket) -> usize {
     let mut buf = vec![0u8; 65536];
     sock.set_nonblocking(true).unwrap();
     let mut n = 0;
@@ -503,7 +503,7 @@ pub fn drain(sock: &UdpSocket) -> usize {
 }
 
 /// Counts the datagrams arriving at `sock` during `dur`.
-pub fn count_for(sock: &UdpSocket, dur: Duration) -> usize {
+pub(crate) fn count_for(sock: &UdpSocket, dur: Duration) -> usize {
     let mut buf = vec![0u8; 65536];
     let end = Instant::now() + dur;
     let mut n = 0;
@@ -516,11 +516,11 @@ pub fn count_for(sock: &UdpSocket, dur: Duration) -> usize {
 }
 
 /// A deterministic xorshift generator for test-side loss.
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
     /// A uniform number in [0, 1).
-    pub fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         let mut x = self.0;
         x ^= x << 13;
         x ^= x >> 7;
@@ -532,7 +532,7 @@ impl Rng {
 
 /// Truncates every segment file of the member directory `dir` to 0 bytes and renames the
 /// directory away (to `dir` + ".failed"): see the member-loss test for why both.
-pub fn fail_member(dir: &Path) -> usize {
+pub(crate) fn fail_member(dir: &Path) -> usize {
     let mut truncated = 0;
     if let Ok(entries) = std::fs::read_dir(dir.join("objects")) {
         for e in entries.flatten() {
