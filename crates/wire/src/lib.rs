@@ -142,7 +142,8 @@ pub struct DataPacketId {
 }
 
 /// Fills the headers and the CRC of a data packet whose symbol already sits at
-/// `out[DATA_HEADER_LEN..]`, so that ingest can encode straight into the packet slot.
+/// `out[DATA_HEADER_LEN..]` (a caller that computes the symbol in place saves a copy;
+/// ingest today copies each symbol in with [`build_data_packet`]).
 ///
 /// `out.len()` is `DATA_HEADER_LEN` + the symbol length (1..=65535 bytes).
 pub fn seal_data_packet(out: &mut [u8], id: &DataPacketId) -> Result<(), WireError> {
