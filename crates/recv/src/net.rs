@@ -1,4 +1,5 @@
-//! Batched UDP receive (`recvmmsg`) and socket options.
+//! Batched UDP receive (`recvmmsg`, with `UDP_GRO` where the kernel has it: coalesced
+//! datagrams are split back into packets) and socket options.
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};

@@ -2,6 +2,8 @@
 //!
 //! Every datagram received on `--listen` is impaired ([`crate::impair`]: Gilbert-Elliott loss,
 //! byte corruption, seeded) and the survivors are forwarded, unchanged otherwise, to `--to`.
+//! The listening socket takes coalesced datagrams (`UDP_GRO`) where the kernel offers it; they are
+//! split, so every packet is impaired and forwarded as its own datagram, as without it.
 //! It is one-way: nothing goes back from `--to`. With the server, the client asks for a session
 //! to the relay's port (`isnode play --session-port LISTEN_PORT --port TO_PORT`): the server
 //! sends to the HTTP peer's IP at the relay's port, and the relay forwards to the client.

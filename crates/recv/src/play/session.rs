@@ -147,8 +147,9 @@ struct Feed<'a> {
 }
 
 impl Feed<'_> {
-    /// Takes the packets of one receive (a coalesced datagram is several): filters, impairs and pushes each, and hands what
-    /// it releases to the playout thread at once (so the release point is always current).
+    /// Takes the packets of one receive (a datagram coalesced by `UDP_GRO` is several):
+    /// filters, impairs and pushes each, and hands what it releases to the playout thread at
+    /// once (so the release point is always current).
     fn take(&mut self, batch: &mut Batch, n: usize, at: Duration) {
         for i in 0..n {
             self.counts.received += 1;
