@@ -18,6 +18,7 @@
 //! the server"), a figure the server counts itself, not measured at the sink.
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -336,7 +337,8 @@ fn start_server(
     Ok((server, base))
 }
 
-/// One UDP socket per stream; on loopback, two threads drain and count them.
+/// One UDP socket per stream; on loopback, with `UDP_GRO` set, two threads drain them and
+/// count bytes and packets (a coalesced run counts each of its packets).
 struct Receivers {
     ports: Vec<u16>,
     bytes: Arc<AtomicU64>,
@@ -371,6 +373,13 @@ impl Receivers {
         if !matches!(sink, SinkCounter::Receivers) {
             r._idle = sockets;
             return Ok(r);
+        }
+        // Whole GSO runs delivered as one datagram: what a real receiver would ask for.
+        let refused = sockets.iter().filter(|s| !enable_gro(s)).count();
+        if refused > 0 {
+            eprintln!(
+                "bench serve: UDP_GRO refused on {refused} receivers: they take plain datagrams"
+            );
         }
         let per = sockets.len().div_ceil(2).max(1);
         let mut it = sockets.into_iter();
@@ -436,6 +445,81 @@ fn wait_ready(base: &str) -> anyhow::Result<()> {
     }
 }
 
+/// `SOL_UDP`: the socket level of UDP options and control messages.
+const SOL_UDP: libc::c_int = 17;
+/// `UDP_GRO` (Linux >= 5.0): as an option, deliver coalesced datagrams whole; as a control
+/// message, their segment size.
+const UDP_GRO: libc::c_int = 104;
+
+/// Sets `UDP_GRO` on a receiver: a GSO run sent to it on loopback is delivered whole rather
+/// than segmented into datagrams on the sender's time. False if the kernel refuses.
+fn enable_gro(socket: &UdpSocket) -> bool {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a valid c_int.
+    #[allow(unsafe_code)]
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            SOL_UDP,
+            UDP_GRO,
+            (&raw const on).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    rc == 0
+}
+
+/// The packets in a received datagram of `len` bytes: one per `segment_size` bytes (the
+/// last may be shorter) when the kernel coalesced it, else one.
+fn packets_in(len: usize, segment_size: Option<usize>) -> u64 {
+    match segment_size.filter(|s| *s > 0) {
+        Some(size) => len.div_ceil(size).max(1) as u64,
+        None => 1,
+    }
+}
+
+/// Receives one datagram (a coalesced run or a plain datagram) into `buf`: its bytes and
+/// the packets it holds.
+fn recv_datagram(socket: &UdpSocket, buf: &mut [u8]) -> std::io::Result<Count> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Room for a few control messages, aligned for cmsghdr.
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is a plain C struct for which all-zero bytes are valid.
+    #[allow(unsafe_code)]
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &raw mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: `msg` points at `iov` (over `buf`) and at `control`, with their sizes; all
+    // outlive the call.
+    #[allow(unsafe_code)]
+    let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &raw mut msg, libc::MSG_DONTWAIT) };
+    let len = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
+    let mut segment_size = None;
+    // SAFETY: the kernel filled `msg.msg_control` with `msg.msg_controllen` bytes of
+    // well-formed control messages; CMSG_FIRSTHDR/NXTHDR stay within them, and the UDP_GRO
+    // message carries an int (read unaligned).
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == SOL_UDP && (*cmsg).cmsg_type == UDP_GRO {
+                let size = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
+                segment_size = usize::try_from(size).ok();
+            }
+            cmsg = libc::CMSG_NXTHDR(&raw const msg, cmsg);
+        }
+    }
+    Ok(Count {
+        bytes: len as u64,
+        packets: packets_in(len, segment_size),
+    })
+}
+
 fn drain(sockets: Vec<UdpSocket>, bytes: &AtomicU64, packets: &AtomicU64, stop: &AtomicBool) {
     let mut buf = vec![0u8; 65536];
     while !stop.load(Ordering::Relaxed) {
@@ -443,10 +527,10 @@ fn drain(sockets: Vec<UdpSocket>, bytes: &AtomicU64, packets: &AtomicU64, stop: 
         for s in &sockets {
             // Bounded per socket per pass so every socket gets its turn.
             for _ in 0..256 {
-                match s.recv(&mut buf) {
-                    Ok(n) => {
-                        bytes.fetch_add(n as u64, Ordering::Relaxed);
-                        packets.fetch_add(1, Ordering::Relaxed);
+                match recv_datagram(s, &mut buf) {
+                    Ok(got) => {
+                        bytes.fetch_add(got.bytes, Ordering::Relaxed);
+                        packets.fetch_add(got.packets, Ordering::Relaxed);
                         any = true;
                     }
                     Err(_) => break,
@@ -678,6 +762,72 @@ fn run_in_netns(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_coalesced_datagram_counts_its_packets() {
+        assert_eq!(packets_in(32 * 1436, Some(1436)), 32);
+        assert_eq!(
+            packets_in(31 * 1436 + 500, Some(1436)),
+            32,
+            "a shorter last"
+        );
+        assert_eq!(packets_in(1436, Some(1436)), 1);
+        assert_eq!(packets_in(1436, None), 1, "a plain datagram");
+        assert_eq!(packets_in(0, None), 1, "an empty datagram");
+        assert_eq!(packets_in(1436, Some(0)), 1);
+    }
+
+    #[test]
+    fn loopback_receivers_count_each_packet_of_a_gso_run() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let gro = enable_gro(&rx);
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let size: libc::c_int = 1436;
+        // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a valid c_int (UDP_SEGMENT).
+        #[allow(unsafe_code)]
+        let gso = unsafe {
+            libc::setsockopt(
+                tx.as_raw_fd(),
+                SOL_UDP,
+                103,
+                (&raw const size).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        } == 0;
+        let len = 20 * 1436 + 100;
+        if gso {
+            tx.send_to(&vec![7u8; len], rx.local_addr().unwrap())
+                .unwrap();
+        } else {
+            for c in vec![7u8; len].chunks(1436) {
+                tx.send_to(c, rx.local_addr().unwrap()).unwrap();
+            }
+        }
+        let mut buf = vec![0u8; 65536];
+        let mut total = Count {
+            bytes: 0,
+            packets: 0,
+        };
+        let mut datagrams = 0;
+        for _ in 0..1000 {
+            match recv_datagram(&rx, &mut buf) {
+                Ok(c) => {
+                    total.bytes += c.bytes;
+                    total.packets += c.packets;
+                    datagrams += 1;
+                }
+                Err(_) if total.packets < 21 => std::thread::sleep(Duration::from_millis(2)),
+                Err(_) => break,
+            }
+        }
+        assert_eq!((total.bytes, total.packets), (len as u64, 21));
+        if gro && gso {
+            assert!(
+                datagrams < 21,
+                "the run came coalesced ({datagrams} datagrams)"
+            );
+        }
+    }
 
     #[test]
     fn ifb_payload_is_frames_less_their_headers() {

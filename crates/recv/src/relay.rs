@@ -2,6 +2,8 @@
 //!
 //! Every datagram received on `--listen` is impaired ([`crate::impair`]: Gilbert-Elliott loss,
 //! byte corruption, seeded) and the survivors are forwarded, unchanged otherwise, to `--to`.
+//! The listening socket takes coalesced datagrams (`UDP_GRO`) where the kernel offers it; they are
+//! split, so every packet is impaired and forwarded as its own datagram, as without it.
 //! It is one-way: nothing goes back from `--to`. With the server, the client asks for a session
 //! to the relay's port (`isnode play --session-port LISTEN_PORT --port TO_PORT`): the server
 //! sends to the HTTP peer's IP at the relay's port, and the relay forwards to the client.
@@ -16,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::impair::{ImpairConfig, Impairer, Verdict};
-use crate::net::{grow_recv_buffer, set_poll_timeout, Batch};
+use crate::net::{enable_gro, grow_recv_buffer, set_poll_timeout, Batch};
 
 /// Arguments of `isnode relay`.
 #[derive(clap::Args, Debug, Clone)]
@@ -64,7 +66,7 @@ impl RelayArgs {
 /// Counters of a relay run.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct RelayStats {
-    /// Datagrams received.
+    /// Packets received (a datagram coalesced by `UDP_GRO` counts each of its packets).
     pub packets_in: u64,
     /// Datagrams forwarded (including corrupted ones).
     pub packets_forwarded: u64,
@@ -130,7 +132,8 @@ impl Relay {
         grow_recv_buffer(&self.socket, 8 << 20);
         set_poll_timeout(&self.socket, Duration::from_millis(50))?;
         tracing::info!("relay {} -> {}", self.socket.local_addr()?, self.args.to);
-        let mut batch = Batch::new(32, 65536);
+        // Coalesced datagrams are split: each packet is forwarded as its own datagram.
+        let mut batch = Batch::new(32, 65536, enable_gro(&self.socket));
         let mut stats = RelayStats::default();
         let start = Instant::now();
         let mut last: Option<Instant> = None;

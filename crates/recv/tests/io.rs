@@ -615,3 +615,86 @@ fn admission_refusal_is_a_clear_error() {
     assert!(play(&bad).is_err());
     assert_eq!(server.log.lock().unwrap().posts.len(), 1);
 }
+
+/// Sets the socket-wide GSO segment size (`UDP_SEGMENT`): a larger send is cut by the kernel.
+fn set_udp_segment(socket: &UdpSocket, size: usize) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let size = libc::c_int::try_from(size).unwrap();
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a valid c_int.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            17,  // SOL_UDP
+            103, // UDP_SEGMENT
+            (&raw const size).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Like the server's gso engine: the FDT, then each codeword in GSO runs of equal-size
+/// packets (one `send_to` per run). Returns the packets sent.
+fn spawn_gso_sender(p: SessionParams, bytes: Vec<u8>, to: SocketAddr) -> JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let cws = object_packets(&bytes, &p).unwrap();
+        let fdt_packets = build_fdt_packets(&fdt(&p), p.tsi, p.symbol_len as usize).unwrap();
+        let mut sent = 0u64;
+        for f in &fdt_packets {
+            set_udp_segment(&sock, f.len()).unwrap();
+            sock.send_to(f, to).unwrap();
+            sent += 1;
+        }
+        for cw in &cws {
+            for run in cw.chunk_by(|a, b| a.len() == b.len()) {
+                for part in run.chunks(32) {
+                    set_udp_segment(&sock, part[0].len()).unwrap();
+                    sock.send_to(&part.concat(), to).unwrap();
+                    sent += part.len() as u64;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        sent
+    })
+}
+
+#[test]
+fn gso_runs_through_a_gro_relay_to_a_gro_client_give_identical_output() {
+    let dir = tmpdir();
+    let len = 400_000;
+    let p = params(len);
+    let bytes = data(len as usize, 12);
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut rargs = RelayArgs::new("127.0.0.1:0".parse().unwrap(), client.local_addr().unwrap());
+    rargs.idle_exit_s = Some(1.0);
+    rargs.max_seconds = 20.0;
+    let relay = Relay::bind(&rargs).unwrap();
+    let relay_addr = relay.local_addr().unwrap();
+    let stop = AtomicBool::new(false);
+    let relay_thread = std::thread::spawn(move || relay.run(&stop).unwrap());
+    let sender = spawn_gso_sender(p.clone(), bytes.clone(), relay_addr);
+    let out = dir.path().join("gso.out");
+    let stats = play_session(&fast_args(&out), &client, &setup(&p, 8_000_000)).unwrap();
+    let sent = sender.join().unwrap();
+    let rstats = relay_thread.join().unwrap();
+
+    assert_eq!(std::fs::read(&out).unwrap(), bytes, "{}", stats.summary());
+    assert!(stats.is_clean(), "{}", stats.summary());
+    assert_eq!(stats.packets_corrupt, 0, "{}", stats.summary());
+    assert_eq!(stats.fdt_stream, FdtCheck::Verified);
+    assert_eq!(
+        rstats.packets_in, sent,
+        "the relay takes each packet of each run"
+    );
+    assert_eq!(
+        rstats.packets_forwarded, sent,
+        "and forwards each as its own datagram"
+    );
+    assert_eq!(rstats.packets_truncated, 0);
+}

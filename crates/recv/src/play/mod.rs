@@ -2,7 +2,8 @@
 //!
 //! The shell around [`Receiver`](crate::receiver::Receiver): it binds a UDP socket, asks the
 //! server for a session (`POST /v1/sessions`), keeps it alive from a thread, receives with
-//! `recvmmsg`, takes only datagrams from the session's source ([`SourceFilter`]: the server's
+//! `recvmmsg` and `UDP_GRO` (a coalesced GSO run is split back into its packets), takes only
+//! packets from the session's source ([`SourceFilter`]: the server's
 //! IP address unless `--accept-from` says otherwise), optionally impairs what it receives
 //! ([`crate::impair`]), feeds the receive core, hands the in-order output to the playout
 //! thread ([`crate::playout`]), and deletes the session at the end.

@@ -10,7 +10,7 @@ use isnode_wire::DATA_HEADER_LEN;
 
 use crate::control::{SessionInfo, SessionInfoExt};
 use crate::impair::{Impairer, Verdict};
-use crate::net::{grow_recv_buffer, set_poll_timeout, Batch};
+use crate::net::{enable_gro, grow_recv_buffer, set_poll_timeout, Batch};
 use crate::playout::{self, Pacing, PlayoutConfig, PlayoutStats};
 use crate::receiver::{verify_fdt, FdtCheck, Output, Receiver, ReceiverConfig, SessionParams};
 
@@ -147,8 +147,9 @@ struct Feed<'a> {
 }
 
 impl Feed<'_> {
-    /// Takes the datagrams of one receive: filters, impairs and pushes each, and hands what
-    /// it releases to the playout thread at once (so the release point is always current).
+    /// Takes the packets of one receive (a datagram coalesced by `UDP_GRO` is several):
+    /// filters, impairs and pushes each, and hands what it releases to the playout thread at
+    /// once (so the release point is always current).
     fn take(&mut self, batch: &mut Batch, n: usize, at: Duration) {
         for i in 0..n {
             self.counts.received += 1;
@@ -197,7 +198,7 @@ fn receive(
     set_poll_timeout(socket, Duration::from_millis(50))?;
     // FDT packets may be a little longer than data packets: leave room.
     let slot = (DATA_HEADER_LEN + feed.rx.params().symbol_len as usize + 256).max(2048);
-    let mut batch = Batch::new(32, slot);
+    let mut batch = Batch::new(32, slot, enable_gro(socket));
     let start = Instant::now();
     let mut last_datagram = start;
     loop {

@@ -57,7 +57,8 @@ pub struct PlayStats {
     pub repair_symbols: u32,
     /// First codeword of the session.
     pub start_codeword: u32,
-    /// Datagrams received from the socket (before injected loss).
+    /// Packets received from the socket, before injected loss (a datagram coalesced by
+    /// `UDP_GRO` counts each of its packets).
     pub packets_received: u64,
     /// Distinct valid symbols of the object received.
     pub packets_valid: u64,
