@@ -238,9 +238,21 @@ fn serve_many_clients() {
 /// object is 6 s long (10 codewords), so most of the member is still unread at 1.5 s.
 #[test]
 fn serve_member_loss_mid_stream() {
+    member_loss_mid_stream("gso");
+}
+
+/// The `sendfile` engine sends from the page cache: a member that fails mid-stream makes
+/// `sendfile` come up short, and those packets go to the same rebuild from the pool.
+#[test]
+fn serve_member_loss_mid_stream_sendfile() {
+    member_loss_mid_stream("sendfile");
+}
+
+fn member_loss_mid_stream(engine: &str) {
     let vol = Vol::create(&["--block-size", "65536"]);
     let original = vol.add_ts("long.ts", 4_000_000, 6.0, 21);
-    let server = Server::start(&vol, &["--cache-size", &(32u64 << 20).to_string()]);
+    let cache = (32u64 << 20).to_string();
+    let server = Server::start(&vol, &["--cache-size", &cache, "--engine", engine]);
     let impair: [Impair; 5] = [
         (0.0, None, 0.0),
         (0.02, None, 0.0),

@@ -14,6 +14,9 @@ pub const DEFAULT_MAX_SESSIONS_PER_CLIENT: u32 = 16;
 /// Default size of the block pool, bytes.
 pub const DEFAULT_CACHE_SIZE_BYTES: u64 = 256 << 20;
 
+/// Number of send engines (the length of the per-engine metrics arrays).
+pub const ENGINES: usize = 5;
+
 /// The send engine of the data plane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -27,15 +30,21 @@ pub enum EngineKind {
     /// The seeds' baseline: buffered reads into a per-session buffer, parity encoded at
     /// send time, headers built and payload copied per packet, one `sendto` per packet.
     Traditional,
+    /// `sendfile(2)` of each run of stored packets from the page cache (buffered segment
+    /// files) into a per-session connected UDP socket with `UDP_SEGMENT`: the kernel hands
+    /// page-cache pages to the socket, no copy from user memory (the CDA seed's direct path
+    /// behind the ordinary sendfile interface; what nginx does for HTTP).
+    Sendfile,
 }
 
 impl EngineKind {
     /// Every engine, in metrics order.
-    pub const ALL: [EngineKind; 4] = [
+    pub const ALL: [EngineKind; ENGINES] = [
         EngineKind::Gso,
         EngineKind::UringZc,
         EngineKind::Sendmmsg,
         EngineKind::Traditional,
+        EngineKind::Sendfile,
     ];
 
     /// The engine's name on the command line and in metrics.
@@ -45,6 +54,7 @@ impl EngineKind {
             EngineKind::UringZc => "uring-zc",
             EngineKind::Sendmmsg => "sendmmsg",
             EngineKind::Traditional => "traditional",
+            EngineKind::Sendfile => "sendfile",
         }
     }
 
@@ -55,6 +65,7 @@ impl EngineKind {
             EngineKind::UringZc => 1,
             EngineKind::Sendmmsg => 2,
             EngineKind::Traditional => 3,
+            EngineKind::Sendfile => 4,
         }
     }
 }

@@ -38,7 +38,7 @@ mod uring;
 
 pub use config::{
     Degraded, EngineKind, ReadIo, ServeArgs, DEFAULT_CACHE_SIZE_BYTES, DEFAULT_EGRESS_CAPACITY_BPS,
-    DEFAULT_MAX_SESSIONS_PER_CLIENT, EGRESS_BUDGET_PERCENT,
+    DEFAULT_MAX_SESSIONS_PER_CLIENT, EGRESS_BUDGET_PERCENT, ENGINES,
 };
 pub use metrics::{Limit, MetricsSnapshot};
 pub use server::{run, start, ServeError, ServerHandle};

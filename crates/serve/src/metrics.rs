@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::Serialize;
 
+use crate::config::ENGINES;
 use crate::EngineKind;
 
 pub use isnode_proto::Limit;
@@ -16,8 +17,8 @@ pub(crate) struct Metrics {
     pub sessions_ended: AtomicU64,
     pub sessions_expired: AtomicU64,
     pub refused: [AtomicU64; 3],
-    pub packets: [AtomicU64; 4],
-    pub bytes: [AtomicU64; 4],
+    pub packets: [AtomicU64; ENGINES],
+    pub bytes: [AtomicU64; ENGINES],
     pub send_errors: AtomicU64,
     pub member_errors: Vec<AtomicU64>,
     pub member_logged: Vec<AtomicBool>,
@@ -38,10 +39,11 @@ pub struct MetricsSnapshot {
     pub sessions_expired: u64,
     /// Refusals per limit: `max_bitrate_bps`, `cache_size_bytes`, `max_sessions_per_client`.
     pub sessions_refused: [u64; 3],
-    /// Packets sent per engine: gso, uring-zc, sendmmsg, traditional.
-    pub packets_sent: [u64; 4],
+    /// Packets sent per engine, in [`EngineKind::ALL`]'s order: gso, uring-zc, sendmmsg,
+    /// traditional, sendfile.
+    pub packets_sent: [u64; ENGINES],
     /// UDP payload bytes sent per engine (same order).
-    pub bytes_sent: [u64; 4],
+    pub bytes_sent: [u64; ENGINES],
     /// Send calls that failed.
     pub send_errors: u64,
     /// Cache lookups served from memory.

@@ -233,9 +233,29 @@ fn spawn_workers(
     Ok(workers)
 }
 
+/// Raises the soft limit of open descriptors to the hard limit: the `sendfile` engine
+/// keeps a connected socket per session, and the control API a descriptor per connection.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to an rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            let old = lim.rlim_cur;
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                tracing::debug!("open files limit raised from {old} to {}", lim.rlim_max);
+            }
+        }
+    }
+}
+
 /// Starts a server on the volume at `volume_dir` (created with default parameters if
 /// absent) and returns once it listens.
 pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeError> {
+    raise_open_files_limit();
     let vol = isnode_store::Volume::open_or_create(volume_dir)?;
     let params = *vol.params();
     let block_len = params.block_len as usize;

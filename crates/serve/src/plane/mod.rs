@@ -14,6 +14,7 @@ mod baseline;
 mod degraded;
 pub(crate) mod demand;
 mod send;
+mod sendfile;
 
 use std::collections::HashMap;
 use std::net::UdpSocket;
@@ -76,6 +77,8 @@ struct Active {
     retry_at_ns: u64,
     /// State of the baseline engine (`traditional` only).
     baseline: Option<Box<Baseline>>,
+    /// The session's connected, segmenting socket (`sendfile` only; made on first send).
+    conn: Option<UdpSocket>,
 }
 
 /// Whether a step went out.
@@ -101,6 +104,8 @@ struct Worker {
     /// Packets built by this thread (rebuilt runs): up to one burst.
     out: Vec<u8>,
     published_ns: u64,
+    /// Open segment files (`sendfile` only).
+    files: sendfile::SegmentFiles,
 }
 
 /// The data-plane thread body: runs the loop, and turns a panic into a recorded failure
@@ -131,7 +136,7 @@ fn run(sh: Arc<Shared>, index: usize, rx: Receiver<NewSession>) {
         if let Mode::Uring(u) = &mut w.mode {
             u.flush();
         }
-        if !matches!(w.mode, Mode::Traditional) {
+        if !matches!(w.mode, Mode::Traditional | Mode::Sendfile) {
             w.read_ahead(&mut sessions);
         }
         w.publish(&sessions);
@@ -170,6 +175,7 @@ impl Worker {
             EngineKind::Gso => Mode::Gso,
             EngineKind::Sendmmsg => Mode::Mmsg,
             EngineKind::Traditional => Mode::Traditional,
+            EngineKind::Sendfile => Mode::Sendfile,
             EngineKind::UringZc => match UringSender::new(&sh.cache, sh.clone()) {
                 Ok(u) => Mode::Uring(Box::new(u)),
                 Err(err) => {
@@ -181,7 +187,7 @@ impl Worker {
             },
         };
         let read_io = match mode {
-            Mode::Traditional => ReadIo::Sync,
+            Mode::Traditional | Mode::Sendfile => ReadIo::Sync,
             _ => sh.read_io,
         };
         let fail_sh = sh.clone();
@@ -199,6 +205,7 @@ impl Worker {
             codes: HashMap::new(),
             out: vec![0; net::MAX_SEND_BYTES.max(params.packet_len() as usize)],
             published_ns: 0,
+            files: sendfile::SegmentFiles::default(),
             index,
             sh,
         }
@@ -215,6 +222,7 @@ impl Worker {
             read_ahead_at: None,
             retry_at_ns: 0,
             baseline,
+            conn: None,
         }
     }
 
@@ -279,6 +287,7 @@ impl Worker {
                     self.send_baseline(a, &b);
                     Sent::Yes
                 }
+                Step::Burst(b) if matches!(self.mode, Mode::Sendfile) => self.send_sendfile(a, &b),
                 Step::Burst(b) => self.send_burst(a, &b),
             };
             if sent == Sent::Later {
@@ -324,6 +333,7 @@ impl Worker {
         for (_, at) in positions.values_mut() {
             at.sort_unstable();
         }
+        self.files.retain_titles(|toi| positions.contains_key(&toi));
         self.sh.positions.publish(self.index, positions);
     }
 

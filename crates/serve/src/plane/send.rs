@@ -20,6 +20,8 @@ pub(super) enum Mode {
     Uring(Box<UringSender>),
     /// The seed papers' baseline (`baseline.rs`).
     Traditional,
+    /// `sendfile` from the page cache (`sendfile.rs`).
+    Sendfile,
 }
 
 impl Mode {
@@ -31,6 +33,7 @@ impl Mode {
             Mode::Uring(_) => EngineKind::UringZc,
             Mode::Mmsg => EngineKind::Sendmmsg,
             Mode::Gso => EngineKind::Gso,
+            Mode::Sendfile => EngineKind::Sendfile,
         }
     }
 }

@@ -1,0 +1,143 @@
+//! The `sendfile` engine: each burst (a run of stored packets of one block) goes from the
+//! segment file's page-cache pages straight into the session's connected UDP socket, which
+//! segments it by `UDP_SEGMENT` into the stored packets. No byte passes through user memory
+//! and no copy is made into socket buffers: the kernel hands the pages to the socket, as
+//! nginx's `sendfile` does for HTTP.
+//!
+//! The page cache takes the block pool's place for this engine: the files are opened
+//! buffered (not O_DIRECT) and shared by the thread's sessions of a title, and the block
+//! checksum is not checked before sending (each packet carries its CRC32C, which the client
+//! checks: a damaged packet is an erasure there). A block that cannot be read (a failed
+//! member: `sendfile` fails or comes up short) goes to the degraded path, which rebuilds it
+//! from the other members through the pool.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use super::{Active, Sent, Worker};
+use crate::net;
+use crate::objects::ObjectInfo;
+use crate::session::Burst;
+use crate::EngineKind;
+
+/// Most segment files a thread keeps open (beyond that, the table starts over).
+const MAX_OPEN_FILES: usize = 4096;
+
+/// One thread's open segment files, by (TOI, member); `None`: could not be opened.
+#[derive(Default)]
+pub(super) struct SegmentFiles {
+    files: HashMap<(u32, u32), Option<File>>,
+}
+
+impl SegmentFiles {
+    /// The segment file of `member` of `obj`, opened (buffered) on first use.
+    fn get(&mut self, obj: &ObjectInfo, member: u32) -> Option<&File> {
+        if self.files.len() >= MAX_OPEN_FILES && !self.files.contains_key(&(obj.rec.toi, member)) {
+            self.files.clear();
+        }
+        self.files
+            .entry((obj.rec.toi, member))
+            .or_insert_with(|| {
+                let path = obj.seg_paths.get(member as usize)?;
+                File::open(path).ok()
+            })
+            .as_ref()
+    }
+
+    /// Closes the files of titles no session of this thread is on.
+    pub(super) fn retain_titles(&mut self, active: impl Fn(u32) -> bool) {
+        self.files.retain(|(toi, _), _| active(*toi));
+    }
+}
+
+/// A session's connected socket, segmenting every send into `packet_len`-byte packets.
+pub(super) fn session_socket(a: &Active, packet_len: usize) -> std::io::Result<UdpSocket> {
+    let sock = net::send_socket(&a.s.dest)?;
+    sock.connect(a.s.dest)?;
+    net::set_gso_size(
+        &sock,
+        u16::try_from(packet_len).map_err(std::io::Error::other)?,
+    )?;
+    Ok(sock)
+}
+
+impl Worker {
+    /// Sends one burst with `sendfile`; a block that cannot be read goes to the degraded path.
+    pub(super) fn send_sendfile(&mut self, a: &mut Active, b: &Burst) -> Sent {
+        let obj: Arc<ObjectInfo> = a.s.object.clone();
+        let p = obj.layout.params().packet_len() as usize;
+        if a.conn.is_none() {
+            match session_socket(a, p) {
+                Ok(s) => a.conn = Some(s),
+                Err(e) => {
+                    self.send_error(&e);
+                    return Sent::Yes;
+                }
+            }
+        }
+        let len = b.len() as usize * p;
+        let offset = obj.layout.block_offset(b.block) + u64::from(b.first_in_block) * p as u64;
+        let (Some(conn), Some(file)) = (&a.conn, self.files.get(&obj, b.member)) else {
+            return self.degraded(a, &obj, b);
+        };
+        match sendfile_all(conn, file, offset, len) {
+            Ok(()) => {
+                self.count(a, EngineKind::Sendfile, u64::from(b.len()), len as u64);
+                Sent::Yes
+            }
+            Err(SendfileError::Socket(e)) => {
+                self.send_error(&e);
+                Sent::Yes
+            }
+            Err(SendfileError::File(why)) => {
+                let path = obj.seg_paths.get(b.member as usize);
+                let at = path.map_or_else(String::new, |p| p.display().to_string());
+                self.sh
+                    .metrics
+                    .member_error(b.member, &format!("{at}: block {}: {why}", b.block));
+                self.degraded(a, &obj, b)
+            }
+        }
+    }
+}
+
+/// Why a `sendfile` did not send the whole run.
+enum SendfileError {
+    /// The socket refused (counted as a send error; the packets are lost like a drop).
+    Socket(std::io::Error),
+    /// The file could not give the bytes (an I/O error, or it is shorter than the layout).
+    File(String),
+}
+
+/// Sends `len` bytes of `file` at `offset` into `conn` with one `sendfile` (one datagram,
+/// segmented by the socket's `UDP_SEGMENT`).
+fn sendfile_all(
+    conn: &UdpSocket,
+    file: &File,
+    offset: u64,
+    len: usize,
+) -> Result<(), SendfileError> {
+    let mut off =
+        libc::off_t::try_from(offset).map_err(|_| SendfileError::File("offset".into()))?;
+    // SAFETY: both descriptors are open for the call; `off` is a valid off_t the kernel
+    // advances; no user memory is read or written.
+    let r = unsafe { libc::sendfile(conn.as_raw_fd(), file.as_raw_fd(), &mut off, len) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EIO) | Some(libc::EBADF) | Some(libc::EINVAL) => {
+                SendfileError::File(e.to_string())
+            }
+            _ => SendfileError::Socket(e),
+        });
+    }
+    if r as usize != len {
+        return Err(SendfileError::File(format!(
+            "short read: {r} of {len} bytes"
+        )));
+    }
+    Ok(())
+}
