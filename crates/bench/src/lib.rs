@@ -8,6 +8,8 @@
 #![warn(missing_docs)]
 
 pub mod codec;
+mod common;
 pub mod cputime;
+pub mod load;
 pub mod peers;
 pub mod serve;

@@ -20,12 +20,14 @@
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+
+use crate::common::{process_cpu_s, ServerChild};
 use isnode_store::{IngestOptions, Volume, VolumeParams};
 use serde::{Deserialize, Serialize};
 
@@ -220,28 +222,6 @@ fn prepare_volume(vol_dir: &Path, args: &ServeBenchConfig) -> anyhow::Result<Vec
     Ok(names)
 }
 
-/// Kills the server child when dropped.
-struct ServerChild(Child);
-
-impl Drop for ServerChild {
-    fn drop(&mut self) {
-        // SAFETY: plain kill(2) on our child's pid.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::kill(self.0.id() as i32, libc::SIGTERM)
-        };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if matches!(self.0.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn run_engine(
     vol_dir: &Path,
     host: &str,
@@ -250,7 +230,13 @@ fn run_engine(
     objects: &[String],
     args: &ServeBenchConfig,
 ) -> anyhow::Result<EngineResult> {
-    let (server, base) = start_server(vol_dir, host, engine, args)?;
+    let (server, base) = start_server(
+        vol_dir,
+        host,
+        engine,
+        &args.isnode_exe,
+        args.cache_size_bytes,
+    )?;
     let receivers = Receivers::start(host, args.streams, sink)?;
     let ids = create_sessions(&base, &receivers.ports, objects)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -301,16 +287,18 @@ fn run_engine(
     })
 }
 
-/// Starts `isnode serve` with `engine` on the volume; returns it and its base URL once it answers.
-fn start_server(
+/// Starts `isnode serve` (the binary `exe`) with `engine` and a block pool of
+/// `cache_size_bytes` on the volume; returns it and its base URL once it answers.
+pub(crate) fn start_server(
     vol_dir: &Path,
     host: &str,
     engine: &str,
-    args: &ServeBenchConfig,
+    exe: &Path,
+    cache_size_bytes: u64,
 ) -> anyhow::Result<(ServerChild, String)> {
     let port = TcpListener::bind((host, 0))?.local_addr()?.port();
     let listen: SocketAddr = format!("{host}:{port}").parse()?;
-    let child = Command::new(&args.isnode_exe)
+    let child = Command::new(exe)
         .args([
             "--volume",
             &vol_dir.display().to_string(),
@@ -326,7 +314,7 @@ fn start_server(
             "--max-sessions-per-client",
             "100000",
         ])
-        .args(["--cache-size", &args.cache_size_bytes.to_string()])
+        .args(["--cache-size", &cache_size_bytes.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -670,23 +658,6 @@ fn sent_by_server(base: &str) -> anyhow::Result<Count> {
         bytes: sum("isnode_bytes_sent_total"),
         packets: sum("isnode_packets_sent_total"),
     })
-}
-
-/// user + sys CPU seconds of a process, from /proc/PID/stat.
-fn process_cpu_s(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .context("parsing /proc stat")?;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // After the command name: state is field 3; utime and stime are fields 14 and 15.
-    let utime: u64 = fields.get(11).context("utime")?.parse()?;
-    let stime: u64 = fields.get(12).context("stime")?.parse()?;
-    // SAFETY: sysconf has no preconditions.
-    #[allow(unsafe_code)]
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Ok((utime + stime) as f64 / hz)
 }
 
 /// The sink device created inside the benchmark namespace.

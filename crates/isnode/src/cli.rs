@@ -153,6 +153,57 @@ pub(crate) enum BenchCommand {
     Codec(CodecBenchArgs),
     /// The send engines side by side: server CPU per delivered GB.
     Serve(ServeBenchArgs),
+    /// isnode's engines and nginx under the same Zipf/Poisson load of paced clients: the
+    /// most valid streams each holds, server CPU per delivered GB.
+    Load(LoadBenchArgs),
+}
+
+/// `bench load`.
+#[derive(Args, Debug)]
+pub(crate) struct LoadBenchArgs {
+    /// isnode engines to load, in order (empty: none).
+    #[arg(long, value_delimiter = ',', default_value = "gso,uring-zc")]
+    pub engines: Vec<String>,
+    /// nginx variants to load after the engines: sendfile, directio (empty: none).
+    #[arg(long, value_delimiter = ',', default_value = "sendfile")]
+    pub nginx: Vec<String>,
+    /// Number of titles (MPEG-TS made by gen-ts).
+    #[arg(long, default_value_t = 20)]
+    pub titles: usize,
+    /// Bitrate of every title.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub bitrate: u64,
+    /// Length of every title, seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub title_seconds: f64,
+    /// Seconds of load per level.
+    #[arg(long, default_value_t = 20.0)]
+    pub seconds: f64,
+    /// Concurrent streams of the first level.
+    #[arg(long, default_value_t = 50)]
+    pub streams: usize,
+    /// Highest level: the load doubles from --streams while levels pass, up to this, then
+    /// bisects (no ramp when at most --streams).
+    #[arg(long, default_value_t = 1600)]
+    pub max_streams: usize,
+    /// Bisection steps after the first failing level.
+    #[arg(long, default_value_t = 2)]
+    pub bisect_steps: usize,
+    /// Smallest share of valid streams for a level to pass.
+    #[arg(long, default_value_t = 0.99)]
+    pub pass_fraction: f64,
+    /// Seconds of the stream a client buffers before playing.
+    #[arg(long, default_value_t = 1.0)]
+    pub startup_buffer: f64,
+    /// isnode's block cache size in bytes.
+    #[arg(long, default_value_t = 512 << 20)]
+    pub cache_size: u64,
+    /// Seed of the schedules.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// Where `bench serve` sends its streams.

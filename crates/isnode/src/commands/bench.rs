@@ -72,3 +72,54 @@ pub(super) fn serve(args: &crate::cli::ServeBenchArgs) -> anyhow::Result<ExitCod
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `bench load`: a progress line while it runs, then the table, and JSON with `--json`.
+pub(super) fn load(args: &crate::cli::LoadBenchArgs) -> anyhow::Result<ExitCode> {
+    use isnode_bench::load::{self, LoadBenchConfig, NginxVariant};
+    let nginx = args
+        .nginx
+        .iter()
+        .filter(|v| !v.is_empty())
+        .map(|v| match v.as_str() {
+            "sendfile" => Ok(NginxVariant::Sendfile),
+            "directio" => Ok(NginxVariant::Directio),
+            other => anyhow::bail!("unknown nginx variant {other:?} (sendfile, directio)"),
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let cfg = LoadBenchConfig {
+        isnode_exe: std::env::current_exe().context("finding the isnode binary")?,
+        engines: args
+            .engines
+            .iter()
+            .filter(|e| !e.is_empty())
+            .cloned()
+            .collect(),
+        nginx,
+        titles: args.titles,
+        bitrate_bps: args.bitrate,
+        title_s: args.title_seconds,
+        seconds: args.seconds,
+        streams: args.streams,
+        max_streams: args.max_streams,
+        bisect_steps: args.bisect_steps,
+        pass_fraction: args.pass_fraction,
+        startup_buffer_s: args.startup_buffer,
+        cache_size_bytes: args.cache_size,
+        seed: args.seed,
+    };
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    let report = load::run(&cfg, &mut |msg| bar.set_message(msg.to_string()));
+    bar.finish_and_clear();
+    let report = report.context("running the load benchmark")?;
+    print!("{}", load::report::format_table(&report));
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "report": report,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -25,6 +25,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Relay(args) => stream::relay(&args),
         Command::Bench(BenchCommand::Codec(args)) => bench::codec(&args),
         Command::Bench(BenchCommand::Serve(args)) => bench::serve(&args),
+        Command::Bench(BenchCommand::Load(args)) => bench::load(&args),
         Command::Demo(args) => demo::run(&args),
     }
 }

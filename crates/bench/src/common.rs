@@ -1,0 +1,78 @@
+//! Pieces the server benchmarks share: a server child that is stopped when dropped, and a
+//! process's CPU time and memory from /proc.
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+/// A server child process, sent SIGTERM (then killed after 5 s) when dropped.
+pub(crate) struct ServerChild(pub(crate) Child);
+
+impl Drop for ServerChild {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) on our child's pid.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(self.0.id() as i32, libc::SIGTERM)
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The fields of /proc/PID/stat after the command name (state first).
+fn stat_fields(pid: u32) -> anyhow::Result<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("parsing /proc stat")?;
+    Ok(after.split_whitespace().map(str::to_string).collect())
+}
+
+/// user + sys CPU seconds of a process, from /proc/PID/stat.
+pub(crate) fn process_cpu_s(pid: u32) -> anyhow::Result<f64> {
+    let fields = stat_fields(pid)?;
+    // After the command name: state is field 3; utime and stime are fields 14 and 15.
+    let utime: u64 = fields.get(11).context("utime")?.parse()?;
+    let stime: u64 = fields.get(12).context("stime")?.parse()?;
+    // SAFETY: sysconf has no preconditions.
+    #[allow(unsafe_code)]
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok((utime + stime) as f64 / hz)
+}
+
+/// Resident set size of a process in bytes (VmRSS), from /proc/PID/status.
+pub(crate) fn process_rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .context("VmRSS in /proc status")?
+        .parse()?;
+    Ok(kb * 1024)
+}
+
+/// Pids of the children of `parent` (scanning /proc).
+pub(crate) fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            stat_fields(pid)
+                .ok()
+                .and_then(|f| f.get(1)?.parse::<u32>().ok())
+                == Some(parent)
+        })
+        .collect()
+}

@@ -1,0 +1,161 @@
+//! isnode under load: the volume of the titles, `isnode serve` with an engine, and sessions
+//! created, kept alive and ended through its HTTP control API.
+
+use std::net::UdpSocket;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use isnode_store::{IngestOptions, Volume, VolumeParams};
+
+use super::receivers::{set_udp_gro, Conn};
+use super::Title;
+use crate::common::ServerChild;
+
+/// Receive buffer asked for each session's socket.
+const RCVBUF_BYTES: usize = 2 << 20;
+
+/// Ingests every title into a new volume at `dir`.
+pub(crate) fn make_volume(dir: &Path, titles: &[Title]) -> anyhow::Result<()> {
+    let mut vol = Volume::create(dir, VolumeParams::default(), None)?;
+    for t in titles {
+        let opts = IngestOptions {
+            name: t.name.clone(),
+            bitrate_bps: t.bitrate_bps,
+            content_type: "video/mp2t".into(),
+            replace: false,
+        };
+        isnode_store::ingest(
+            &mut vol,
+            &opts,
+            &mut t.bytes.as_slice(),
+            t.bytes.len() as u64,
+            &mut |_| {},
+        )
+        .with_context(|| format!("ingesting {}", t.name))?;
+    }
+    Ok(())
+}
+
+/// A running `isnode serve` and the sessions it streams.
+pub(crate) struct IsnodeServer {
+    /// The server process.
+    pub(crate) child: ServerChild,
+    base: String,
+    live: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    keeper: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A session just created.
+pub(crate) struct Opened {
+    /// Its id, to end it.
+    pub(crate) id: String,
+    /// Its socket, for the receivers.
+    pub(crate) conn: Conn,
+    /// UDP payload bits per second the server sends it.
+    pub(crate) send_rate_bps: u64,
+    /// Bytes of one packet.
+    pub(crate) packet_bytes: usize,
+}
+
+impl IsnodeServer {
+    /// Starts `isnode serve` on the volume with `engine`.
+    pub(crate) fn start(
+        vol_dir: &Path,
+        exe: &Path,
+        engine: &str,
+        cache_size_bytes: u64,
+    ) -> anyhow::Result<IsnodeServer> {
+        let (child, base) =
+            crate::serve::start_server(vol_dir, "127.0.0.1", engine, exe, cache_size_bytes)?;
+        let live = Arc::new(Mutex::new(Vec::<String>::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (l, s, b) = (live.clone(), stop.clone(), base.clone());
+        let keeper = std::thread::spawn(move || keep_alive(&b, &l, &s));
+        Ok(IsnodeServer {
+            child,
+            base,
+            live,
+            stop,
+            keeper: Some(keeper),
+        })
+    }
+
+    /// Creates a session of `title` to a new socket.
+    pub(crate) fn open(&self, title: &str) -> anyhow::Result<Opened> {
+        let socket = UdpSocket::bind("127.0.0.1:0")?;
+        socket.set_nonblocking(true)?;
+        set_udp_gro(&socket).context("setting UDP_GRO")?;
+        set_rcvbuf(&socket);
+        let port = socket.local_addr()?.port();
+        let body = serde_json::json!({ "object": title, "port": port });
+        let mut resp = ureq::post(format!("{}/v1/sessions", self.base))
+            .send_json(&body)
+            .context("creating a session")?;
+        let v: serde_json::Value = resp.body_mut().read_json()?;
+        let id = v["id"].as_str().context("session id")?.to_string();
+        let toi = v["object"]["toi"].as_u64().context("object toi")? as u32;
+        let symbol = v["object"]["symbol_size"].as_u64().context("symbol size")? as usize;
+        let send_rate_bps = v["send_rate_bps"].as_u64().context("send rate")?;
+        if let Ok(mut l) = self.live.lock() {
+            l.push(id.clone());
+        }
+        Ok(Opened {
+            id,
+            conn: Conn::Udp {
+                socket,
+                toi,
+                last: None,
+            },
+            send_rate_bps,
+            packet_bytes: symbol + isnode_wire::DATA_HEADER_LEN,
+        })
+    }
+
+    /// Ends a session.
+    pub(crate) fn close(&self, id: &str) {
+        if let Ok(mut l) = self.live.lock() {
+            l.retain(|x| x != id);
+        }
+        let _ = ureq::delete(format!("{}/v1/sessions/{id}", self.base)).call();
+    }
+}
+
+impl Drop for IsnodeServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(k) = self.keeper.take() {
+            let _ = k.join();
+        }
+    }
+}
+
+fn set_rcvbuf(socket: &UdpSocket) {
+    use std::os::fd::AsRawFd;
+    let v = RCVBUF_BYTES as libc::c_int;
+    // SAFETY: setsockopt reads one c_int from a valid pointer for the given length.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
+/// Sends a keepalive for every live session every 500 ms until `stop`.
+fn keep_alive(base: &str, live: &Mutex<Vec<String>>, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let ids = live.lock().map(|l| l.clone()).unwrap_or_default();
+        for id in ids {
+            let _ = ureq::post(format!("{base}/v1/sessions/{id}/keepalive")).send_empty();
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}

@@ -1,0 +1,156 @@
+//! nginx under load: Debian's `nginx` started by the benchmark with a configuration made for
+//! video on demand (sendfile, `tcp_nopush`, `aio threads`), serving the titles' files over
+//! HTTP on loopback from a scratch directory its unprivileged workers can read.
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use super::Title;
+use crate::common::{children_of, ServerChild};
+
+/// Worker processes (the machine's cores).
+const WORKERS: usize = 2;
+
+/// How nginx reads the files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NginxVariant {
+    /// sendfile from the page cache.
+    Sendfile,
+    /// `directio` for files of 4 MB and more (aio threads read them, bypassing the page cache).
+    Directio,
+}
+
+/// A running nginx.
+pub(crate) struct NginxServer {
+    /// The master process.
+    pub(crate) child: ServerChild,
+    /// Its address.
+    pub(crate) port: u16,
+}
+
+fn nginx_binary() -> anyhow::Result<PathBuf> {
+    for p in ["/usr/sbin/nginx", "/usr/bin/nginx"] {
+        if Path::new(p).exists() {
+            return Ok(p.into());
+        }
+    }
+    bail!("nginx is not installed; install it with `apt-get install -y nginx` (Debian's package)")
+}
+
+/// Writes the titles' files under `dir/www`, readable by anyone.
+pub(crate) fn write_titles(dir: &Path, titles: &[Title]) -> anyhow::Result<()> {
+    let www = dir.join("www");
+    std::fs::create_dir_all(&www)?;
+    for d in [dir, www.as_path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))?;
+    }
+    for t in titles {
+        let p = www.join(&t.name);
+        std::fs::write(&p, t.bytes.as_slice())
+            .with_context(|| format!("writing {}", p.display()))?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644))?;
+    }
+    Ok(())
+}
+
+/// The configuration for a server on `port` rooted at `dir/www`.
+fn config(dir: &Path, port: u16, variant: NginxVariant) -> String {
+    let d = dir.display();
+    let user = if nix_is_root() { "user www-data;" } else { "" };
+    let directio = match variant {
+        NginxVariant::Sendfile => "",
+        NginxVariant::Directio => "directio 4m; directio_alignment 4k;",
+    };
+    format!(
+        "daemon off; master_process on; worker_processes {WORKERS}; {user}
+pid {d}/nginx.pid; error_log {d}/error.log warn; worker_rlimit_nofile 65536;
+events {{ worker_connections 16384; }}
+http {{
+  access_log off; sendfile on; tcp_nopush on; aio threads; {directio}
+  types {{ video/mp2t ts; }} default_type application/octet-stream;
+  client_body_temp_path {d}/tmp/body; proxy_temp_path {d}/tmp/proxy;
+  fastcgi_temp_path {d}/tmp/fastcgi; uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;
+  server {{ listen 127.0.0.1:{port}; root {d}/www; }}
+}}
+"
+    )
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    #[allow(unsafe_code)]
+    let uid = unsafe { libc::geteuid() };
+    uid == 0
+}
+
+impl NginxServer {
+    /// Starts nginx on the titles written under `dir` by [`write_titles`].
+    pub(crate) fn start(dir: &Path, variant: NginxVariant) -> anyhow::Result<NginxServer> {
+        let exe = nginx_binary()?;
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        std::fs::create_dir_all(dir.join("tmp"))?;
+        let conf = dir.join("nginx.conf");
+        std::fs::write(&conf, config(dir, port, variant))?;
+        let child = Command::new(&exe)
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(&conf)
+            .arg("-e")
+            .arg(dir.join("error.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {}", exe.display()))?;
+        let server = NginxServer {
+            child: ServerChild(child),
+            port,
+        };
+        server.wait_ready(dir)?;
+        Ok(server)
+    }
+
+    fn wait_ready(&self, dir: &Path) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let up = TcpStream::connect(("127.0.0.1", self.port)).is_ok();
+            if up && children_of(self.child.0.id()).len() >= WORKERS {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+                bail!(
+                    "nginx did not come up on port {} within 10 s: {log}",
+                    self.port
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The master and its workers.
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        let master = self.child.0.id();
+        let mut p = vec![master];
+        p.extend(children_of(master));
+        p
+    }
+
+    /// Connects and asks for `name`; the stream is non-blocking.
+    pub(crate) fn get(&self, name: &str) -> anyhow::Result<TcpStream> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).context("connecting to nginx")?;
+        write!(
+            s,
+            "GET /{name} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )?;
+        s.set_nonblocking(true)?;
+        Ok(s)
+    }
+}

@@ -1,0 +1,271 @@
+//! One level of load against one server, and the ramp that finds the most valid streams.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::isnode::IsnodeServer;
+use super::nginx::{NginxServer, NginxVariant};
+use super::receivers::{Conn, ReceiverPool, Stream};
+use super::report::{level_result, LevelResult, ServerResult, Tally};
+use super::validity::{judge, Nominal, StreamRecord};
+use super::workload::{schedule, WorkloadConfig};
+use super::{LoadBenchConfig, Title};
+use crate::common::{process_cpu_s, process_rss_bytes};
+
+/// Receiver threads.
+const RECEIVER_THREADS: usize = 2;
+/// A window may fall short by this share of the rate (the receivers' timing).
+const SLACK_FRACTION: f64 = 0.02;
+/// Packets of the largest burst isnode sends (one GSO run).
+const ISNODE_BURST_PACKETS: f64 = 32.0;
+/// Seconds between two levels (sessions end, sockets close).
+const PAUSE_S: f64 = 1.0;
+
+/// A server under test.
+enum Sut<'a> {
+    Isnode(&'a IsnodeServer),
+    Nginx(&'a NginxServer),
+}
+
+/// A stream the server accepted.
+struct Accepted {
+    conn: Conn,
+    nominal: Nominal,
+    /// Title bytes per byte the receiver counts.
+    title_per_counted: f64,
+    /// The isnode session to end.
+    session: Option<String>,
+}
+
+impl Sut<'_> {
+    fn pids(&self) -> Vec<u32> {
+        match self {
+            Sut::Isnode(s) => vec![s.child.0.id()],
+            Sut::Nginx(s) => s.pids(),
+        }
+    }
+
+    fn open(&self, title: &Title, cfg: &LoadBenchConfig) -> anyhow::Result<Accepted> {
+        let rate = title.bitrate_bps as f64 / 8.0;
+        match self {
+            Sut::Isnode(s) => {
+                let o = s.open(&title.name)?;
+                let wire = o.send_rate_bps as f64 / 8.0;
+                Ok(Accepted {
+                    conn: o.conn,
+                    nominal: Nominal {
+                        rate_bytes_per_s: wire,
+                        startup_buffer_s: cfg.startup_buffer_s,
+                        slack_bytes: SLACK_FRACTION * wire
+                            + ISNODE_BURST_PACKETS * o.packet_bytes as f64,
+                    },
+                    title_per_counted: rate / wire.max(1.0),
+                    session: Some(o.id),
+                })
+            }
+            Sut::Nginx(s) => Ok(Accepted {
+                conn: Conn::Http {
+                    stream: s.get(&title.name)?,
+                    title: title.bytes.clone(),
+                    head: Some(Vec::new()),
+                    body_bytes: 0,
+                    rate_bytes_per_s: rate,
+                    startup_bytes: rate * cfg.startup_buffer_s,
+                    cap_bytes: rate * cfg.startup_buffer_s * 2.0,
+                    playing_since: None,
+                },
+                nominal: Nominal {
+                    rate_bytes_per_s: rate,
+                    startup_buffer_s: cfg.startup_buffer_s,
+                    slack_bytes: SLACK_FRACTION * rate,
+                },
+                title_per_counted: 1.0,
+                session: None,
+            }),
+        }
+    }
+
+    fn close(&self, id: &str) {
+        if let Sut::Isnode(s) = self {
+            s.close(id);
+        }
+    }
+}
+
+/// Ramps isnode with `engine` on the volume `vol`.
+pub(crate) fn ramp_isnode(
+    cfg: &LoadBenchConfig,
+    vol: &Path,
+    engine: &str,
+    titles: &[Title],
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<ServerResult> {
+    progress(&format!("{engine}: starting isnode serve"));
+    let server = IsnodeServer::start(vol, &cfg.isnode_exe, engine, cfg.cache_size_bytes)?;
+    ramp(cfg, &Sut::Isnode(&server), engine, titles, progress)
+}
+
+/// Ramps nginx serving the titles under `dir`.
+pub(crate) fn ramp_nginx(
+    cfg: &LoadBenchConfig,
+    dir: &Path,
+    variant: NginxVariant,
+    titles: &[Title],
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<ServerResult> {
+    let name = match variant {
+        NginxVariant::Sendfile => "nginx",
+        NginxVariant::Directio => "nginx-directio",
+    };
+    progress(&format!("{name}: starting nginx"));
+    let server = NginxServer::start(dir, variant)?;
+    ramp(cfg, &Sut::Nginx(&server), name, titles, progress)
+}
+
+/// Doubles the load from `cfg.streams` while levels pass (up to `cfg.max_streams`), then
+/// bisects between the last passing and the first failing level.
+fn ramp(
+    cfg: &LoadBenchConfig,
+    sut: &Sut<'_>,
+    name: &str,
+    titles: &[Title],
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<ServerResult> {
+    let mut levels: Vec<LevelResult> = Vec::new();
+    let (mut good, mut bad): (Option<usize>, Option<usize>) = (None, None);
+    let mut n = cfg.streams.max(1);
+    let mut bisections = 0;
+    loop {
+        let r = level(cfg, sut, name, n, titles, progress)?;
+        if r.passed {
+            good = Some(good.map_or(n, |g| g.max(n)));
+        } else {
+            bad = Some(bad.map_or(n, |b| b.min(n)));
+        }
+        levels.push(r);
+        std::thread::sleep(Duration::from_secs_f64(PAUSE_S));
+        n = match bad {
+            None if n < cfg.max_streams => (n * 2).min(cfg.max_streams),
+            None => break,
+            Some(b) => {
+                let lo = good.unwrap_or(0);
+                if bisections >= cfg.bisect_steps || b - lo <= (b / 16).max(1) {
+                    break;
+                }
+                bisections += 1;
+                (lo + b) / 2
+            }
+        };
+    }
+    Ok(ServerResult::new(name, levels))
+}
+
+/// Runs one level of `n` concurrent streams against `sut`.
+fn level(
+    cfg: &LoadBenchConfig,
+    sut: &Sut<'_>,
+    name: &str,
+    n: usize,
+    titles: &[Title],
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<LevelResult> {
+    let mut wl = WorkloadConfig::new(titles.len(), cfg.title_s, n, cfg.seconds);
+    wl.seed = cfg.seed;
+    let plans = schedule(&wl);
+    let pids = sut.pids();
+    let me = std::process::id();
+    let mut pool = ReceiverPool::start(RECEIVER_THREADS);
+    let cpu0 = cpu_of(&pids);
+    let me0 = process_cpu_s(me)?;
+    let t0 = Instant::now();
+    let horizon = t0 + Duration::from_secs_f64(cfg.seconds);
+    let mut tally = Tally::new(plans.len());
+    let mut closes: Vec<(Instant, String)> = Vec::new();
+    for (i, p) in plans.iter().enumerate() {
+        wait_until(t0 + Duration::from_secs_f64(p.start_s), &mut closes, sut);
+        progress(&format!(
+            "{name}: {n} streams, {:.0}/{:.0} s, {} sessions",
+            t0.elapsed().as_secs_f64(),
+            cfg.seconds,
+            i + 1
+        ));
+        let Some(title) = titles.get(p.title) else {
+            continue;
+        };
+        let requested = Instant::now();
+        let end = (requested + Duration::from_secs_f64(p.length_s)).min(horizon);
+        match sut.open(title, cfg) {
+            Ok(a) => {
+                tally.accept(i, a.nominal, a.title_per_counted);
+                if let Some(id) = a.session {
+                    closes.push((end, id));
+                }
+                pool.add(Stream::new(i, requested, end, a.conn));
+            }
+            Err(e) => tally.refuse(format!("{e:#}")),
+        }
+    }
+    wait_until(horizon, &mut closes, sut);
+    let seconds = t0.elapsed().as_secs_f64();
+    let cpu = cpu_of(&pids) - cpu0;
+    let rss: u64 = pids.iter().filter_map(|&p| process_rss_bytes(p).ok()).sum();
+    let records = pool.stop();
+    let receivers_cpu = process_cpu_s(me)? - me0;
+    for (_, id) in closes {
+        sut.close(&id);
+    }
+    let verdicts = judged(&tally, records);
+    Ok(level_result(
+        n,
+        cfg.pass_fraction,
+        seconds,
+        cpu,
+        receivers_cpu,
+        rss,
+        &tally,
+        verdicts,
+    ))
+}
+
+/// Judges every record against its stream's nominal; the title bytes each counted.
+fn judged(
+    tally: &Tally,
+    records: Vec<(usize, StreamRecord)>,
+) -> Vec<(super::validity::Verdict, f64)> {
+    records
+        .into_iter()
+        .filter_map(|(i, rec)| {
+            let (nominal, per) = tally.of(i)?;
+            let bytes: u64 = rec.tick_bytes.iter().sum();
+            Some((judge(&rec, &nominal), bytes as f64 * per))
+        })
+        .collect()
+}
+
+/// Sleeps until `at`, ending the isnode sessions whose time has come meanwhile.
+fn wait_until(at: Instant, closes: &mut Vec<(Instant, String)>, sut: &Sut<'_>) {
+    loop {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < closes.len() {
+            if closes.get(i).is_some_and(|(t, _)| *t <= now) {
+                let (_, id) = closes.swap_remove(i);
+                sut.close(&id);
+            } else {
+                i += 1;
+            }
+        }
+        if now >= at {
+            return;
+        }
+        let next = closes.iter().map(|(t, _)| *t).min().unwrap_or(at).min(at);
+        std::thread::sleep(
+            next.saturating_duration_since(now)
+                .min(Duration::from_millis(50)),
+        );
+    }
+}
+
+fn cpu_of(pids: &[u32]) -> f64 {
+    pids.iter().filter_map(|&p| process_cpu_s(p).ok()).sum()
+}
