@@ -88,6 +88,8 @@ pub struct Pacer {
     /// The FDT is due before the current codeword and not sent yet.
     fdt_pending: bool,
     done: bool,
+    /// When the next step is due (computed once per step: the data plane asks often).
+    due_ns: Option<u64>,
 }
 
 /// Errors of the pacing core.
@@ -137,6 +139,7 @@ impl Pacer {
             source_before: 0,
             fdt_pending: true,
             done: false,
+            due_ns: None,
         };
         p.settle();
         Ok(p)
@@ -157,8 +160,14 @@ impl Pacer {
         self.done
     }
 
-    /// Moves the cursor onto the next member run that has packets, or to the end.
+    /// Moves the cursor onto the next step and computes when it is due.
     fn settle(&mut self) {
+        self.settle_cursor();
+        self.due_ns = self.compute_next_due();
+    }
+
+    /// Moves the cursor onto the next member run that has packets, or to the end.
+    fn settle_cursor(&mut self) {
         let layout = &self.cfg.layout;
         let members = layout.params().members;
         loop {
@@ -194,6 +203,10 @@ impl Pacer {
 
     /// The time (ns) at which the next step is due, or `None` when done.
     pub fn next_due(&self) -> Option<u64> {
+        self.due_ns
+    }
+
+    fn compute_next_due(&self) -> Option<u64> {
         if self.done {
             return None;
         }
