@@ -13,3 +13,4 @@ pub mod cputime;
 pub mod load;
 pub mod peers;
 pub mod serve;
+mod udp;

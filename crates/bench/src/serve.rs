@@ -18,7 +18,6 @@
 //! the server"), a figure the server counts itself, not measured at the sink.
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,6 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 use crate::common::{process_cpu_s, ServerChild};
+use crate::udp::{enable_gro, packets_in, recv_gro};
 use isnode_store::{IngestOptions, Volume, VolumeParams};
 use serde::{Deserialize, Serialize};
 
@@ -433,75 +433,10 @@ fn wait_ready(base: &str) -> anyhow::Result<()> {
     }
 }
 
-/// `SOL_UDP`: the socket level of UDP options and control messages.
-const SOL_UDP: libc::c_int = 17;
-/// `UDP_GRO` (Linux >= 5.0): as an option, deliver coalesced datagrams whole; as a control
-/// message, their segment size.
-const UDP_GRO: libc::c_int = 104;
-
-/// Sets `UDP_GRO` on a receiver: a GSO run sent to it on loopback is delivered whole rather
-/// than segmented into datagrams on the sender's time. False if the kernel refuses.
-fn enable_gro(socket: &UdpSocket) -> bool {
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a valid c_int.
-    #[allow(unsafe_code)]
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            SOL_UDP,
-            UDP_GRO,
-            (&raw const on).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    rc == 0
-}
-
-/// The packets in a received datagram of `len` bytes: one per `segment_size` bytes (the
-/// last may be shorter) when the kernel coalesced it, else one.
-fn packets_in(len: usize, segment_size: Option<usize>) -> u64 {
-    match segment_size.filter(|s| *s > 0) {
-        Some(size) => len.div_ceil(size).max(1) as u64,
-        None => 1,
-    }
-}
-
 /// Receives one datagram (a coalesced run or a plain datagram) into `buf`: its bytes and
 /// the packets it holds.
 fn recv_datagram(socket: &UdpSocket, buf: &mut [u8]) -> std::io::Result<Count> {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // Room for a few control messages, aligned for cmsghdr.
-    let mut control = [0u64; 8];
-    // SAFETY: msghdr is a plain C struct for which all-zero bytes are valid.
-    #[allow(unsafe_code)]
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control);
-    // SAFETY: `msg` points at `iov` (over `buf`) and at `control`, with their sizes; all
-    // outlive the call.
-    #[allow(unsafe_code)]
-    let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &raw mut msg, libc::MSG_DONTWAIT) };
-    let len = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
-    let mut segment_size = None;
-    // SAFETY: the kernel filled `msg.msg_control` with `msg.msg_controllen` bytes of
-    // well-formed control messages; CMSG_FIRSTHDR/NXTHDR stay within them, and the UDP_GRO
-    // message carries an int (read unaligned).
-    #[allow(unsafe_code)]
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == SOL_UDP && (*cmsg).cmsg_type == UDP_GRO {
-                let size = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
-                segment_size = usize::try_from(size).ok();
-            }
-            cmsg = libc::CMSG_NXTHDR(&raw const msg, cmsg);
-        }
-    }
+    let (len, segment_size) = recv_gro(socket, buf)?;
     Ok(Count {
         bytes: len as u64,
         packets: packets_in(len, segment_size),
@@ -733,6 +668,7 @@ fn run_in_netns(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
 
     #[test]
     fn a_coalesced_datagram_counts_its_packets() {
@@ -759,7 +695,7 @@ mod tests {
         let gso = unsafe {
             libc::setsockopt(
                 tx.as_raw_fd(),
-                SOL_UDP,
+                libc::SOL_UDP,
                 103,
                 (&raw const size).cast(),
                 std::mem::size_of::<libc::c_int>() as libc::socklen_t,

@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 use super::validity::{StreamRecord, TICK_S};
 
 /// `UDP_GRO` (linux/udp.h); not exported by libc for glibc targets.
-const UDP_GRO: libc::c_int = 104;
 /// How long a receiver thread waits for readiness per pass.
 const POLL_TIMEOUT_MS: i32 = 5;
 /// A paced HTTP client reads once it may read this many seconds of the title.
@@ -143,10 +142,10 @@ impl Stream {
             let Conn::Udp { socket, .. } = &self.conn else {
                 return false;
             };
-            let Ok((n, seg)) = recv_gro(socket, buf) else {
+            let Ok((n, seg)) = crate::udp::recv_gro(socket, buf) else {
                 return true;
             };
-            let seg = if seg == 0 { n } else { seg };
+            let seg = seg.unwrap_or(n);
             let mut payload = 0;
             for packet in buf.get(..n).unwrap_or(&[]).chunks(seg.max(1)) {
                 payload += packet.len();
@@ -269,63 +268,13 @@ fn find_head_end(head: &[u8]) -> Option<usize> {
         .map(|p| p + 4)
 }
 
-/// Receives one UDP datagram (or GRO run) into `buf`; returns its length and the GRO
-/// segment size (0: a single datagram).
-fn recv_gro(socket: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, usize)> {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let mut control = [0u64; 8];
-    // SAFETY: msghdr is plain data; all-zero is a valid (empty) value.
-    #[allow(unsafe_code)]
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: `msg` points at `iov` (over `buf`) and `control`, all alive and writable for
-    // the call; the kernel writes at most their lengths.
-    #[allow(unsafe_code)]
-    let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut seg = 0usize;
-    // SAFETY: CMSG_FIRSTHDR/CMSG_NXTHDR walk the control buffer the kernel filled, within
-    // msg_controllen; CMSG_DATA of a UDP_GRO message holds one c_int (read unaligned).
-    #[allow(unsafe_code)]
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                seg = usize::try_from(v).unwrap_or(0);
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    Ok((n as usize, seg))
-}
-
 /// Sets `UDP_GRO` on `socket`.
 pub(crate) fn set_udp_gro(socket: &UdpSocket) -> std::io::Result<()> {
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt reads one c_int from a valid pointer for the given length.
-    #[allow(unsafe_code)]
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_UDP,
-            UDP_GRO,
-            (&on as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
+    if crate::udp::enable_gro(socket) {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
-    Ok(())
 }
 
 /// Waits up to [`POLL_TIMEOUT_MS`] for any of `fds` to be readable; marks which are.
