@@ -78,6 +78,20 @@ pub struct LevelResult {
     pub startup_p99_s: Option<f64>,
     /// Coefficient of variation of the 1 s window rates of all streams, pooled.
     pub bitrate_cv: Option<f64>,
+    /// The server and the receivers together used at least [`SATURATED_SHARE`] of every
+    /// core of the machine: a failing level may then be the machine's (or the receivers')
+    /// limit rather than the server's.
+    #[serde(default)]
+    pub machine_saturated: bool,
+}
+
+/// Share of all cores that the server and the receivers together must use for a level to
+/// count as saturating the machine.
+pub const SATURATED_SHARE: f64 = 0.9;
+
+/// Whether `cpu_s` CPU-seconds over `seconds` use at least [`SATURATED_SHARE`] of `cores`.
+pub(crate) fn saturates(cpu_s: f64, seconds: f64, cores: usize) -> bool {
+    seconds > 0.0 && cpu_s / seconds >= SATURATED_SHARE * cores as f64
 }
 
 /// Builds a level's figures from the verdicts (and title bytes) of its streams.
@@ -134,6 +148,11 @@ pub(crate) fn level_result(
         startup_p50_s: percentile(&startups, 0.50),
         startup_p99_s: percentile(&startups, 0.99),
         bitrate_cv: cv(&rates),
+        machine_saturated: saturates(
+            server_cpu_s + receivers_cpu_s,
+            seconds,
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ),
     }
 }
 
@@ -246,7 +265,7 @@ fn opt(x: Option<f64>, scale: f64, digits: usize) -> String {
 /// The report as a table: one row per level, then a summary row per server.
 pub fn format_table(r: &LoadReport) -> String {
     let mut s = format!(
-        "{:<15} {:>7} {:>13} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>6}\n",
+        "{:<15} {:>7} {:>13} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>6} {:>4}\n",
         "server",
         "streams",
         "valid/total",
@@ -256,12 +275,13 @@ pub fn format_table(r: &LoadReport) -> String {
         "start50",
         "start99",
         "cv",
-        "pass"
+        "pass",
+        "sat"
     );
     for sv in &r.servers {
         for l in &sv.levels {
             s.push_str(&format!(
-                "{:<15} {:>7} {:>13} {:>9.3} {:>9.2} {:>9.1} {:>8} {:>8} {:>8} {:>6}\n",
+                "{:<15} {:>7} {:>13} {:>9.3} {:>9.2} {:>9.1} {:>8} {:>8} {:>8} {:>6} {:>4}\n",
                 sv.server,
                 l.streams,
                 format!("{}/{}", l.valid, l.sessions),
@@ -272,6 +292,7 @@ pub fn format_table(r: &LoadReport) -> String {
                 opt(l.startup_p99_s, 1e3, 0) + "ms",
                 opt(l.bitrate_cv, 1.0, 3),
                 if l.passed { "yes" } else { "no" },
+                if l.machine_saturated { "yes" } else { "-" },
             ));
         }
     }
@@ -292,7 +313,9 @@ pub fn format_table(r: &LoadReport) -> String {
     s.push_str(
         "cpu_s/GB: server user+sys per GB of title bytes delivered; rx_cpu_s: this process \
          (receivers); cpu_vs_nginx: at the first level (same load); \
-         start: request to first byte; cv: of 1 s window rates\n",
+         start: request to first byte; cv: of 1 s window rates; sat: server and receivers \
+         together used at least 90 % of every core (a failing level may be the machine's limit, \
+         not the server's)\n",
     );
     s
 }
@@ -300,6 +323,14 @@ pub fn format_table(r: &LoadReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn saturation_is_the_share_of_every_core() {
+        assert!(saturates(18.0, 10.0, 2), "1.8 of 2 cores");
+        assert!(!saturates(17.9, 10.0, 2));
+        assert!(!saturates(18.0, 10.0, 4));
+        assert!(!saturates(1.0, 0.0, 2), "no time, no verdict");
+    }
 
     #[test]
     fn percentiles_and_cv_of_small_samples() {
