@@ -160,6 +160,9 @@ pub fn seal_data_packet(out: &mut [u8], id: &DataPacketId) -> Result<(), WireErr
     if id.sbn > MAX_SBN {
         return Err(WireError::SbnOutOfRange(id.sbn));
     }
+    if id.toi == 0 {
+        return Err(WireError::NotDataPacket("TOI 0 is the FDT's"));
+    }
     // V=1 C=0 PSI=0 | S=1 O=01 H=0 Res=00 A=0 B=0 | HDR_LEN=6 | CP=5
     out[0] = 0x10;
     out[1] = 0xA0;
@@ -243,6 +246,10 @@ pub fn parse_data_packet(bytes: &[u8]) -> Result<DataPacket<'_>, WireError> {
     }
     let word =
         |at: usize| u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    // TOI 0 carries the FDT (FLUTE): never a data packet, as `AlcPacket::data_id` agrees.
+    if word(12) == 0 {
+        return Err(WireError::NotDataPacket("TOI 0 is the FDT's"));
+    }
     let fpi = word(24);
     Ok(DataPacket {
         id: DataPacketId {
@@ -661,6 +668,30 @@ pub(crate) fn build_fdt_packet(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn toi_0_is_never_a_data_packet() {
+        // Found by the wire_packet fuzz target: the strict parser took a TOI 0 packet that
+        // the general parser (rightly) calls the FDT's.
+        let id = DataPacketId {
+            tsi: 7,
+            toi: 0,
+            sbn: 1,
+            esi: 2,
+        };
+        let mut p = vec![0u8; DATA_HEADER_LEN + 8];
+        assert!(seal_data_packet(&mut p, &id).is_err());
+        let ok = DataPacketId { toi: 1, ..id };
+        seal_data_packet(&mut p, &ok).unwrap();
+        p[12..16].copy_from_slice(&0u32.to_be_bytes());
+        let crc = packet_crc(&p, DATA_CRC_OFFSET);
+        p[20..24].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(
+            parse_data_packet(&p),
+            Err(WireError::NotDataPacket(_))
+        ));
+        assert_eq!(parse_packet(&p).unwrap().data_id(), None);
+    }
 
     #[test]
     fn rfc1071_example() {
