@@ -3,7 +3,7 @@
 
 use std::net::UdpSocket;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +45,10 @@ pub(crate) struct IsnodeServer {
     pub(crate) child: ServerChild,
     base: String,
     live: Arc<Mutex<Vec<String>>>,
+    /// The keepalive period the server asked for (ms; 0 until the first session).
+    keepalive_ms: Arc<AtomicU64>,
+    /// One agent for every request: persistent connections, as a player keeps its own.
+    agent: ureq::Agent,
     stop: Arc<AtomicBool>,
     keeper: Option<std::thread::JoinHandle<()>>,
 }
@@ -73,12 +77,24 @@ impl IsnodeServer {
             crate::serve::start_server(vol_dir, "127.0.0.1", engine, exe, cache_size_bytes)?;
         let live = Arc::new(Mutex::new(Vec::<String>::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (l, s, b) = (live.clone(), stop.clone(), base.clone());
-        let keeper = std::thread::spawn(move || keep_alive(&b, &l, &s));
+        let keepalive_ms = Arc::new(AtomicU64::new(0));
+        let agent = ureq::Agent::new_with_defaults();
+        let keeper = {
+            let (a, l, s, b, k) = (
+                agent.clone(),
+                live.clone(),
+                stop.clone(),
+                base.clone(),
+                keepalive_ms.clone(),
+            );
+            std::thread::spawn(move || keep_alive(&a, &b, &l, &k, &s))
+        };
         Ok(IsnodeServer {
             child,
             base,
             live,
+            keepalive_ms,
+            agent,
             stop,
             keeper: Some(keeper),
         })
@@ -92,7 +108,8 @@ impl IsnodeServer {
         set_rcvbuf(&socket);
         let port = socket.local_addr()?.port();
         let body = serde_json::json!({ "object": title, "port": port });
-        let mut resp = ureq::post(format!("{}/v1/sessions", self.base))
+        let mut resp = (self.agent)
+            .post(format!("{}/v1/sessions", self.base))
             .send_json(&body)
             .context("creating a session")?;
         let v: serde_json::Value = resp.body_mut().read_json()?;
@@ -100,6 +117,10 @@ impl IsnodeServer {
         let toi = v["object"]["toi"].as_u64().context("object toi")? as u32;
         let symbol = v["object"]["symbol_size"].as_u64().context("symbol size")? as usize;
         let send_rate_bps = v["send_rate_bps"].as_u64().context("send rate")?;
+        let keepalive_ms = v["keepalive_interval_ms"]
+            .as_u64()
+            .context("keepalive interval")?;
+        self.keepalive_ms.store(keepalive_ms, Ordering::Relaxed);
         if let Ok(mut l) = self.live.lock() {
             l.push(id.clone());
         }
@@ -120,7 +141,9 @@ impl IsnodeServer {
         if let Ok(mut l) = self.live.lock() {
             l.retain(|x| x != id);
         }
-        let _ = ureq::delete(format!("{}/v1/sessions/{id}", self.base)).call();
+        let _ = (self.agent)
+            .delete(format!("{}/v1/sessions/{id}", self.base))
+            .call();
     }
 }
 
@@ -149,13 +172,30 @@ fn set_rcvbuf(socket: &UdpSocket) {
     };
 }
 
-/// Sends a keepalive for every live session every 500 ms until `stop`.
-fn keep_alive(base: &str, live: &Mutex<Vec<String>>, stop: &AtomicBool) {
+/// Sends a keepalive for every live session once per the server's keepalive period (as
+/// `isnode play` does), over the agent's persistent connection, until `stop`.
+fn keep_alive(
+    agent: &ureq::Agent,
+    base: &str,
+    live: &Mutex<Vec<String>>,
+    period_ms: &AtomicU64,
+    stop: &AtomicBool,
+) {
     while !stop.load(Ordering::Relaxed) {
+        let started = std::time::Instant::now();
         let ids = live.lock().map(|l| l.clone()).unwrap_or_default();
         for id in ids {
-            let _ = ureq::post(format!("{base}/v1/sessions/{id}/keepalive")).send_empty();
+            let _ = agent
+                .post(format!("{base}/v1/sessions/{id}/keepalive"))
+                .send_empty();
         }
-        std::thread::sleep(Duration::from_millis(500));
+        // Until the first session says the period, look again soon.
+        let period = Duration::from_millis(period_ms.load(Ordering::Relaxed).clamp(50, 60_000));
+        let mut left = period.saturating_sub(started.elapsed());
+        while !left.is_zero() && !stop.load(Ordering::Relaxed) {
+            let nap = left.min(Duration::from_millis(50));
+            std::thread::sleep(nap);
+            left -= nap;
+        }
     }
 }
