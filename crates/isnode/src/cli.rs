@@ -161,7 +161,8 @@ pub(crate) enum BenchCommand {
 /// `bench load`.
 #[derive(Args, Debug)]
 pub(crate) struct LoadBenchArgs {
-    /// isnode engines to load, in order (empty: none).
+    /// isnode engines to load, in order (empty: none); `ENGINE@PATH` loads that engine of
+    /// another isnode binary (before/after in one run).
     #[arg(long, value_delimiter = ',', default_value = "gso,uring-zc")]
     pub engines: Vec<String>,
     /// nginx variants to load after the engines: sendfile, directio (empty: none).

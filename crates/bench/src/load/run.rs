@@ -92,7 +92,8 @@ impl Sut<'_> {
     }
 }
 
-/// Ramps isnode with `engine` on the volume `vol`.
+/// Ramps isnode with `engine` on the volume `vol`. `ENGINE@PATH` runs that engine of
+/// another `isnode` binary (a before/after comparison in one run).
 pub(crate) fn ramp_isnode(
     cfg: &LoadBenchConfig,
     vol: &Path,
@@ -101,7 +102,11 @@ pub(crate) fn ramp_isnode(
     progress: &mut dyn FnMut(&str),
 ) -> anyhow::Result<ServerResult> {
     progress(&format!("{engine}: starting isnode serve"));
-    let server = IsnodeServer::start(vol, &cfg.isnode_exe, engine, cfg.cache_size_bytes)?;
+    let (kind, exe) = match engine.split_once('@') {
+        Some((kind, exe)) => (kind, Path::new(exe)),
+        None => (engine, cfg.isnode_exe.as_path()),
+    };
+    let server = IsnodeServer::start(vol, exe, kind, cfg.cache_size_bytes)?;
     ramp(cfg, &Sut::Isnode(&server), engine, titles, progress)
 }
 
