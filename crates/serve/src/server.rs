@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use crate::cache::Cache;
+use crate::cache::{Cache, Residency};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::objects::Objects;
 use crate::registry::{Registry, SessionState, SessionTable};
@@ -264,8 +264,12 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .clamp(1, 256);
-    let cache = Cache::new(slots, block_len);
     let (engine, read_io) = io_choices(args);
+    let residency = match engine {
+        EngineKind::Sendfile => Residency::OnUse,
+        _ => Residency::Touched,
+    };
+    let cache = Cache::with_residency(slots, block_len, residency);
     let (std_listener, local_addr) = bind(args.listen)?;
     let (senders, queues): (Vec<_>, Vec<_>) = (0..threads)
         .map(|_| std::sync::mpsc::sync_channel(1024))

@@ -76,7 +76,13 @@ fn limits(sh: &Shared) -> Limits {
     Limits {
         max_sessions_per_client: sh.args.max_sessions_per_client,
         max_bitrate_bps: sh.args.bitrate_budget_bps(),
-        pool: (sh.engine != EngineKind::Traditional).then(|| PoolLimit {
+        // The pool-backed engines only: `traditional` reads per session and `sendfile`
+        // sends from the page cache (its pool backs the degraded path alone).
+        pool: matches!(
+            sh.engine,
+            EngineKind::Gso | EngineKind::Sendmmsg | EngineKind::UringZc
+        )
+        .then(|| PoolLimit {
             slots: sh.cache.slots() as usize,
             reserve_slots: CACHE_RESERVE_SLOTS,
             lookahead_codewords: LOOKAHEAD_CODEWORDS,

@@ -187,17 +187,35 @@ pub enum Lookup {
     Load(Load),
 }
 
+/// When the pool's memory becomes resident.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Residency {
+    /// Every page at start: the engine sends from the pool, memory use is flat.
+    Touched,
+    /// A page when first used: the pool only backs the degraded path (`sendfile`, whose
+    /// cache is the kernel's page cache), so it costs memory only when a member fails.
+    OnUse,
+}
+
 impl Cache {
     /// Allocates `slots` buffers of `block_len` bytes (a multiple of 4096) and touches
     /// every page, so the memory is resident from the start and stays flat.
     pub fn new(slots: u32, block_len: usize) -> Cache {
+        Cache::with_residency(slots, block_len, Residency::Touched)
+    }
+
+    /// Allocates `slots` buffers of `block_len` bytes (a multiple of 4096), resident from
+    /// the start or only once used.
+    pub fn with_residency(slots: u32, block_len: usize, residency: Residency) -> Cache {
         assert!(slots > 0, "a cache needs at least one slot");
         let mut mem = AlignedBuf::new(block_len * slots as usize);
         let bytes = mem.as_mut_slice();
-        for page in bytes.chunks_mut(4096) {
-            // A (volatile, so never elided) write of 0 still faults the page in.
-            // SAFETY: the pointer is valid for writes (a page of our own buffer).
-            unsafe { std::ptr::write_volatile(page.as_mut_ptr(), 0) };
+        if residency == Residency::Touched {
+            for page in bytes.chunks_mut(4096) {
+                // A (volatile, so never elided) write of 0 still faults the page in.
+                // SAFETY: the pointer is valid for writes (a page of our own buffer).
+                unsafe { std::ptr::write_volatile(page.as_mut_ptr(), 0) };
+            }
         }
         let base = bytes.as_mut_ptr();
         let retry_ns = u64::try_from(FAILED_RETRY.as_nanos()).unwrap_or(u64::MAX);
