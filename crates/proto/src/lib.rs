@@ -15,7 +15,12 @@
 //! | `DELETE /v1/sessions/{id}`       | —                   | `204`                          |
 //! | any error                        | —                   | `4xx`/`5xx` [`ErrorBody`]      |
 
+//!
+//! The one binary message, the UDP keepalive datagram, is in [`keepalive`].
+
 #![deny(missing_docs)]
+
+pub mod keepalive;
 
 use serde::{Deserialize, Serialize};
 
@@ -101,6 +106,11 @@ pub struct SessionInfo {
     pub send_rate_bps: u64,
     /// How often the client should send keepalives, milliseconds.
     pub keepalive_interval_ms: u64,
+    /// UDP port on the server's control address that takes keepalive datagrams
+    /// ([`keepalive`]), the cheaper alternative to the HTTP keepalive; absent if the
+    /// server takes HTTP keepalives only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive_port: Option<u16>,
     /// A session without keepalive for this long ends by itself, milliseconds.
     pub session_timeout_ms: u64,
     /// The session's FDT instance (XML), as also sent in-band on TOI 0.

@@ -26,6 +26,7 @@ mod admission;
 mod api;
 pub mod cache;
 mod config;
+mod keepalive;
 pub mod metrics;
 pub mod net;
 pub mod objects;

@@ -16,6 +16,8 @@ pub(crate) struct Metrics {
     pub sessions_started: AtomicU64,
     pub sessions_ended: AtomicU64,
     pub sessions_expired: AtomicU64,
+    pub keepalives_udp: AtomicU64,
+    pub keepalives_refused: AtomicU64,
     pub refused: [AtomicU64; 3],
     pub packets: [AtomicU64; ENGINES],
     pub bytes: [AtomicU64; ENGINES],
@@ -37,6 +39,11 @@ pub struct MetricsSnapshot {
     pub sessions_started: u64,
     /// Sessions that ended because no keepalive came in time.
     pub sessions_expired: u64,
+    /// Keepalive datagrams that kept a session alive.
+    pub keepalives_udp: u64,
+    /// Datagrams on the keepalive port that kept nothing alive (malformed, unknown or
+    /// ended session, or not from the session's destination IP).
+    pub keepalives_refused: u64,
     /// Refusals per limit: `max_bitrate_bps`, `cache_size_bytes`, `max_sessions_per_client`.
     pub sessions_refused: [u64; 3],
     /// Packets sent per engine, in [`EngineKind::ALL`]'s order: gso, uring-zc, sendmmsg,
@@ -88,6 +95,8 @@ impl Metrics {
             sessions_started: AtomicU64::new(0),
             sessions_ended: AtomicU64::new(0),
             sessions_expired: AtomicU64::new(0),
+            keepalives_udp: AtomicU64::new(0),
+            keepalives_refused: AtomicU64::new(0),
             refused: Default::default(),
             packets: Default::default(),
             bytes: Default::default(),
@@ -149,6 +158,18 @@ pub(crate) fn render(s: &MetricsSnapshot) -> String {
         "counter",
         "Sessions ended for lack of keepalive.",
         s.sessions_expired,
+    );
+    one(
+        "isnode_keepalives_udp_total",
+        "counter",
+        "Keepalive datagrams that kept a session alive.",
+        s.keepalives_udp,
+    );
+    one(
+        "isnode_keepalives_refused_total",
+        "counter",
+        "Datagrams on the keepalive port that kept nothing alive.",
+        s.keepalives_refused,
     );
     one(
         "isnode_cache_hits_total",

@@ -14,7 +14,7 @@ use crate::cache::{Cache, Residency};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::objects::Objects;
 use crate::registry::{Registry, SessionState, SessionTable};
-use crate::{api, plane, reader, uring, EngineKind, ReadIo, ServeArgs};
+use crate::{api, keepalive, plane, reader, uring, EngineKind, ReadIo, ServeArgs};
 
 /// Errors of starting a server.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +62,8 @@ pub(crate) struct Shared {
     pub positions: plane::demand::PositionBoard,
     /// Why the data plane failed (a thread panicked): the server stops.
     pub failure: std::sync::OnceLock<String>,
+    /// UDP port of the keepalive datagrams (`keepalive.rs`), on the control API's IP.
+    pub keepalive_port: u16,
 }
 
 impl Shared {
@@ -92,6 +94,8 @@ impl Shared {
             sessions_active: active,
             sessions_started: load(&m.sessions_started),
             sessions_expired: load(&m.sessions_expired),
+            keepalives_udp: load(&m.keepalives_udp),
+            keepalives_refused: load(&m.keepalives_refused),
             sessions_refused: std::array::from_fn(|i| load(&m.refused[i])),
             packets_sent: std::array::from_fn(|i| load(&m.packets[i])),
             bytes_sent: std::array::from_fn(|i| load(&m.bytes[i])),
@@ -271,6 +275,14 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
     };
     let cache = Cache::with_residency(slots, block_len, residency);
     let (std_listener, local_addr) = bind(args.listen)?;
+    let keepalive_sock = keepalive::bind(local_addr).map_err(io_error(&format!(
+        "binding the keepalive port on {}",
+        local_addr.ip()
+    )))?;
+    let keepalive_port = keepalive_sock
+        .local_addr()
+        .map_err(io_error("reading the keepalive port"))?
+        .port();
     let (senders, queues): (Vec<_>, Vec<_>) = (0..threads)
         .map(|_| std::sync::mpsc::sync_channel(1024))
         .unzip();
@@ -288,6 +300,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         read_io,
         positions: plane::demand::PositionBoard::new(threads),
         failure: std::sync::OnceLock::new(),
+        keepalive_port,
     });
     let mut handle = ServerHandle {
         local_addr,
@@ -297,6 +310,13 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         api_stop: None,
     };
     handle.workers = spawn_workers(&shared, queues)?;
+    let sh = shared.clone();
+    handle.workers.push(
+        std::thread::Builder::new()
+            .name("isnode-keepalive".into())
+            .spawn(move || keepalive::run(sh, keepalive_sock))
+            .map_err(io_error("starting the keepalive thread"))?,
+    );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let sh = shared.clone();

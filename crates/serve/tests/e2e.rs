@@ -493,6 +493,48 @@ fn session_without_keepalive_ends() {
 }
 
 #[test]
+fn keepalive_datagrams_keep_a_session_alive_only_from_its_destination() {
+    let dir = volume(&[("long.ts", 200_000, 200_000)]);
+    let mut a = args(EngineKind::Sendfile);
+    a.session_timeout_ms = 400;
+    let server = start(dir.path(), &a).unwrap();
+    let r1 = receiver();
+    let r2 = receiver();
+    let (_, s1) = create(&server, "long.ts", r1.local_addr().unwrap().port());
+    let (_, s2) = create(&server, "long.ts", r2.local_addr().unwrap().port());
+    let port = s1["keepalive_port"].as_u64().expect("a keepalive port") as u16;
+    let to = SocketAddr::from(([127, 0, 0, 1], port));
+    let id1 = s1["id"].as_str().unwrap().to_string();
+    let id2 = s2["id"].as_str().unwrap().to_string();
+    // Session 1's keepalives come from another IP than its destination (127.0.0.1);
+    // session 2's from the socket it streams to. Plus one malformed datagram.
+    let elsewhere = UdpSocket::bind("127.0.0.2:0").unwrap();
+    let d1 = isnode_proto::keepalive::keepalive_datagram(&id1).unwrap();
+    let d2 = isnode_proto::keepalive::keepalive_datagram(&id2).unwrap();
+    r2.send_to(b"ISKA\x01 not a keepalive", to).unwrap();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(1200) {
+        elsewhere.send_to(&d1, to).unwrap();
+        r2.send_to(&d2, to).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let addr = server.local_addr();
+    assert_eq!(
+        http(addr, "GET", &format!("/v1/sessions/{id1}"), None).0,
+        404
+    );
+    assert_eq!(
+        http(addr, "GET", &format!("/v1/sessions/{id2}"), None).0,
+        200
+    );
+    let m = server.metrics();
+    assert_eq!(m.sessions_expired, 1);
+    assert!(m.keepalives_udp >= 8, "{m:?}");
+    // Session 1's (until it expired, then as an unknown session) and the malformed one.
+    assert!(m.keepalives_refused >= 9, "{m:?}");
+}
+
+#[test]
 fn admission_refuses_bitrate_and_cache() {
     let dir = volume(&[("a.ts", 100_000, 1_000_000), ("b.ts", 100_000, 1_000_000)]);
     let mut a = args(EngineKind::Gso);

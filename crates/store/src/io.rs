@@ -1,9 +1,8 @@
 //! Aligned buffers and direct (page-cache bypassing) file I/O with a buffered fallback.
 //!
-//! The only `unsafe` of the store lives here: allocating a zeroed buffer with
-//! the 4096-byte alignment that O_DIRECT requires.
+//! The only `unsafe` of the store lives here: mapping a zeroed buffer with the
+//! 4096-byte alignment that O_DIRECT requires.
 
-use std::alloc::{self, Layout as AllocLayout};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -12,7 +11,9 @@ use std::ptr::NonNull;
 
 use crate::params::DIRECT_IO_ALIGN;
 
-/// A heap buffer aligned to [`DIRECT_IO_ALIGN`], zeroed at allocation.
+/// An anonymous memory mapping aligned to [`DIRECT_IO_ALIGN`] (a page), zeroed at
+/// allocation. Its pages become resident when first touched (a large pool that is never
+/// used costs address space, not memory).
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
@@ -30,12 +31,29 @@ impl AlignedBuf {
             len > 0 && len % DIRECT_IO_ALIGN == 0,
             "aligned buffer of {len} bytes"
         );
-        let layout = AllocLayout::from_size_align(len, DIRECT_IO_ALIGN).expect("valid layout");
-        // SAFETY: layout has non-zero size.
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(raw) else {
-            alloc::handle_alloc_error(layout)
+        // SAFETY: a new private anonymous mapping of `len` (> 0) bytes; no existing memory
+        // is touched. The kernel returns page-aligned, zero-filled memory.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
+        assert!(
+            raw != libc::MAP_FAILED,
+            "mapping {len} bytes: {}",
+            io::Error::last_os_error()
+        );
+        let ptr = NonNull::new(raw.cast::<u8>()).expect("mmap returned a null mapping");
+        assert_eq!(
+            ptr.as_ptr() as usize % DIRECT_IO_ALIGN,
+            0,
+            "mmap is page-aligned"
+        );
         AlignedBuf { ptr, len }
     }
 
@@ -69,9 +87,8 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        let layout = AllocLayout::from_size_align(self.len, DIRECT_IO_ALIGN).expect("valid layout");
-        // SAFETY: allocated in new() with this layout.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
+        // SAFETY: the mapping made in new() with this length, unmapped once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
 

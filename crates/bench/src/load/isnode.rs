@@ -1,7 +1,7 @@
 //! isnode under load: the volume of the titles, `isnode serve` with an engine, and sessions
 //! created, kept alive and ended through its HTTP control API.
 
-use std::net::UdpSocket;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,7 +44,7 @@ pub(crate) struct IsnodeServer {
     /// The server process.
     pub(crate) child: ServerChild,
     base: String,
-    live: Arc<Mutex<Vec<String>>>,
+    live: Arc<Mutex<Vec<Live>>>,
     /// The keepalive period the server asked for (ms; 0 until the first session).
     keepalive_ms: Arc<AtomicU64>,
     /// One agent for every request: persistent connections, as a player keeps its own.
@@ -75,7 +75,7 @@ impl IsnodeServer {
     ) -> anyhow::Result<IsnodeServer> {
         let (child, base) =
             crate::serve::start_server(vol_dir, "127.0.0.1", engine, exe, cache_size_bytes)?;
-        let live = Arc::new(Mutex::new(Vec::<String>::new()));
+        let live = Arc::new(Mutex::new(Vec::<Live>::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let keepalive_ms = Arc::new(AtomicU64::new(0));
         let agent = ureq::Agent::new_with_defaults();
@@ -121,8 +121,18 @@ impl IsnodeServer {
             .as_u64()
             .context("keepalive interval")?;
         self.keepalive_ms.store(keepalive_ms, Ordering::Relaxed);
+        let keepalive = match v["keepalive_port"].as_u64() {
+            Some(port) => Keepalive::Udp {
+                socket: socket.try_clone().context("sharing the session socket")?,
+                to: SocketAddr::new(server_ip(&self.base)?, port as u16),
+            },
+            None => Keepalive::Http,
+        };
         if let Ok(mut l) = self.live.lock() {
-            l.push(id.clone());
+            l.push(Live {
+                id: id.clone(),
+                keepalive,
+            });
         }
         Ok(Opened {
             id,
@@ -139,7 +149,7 @@ impl IsnodeServer {
     /// Ends a session.
     pub(crate) fn close(&self, id: &str) {
         if let Ok(mut l) = self.live.lock() {
-            l.retain(|x| x != id);
+            l.retain(|x| x.id != id);
         }
         let _ = (self.agent)
             .delete(format!("{}/v1/sessions/{id}", self.base))
@@ -172,22 +182,62 @@ fn set_rcvbuf(socket: &UdpSocket) {
     };
 }
 
+/// A live session, as its keepalives need it.
+struct Live {
+    id: String,
+    keepalive: Keepalive,
+}
+
+/// How a session's keepalives go, as `isnode play` sends them.
+enum Keepalive {
+    /// A datagram from the session's socket to the server's keepalive port.
+    Udp { socket: UdpSocket, to: SocketAddr },
+    /// `POST /v1/sessions/{id}/keepalive` (a server without keepalive port).
+    Http,
+}
+
+fn send_keepalive(agent: &ureq::Agent, base: &str, s: &Live) {
+    match &s.keepalive {
+        Keepalive::Udp { socket, to } => {
+            if let Some(d) = isnode_proto::keepalive::keepalive_datagram(&s.id) {
+                let _ = socket.send_to(&d, to);
+            }
+        }
+        Keepalive::Http => {
+            let _ = agent
+                .post(format!("{base}/v1/sessions/{}/keepalive", s.id))
+                .send_empty();
+        }
+    }
+}
+
+/// The IP of a control API's base URL (`http://IP:PORT`).
+fn server_ip(base: &str) -> anyhow::Result<IpAddr> {
+    let host = base
+        .trim_start_matches("http://")
+        .rsplit_once(':')
+        .map_or(base, |(h, _)| h);
+    host.trim_matches(|c| c == '[' || c == ']')
+        .parse()
+        .with_context(|| format!("the server address of {base}"))
+}
+
 /// Sends a keepalive for every live session once per the server's keepalive period (as
-/// `isnode play` does), over the agent's persistent connection, until `stop`.
+/// `isnode play` does: a datagram to the keepalive port, else an HTTP request over the
+/// agent's persistent connection), until `stop`.
 fn keep_alive(
     agent: &ureq::Agent,
     base: &str,
-    live: &Mutex<Vec<String>>,
+    live: &Mutex<Vec<Live>>,
     period_ms: &AtomicU64,
     stop: &AtomicBool,
 ) {
     while !stop.load(Ordering::Relaxed) {
         let started = std::time::Instant::now();
-        let ids = live.lock().map(|l| l.clone()).unwrap_or_default();
-        for id in ids {
-            let _ = agent
-                .post(format!("{base}/v1/sessions/{id}/keepalive"))
-                .send_empty();
+        if let Ok(l) = live.lock() {
+            for s in l.iter() {
+                send_keepalive(agent, base, s);
+            }
         }
         // Until the first session says the period, look again soon.
         let period = Duration::from_millis(period_ms.load(Ordering::Relaxed).clamp(50, 60_000));

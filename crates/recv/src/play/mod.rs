@@ -77,8 +77,9 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
         session = %info.id, destination = %info.destination, receive = %local,
         accept_from = ?source, "session opened for {}", info.object.name
     );
+    let via = keepalive_via(&info, &socket, &control);
     let keepalive = Keepalive::start(
-        control.clone(),
+        via,
         info.id.clone(),
         Duration::from_millis(info.keepalive_interval_ms.clamp(50, 60_000)),
     );
@@ -140,6 +141,65 @@ fn open_output(out: Option<&Path>) -> anyhow::Result<Box<dyn Write + Send>> {
     })
 }
 
+/// How keepalives go: a datagram from the stream's socket to the server's keepalive port
+/// (also keeps a NAT mapping of the stream's path open), or an HTTP request when the
+/// server has no keepalive port.
+enum KeepaliveVia {
+    Udp { socket: UdpSocket, to: SocketAddr },
+    Http(Arc<ControlClient>),
+}
+
+/// UDP when the server offers a keepalive port and the socket can be shared, else HTTP.
+fn keepalive_via(
+    info: &isnode_proto::SessionInfo,
+    socket: &UdpSocket,
+    control: &Arc<ControlClient>,
+) -> KeepaliveVia {
+    let udp = info.keepalive_port.and_then(|port| {
+        let server = control.server_addr().ok()?;
+        let socket = socket.try_clone().ok()?;
+        Some(KeepaliveVia::Udp {
+            socket,
+            to: SocketAddr::new(server.ip(), port),
+        })
+    });
+    udp.unwrap_or_else(|| KeepaliveVia::Http(control.clone()))
+}
+
+impl KeepaliveVia {
+    /// Sends one keepalive; false once the server said the session is gone (HTTP only:
+    /// a datagram has no answer, the session's end shows in the stream).
+    fn send(&self, id: &str) -> bool {
+        match self {
+            KeepaliveVia::Udp { socket, to } => {
+                match isnode_proto::keepalive::keepalive_datagram(id) {
+                    Some(d) => {
+                        if let Err(e) = socket.send_to(&d, to) {
+                            tracing::warn!("keepalive of session {id} to {to}: {e}");
+                        }
+                        true
+                    }
+                    None => {
+                        tracing::warn!("session id {id:?} cannot be sent in a keepalive datagram");
+                        false
+                    }
+                }
+            }
+            KeepaliveVia::Http(control) => match control.keepalive(id) {
+                Ok(true) => true,
+                Ok(false) => {
+                    tracing::debug!("session {id} is gone: keepalives stop");
+                    false
+                }
+                Err(e) => {
+                    tracing::warn!("keepalive of session {id}: {e:#}");
+                    true
+                }
+            },
+        }
+    }
+}
+
 /// Sends keepalives from a thread until stopped.
 struct Keepalive {
     stop: mpsc::Sender<()>,
@@ -147,17 +207,12 @@ struct Keepalive {
 }
 
 impl Keepalive {
-    fn start(control: Arc<ControlClient>, id: String, interval: Duration) -> Keepalive {
+    fn start(via: KeepaliveVia, id: String, interval: Duration) -> Keepalive {
         let (stop, stopped) = mpsc::channel::<()>();
         let handle = std::thread::spawn(move || {
             while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
-                match control.keepalive(&id) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        tracing::debug!("session {id} is gone: keepalives stop");
-                        return;
-                    }
-                    Err(e) => tracing::warn!("keepalive of session {id}: {e:#}"),
+                if !via.send(&id) {
+                    return;
                 }
             }
         });

@@ -185,6 +185,7 @@ fn created(sh: &Shared, s: &SessionShared, fdt: SessionFdt) -> Response {
         start_codeword: s.start_codeword,
         send_rate_bps: s.send_rate_bps,
         keepalive_interval_ms: isnode_proto::DEFAULT_KEEPALIVE_INTERVAL_MS,
+        keepalive_port: Some(sh.keepalive_port),
         session_timeout_ms: sh.args.session_timeout_ms,
         fdt_xml: fdt.xml,
         fec: FecInfo {

@@ -1,0 +1,163 @@
+//! The keepalive port: a UDP socket on the control address that takes keepalive
+//! datagrams (`isnode_proto::keepalive`), the cheap alternative to
+//! `POST /v1/sessions/{id}/keepalive` (one datagram instead of an HTTP request per
+//! session per second: measured under `bench load`, the HTTP keepalives were most of the
+//! control thread's CPU).
+//!
+//! One thread drains the socket in batches (`recvmmsg`, [`BATCH`] datagrams per call)
+//! and then sleeps [`NAP`]: it wakes a bounded number of times per second whatever the
+//! number of sessions, and a keepalive is at most that late against timeouts of seconds.
+//! A datagram keeps its session alive only if the session is streaming and the datagram
+//! comes from the session's destination IP.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use isnode_proto::keepalive::{parse_keepalive, KEEPALIVE_LEN};
+
+use crate::registry::SessionState;
+use crate::Shared;
+
+/// Datagrams taken per `recvmmsg` call.
+const BATCH: usize = 64;
+/// Sleep between drains.
+const NAP: Duration = Duration::from_millis(50);
+/// Receive buffer asked for (holds a nap's worth of datagrams of many thousand sessions).
+const RCVBUF_BYTES: libc::c_int = 4 << 20;
+/// Bytes kept of each datagram: one more than a keepalive, so a longer one is seen as such.
+const SLOT_BYTES: usize = KEEPALIVE_LEN + 1;
+
+/// Binds the keepalive socket on the control API's IP: on its port if that UDP port is
+/// free, else on any port. Non-blocking.
+pub(crate) fn bind(control: SocketAddr) -> std::io::Result<UdpSocket> {
+    let sock =
+        UdpSocket::bind(control).or_else(|_| UdpSocket::bind(SocketAddr::new(control.ip(), 0)))?;
+    sock.set_nonblocking(true)?;
+    // SAFETY: setsockopt reads one c_int from a valid pointer of the given length.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&RCVBUF_BYTES as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    Ok(sock)
+}
+
+/// The thread body: drains and naps until the server shuts down.
+pub(crate) fn run(sh: Arc<Shared>, sock: UdpSocket) {
+    let mut batch = Batch::new();
+    while !sh.shutdown.load(Ordering::Acquire) {
+        loop {
+            let n = batch.receive(&sock);
+            for i in 0..n {
+                let (data, from) = batch.get(i);
+                take(&sh, data, from);
+            }
+            if n < BATCH {
+                break;
+            }
+        }
+        std::thread::sleep(NAP);
+    }
+}
+
+/// Applies one datagram.
+fn take(sh: &Shared, data: &[u8], from: Option<IpAddr>) {
+    let kept = parse_keepalive(data)
+        .and_then(|id| sh.sessions.find(id))
+        .filter(|s| s.state() == SessionState::Streaming)
+        .filter(|s| from == Some(s.dest.ip().to_canonical()))
+        .map(|s| s.last_keepalive_ns.store(sh.now_ns(), Ordering::Release))
+        .is_some();
+    let counter = if kept {
+        &sh.metrics.keepalives_udp
+    } else {
+        &sh.metrics.keepalives_refused
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Buffers of one `recvmmsg` call, allocated once.
+struct Batch {
+    bufs: Box<[[u8; SLOT_BYTES]; BATCH]>,
+    addrs: Box<[libc::sockaddr_storage; BATCH]>,
+    lens: [usize; BATCH],
+    addr_lens: [libc::socklen_t; BATCH],
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch {
+            bufs: Box::new([[0; SLOT_BYTES]; BATCH]),
+            // SAFETY: all-zero bytes are a valid sockaddr_storage.
+            addrs: Box::new(unsafe { std::mem::zeroed() }),
+            lens: [0; BATCH],
+            addr_lens: [0; BATCH],
+        }
+    }
+
+    /// Receives up to [`BATCH`] datagrams without waiting; how many arrived.
+    fn receive(&mut self, sock: &UdpSocket) -> usize {
+        let mut iov: [libc::iovec; BATCH] = std::array::from_fn(|i| libc::iovec {
+            iov_base: self.bufs[i].as_mut_ptr().cast(),
+            iov_len: SLOT_BYTES,
+        });
+        // SAFETY: all-zero bytes are a valid mmsghdr; the pointers set below stay valid
+        // for the call (buffers owned by `self`, `iov` on this stack frame).
+        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+        for (i, m) in msgs.iter_mut().enumerate() {
+            m.msg_hdr.msg_iov = &mut iov[i];
+            m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+        }
+        // SAFETY: `msgs` holds BATCH valid headers (see above).
+        let r = unsafe {
+            libc::recvmmsg(
+                sock.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                BATCH as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        let n = usize::try_from(r).unwrap_or(0).min(BATCH);
+        for (i, m) in msgs.iter().enumerate().take(n) {
+            self.lens[i] = (m.msg_len as usize).min(SLOT_BYTES);
+            self.addr_lens[i] = m.msg_hdr.msg_namelen;
+        }
+        n
+    }
+
+    /// Datagram `i` of the last batch (cut at [`SLOT_BYTES`]) and its source IP.
+    fn get(&self, i: usize) -> (&[u8], Option<IpAddr>) {
+        let data = &self.bufs[i][..self.lens[i]];
+        (data, source_ip(&self.addrs[i], self.addr_lens[i]))
+    }
+}
+
+/// The IP of a source address the kernel wrote (canonical: v4-mapped IPv6 becomes IPv4).
+fn source_ip(addr: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<IpAddr> {
+    let len = len as usize;
+    match libc::c_int::from(addr.ss_family) {
+        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family and length say the storage holds a sockaddr_in.
+            let a =
+                unsafe { &*(addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes()))
+        }
+        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: the family and length say the storage holds a sockaddr_in6.
+            let a =
+                unsafe { &*(addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(IpAddr::from(a.sin6_addr.s6_addr).to_canonical())
+        }
+        _ => None,
+    }
+}
