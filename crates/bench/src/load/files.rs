@@ -19,6 +19,8 @@ pub const REPS: usize = 3;
 /// One isnode command against its peer: medians of [`REPS`] runs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct OpPair {
+    /// What is compared (`ingest vs cp+fsync`, `cat vs cat`).
+    pub what: String,
     /// The isnode command (paths shortened).
     pub isnode_cmd: String,
     /// The peer command.
@@ -89,7 +91,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 /// Medians of `reps` runs of `isnode` and `peer` (alternating which goes first).
 fn pair(
-    (isnode_cmd, peer_cmd): (String, String),
+    (what, isnode_cmd, peer_cmd): (&str, String, String),
     reps: usize,
     mut isnode: impl FnMut(usize) -> anyhow::Result<(f64, f64)>,
     mut peer: impl FnMut(usize) -> anyhow::Result<(f64, f64)>,
@@ -109,6 +111,7 @@ fn pair(
     let (is, ps) = (wall(&mine), wall(&theirs));
     let (ic, pc) = (cpu(&mine), cpu(&theirs));
     Ok(OpPair {
+        what: what.into(),
         isnode_cmd,
         peer_cmd,
         isnode_s: is,
@@ -142,6 +145,7 @@ pub(crate) fn compare(exe: &Path, dir: &Path, title: &Title) -> anyhow::Result<F
     let bitrate = title.bitrate_bps.to_string();
     let ingest = pair(
         (
+            "ingest vs cp+fsync",
             format!(
                 "isnode ingest FILE --name {} --bitrate {bitrate}",
                 title.name
@@ -178,6 +182,7 @@ pub(crate) fn compare(exe: &Path, dir: &Path, title: &Title) -> anyhow::Result<F
     let last = vol(REPS - 1);
     let cat = pair(
         (
+            "cat vs cat",
             format!("isnode cat {} > /dev/null", title.name),
             "cat FILE > /dev/null".into(),
         ),
@@ -205,29 +210,27 @@ pub(crate) fn compare(exe: &Path, dir: &Path, title: &Title) -> anyhow::Result<F
 /// The comparison as a few lines of a table.
 pub(crate) fn format_table(f: &FileOps) -> String {
     let mut s = format!(
-        "one title's file, {:.1} MB, median of {} runs, {}\n{:<44} {:>8} {:>8} {:>9} {:>9}\n",
+        "one title's file, {:.1} MB, median of {} runs, {}\n{:<20} {:>8} {:>8} {:>9} {:>9}   \
+         commands\n",
         f.file_bytes as f64 / 1e6,
         f.reps,
         f.cache,
-        "isnode / peer",
+        "isnode vs peer",
         "isnode_s",
         "peer_s",
         "wall_x",
         "cpu_x"
     );
     for p in [&f.ingest, &f.cat] {
-        let name = format!(
-            "{} / {}",
-            p.isnode_cmd.split(" FILE").next().unwrap_or(""),
-            p.peer_cmd
-        );
         s.push_str(&format!(
-            "{:<44} {:>8.3} {:>8.3} {:>9.2} {:>9}\n",
-            name,
+            "{:<20} {:>8.3} {:>8.3} {:>9.2} {:>9}   {} / {}\n",
+            p.what,
             p.isnode_s,
             p.peer_s,
             p.wall_ratio,
             p.cpu_ratio.map_or("-".into(), |r| format!("{r:.2}")),
+            p.isnode_cmd,
+            p.peer_cmd,
         ));
     }
     s
@@ -242,7 +245,7 @@ mod tests {
         let mut mine = [(3.0, 1.0), (1.0, 0.5), (2.0, 0.7)].into_iter();
         let mut theirs = [(1.0, 0.1), (1.5, 0.2), (0.5, 0.0)].into_iter();
         let p = pair(
-            ("a".into(), "b".into()),
+            ("a vs b", "a".into(), "b".into()),
             3,
             |_| mine.next().context("ran too often"),
             |_| theirs.next().context("ran too often"),

@@ -24,7 +24,7 @@ fn subtitle(r: &LoadReport) -> String {
     let net = r.net.split_whitespace().next().unwrap_or("?");
     format!(
         "{} titles of {:.0} s at {:.1} Mbit/s, Zipf 0.729, Poisson arrivals; {:.0} s per level; \
-         valid: {:.0} % of streams; net {net}; seed {}",
+         a level passes with {:.0} % of streams valid; net {net}; seed {}",
         r.titles,
         r.title_s,
         r.bitrate_bps as f64 / 1e6,

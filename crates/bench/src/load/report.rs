@@ -83,9 +83,16 @@ pub struct LevelResult {
     /// (`/metrics`; None for nginx, or when nothing was looked up).
     #[serde(default)]
     pub cache_hit_ratio: Option<f64>,
-    /// isnode: bytes read from the members into the pool (`/metrics`) per wire byte.
+    /// isnode: bytes read from the members into the pool during the level (`/metrics`).
+    #[serde(default)]
+    pub disk_read_bytes: Option<u64>,
+    /// isnode: [`LevelResult::disk_read_bytes`] per wire byte.
     #[serde(default)]
     pub disk_bytes_per_wire_byte: Option<f64>,
+    /// Every server: `read_bytes` of /proc/PID/io during the level, summed over the server's
+    /// processes.
+    #[serde(default)]
+    pub proc_read_bytes: Option<u64>,
     /// Every server: `read_bytes` of /proc/PID/io (all server processes; storage reads the
     /// page cache did not serve) per wire byte.
     #[serde(default)]
@@ -203,7 +210,9 @@ pub(crate) fn level_result(m: &Measured, tally: &Tally, judged: Vec<Judged>) -> 
         cache_hit_ratio: lookups
             .filter(|(_, all)| *all > 0)
             .map(|(h, all)| h as f64 / all as f64),
+        disk_read_bytes: io.cache_read_bytes,
         disk_bytes_per_wire_byte: per_wire(io.cache_read_bytes),
+        proc_read_bytes: io.proc_read_bytes,
         proc_read_bytes_per_wire_byte: per_wire(io.proc_read_bytes),
         rx_packets_per_receive: (receives > 0).then(|| packets as f64 / receives as f64),
         startup_p50_s: percentile(&startups, 0.50),
@@ -476,5 +485,79 @@ mod tests {
         assert_eq!(cv(&[5.0, 5.0]), Some(0.0));
         let c = cv(&[1.0, 3.0]).unwrap_or(0.0);
         assert!((c - 0.5).abs() < 1e-12);
+    }
+
+    fn verdict(valid: bool, startup_s: f64) -> Verdict {
+        Verdict {
+            valid,
+            startup_s: Some(startup_s),
+            window_rates: vec![1000.0, 1000.0],
+            reason: (!valid).then(|| "window 3 delivered 5 B/s".into()),
+            judged: true,
+        }
+    }
+
+    #[test]
+    fn a_level_reports_wire_cache_and_read_figures() {
+        let mut tally = Tally::new(2);
+        let nominal = Nominal {
+            rate_bytes_per_s: 1000.0,
+            startup_buffer_s: 1.0,
+            slack_bytes: 0.0,
+        };
+        tally.accept(0, nominal, 0.5);
+        tally.accept(1, nominal, 0.5);
+        let m = Measured {
+            streams: 2,
+            pass_fraction: 0.5,
+            seconds: 10.0,
+            server_cpu_s: 2.0,
+            receivers_cpu_s: 1.0,
+            server_rss_bytes: 7,
+            io: ServerIo {
+                cache_hits: Some(3),
+                cache_misses: Some(1),
+                cache_read_bytes: Some(1_000_000_000),
+                proc_read_bytes: Some(500_000_000),
+            },
+        };
+        let judged = vec![
+            Judged {
+                verdict: verdict(true, 0.2),
+                title_bytes: 0.5e9,
+                wire_bytes: 1_000_000_000,
+                packets: 64,
+                receives: 2,
+            },
+            Judged {
+                verdict: verdict(false, 0.1),
+                title_bytes: 0.5e9,
+                wire_bytes: 1_000_000_000,
+                packets: 32,
+                receives: 30,
+            },
+        ];
+        let l = level_result(&m, &tally, judged);
+        assert_eq!((l.valid, l.sessions, l.passed), (1, 2, true));
+        assert_eq!(l.wire_bytes, 2_000_000_000);
+        assert!((l.cpu_s_per_title_gb - 2.0).abs() < 1e-9);
+        assert!((l.cpu_s_per_wire_gb - 1.0).abs() < 1e-9);
+        assert_eq!(l.cache_hit_ratio, Some(0.75));
+        assert_eq!(l.disk_bytes_per_wire_byte, Some(0.5));
+        assert_eq!(l.proc_read_bytes_per_wire_byte, Some(0.25));
+        assert_eq!(l.rx_packets_per_receive, Some(3.0));
+        assert_eq!(l.startup_delays_s, vec![0.1, 0.2]);
+        assert_eq!(l.invalid_reasons, vec![("window ".to_string(), 1)]);
+        // nginx: no pool, no UDP; nothing looked up is no ratio, not 0.
+        let m = Measured {
+            io: ServerIo {
+                proc_read_bytes: Some(0),
+                ..ServerIo::default()
+            },
+            ..m
+        };
+        let l = level_result(&m, &tally, Vec::new());
+        assert_eq!((l.cache_hit_ratio, l.rx_packets_per_receive), (None, None));
+        assert_eq!(l.proc_read_bytes_per_wire_byte, None, "no wire bytes");
     }
 }
