@@ -7,6 +7,13 @@
 //! [`VethNamespace::enter`] moves the calling thread (only it: `setns(2)` with
 //! `CLONE_NEWNET` is per thread) into the namespace until the returned guard is dropped;
 //! sockets that thread creates, and threads it spawns, belong to the namespace.
+//!
+//! What crosses the pair, as measured on this machine (kernel 6.x): a `UDP_SEGMENT` (GSO)
+//! run of isnode packets crosses whole (veth forwards the GSO buffer) and a receiving socket
+//! with `UDP_GRO` gets it whole (bench load's `pk/rx` column: 31 packets per receive call,
+//! as on loopback), so no `ethtool -K ... gro` is needed; the default 1500-byte MTU carries
+//! isnode's 1436-byte packets; strict `rp_filter` passes (each side has the route back);
+//! `net.core.rmem_max`, which bounds `SO_RCVBUF`, is the same inside.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

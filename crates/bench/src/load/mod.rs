@@ -147,6 +147,9 @@ pub struct LoadBenchConfig {
 
 /// Runs every server of `cfg` in turn; `progress` hears what is going on.
 pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<LoadReport> {
+    // First, so that a run that cannot have its namespace fails before any work.
+    progress("setting up the network");
+    let net = Net::new(cfg.net)?;
     let dir = tempfile::tempdir().context("creating a scratch directory")?;
     progress("generating the titles");
     let titles = make_titles(cfg)?;
@@ -161,8 +164,6 @@ pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Res
         }
         None => None,
     };
-    progress("setting up the network");
-    let net = Net::new(cfg.net)?;
     let mut servers = Vec::new();
     if !cfg.engines.is_empty() {
         progress("ingesting the titles");
