@@ -76,3 +76,30 @@ pub(crate) fn children_of(parent: u32) -> Vec<u32> {
         })
         .collect()
 }
+
+/// Bytes a process (all its threads, and those that ended) caused to be fetched from
+/// storage: `read_bytes` of /proc/PID/io (page-cache hits are not counted).
+pub(crate) fn process_read_bytes(pid: u32) -> anyhow::Result<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io"))?;
+    parse_read_bytes(&io).context("read_bytes in /proc io")
+}
+
+fn parse_read_bytes(io: &str) -> Option<u64> {
+    io.lines()
+        .find_map(|l| l.strip_prefix("read_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_bytes_of_proc_io() {
+        let io = "rchar: 10\nwchar: 2\nread_bytes: 4096\nwrite_bytes: 0\n";
+        assert_eq!(parse_read_bytes(io), Some(4096));
+        assert_eq!(parse_read_bytes("rchar: 10\n"), None);
+        let own = process_read_bytes(std::process::id());
+        assert!(own.is_ok(), "{own:?}");
+    }
+}

@@ -2,7 +2,8 @@
 //!
 //! Each benchmark is a library function returning a serialisable report, so the CLI can print
 //! a table or write JSON. See [`codec`] for the Reed-Solomon codec benchmark, [`peers`] for
-//! the codecs it compares ours with, and [`serve`] for the send engines side by side.
+//! the codecs it compares ours with, [`serve`] for the send engines side by side, [`load`] for isnode's engines and nginx under
+//! the same load, and [`plot`] for the SVG figures.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -11,6 +12,8 @@ pub mod codec;
 mod common;
 pub mod cputime;
 pub mod load;
+mod netns;
 pub mod peers;
+pub mod plot;
 pub mod serve;
 mod udp;

@@ -202,9 +202,26 @@ pub(crate) struct LoadBenchArgs {
     /// Seed of the schedules.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Where the clients run: veth (a network namespace of the benchmark's own behind a veth
+    /// pair; needs root and iproute2) or loopback (the root namespace; no root needed).
+    #[arg(long, value_enum, default_value = "veth")]
+    pub net: LoadNet,
+    /// Also write the figures (load_max_valid.svg, load_cpu_per_gb.svg, load_startup.svg)
+    /// into this directory.
+    #[arg(long)]
+    pub plots: Option<PathBuf>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+/// Where `bench load`'s clients run.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LoadNet {
+    /// A network namespace of their own behind a veth pair (root and iproute2 needed).
+    Veth,
+    /// The root namespace, over loopback (no root needed; no device in between).
+    Loopback,
 }
 
 /// Where `bench serve` sends its streams.

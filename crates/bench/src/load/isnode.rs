@@ -11,7 +11,7 @@ use anyhow::Context;
 use isnode_store::{IngestOptions, Volume, VolumeParams};
 
 use super::receivers::{set_udp_gro, Conn};
-use super::Title;
+use super::{Net, Title};
 use crate::common::ServerChild;
 
 /// Receive buffer asked for each session's socket.
@@ -44,13 +44,67 @@ pub(crate) struct IsnodeServer {
     /// The server process.
     pub(crate) child: ServerChild,
     base: String,
+    /// The clients' address (sessions' sockets are bound there).
+    client_host: String,
     live: Arc<Mutex<Vec<Live>>>,
     /// The keepalive period the server asked for (ms; 0 until the first session).
     keepalive_ms: Arc<AtomicU64>,
     /// One agent for every request: persistent connections, as a player keeps its own.
     agent: ureq::Agent,
     stop: Arc<AtomicBool>,
-    keeper: Option<std::thread::JoinHandle<()>>,
+    /// Started by the first session, from the clients' thread (so in their namespace).
+    keeper: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// The server's counters that a level's figures need, from `GET /metrics`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counters {
+    /// Block lookups served from the pool.
+    pub(crate) cache_hits: u64,
+    /// Block lookups that read from disk.
+    pub(crate) cache_misses: u64,
+    /// Bytes read from the members into the pool.
+    pub(crate) cache_read_bytes: u64,
+}
+
+impl Counters {
+    /// From the Prometheus text of `/metrics`; None if a counter is missing.
+    pub(crate) fn parse(text: &str) -> Option<Counters> {
+        Some(Counters {
+            cache_hits: metric(text, "isnode_cache_hits_total")?,
+            cache_misses: metric(text, "isnode_cache_misses_total")?,
+            cache_read_bytes: metric(text, "isnode_cache_read_bytes_total")?,
+        })
+    }
+
+    /// What was counted since `before`.
+    pub(crate) fn since(&self, before: &Counters) -> Counters {
+        Counters {
+            cache_hits: self.cache_hits.saturating_sub(before.cache_hits),
+            cache_misses: self.cache_misses.saturating_sub(before.cache_misses),
+            cache_read_bytes: self
+                .cache_read_bytes
+                .saturating_sub(before.cache_read_bytes),
+        }
+    }
+}
+
+/// The sum of the samples of metric `name` (every label set) in Prometheus text.
+fn metric(text: &str, name: &str) -> Option<u64> {
+    let mut found = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let value = match rest.strip_prefix('{') {
+            Some(labelled) => labelled.split_once('}').map(|(_, v)| v),
+            None => rest.starts_with(' ').then_some(rest),
+        };
+        if let Some(v) = value.and_then(|v| v.trim().parse::<u64>().ok()) {
+            found = Some(found.unwrap_or(0u64).saturating_add(v));
+        }
+    }
+    found
 }
 
 /// A session just created.
@@ -72,37 +126,54 @@ impl IsnodeServer {
         exe: &Path,
         engine: &str,
         cache_size_bytes: u64,
+        net: &Net,
     ) -> anyhow::Result<IsnodeServer> {
         let (child, base) =
-            crate::serve::start_server(vol_dir, "127.0.0.1", engine, exe, cache_size_bytes)?;
-        let live = Arc::new(Mutex::new(Vec::<Live>::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let keepalive_ms = Arc::new(AtomicU64::new(0));
-        let agent = ureq::Agent::new_with_defaults();
-        let keeper = {
-            let (a, l, s, b, k) = (
-                agent.clone(),
-                live.clone(),
-                stop.clone(),
-                base.clone(),
-                keepalive_ms.clone(),
-            );
-            std::thread::spawn(move || keep_alive(&a, &b, &l, &k, &s))
-        };
+            crate::serve::start_server(vol_dir, net.server_host(), engine, exe, cache_size_bytes)?;
         Ok(IsnodeServer {
             child,
             base,
-            live,
-            keepalive_ms,
-            agent,
-            stop,
-            keeper: Some(keeper),
+            client_host: net.client_host().to_string(),
+            live: Arc::new(Mutex::new(Vec::new())),
+            keepalive_ms: Arc::new(AtomicU64::new(0)),
+            agent: ureq::Agent::new_with_defaults(),
+            stop: Arc::new(AtomicBool::new(false)),
+            keeper: Mutex::new(None),
         })
+    }
+
+    /// Starts the keepalive thread if it is not running (from the calling thread).
+    fn start_keeper(&self) {
+        let Ok(mut keeper) = self.keeper.lock() else {
+            return;
+        };
+        if keeper.is_some() {
+            return;
+        }
+        let (a, l, s, b, k) = (
+            self.agent.clone(),
+            self.live.clone(),
+            self.stop.clone(),
+            self.base.clone(),
+            self.keepalive_ms.clone(),
+        );
+        *keeper = Some(std::thread::spawn(move || keep_alive(&a, &b, &l, &k, &s)));
+    }
+
+    /// The server's counters now.
+    pub(crate) fn counters(&self) -> anyhow::Result<Counters> {
+        let mut resp = (self.agent)
+            .get(format!("{}/metrics", self.base))
+            .call()
+            .context("GET /metrics")?;
+        let text = resp.body_mut().read_to_string()?;
+        Counters::parse(&text).context("cache counters in /metrics")
     }
 
     /// Creates a session of `title` to a new socket.
     pub(crate) fn open(&self, title: &str) -> anyhow::Result<Opened> {
-        let socket = UdpSocket::bind("127.0.0.1:0")?;
+        self.start_keeper();
+        let socket = UdpSocket::bind((self.client_host.as_str(), 0))?;
         socket.set_nonblocking(true)?;
         set_udp_gro(&socket).context("setting UDP_GRO")?;
         set_rcvbuf(&socket);
@@ -160,7 +231,7 @@ impl IsnodeServer {
 impl Drop for IsnodeServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(k) = self.keeper.take() {
+        if let Some(k) = self.keeper.get_mut().ok().and_then(Option::take) {
             let _ = k.join();
         }
     }
@@ -247,5 +318,37 @@ fn keep_alive(
             std::thread::sleep(nap);
             left -= nap;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_from_prometheus_text() {
+        let text = "# HELP isnode_cache_hits_total Block lookups.\n\
+                    # TYPE isnode_cache_hits_total counter\n\
+                    isnode_cache_hits_total 90\n\
+                    isnode_cache_misses_total 10\n\
+                    isnode_cache_read_bytes_total 4096\n\
+                    isnode_cache_read_bytes_total_x 7\n\
+                    isnode_bytes_sent_total{engine=\"gso\"} 5\n\
+                    isnode_bytes_sent_total{engine=\"sendfile\"} 6\n";
+        let c = Counters::parse(text);
+        let want = Counters {
+            cache_hits: 90,
+            cache_misses: 10,
+            cache_read_bytes: 4096,
+        };
+        assert_eq!(c, Some(want));
+        assert_eq!(metric(text, "isnode_bytes_sent_total"), Some(11));
+        assert_eq!(Counters::parse("isnode_cache_hits_total 1\n"), None);
+        let later = Counters {
+            cache_hits: 100,
+            ..want
+        };
+        assert_eq!(later.since(&want).cache_hits, 10);
+        assert_eq!(later.since(&want).cache_read_bytes, 0);
     }
 }

@@ -7,10 +7,19 @@
 //! - `receivers`: the clients (threads of this process) and what they verify.
 //! - `isnode`, [`nginx`]: the servers under test.
 //! - `run`: one level of load against one server, and the ramp to the most valid streams.
-//! - [`report`]: the figures, the table.
+//! - [`files`]: ingest against `cp`, `cat` against `cat`, of one title's file.
+//! - [`report`]: the figures, the table; [`plots`]: its SVG figures.
+//!
+//! With [`NetMode::Veth`] the clients live in a network namespace of the benchmark's own
+//! behind a veth pair (the servers stay in the root namespace, listening on the host side):
+//! the thread that runs the levels enters the namespace after the server has started, so the
+//! control requests, the sockets it creates and the receiver threads it spawns are all
+//! inside, and isnode (which sends to the HTTP peer's address) streams across the pair.
 
+pub mod files;
 mod isnode;
 pub mod nginx;
+pub mod plots;
 mod receivers;
 pub mod report;
 mod run;
@@ -21,9 +30,78 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use serde::{Deserialize, Serialize};
 
+use crate::netns::{Entered, VethNamespace};
+
+pub use files::FileOps;
 pub use nginx::NginxVariant;
 pub use report::{LevelResult, LoadReport, ServerResult};
+
+/// Where the clients run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetMode {
+    /// In a network namespace of their own behind a veth pair (root and iproute2 needed).
+    Veth,
+    /// In the root namespace, over loopback (no root needed; no device between the two).
+    Loopback,
+}
+
+/// The network of a run: the servers' and the clients' addresses.
+pub(crate) enum Net {
+    /// Both on 127.0.0.1.
+    Loopback,
+    /// Clients inside the namespace.
+    Veth(VethNamespace),
+}
+
+impl Net {
+    fn new(mode: NetMode) -> anyhow::Result<Net> {
+        Ok(match mode {
+            NetMode::Loopback => Net::Loopback,
+            NetMode::Veth => Net::Veth(VethNamespace::create()?),
+        })
+    }
+
+    /// The address the servers listen on.
+    pub(crate) fn server_host(&self) -> &str {
+        match self {
+            Net::Loopback => "127.0.0.1",
+            Net::Veth(ns) => ns.host_ip(),
+        }
+    }
+
+    /// The address of the clients.
+    pub(crate) fn client_host(&self) -> &str {
+        match self {
+            Net::Loopback => "127.0.0.1",
+            Net::Veth(ns) => ns.peer_ip(),
+        }
+    }
+
+    /// Moves the calling thread to the clients' side until the guard is dropped.
+    pub(crate) fn enter(&self) -> anyhow::Result<Option<Entered>> {
+        match self {
+            Net::Loopback => Ok(None),
+            Net::Veth(ns) => ns.enter().map(Some),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Net::Loopback => "loopback (clients and servers in the root namespace, 127.0.0.1; \
+                              no device between them)"
+                .into(),
+            Net::Veth(ns) => format!(
+                "veth (clients in namespace {} at {}, servers in the root namespace at {})",
+                ns.name(),
+                ns.peer_ip(),
+                ns.host_ip()
+            ),
+        }
+    }
+}
 
 /// One title: its name, bitrate and bytes.
 pub(crate) struct Title {
@@ -63,20 +141,36 @@ pub struct LoadBenchConfig {
     pub cache_size_bytes: u64,
     /// Seed of the schedules.
     pub seed: u64,
+    /// Where the clients run.
+    pub net: NetMode,
 }
 
 /// Runs every server of `cfg` in turn; `progress` hears what is going on.
 pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<LoadReport> {
+    // First, so that a run that cannot have its namespace fails before any work.
+    progress("setting up the network");
+    let net = Net::new(cfg.net)?;
     let dir = tempfile::tempdir().context("creating a scratch directory")?;
     progress("generating the titles");
     let titles = make_titles(cfg)?;
+    let file_ops = match titles.first() {
+        Some(t) => {
+            progress("ingest against cp, cat against cat");
+            Some(files::compare(
+                &cfg.isnode_exe,
+                &dir.path().join("files"),
+                t,
+            )?)
+        }
+        None => None,
+    };
     let mut servers = Vec::new();
     if !cfg.engines.is_empty() {
         progress("ingesting the titles");
         let vol = dir.path().join("vol");
         isnode::make_volume(&vol, &titles)?;
         for engine in &cfg.engines {
-            let r = run::ramp_isnode(cfg, &vol, engine, &titles, progress)
+            let r = run::ramp_isnode(cfg, &net, &vol, engine, &titles, progress)
                 .with_context(|| format!("engine {engine}"))?;
             servers.push(r);
         }
@@ -85,12 +179,12 @@ pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Res
         let ndir = dir.path().join("nginx");
         nginx::write_titles(&ndir, &titles)?;
         for v in &cfg.nginx {
-            let r = run::ramp_nginx(cfg, &ndir, *v, &titles, progress)
+            let r = run::ramp_nginx(cfg, &net, &ndir, *v, &titles, progress)
                 .with_context(|| format!("nginx ({v:?})"))?;
             servers.push(r);
         }
     }
-    Ok(report::finish(cfg, servers))
+    Ok(report::finish(cfg, net.describe(), file_ops, servers))
 }
 
 fn make_titles(cfg: &LoadBenchConfig) -> anyhow::Result<Vec<Title>> {

@@ -1,6 +1,7 @@
 //! nginx under load: Debian's `nginx` started by the benchmark with a configuration made for
 //! video on demand (sendfile, `tcp_nopush`, `aio threads`), serving the titles' files over
-//! HTTP on loopback from a scratch directory its unprivileged workers can read.
+//! HTTP (on the servers' address of the run's [`Net`]) from a scratch directory its
+//! unprivileged workers can read.
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use super::Title;
+use super::{Net, Title};
 use crate::common::{children_of, ServerChild};
 
 /// Worker processes (the machine's cores).
@@ -32,6 +33,8 @@ pub(crate) struct NginxServer {
     /// The master process.
     pub(crate) child: ServerChild,
     /// Its address.
+    pub(crate) host: String,
+    /// Its port.
     pub(crate) port: u16,
 }
 
@@ -60,8 +63,8 @@ pub(crate) fn write_titles(dir: &Path, titles: &[Title]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The configuration for a server on `port` rooted at `dir/www`.
-fn config(dir: &Path, port: u16, variant: NginxVariant) -> String {
+/// The configuration for a server on `host:port` rooted at `dir/www`.
+fn config(dir: &Path, host: &str, port: u16, variant: NginxVariant) -> String {
     let d = dir.display();
     let user = if nix_is_root() { "user www-data;" } else { "" };
     let directio = match variant {
@@ -77,7 +80,7 @@ http {{
   types {{ video/mp2t ts; }} default_type application/octet-stream;
   client_body_temp_path {d}/tmp/body; proxy_temp_path {d}/tmp/proxy;
   fastcgi_temp_path {d}/tmp/fastcgi; uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;
-  server {{ listen 127.0.0.1:{port}; root {d}/www; }}
+  server {{ listen {host}:{port}; root {d}/www; }}
 }}
 "
     )
@@ -92,12 +95,17 @@ fn nix_is_root() -> bool {
 
 impl NginxServer {
     /// Starts nginx on the titles written under `dir` by [`write_titles`].
-    pub(crate) fn start(dir: &Path, variant: NginxVariant) -> anyhow::Result<NginxServer> {
+    pub(crate) fn start(
+        dir: &Path,
+        variant: NginxVariant,
+        net: &Net,
+    ) -> anyhow::Result<NginxServer> {
         let exe = nginx_binary()?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let host = net.server_host().to_string();
+        let port = TcpListener::bind((host.as_str(), 0))?.local_addr()?.port();
         std::fs::create_dir_all(dir.join("tmp"))?;
         let conf = dir.join("nginx.conf");
-        std::fs::write(&conf, config(dir, port, variant))?;
+        std::fs::write(&conf, config(dir, &host, port, variant))?;
         let child = Command::new(&exe)
             .arg("-p")
             .arg(dir)
@@ -111,6 +119,7 @@ impl NginxServer {
             .with_context(|| format!("starting {}", exe.display()))?;
         let server = NginxServer {
             child: ServerChild(child),
+            host,
             port,
         };
         server.wait_ready(dir)?;
@@ -120,7 +129,7 @@ impl NginxServer {
     fn wait_ready(&self, dir: &Path) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let up = TcpStream::connect(("127.0.0.1", self.port)).is_ok();
+            let up = TcpStream::connect((self.host.as_str(), self.port)).is_ok();
             if up && children_of(self.child.0.id()).len() >= WORKERS {
                 return Ok(());
             }
@@ -145,7 +154,8 @@ impl NginxServer {
 
     /// Connects and asks for `name`; the stream is non-blocking.
     pub(crate) fn get(&self, name: &str) -> anyhow::Result<TcpStream> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).context("connecting to nginx")?;
+        let mut s =
+            TcpStream::connect((self.host.as_str(), self.port)).context("connecting to nginx")?;
         write!(
             s,
             "GET /{name} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"

@@ -149,8 +149,10 @@ impl Stream {
             let mut payload = 0;
             for packet in buf.get(..n).unwrap_or(&[]).chunks(seg.max(1)) {
                 payload += packet.len();
+                self.rec.packets += 1;
                 self.check_packet(packet);
             }
+            self.rec.receives += 1;
             self.record(now, payload);
         }
         true

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::files::FileOps;
 use super::validity::{Nominal, Verdict};
 use super::LoadBenchConfig;
 
@@ -64,18 +65,49 @@ pub struct LevelResult {
     pub seconds: f64,
     /// Title bytes delivered (isnode: UDP payload scaled by bitrate / send rate).
     pub delivered_title_bytes: f64,
+    /// Bytes the receivers counted: UDP payload (isnode), HTTP body (nginx).
+    #[serde(default)]
+    pub wire_bytes: u64,
     /// Server CPU seconds (user + sys of every server process).
     pub server_cpu_s: f64,
     /// Server CPU seconds per GB (10^9 bytes) of title bytes delivered.
     pub cpu_s_per_title_gb: f64,
+    /// Server CPU seconds per GB of [`LevelResult::wire_bytes`].
+    #[serde(default)]
+    pub cpu_s_per_wire_gb: f64,
     /// CPU seconds of this process (the receivers and the control clients).
     pub receivers_cpu_s: f64,
     /// Resident memory of the server processes at the end, bytes.
     pub server_rss_bytes: u64,
+    /// isnode: block lookups served from the pool over all lookups during the level
+    /// (`/metrics`; None for nginx, or when nothing was looked up).
+    #[serde(default)]
+    pub cache_hit_ratio: Option<f64>,
+    /// isnode: bytes read from the members into the pool during the level (`/metrics`).
+    #[serde(default)]
+    pub disk_read_bytes: Option<u64>,
+    /// isnode: [`LevelResult::disk_read_bytes`] per wire byte.
+    #[serde(default)]
+    pub disk_bytes_per_wire_byte: Option<f64>,
+    /// Every server: `read_bytes` of /proc/PID/io during the level, summed over the server's
+    /// processes.
+    #[serde(default)]
+    pub proc_read_bytes: Option<u64>,
+    /// Every server: `read_bytes` of /proc/PID/io (all server processes; storage reads the
+    /// page cache did not serve) per wire byte.
+    #[serde(default)]
+    pub proc_read_bytes_per_wire_byte: Option<f64>,
+    /// isnode: packets per UDP receive call (32 when `UDP_GRO` hands whole GSO runs over;
+    /// 1 when they arrive segmented). None for nginx.
+    #[serde(default)]
+    pub rx_packets_per_receive: Option<f64>,
     /// Start-up delay (request to first byte) median, seconds.
     pub startup_p50_s: Option<f64>,
     /// Start-up delay 99th percentile, seconds.
     pub startup_p99_s: Option<f64>,
+    /// Every stream's start-up delay, seconds, sorted.
+    #[serde(default)]
+    pub startup_delays_s: Vec<f64>,
     /// Coefficient of variation of the 1 s window rates of all streams, pooled.
     pub bitrate_cv: Option<f64>,
     /// The server and the receivers together used at least [`SATURATED_SHARE`] of every
@@ -83,6 +115,51 @@ pub struct LevelResult {
     /// limit rather than the server's.
     #[serde(default)]
     pub machine_saturated: bool,
+}
+
+/// What was measured of a level besides its streams.
+pub(crate) struct Measured {
+    /// Concurrent streams aimed at.
+    pub(crate) streams: usize,
+    /// Smallest share of valid streams for the level to pass.
+    pub(crate) pass_fraction: f64,
+    /// Seconds of load.
+    pub(crate) seconds: f64,
+    /// Server CPU seconds.
+    pub(crate) server_cpu_s: f64,
+    /// This process's CPU seconds.
+    pub(crate) receivers_cpu_s: f64,
+    /// Server RSS at the end.
+    pub(crate) server_rss_bytes: u64,
+    /// The server's reads.
+    pub(crate) io: ServerIo,
+}
+
+/// The server's reads during a level (None: not known for this server).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ServerIo {
+    /// Pool lookups served from memory.
+    pub(crate) cache_hits: Option<u64>,
+    /// Pool lookups that read.
+    pub(crate) cache_misses: Option<u64>,
+    /// Bytes read into the pool.
+    pub(crate) cache_read_bytes: Option<u64>,
+    /// `read_bytes` of /proc/PID/io, summed over the server's processes.
+    pub(crate) proc_read_bytes: Option<u64>,
+}
+
+/// One stream's verdict and the bytes its receiver counted.
+pub(crate) struct Judged {
+    /// The verdict.
+    pub(crate) verdict: Verdict,
+    /// Title bytes delivered.
+    pub(crate) title_bytes: f64,
+    /// Bytes counted (UDP payload or HTTP body).
+    pub(crate) wire_bytes: u64,
+    /// UDP packets received.
+    pub(crate) packets: u64,
+    /// UDP receive calls.
+    pub(crate) receives: u64,
 }
 
 /// Share of all cores that the server and the receivers together must use for a level to
@@ -94,33 +171,69 @@ pub(crate) fn saturates(cpu_s: f64, seconds: f64, cores: usize) -> bool {
     seconds > 0.0 && cpu_s / seconds >= SATURATED_SHARE * cores as f64
 }
 
-/// Builds a level's figures from the verdicts (and title bytes) of its streams.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn level_result(
-    streams: usize,
-    pass_fraction: f64,
-    seconds: f64,
-    server_cpu_s: f64,
-    receivers_cpu_s: f64,
-    server_rss_bytes: u64,
-    tally: &Tally,
-    verdicts: Vec<(Verdict, f64)>,
-) -> LevelResult {
-    let unjudged = verdicts.iter().filter(|(v, _)| !v.judged).count();
+/// Builds a level's figures from what was measured and the verdicts of its streams.
+pub(crate) fn level_result(m: &Measured, tally: &Tally, judged: Vec<Judged>) -> LevelResult {
+    let verdicts: Vec<&Verdict> = judged.iter().map(|j| &j.verdict).collect();
+    let unjudged = verdicts.iter().filter(|v| !v.judged).count();
     let sessions = tally.accepted.len().saturating_sub(unjudged);
-    let valid = verdicts.iter().filter(|(v, _)| v.valid).count();
-    let delivered: f64 = verdicts.iter().map(|(_, b)| b).sum();
-    let mut startups: Vec<f64> = verdicts.iter().filter_map(|(v, _)| v.startup_s).collect();
+    let valid = verdicts.iter().filter(|v| v.valid).count();
+    let delivered: f64 = judged.iter().map(|j| j.title_bytes).sum();
+    let wire: u64 = judged.iter().map(|j| j.wire_bytes).sum();
+    let (packets, receives) = judged
+        .iter()
+        .fold((0, 0), |(p, r), j| (p + j.packets, r + j.receives));
+    let mut startups: Vec<f64> = verdicts.iter().filter_map(|v| v.startup_s).collect();
     startups.sort_by(f64::total_cmp);
     let rates: Vec<f64> = verdicts
         .iter()
-        .flat_map(|(v, _)| v.window_rates.iter().copied())
+        .flat_map(|v| v.window_rates.iter().copied())
         .collect();
+    let per_wire = |b: Option<u64>| b.filter(|_| wire > 0).map(|b| b as f64 / wire as f64);
+    let io = &m.io;
+    let lookups = io.cache_hits.zip(io.cache_misses).map(|(h, x)| (h, h + x));
+    LevelResult {
+        streams: m.streams,
+        sessions,
+        unjudged,
+        valid,
+        passed: sessions > 0 && valid as f64 >= m.pass_fraction * sessions as f64,
+        refused: tally.refused,
+        invalid_reasons: reasons(tally, &verdicts),
+        seconds: m.seconds,
+        delivered_title_bytes: delivered,
+        wire_bytes: wire,
+        server_cpu_s: m.server_cpu_s,
+        cpu_s_per_title_gb: m.server_cpu_s / (delivered / 1e9).max(1e-12),
+        cpu_s_per_wire_gb: m.server_cpu_s / (wire as f64 / 1e9).max(1e-12),
+        receivers_cpu_s: m.receivers_cpu_s,
+        server_rss_bytes: m.server_rss_bytes,
+        cache_hit_ratio: lookups
+            .filter(|(_, all)| *all > 0)
+            .map(|(h, all)| h as f64 / all as f64),
+        disk_read_bytes: io.cache_read_bytes,
+        disk_bytes_per_wire_byte: per_wire(io.cache_read_bytes),
+        proc_read_bytes: io.proc_read_bytes,
+        proc_read_bytes_per_wire_byte: per_wire(io.proc_read_bytes),
+        rx_packets_per_receive: (receives > 0).then(|| packets as f64 / receives as f64),
+        startup_p50_s: percentile(&startups, 0.50),
+        startup_p99_s: percentile(&startups, 0.99),
+        startup_delays_s: startups,
+        bitrate_cv: cv(&rates),
+        machine_saturated: saturates(
+            m.server_cpu_s + m.receivers_cpu_s,
+            m.seconds,
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ),
+    }
+}
+
+/// The first refusal, then the reasons streams were invalid grouped by kind, with counts.
+fn reasons(tally: &Tally, verdicts: &[&Verdict]) -> Vec<(String, usize)> {
     let mut reasons: Vec<(String, usize)> = Vec::new();
     if let Some(r) = &tally.first_refusal {
         reasons.push((format!("refused: {r}"), tally.refused));
     }
-    for (v, _) in &verdicts {
+    for v in verdicts {
         let Some(r) = v.reason.as_ref().filter(|_| v.judged) else {
             continue;
         };
@@ -131,29 +244,7 @@ pub(crate) fn level_result(
             None => reasons.push((kind, 1)),
         }
     }
-    LevelResult {
-        streams,
-        sessions,
-        unjudged,
-        valid,
-        passed: sessions > 0 && valid as f64 >= pass_fraction * sessions as f64,
-        refused: tally.refused,
-        invalid_reasons: reasons,
-        seconds,
-        delivered_title_bytes: delivered,
-        server_cpu_s,
-        cpu_s_per_title_gb: server_cpu_s / (delivered / 1e9).max(1e-12),
-        receivers_cpu_s,
-        server_rss_bytes,
-        startup_p50_s: percentile(&startups, 0.50),
-        startup_p99_s: percentile(&startups, 0.99),
-        bitrate_cv: cv(&rates),
-        machine_saturated: saturates(
-            server_cpu_s + receivers_cpu_s,
-            seconds,
-            std::thread::available_parallelism().map_or(1, |n| n.get()),
-        ),
-    }
+    reasons
 }
 
 /// The `q` quantile of sorted `xs` (nearest rank).
@@ -206,7 +297,16 @@ impl ServerResult {
             server: server.to_string(),
             max_valid_streams: levels.iter().filter(|l| l.passed).map(|l| l.streams).max(),
             at_max: best.unwrap_or_else(|| {
-                level_result(0, 1.0, 0.0, 0.0, 0.0, 0, &Tally::new(0), Vec::new())
+                let none = Measured {
+                    streams: 0,
+                    pass_fraction: 1.0,
+                    seconds: 0.0,
+                    server_cpu_s: 0.0,
+                    receivers_cpu_s: 0.0,
+                    server_rss_bytes: 0,
+                    io: ServerIo::default(),
+                };
+                level_result(&none, &Tally::new(0), Vec::new())
             }),
             levels,
             cpu_ratio_to_nginx: None,
@@ -226,12 +326,29 @@ pub struct LoadReport {
     pub title_s: f64,
     /// Seconds of load per level.
     pub seconds: f64,
+    /// Smallest share of valid streams for a level to pass.
+    #[serde(default)]
+    pub pass_fraction: f64,
+    /// Seed of the schedules.
+    #[serde(default)]
+    pub seed: u64,
+    /// Where the clients ran (veth: a namespace of their own; loopback).
+    #[serde(default)]
+    pub net: String,
+    /// Ingest against `cp`, `cat` against `cat`, of one title's file.
+    #[serde(default)]
+    pub file_ops: Option<FileOps>,
     /// One entry per server, in the order run.
     pub servers: Vec<ServerResult>,
 }
 
 /// The report of `servers`, with the ratios to the (page-cache) nginx.
-pub(crate) fn finish(cfg: &LoadBenchConfig, mut servers: Vec<ServerResult>) -> LoadReport {
+pub(crate) fn finish(
+    cfg: &LoadBenchConfig,
+    net: String,
+    file_ops: Option<FileOps>,
+    mut servers: Vec<ServerResult>,
+) -> LoadReport {
     let nginx = servers.iter().find(|s| s.server == "nginx").map(|s| {
         (
             s.levels.first().map(|l| l.cpu_s_per_title_gb),
@@ -254,6 +371,10 @@ pub(crate) fn finish(cfg: &LoadBenchConfig, mut servers: Vec<ServerResult>) -> L
         bitrate_bps: cfg.bitrate_bps,
         title_s: cfg.title_s,
         seconds: cfg.seconds,
+        pass_fraction: cfg.pass_fraction,
+        seed: cfg.seed,
+        net,
+        file_ops,
         servers,
     }
 }
@@ -262,38 +383,32 @@ fn opt(x: Option<f64>, scale: f64, digits: usize) -> String {
     x.map_or("-".into(), |v| format!("{:.*}", digits, v * scale))
 }
 
-/// The report as a table: one row per level, then a summary row per server.
+/// The report as a table: one row per level, then a summary row per server, then the file
+/// operations.
 pub fn format_table(r: &LoadReport) -> String {
-    let mut s = format!(
-        "{:<15} {:>7} {:>13} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>6} {:>4}\n",
+    let mut s = format!("net: {}\n", r.net);
+    s.push_str(&format!(
+        "{:<15} {:>7} {:>11} {:>8} {:>8} {:>8} {:>7} {:>6} {:>7} {:>7} {:>5} {:>7} {:>7} {:>6} {:>4} {:>3}\n",
         "server",
         "streams",
         "valid/total",
         "cpu_s/GB",
+        "cpu/wGB",
         "rx_cpu_s",
         "rss_MB",
+        "hit%",
+        "disk/B",
+        "io/B",
+        "pk/rx",
         "start50",
         "start99",
         "cv",
         "pass",
         "sat"
-    );
+    ));
     for sv in &r.servers {
         for l in &sv.levels {
-            s.push_str(&format!(
-                "{:<15} {:>7} {:>13} {:>9.3} {:>9.2} {:>9.1} {:>8} {:>8} {:>8} {:>6} {:>4}\n",
-                sv.server,
-                l.streams,
-                format!("{}/{}", l.valid, l.sessions),
-                l.cpu_s_per_title_gb,
-                l.receivers_cpu_s,
-                l.server_rss_bytes as f64 / 1e6,
-                opt(l.startup_p50_s, 1e3, 0) + "ms",
-                opt(l.startup_p99_s, 1e3, 0) + "ms",
-                opt(l.bitrate_cv, 1.0, 3),
-                if l.passed { "yes" } else { "no" },
-                if l.machine_saturated { "yes" } else { "-" },
-            ));
+            s.push_str(&level_row(&sv.server, l));
         }
     }
     s.push_str(&format!(
@@ -311,13 +426,42 @@ pub fn format_table(r: &LoadReport) -> String {
         ));
     }
     s.push_str(
-        "cpu_s/GB: server user+sys per GB of title bytes delivered; rx_cpu_s: this process \
-         (receivers); cpu_vs_nginx: at the first level (same load); \
-         start: request to first byte; cv: of 1 s window rates; sat: server and receivers \
-         together used at least 90 % of every core (a failing level may be the machine's limit, \
-         not the server's)\n",
+        "cpu_s/GB: server user+sys per GB of title bytes delivered; cpu/wGB: per GB on the wire \
+         (isnode: UDP payload received; nginx: HTTP body); rx_cpu_s: this process (receivers); \
+         hit%: isnode's pool hits of all lookups; disk/B: isnode's bytes read into the pool per \
+         wire byte; io/B: read_bytes of /proc/PID/io of every server process per wire byte; \
+         pk/rx: packets per UDP receive call (32: GSO runs arrive whole); cpu_vs_nginx: at \
+         the first level (same load); start: request to first byte; cv: of 1 s window rates; \
+         sat: server and receivers together used at least 90 % of every core (a failing level \
+         may be the machine's limit, not the server's)\n",
     );
+    if let Some(f) = &r.file_ops {
+        s.push('\n');
+        s.push_str(&super::files::format_table(f));
+    }
     s
+}
+
+fn level_row(server: &str, l: &LevelResult) -> String {
+    format!(
+        "{:<15} {:>7} {:>11} {:>8.3} {:>8.3} {:>8.2} {:>7.1} {:>6} {:>7} {:>7} {:>5} {:>7} {:>7} {:>6} {:>4} {:>3}\n",
+        server,
+        l.streams,
+        format!("{}/{}", l.valid, l.sessions),
+        l.cpu_s_per_title_gb,
+        l.cpu_s_per_wire_gb,
+        l.receivers_cpu_s,
+        l.server_rss_bytes as f64 / 1e6,
+        opt(l.cache_hit_ratio, 100.0, 1),
+        opt(l.disk_bytes_per_wire_byte, 1.0, 3),
+        opt(l.proc_read_bytes_per_wire_byte, 1.0, 3),
+        opt(l.rx_packets_per_receive, 1.0, 1),
+        opt(l.startup_p50_s, 1e3, 0) + "ms",
+        opt(l.startup_p99_s, 1e3, 0) + "ms",
+        opt(l.bitrate_cv, 1.0, 3),
+        if l.passed { "yes" } else { "no" },
+        if l.machine_saturated { "yes" } else { "-" },
+    )
 }
 
 #[cfg(test)]
@@ -341,5 +485,79 @@ mod tests {
         assert_eq!(cv(&[5.0, 5.0]), Some(0.0));
         let c = cv(&[1.0, 3.0]).unwrap_or(0.0);
         assert!((c - 0.5).abs() < 1e-12);
+    }
+
+    fn verdict(valid: bool, startup_s: f64) -> Verdict {
+        Verdict {
+            valid,
+            startup_s: Some(startup_s),
+            window_rates: vec![1000.0, 1000.0],
+            reason: (!valid).then(|| "window 3 delivered 5 B/s".into()),
+            judged: true,
+        }
+    }
+
+    #[test]
+    fn a_level_reports_wire_cache_and_read_figures() {
+        let mut tally = Tally::new(2);
+        let nominal = Nominal {
+            rate_bytes_per_s: 1000.0,
+            startup_buffer_s: 1.0,
+            slack_bytes: 0.0,
+        };
+        tally.accept(0, nominal, 0.5);
+        tally.accept(1, nominal, 0.5);
+        let m = Measured {
+            streams: 2,
+            pass_fraction: 0.5,
+            seconds: 10.0,
+            server_cpu_s: 2.0,
+            receivers_cpu_s: 1.0,
+            server_rss_bytes: 7,
+            io: ServerIo {
+                cache_hits: Some(3),
+                cache_misses: Some(1),
+                cache_read_bytes: Some(1_000_000_000),
+                proc_read_bytes: Some(500_000_000),
+            },
+        };
+        let judged = vec![
+            Judged {
+                verdict: verdict(true, 0.2),
+                title_bytes: 0.5e9,
+                wire_bytes: 1_000_000_000,
+                packets: 64,
+                receives: 2,
+            },
+            Judged {
+                verdict: verdict(false, 0.1),
+                title_bytes: 0.5e9,
+                wire_bytes: 1_000_000_000,
+                packets: 32,
+                receives: 30,
+            },
+        ];
+        let l = level_result(&m, &tally, judged);
+        assert_eq!((l.valid, l.sessions, l.passed), (1, 2, true));
+        assert_eq!(l.wire_bytes, 2_000_000_000);
+        assert!((l.cpu_s_per_title_gb - 2.0).abs() < 1e-9);
+        assert!((l.cpu_s_per_wire_gb - 1.0).abs() < 1e-9);
+        assert_eq!(l.cache_hit_ratio, Some(0.75));
+        assert_eq!(l.disk_bytes_per_wire_byte, Some(0.5));
+        assert_eq!(l.proc_read_bytes_per_wire_byte, Some(0.25));
+        assert_eq!(l.rx_packets_per_receive, Some(3.0));
+        assert_eq!(l.startup_delays_s, vec![0.1, 0.2]);
+        assert_eq!(l.invalid_reasons, vec![("window ".to_string(), 1)]);
+        // nginx: no pool, no UDP; nothing looked up is no ratio, not 0.
+        let m = Measured {
+            io: ServerIo {
+                proc_read_bytes: Some(0),
+                ..ServerIo::default()
+            },
+            ..m
+        };
+        let l = level_result(&m, &tally, Vec::new());
+        assert_eq!((l.cache_hit_ratio, l.rx_packets_per_receive), (None, None));
+        assert_eq!(l.proc_read_bytes_per_wire_byte, None, "no wire bytes");
     }
 }

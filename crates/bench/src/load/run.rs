@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 use super::isnode::IsnodeServer;
 use super::nginx::{NginxServer, NginxVariant};
 use super::receivers::{Conn, ReceiverPool, Stream};
-use super::report::{level_result, LevelResult, ServerResult, Tally};
+use super::report::{level_result, Judged, LevelResult, Measured, ServerIo, ServerResult, Tally};
 use super::validity::{judge, Nominal, StreamRecord};
 use super::workload::{schedule, WorkloadConfig};
-use super::{LoadBenchConfig, Title};
-use crate::common::{process_cpu_s, process_rss_bytes};
+use super::{LoadBenchConfig, Net, Title};
+use crate::common::{process_cpu_s, process_read_bytes, process_rss_bytes};
 
 /// Receiver threads.
 const RECEIVER_THREADS: usize = 2;
@@ -90,12 +90,21 @@ impl Sut<'_> {
             s.close(id);
         }
     }
+
+    /// The server's own counters now (isnode's `/metrics`; nothing for nginx).
+    fn counters(&self) -> Option<super::isnode::Counters> {
+        match self {
+            Sut::Isnode(s) => s.counters().ok(),
+            Sut::Nginx(_) => None,
+        }
+    }
 }
 
 /// Ramps isnode with `engine` on the volume `vol`. `ENGINE@PATH` runs that engine of
 /// another `isnode` binary (a before/after comparison in one run).
 pub(crate) fn ramp_isnode(
     cfg: &LoadBenchConfig,
+    net: &Net,
     vol: &Path,
     engine: &str,
     titles: &[Title],
@@ -106,13 +115,17 @@ pub(crate) fn ramp_isnode(
         Some((kind, exe)) => (kind, Path::new(exe)),
         None => (engine, cfg.isnode_exe.as_path()),
     };
-    let server = IsnodeServer::start(vol, exe, kind, cfg.cache_size_bytes)?;
+    let server = IsnodeServer::start(vol, exe, kind, cfg.cache_size_bytes, net)?;
+    // The server runs in the root namespace; the clients (this thread from here on, the
+    // sockets and threads it makes) on the other side.
+    let _inside = net.enter()?;
     ramp(cfg, &Sut::Isnode(&server), engine, titles, progress)
 }
 
 /// Ramps nginx serving the titles under `dir`.
 pub(crate) fn ramp_nginx(
     cfg: &LoadBenchConfig,
+    net: &Net,
     dir: &Path,
     variant: NginxVariant,
     titles: &[Title],
@@ -123,7 +136,8 @@ pub(crate) fn ramp_nginx(
         NginxVariant::Directio => "nginx-directio",
     };
     progress(&format!("{name}: starting nginx"));
-    let server = NginxServer::start(dir, variant)?;
+    let server = NginxServer::start(dir, variant, net)?;
+    let _inside = net.enter()?;
     ramp(cfg, &Sut::Nginx(&server), name, titles, progress)
 }
 
@@ -180,6 +194,8 @@ fn level(
     let pids = sut.pids();
     let me = std::process::id();
     let mut pool = ReceiverPool::start(RECEIVER_THREADS);
+    let counters0 = sut.counters();
+    let read0 = read_of(&pids);
     let cpu0 = cpu_of(&pids);
     let me0 = process_cpu_s(me)?;
     let t0 = Instant::now();
@@ -213,36 +229,45 @@ fn level(
     wait_until(horizon, &mut closes, sut);
     let seconds = t0.elapsed().as_secs_f64();
     let cpu = cpu_of(&pids) - cpu0;
+    let proc_read_bytes = read_of(&pids).zip(read0).map(|(b, a)| b.saturating_sub(a));
+    let counters = sut.counters().zip(counters0).map(|(b, a)| b.since(&a));
     let rss: u64 = pids.iter().filter_map(|&p| process_rss_bytes(p).ok()).sum();
     let records = pool.stop();
     let receivers_cpu = process_cpu_s(me)? - me0;
     for (_, id) in closes {
         sut.close(&id);
     }
-    let verdicts = judged(&tally, records);
-    Ok(level_result(
-        n,
-        cfg.pass_fraction,
+    let m = Measured {
+        streams: n,
+        pass_fraction: cfg.pass_fraction,
         seconds,
-        cpu,
-        receivers_cpu,
-        rss,
-        &tally,
-        verdicts,
-    ))
+        server_cpu_s: cpu,
+        receivers_cpu_s: receivers_cpu,
+        server_rss_bytes: rss,
+        io: ServerIo {
+            cache_hits: counters.map(|c| c.cache_hits),
+            cache_misses: counters.map(|c| c.cache_misses),
+            cache_read_bytes: counters.map(|c| c.cache_read_bytes),
+            proc_read_bytes,
+        },
+    };
+    Ok(level_result(&m, &tally, judged(&tally, records)))
 }
 
-/// Judges every record against its stream's nominal; the title bytes each counted.
-fn judged(
-    tally: &Tally,
-    records: Vec<(usize, StreamRecord)>,
-) -> Vec<(super::validity::Verdict, f64)> {
+/// Judges every record against its stream's nominal, with the bytes each counted.
+fn judged(tally: &Tally, records: Vec<(usize, StreamRecord)>) -> Vec<Judged> {
     records
         .into_iter()
         .filter_map(|(i, rec)| {
             let (nominal, per) = tally.of(i)?;
             let bytes: u64 = rec.tick_bytes.iter().sum();
-            Some((judge(&rec, &nominal), bytes as f64 * per))
+            Some(Judged {
+                verdict: judge(&rec, &nominal),
+                title_bytes: bytes as f64 * per,
+                wire_bytes: bytes,
+                packets: rec.packets,
+                receives: rec.receives,
+            })
         })
         .collect()
 }
@@ -273,4 +298,9 @@ fn wait_until(at: Instant, closes: &mut Vec<(Instant, String)>, sut: &Sut<'_>) {
 
 fn cpu_of(pids: &[u32]) -> f64 {
     pids.iter().filter_map(|&p| process_cpu_s(p).ok()).sum()
+}
+
+/// Bytes the processes caused to be read from storage (None if /proc did not say, for any).
+fn read_of(pids: &[u32]) -> Option<u64> {
+    pids.iter().map(|&p| process_read_bytes(p).ok()).sum()
 }

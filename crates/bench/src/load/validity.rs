@@ -43,6 +43,12 @@ pub struct StreamRecord {
     pub completed: bool,
     /// Why the content check failed, if it did.
     pub content_error: Option<String>,
+    /// UDP receive calls that returned data (0 for HTTP).
+    #[serde(default)]
+    pub receives: u64,
+    /// Packets those calls returned (a `UDP_GRO` super-packet counts each of its segments).
+    #[serde(default)]
+    pub packets: u64,
 }
 
 /// The judgement of one stream.
@@ -150,6 +156,7 @@ mod tests {
             tick_bytes: vec![per_tick; secs * TICKS_PER_WINDOW],
             completed: false,
             content_error: None,
+            ..StreamRecord::default()
         }
     }
 

@@ -75,7 +75,7 @@ pub(super) fn serve(args: &crate::cli::ServeBenchArgs) -> anyhow::Result<ExitCod
 
 /// `bench load`: a progress line while it runs, then the table, and JSON with `--json`.
 pub(super) fn load(args: &crate::cli::LoadBenchArgs) -> anyhow::Result<ExitCode> {
-    use isnode_bench::load::{self, LoadBenchConfig, NginxVariant};
+    use isnode_bench::load::{self, LoadBenchConfig, NetMode, NginxVariant};
     let nginx = args
         .nginx
         .iter()
@@ -106,6 +106,10 @@ pub(super) fn load(args: &crate::cli::LoadBenchArgs) -> anyhow::Result<ExitCode>
         startup_buffer_s: args.startup_buffer,
         cache_size_bytes: args.cache_size,
         seed: args.seed,
+        net: match args.net {
+            crate::cli::LoadNet::Veth => NetMode::Veth,
+            crate::cli::LoadNet::Loopback => NetMode::Loopback,
+        },
     };
     let bar = indicatif::ProgressBar::new_spinner();
     bar.enable_steady_tick(std::time::Duration::from_millis(200));
@@ -113,6 +117,11 @@ pub(super) fn load(args: &crate::cli::LoadBenchArgs) -> anyhow::Result<ExitCode>
     bar.finish_and_clear();
     let report = report.context("running the load benchmark")?;
     print!("{}", load::report::format_table(&report));
+    if let Some(dir) = &args.plots {
+        for p in load::plots::write(&report, dir)? {
+            println!("wrote {}", p.display());
+        }
+    }
     if let Some(path) = &args.json {
         let json = serde_json::json!({
             "command": std::env::args().collect::<Vec<_>>().join(" "),
