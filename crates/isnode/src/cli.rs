@@ -165,7 +165,8 @@ pub(crate) struct LoadBenchArgs {
     /// another isnode binary (before/after in one run).
     #[arg(long, value_delimiter = ',', default_value = "gso,uring-zc")]
     pub engines: Vec<String>,
-    /// nginx variants to load after the engines: sendfile, directio (empty: none).
+    /// nginx variants to load after the engines: sendfile, aio (sendfile in `aio threads`),
+    /// directio (empty: none). Ratios are taken to the best variant of the run.
     #[arg(long, value_delimiter = ',', default_value = "sendfile")]
     pub nginx: Vec<String>,
     /// Number of titles (MPEG-TS made by gen-ts).

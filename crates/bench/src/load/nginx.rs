@@ -1,5 +1,5 @@
 //! nginx under load: Debian's `nginx` started by the benchmark with a configuration made for
-//! video on demand (sendfile, `tcp_nopush`, `aio threads`), serving the titles' files over
+//! video on demand (sendfile, `tcp_nopush`; `aio threads` and `directio` as variants), serving the titles' files over
 //! HTTP (on the servers' address of the run's [`Net`]) from a scratch directory its
 //! unprivileged workers can read.
 
@@ -22,8 +22,12 @@ const WORKERS: usize = 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NginxVariant {
-    /// sendfile from the page cache.
+    /// `sendfile` from the page cache, in the worker (the classic configuration; the
+    /// cheapest when the titles are in the page cache).
     Sendfile,
+    /// `sendfile` handed to `aio threads` (a worker never blocks on a disk read; each call
+    /// costs a hand-over to the thread pool and back).
+    Aio,
     /// `directio` for files of 4 MB and more (aio threads read them, bypassing the page cache).
     Directio,
 }
@@ -67,16 +71,17 @@ pub(crate) fn write_titles(dir: &Path, titles: &[Title]) -> anyhow::Result<()> {
 fn config(dir: &Path, host: &str, port: u16, variant: NginxVariant) -> String {
     let d = dir.display();
     let user = if nix_is_root() { "user www-data;" } else { "" };
-    let directio = match variant {
+    let reads = match variant {
         NginxVariant::Sendfile => "",
-        NginxVariant::Directio => "directio 4m; directio_alignment 4k;",
+        NginxVariant::Aio => "aio threads;",
+        NginxVariant::Directio => "aio threads; directio 4m; directio_alignment 4k;",
     };
     format!(
         "daemon off; master_process on; worker_processes {WORKERS}; {user}
 pid {d}/nginx.pid; error_log {d}/error.log warn; worker_rlimit_nofile 65536;
 events {{ worker_connections 16384; }}
 http {{
-  access_log off; sendfile on; tcp_nopush on; aio threads; {directio}
+  access_log off; sendfile on; tcp_nopush on; {reads}
   types {{ video/mp2t ts; }} default_type application/octet-stream;
   client_body_temp_path {d}/tmp/body; proxy_temp_path {d}/tmp/proxy;
   fastcgi_temp_path {d}/tmp/fastcgi; uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;

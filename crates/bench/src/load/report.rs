@@ -270,7 +270,7 @@ pub fn cv(xs: &[f64]) -> Option<f64> {
 /// One server's levels and its result.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ServerResult {
-    /// Engine name, or `nginx` / `nginx-directio`.
+    /// Engine name, or `nginx` / `nginx-aio` / `nginx-directio`.
     pub server: String,
     /// The most streams of a passing level (None: no level passed).
     pub max_valid_streams: Option<usize>,
@@ -342,20 +342,22 @@ pub struct LoadReport {
     pub servers: Vec<ServerResult>,
 }
 
-/// The report of `servers`, with the ratios to the (page-cache) nginx.
+/// The report of `servers`, with the ratios to the best nginx variant of the run: its
+/// lowest CPU per GB at the first level, its most valid streams.
 pub(crate) fn finish(
     cfg: &LoadBenchConfig,
     net: String,
     file_ops: Option<FileOps>,
     mut servers: Vec<ServerResult>,
 ) -> LoadReport {
-    let nginx = servers.iter().find(|s| s.server == "nginx").map(|s| {
-        (
-            s.levels.first().map(|l| l.cpu_s_per_title_gb),
-            s.max_valid_streams,
-        )
-    });
-    if let Some((cpu, max)) = nginx {
+    let nginxes = || servers.iter().filter(|s| s.server.starts_with("nginx"));
+    let best_cpu = nginxes()
+        .filter_map(|s| s.levels.first().map(|l| l.cpu_s_per_title_gb))
+        .filter(|c| *c > 0.0)
+        .min_by(f64::total_cmp);
+    let best_max = nginxes().filter_map(|s| s.max_valid_streams).max();
+    if nginxes().next().is_some() {
+        let (cpu, max) = (best_cpu, best_max);
         for s in &mut servers {
             let mine = s.levels.first().map(|l| l.cpu_s_per_title_gb);
             s.cpu_ratio_to_nginx = mine.zip(cpu).filter(|(_, n)| *n > 0.0).map(|(m, n)| m / n);
@@ -430,7 +432,7 @@ pub fn format_table(r: &LoadReport) -> String {
          (isnode: UDP payload received; nginx: HTTP body); rx_cpu_s: this process (receivers); \
          hit%: isnode's pool hits of all lookups; disk/B: isnode's bytes read into the pool per \
          wire byte; io/B: read_bytes of /proc/PID/io of every server process per wire byte; \
-         pk/rx: packets per UDP receive call (32: GSO runs arrive whole); cpu_vs_nginx: at \
+         pk/rx: packets per UDP receive call (32: GSO runs arrive whole); cpu_vs_nginx: to the best nginx variant, at \
          the first level (same load); start: request to first byte; cv: of 1 s window rates; \
          sat: server and receivers together used at least 90 % of every core (a failing level \
          may be the machine's limit, not the server's)\n",

@@ -133,6 +133,7 @@ pub(crate) fn ramp_nginx(
 ) -> anyhow::Result<ServerResult> {
     let name = match variant {
         NginxVariant::Sendfile => "nginx",
+        NginxVariant::Aio => "nginx-aio",
         NginxVariant::Directio => "nginx-directio",
     };
     progress(&format!("{name}: starting nginx"));

@@ -82,8 +82,9 @@ pub(super) fn load(args: &crate::cli::LoadBenchArgs) -> anyhow::Result<ExitCode>
         .filter(|v| !v.is_empty())
         .map(|v| match v.as_str() {
             "sendfile" => Ok(NginxVariant::Sendfile),
+            "aio" => Ok(NginxVariant::Aio),
             "directio" => Ok(NginxVariant::Directio),
-            other => anyhow::bail!("unknown nginx variant {other:?} (sendfile, directio)"),
+            other => anyhow::bail!("unknown nginx variant {other:?} (sendfile, aio, directio)"),
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let cfg = LoadBenchConfig {
