@@ -138,8 +138,10 @@ fn run(sh: Arc<Shared>, index: usize, rx: Receiver<NewSession>) {
         if let Mode::Uring(u) = &mut w.mode {
             u.flush();
         }
-        if !matches!(w.mode, Mode::Traditional | Mode::Sendfile) {
-            w.read_ahead(&mut sessions);
+        match w.mode {
+            Mode::Traditional => {}
+            Mode::Sendfile => w.advise_ahead(&mut sessions),
+            _ => w.read_ahead(&mut sessions),
         }
         w.publish(&sessions);
         let wait = w.idle_time(&sessions);

@@ -11,13 +11,14 @@
 //! member: `sendfile` fails or comes up short) goes to the degraded path, which rebuilds it
 //! from the other members through the pool.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
-use super::{Active, Sent, Worker};
+use super::{Active, Sent, Worker, LOOKAHEAD_CODEWORDS};
+use crate::session::blocks_of;
 use crate::net;
 use crate::objects::ObjectInfo;
 use crate::session::Burst;
@@ -26,10 +27,17 @@ use crate::EngineKind;
 /// Most segment files a thread keeps open (beyond that, the table starts over).
 const MAX_OPEN_FILES: usize = 4096;
 
+/// Most blocks a thread remembers having advised (beyond that, it starts over: a block
+/// the kernel has evicted since is advised again).
+const MAX_ADVISED: usize = 1 << 16;
+
 /// One thread's open segment files, by (TOI, member); `None`: could not be opened.
 #[derive(Default)]
 pub(super) struct SegmentFiles {
     files: HashMap<(u32, u32), Option<File>>,
+    /// Blocks (TOI, member, block) whose reading ahead was asked for: each is asked once,
+    /// however many sessions pass it (asking again costs a page-cache walk of the block).
+    advised: HashSet<(u32, u32, u64)>,
 }
 
 impl SegmentFiles {
@@ -47,9 +55,32 @@ impl SegmentFiles {
             .as_ref()
     }
 
+    /// Asks the kernel to start reading block `block` of `member`'s segment file of `obj`
+    /// into the page cache (`POSIX_FADV_WILLNEED`: the reads are started, not waited for),
+    /// once per block.
+    fn advise(&mut self, obj: &ObjectInfo, member: u32, block: u64) {
+        if self.advised.len() >= MAX_ADVISED {
+            self.advised.clear();
+        }
+        if !self.advised.insert((obj.rec.toi, member, block)) {
+            return;
+        }
+        let offset = obj.layout.block_offset(block);
+        let len = u64::from(obj.layout.params().block_len);
+        let Some(file) = self.get(obj, member) else {
+            return;
+        };
+        let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+            return;
+        };
+        // SAFETY: an advisory call on an open descriptor; no memory is passed.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), off, len, libc::POSIX_FADV_WILLNEED) };
+    }
+
     /// Closes the files of titles no session of this thread is on.
     pub(super) fn retain_titles(&mut self, active: impl Fn(u32) -> bool) {
         self.files.retain(|(toi, _), _| active(*toi));
+        self.advised.retain(|(toi, _, _)| active(*toi));
     }
 }
 
@@ -65,6 +96,24 @@ pub(super) fn session_socket(a: &Active, packet_len: usize) -> std::io::Result<U
 }
 
 impl Worker {
+    /// Starts the page-cache reads of each session's next [`LOOKAHEAD_CODEWORDS`]
+    /// codewords once per codeword: a `sendfile` of a block not in the page cache would
+    /// block the thread (every session of it) on the disk.
+    pub(super) fn advise_ahead(&mut self, sessions: &mut [Active]) {
+        for a in sessions.iter_mut() {
+            let c = a.pacer.codeword();
+            if a.pacer.is_done() || a.read_ahead_at == Some(c) {
+                continue;
+            }
+            a.read_ahead_at = Some(c);
+            let obj = &a.s.object;
+            for (member, block) in blocks_of(&obj.layout, c..c.saturating_add(LOOKAHEAD_CODEWORDS))
+            {
+                self.files.advise(obj, member, block);
+            }
+        }
+    }
+
     /// Sends one burst with `sendfile`; a block that cannot be read goes to the degraded path.
     pub(super) fn send_sendfile(&mut self, a: &mut Active, b: &Burst) -> Sent {
         let obj: Arc<ObjectInfo> = a.s.object.clone();
