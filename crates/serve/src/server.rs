@@ -334,6 +334,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
     }
     tracing::info!(
         listen = %local_addr,
+        keepalive_port = shared.keepalive_port,
         engine = engine.name(),
         read_io = ?read_io,
         threads,
