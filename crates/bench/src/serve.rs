@@ -238,9 +238,9 @@ fn run_engine(
         args.cache_size_bytes,
     )?;
     let receivers = Receivers::start(host, args.streams, sink)?;
-    let ids = create_sessions(&base, &receivers.ports, objects)?;
+    let (ids, keepalive_port) = create_sessions(&base, &receivers.ports, objects)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let keep = keep_alive(&base, &ids, &stop);
+    let keep = keep_alive(&base, host, keepalive_port, &ids, &stop)?;
 
     // Warm up, then measure.
     std::thread::sleep(Duration::from_secs(1));
@@ -392,32 +392,97 @@ impl Receivers {
     }
 }
 
-/// Creates one session per receiver port, round robin over the objects; returns their ids.
-fn create_sessions(base: &str, ports: &[u16], objects: &[String]) -> anyhow::Result<Vec<String>> {
+/// Creates one session per receiver port, round robin over the objects; returns their ids
+/// and the server's keepalive port (if it has one).
+fn create_sessions(
+    base: &str,
+    ports: &[u16],
+    objects: &[String],
+) -> anyhow::Result<(Vec<String>, Option<u16>)> {
+    let agent = ureq::Agent::new_with_defaults();
     let mut ids = Vec::new();
+    let mut keepalive_port = None;
     for (i, port) in ports.iter().enumerate() {
         let body = serde_json::json!({ "object": objects[i % objects.len()], "port": port });
-        let mut resp = ureq::post(format!("{base}/v1/sessions"))
+        let mut resp = agent
+            .post(format!("{base}/v1/sessions"))
             .send_json(&body)
             .context("creating a session")?;
         let v: serde_json::Value = resp.body_mut().read_json()?;
         let id = v["id"].as_str().context("session id")?.to_string();
+        keepalive_port = v["keepalive_port"]
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok());
         ids.push(id);
     }
-    Ok(ids)
+    Ok((ids, keepalive_port))
 }
 
-/// Keeps the sessions alive until `stop`.
-fn keep_alive(base: &str, ids: &[String], stop: &Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+/// The firewall mark of the keepalive datagrams: the ifb namespace routes them locally
+/// (UDP to the client's address otherwise goes into the sink).
+const KEEPALIVE_MARK: u32 = 0x15a;
+
+/// Marks the keepalive socket's datagrams with [`KEEPALIVE_MARK`] (needs CAP_NET_ADMIN, as
+/// the ifb sink does; without it the datagrams go unmarked, harmless on loopback).
+fn mark(sock: &UdpSocket) {
+    use std::os::fd::AsRawFd;
+    let v = KEEPALIVE_MARK as libc::c_int;
+    // SAFETY: setsockopt reads one c_int from a valid pointer of the given length.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MARK,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
+/// Keeps the sessions alive until `stop`, once a second (the server's default period): with
+/// keepalive datagrams from the clients' address when the server has a keepalive port (the
+/// server checks the source IP, not the port), else HTTP over one persistent connection.
+fn keep_alive(
+    base: &str,
+    host: &str,
+    keepalive_port: Option<u16>,
+    ids: &[String],
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let udp = match keepalive_port {
+        Some(port) => {
+            let sock = UdpSocket::bind((host, 0)).context("binding the keepalive socket")?;
+            mark(&sock);
+            let server = base
+                .trim_start_matches("http://")
+                .rsplit_once(':')
+                .map_or(base, |(h, _)| h)
+                .parse::<std::net::IpAddr>()
+                .with_context(|| format!("the server address of {base}"))?;
+            Some((sock, std::net::SocketAddr::new(server, port)))
+        }
+        None => None,
+    };
     let (ids, base, stop) = (ids.to_vec(), base.to_string(), stop.clone());
-    std::thread::spawn(move || {
+    let agent = ureq::Agent::new_with_defaults();
+    Ok(std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
             for id in &ids {
-                let _ = ureq::post(format!("{base}/v1/sessions/{id}/keepalive")).send_empty();
+                match (&udp, isnode_proto::keepalive::keepalive_datagram(id)) {
+                    (Some((sock, to)), Some(d)) => {
+                        let _ = sock.send_to(&d, to);
+                    }
+                    _ => {
+                        let _ = agent
+                            .post(format!("{base}/v1/sessions/{id}/keepalive"))
+                            .send_empty();
+                    }
+                }
             }
-            std::thread::sleep(Duration::from_millis(500));
+            std::thread::sleep(Duration::from_millis(1000));
         }
-    })
+    }))
 }
 
 fn wait_ready(base: &str) -> anyhow::Result<()> {
@@ -627,7 +692,11 @@ fn run_in_netns(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
         sh(&format!(
             "{x} ip route add {NETNS_CLIENT_IP}/32 dev {IFB_DEV} table 100"
         ))?;
-        // UDP to the client goes to the sink; everything else (the HTTP control) stays local.
+        // UDP to the client goes to the sink; everything else (the HTTP control, and the
+        // keepalive datagrams, marked) stays local.
+        sh(&format!(
+            "{x} ip rule add pref 5 fwmark {KEEPALIVE_MARK} lookup local"
+        ))?;
         sh(&format!(
             "{x} ip rule add pref 10 ipproto udp to {NETNS_CLIENT_IP} lookup 100"
         ))?;

@@ -18,9 +18,9 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use super::{Active, Sent, Worker, LOOKAHEAD_CODEWORDS};
-use crate::session::blocks_of;
 use crate::net;
 use crate::objects::ObjectInfo;
+use crate::session::blocks_of;
 use crate::session::Burst;
 use crate::EngineKind;
 
