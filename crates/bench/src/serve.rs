@@ -425,19 +425,8 @@ const KEEPALIVE_MARK: u32 = 0x15a;
 /// Marks the keepalive socket's datagrams with [`KEEPALIVE_MARK`] (needs CAP_NET_ADMIN, as
 /// the ifb sink does; without it the datagrams go unmarked, harmless on loopback).
 fn mark(sock: &UdpSocket) {
-    use std::os::fd::AsRawFd;
-    let v = KEEPALIVE_MARK as libc::c_int;
-    // SAFETY: setsockopt reads one c_int from a valid pointer of the given length.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_MARK,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
+    let v = libc::c_int::try_from(KEEPALIVE_MARK).unwrap_or(0);
+    crate::udp::set_int_option(sock, libc::SOL_SOCKET, libc::SO_MARK, v);
 }
 
 /// Keeps the sessions alive until `stop`, once a second (the server's default period): with
@@ -454,12 +443,7 @@ fn keep_alive(
         Some(port) => {
             let sock = UdpSocket::bind((host, 0)).context("binding the keepalive socket")?;
             mark(&sock);
-            let server = base
-                .trim_start_matches("http://")
-                .rsplit_once(':')
-                .map_or(base, |(h, _)| h)
-                .parse::<std::net::IpAddr>()
-                .with_context(|| format!("the server address of {base}"))?;
+            let server = crate::udp::server_ip(base)?;
             Some((sock, std::net::SocketAddr::new(server, port)))
         }
         None => None,

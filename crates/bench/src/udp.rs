@@ -1,5 +1,6 @@
-//! UDP receive helpers of the benchmarks' receivers: `UDP_GRO` on a socket, and one
-//! `recvmsg` that returns a datagram and, for a coalesced run, its segment size.
+//! UDP helpers of the benchmarks: `UDP_GRO` on a socket, one `recvmsg` that returns a
+//! datagram and, for a coalesced run, its segment size, integer socket options, and the
+//! server IP of a control API's base URL.
 
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
@@ -10,22 +11,44 @@ const SOL_UDP: libc::c_int = 17;
 /// message, their segment size.
 const UDP_GRO: libc::c_int = 104;
 
-/// Sets `UDP_GRO` on a receiver: a GSO run sent to it on loopback is delivered whole rather
-/// than segmented into datagrams on the sender's time. False if the kernel refuses.
-pub(crate) fn enable_gro(socket: &UdpSocket) -> bool {
-    let on: libc::c_int = 1;
+/// Sets an integer socket option; false if the kernel refuses (the callers' options are
+/// best effort: a smaller buffer or an unmarked datagram still works).
+pub(crate) fn set_int_option(
+    socket: &UdpSocket,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> bool {
     // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a valid c_int.
     #[allow(unsafe_code)]
     let rc = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
-            SOL_UDP,
-            UDP_GRO,
-            (&raw const on).cast(),
+            level,
+            name,
+            (&raw const value).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
     rc == 0
+}
+
+/// The IP of a control API's base URL (`http://IP:PORT`, `http://[IPv6]:PORT`).
+pub(crate) fn server_ip(base: &str) -> anyhow::Result<std::net::IpAddr> {
+    use anyhow::Context as _;
+    let host = base
+        .trim_start_matches("http://")
+        .rsplit_once(':')
+        .map_or(base, |(h, _)| h);
+    host.trim_matches(|c| c == '[' || c == ']')
+        .parse()
+        .with_context(|| format!("the server address of {base}"))
+}
+
+/// Sets `UDP_GRO` on a receiver: a GSO run sent to it on loopback is delivered whole rather
+/// than segmented into datagrams on the sender's time. False if the kernel refuses.
+pub(crate) fn enable_gro(socket: &UdpSocket) -> bool {
+    set_int_option(socket, SOL_UDP, UDP_GRO, 1)
 }
 
 /// The packets in a received datagram of `len` bytes: one per `segment_size` bytes (the

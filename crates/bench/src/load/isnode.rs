@@ -1,7 +1,7 @@
 //! isnode under load: the volume of the titles, `isnode serve` with an engine, and sessions
 //! created, kept alive and ended through its HTTP control API.
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,6 +13,7 @@ use isnode_store::{IngestOptions, Volume, VolumeParams};
 use super::receivers::{set_udp_gro, Conn};
 use super::{Net, Title};
 use crate::common::ServerChild;
+use crate::udp::{server_ip, set_int_option};
 
 /// Receive buffer asked for each session's socket.
 const RCVBUF_BYTES: usize = 2 << 20;
@@ -238,19 +239,8 @@ impl Drop for IsnodeServer {
 }
 
 fn set_rcvbuf(socket: &UdpSocket) {
-    use std::os::fd::AsRawFd;
-    let v = RCVBUF_BYTES as libc::c_int;
-    // SAFETY: setsockopt reads one c_int from a valid pointer for the given length.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
+    let v = libc::c_int::try_from(RCVBUF_BYTES).unwrap_or(libc::c_int::MAX);
+    set_int_option(socket, libc::SOL_SOCKET, libc::SO_RCVBUF, v);
 }
 
 /// A live session, as its keepalives need it.
@@ -280,17 +270,6 @@ fn send_keepalive(agent: &ureq::Agent, base: &str, s: &Live) {
                 .send_empty();
         }
     }
-}
-
-/// The IP of a control API's base URL (`http://IP:PORT`).
-fn server_ip(base: &str) -> anyhow::Result<IpAddr> {
-    let host = base
-        .trim_start_matches("http://")
-        .rsplit_once(':')
-        .map_or(base, |(h, _)| h);
-    host.trim_matches(|c| c == '[' || c == ']')
-        .parse()
-        .with_context(|| format!("the server address of {base}"))
 }
 
 /// Sends a keepalive for every live session once per the server's keepalive period (as
