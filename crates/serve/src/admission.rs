@@ -118,17 +118,10 @@ fn working_set<'a>(lookahead: u32, sessions: impl Iterator<Item = &'a Demand<'a>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use isnode_store::VolumeParams;
     use proptest::prelude::*;
 
     fn layout(codewords: u64) -> Layout {
-        let p = VolumeParams {
-            symbol_len: 1024,
-            source_symbols: 20,
-            repair_symbols: 4,
-            members: 6,
-            block_len: 8192,
-        };
+        let p = crate::test_params();
         Layout::new(p, codewords * 20 * 1024).unwrap()
     }
 

@@ -44,6 +44,19 @@ pub use config::{
 pub use metrics::{Limit, MetricsSnapshot};
 pub use server::{run, start, ServeError, ServerHandle};
 
+/// The small volume of the unit tests: 6 members, k <= 20, m = 4, 1024-byte symbols,
+/// 7 packets per 8 KiB block.
+#[cfg(test)]
+pub(crate) fn test_params() -> isnode_store::VolumeParams {
+    isnode_store::VolumeParams {
+        symbol_len: 1024,
+        source_symbols: 20,
+        repair_symbols: 4,
+        members: 6,
+        block_len: 8192,
+    }
+}
+
 pub(crate) use registry::{SessionShared, SessionState};
 pub(crate) use server::Shared;
 

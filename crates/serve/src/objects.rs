@@ -269,13 +269,7 @@ mod tests {
     const DAY_S: u64 = 86_400;
 
     fn params() -> VolumeParams {
-        VolumeParams {
-            symbol_len: 1024,
-            source_symbols: 20,
-            repair_symbols: 4,
-            members: 6,
-            block_len: 8192,
-        }
+        crate::test_params()
     }
 
     fn put(dir: &Path, name: &str, fill: u8, len: usize, replace: bool) {

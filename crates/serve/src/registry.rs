@@ -217,17 +217,11 @@ impl std::ops::DerefMut for TableGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use isnode_store::{ingest, IngestOptions, Volume, VolumeParams};
+    use isnode_store::{ingest, IngestOptions, Volume};
 
     fn object() -> Arc<ObjectInfo> {
         let dir = tempfile::tempdir().unwrap();
-        let p = VolumeParams {
-            symbol_len: 1024,
-            source_symbols: 20,
-            repair_symbols: 4,
-            members: 6,
-            block_len: 8192,
-        };
+        let p = crate::test_params();
         let mut vol = Volume::create(dir.path(), p, None).unwrap();
         let bytes = vec![1u8; 30_000];
         let opts = IngestOptions {

@@ -63,12 +63,7 @@ pub(super) fn serve(args: &crate::cli::ServeBenchArgs) -> anyhow::Result<ExitCod
     let report = isnode_bench::serve::run(&cfg).context("running the serve benchmark")?;
     println!("{}", isnode_bench::serve::format_table(&report));
     if let Some(path) = &args.json {
-        let json = serde_json::json!({
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "report": report,
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&json)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        write_json(path, &report)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -124,12 +119,17 @@ pub(super) fn load(args: &crate::cli::LoadBenchArgs) -> anyhow::Result<ExitCode>
         }
     }
     if let Some(path) = &args.json {
-        let json = serde_json::json!({
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "report": report,
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&json)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        write_json(path, &report)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes a benchmark's report as JSON to `path`, with the command line that made it.
+fn write_json(path: &std::path::Path, report: &impl serde::Serialize) -> anyhow::Result<()> {
+    let json = serde_json::json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "report": report,
+    });
+    std::fs::write(path, serde_json::to_string_pretty(&json)?)
+        .with_context(|| format!("writing {}", path.display()))
 }

@@ -5,7 +5,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use isnode_store::{ingest, IngestOptions, Volume, VolumeParams};
+use isnode_store::{ingest, IngestOptions, Volume};
 
 use crate::{start, ServeArgs, ServerHandle};
 
@@ -14,13 +14,7 @@ const ANSWER_BOUND: Duration = Duration::from_secs(20);
 
 fn volume() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let p = VolumeParams {
-        symbol_len: 1024,
-        source_symbols: 20,
-        repair_symbols: 4,
-        members: 6,
-        block_len: 8192,
-    };
+    let p = crate::test_params();
     let mut vol = Volume::create(dir.path(), p, None).unwrap();
     let bytes = vec![7u8; 200_000];
     let opts = IngestOptions {
