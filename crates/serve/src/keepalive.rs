@@ -23,6 +23,9 @@ use crate::Shared;
 
 /// Datagrams taken per `recvmmsg` call.
 const BATCH: usize = 64;
+/// Most `recvmmsg` calls per drain: a flood of datagrams cannot hold the thread past a
+/// shutdown (what is left waits in the socket buffer, or is dropped when it is full).
+const MAX_BATCHES_PER_DRAIN: usize = 64;
 /// Sleep between drains.
 const NAP: Duration = Duration::from_millis(50);
 /// Receive buffer asked for (holds a nap's worth of datagrams of many thousand sessions).
@@ -53,7 +56,7 @@ pub(crate) fn bind(control: SocketAddr) -> std::io::Result<UdpSocket> {
 pub(crate) fn run(sh: Arc<Shared>, sock: UdpSocket) {
     let mut batch = Batch::new();
     while !sh.shutdown.load(Ordering::Acquire) {
-        loop {
+        for _ in 0..MAX_BATCHES_PER_DRAIN {
             let n = batch.receive(&sock);
             for i in 0..n {
                 let (data, from) = batch.get(i);
