@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use isnode_recv::receiver::{Output, Receiver, ReceiverConfig, SessionParams};
+use isnode_recv::receiver::{Output, Receiver, ReceiverConfig, Release, SessionParams};
 use isnode_recv::sender::object_packets;
 use isnode_wire::fdt::{build_fdt_packets, FdtFile, FdtInstance};
 use isnode_wire::{seal_data_packet, DataPacketId, DATA_HEADER_LEN};
@@ -90,6 +90,11 @@ fuzz_target!(|data: &[u8]| {
     let config = ReceiverConfig {
         loss_horizon: u32::from(input.byte() % 4),
         window_codewords: u32::from(input.byte() % 8),
+        release: if input.byte() & 1 == 0 {
+            Release::Instant
+        } else {
+            Release::Codeword
+        },
     };
     let Ok(mut rx) = Receiver::new(p.clone(), config) else {
         return;

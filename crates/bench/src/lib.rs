@@ -3,7 +3,7 @@
 //! Each benchmark is a library function returning a serialisable report, so the CLI can print
 //! a table or write JSON. See [`codec`] for the Reed-Solomon codec benchmark, [`peers`] for
 //! the codecs it compares ours with, [`serve`] for the send engines side by side, [`load`] for isnode's engines and nginx under
-//! the same load, and [`plot`] for the SVG figures.
+//! the same load, [`startup`] for the start-up delay of `isnode play`, and [`plot`] for the SVG figures.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -16,4 +16,5 @@ mod netns;
 pub mod peers;
 pub mod plot;
 pub mod serve;
+pub mod startup;
 mod udp;

@@ -156,6 +156,36 @@ pub(crate) enum BenchCommand {
     /// isnode's engines and nginx under the same Zipf/Poisson load of paced clients: the
     /// most valid streams each holds, server CPU per delivered GB.
     Load(LoadBenchArgs),
+    /// Start-up delay of `isnode play` (session request to first byte out), p50/p99 over
+    /// many sessions on loopback, instant start against the classic start in one run.
+    Startup(StartupBenchArgs),
+}
+
+/// `bench startup`.
+#[derive(Args, Debug)]
+pub(crate) struct StartupBenchArgs {
+    /// The server's send engine.
+    #[arg(long, default_value = "gso")]
+    pub engine: String,
+    /// Bitrates of the titles (one per bitrate).
+    #[arg(long, value_delimiter = ',', default_value = "4000000,20000000")]
+    pub bitrates: Vec<u64>,
+    /// Start-up modes: instant (the defaults: instant release, no prebuffer, start-up
+    /// burst), classic (`play --release codeword --no-start-burst`: before instant start).
+    #[arg(long, value_delimiter = ',', default_value = "instant,classic")]
+    pub modes: Vec<String>,
+    /// Sessions per bitrate and mode.
+    #[arg(long, default_value_t = 40)]
+    pub sessions: usize,
+    /// Sessions at a time.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Seed of the titles' bytes.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// `bench load`.

@@ -10,6 +10,8 @@
 //!   MP4, so probing a multi-GB file costs a few MB of I/O.
 //! * sans-IO building blocks: [`detect`], [`probe_ts`] (over a head and a tail slice),
 //!   [`probe_mp4`].
+//! * [`Indexer`]: the time index (random-access points) of an object fed in order, at ingest
+//!   (see [`index`]).
 //! * [`generate_ts`]: a deterministic constant-bitrate MPEG-TS test-stream generator.
 //!
 //! Parsing never panics, whatever the input bytes.
@@ -18,6 +20,8 @@
 #![warn(missing_docs)]
 
 mod crc;
+pub mod index;
+mod index_mp4;
 mod mp4;
 pub mod ts;
 mod tsgen;
@@ -26,6 +30,7 @@ use std::fmt;
 use std::io;
 
 pub use crc::crc32_mpeg2;
+pub use index::{AccessPoint, Indexer, MediaIndex};
 pub use mp4::probe_mp4;
 pub use ts::probe_ts;
 pub use tsgen::{

@@ -7,9 +7,14 @@
 //! | offset | length | field                                           |
 //! |-------:|-------:|-------------------------------------------------|
 //! |      0 |      4 | magic `ISKA` (0x49 0x53 0x4B 0x41)              |
-//! |      4 |      1 | version, 1                                      |
-//! |      5 |      3 | zero                                            |
+//! |      4 |      1 | version, 1 or 2                                 |
+//! |      5 |      1 | zero                                            |
+//! |      6 |      2 | version 1: zero; version 2: the client's measured loss, in units of 1/10 000 (0..=10 000), big-endian |
 //! |      8 |     16 | session id: 16 lowercase hexadecimal ASCII digits |
+//!
+//! Version 2 carries a loss report ([`LossReport`]) for adaptive repair; version 1 none. A
+//! server that takes loss reports says so in the session answer (`loss_reports`), and a
+//! client sends version 2 only then: an older server (version 1 only) keeps working.
 //!
 //! A client sends it from the socket the stream arrives on, so the datagram also keeps a
 //! NAT or firewall mapping of the stream's path open; the server takes it only from the
@@ -19,8 +24,53 @@
 pub const KEEPALIVE_LEN: usize = 24;
 /// The first four bytes of a keepalive datagram.
 pub const KEEPALIVE_MAGIC: [u8; 4] = *b"ISKA";
-/// The format version this crate writes and reads.
+/// The format version without a loss report.
 pub const KEEPALIVE_VERSION: u8 = 1;
+/// The format version with a loss report.
+pub const KEEPALIVE_VERSION_LOSS: u8 = 2;
+/// The unit of a loss report: a loss rate of 1 is this many units.
+pub const LOSS_UNITS: u16 = 10_000;
+
+/// A client's measured loss rate, in units of 1/10 000 (0..=[`LOSS_UNITS`]): the share of
+/// the packets it expected over its recent window that did not arrive intact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LossReport(u16);
+
+impl LossReport {
+    /// The report of `units` / 10 000; `None` above [`LOSS_UNITS`].
+    pub fn from_units(units: u16) -> Option<LossReport> {
+        (units <= LOSS_UNITS).then_some(LossReport(units))
+    }
+
+    /// The report of a loss rate in [0, 1] (clamped; NaN counts as 0), rounded up.
+    pub fn from_rate(rate: f64) -> LossReport {
+        let r = if rate.is_nan() {
+            0.0
+        } else {
+            rate.clamp(0.0, 1.0)
+        };
+        LossReport((r * f64::from(LOSS_UNITS)).ceil() as u16)
+    }
+
+    /// Units of 1/10 000.
+    pub fn units(self) -> u16 {
+        self.0
+    }
+
+    /// The loss rate in [0, 1].
+    pub fn rate(self) -> f64 {
+        f64::from(self.0) / f64::from(LOSS_UNITS)
+    }
+}
+
+/// A keepalive datagram as parsed: the session it names and its loss report, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keepalive<'a> {
+    /// The session id.
+    pub id: &'a str,
+    /// The loss report (version 2), `None` for version 1.
+    pub loss: Option<LossReport>,
+}
 /// Length of a session id (hexadecimal digits).
 pub const SESSION_ID_LEN: usize = 16;
 
@@ -37,29 +87,41 @@ pub fn keepalive_datagram(id: &str) -> Option<[u8; KEEPALIVE_LEN]> {
     Some(d)
 }
 
-/// The session id a keepalive datagram names; `None` for anything that is not exactly a
-/// keepalive datagram of this version.
+/// The version 2 keepalive datagram of session `id` with loss report `loss`; `None` if `id`
+/// is not a session id.
+pub fn keepalive_datagram_with_loss(id: &str, loss: LossReport) -> Option<[u8; KEEPALIVE_LEN]> {
+    let mut d = keepalive_datagram(id)?;
+    d[4] = KEEPALIVE_VERSION_LOSS;
+    d[6..8].copy_from_slice(&loss.units().to_be_bytes());
+    Some(d)
+}
+
+/// The session id a keepalive datagram names (version 1 or 2); `None` for anything that is
+/// not exactly a keepalive datagram.
 pub fn parse_keepalive(datagram: &[u8]) -> Option<&str> {
+    parse_keepalive_report(datagram).map(|k| k.id)
+}
+
+/// The session id and loss report of a keepalive datagram; `None` for anything that is not
+/// exactly a keepalive datagram of version 1 (bytes 5..8 zero) or 2 (byte 5 zero, a loss of
+/// at most [`LOSS_UNITS`]).
+pub fn parse_keepalive_report(datagram: &[u8]) -> Option<Keepalive<'_>> {
     let d: &[u8; KEEPALIVE_LEN] = datagram.try_into().ok()?;
     let (head, id) = d.split_at(8);
-    if head
-        != [
-            KEEPALIVE_MAGIC[0],
-            KEEPALIVE_MAGIC[1],
-            KEEPALIVE_MAGIC[2],
-            KEEPALIVE_MAGIC[3],
-            KEEPALIVE_VERSION,
-            0,
-            0,
-            0,
-        ]
-    {
+    if head[..4] != KEEPALIVE_MAGIC || head[5] != 0 {
         return None;
     }
+    let units = u16::from_be_bytes([head[6], head[7]]);
+    let loss = match head[4] {
+        KEEPALIVE_VERSION if units == 0 => None,
+        KEEPALIVE_VERSION_LOSS => Some(LossReport::from_units(units)?),
+        _ => return None,
+    };
     if !is_session_id(id) {
         return None;
     }
-    std::str::from_utf8(id).ok()
+    let id = std::str::from_utf8(id).ok()?;
+    Some(Keepalive { id, loss })
 }
 
 fn is_session_id(id: &[u8]) -> bool {
@@ -92,8 +154,40 @@ mod tests {
             bad[i] ^= 0x80;
             assert_eq!(parse_keepalive(&bad), None, "byte {i} flipped");
         }
-        let mut v2 = good;
-        v2[4] = 2;
-        assert_eq!(parse_keepalive(&v2), None);
+        let mut v3 = good;
+        v3[4] = 3;
+        assert_eq!(parse_keepalive(&v3), None);
+        let mut v1_with_loss = good;
+        v1_with_loss[7] = 1;
+        assert_eq!(parse_keepalive(&v1_with_loss), None);
+    }
+
+    #[test]
+    fn version_2_carries_the_loss() {
+        let loss = LossReport::from_units(512).unwrap();
+        let d = keepalive_datagram_with_loss("0123456789abcdef", loss).unwrap();
+        assert_eq!(&d[..8], b"ISKA\x02\0\x02\x00");
+        assert_eq!(
+            parse_keepalive_report(&d),
+            Some(Keepalive {
+                id: "0123456789abcdef",
+                loss: Some(loss)
+            })
+        );
+        assert_eq!(parse_keepalive(&d), Some("0123456789abcdef"));
+        let v1 = keepalive_datagram("0123456789abcdef").unwrap();
+        assert_eq!(parse_keepalive_report(&v1).unwrap().loss, None);
+        // A loss above 100 % or a non-zero byte 5 is refused.
+        let mut over = d;
+        over[6..8].copy_from_slice(&10_001u16.to_be_bytes());
+        assert_eq!(parse_keepalive_report(&over), None);
+        let mut flags = d;
+        flags[5] = 1;
+        assert_eq!(parse_keepalive_report(&flags), None);
+        assert_eq!(LossReport::from_rate(0.05).units(), 500);
+        assert_eq!(LossReport::from_rate(2.0).units(), 10_000);
+        assert_eq!(LossReport::from_rate(f64::NAN).units(), 0);
+        assert_eq!(LossReport::from_rate(1e-9).units(), 1, "rounded up");
+        assert!(LossReport::from_units(10_001).is_none());
     }
 }

@@ -12,15 +12,22 @@
 //! | `POST /v1/sessions`              | [`CreateSession`]   | `201` [`SessionInfo`]          |
 //! | `GET /v1/sessions/{id}`          | —                   | `200` [`SessionStatus`]        |
 //! | `POST /v1/sessions/{id}/keepalive` | —                 | `204`                          |
+//! | `POST /v1/sessions/{id}/control` | [`SessionControl`]  | `200` [`ControlAnswer`]        |
+//! | `GET /v1/objects/{name}/index`   | —                   | `200` [`MediaIndex`]           |
+//! | `GET /v1/objects/{name}/index.m3u8` | —                | `200` HLS playlist (text)      |
 //! | `DELETE /v1/sessions/{id}`       | —                   | `204`                          |
+//! | `GET /v1/objects/{name}/content` | —                   | `200`/`206` the bytes ([`range`]) |
+//! | `GET /v1/objects/{name}/codewords/{sbn}/packets?esi=...` | — | `200` stored packets |
 //! | any error                        | —                   | `4xx`/`5xx` [`ErrorBody`]      |
 
 //!
-//! The one binary message, the UDP keepalive datagram, is in [`keepalive`].
+//! The one binary message, the UDP keepalive datagram, is in [`keepalive`]; the `Range`
+//! header of the content route and its validators are in [`range`].
 
 #![deny(missing_docs)]
 
 pub mod keepalive;
+pub mod range;
 
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +63,11 @@ pub struct ObjectInfo {
     pub tsi: u32,
     /// FLUTE TOI of the object.
     pub toi: u32,
+    /// MP4 only: `true` when the `moov` box comes before the media data (a player can
+    /// start at once), `false` when it is at the end (a player must fetch the end first).
+    /// Absent for other containers and for objects ingested before the media index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moov_at_front: Option<bool>,
 }
 
 /// The `200` answer to `GET /v1/objects`: every complete object, by TOI.
@@ -63,7 +75,7 @@ pub type ObjectList = Vec<ObjectInfo>;
 
 /// The body of `POST /v1/sessions`. The destination is always the HTTP peer's own
 /// address: no field can name another one.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct CreateSession {
     /// Name of the object to stream.
     pub object: String,
@@ -72,6 +84,101 @@ pub struct CreateSession {
     /// First codeword to send (default 0).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub start_codeword: u32,
+    /// Start playing at this time, seconds from the title's start (0 ≤ t ≤ duration;
+    /// not with a non-zero `start_codeword`): the session starts at the codeword holding
+    /// the last random-access point at or before it ([`SessionInfo::start_offset_bytes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at_s: Option<f64>,
+    /// Do not send the start-up burst (the first codewords faster than the stream's rate);
+    /// default false. For before/after measurements.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_start_burst: bool,
+}
+
+/// The optional JSON body of `POST /v1/sessions/{id}/keepalive` (an empty body is a plain
+/// keepalive): the client's loss report for adaptive repair.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+pub struct KeepaliveBody {
+    /// The client's measured loss rate over its recent window, in [0, 1].
+    pub loss_rate: f64,
+}
+
+/// How a time was turned into a position in the object.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SeekBy {
+    /// From the object's index of random-access points (made at ingest): the offset is
+    /// the start of a random-access point at or before the time.
+    Index,
+    /// The object has no index (not MPEG-TS or MP4 with a video track, or ingested before
+    /// indexes existed): offset = time × bitrate / 8, rounded down to its codeword's
+    /// first byte; not necessarily a place a decoder can start.
+    Bitrate,
+}
+
+/// The body of `POST /v1/sessions/{id}/control`: seek (to a time or a codeword), pause
+/// or resume a live session.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum SessionControl {
+    /// Continue from another place: exactly one of `at_s` (seconds, mapped like
+    /// [`CreateSession::start_at_s`]) and `codeword`.
+    Seek {
+        /// Time to seek to, seconds from the title's start.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at_s: Option<f64>,
+        /// Codeword to seek to.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        codeword: Option<u32>,
+    },
+    /// Stop sending (keepalives are still needed) until `resume`.
+    Pause,
+    /// Send again, from where the session paused.
+    Resume,
+}
+
+/// The `200` answer to `POST /v1/sessions/{id}/control`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ControlAnswer {
+    /// Session id.
+    pub id: String,
+    /// Whether the session is paused after this request.
+    pub paused: bool,
+    /// A seek: the codeword the session continues from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codeword: Option<u32>,
+    /// A seek: the byte where playback continues (the random-access point, or the
+    /// codeword's first byte).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset_bytes: Option<u64>,
+    /// A seek to a time: how the time was mapped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seek_by: Option<SeekBy>,
+}
+
+/// One random-access point of an object's index.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AccessPoint {
+    /// Seconds from the title's start.
+    pub time_s: f64,
+    /// Byte offset in the object where decoding can start.
+    pub offset_bytes: u64,
+    /// The codeword holding that byte.
+    pub codeword: u32,
+}
+
+/// The `200` answer to `GET /v1/objects/{name}/index`: the object's time index.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct MediaIndex {
+    /// Object name.
+    pub object: String,
+    /// Container found at ingest: `mpeg-ts`, `mp4` or `unknown`.
+    pub container: String,
+    /// MP4 only: whether `moov` precedes the media data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moov_at_front: Option<bool>,
+    /// The random-access points, in increasing time and offset.
+    pub points: Vec<AccessPoint>,
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -113,10 +220,26 @@ pub struct SessionInfo {
     pub keepalive_port: Option<u16>,
     /// A session without keepalive for this long ends by itself, milliseconds.
     pub session_timeout_ms: u64,
+    /// Whether the server takes loss reports (keepalive datagram version 2, the HTTP
+    /// keepalive's JSON body) and adapts the repair symbols it sends to them.
+    #[serde(default)]
+    pub loss_reports: bool,
     /// The session's FDT instance (XML), as also sent in-band on TOI 0.
     pub fdt_xml: String,
     /// FEC parameters.
     pub fec: FecInfo,
+    /// With `start_at_s`: the byte at which playback starts (the random-access point, at
+    /// or after the first byte of `start_codeword`). A client drops the codeword's bytes
+    /// before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_offset_bytes: Option<u64>,
+    /// With `start_at_s`: the time of that point, seconds from the title's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time_s: Option<f64>,
+    /// With `start_at_s`: how the time was mapped (the index, or bitrate arithmetic
+    /// for an object without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seek_by: Option<SeekBy>,
 }
 
 /// Lifecycle of a session as the API reports it.
@@ -148,6 +271,22 @@ pub struct SessionStatus {
     pub bytes_sent: u64,
     /// Streaming or done.
     pub state: SessionState,
+    /// Stored repair packets sent (adaptive repair).
+    #[serde(default)]
+    pub repair_packets_sent: u64,
+    /// Stored repair packets skipped: the client's reported loss did not need them.
+    #[serde(default)]
+    pub repair_packets_skipped: u64,
+    /// The client's last loss report in units of 1/10 000, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_loss_units: Option<u16>,
+    /// Paused by `POST /v1/sessions/{id}/control` (omitted when not).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub paused: bool,
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
 }
 
 /// The admission limits a session can be refused for (`limit` of a `503` answer, and the

@@ -4,7 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use isnode_proto::{CreateSession, ErrorBody, ObjectInfo, ObjectList, SessionInfo, SessionStatus};
+use isnode_proto::{
+    ControlAnswer, CreateSession, ErrorBody, KeepaliveBody, MediaIndex, ObjectInfo, ObjectList,
+    SessionControl, SessionInfo, SessionStatus,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -82,6 +85,10 @@ fn checks() -> BTreeMap<&'static str, Check> {
         ("SessionInfo", round_trip::<SessionInfo>),
         ("SessionStatus", round_trip::<SessionStatus>),
         ("ErrorBody", round_trip::<ErrorBody>),
+        ("SessionControl", round_trip::<SessionControl>),
+        ("ControlAnswer", round_trip::<ControlAnswer>),
+        ("MediaIndex", round_trip::<MediaIndex>),
+        ("KeepaliveBody", round_trip::<KeepaliveBody>),
     ])
 }
 

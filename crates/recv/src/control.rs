@@ -133,16 +133,38 @@ impl ControlClient {
         port: u16,
         start_codeword: u32,
     ) -> anyhow::Result<SessionInfo> {
+        self.create_session_at(object, port, start_codeword, None)
+    }
+
+    /// [`ControlClient::create_session`], or, with `start_at_s`, from the last
+    /// random-access point at or before that time (the answer's `start_offset_bytes`).
+    pub fn create_session_at(
+        &self,
+        object: &str,
+        port: u16,
+        start_codeword: u32,
+        start_at_s: Option<f64>,
+    ) -> anyhow::Result<SessionInfo> {
         let req = isnode_proto::CreateSession {
             object: object.to_string(),
             port,
             start_codeword,
+            start_at_s,
+            no_start_burst: false,
         };
+        self.create_session_req(&req)
+    }
+
+    /// `POST /v1/sessions` with a request built by the caller (e.g. `no_start_burst`).
+    pub fn create_session_req(
+        &self,
+        req: &isnode_proto::CreateSession,
+    ) -> anyhow::Result<SessionInfo> {
         let url = format!("{}/v1/sessions", self.base);
         let resp = self
             .agent
             .post(&url)
-            .send_json(&req)
+            .send_json(req)
             .with_context(|| format!("POST {url}"))?;
         let body = Self::body("creating the session", 201, resp)?;
         serde_json::from_str(&body).context("reading the session description")
@@ -150,8 +172,18 @@ impl ControlClient {
 
     /// `POST /v1/sessions/{id}/keepalive`: `Ok(false)` if the server no longer knows the session.
     pub fn keepalive(&self, id: &str) -> anyhow::Result<bool> {
+        self.keepalive_with_loss(id, None)
+    }
+
+    /// `POST /v1/sessions/{id}/keepalive` carrying the loss report `loss_rate` (a JSON
+    /// [`isnode_proto::KeepaliveBody`]) when given: `Ok(false)` if the session is unknown.
+    pub fn keepalive_with_loss(&self, id: &str, loss_rate: Option<f64>) -> anyhow::Result<bool> {
         let url = format!("{}/v1/sessions/{id}/keepalive", self.base);
-        let resp = self.agent.post(&url).send_empty()?;
+        let req = self.agent.post(&url);
+        let resp = match loss_rate {
+            Some(loss_rate) => req.send_json(isnode_proto::KeepaliveBody { loss_rate })?,
+            None => req.send_empty()?,
+        };
         if resp.status().as_u16() == 404 {
             return Ok(false);
         }
@@ -196,6 +228,30 @@ impl ControlClient {
     }
 }
 
+/// How many bytes at the start of the session's first codeword come before its
+/// `start_offset_bytes` (0 without one): what `play --start-at` drops from its output.
+pub fn leading_skip_bytes(info: &SessionInfo) -> anyhow::Result<u64> {
+    let Some(offset) = info.start_offset_bytes else {
+        return Ok(0);
+    };
+    let part = info.params()?.partition()?;
+    let sbn = info.start_codeword;
+    if sbn >= part.blocks() {
+        return Ok(0);
+    }
+    let first = part.block_offset(sbn);
+    let skip = offset
+        .checked_sub(first)
+        .filter(|&s| s < part.block_bytes(sbn));
+    skip.ok_or_else(|| {
+        anyhow!(
+            "the server says playback starts at byte {offset}, outside codeword {sbn} \
+             (bytes {first}..{})",
+            first + part.block_bytes(sbn)
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,6 +283,20 @@ mod tests {
             (2857740885, 7, 10_000_000, 1408)
         );
         assert_eq!((p.max_source_block_len, p.repair_symbols), (223, 32));
+    }
+
+    #[test]
+    fn leading_skip_is_inside_the_start_codeword() {
+        let mut s = sample();
+        assert_eq!(leading_skip_bytes(&s).unwrap(), 0);
+        let part = s.params().unwrap().partition().unwrap();
+        s.start_codeword = 3;
+        s.start_offset_bytes = Some(part.block_offset(3) + 188);
+        assert_eq!(leading_skip_bytes(&s).unwrap(), 188);
+        s.start_offset_bytes = Some(part.block_offset(4));
+        assert!(leading_skip_bytes(&s).is_err());
+        s.start_offset_bytes = Some(part.block_offset(3) - 1);
+        assert!(leading_skip_bytes(&s).is_err());
     }
 
     #[test]

@@ -6,17 +6,20 @@
 //! - [`impair`]: seeded Gilbert-Elliott loss and byte corruption, for tests and demos.
 //! - [`play`]: the client shell: UDP socket, HTTP session control, batched receive, paced playout.
 //! - [`relay`]: a lossy UDP relay between processes.
+//! - [`repair`]: unicast repair (hybrid FEC + ARQ) of what the code could not decode.
 //! - [`sender`]: builds an object's packets without a server, for tests and demos.
 
 #![deny(missing_docs)]
 
 pub mod control;
 pub mod impair;
+pub mod loss;
 mod net;
 pub mod play;
 pub mod playout;
 pub mod receiver;
 pub mod relay;
+pub mod repair;
 pub mod sender;
 
 pub use play::{play, play_on, PlayArgs, PlayStats};

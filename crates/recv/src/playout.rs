@@ -1,8 +1,10 @@
 //! The playout buffer: writes the object's bytes in order, paced at its bitrate, and
 //! measures what a player would see (start-up time, underruns, bitrate of every second).
 //!
-//! The writer runs on its own thread and is fed [`Output`] pieces in order. Paced playout
-//! starts `prebuffer` after the first piece arrives; byte `x` of the output is then due at
+//! The writer runs on its own thread and is fed [`Output`] pieces in order (with instant
+//! release, pieces of a symbol or a few as they arrive; nothing here waits for a whole
+//! codeword). Paced playout starts `prebuffer` after the first piece arrives (`isnode play`:
+//! no prebuffer with instant release, the server's start-up burst building the lead); byte `x` of the output is then due at
 //! `start + x·8 / bitrate`. A piece that arrives after its due time is an *underrun* (when later
 //! than [`UNDERRUN_TOLERANCE`]): the schedule slides by the lateness, as a player that stalls
 //! and resumes. Unpaced playout (`--as-fast-as-possible`) writes each piece as it arrives.

@@ -26,8 +26,19 @@
 //!   `loss_horizon` codewords later has arrived (the stream has moved on), or at
 //!   [`Receiver::finish`] (end of stream or timeout).
 //! - Output is strictly in order and covers the object from the start codeword to its end
-//!   exactly: each codeword is either [`Output::Data`] (its original bytes, without padding) or
-//!   [`Output::Lost`] (its byte range, for the caller to fill, e.g. with zeros).
+//!   exactly, once. With [`Release::Instant`] (the default; the code is systematic), the
+//!   source symbols of the codeword at the release point are released as soon as they are in
+//!   and every source symbol before them is too: a stream without loss comes out symbol by
+//!   symbol, as it arrives. Only when a source symbol before the release point is missing does
+//!   the output wait, for the codeword's decode. With [`Release::Codeword`] a codeword is
+//!   released whole, once decoded.
+//! - A codeword that cannot be recovered is released as [`Output::Lost`] (a byte range for the
+//!   caller to fill, e.g. with zeros). Under [`Release::Instant`] its intact prefix (the source
+//!   symbols received up to the first missing one) may already be out as [`Output::Data`]:
+//!   those bytes passed the CRC32C check, so they are the original bytes and nothing later can
+//!   contradict them; the `Lost` piece then covers exactly the rest of the codeword, from the
+//!   first byte not released to its end. Data and Lost pieces of one codeword together cover
+//!   its byte range exactly ([`ReceiverStats::lost_ranges`] lists the Lost pieces).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -99,9 +110,23 @@ pub enum ReceiverError {
     Params(String),
 }
 
+/// When the source symbols of a codeword are released.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Release {
+    /// As soon as they and every source symbol before them are in (the code is systematic):
+    /// the output waits for a decode only when a source symbol before the release point is
+    /// missing.
+    #[default]
+    Instant,
+    /// A codeword at a time, once decoded (k symbols in), as before instant start.
+    Codeword,
+}
+
 /// Tuning of a [`Receiver`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReceiverConfig {
+    /// When source symbols are released. Default [`Release::Instant`].
+    pub release: Release,
     /// A codeword still short of k symbols is declared unrecoverable when a valid packet of a
     /// codeword more than this many codewords later arrives. Default 2.
     pub loss_horizon: u32,
@@ -115,6 +140,7 @@ pub struct ReceiverConfig {
 impl Default for ReceiverConfig {
     fn default() -> Self {
         ReceiverConfig {
+            release: Release::Instant,
             loss_horizon: 2,
             window_codewords: 16,
         }
@@ -211,6 +237,17 @@ pub enum FdtCheck {
     Mismatch(String),
 }
 
+/// A byte range of the output released as [`Output::Lost`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LostRange {
+    /// Source Block Number of the codeword that could not be recovered.
+    pub sbn: u32,
+    /// Byte offset in the object.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
 /// Counters of a [`Receiver`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ReceiverStats {
@@ -230,6 +267,13 @@ pub struct ReceiverStats {
     /// valid: expected − valid − corrupt (a corrupt packet stands for one expected symbol),
     /// never below 0.
     pub packets_lost: u64,
+    /// Symbols not (yet) received valid that lie below the highest ESI received of their
+    /// codeword, in every codeword so far, released or still collected (all k source symbols
+    /// of a codeword released without any symbol): the loss the client can see whatever
+    /// number of repair symbols the server chose to send (adaptive repair), unlike
+    /// `packets_lost`, which expects all n of released codewords only. A symbol that arrives
+    /// late, reordered, leaves it again.
+    pub packets_missed: u64,
     /// Source symbols rebuilt by the Reed-Solomon decoder.
     pub symbols_repaired: u64,
     /// Codewords of the stream (from the start codeword to the end of the object).
@@ -238,6 +282,9 @@ pub struct ReceiverStats {
     pub codewords_decoded: u32,
     /// SBNs of the codewords declared unrecoverable, in order.
     pub codewords_unrecoverable: Vec<u32>,
+    /// The byte ranges released as lost, in order: one per unrecoverable codeword, the part
+    /// of it not released as data before (its whole range unless an intact prefix was).
+    pub lost_ranges: Vec<LostRange>,
     /// Object bytes released as data.
     pub bytes_recovered: u64,
     /// Object bytes released as lost.
@@ -281,6 +328,8 @@ struct Slot {
     seen: EsiSet,
     /// One past the highest ESI seen.
     high: u32,
+    /// Source symbols of this codeword already released (a prefix).
+    released: u32,
     state: State,
 }
 
@@ -289,6 +338,7 @@ impl Slot {
         Slot {
             seen: EsiSet::default(),
             high: 0,
+            released: 0,
             state: State::Collecting {
                 buf: Vec::new(),
                 present: Vec::new(),
@@ -323,6 +373,8 @@ pub struct Receiver {
     ahead: BTreeMap<u32, EsiSet>,
     /// Symbols missing from codewords retired from `slots` or released without any symbol.
     missing_retired: u64,
+    /// The same for [`ReceiverStats::packets_missed`] (below the highest ESI seen).
+    missed_retired: u64,
     stats: ReceiverStats,
     /// The FDT instance being assembled, until one is complete.
     fdt: Option<FdtAssembler>,
@@ -377,6 +429,7 @@ impl Receiver {
             slots: BTreeMap::new(),
             ahead: BTreeMap::new(),
             missing_retired: 0,
+            missed_retired: 0,
             stats,
             fdt: None,
             fdt_check: FdtCheck::NotReceived,
@@ -572,7 +625,7 @@ impl Receiver {
             })
     }
 
-    /// The next piece of the object in order, if it is decided.
+    /// The next piece of the object in order, if it is decided (see the module documentation).
     pub fn poll_output(&mut self) -> Option<Output> {
         if self.next_release >= self.end {
             return None;
@@ -585,20 +638,31 @@ impl Receiver {
                 ..
             })
         );
-        if !decoded && !self.given_up(sbn) {
-            return None;
+        if !decoded {
+            if self.config.release == Release::Instant {
+                if let Some(piece) = self.release_prefix(sbn) {
+                    return Some(piece);
+                }
+            }
+            if !self.given_up(sbn) {
+                return None;
+            }
         }
-        let offset = self.partition.block_offset(sbn);
+        let e = u64::from(self.params.symbol_len);
+        let released = self.slots.get(&sbn).map_or(0, |s| u64::from(s.released));
+        let offset = self.partition.block_offset(sbn) + released * e;
         self.next_release += 1;
         if !self.slots.contains_key(&sbn) {
             self.missing_retired += u64::from(self.encoding_symbols(sbn));
+            self.missed_retired += u64::from(self.partition.source_symbols(sbn));
         }
         let out = match self.slots.get_mut(&sbn) {
             Some(slot) if decoded => {
-                let State::Decoded(bytes) = std::mem::replace(&mut slot.state, State::Released)
+                let State::Decoded(mut bytes) = std::mem::replace(&mut slot.state, State::Released)
                 else {
                     unreachable!("checked above")
                 };
+                bytes.drain(..(released * e) as usize);
                 self.stats.codewords_decoded += 1;
                 self.stats.bytes_recovered += bytes.len() as u64;
                 Output::Data { sbn, offset, bytes }
@@ -607,14 +671,47 @@ impl Receiver {
                 if let Some(slot) = other {
                     slot.state = State::Released;
                 }
-                let len = self.partition.block_bytes(sbn);
+                let len = self.partition.block_bytes(sbn) - released * e;
                 self.stats.codewords_unrecoverable.push(sbn);
+                self.stats.lost_ranges.push(LostRange { sbn, offset, len });
                 self.stats.bytes_lost += len;
                 Output::Lost { sbn, offset, len }
             }
         };
         self.retire();
         Some(out)
+    }
+
+    /// [`Release::Instant`]: the source symbols of codeword `sbn` (not decoded) that are in,
+    /// from its release point up to the first one missing, as one piece; `None` if the
+    /// symbol at the release point is missing.
+    fn release_prefix(&mut self, sbn: u32) -> Option<Output> {
+        let e = self.params.symbol_len as usize;
+        let k = self.partition.source_symbols(sbn) as usize;
+        let block_bytes = self.partition.block_bytes(sbn) as usize;
+        let offset = self.partition.block_offset(sbn);
+        let slot = self.slots.get_mut(&sbn)?;
+        let State::Collecting { buf, present } = &slot.state else {
+            return None;
+        };
+        let from = slot.released as usize;
+        let to = (from..k.min(present.len()))
+            .find(|&i| !present[i])
+            .unwrap_or(k.min(present.len()));
+        if to <= from {
+            return None;
+        }
+        // Never past the codeword's bytes (a Collecting codeword misses a source symbol, so
+        // `to < k`; the bound keeps the padding out whatever happens).
+        let (a, z) = (from * e, (to * e).min(block_bytes));
+        let bytes = buf.get(a..z)?.to_vec();
+        slot.released = to as u32;
+        self.stats.bytes_recovered += bytes.len() as u64;
+        Some(Output::Data {
+            sbn,
+            offset: offset + a as u64,
+            bytes,
+        })
     }
 
     /// Forgets released codewords the stream has moved past (their late symbols are redundant).
@@ -629,6 +726,7 @@ impl Receiver {
             if let Some((sbn, slot)) = self.slots.pop_first() {
                 self.missing_retired +=
                     u64::from(self.encoding_symbols(sbn).saturating_sub(slot.seen.len));
+                self.missed_retired += u64::from(slot.high.saturating_sub(slot.seen.len));
             }
         }
     }
@@ -657,6 +755,14 @@ impl Receiver {
             })
             .sum();
         s.packets_lost = (self.missing_retired + recent).saturating_sub(s.packets_corrupt);
+        // Every codeword in the window, released or not: a loss must show before its
+        // codeword is decided (the server adapts the codewords that follow to it).
+        let missed: u64 = self
+            .slots
+            .values()
+            .map(|slot| u64::from(slot.high.saturating_sub(slot.seen.len)))
+            .sum();
+        s.packets_missed = self.missed_retired + missed;
         s
     }
 }
@@ -710,6 +816,9 @@ pub fn verify_fdt(xml: &[u8], params: &SessionParams) -> Result<(), String> {
         None => Err("the FDT File has no FEC OTI".to_string()),
     }
 }
+
+mod at_risk;
+pub use at_risk::AtRisk;
 
 #[cfg(test)]
 mod tests;

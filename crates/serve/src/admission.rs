@@ -1,5 +1,16 @@
 //! Admission control: whether one more session fits, decided by a pure function over a
 //! snapshot of the streaming sessions and the configured limits.
+//!
+//! Start-up bursts: sessions are admitted against the bitrate budget at their plain send
+//! rate (all m repair symbols, even when adaptive repair sends fewer: a client's loss may
+//! rise at any moment and an admitted stream keeps its rate), so a burst never causes a
+//! refusal. A burst's extra rate, `(factor − 1) ×` the send rate until it ends, draws on the
+//! headroom above the budget ([`Limits::burst_headroom_bps`]: 10/90 of the budget, i.e. the
+//! egress capacity less the default budget); a new session's factor is the largest one up
+//! to the configured factor whose extra rate fits in what the sessions bursting now leave of
+//! it ([`start_burst_factor`]), and below 2 it gets no burst. So what the admitted sessions
+//! may send at any moment stays within the budget plus that headroom (the egress capacity at
+//! the default budget).
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -16,6 +27,8 @@ pub(crate) struct Limits {
     pub max_sessions_per_client: u32,
     /// Most total send rate of the streaming sessions, bits per second.
     pub max_bitrate_bps: u64,
+    /// Most total extra rate of the start-up bursts in progress, bits per second.
+    pub burst_headroom_bps: u64,
     /// The block pool's bound on working sets (`None`: the engine does not use the pool).
     pub pool: Option<PoolLimit>,
 }
@@ -103,6 +116,35 @@ pub(crate) fn admit(
     Ok(())
 }
 
+/// The burst headroom of a bitrate budget: the share of the egress capacity the default
+/// budget leaves free (10 %), relative to the budget (10/90 of it).
+pub(crate) fn burst_headroom_bps(budget_bps: u64) -> u64 {
+    let pct = crate::config::EGRESS_BUDGET_PERCENT;
+    let h = u128::from(budget_bps) * u128::from(100 - pct) / u128::from(pct);
+    u64::try_from(h).unwrap_or(u64::MAX)
+}
+
+/// The start-up burst factor of a new session of `send_rate_bps`, beside bursts in progress
+/// whose extra rates sum to `bursting_extra_bps`: the largest factor up to `wanted` whose
+/// extra rate `(factor − 1) × send_rate_bps` fits in what they leave of the headroom; 1 (no
+/// burst) if not even 2 fits.
+pub(crate) fn start_burst_factor(
+    limits: &Limits,
+    bursting_extra_bps: u64,
+    send_rate_bps: u64,
+    wanted: u32,
+) -> u32 {
+    if wanted < 2 || send_rate_bps == 0 {
+        return 1;
+    }
+    let left = limits.burst_headroom_bps.saturating_sub(bursting_extra_bps);
+    let extra = u32::try_from(left / send_rate_bps).unwrap_or(u32::MAX);
+    match extra.saturating_add(1).min(wanted) {
+        f if f >= 2 => f,
+        _ => 1,
+    }
+}
+
 /// Distinct blocks the sessions keep in the pool: each its next `lookahead` codewords.
 fn working_set<'a>(lookahead: u32, sessions: impl Iterator<Item = &'a Demand<'a>>) -> usize {
     let mut blocks: HashSet<(u32, u32, u64)> = HashSet::new();
@@ -129,6 +171,7 @@ mod tests {
         Limits {
             max_sessions_per_client: u32::MAX,
             max_bitrate_bps: u64::MAX,
+            burst_headroom_bps: u64::MAX,
             pool: None,
         }
     }
@@ -162,6 +205,21 @@ mod tests {
         let r = admit(&limits, &a, &demand(&l, 2, 101, 1, 0)).unwrap_err();
         assert_eq!((r.limit, r.value), (Limit::MaxBitrateBps, 1000));
         assert!(r.reason.contains("900 of 1000"), "{}", r.reason);
+    }
+
+    #[test]
+    fn the_headroom_is_what_the_default_budget_leaves() {
+        assert_eq!(burst_headroom_bps(900_000_000), 100_000_000);
+        assert_eq!(burst_headroom_bps(u64::MAX), u64::MAX / 9);
+        let limits = Limits {
+            burst_headroom_bps: 100,
+            ..unlimited()
+        };
+        // 100 of headroom, 30 of it in use: a rate-20 session bursts at 1 + 70/20 = 4.
+        assert_eq!(start_burst_factor(&limits, 30, 20, 8), 4);
+        assert_eq!(start_burst_factor(&limits, 30, 20, 3), 3);
+        assert_eq!(start_burst_factor(&limits, 90, 20, 8), 1, "no room for 2");
+        assert_eq!(start_burst_factor(&limits, 0, 20, 1), 1);
     }
 
     #[test]
@@ -200,11 +258,31 @@ mod tests {
             let l = layout(4);
             let act: Vec<Demand> = active.iter().map(|&(p, r)| demand(&l, p, r, 1, 0)).collect();
             let nd = demand(&l, new.0, new.1, 1, 0);
-            let limits = Limits { max_sessions_per_client: max_per_client, max_bitrate_bps: max_bitrate, pool: None };
+            let limits = Limits { max_sessions_per_client: max_per_client, max_bitrate_bps: max_bitrate, burst_headroom_bps: 0, pool: None };
             let mine = active.iter().filter(|(p, _)| *p == new.0).count();
             let used: u64 = active.iter().map(|(_, r)| r).sum();
             let expect = mine < max_per_client as usize && used + new.1 <= max_bitrate;
             prop_assert_eq!(admit(&limits, &act, &nd).is_ok(), expect);
+        }
+
+        /// The burst factor is within 1..=wanted, its extra rate fits in the headroom the
+        /// bursts in progress leave, and one more step would not fit (unless at `wanted`).
+        #[test]
+        fn burst_fits_the_headroom(
+            bursting in 0u64..20_000,
+            rate in 0u64..1000,
+            wanted in 0u32..10,
+            headroom in 0u64..40_000,
+        ) {
+            let limits = Limits { burst_headroom_bps: headroom, ..unlimited() };
+            let f = start_burst_factor(&limits, bursting, rate, wanted);
+            prop_assert!(f >= 1 && (f <= wanted || f == 1));
+            if f >= 2 {
+                prop_assert!(bursting + u64::from(f - 1) * rate <= headroom);
+            }
+            if f < wanted && rate > 0 && wanted >= 2 {
+                prop_assert!(bursting + u64::from(f) * rate > headroom);
+            }
         }
 
         /// Admission is monotone: whatever is admitted beside some sessions is admitted
@@ -225,6 +303,7 @@ mod tests {
             let limits = Limits {
                 max_sessions_per_client: max_per_client,
                 max_bitrate_bps: max_bitrate,
+                burst_headroom_bps: 0,
                 pool: Some(PoolLimit { slots, reserve_slots: 2, lookahead_codewords: 3, cache_size_bytes: 1 }),
             };
             if admit(&limits, &act, &nd).is_ok() {

@@ -4,7 +4,11 @@
 //! pool ([`blocking`]), the session table is locked only for short copies and inserts,
 //! and session creation ([`create`]) admits over a snapshot of the sessions.
 
+mod content;
+mod control;
 mod create;
+mod media;
+mod pool_read;
 #[cfg(test)]
 mod tests;
 
@@ -90,9 +94,18 @@ fn router(sh: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/objects", get(list_objects))
         .route("/v1/objects/{name}", get(get_object))
+        .route("/v1/objects/{name}/content", get(content::content))
+        .route("/o/{name}", get(content::content))
+        .route(
+            "/v1/objects/{name}/codewords/{sbn}/packets",
+            get(content::packets),
+        )
         .route("/v1/sessions", post(create::create_session))
         .route("/v1/sessions/{id}", get(get_session).delete(delete_session))
         .route("/v1/sessions/{id}/keepalive", post(keepalive))
+        .route("/v1/sessions/{id}/control", post(control::control_session))
+        .route("/v1/objects/{name}/index", get(media::get_index))
+        .route("/v1/objects/{name}/index.m3u8", get(media::get_playlist))
         .route("/metrics", get(metrics))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such resource") })
         .method_not_allowed_fallback(|| async {
@@ -202,14 +215,41 @@ async fn get_session(State(sh): Sh, Path(id): Path<String>) -> Response {
         packets_sent: s.packets_sent.load(Ordering::Relaxed),
         bytes_sent: s.bytes_sent.load(Ordering::Relaxed),
         state: s.state().wire(),
+        paused: s.paused.load(Ordering::Acquire),
+        repair_packets_sent: s.repair_sent.load(Ordering::Relaxed),
+        repair_packets_skipped: s.repair_skipped.load(Ordering::Relaxed),
+        reported_loss_units: s.loss_report().map(|l| l.units()),
     })
     .into_response()
 }
 
-async fn keepalive(State(sh): Sh, Path(id): Path<String>) -> Response {
+/// `POST /v1/sessions/{id}/keepalive`: an empty body, or a JSON
+/// [`isnode_proto::KeepaliveBody`] carrying the client's loss report (a `loss_rate` in
+/// [0, 1]; anything else is a `400` and changes nothing).
+async fn keepalive(State(sh): Sh, Path(id): Path<String>, body: axum::body::Bytes) -> Response {
+    let loss = if body.is_empty() {
+        None
+    } else {
+        match serde_json::from_slice::<isnode_proto::KeepaliveBody>(&body) {
+            Ok(b) if (0.0..=1.0).contains(&b.loss_rate) => {
+                Some(isnode_proto::keepalive::LossReport::from_rate(b.loss_rate))
+            }
+            Ok(b) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("loss_rate {} is not in [0, 1]", b.loss_rate),
+                )
+            }
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("malformed keepalive: {e}")),
+        }
+    };
     match sh.sessions.find(&id) {
         Some(s) if s.state() == SessionState::Streaming => {
             s.last_keepalive_ns.store(sh.now_ns(), Ordering::Release);
+            if let Some(loss) = loss {
+                s.report_loss(loss);
+                sh.metrics.loss_reports.fetch_add(1, Ordering::Relaxed);
+            }
             StatusCode::NO_CONTENT.into_response()
         }
         _ => error(

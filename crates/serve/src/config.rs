@@ -14,6 +14,13 @@ pub const DEFAULT_MAX_SESSIONS_PER_CLIENT: u32 = 16;
 /// Default size of the block pool, bytes.
 pub const DEFAULT_CACHE_SIZE_BYTES: u64 = 256 << 20;
 
+/// Default most HTTP bodies of content or repair packets produced at once.
+pub const DEFAULT_MAX_CONTENT_READERS: u64 = 32;
+/// Default playing time of the start-up burst, milliseconds.
+pub(crate) const DEFAULT_START_BURST_MS: u64 = 1000;
+/// Default speed-up of the start-up burst.
+pub(crate) const DEFAULT_START_BURST_FACTOR: u32 = 4;
+
 /// Number of send engines (the length of the per-engine metrics arrays).
 pub const ENGINES: usize = 5;
 
@@ -128,6 +135,20 @@ pub struct ServeArgs {
     /// unavailable).
     #[arg(long, value_enum, env = "ISNODE_READ_IO", default_value_t = ReadIo::Uring)]
     pub read_io: ReadIo,
+    /// Most HTTP content bodies and repair answers produced at once (each holds about three
+    /// codewords of memory); more are refused with 503.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONTENT_READERS)]
+    pub max_content_readers: u64,
+    /// Start-up burst: a session's first codewords go out this many times faster than its
+    /// rate (gives the client a lead at once); the bursts' extra rate stays within the
+    /// headroom above the bitrate budget (10/90 of it), admission lowering the factor to what
+    /// is left, down to no burst. 0 or 1: no burst.
+    #[arg(long, default_value_t = DEFAULT_START_BURST_FACTOR)]
+    pub start_burst_factor: u32,
+    /// Playing time of the media sent in the start-up burst, milliseconds (0: no burst).
+    /// The client's lead is this × (1 − 1/factor).
+    #[arg(long, default_value_t = DEFAULT_START_BURST_MS)]
+    pub start_burst_ms: u64,
 }
 
 impl ServeArgs {
@@ -155,6 +176,9 @@ impl Default for ServeArgs {
             degraded: Degraded::Rebuild,
             session_timeout_ms: 5000,
             read_io: ReadIo::Uring,
+            max_content_readers: DEFAULT_MAX_CONTENT_READERS,
+            start_burst_factor: DEFAULT_START_BURST_FACTOR,
+            start_burst_ms: DEFAULT_START_BURST_MS,
         }
     }
 }
@@ -183,8 +207,13 @@ mod tests {
         assert_eq!(a.egress_capacity_bps, d.egress_capacity_bps);
         assert_eq!(a.max_bitrate_bps, d.max_bitrate_bps);
         assert_eq!(a.max_sessions_per_client, d.max_sessions_per_client);
+        assert_eq!(a.max_content_readers, d.max_content_readers);
         assert_eq!(a.bitrate_budget_bps(), 900_000_000);
         assert_eq!(a.max_sessions_per_client, 16);
+        assert_eq!(
+            (a.start_burst_factor, a.start_burst_ms),
+            (d.start_burst_factor, d.start_burst_ms)
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use isnode_proto::keepalive::{parse_keepalive, KEEPALIVE_LEN};
+use isnode_proto::keepalive::{parse_keepalive_report, KEEPALIVE_LEN};
 
 use crate::registry::SessionState;
 use crate::Shared;
@@ -71,12 +71,26 @@ pub(crate) fn run(sh: Arc<Shared>, sock: UdpSocket) {
 }
 
 /// Applies one datagram.
+/// A version 2 datagram's loss report goes to the session (adaptive repair).
 fn take(sh: &Shared, data: &[u8], from: Option<IpAddr>) {
-    let kept = parse_keepalive(data)
-        .and_then(|id| sh.sessions.find(id))
+    let Some(k) = parse_keepalive_report(data) else {
+        sh.metrics
+            .keepalives_refused
+            .fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let kept = sh
+        .sessions
+        .find(k.id)
         .filter(|s| s.state() == SessionState::Streaming)
         .filter(|s| from == Some(s.dest.ip().to_canonical()))
-        .map(|s| s.last_keepalive_ns.store(sh.now_ns(), Ordering::Release))
+        .map(|s| {
+            s.last_keepalive_ns.store(sh.now_ns(), Ordering::Release);
+            if let Some(loss) = k.loss {
+                s.report_loss(loss);
+                sh.metrics.loss_reports.fetch_add(1, Ordering::Relaxed);
+            }
+        })
         .is_some();
     let counter = if kept {
         &sh.metrics.keepalives_udp

@@ -13,7 +13,9 @@
 //! - `config`: the flags ([`ServeArgs`]) and the enums they select; `registry`: what the
 //!   API and the data plane share about each session, and the session table; `server`:
 //!   start and stop.
-//! - `api`: the control API's handlers; `admission`: the pure admission decision over a
+//! - `api`: the control API's handlers, among them the original bytes over HTTP (`Range`)
+//!   and the unicast repair route, read from the shared pool on tokio's blocking pool
+//!   (`api/content.rs`, `api/pool_read.rs`); `admission`: the pure admission decision over a
 //!   snapshot of the sessions; [`objects`]: the served objects, looked up in the catalog
 //!   off the API's runtime.
 //!
@@ -33,13 +35,14 @@ pub mod objects;
 mod plane;
 mod reader;
 mod registry;
+pub mod repair_policy;
 mod server;
 pub mod session;
 mod uring;
 
 pub use config::{
     Degraded, EngineKind, ReadIo, ServeArgs, DEFAULT_CACHE_SIZE_BYTES, DEFAULT_EGRESS_CAPACITY_BPS,
-    DEFAULT_MAX_SESSIONS_PER_CLIENT, EGRESS_BUDGET_PERCENT, ENGINES,
+    DEFAULT_MAX_CONTENT_READERS, DEFAULT_MAX_SESSIONS_PER_CLIENT, EGRESS_BUDGET_PERCENT, ENGINES,
 };
 pub use metrics::{Limit, MetricsSnapshot};
 pub use server::{run, start, ServeError, ServerHandle};

@@ -28,6 +28,17 @@ pub(crate) struct Metrics {
     pub packets_skipped: AtomicU64,
     pub zc_sends: AtomicU64,
     pub zc_copied: AtomicU64,
+    pub http_content_requests: AtomicU64,
+    pub http_range_requests: AtomicU64,
+    pub http_bytes: AtomicU64,
+    pub http_readers_active: AtomicU64,
+    pub http_readers_refused: AtomicU64,
+    pub repair_requests: AtomicU64,
+    pub repair_packets: AtomicU64,
+    pub repair_sent: AtomicU64,
+    pub repair_skipped: AtomicU64,
+    pub loss_reports: AtomicU64,
+    pub start_bursts: AtomicU64,
 }
 
 /// A point-in-time copy of the server's counters.
@@ -73,8 +84,30 @@ pub struct MetricsSnapshot {
     pub zc_sends: u64,
     /// Of those, sends the kernel reported as copied (not zero-copy).
     pub zc_copied: u64,
+    /// Stored repair packets sent (adaptive repair).
+    pub repair_packets_sent: u64,
+    /// Stored repair packets not sent because the client's reported loss did not need them.
+    pub repair_packets_skipped: u64,
+    /// Loss reports taken from keepalives.
+    pub loss_reports: u64,
+    /// Sessions admitted with a start-up burst.
+    pub start_bursts: u64,
     /// Catalog lookups of the control API waiting for or reading the catalog now.
     pub catalog_lookups_active: u64,
+    /// `GET`/`HEAD` requests of content answered `200` or `206`.
+    pub http_content_requests: u64,
+    /// Of those, range requests (`206`).
+    pub http_range_requests: u64,
+    /// Body bytes of content and repair answers.
+    pub http_bytes: u64,
+    /// Content bodies and repair answers being produced now.
+    pub http_readers_active: u64,
+    /// Content and repair requests refused by `--max-content-readers` (`503`).
+    pub http_readers_refused: u64,
+    /// Unicast repair requests answered.
+    pub repair_requests: u64,
+    /// Stored packets sent in repair answers.
+    pub repair_packets: u64,
 }
 
 impl MetricsSnapshot {
@@ -107,6 +140,17 @@ impl Metrics {
             packets_skipped: AtomicU64::new(0),
             zc_sends: AtomicU64::new(0),
             zc_copied: AtomicU64::new(0),
+            http_content_requests: AtomicU64::new(0),
+            http_range_requests: AtomicU64::new(0),
+            http_bytes: AtomicU64::new(0),
+            http_readers_active: AtomicU64::new(0),
+            http_readers_refused: AtomicU64::new(0),
+            repair_requests: AtomicU64::new(0),
+            repair_packets: AtomicU64::new(0),
+            repair_sent: AtomicU64::new(0),
+            repair_skipped: AtomicU64::new(0),
+            loss_reports: AtomicU64::new(0),
+            start_bursts: AtomicU64::new(0),
         }
     }
 
@@ -232,11 +276,81 @@ pub(crate) fn render(s: &MetricsSnapshot) -> String {
         s.zc_copied,
     );
     one(
+        "isnode_repair_packets_sent_total",
+        "counter",
+        "Stored repair packets sent.",
+        s.repair_packets_sent,
+    );
+    one(
+        "isnode_repair_packets_skipped_total",
+        "counter",
+        "Stored repair packets not sent: not needed by the client's reported loss.",
+        s.repair_packets_skipped,
+    );
+    one(
+        "isnode_loss_reports_total",
+        "counter",
+        "Loss reports taken from keepalives (datagram version 2 or HTTP body).",
+        s.loss_reports,
+    );
+    one(
+        "isnode_start_bursts_total",
+        "counter",
+        "Sessions admitted with a start-up burst.",
+        s.start_bursts,
+    );
+    one(
         "isnode_catalog_lookups_active",
         "gauge",
         "Catalog lookups of the control API in progress.",
         s.catalog_lookups_active,
     );
+    for (name, kind, help, v) in [
+        (
+            "isnode_http_content_requests_total",
+            "counter",
+            "Content GET/HEAD requests answered 200 or 206.",
+            s.http_content_requests,
+        ),
+        (
+            "isnode_http_range_requests_total",
+            "counter",
+            "Content range requests (206).",
+            s.http_range_requests,
+        ),
+        (
+            "isnode_http_bytes_total",
+            "counter",
+            "Body bytes of content and repair answers.",
+            s.http_bytes,
+        ),
+        (
+            "isnode_http_readers_active",
+            "gauge",
+            "Content bodies and repair answers being produced.",
+            s.http_readers_active,
+        ),
+        (
+            "isnode_http_readers_refused_total",
+            "counter",
+            "Content and repair requests refused by --max-content-readers.",
+            s.http_readers_refused,
+        ),
+        (
+            "isnode_repair_requests_total",
+            "counter",
+            "Unicast repair requests answered.",
+            s.repair_requests,
+        ),
+        (
+            "isnode_repair_packets_total",
+            "counter",
+            "Stored packets sent in repair answers.",
+            s.repair_packets,
+        ),
+    ] {
+        one(name, kind, help, v);
+    }
     let _ = writeln!(
         o,
         "# HELP isnode_sessions_refused_total Sessions refused by admission control.\n# TYPE isnode_sessions_refused_total counter"

@@ -36,6 +36,8 @@ pub struct ObjectInfo {
     pub fec_oti: FecOti,
     /// UDP payload rate of a session, bits per second.
     pub send_rate_bps: u64,
+    /// The time index made at ingest (`None` for an object ingested before indexes).
+    pub media: Option<isnode_store::MediaIndexRecord>,
 }
 
 impl ObjectInfo {
@@ -63,7 +65,9 @@ impl ObjectInfo {
             rec.source_symbols + rec.repair_symbols,
         )?;
         let send_rate_bps = send_rate_bps(&layout, rec.bitrate_bps);
+        let media = vol.catalog().media_index(rec.toi)?;
         Ok(ObjectInfo {
+            media,
             fec_oti: oti,
             send_rate_bps,
             tsi: vol.tsi(),
@@ -88,6 +92,7 @@ impl ObjectInfo {
             codewords: self.rec.codewords,
             tsi: self.tsi,
             toi: self.rec.toi,
+            moov_at_front: self.media.as_ref().and_then(|m| m.moov_at_front),
         }
     }
 

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::objects::ObjectInfo;
@@ -33,6 +33,20 @@ impl SessionState {
     }
 }
 
+/// A control request for the data plane to apply to a session's pacer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Control {
+    /// Continue from this codeword.
+    Seek(u32),
+    /// Stop sending until resumed.
+    Pause,
+    /// Send again.
+    Resume,
+}
+
+/// Most control requests waiting for the data plane per session (more are refused).
+pub(crate) const MAX_PENDING_CONTROLS: usize = 16;
+
 /// What the control API and the data plane share about one session.
 pub(crate) struct SessionShared {
     pub id: String,
@@ -49,7 +63,26 @@ pub(crate) struct SessionShared {
     state: AtomicU8,
     pub last_keepalive_ns: AtomicU64,
     pub ended_ns: AtomicU64,
+    /// Set by the control API (its last pause or resume), read by the status answer.
+    pub paused: AtomicBool,
+    /// Control requests not yet applied by the data plane, in order; `controls_pending`
+    /// says cheaply whether there are any.
+    controls: Mutex<Vec<Control>>,
+    controls_pending: AtomicBool,
+    /// The client's last loss report in units of 1/10 000 ([`NO_LOSS_REPORT`] before any).
+    pub loss_units: AtomicU32,
+    /// The send rate during the start-up burst (`send_rate_bps` without one).
+    pub burst_rate_bps: u64,
+    /// When the start-up burst ends (0 without one): admission counts `burst_rate_bps` until.
+    pub burst_until_ns: u64,
+    /// Stored repair packets sent.
+    pub repair_sent: AtomicU64,
+    /// Stored repair packets skipped by adaptive repair.
+    pub repair_skipped: AtomicU64,
 }
+
+/// [`SessionShared::loss_units`] before the client's first loss report.
+pub(crate) const NO_LOSS_REPORT: u32 = u32::MAX;
 
 /// The fixed parts of a new session.
 pub(crate) struct NewSessionShared {
@@ -59,6 +92,8 @@ pub(crate) struct NewSessionShared {
     pub dest: SocketAddr,
     pub start_codeword: u32,
     pub now_ns: u64,
+    /// The start-up burst: (rate during it, when it ends); `None` without one.
+    pub burst: Option<(u64, u64)>,
 }
 
 impl SessionShared {
@@ -78,7 +113,59 @@ impl SessionShared {
             state: AtomicU8::new(SessionState::Streaming as u8),
             last_keepalive_ns: AtomicU64::new(n.now_ns),
             ended_ns: AtomicU64::new(0),
+            paused: AtomicBool::new(false),
+            controls: Mutex::new(Vec::new()),
+            controls_pending: AtomicBool::new(false),
+            loss_units: AtomicU32::new(NO_LOSS_REPORT),
+            burst_rate_bps: n.burst.map_or(0, |b| b.0),
+            burst_until_ns: n.burst.map_or(0, |b| b.1),
+            repair_sent: AtomicU64::new(0),
+            repair_skipped: AtomicU64::new(0),
         }
+    }
+
+    /// The extra rate of the start-up burst at `now_ns` (beyond the plain send rate): what
+    /// it draws on the burst headroom (see `crate::admission`); 0 once it is over.
+    pub(crate) fn burst_extra_bps(&self, now_ns: u64) -> u64 {
+        if now_ns < self.burst_until_ns {
+            self.burst_rate_bps.saturating_sub(self.send_rate_bps)
+        } else {
+            0
+        }
+    }
+
+    /// Takes a loss report from a keepalive.
+    pub(crate) fn report_loss(&self, loss: isnode_proto::keepalive::LossReport) {
+        self.loss_units
+            .store(u32::from(loss.units()), Ordering::Release);
+    }
+
+    /// The client's last loss report, if any.
+    pub(crate) fn loss_report(&self) -> Option<isnode_proto::keepalive::LossReport> {
+        let units = u16::try_from(self.loss_units.load(Ordering::Acquire)).ok()?;
+        isnode_proto::keepalive::LossReport::from_units(units)
+    }
+
+    /// Queues a control request for the data plane; false when
+    /// [`MAX_PENDING_CONTROLS`] are already waiting.
+    pub(crate) fn push_control(&self, c: Control) -> bool {
+        let mut q = self.controls.lock().unwrap_or_else(|e| e.into_inner());
+        if q.len() >= MAX_PENDING_CONTROLS {
+            return false;
+        }
+        q.push(c);
+        self.controls_pending.store(true, Ordering::Release);
+        true
+    }
+
+    /// The queued control requests, in order (the data plane applies them).
+    pub(crate) fn take_controls(&self) -> Vec<Control> {
+        if !self.controls_pending.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut q = self.controls.lock().unwrap_or_else(|e| e.into_inner());
+        self.controls_pending.store(false, Ordering::Release);
+        std::mem::take(&mut *q)
     }
 
     pub(crate) fn state(&self) -> SessionState {
@@ -244,6 +331,7 @@ mod tests {
                 dest: "127.0.0.1:9".parse().unwrap(),
                 start_codeword: 0,
                 now_ns: 0,
+                burst: None,
             }))
         }
     }

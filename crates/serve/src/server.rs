@@ -110,7 +110,18 @@ impl Shared {
             packets_skipped: load(&m.packets_skipped),
             zc_sends: load(&m.zc_sends),
             zc_copied: load(&m.zc_copied),
+            repair_packets_sent: load(&m.repair_sent),
+            repair_packets_skipped: load(&m.repair_skipped),
+            loss_reports: load(&m.loss_reports),
+            start_bursts: load(&m.start_bursts),
             catalog_lookups_active: self.objects.lookups_active(),
+            http_content_requests: load(&m.http_content_requests),
+            http_range_requests: load(&m.http_range_requests),
+            http_bytes: load(&m.http_bytes),
+            http_readers_active: load(&m.http_readers_active),
+            http_readers_refused: load(&m.http_readers_refused),
+            repair_requests: load(&m.repair_requests),
+            repair_packets: load(&m.repair_packets),
         }
     }
 }

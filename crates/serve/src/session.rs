@@ -11,6 +11,22 @@
 //! The schedule is exact integer arithmetic from the session start: no drift, and a
 //! caller that falls behind catches up (every step becomes due at once) without changing
 //! what is sent.
+//!
+//! Two additions, both off unless asked for:
+//!
+//! - **Start-up burst** ([`Pacer::with_start_burst`]): the first `media_ms` of media (from
+//!   the start codeword) go out `factor` times faster than the stream's rate; the rest of
+//!   the schedule is shifted earlier by what the burst gained (`T·(1 − 1/factor)`, the
+//!   client's lead), so the
+//!   long-run rate is unchanged and the session ends that much earlier. The burst's
+//!   instantaneous rate is `factor ×` the send rate until [`Pacer::burst_end_ns`]:
+//!   admission counts it so (see `crate::admission`).
+//! - **Repair limit** ([`Pacer::set_repair_limit`], adaptive repair): a codeword started
+//!   after the call sends only its first `r` stored repair symbols (ESIs `k..k+r`); the
+//!   others are skipped, never sent, never computed. The codeword's slot keeps its length
+//!   (its media time): its `k + r` packets are spread evenly over it, so the session's rate
+//!   falls to `bitrate · (k + r)/k` of payload. Skipped and sent repair packets are counted
+//!   ([`Pacer::repair_counts`]).
 
 use std::ops::Range;
 
@@ -90,6 +106,44 @@ pub struct Pacer {
     done: bool,
     /// When the next step is due (computed once per step: the data plane asks often).
     due_ns: Option<u64>,
+    /// Paused since this time (ns): nothing is due until [`Pacer::resume`].
+    paused_at_ns: Option<u64>,
+    /// The start-up burst, if any.
+    burst: Option<BurstPlan>,
+    /// Repair symbols a codeword started from now on sends (`None`: all m).
+    repair_limit: Option<u32>,
+    /// Repair symbols the current codeword sends (fixed when it starts).
+    repair_now: u32,
+    /// Repair packets sent and skipped so far.
+    repair: RepairCounts,
+}
+
+/// The start-up burst of a session: the first `media_ms` of media at `factor` times the
+/// stream's rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StartBurst {
+    /// Playing time sent faster (from the start codeword), milliseconds; at most the rest
+    /// of the object.
+    pub media_ms: u64,
+    /// How many times faster (>= 2 to have an effect).
+    pub factor: u32,
+}
+
+/// A [`StartBurst`] as the schedule uses it.
+#[derive(Clone, Copy, Debug)]
+struct BurstPlan {
+    factor: u32,
+    /// Media time (ns from the start) the burst covers, at the stream's rate.
+    media_ns: u128,
+}
+
+/// Repair packets of a session, sent and skipped by the repair limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RepairCounts {
+    /// Stored repair packets sent.
+    pub sent: u64,
+    /// Stored repair packets skipped (not needed by the client's reported loss).
+    pub skipped: u64,
 }
 
 /// Errors of the pacing core.
@@ -140,9 +194,124 @@ impl Pacer {
             fdt_pending: true,
             done: false,
             due_ns: None,
+            paused_at_ns: None,
+            burst: None,
+            repair_limit: None,
+            repair_now: 0,
+            repair: RepairCounts::default(),
         };
+        p.repair_now = p.repair_for_current();
         p.settle();
         Ok(p)
+    }
+
+    /// Stops the schedule at `now_ns`: nothing is due until [`Pacer::resume`] (a no-op
+    /// when already paused or done).
+    pub fn pause(&mut self, now_ns: u64) {
+        if self.paused_at_ns.is_none() && !self.done {
+            self.paused_at_ns = Some(now_ns);
+            self.due_ns = None;
+        }
+    }
+
+    /// Goes on at `now_ns` from where [`Pacer::pause`] stopped, the whole schedule moved
+    /// later by the pause (a no-op when not paused).
+    pub fn resume(&mut self, now_ns: u64) {
+        if let Some(at) = self.paused_at_ns.take() {
+            self.start_ns = self.start_ns.saturating_add(now_ns.saturating_sub(at));
+            self.settle();
+        }
+    }
+
+    /// True between [`Pacer::pause`] and [`Pacer::resume`].
+    pub fn is_paused(&self) -> bool {
+        self.paused_at_ns.is_some()
+    }
+
+    /// Continues from the first packet of `codeword` as a session started at `now_ns`
+    /// would (the FDT first, then paced from there, without a start-up burst); a paused
+    /// pacer stays paused there.
+    pub fn seek(&mut self, codeword: u32, now_ns: u64) -> Result<(), PacerError> {
+        let codewords = self.cfg.layout.codewords();
+        if codeword >= codewords {
+            return Err(PacerError::BadStart {
+                start: codeword,
+                codewords,
+            });
+        }
+        self.cfg.start_codeword = codeword;
+        self.start_ns = now_ns;
+        self.sbn = codeword;
+        self.member = 0;
+        self.esi = 0;
+        self.sent_in_codeword = 0;
+        self.source_before = 0;
+        self.fdt_pending = true;
+        self.done = false;
+        // No second start-up burst: admission accounted for one, at the session's start.
+        self.burst = None;
+        self.repair_now = self.repair_for_current();
+        self.settle();
+        if self.paused_at_ns.is_some() {
+            self.paused_at_ns = Some(now_ns);
+            self.due_ns = None;
+        }
+        Ok(())
+    }
+
+    /// The same session with a start-up burst (replacing any); a burst of 0 ms or a factor
+    /// below 2 is none. Call before the first step.
+    pub fn with_start_burst(mut self, burst: StartBurst) -> Pacer {
+        let layout = &self.cfg.layout;
+        let source: u64 = (self.cfg.start_codeword..layout.codewords())
+            .map(|c| u64::from(layout.source_symbols(c)))
+            .sum();
+        let rest_ns =
+            u128::from(source) * u128::from(layout.params().symbol_len) * 8 * 1_000_000_000
+                / u128::from(self.cfg.bitrate_bps);
+        let media_ns = rest_ns.min(u128::from(burst.media_ms) * 1_000_000);
+        self.burst = (burst.factor >= 2 && media_ns > 0).then_some(BurstPlan {
+            factor: burst.factor,
+            media_ns,
+        });
+        self.due_ns = self.compute_next_due();
+        self
+    }
+
+    /// When the start-up burst ends (ns on the caller's clock), or `None` without one.
+    pub fn burst_end_ns(&self) -> Option<u64> {
+        let b = self.burst?;
+        let end = b.media_ns / u128::from(b.factor);
+        Some(
+            self.start_ns
+                .saturating_add(u64::try_from(end).unwrap_or(u64::MAX)),
+        )
+    }
+
+    /// The codewords started from now on send only `repair` of their stored repair symbols
+    /// (at most m; `None`: all m). The current codeword keeps its count.
+    pub fn set_repair_limit(&mut self, repair: Option<u32>) {
+        self.repair_limit = repair;
+    }
+
+    /// Repair packets sent and skipped so far.
+    pub fn repair_counts(&self) -> RepairCounts {
+        self.repair
+    }
+
+    /// Repair symbols the current codeword sends under the limit.
+    fn repair_for_current(&self) -> u32 {
+        let layout = &self.cfg.layout;
+        if self.sbn >= layout.codewords() {
+            return 0;
+        }
+        let m = layout.encoding_symbols(self.sbn) - layout.source_symbols(self.sbn);
+        self.repair_limit.map_or(m, |r| r.min(m))
+    }
+
+    /// One past the last ESI the current codeword sends.
+    fn esi_end(&self) -> u32 {
+        self.cfg.layout.source_symbols(self.sbn) + self.repair_now
     }
 
     /// The configuration.
@@ -160,10 +329,14 @@ impl Pacer {
         self.done
     }
 
-    /// Moves the cursor onto the next step and computes when it is due.
+    /// Moves the cursor onto the next step and computes when it is due (nothing is due
+    /// while paused).
     fn settle(&mut self) {
         self.settle_cursor();
-        self.due_ns = self.compute_next_due();
+        self.due_ns = match self.paused_at_ns {
+            Some(_) => None,
+            None => self.compute_next_due(),
+        };
     }
 
     /// Moves the cursor onto the next member run that has packets, or to the end.
@@ -177,11 +350,14 @@ impl Pacer {
                 return;
             }
             if self.member >= members {
+                let n = layout.encoding_symbols(self.sbn);
+                self.repair.skipped += u64::from(n.saturating_sub(self.esi_end()));
                 self.source_before += u64::from(layout.source_symbols(self.sbn));
                 self.sbn += 1;
                 self.member = 0;
                 self.sent_in_codeword = 0;
                 self.esi = 0;
+                self.repair_now = self.repair_for_current();
                 let rel = self.sbn - self.cfg.start_codeword;
                 if self.sbn < layout.codewords() && rel % self.cfg.fdt_every == 0 {
                     self.fdt_pending = true;
@@ -192,7 +368,7 @@ impl Pacer {
             if self.esi < run.esis.start {
                 self.esi = run.esis.start;
             }
-            if self.esi >= run.esis.end {
+            if self.esi >= run.esis.end.min(self.esi_end()) {
                 self.member += 1;
                 self.esi = 0;
                 continue;
@@ -217,11 +393,19 @@ impl Pacer {
             return Some(self.start_ns);
         }
         let k = u128::from(layout.source_symbols(self.sbn));
-        let n = u128::from(layout.encoding_symbols(self.sbn));
+        // The packets this codeword sends (k + its repair limit), spread over its slot.
+        let n = u128::from(self.esi_end());
         let sent = u128::from(self.sent_in_codeword);
         // codeword start + T_c * sent / n, with T_c = k * E * 8 / rate seconds.
         let num = (u128::from(self.source_before) * n + k * sent) * e * 8 * 1_000_000_000;
-        let offset = num / (rate * n);
+        let media = num / (rate * n);
+        let offset = match self.burst {
+            // The burst's media time goes `factor` times faster; what follows is shifted
+            // earlier by what it gained.
+            Some(b) if media < b.media_ns => media / u128::from(b.factor),
+            Some(b) => media - b.media_ns + b.media_ns / u128::from(b.factor),
+            None => media,
+        };
         Some(
             self.start_ns
                 .saturating_add(u64::try_from(offset).unwrap_or(u64::MAX)),
@@ -252,7 +436,7 @@ impl Pacer {
         let (block, offset) = layout.packet_position(index);
         let per_block = layout.params().packets_per_block();
         let first_in_block = (offset / layout.params().packet_len() as usize) as u32;
-        let count = (run.esis.end - self.esi)
+        let count = (run.esis.end.min(self.esi_end()) - self.esi)
             .min(per_block - first_in_block)
             .min(self.cfg.max_burst);
         Step::Burst(Burst {
@@ -272,6 +456,8 @@ impl Pacer {
         match self.current() {
             Step::Fdt { .. } => self.fdt_pending = false,
             Step::Burst(b) => {
+                let k = self.cfg.layout.source_symbols(b.sbn);
+                self.repair.sent += u64::from(b.esis.end.saturating_sub(b.esis.start.max(k)));
                 self.esi = b.esis.end;
                 self.sent_in_codeword += b.len();
             }
@@ -478,6 +664,162 @@ mod tests {
         }
     }
 
+    /// Each burst step's time, per codeword: (first send time, ESIs sent).
+    fn sent_by_codeword(steps: &[(u64, Step)]) -> std::collections::BTreeMap<u32, (u64, Vec<u32>)> {
+        let mut by = std::collections::BTreeMap::new();
+        for (t, s) in steps {
+            if let Step::Burst(b) = s {
+                let e = by.entry(b.sbn).or_insert((*t, Vec::new()));
+                e.1.extend(b.esis.clone());
+            }
+        }
+        by
+    }
+
+    proptest! {
+        /// Start-up burst: the burst's codewords go out `factor` times faster, every later
+        /// step is due exactly the burst's gain earlier than without a burst (the long-run
+        /// rate is unchanged), and every packet is sent exactly once.
+        #[test]
+        fn start_burst_is_bounded_and_keeps_the_long_run_rate(
+            len in 1u64..60_000,
+            members in 5u32..8,
+            media_ms in 0u64..3_000,
+            factor in 1u32..8,
+            bitrate in 100_000u64..5_000_000,
+            start_frac in 0.0f64..1.0,
+        ) {
+            let p = params(members, 4096);
+            let layout = Layout::new(p, len).unwrap();
+            let start = ((layout.codewords() as f64 * start_frac) as u32).min(layout.codewords() - 1);
+            let cfg = PacerConfig { layout: layout.clone(), bitrate_bps: bitrate, start_codeword: start, max_burst: 16, fdt_every: 8 };
+            let plain = sent_by_codeword(&simulate(cfg.clone(), 0));
+            let burst = StartBurst { media_ms, factor };
+            let mut bp = Pacer::new(cfg.clone(), 1_000).unwrap().with_start_burst(burst);
+            let end_ns = bp.burst_end_ns();
+            let mut now = 0u64;
+            let mut steps = Vec::new();
+            while let Some(due) = bp.next_due() {
+                now = now.max(due);
+                while let Some(s) = bp.poll(now) {
+                    steps.push((now, s));
+                }
+            }
+            let bursty = sent_by_codeword(&steps);
+            prop_assert_eq!(plain.keys().collect::<Vec<_>>(), bursty.keys().collect::<Vec<_>>());
+            let rest: u64 = (start..layout.codewords()).map(|c| u64::from(layout.source_symbols(c))).sum::<u64>()
+                * 100 * 8 * 1_000_000_000 / bitrate;
+            let media_b = rest.min(media_ms * 1_000_000);
+            let effective = factor >= 2 && media_b > 0;
+            prop_assert_eq!(end_ns.is_some(), effective);
+            for (sbn, (t_plain, esis)) in &plain {
+                let (t, esis_b) = &bursty[sbn];
+                prop_assert_eq!(esis, esis_b, "same packets, once each");
+                let rel = t_plain - 1_000;
+                let expect = if !effective {
+                    rel
+                } else if rel < media_b {
+                    rel / u64::from(factor)
+                } else {
+                    rel - media_b + media_b / u64::from(factor)
+                };
+                let got = t - 1_000;
+                prop_assert!(got.abs_diff(expect) <= 2, "codeword {sbn}: {got} vs {expect}");
+            }
+            if let Some(end) = end_ns {
+                // The burst ends when its media time, sped up, has passed.
+                prop_assert!((end - 1_000).abs_diff(media_b / u64::from(factor)) <= 1);
+            }
+        }
+
+        /// Repair limit: a codeword sends its source symbols and the first r of its stored
+        /// repair symbols, r fixed when it starts (the limit then in force, at most m); the
+        /// rest are skipped and counted, each packet at most once.
+        #[test]
+        fn repair_limit_skips_exactly_the_unneeded_repair(
+            len in 1u64..60_000,
+            members in 5u32..8,
+            limits in proptest::collection::vec((0usize..40, proptest::option::of(0u32..8)), 0..6),
+        ) {
+            let p = params(members, 4096);
+            let layout = Layout::new(p, len).unwrap();
+            let cfg = PacerConfig { layout: layout.clone(), bitrate_bps: 1_000_000, start_codeword: 0, max_burst: 7, fdt_every: 8 };
+            let mut pacer = Pacer::new(cfg, 0).unwrap();
+            let mut limit: Option<u32> = None;
+            // The limit in force when each codeword started (its first step).
+            let mut at_start: std::collections::BTreeMap<u32, Option<u32>> = Default::default();
+            let mut sent: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+            let mut step = 0usize;
+            at_start.insert(0, None);
+            while !pacer.is_done() {
+                for (at, l) in &limits {
+                    if *at == step {
+                        pacer.set_repair_limit(*l);
+                        limit = *l;
+                    }
+                }
+                let before = pacer.codeword();
+                if let Some(Step::Burst(b)) = pacer.poll(u64::MAX) {
+                    sent.entry(b.sbn).or_default().extend(b.esis.clone());
+                }
+                if pacer.codeword() != before {
+                    // Moved on while advancing: the next codeword takes the limit now.
+                    at_start.entry(pacer.codeword()).or_insert(limit);
+                }
+                step += 1;
+            }
+            let mut skipped = 0u64;
+            let mut repair_sent = 0u64;
+            for sbn in 0..layout.codewords() {
+                let k = layout.source_symbols(sbn);
+                let m = layout.encoding_symbols(sbn) - k;
+                let r = at_start.get(&sbn).copied().flatten().map_or(m, |r| r.min(m));
+                let mut got = sent.get(&sbn).cloned().unwrap_or_default();
+                got.sort_unstable();
+                prop_assert_eq!(got, (0..k + r).collect::<Vec<_>>(), "codeword {}", sbn);
+                skipped += u64::from(m - r);
+                repair_sent += u64::from(r);
+            }
+            prop_assert_eq!(pacer.repair_counts(), RepairCounts { sent: repair_sent, skipped });
+        }
+    }
+
+    #[test]
+    fn repair_limit_spreads_the_codeword_over_its_slot() {
+        let p = params(6, 8192);
+        let layout = Layout::new(p, 100 * 20 * 4).unwrap(); // 4 codewords of 20 + 5
+        let cfg = PacerConfig {
+            layout,
+            bitrate_bps: 8 * 100 * 20, // one codeword per second
+            start_codeword: 0,
+            max_burst: 1,
+            fdt_every: 100,
+        };
+        let mut pacer = Pacer::new(cfg, 0).unwrap();
+        pacer.set_repair_limit(Some(0));
+        let mut times = Vec::new();
+        while let Some(due) = pacer.next_due() {
+            if let Some(Step::Burst(b)) = pacer.poll(due) {
+                times.push((due, b.sbn, b.esis.start));
+            }
+        }
+        // Codeword 0 started before the limit: 25 packets, 40 ms apart; the next ones send
+        // 20 packets each, 50 ms apart, and every codeword still starts on its second.
+        assert_eq!(times.iter().filter(|t| t.1 == 0).count(), 25);
+        assert_eq!(times[1].0, 40_000_000);
+        let c1: Vec<_> = times.iter().filter(|t| t.1 == 1).collect();
+        assert_eq!(c1.len(), 20);
+        assert_eq!((c1[0].0, c1[1].0), (1_000_000_000, 1_050_000_000));
+        assert_eq!(times.iter().filter(|t| t.1 == 3).count(), 20);
+        assert_eq!(
+            pacer.repair_counts(),
+            RepairCounts {
+                sent: 5,
+                skipped: 15
+            }
+        );
+    }
+
     #[test]
     fn timing_is_exact_and_starts_immediately() {
         let p = params(6, 8192);
@@ -499,6 +841,54 @@ mod tests {
             .unwrap();
         assert_eq!(first_of_last.0, 1_000 + 9_000_000_000);
         assert_eq!(send_rate_bps(&layout, 1000), 1000 * 25 * 128 / 2000);
+    }
+
+    #[test]
+    fn pause_resume_and_seek() {
+        let p = params(6, 8192);
+        let layout = Layout::new(p, 100 * 20 * 10).unwrap(); // 10 full codewords
+        let cfg = PacerConfig {
+            layout,
+            bitrate_bps: 8 * 100 * 20, // one codeword per second
+            start_codeword: 0,
+            max_burst: 64,
+            fdt_every: 8,
+        };
+        let sec = 1_000_000_000u64;
+        let mut p = Pacer::new(cfg, 0).unwrap();
+        while let Some(s) = p.poll(sec / 2) {
+            assert!(matches!(s, Step::Fdt { .. }) || matches!(&s, Step::Burst(b) if b.sbn == 0));
+        }
+        let due = p.next_due().unwrap();
+        p.pause(sec);
+        assert!(p.is_paused() && p.next_due().is_none() && p.poll(100 * sec).is_none());
+        // Paused from 1 s to 4 s: everything comes 3 s later than it would have.
+        p.resume(4 * sec);
+        assert!(!p.is_paused());
+        assert_eq!(p.next_due(), Some(due + 3 * sec));
+        // Seek: the FDT and codeword 7 at once, codeword 8 one second later.
+        p.seek(7, 10 * sec).unwrap();
+        assert_eq!(p.poll(10 * sec), Some(Step::Fdt { before_codeword: 7 }));
+        assert!(
+            matches!(p.poll(10 * sec), Some(Step::Burst(b)) if b.sbn == 7 && b.esis.start == 0)
+        );
+        while p.poll(11 * sec - 1).is_some() {}
+        assert_eq!(p.codeword(), 8);
+        assert_eq!(p.next_due(), Some(11 * sec));
+        // A seek while paused stays paused; out of range is refused and changes nothing.
+        p.pause(12 * sec);
+        p.seek(2, 13 * sec).unwrap();
+        assert!(p.next_due().is_none());
+        assert!(p.seek(10, 13 * sec).is_err());
+        p.resume(15 * sec);
+        assert_eq!(p.poll(15 * sec), Some(Step::Fdt { before_codeword: 2 }));
+        // After the last codeword a seek back makes it live again.
+        p.seek(9, 20 * sec).unwrap();
+        while p.poll(100 * sec).is_some() {}
+        assert!(p.is_done());
+        p.seek(0, 200 * sec).unwrap();
+        assert!(!p.is_done());
+        assert_eq!(p.poll(200 * sec), Some(Step::Fdt { before_codeword: 0 }));
     }
 
     #[test]

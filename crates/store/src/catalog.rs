@@ -51,6 +51,34 @@ CREATE TABLE blocks (
 ) WITHOUT ROWID;
 ";
 
+/// The media index tables (added after format version 2 shipped: created when missing, so
+/// an older catalog opens and simply has no index for its objects).
+const MEDIA_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS media_meta (
+    toi           INTEGER PRIMARY KEY REFERENCES objects(toi) ON DELETE CASCADE,
+    container     TEXT NOT NULL,
+    moov_at_front INTEGER
+);
+CREATE TABLE IF NOT EXISTS media_index (
+    toi          INTEGER NOT NULL REFERENCES objects(toi) ON DELETE CASCADE,
+    seq          INTEGER NOT NULL,
+    time_s       REAL NOT NULL,
+    offset_bytes INTEGER NOT NULL,
+    PRIMARY KEY (toi, seq)
+) WITHOUT ROWID;
+";
+
+/// The time index of an object as the catalog keeps it (`media_meta` + `media_index`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MediaIndexRecord {
+    /// The container found at ingest: `mpeg-ts`, `mp4` or `unknown`.
+    pub container: String,
+    /// MP4 only: whether `moov` comes before the first `mdat`.
+    pub moov_at_front: Option<bool>,
+    /// Random-access points `(time_s, offset_bytes)`, in increasing order of both.
+    pub points: Vec<(f64, u64)>,
+}
+
 /// State of an object in the catalog.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -136,6 +164,8 @@ impl Catalog {
         let tx = cat.write_transaction("creating the catalog")?;
         tx.execute_batch(SCHEMA)
             .map_err(db("creating the schema"))?;
+        tx.execute_batch(MEDIA_SCHEMA)
+            .map_err(db("creating the schema"))?;
         let kv = [
             ("format_version", FORMAT_VERSION.to_string()),
             ("uuid", uuid.to_string()),
@@ -175,6 +205,9 @@ impl Catalog {
         cat.configure()?;
         let version: u32 = cat.get_kv("format_version")?;
         check_format_version(path, version)?;
+        cat.conn
+            .execute_batch(MEDIA_SCHEMA)
+            .map_err(db("adding the media index tables"))?;
         Ok(cat)
     }
 
@@ -400,6 +433,61 @@ impl Catalog {
             )
             .optional()
             .map_err(db("looking up an object"))
+    }
+
+    /// Records the time index of object `toi` (still `writing`: it goes with the object).
+    pub fn set_media_index(&mut self, toi: u32, ix: &MediaIndexRecord) -> Result<(), StoreError> {
+        let ctx = "recording the media index";
+        let tx = self.write_transaction(ctx)?;
+        tx.execute(
+            "INSERT OR REPLACE INTO media_meta (toi, container, moov_at_front) VALUES (?1, ?2, ?3)",
+            params![toi, ix.container, ix.moov_at_front],
+        )
+        .map_err(db(ctx))?;
+        {
+            let mut st = tx
+                .prepare(
+                    "INSERT INTO media_index (toi, seq, time_s, offset_bytes) VALUES (?1, ?2, ?3, ?4)",
+                )
+                .map_err(db(ctx))?;
+            for (seq, (t, off)) in ix.points.iter().enumerate() {
+                st.execute(params![toi, seq as i64, t, *off as i64])
+                    .map_err(db(ctx))?;
+            }
+        }
+        tx.commit().map_err(db(ctx))
+    }
+
+    /// The time index of object `toi`, `None` when it has none (ingested before indexes).
+    pub fn media_index(&self, toi: u32) -> Result<Option<MediaIndexRecord>, StoreError> {
+        let ctx = "reading the media index";
+        let meta: Option<(String, Option<bool>)> = self
+            .conn
+            .query_row(
+                "SELECT container, moov_at_front FROM media_meta WHERE toi = ?1",
+                [toi],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(db(ctx))?;
+        let Some((container, moov_at_front)) = meta else {
+            return Ok(None);
+        };
+        let mut q = self
+            .conn
+            .prepare("SELECT time_s, offset_bytes FROM media_index WHERE toi = ?1 ORDER BY seq")
+            .map_err(db(ctx))?;
+        let rows = q
+            .query_map([toi], |r| {
+                Ok((r.get::<_, f64>(0)?, r.get::<_, i64>(1)? as u64))
+            })
+            .map_err(db(ctx))?;
+        let points = rows.collect::<Result<Vec<_>, _>>().map_err(db(ctx))?;
+        Ok(Some(MediaIndexRecord {
+            container,
+            moov_at_front,
+            points,
+        }))
     }
 
     /// Block checksums of one member of an object, by block index.

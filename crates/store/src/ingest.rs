@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use isnode_fec::Code;
 use isnode_wire::DataPacketId;
 
-use crate::catalog::{BlockRecord, ObjectRecord, ObjectState};
+use crate::catalog::{BlockRecord, MediaIndexRecord, ObjectRecord, ObjectState};
 use crate::segment::SegmentWriter;
 use crate::volume::{FileLock, LockWait};
 use crate::{crash, Layout, StoreError, Volume};
@@ -151,6 +151,7 @@ fn write_object(
     let mut codes: HashMap<u32, Code> = HashMap::new();
     let mut crc = 0u32;
     let mut done = 0u64;
+    let mut indexer = isnode_media::Indexer::new();
     for sbn in 0..layout.codewords() {
         let k = layout.source_symbols(sbn) as usize;
         let data_len = layout.codeword_data_len(sbn) as usize;
@@ -158,6 +159,7 @@ fn write_object(
         read_full(src, &mut data[..data_len], done, layout.transfer_len())?;
         data[data_len..].fill(0);
         crc = crc32c::crc32c_append(crc, &data[..data_len]);
+        indexer.feed(&data[..data_len]);
         done += data_len as u64;
 
         let code = match codes.entry(k as u32) {
@@ -214,11 +216,31 @@ fn write_object(
             crate::io::sync_dir(&d).map_err(StoreError::io(format!("syncing {}", d.display())))?;
         }
     }
+    let index = media_index_record(indexer.finish());
+    vol.catalog_mut().set_media_index(rec.toi, &index)?;
     crash::point("before-commit");
     rec.content_crc32c = crc;
     let old = vol.catalog_mut().commit_object(rec.toi, crc, &blocks)?;
     crash::point("after-commit");
     Ok(old)
+}
+
+/// The catalog's form of an object's time index.
+fn media_index_record(ix: isnode_media::MediaIndex) -> MediaIndexRecord {
+    let container = match ix.container {
+        isnode_media::Container::MpegTs => "mpeg-ts",
+        isnode_media::Container::Mp4 => "mp4",
+        isnode_media::Container::Unknown => "unknown",
+    };
+    MediaIndexRecord {
+        container: container.into(),
+        moov_at_front: ix.moov_at_front,
+        points: ix
+            .points
+            .iter()
+            .map(|p| (p.time_s, p.offset_bytes))
+            .collect(),
+    }
 }
 
 fn read_full(

@@ -22,7 +22,7 @@ pub mod read;
 mod segment;
 pub mod volume;
 
-pub use catalog::{ObjectRecord, ObjectState};
+pub use catalog::{MediaIndexRecord, ObjectRecord, ObjectState};
 pub use check::{check, CheckOptions, CheckReport};
 pub use codeword::{BlockError, BlockSource, Readiness, SymbolCheck, Want};
 pub use ingest::{ingest, IngestOptions};

@@ -124,6 +124,30 @@ pub(super) fn load(args: &crate::cli::LoadBenchArgs) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
+/// `bench startup`: the table, and JSON with `--json`.
+pub(super) fn startup(args: &crate::cli::StartupBenchArgs) -> anyhow::Result<ExitCode> {
+    use isnode_bench::startup::{self, Mode, StartupBenchConfig};
+    let cfg = StartupBenchConfig {
+        isnode_exe: std::env::current_exe().context("finding the isnode binary")?,
+        engine: args.engine.clone(),
+        bitrates_bps: args.bitrates.clone(),
+        modes: args
+            .modes
+            .iter()
+            .map(|m| Mode::parse(m))
+            .collect::<anyhow::Result<_>>()?,
+        sessions: args.sessions,
+        concurrency: args.concurrency,
+        seed: args.seed,
+    };
+    let report = startup::run(&cfg).context("running the start-up benchmark")?;
+    print!("{}", startup::format_table(&report));
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Writes a benchmark's report as JSON to `path`, with the command line that made it.
 fn write_json(path: &std::path::Path, report: &impl serde::Serialize) -> anyhow::Result<()> {
     let json = serde_json::json!({

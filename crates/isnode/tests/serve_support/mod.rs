@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub(crate) mod media;
+
 /// The binary under test.
 pub(crate) fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_isnode")
@@ -134,6 +136,20 @@ impl Vol {
             f,
         ]);
         std::fs::read(&file).unwrap()
+    }
+
+    /// Ingests the file at `file` as `name` (bitrate probed from the container) and returns
+    /// its bytes.
+    pub(crate) fn add_file(&self, name: &str, file: &Path) -> Vec<u8> {
+        run_ok(&[
+            "ingest",
+            "--volume",
+            self.root.to_str().unwrap(),
+            "--name",
+            name,
+            file.to_str().unwrap(),
+        ]);
+        std::fs::read(file).unwrap()
     }
 
     /// A path for a scratch file in the temporary directory.
@@ -547,4 +563,39 @@ pub(crate) fn fail_member(dir: &Path) -> usize {
     let aside = PathBuf::from(format!("{}.failed", dir.display()));
     std::fs::rename(dir, &aside).expect("renaming the member away");
     truncated
+}
+
+/// Runs `isnode play NAME --server URL --out OUT --stats-json STATS EXTRA...` to its end
+/// (bounded by `deadline`), asserts it succeeded, and returns its statistics.
+#[track_caller]
+pub(crate) fn play_to_end(
+    server: &Server,
+    vol: &Vol,
+    name: &str,
+    tag: &str,
+    extra: &[&str],
+    deadline: Instant,
+) -> (Value, Vec<u8>) {
+    let out = vol.path(&format!("{tag}.out"));
+    let stats = vol.path(&format!("{tag}.json"));
+    let stderr = vol.path(&format!("{tag}.stderr"));
+    let mut child = ChildGuard(Some(
+        command()
+            .args(["play", name, "--server", &server.url()])
+            .arg("--out")
+            .arg(&out)
+            .arg("--stats-json")
+            .arg(&stats)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("spawning isnode play"),
+    ));
+    let status = child.wait_until(deadline, "isnode play");
+    let log = std::fs::read_to_string(&stderr).unwrap_or_default();
+    assert!(status.success(), "isnode play ({tag}): {status}\n{log}");
+    let s: Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).expect("stats JSON");
+    (s, std::fs::read(&out).unwrap())
 }

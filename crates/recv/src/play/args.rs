@@ -68,6 +68,12 @@ pub struct PlayArgs {
     #[arg(long, default_value_t = 0)]
     pub start_codeword: u32,
 
+    /// Start playing at this time (seconds from the title's start): the server starts at
+    /// the last random-access point at or before it (from the index made at ingest; by
+    /// bitrate for an object without one), and the output starts exactly there.
+    #[arg(long, value_name = "SECONDS", conflicts_with = "start_codeword")]
+    pub start_at: Option<f64>,
+
     /// End the session after this many seconds without a datagram.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     pub timeout_s: f64,
@@ -76,8 +82,9 @@ pub struct PlayArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 86_400.0)]
     pub max_seconds: f64,
 
-    /// Paced playout starts this long after the first codeword is ready; default: one
-    /// codeword's playing time.
+    /// Paced playout starts this long after the first byte is ready; default: 0 with
+    /// `--release instant` (the lead against a codeword that must be decoded comes from the
+    /// server's start-up burst), one codeword's playing time with `--release codeword`.
     #[arg(long, value_name = "MS")]
     pub prebuffer_ms: Option<u64>,
 
@@ -90,6 +97,55 @@ pub struct PlayArgs {
     /// codewords further ahead are taken for strays (at least --loss-horizon + 2).
     #[arg(long, value_name = "CODEWORDS", default_value_t = 16)]
     pub window_codewords: u32,
+
+    /// Do not fetch what the FEC could not repair over HTTP (unicast repair: a codeword the
+    /// code cannot decode is otherwise completed with stored packets from the server).
+    #[arg(long)]
+    pub no_repair: bool,
+
+    /// Each repair request waits a random back-off, uniform in [0, MS) (3GPP TS 26.346 §9
+    /// style: spreads the requests of many receivers).
+    #[arg(long, value_name = "MS", default_value_t = 20)]
+    pub repair_backoff_ms: u64,
+
+    /// Serve the decoded stream to a local player over HTTP on ADDR (e.g. 127.0.0.1:8090,
+    /// then `mpv http://127.0.0.1:8090/`): progressive, with Range for what has arrived.
+    /// With --out FILE the stream is also kept there (not with --out -).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<std::net::SocketAddr>,
+
+    /// With --http: after the session, keep serving until no request has been active for
+    /// this long.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    pub http_linger_s: f64,
+    /// When source symbols go out: `instant` (as soon as they and all before them are in;
+    /// a codeword's decode is waited for only when one of its source symbols is missing) or
+    /// `codeword` (whole codewords once decoded, the behaviour before instant start).
+    #[arg(long, value_enum, default_value_t = ReleaseArg::Instant)]
+    pub release: ReleaseArg,
+
+    /// Ask the server not to send the start-up burst (the first codewords faster than the
+    /// stream's rate): for before/after measurements.
+    #[arg(long)]
+    pub no_start_burst: bool,
+}
+
+/// The value of `--release`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseArg {
+    /// [`crate::receiver::Release::Instant`].
+    Instant,
+    /// [`crate::receiver::Release::Codeword`].
+    Codeword,
+}
+
+impl From<ReleaseArg> for crate::receiver::Release {
+    fn from(r: ReleaseArg) -> Self {
+        match r {
+            ReleaseArg::Instant => crate::receiver::Release::Instant,
+            ReleaseArg::Codeword => crate::receiver::Release::Codeword,
+        }
+    }
 }
 
 impl PlayArgs {
@@ -110,11 +166,18 @@ impl PlayArgs {
             session_port: None,
             accept_from: None,
             start_codeword: 0,
+            start_at: None,
             timeout_s: 5.0,
             max_seconds: 86_400.0,
             prebuffer_ms: None,
             loss_horizon: 2,
             window_codewords: 16,
+            no_repair: false,
+            repair_backoff_ms: 20,
+            http: None,
+            http_linger_s: 5.0,
+            release: ReleaseArg::Instant,
+            no_start_burst: false,
         }
     }
 }

@@ -11,12 +11,15 @@
 //! The session ends when every codeword is decoded or declared lost; when the last codeword
 //! has been seen and no datagram came for a second (or `--timeout-s`, if shorter); when no
 //! datagram came for `--timeout-s`; or after `--max-seconds`. Whatever is still undecoded
-//! then is reported unrecoverable and written as zeros.
+//! then is reported unrecoverable and written as zeros, unless the unicast repair
+//! ([`crate::repair`]) fetches the missing symbols from the server first.
 //!
 //! Inside: `args` (the command line, [`PlayArgs`]), `session` (the session as received,
-//! [`SessionSetup`], and the receive loop), `stats` (what is reported, [`PlayStats`]).
+//! [`SessionSetup`], and the receive loop), `stats` (what is reported, [`PlayStats`]),
+//! `http` (`--http`: the stream served to a local player, [`HttpServe`]).
 
 mod args;
+mod http;
 mod session;
 mod stats;
 
@@ -24,16 +27,19 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::control::ControlClient;
+use crate::control::{leading_skip_bytes, ControlClient};
 use crate::impair::Impairer;
+use isnode_proto::keepalive::LossReport;
 
-pub use args::{AcceptFrom, PlayArgs};
+pub use args::{AcceptFrom, PlayArgs, ReleaseArg};
+pub use http::{HttpListener, HttpOut, HttpServe};
 pub use session::{SessionSetup, SourceFilter};
 pub use stats::{EndReason, LostRange, PlayStats};
 
@@ -66,44 +72,105 @@ pub fn play(args: &PlayArgs) -> anyhow::Result<PlayStats> {
 pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> {
     // Check everything local before asking the server for anything.
     Impairer::new(&args.impair)?;
-    let out = open_output(args.out.as_deref())?;
+    let linger = secs_arg(args.http_linger_s, "--http-linger-s")?;
+    let mut http = args.http.map(HttpListener::bind).transpose()?;
+    let mut out = match http {
+        None => Some(open_output(args.out.as_deref())?),
+        Some(_) => None,
+    };
     let local = socket.local_addr()?;
     let port = args.session_port.unwrap_or(local.port());
     let control = Arc::new(ControlClient::new(&args.server, Duration::from_secs(10)));
     let source = source_filter(args.accept_from, &control)?;
+    // The receive buffer is grown before the request: the server's start-up burst arrives
+    // at once, faster than the stream's rate, before the receive loop runs.
+    crate::net::grow_recv_buffer(&socket, RECV_BUFFER_BYTES);
     let requested = Instant::now();
-    let info = control.create_session(&args.name, port, args.start_codeword)?;
+    let info = control.create_session_req(&isnode_proto::CreateSession {
+        object: args.name.clone(),
+        port,
+        start_codeword: args.start_codeword,
+        start_at_s: args.start_at,
+        no_start_burst: args.no_start_burst,
+    })?;
+    let skip = leading_skip_bytes(&info)?;
+    if let (Some(offset), Some(by)) = (info.start_offset_bytes, info.seek_by) {
+        tracing::info!(
+            "starting at byte {offset} ({:.3} s, found by {by:?}), codeword {}",
+            info.start_time_s.unwrap_or(0.0),
+            info.start_codeword
+        );
+    }
     tracing::info!(
         session = %info.id, destination = %info.destination, receive = %local,
         accept_from = ?source, "session opened for {}", info.object.name
     );
     let via = keepalive_via(&info, &socket, &control);
+    let loss = Arc::new(AtomicU32::new(NO_LOSS_MEASURED));
     let keepalive = Keepalive::start(
         via,
         info.id.clone(),
         Duration::from_millis(info.keepalive_interval_ms.clamp(50, 60_000)),
+        info.loss_reports.then(|| loss.clone()),
     );
-    let result = SessionSetup::from_info(&info, source)
-        .and_then(|setup| run_session(args, &socket, &setup, out, requested));
-    keepalive.stop();
+    let mut served = None;
+    let result = SessionSetup::from_info(&info, source).and_then(|setup| {
+        let out = match (out.take(), http.take()) {
+            (Some(out), _) => out,
+            (None, listener) => {
+                let listener = listener.context("no output")?;
+                let len = setup.output_len()?.saturating_sub(skip);
+                let (server, out) = listener.serve(&setup.object, len, args.out.as_deref())?;
+                served = Some(server);
+                Box::new(out)
+            }
+        };
+        run_session(
+            args,
+            &socket,
+            &setup,
+            skip_leading(out, skip),
+            requested,
+            &loss,
+        )
+    });
+    let reported = keepalive.stop();
     if let Err(e) = control.delete_session(&info.id) {
         tracing::warn!("could not delete session {}: {e:#}", info.id);
     }
-    let stats = result?;
+    let mut stats = result?;
+    stats.loss_reports_sent = reported.sent;
+    stats.reported_loss_rate = reported.last.map(LossReport::rate);
+    stats.max_reported_loss_rate = reported.max.map(LossReport::rate);
     write_stats_json(args, &stats)?;
+    if let Some(server) = served {
+        server.linger(linger);
+    }
     Ok(stats)
 }
 
+fn secs_arg(v: f64, what: &str) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(v).map_err(|_| anyhow::anyhow!("{what} must be >= 0, got {v}"))
+}
+/// Receive buffer asked for the session's socket (`SO_RCVBUFFORCE`, else `SO_RCVBUF`).
+pub(crate) const RECV_BUFFER_BYTES: usize = 8 << 20;
+
+/// The shared measured loss before any measurement (else [`LossReport::units`]).
+pub(crate) const NO_LOSS_MEASURED: u32 = u32::MAX;
+
 /// Receives a preset session on `socket` without any control traffic (tests, demos, a
 /// sender started by other means). Honours every option of `args` but `server`,
-/// `session_port`, `start_codeword` and `accept_from` (taken from `setup`), `port` and `bind`.
+/// `session_port`, `start_codeword` and `accept_from` (taken from `setup`), `port`, `bind`,
+/// `http` (the stream goes to `--out` only) and the unicast repair (there is no server to
+/// ask).
 pub fn play_session(
     args: &PlayArgs,
     socket: &UdpSocket,
     setup: &SessionSetup,
 ) -> anyhow::Result<PlayStats> {
     let out = open_output(args.out.as_deref())?;
-    let stats = run_session(args, socket, setup, out, Instant::now())?;
+    let loss = AtomicU32::new(NO_LOSS_MEASURED);
+    let stats = run_session(args, socket, setup, out, Instant::now(), &loss)?;
     write_stats_json(args, &stats)?;
     Ok(stats)
 }
@@ -118,6 +185,18 @@ fn source_filter(
         Some(AcceptFrom::Ip(ip)) => SourceFilter::ip(ip),
         None => SourceFilter::ip(control.server_addr()?.ip()),
     })
+}
+
+/// `out` without the first `skip` bytes written to it (a start at an access point inside
+/// the first codeword).
+fn skip_leading(out: Box<dyn Write + Send>, skip: u64) -> Box<dyn Write + Send> {
+    match skip {
+        0 => out,
+        n => Box::new(SkipWriter {
+            skip: n,
+            inner: out,
+        }),
+    }
 }
 
 fn write_stats_json(args: &PlayArgs, stats: &PlayStats) -> anyhow::Result<()> {
@@ -139,6 +218,30 @@ fn open_output(out: Option<&Path>) -> anyhow::Result<Box<dyn Write + Send>> {
             File::create(p).with_context(|| format!("creating {}", p.display()))?,
         )),
     })
+}
+
+/// Drops the first `skip` bytes written, passes the rest on: the bytes of the start
+/// codeword before the random-access point `--start-at` starts at.
+struct SkipWriter {
+    skip: u64,
+    inner: Box<dyn Write + Send>,
+}
+
+impl Write for SkipWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let dropped = usize::try_from(self.skip)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        self.skip -= dropped as u64;
+        if dropped == buf.len() {
+            return Ok(dropped);
+        }
+        Ok(dropped + self.inner.write(&buf[dropped..])?)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// How keepalives go: a datagram from the stream's socket to the server's keepalive port
@@ -167,12 +270,18 @@ fn keepalive_via(
 }
 
 impl KeepaliveVia {
-    /// Sends one keepalive; false once the server said the session is gone (HTTP only:
-    /// a datagram has no answer, the session's end shows in the stream).
-    fn send(&self, id: &str) -> bool {
+    /// Sends one keepalive, with the loss report `loss` if any; false once the server said
+    /// the session is gone (HTTP only: a datagram has no answer, the session's end shows in
+    /// the stream).
+    fn send(&self, id: &str, loss: Option<LossReport>) -> bool {
+        use isnode_proto::keepalive::{keepalive_datagram, keepalive_datagram_with_loss};
         match self {
             KeepaliveVia::Udp { socket, to } => {
-                match isnode_proto::keepalive::keepalive_datagram(id) {
+                let datagram = match loss {
+                    Some(l) => keepalive_datagram_with_loss(id, l),
+                    None => keepalive_datagram(id),
+                };
+                match datagram {
                     Some(d) => {
                         if let Err(e) = socket.send_to(&d, to) {
                             tracing::warn!("keepalive of session {id} to {to}: {e}");
@@ -185,42 +294,73 @@ impl KeepaliveVia {
                     }
                 }
             }
-            KeepaliveVia::Http(control) => match control.keepalive(id) {
-                Ok(true) => true,
-                Ok(false) => {
-                    tracing::debug!("session {id} is gone: keepalives stop");
-                    false
+            KeepaliveVia::Http(control) => {
+                match control.keepalive_with_loss(id, loss.map(LossReport::rate)) {
+                    Ok(true) => true,
+                    Ok(false) => {
+                        tracing::debug!("session {id} is gone: keepalives stop");
+                        false
+                    }
+                    Err(e) => {
+                        tracing::warn!("keepalive of session {id}: {e:#}");
+                        true
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!("keepalive of session {id}: {e:#}");
-                    true
-                }
-            },
+            }
         }
     }
+}
+
+/// The loss reports a keepalive thread sent.
+#[derive(Clone, Copy, Debug, Default)]
+struct Reported {
+    /// Keepalives that carried a loss report.
+    sent: u64,
+    /// The last loss reported.
+    last: Option<LossReport>,
+    /// The highest loss reported.
+    max: Option<LossReport>,
 }
 
 /// Sends keepalives from a thread until stopped.
 struct Keepalive {
     stop: mpsc::Sender<()>,
-    handle: std::thread::JoinHandle<()>,
+    handle: std::thread::JoinHandle<Reported>,
 }
 
 impl Keepalive {
-    fn start(via: KeepaliveVia, id: String, interval: Duration) -> Keepalive {
+    /// Starts the thread; with `loss` (the server takes loss reports), every keepalive
+    /// carries the measured loss once there is one.
+    fn start(
+        via: KeepaliveVia,
+        id: String,
+        interval: Duration,
+        loss: Option<Arc<AtomicU32>>,
+    ) -> Keepalive {
         let (stop, stopped) = mpsc::channel::<()>();
         let handle = std::thread::spawn(move || {
+            let mut reported = Reported::default();
             while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
-                if !via.send(&id) {
-                    return;
+                let report = loss.as_ref().and_then(|l| {
+                    let units = u16::try_from(l.load(Ordering::Relaxed)).ok()?;
+                    LossReport::from_units(units)
+                });
+                if let Some(r) = report {
+                    reported.sent += 1;
+                    reported.last = Some(r);
+                    reported.max = reported.max.max(Some(r));
+                }
+                if !via.send(&id, report) {
+                    break;
                 }
             }
+            reported
         });
         Keepalive { stop, handle }
     }
 
-    fn stop(self) {
+    fn stop(self) -> Reported {
         let _ = self.stop.send(());
-        let _ = self.handle.join();
+        self.handle.join().unwrap_or_default()
     }
 }

@@ -2,6 +2,7 @@
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -10,9 +11,13 @@ use isnode_wire::DATA_HEADER_LEN;
 
 use crate::control::{SessionInfo, SessionInfoExt};
 use crate::impair::{Impairer, Verdict};
+use crate::loss::LossMeter;
 use crate::net::{enable_gro, grow_recv_buffer, set_poll_timeout, Batch};
 use crate::playout::{self, Pacing, PlayoutConfig, PlayoutStats};
-use crate::receiver::{verify_fdt, FdtCheck, Output, Receiver, ReceiverConfig, SessionParams};
+use crate::receiver::{
+    verify_fdt, FdtCheck, Output, Receiver, ReceiverConfig, Release, SessionParams,
+};
+use crate::repair::{self, Repair};
 
 use super::args::PlayArgs;
 use super::stats::{assemble, EndReason, LoopCounts, PlayStats, PlayTimes};
@@ -85,6 +90,15 @@ impl SessionSetup {
     }
 }
 
+impl SessionSetup {
+    /// Bytes of the output: the object from the start codeword's first byte to its end.
+    pub fn output_len(&self) -> anyhow::Result<u64> {
+        let part = self.params.partition()?;
+        let start = part.block_offset(self.params.start_codeword);
+        Ok(self.params.transfer_length.saturating_sub(start))
+    }
+}
+
 /// When the receive loop gives up, from `--timeout-s` and `--max-seconds`.
 #[derive(Clone, Copy, Debug)]
 struct Limits {
@@ -112,7 +126,10 @@ fn secs(v: f64, what: &str) -> anyhow::Result<Duration> {
 }
 
 /// How the playout buffer writes this session: paced at the bitrate unless
-/// `--as-fast-as-possible`, after `--prebuffer-ms` (default: one codeword's playing time).
+/// `--as-fast-as-possible`, after `--prebuffer-ms`. Default prebuffer: none with
+/// [`Release::Instant`] (playout starts at the first byte released; the server's start-up
+/// burst gives the lead that covers waiting for a codeword's decode), one codeword's playing
+/// time with [`Release::Codeword`] (as before instant start).
 fn playout_config(args: &PlayArgs, setup: &SessionSetup, rx: &Receiver) -> PlayoutConfig {
     let codeword_bits =
         f64::from(rx.partition().a_large) * f64::from(setup.params.symbol_len) * 8.0;
@@ -128,9 +145,11 @@ fn playout_config(args: &PlayArgs, setup: &SessionSetup, rx: &Receiver) -> Playo
         } else {
             Pacing::AtBitrate
         },
-        prebuffer: args
-            .prebuffer_ms
-            .map_or(codeword_time, Duration::from_millis),
+        prebuffer: match (args.prebuffer_ms, Release::from(args.release)) {
+            (Some(ms), _) => Duration::from_millis(ms),
+            (None, Release::Instant) => Duration::ZERO,
+            (None, Release::Codeword) => codeword_time,
+        },
     }
 }
 
@@ -144,6 +163,15 @@ struct Feed<'a> {
     pieces: mpsc::Sender<Output>,
     /// Set when the playout thread stopped taking pieces.
     writer_gone: bool,
+    /// Unicast repair of what the code cannot decode (None: `--no-repair`, or no server).
+    repair: Option<Repair>,
+    /// The measured loss, published to the keepalive thread through `loss`.
+    meter: LossMeter,
+    /// When the meter was last fed.
+    metered_at: Option<Duration>,
+    /// The loss over the meter's window in units of 1/10 000 (the keepalive's loss report),
+    /// [`super::NO_LOSS_MEASURED`] before any.
+    loss: &'a AtomicU32,
 }
 
 impl Feed<'_> {
@@ -171,10 +199,34 @@ impl Feed<'_> {
     /// Hands every released piece to the playout thread.
     fn drain(&mut self) {
         while !self.writer_gone {
+            if self.repair.as_mut().is_some_and(|r| r.holds(&mut self.rx)) {
+                return;
+            }
             let Some(piece) = self.rx.poll_output() else {
                 return;
             };
             self.writer_gone = self.pieces.send(piece).is_err();
+        }
+    }
+
+    /// Feeds the loss meter (at most every 100 ms: the counters are not free) and publishes
+    /// the loss over its window.
+    fn measure(&mut self, at: Duration) {
+        if self
+            .metered_at
+            .is_some_and(|t| at.saturating_sub(t) < Duration::from_millis(100))
+        {
+            return;
+        }
+        self.metered_at = Some(at);
+        let s = self.rx.stats();
+        // Missing below the highest ESI seen: the repair symbols the server chose not to
+        // send (adaptive repair) are not loss.
+        self.meter.record(at, s.packets_missed, s.packets_valid);
+        if let Some(rate) = self.meter.loss_rate() {
+            let report = isnode_proto::keepalive::LossReport::from_rate(rate);
+            self.loss
+                .store(u32::from(report.units()), Ordering::Relaxed);
         }
     }
 
@@ -184,6 +236,14 @@ impl Feed<'_> {
             self.rx.finish();
         }
         self.drain();
+        // Repairs still under way end by their answer or their deadline.
+        while self
+            .repair
+            .as_mut()
+            .is_some_and(|r| r.wait(&mut self.rx, Duration::from_millis(20)))
+        {
+            self.drain();
+        }
     }
 }
 
@@ -194,7 +254,7 @@ fn receive(
     limits: Limits,
     requested: Instant,
 ) -> anyhow::Result<EndReason> {
-    grow_recv_buffer(socket, 8 << 20);
+    grow_recv_buffer(socket, super::RECV_BUFFER_BYTES);
     set_poll_timeout(socket, Duration::from_millis(50))?;
     // FDT packets may be a little longer than data packets: leave room.
     let slot = (DATA_HEADER_LEN + feed.rx.params().symbol_len as usize + 256).max(2048);
@@ -222,20 +282,27 @@ fn receive(
             last_datagram = Instant::now();
         }
         feed.take(&mut batch, n, last_datagram - requested);
+        if n == 0 {
+            feed.drain(); // repair answers come in while the stream is quiet too
+        }
+        feed.measure(Instant::now() - requested);
     }
 }
 
 /// The receive loop of one session: receives, repairs and plays out `setup` from `socket`
-/// into `out`; `requested` is when the session was asked for.
+/// into `out`; `requested` is when the session was asked for. The measured loss is
+/// published in `loss` (for the keepalives' loss reports).
 pub(super) fn run_session(
     args: &PlayArgs,
     socket: &UdpSocket,
     setup: &SessionSetup,
     out: Box<dyn Write + Send>,
     requested: Instant,
+    loss: &AtomicU32,
 ) -> anyhow::Result<PlayStats> {
     let limits = Limits::from_args(args)?;
     let config = ReceiverConfig {
+        release: args.release.into(),
         loss_horizon: args.loss_horizon,
         window_codewords: args.window_codewords,
     };
@@ -244,6 +311,11 @@ pub(super) fn run_session(
     // Checked even when it does nothing, as `play_on` checks it before the session.
     let impairer = Impairer::new(&args.impair)?;
     let (pieces, to_play) = mpsc::channel();
+    let repair = (!args.no_repair && setup.session_id.is_some()).then(|| {
+        let backoff = Duration::from_millis(args.repair_backoff_ms);
+        let cw = repair::codeword_time(&rx, setup.bitrate_bps);
+        Repair::start(&args.server, &setup.object, backoff, cw, requested)
+    });
     let mut feed = Feed {
         rx,
         source: &setup.source,
@@ -251,6 +323,10 @@ pub(super) fn run_session(
         counts: LoopCounts::default(),
         pieces,
         writer_gone: false,
+        repair,
+        meter: LossMeter::default(),
+        metered_at: None,
+        loss,
     };
     let writer = playout::spawn(out, playout_config, to_play)?;
     let end_reason = receive(socket, &mut feed, limits, requested)?;
@@ -260,6 +336,7 @@ pub(super) fn run_session(
         impairer,
         counts,
         pieces,
+        repair,
         ..
     } = feed;
     drop(pieces);
@@ -273,14 +350,16 @@ pub(super) fn run_session(
         paced: playout_config.pacing == Pacing::AtBitrate && setup.bitrate_bps > 0,
         end_reason,
     };
-    Ok(assemble(
+    let mut stats = assemble(
         setup,
         &rx,
         impairer.map(|i| i.stats()).unwrap_or_default(),
         counts,
         playout,
         times,
-    ))
+    );
+    stats.repair = repair.map(|r| r.stats()).unwrap_or_default();
+    Ok(stats)
 }
 
 #[cfg(test)]

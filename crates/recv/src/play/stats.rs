@@ -6,19 +6,13 @@ use std::time::{Duration, Instant};
 use crate::impair::ImpairStats;
 use crate::playout::PlayoutStats;
 use crate::receiver::{FdtCheck, Receiver, ReceiverStats};
+use crate::repair::RepairStats;
 
 use super::session::SessionSetup;
 
-/// A codeword that could not be recovered and the byte range of the output it zeroed.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct LostRange {
-    /// Source Block Number.
-    pub sbn: u32,
-    /// Byte offset in the object.
-    pub offset: u64,
-    /// Length in bytes.
-    pub len: u64,
-}
+/// A codeword that could not be recovered and the byte range of the output it zeroed
+/// (the part of the codeword not released as data before: see [`crate::receiver`]).
+pub use crate::receiver::LostRange;
 
 /// Why the session ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -67,6 +61,10 @@ pub struct PlayStats {
     /// packets after that were never waited for, so an injected loss there is counted in
     /// `injected_lost` but not here).
     pub packets_lost: u64,
+    /// Symbols missing below the highest ESI received of their codeword (corrupt ones
+    /// included): the loss the client measures and reports, which does not count the repair
+    /// symbols the server chose not to send (adaptive repair), unlike `packets_lost`.
+    pub packets_missed: u64,
     /// Datagrams that failed the parse or the CRC32C check (includes injected corruption).
     pub packets_corrupt: u64,
     /// Symbols received more than once.
@@ -116,6 +114,15 @@ pub struct PlayStats {
     pub duration_s: f64,
     /// Why the session ended.
     pub end_reason: EndReason,
+    /// Unicast repair over HTTP of what the FEC could not decode.
+    pub repair: RepairStats,
+    /// Keepalives that carried a loss report (adaptive repair; 0 if the server takes none).
+    pub loss_reports_sent: u64,
+    /// The last loss rate reported to the server (measured over a sliding window of the
+    /// symbols expected: missing or corrupt / expected), if any.
+    pub reported_loss_rate: Option<f64>,
+    /// The highest loss rate reported to the server, if any.
+    pub max_reported_loss_rate: Option<f64>,
 }
 
 impl PlayStats {
@@ -173,6 +180,13 @@ impl PlayStats {
                 self.unrecoverable.len() - 10
             ));
         }
+        let r = &self.repair;
+        if r.requests > 0 {
+            s.push_str(&format!(
+                "unicast repair: {} codewords repaired, {} not, {} requests, {} packets ({} bytes) fetched\n",
+                r.codewords_repaired, r.codewords_failed, r.requests, r.packets_fetched, r.bytes_fetched
+            ));
+        }
         let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
         s.push_str(&format!(
             "start-up delay {} (first packet {}), {} underruns ({} ms stalled), FDT: stream {}, session {}\n",
@@ -182,6 +196,13 @@ impl PlayStats {
             self.stall_ms,
             fdt_word(&self.fdt_stream),
             fdt_word(&self.fdt_session),
+        ));
+        let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.2}%", v * 100.0));
+        s.push_str(&format!(
+            "loss reported to the server: {} reports, last {}, max {}\n",
+            self.loss_reports_sent,
+            pct(self.reported_loss_rate),
+            pct(self.max_reported_loss_rate)
         ));
         let rates: Vec<String> = self
             .per_second_bitrate_bps
@@ -234,16 +255,7 @@ pub(super) fn assemble(
 ) -> PlayStats {
     let core: ReceiverStats = rx.stats();
     let p = &setup.params;
-    let part = rx.partition();
-    let unrecoverable: Vec<LostRange> = core
-        .codewords_unrecoverable
-        .iter()
-        .map(|&sbn| LostRange {
-            sbn,
-            offset: part.block_offset(sbn),
-            len: part.block_bytes(sbn),
-        })
-        .collect();
+    let unrecoverable: Vec<LostRange> = core.lost_ranges.clone();
     PlayStats {
         object: setup.object.clone(),
         session_id: setup.session_id.clone(),
@@ -259,6 +271,7 @@ pub(super) fn assemble(
         packets_wrong_source: counts.wrong_source,
         packets_valid: core.packets_valid,
         packets_lost: core.packets_lost,
+        packets_missed: core.packets_missed,
         packets_corrupt: core.packets_corrupt,
         packets_duplicate: core.packets_duplicate,
         packets_foreign: core.packets_foreign,
@@ -284,5 +297,9 @@ pub(super) fn assemble(
         paced: t.paced,
         duration_s: t.requested.elapsed().as_secs_f64(),
         end_reason: t.end_reason,
+        repair: RepairStats::default(),
+        loss_reports_sent: 0,
+        reported_loss_rate: None,
+        max_reported_loss_rate: None,
     }
 }

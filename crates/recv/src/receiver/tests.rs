@@ -209,7 +209,12 @@ proptest! {
         // can span any number of codewords when the ones between lost most of their packets;
         // so the early give-up (tested on its own) is switched off here and the codewords
         // are judged at the end of the stream.
-        let no_horizon = ReceiverConfig { loss_horizon: u32::MAX, ..ReceiverConfig::default() };
+        // Whole codewords: each doomed codeword is one Lost piece of its full range.
+        let no_horizon = ReceiverConfig {
+            loss_horizon: u32::MAX,
+            release: Release::Codeword,
+            ..ReceiverConfig::default()
+        };
         let mut rx = Receiver::new(p.clone(), no_horizon).unwrap();
         let (out, lost) = run(&mut rx, &seq);
         let part = rx.partition().to_owned();
@@ -230,6 +235,138 @@ proptest! {
         let s = rx.stats();
         prop_assert_eq!(s.bytes_lost + s.bytes_recovered, len as u64);
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+
+    /// Instant release under any loss, corruption, duplication and local reordering: the
+    /// output is in order and covers the stream exactly once (checked by `run`); every byte
+    /// released as data is the original byte; a Lost piece is always the tail of an
+    /// unrecoverable codeword (its intact prefix may have gone out as data); the codewords
+    /// within the code's limit are byte-identical.
+    #[test]
+    fn instant_release_never_contradicts(
+        len in 1usize..5000,
+        e in 1u32..40,
+        b in 1u32..16,
+        m in 1u32..6,
+        seed in any::<u64>(),
+        shuffle in any::<bool>(),
+        horizon in prop_oneof![Just(u32::MAX), 1u32..4],
+    ) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let data = random_data(len, seed ^ 2);
+        let p = params(len as u64, e, b, m);
+        let cws = object_packets(&data, &p).unwrap();
+        let mut doomed = Vec::new();
+        let plans: Vec<Plan> = cws
+            .iter()
+            .enumerate()
+            .map(|(sbn, cw)| {
+                let n = cw.len();
+                let count = if rng.random_bool(0.4) {
+                    doomed.push(sbn as u32);
+                    rng.random_range(m as usize + 1..=n)
+                } else {
+                    rng.random_range(0..=m as usize)
+                };
+                erasures(n, count, &mut rng)
+            })
+            .collect();
+        let (mut seq, _) = stream(&cws, &plans, 0.02, &mut rng);
+        if shuffle {
+            let n_min = cws.iter().map(Vec::len).min().unwrap();
+            local_shuffle(&mut seq, n_min, &mut rng);
+        }
+        let cfg = ReceiverConfig { loss_horizon: horizon, ..ReceiverConfig::default() };
+        let mut rx = Receiver::new(p.clone(), cfg).unwrap();
+        let (out, lost) = run(&mut rx, &seq);
+        let part = rx.partition().to_owned();
+        let mut lost_bytes = vec![false; len];
+        for &(sbn, offset, l) in &lost {
+            // The tail of codeword `sbn`, starting on a symbol boundary.
+            let (a, z) = (part.block_offset(sbn), part.block_offset(sbn) + part.block_bytes(sbn));
+            prop_assert!(offset >= a && offset + l == z, "lost {offset}+{l} of {a}..{z}");
+            prop_assert_eq!((offset - a) % u64::from(e), 0);
+            lost_bytes[offset as usize..(offset + l) as usize].iter_mut().for_each(|x| *x = true);
+        }
+        for i in 0..len {
+            if !lost_bytes[i] {
+                prop_assert_eq!(out[i], data[i], "byte {} released as data differs", i);
+            }
+        }
+        let s = rx.stats();
+        // Without early give-up, exactly the doomed codewords are lost.
+        if horizon == u32::MAX {
+            prop_assert_eq!(&s.codewords_unrecoverable, &doomed);
+        }
+        let lost_sbns: Vec<u32> = lost.iter().map(|l| l.0).collect();
+        prop_assert_eq!(&s.codewords_unrecoverable, &lost_sbns);
+        let ranges: Vec<(u32, u64, u64)> = s.lost_ranges.iter().map(|r| (r.sbn, r.offset, r.len)).collect();
+        prop_assert_eq!(&ranges, &lost);
+        prop_assert_eq!(s.bytes_lost + s.bytes_recovered, len as u64);
+        prop_assert_eq!(s.bytes_lost, lost.iter().map(|l| l.2).sum::<u64>());
+    }
+}
+
+#[test]
+fn instant_release_follows_the_source_symbols() {
+    let data = random_data(3000, 9);
+    let p = params(3000, 100, 10, 3); // 3 codewords of 10 source symbols
+    let cws = object_packets(&data, &p).unwrap();
+    let mut rx = Receiver::new(p, ReceiverConfig::default()).unwrap();
+    // In order and intact: every source symbol goes out as it arrives.
+    for esi in 0..3 {
+        rx.push(&cws[0][esi], T0);
+        let Some(Output::Data { sbn, offset, bytes }) = rx.poll_output() else {
+            panic!("symbol {esi} released at once")
+        };
+        assert_eq!((sbn, offset), (0, esi as u64 * 100));
+        assert_eq!(bytes, data[esi * 100..esi * 100 + 100]);
+        assert_eq!(rx.poll_output(), None);
+    }
+    // ESI 3 missing: 4..=9 wait; the first repair symbol completes k and the rest goes.
+    for pkt in &cws[0][4..10] {
+        rx.push(pkt, T0);
+        assert_eq!(rx.poll_output(), None, "waits behind the missing ESI 3");
+    }
+    rx.push(&cws[0][10], T0);
+    let Some(Output::Data { offset, bytes, .. }) = rx.poll_output() else {
+        panic!("decoded")
+    };
+    assert_eq!((offset, &bytes[..]), (300, &data[300..1000]));
+    assert_eq!(rx.stats().codewords_decoded, 1);
+    // Codeword 1 gets its first 4 source symbols and nothing else: they go out, and when
+    // the stream moves on (horizon 2) the rest is Lost, exactly its range.
+    for pkt in &cws[1][..4] {
+        rx.push(pkt, T0);
+    }
+    let Some(Output::Data { offset, bytes, .. }) = rx.poll_output() else {
+        panic!("prefix")
+    };
+    assert_eq!((offset, &bytes[..]), (1000, &data[1000..1400]));
+    rx.finish();
+    assert_eq!(
+        rx.poll_output(),
+        Some(Output::Lost {
+            sbn: 1,
+            offset: 1400,
+            len: 600
+        })
+    );
+    assert_eq!(
+        rx.poll_output(),
+        Some(Output::Lost {
+            sbn: 2,
+            offset: 2000,
+            len: 1000
+        })
+    );
+    assert_eq!(rx.poll_output(), None);
+    let s = rx.stats();
+    assert_eq!(s.codewords_unrecoverable, vec![1, 2]);
+    assert_eq!((s.bytes_recovered, s.bytes_lost), (1400, 1600));
 }
 
 #[test]
@@ -265,6 +402,10 @@ fn decodes_at_k_and_counts_repairs() {
     assert_eq!(s.symbols_repaired, 2);
     assert_eq!(s.packets_valid, 11);
     assert_eq!(s.packets_lost, 2);
+    assert_eq!(
+        s.packets_missed, 2,
+        "ESIs 0 and 5, below the highest seen (12)"
+    );
     assert_eq!(s.packets_duplicate, 1);
 }
 
@@ -277,6 +418,7 @@ fn horizon_declares_loss_without_finish() {
         p,
         ReceiverConfig {
             loss_horizon: 1,
+            release: Release::Codeword,
             ..ReceiverConfig::default()
         },
     )
@@ -311,6 +453,9 @@ fn horizon_declares_loss_without_finish() {
     assert_eq!(rest.len(), 2);
     assert!(rest.iter().all(|o| matches!(o, Output::Lost { .. })));
     assert_eq!(rx.stats().codewords_unrecoverable, vec![0, 2, 3]);
+    // Codeword 0: ESI 9 (late, redundant) counts, nothing below it is missing; codeword 2
+    // got ESI 0 only; codeword 3 nothing: its 10 source symbols.
+    assert_eq!(rx.stats().packets_missed, 10);
 }
 
 #[test]
@@ -489,11 +634,13 @@ fn window_is_at_least_the_loss_horizon_plus_two() {
     let c = ReceiverConfig {
         loss_horizon: 20,
         window_codewords: 4,
+        ..ReceiverConfig::default()
     };
     assert_eq!(c.effective_window_codewords(), 22);
     let c = ReceiverConfig {
         loss_horizon: u32::MAX,
         window_codewords: 4,
+        ..ReceiverConfig::default()
     };
     assert_eq!(c.effective_window_codewords(), u32::MAX);
 }

@@ -12,12 +12,15 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use isnode_proto::{CreateSession, ErrorBody, FecInfo, SessionInfo};
 
+use super::media::{locate, Located};
 use super::{blocking, store_error, ApiError, Sh};
-use crate::admission::{admit, Demand, Limits, PoolLimit, Refusal};
+use crate::admission::{
+    admit, burst_headroom_bps, start_burst_factor, Demand, Limits, PoolLimit, Refusal,
+};
 use crate::objects::{ObjectInfo, SessionFdt};
 use crate::plane::{NewSession, LOOKAHEAD_CODEWORDS};
 use crate::registry::{NewSessionShared, RegisterError, Snapshot};
-use crate::session::{Pacer, PacerConfig};
+use crate::session::{Pacer, PacerConfig, StartBurst};
 use crate::{EngineKind, SessionShared, Shared};
 
 /// The FDT is repeated before every this many codewords.
@@ -33,6 +36,10 @@ struct Request {
     /// Always the HTTP peer's own address.
     dest: SocketAddr,
     start_codeword: u32,
+    /// `start_at_s`, checked finite and not negative; mapped once the object is known.
+    start_at_s: Option<f64>,
+    /// The client asked for no start-up burst.
+    no_start_burst: bool,
 }
 
 /// Parses the body; packets only ever go to the HTTP peer's own address.
@@ -45,6 +52,20 @@ fn parse(body: &[u8], peer: SocketAddr) -> Result<Request, ApiError> {
             "port 0 is not a destination",
         ));
     }
+    if let Some(t) = req.start_at_s {
+        if !t.is_finite() || t < 0.0 {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("start_at_s {t} is not a time in the title"),
+            ));
+        }
+        if req.start_codeword != 0 {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "give start_at_s or start_codeword, not both",
+            ));
+        }
+    }
     let peer_ip = match peer.ip() {
         IpAddr::V6(v6) => v6.to_canonical(),
         v4 => v4,
@@ -53,6 +74,8 @@ fn parse(body: &[u8], peer: SocketAddr) -> Result<Request, ApiError> {
         object: req.object,
         dest: SocketAddr::new(peer_ip, req.port),
         start_codeword: req.start_codeword,
+        start_at_s: req.start_at_s,
+        no_start_burst: req.no_start_burst,
     })
 }
 
@@ -76,6 +99,7 @@ fn limits(sh: &Shared) -> Limits {
     Limits {
         max_sessions_per_client: sh.args.max_sessions_per_client,
         max_bitrate_bps: sh.args.bitrate_budget_bps(),
+        burst_headroom_bps: burst_headroom_bps(sh.args.bitrate_budget_bps()),
         // The pool-backed engines only: `traditional` reads per session and `sendfile`
         // sends from the page cache (its pool backs the degraded path alone).
         pool: matches!(
@@ -101,14 +125,20 @@ fn demand(s: &SessionShared) -> Demand<'_> {
     }
 }
 
-/// Admits the session over `snap`, without any lock held.
+/// Admits the session over `snap`, without any lock held; the start-up burst factor the
+/// budget leaves it (1: none).
 fn admit_over(
     sh: &Shared,
     snap: &Snapshot,
     req: &Request,
     obj: &ObjectInfo,
-) -> Result<(), Refusal> {
+) -> Result<u32, Refusal> {
+    let now = sh.now_ns();
     let active: Vec<Demand> = snap.sessions.iter().map(|s| demand(s)).collect();
+    let bursting = snap
+        .sessions
+        .iter()
+        .fold(0u64, |sum, s| sum.saturating_add(s.burst_extra_bps(now)));
     let new = Demand {
         peer_ip: req.dest.ip(),
         send_rate_bps: obj.send_rate_bps,
@@ -116,7 +146,38 @@ fn admit_over(
         layout: &obj.layout,
         codeword: req.start_codeword,
     };
-    admit(&limits(sh), &active, &new)
+    let limits = limits(sh);
+    admit(&limits, &active, &new)?;
+    let wanted = if req.no_start_burst || sh.args.start_burst_ms == 0 {
+        1
+    } else {
+        sh.args.start_burst_factor
+    };
+    Ok(start_burst_factor(
+        &limits,
+        bursting,
+        new.send_rate_bps,
+        wanted,
+    ))
+}
+
+/// The pacer with the start-up burst of `factor` (none below 2), and the burst's (rate,
+/// end time) for the session's admission record.
+fn with_burst(
+    sh: &Shared,
+    pacer: &Pacer,
+    send_rate_bps: u64,
+    factor: u32,
+) -> (Pacer, Option<(u64, u64)>) {
+    let burst = StartBurst {
+        media_ms: sh.args.start_burst_ms,
+        factor,
+    };
+    let p = pacer.clone().with_start_burst(burst);
+    let record = p
+        .burst_end_ns()
+        .map(|end| (send_rate_bps.saturating_mul(u64::from(factor)), end));
+    (p, record)
 }
 
 /// Counts the refusal; the `503` answer naming the limit.
@@ -140,10 +201,11 @@ fn admit_and_register(
     fdt: &SessionFdt,
     pacer: Pacer,
 ) -> Result<Arc<SessionShared>, ApiError> {
-    let mut pacer = Some(pacer);
     for _ in 0..REGISTER_ATTEMPTS {
         let snap = sh.sessions.snapshot();
-        admit_over(sh, &snap, req, obj).map_err(|r| refuse(sh, r))?;
+        let factor = admit_over(sh, &snap, req, obj).map_err(|r| refuse(sh, r))?;
+        let (pacer, burst) = with_burst(sh, &pacer, obj.send_rate_bps, factor);
+        let mut pacer = Some(pacer);
         let make = |id| {
             Arc::new(SessionShared::new(NewSessionShared {
                 id,
@@ -152,6 +214,7 @@ fn admit_and_register(
                 dest: req.dest,
                 start_codeword: req.start_codeword,
                 now_ns: sh.now_ns(),
+                burst,
             }))
         };
         let new_id = || format!("{:016x}", rand::random::<u64>());
@@ -165,7 +228,12 @@ fn admit_and_register(
             sh.workers.get(w).ok_or(())?.try_send(ns).map_err(|_| ())
         };
         match sh.sessions.register(&snap, make, new_id, hand_over) {
-            Ok(s) => return Ok(s),
+            Ok(s) => {
+                if burst.is_some() {
+                    sh.metrics.start_bursts.fetch_add(1, Ordering::Relaxed);
+                }
+                return Ok(s);
+            }
             Err(RegisterError::Stale) => continue,
             Err(RegisterError::HandOver(())) => break,
         }
@@ -176,7 +244,7 @@ fn admit_and_register(
     ))
 }
 
-fn created(sh: &Shared, s: &SessionShared, fdt: SessionFdt) -> Response {
+fn created(sh: &Shared, s: &SessionShared, fdt: SessionFdt, at: Option<Located>) -> Response {
     let obj = &s.object;
     let body = SessionInfo {
         id: s.id.clone(),
@@ -187,6 +255,7 @@ fn created(sh: &Shared, s: &SessionShared, fdt: SessionFdt) -> Response {
         keepalive_interval_ms: isnode_proto::DEFAULT_KEEPALIVE_INTERVAL_MS,
         keepalive_port: Some(sh.keepalive_port),
         session_timeout_ms: sh.args.session_timeout_ms,
+        loss_reports: true,
         fdt_xml: fdt.xml,
         fec: FecInfo {
             encoding_id: isnode_wire::FEC_ENCODING_ID_RS28,
@@ -194,6 +263,9 @@ fn created(sh: &Shared, s: &SessionShared, fdt: SessionFdt) -> Response {
             max_source_block_length: obj.rec.source_symbols,
             max_encoding_symbols: obj.rec.source_symbols + obj.rec.repair_symbols,
         },
+        start_offset_bytes: at.map(|a| a.offset_bytes),
+        start_time_s: at.map(|a| a.time_s),
+        seek_by: at.map(|a| a.by),
     };
     (StatusCode::CREATED, Json(body)).into_response()
 }
@@ -203,7 +275,7 @@ pub(super) async fn create_session(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: Bytes,
 ) -> Response {
-    let req = match parse(&body, peer) {
+    let mut req = match parse(&body, peer) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
@@ -218,6 +290,13 @@ pub(super) async fn create_session(
         Ok(Err(e)) => return store_error(e),
         Err(resp) => return resp,
     };
+    let at = match req.start_at_s.map(|t| locate(&obj, t)).transpose() {
+        Ok(at) => at,
+        Err(e) => return ApiError::new(StatusCode::BAD_REQUEST, e).into_response(),
+    };
+    if let Some(at) = at {
+        req.start_codeword = at.codeword;
+    }
     let pacer = match pacer(&sh, &obj, req.start_codeword) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
@@ -226,7 +305,7 @@ pub(super) async fn create_session(
         Ok(s) => {
             sh.metrics.sessions_started.fetch_add(1, Ordering::Relaxed);
             tracing::info!(id = %s.id, object = %obj.rec.name, dest = %s.dest, "session started");
-            created(&sh, &s, fdt)
+            created(&sh, &s, fdt, at)
         }
         Err(e) => e.into_response(),
     }

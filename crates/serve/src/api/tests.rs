@@ -134,3 +134,67 @@ fn a_locked_catalog_does_not_stall_metrics_or_keepalives() {
     let (status, body) = create.recv_timeout(ANSWER_BOUND).unwrap().unwrap();
     assert_eq!(status, 201, "{body}");
 }
+
+/// Loss reports (adaptive repair): the HTTP keepalive's JSON body and the version 2
+/// keepalive datagram set the session's reported loss; a malformed body or a rate outside
+/// [0, 1] is a 400 and changes nothing.
+#[test]
+fn keepalives_carry_loss_reports() {
+    use isnode_proto::keepalive::{keepalive_datagram_with_loss, LossReport};
+    let dir = volume();
+    let server = server(&dir);
+    let addr = server.local_addr();
+    let (status, body) = http(
+        addr,
+        "POST",
+        "/v1/sessions",
+        r#"{"object":"a.ts","port":9}"#,
+    )
+    .expect("POST /v1/sessions");
+    assert_eq!(status, 201, "{body}");
+    let info: isnode_proto::SessionInfo = serde_json::from_str(&body).unwrap();
+    assert!(info.loss_reports);
+    let keepalive = format!("/v1/sessions/{}/keepalive", info.id);
+    let status_of = || {
+        let (status, body) = http(addr, "GET", &format!("/v1/sessions/{}", info.id), "").unwrap();
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<isnode_proto::SessionStatus>(&body).unwrap()
+    };
+    assert_eq!(status_of().reported_loss_units, None, "no report yet");
+    assert_eq!(http(addr, "POST", &keepalive, "").unwrap().0, 204);
+    assert_eq!(
+        status_of().reported_loss_units,
+        None,
+        "a plain keepalive reports nothing"
+    );
+    let (status, _) = http(addr, "POST", &keepalive, r#"{"loss_rate":0.05}"#).unwrap();
+    assert_eq!(status, 204);
+    assert_eq!(status_of().reported_loss_units, Some(500));
+    for bad in [
+        r#"{"loss_rate":1.5}"#,
+        r#"{"loss_rate":-0.1}"#,
+        r#"{"loss":1}"#,
+        "nope",
+    ] {
+        let (status, body) = http(addr, "POST", &keepalive, bad).unwrap();
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+    assert_eq!(
+        status_of().reported_loss_units,
+        Some(500),
+        "refused bodies change nothing"
+    );
+    // The datagram, from the session's destination IP.
+    let port = info.keepalive_port.expect("a keepalive port");
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let d = keepalive_datagram_with_loss(&info.id, LossReport::from_units(123).unwrap()).unwrap();
+    for _ in 0..200 {
+        sock.send_to(&d, (addr.ip(), port)).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        if status_of().reported_loss_units == Some(123) {
+            break;
+        }
+    }
+    assert_eq!(status_of().reported_loss_units, Some(123));
+    assert!(server.metrics().loss_reports >= 2);
+}

@@ -33,9 +33,12 @@ use self::send::Mode;
 use crate::cache::BlockKey;
 use crate::net::{self, RawAddr};
 use crate::reader::{Prefetch, Reader, QUEUE_DEPTH};
-use crate::session::{blocks_of, Pacer, Step};
+use crate::registry::Control;
+use crate::repair_policy::repair_symbols;
+use crate::session::{blocks_of, Pacer, RepairCounts, Step};
 use crate::uring::UringSender;
 use crate::{EngineKind, ReadIo, SessionShared, SessionState, Shared};
+use isnode_proto::keepalive::LossReport;
 
 /// Codewords (current one included) whose blocks a session keeps in the pool.
 pub(crate) const LOOKAHEAD_CODEWORDS: u32 = 3;
@@ -81,6 +84,10 @@ struct Active {
     baseline: Option<Box<Baseline>>,
     /// The session's connected, segmenting socket (`sendfile` only; made on first send).
     conn: Option<UdpSocket>,
+    /// The loss report the pacer's repair limit was last set from.
+    applied_loss: Option<LossReport>,
+    /// The pacer's repair counts already added to the metrics.
+    repair_counted: RepairCounts,
 }
 
 /// Whether a step went out.
@@ -227,6 +234,8 @@ impl Worker {
             retry_at_ns: 0,
             baseline,
             conn: None,
+            applied_loss: None,
+            repair_counted: RepairCounts::default(),
         }
     }
 
@@ -264,6 +273,7 @@ impl Worker {
             }
             return false;
         }
+        apply_controls(a, now);
         if now >= a.retry_at_ns {
             self.turn(a, now);
         }
@@ -278,6 +288,7 @@ impl Worker {
     /// Sends what is due for one session (bounded); a step that must wait backs the
     /// session off for [`RETRY_BACKOFF_NS`].
     fn turn(&mut self, a: &mut Active, now: u64) {
+        self.adapt_repair(a);
         for _ in 0..MAX_STEPS_PER_TURN {
             let Some(step) = a.pacer.peek(now + PACING_SLACK_NS) else {
                 break;
@@ -302,6 +313,40 @@ impl Worker {
         }
         a.s.next_codeword
             .store(a.pacer.codeword(), Ordering::Relaxed);
+        self.count_repair(a);
+    }
+
+    /// Adaptive repair: a new loss report from the client sets how many stored repair
+    /// symbols the codewords from now on send ([`repair_symbols`]).
+    fn adapt_repair(&self, a: &mut Active) {
+        let report = a.s.loss_report();
+        if report == a.applied_loss {
+            return;
+        }
+        a.applied_loss = report;
+        let p = a.s.object.layout.params();
+        let r = repair_symbols(report, p.source_symbols, p.repair_symbols);
+        a.pacer.set_repair_limit(report.map(|_| r));
+    }
+
+    /// Adds the repair packets sent and skipped since the last turn to the metrics.
+    fn count_repair(&self, a: &mut Active) {
+        let c = a.pacer.repair_counts();
+        let sent = c.sent - a.repair_counted.sent;
+        let skipped = c.skipped - a.repair_counted.skipped;
+        a.repair_counted = c;
+        if sent > 0 {
+            self.sh
+                .metrics
+                .repair_sent
+                .fetch_add(sent, Ordering::Relaxed);
+            a.s.repair_sent.fetch_add(sent, Ordering::Relaxed);
+        }
+        if skipped > 0 {
+            let m = &self.sh.metrics;
+            m.repair_skipped.fetch_add(skipped, Ordering::Relaxed);
+            a.s.repair_skipped.fetch_add(skipped, Ordering::Relaxed);
+        }
     }
 
     /// How long the loop may sleep: until the next step is due or a backed-off session may
@@ -384,6 +429,22 @@ impl Worker {
             }
         }
         self.reader.poll();
+    }
+}
+
+/// Applies the session's queued control requests (seek, pause, resume) to its pacer.
+fn apply_controls(a: &mut Active, now: u64) {
+    for c in a.s.take_controls() {
+        match c {
+            Control::Pause => a.pacer.pause(now),
+            Control::Resume => a.pacer.resume(now),
+            Control::Seek(codeword) => {
+                if let Err(e) = a.pacer.seek(codeword, now) {
+                    tracing::warn!(id = %a.s.id, "seek refused by the pacer: {e}");
+                }
+                a.retry_at_ns = 0;
+            }
+        }
     }
 }
 

@@ -1,0 +1,128 @@
+//! Real encoded media for the end-to-end tests, made by Debian's `ffmpeg`: a test-pattern
+//! video in H.264 and a tone in AAC, with a key frame every 2 s, muxed as MPEG-TS, as MP4
+//! with its `moov` box at the front (`+faststart`) or at the end (ffmpeg's default).
+//!
+//! A missing `ffmpeg` or `ffprobe` fails the test that needs it (with what to install):
+//! a test never passes because a tool is missing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The containers the tests use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Container {
+    /// MPEG-TS (188-byte packets).
+    Ts,
+    /// MP4 with `moov` before `mdat` (progressive playback can start at once).
+    Mp4MoovFront,
+    /// MP4 with `moov` after `mdat` (a player must read the end first).
+    Mp4MoovEnd,
+}
+
+impl Container {
+    fn extension(self) -> &'static str {
+        match self {
+            Container::Ts => "ts",
+            Container::Mp4MoovFront | Container::Mp4MoovEnd => "mp4",
+        }
+    }
+}
+
+/// Seconds between key frames (random-access points) in the made media.
+pub(crate) const KEYFRAME_EVERY_S: u32 = 2;
+
+/// Makes `seconds` of media in `dir` (named after the container) and returns its path.
+#[track_caller]
+pub(crate) fn make(dir: &Path, container: Container, seconds: u32) -> PathBuf {
+    let name = format!("{container:?}-{seconds}s.{}", container.extension()).to_lowercase();
+    let out = dir.join(name);
+    let gop = (25 * KEYFRAME_EVERY_S).to_string();
+    let secs = seconds.to_string();
+    let mut cmd = Command::new(tool("ffmpeg"));
+    cmd.args(["-v", "error", "-y", "-f", "lavfi", "-i"])
+        .arg("testsrc2=size=320x240:rate=25")
+        .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
+        .args(["-t", &secs, "-c:v", "libx264", "-preset", "ultrafast"])
+        .args(["-g", &gop, "-keyint_min", &gop, "-sc_threshold", "0"])
+        .args(["-b:v", "1000k", "-c:a", "aac", "-b:a", "96k"]);
+    match container {
+        Container::Ts => cmd.args(["-f", "mpegts"]),
+        Container::Mp4MoovFront => cmd.args(["-movflags", "+faststart", "-f", "mp4"]),
+        Container::Mp4MoovEnd => cmd.args(["-f", "mp4"]),
+    };
+    cmd.arg(&out);
+    run(cmd, "making test media");
+    out
+}
+
+/// `ffmpeg -v error -i INPUT -f null -`: decodes every frame; panics with ffmpeg's
+/// complaints if there is any.
+#[track_caller]
+pub(crate) fn decodes_cleanly(input: &str) {
+    let mut cmd = Command::new(tool("ffmpeg"));
+    cmd.args(["-v", "error", "-i", input, "-f", "null", "-"]);
+    run(cmd, "decoding");
+}
+
+/// What `ffprobe` says of `input` (a path or URL): duration in seconds and the codec
+/// names of its streams, in order.
+#[track_caller]
+pub(crate) fn probe(input: &str) -> (f64, Vec<String>) {
+    let mut cmd = Command::new(tool("ffprobe"));
+    cmd.args([
+        "-v",
+        "error",
+        "-of",
+        "json",
+        "-show_format",
+        "-show_streams",
+        input,
+    ]);
+    let out = run(cmd, "probing");
+    let v: serde_json::Value = serde_json::from_slice(&out).expect("ffprobe's JSON");
+    let duration_s = v["format"]["duration"]
+        .as_str()
+        .and_then(|s| s.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("ffprobe of {input}: no duration in {v}"));
+    let codecs = v["streams"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s["codec_name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    (duration_s, codecs)
+}
+
+/// The path of a media tool, or a failure that says what to install.
+#[track_caller]
+pub(crate) fn tool(name: &str) -> &'static str {
+    let path: &'static str = match name {
+        "ffmpeg" => "ffmpeg",
+        "ffprobe" => "ffprobe",
+        other => panic!("unknown media tool {other}"),
+    };
+    let found = Command::new(path).arg("-version").output();
+    assert!(
+        found.is_ok_and(|o| o.status.success()),
+        "`{name}` is needed by this test and is not installed: install Debian's `ffmpeg` \
+         package (`bash scripts/test` does)"
+    );
+    path
+}
+
+#[track_caller]
+fn run(mut cmd: Command, what: &str) -> Vec<u8> {
+    let line = format!("{cmd:?}");
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: running {line}: {e}"));
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{what}: {line} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}

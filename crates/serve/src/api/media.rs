@@ -1,0 +1,305 @@
+//! The time index of the objects over HTTP: `GET /v1/objects/{name}/index` (the
+//! random-access points as JSON), `GET /v1/objects/{name}/index.m3u8` (an HLS VOD playlist
+//! of byte ranges of the content, MPEG-TS only), and the mapping of a time to a place to
+//! start from ([`locate`]), shared by session creation and seek.
+
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use isnode_proto::SeekBy;
+use isnode_store::Layout;
+
+use super::{blocking, store_error, ApiError, Sh};
+use crate::objects::ObjectInfo;
+
+/// Segments are cut at random-access points at least this long apart when the points allow.
+pub(crate) const MIN_SEGMENT_S: f64 = 2.0;
+/// A segment is cut short of [`MIN_SEGMENT_S`] rather than grow past this (a single gap
+/// between two points longer than this stays one segment).
+pub(crate) const MAX_SEGMENT_S: f64 = 6.0;
+/// The segment URI of a playlist: the content, relative to the playlist's URL. The query
+/// (ignored by the server) gives the URI an extension: ffmpeg's HLS demuxer refuses a
+/// segment URL that has none of its known media extensions.
+pub(crate) const SEGMENT_URI: &str = "content?ext=.ts";
+/// The container name the catalog records for MPEG-TS.
+const MPEG_TS: &str = "mpeg-ts";
+
+/// Where a time maps to in an object.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Located {
+    /// The codeword holding `offset_bytes`.
+    pub codeword: u32,
+    /// The byte playback starts at.
+    pub offset_bytes: u64,
+    /// The time of that byte, seconds.
+    pub time_s: f64,
+    /// How it was found.
+    pub by: SeekBy,
+}
+
+/// The codeword holding byte `offset` (the last one for an offset past the end; 0 when
+/// the object has no codeword).
+pub(crate) fn codeword_of(layout: &Layout, offset: u64) -> u32 {
+    let n = layout.codewords();
+    let (mut lo, mut hi) = (0u32, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if layout.codeword_offset(mid) <= offset {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo.saturating_sub(1)
+}
+
+/// Maps `at_s` (seconds from the title's start) to the last random-access point at or
+/// before it (the first point for a time before it), or, for an object without an index
+/// or points, to the first byte of the codeword holding byte `at_s × bitrate / 8`.
+/// Refuses a time that is not finite, negative, or past the duration.
+pub(crate) fn locate(obj: &ObjectInfo, at_s: f64) -> Result<Located, String> {
+    let duration_s = obj.rec.duration_s;
+    if !at_s.is_finite() || at_s < 0.0 {
+        return Err(format!("time {at_s} s is not a time in the title"));
+    }
+    if at_s > duration_s {
+        return Err(format!(
+            "time {at_s} s is past the end of {:?} (duration {duration_s:.3} s)",
+            obj.rec.name
+        ));
+    }
+    let points = obj.media.as_ref().map_or(&[][..], |m| &m.points[..]);
+    let after = points.partition_point(|p| p.0 <= at_s);
+    if let Some(&(time_s, offset_bytes)) = points.get(after.saturating_sub(1)) {
+        return Ok(Located {
+            codeword: codeword_of(&obj.layout, offset_bytes),
+            offset_bytes,
+            time_s,
+            by: SeekBy::Index,
+        });
+    }
+    let rate = obj.rec.bitrate_bps.max(1) as f64;
+    let byte = (at_s * rate / 8.0).floor() as u64;
+    let codeword = codeword_of(&obj.layout, byte.min(obj.rec.size_bytes.saturating_sub(1)));
+    let offset_bytes = if obj.layout.codewords() == 0 {
+        0
+    } else {
+        obj.layout.codeword_offset(codeword)
+    };
+    Ok(Located {
+        codeword,
+        offset_bytes,
+        time_s: offset_bytes as f64 * 8.0 / rate,
+        by: SeekBy::Bitrate,
+    })
+}
+
+/// One segment of a playlist: `[offset, offset + len)` of the content, `duration_s` long.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Segment {
+    pub offset_bytes: u64,
+    pub len_bytes: u64,
+    pub duration_s: f64,
+}
+
+/// Cuts `[0, size_bytes)` at random-access points `(time_s, offset_bytes)` (increasing)
+/// into segments of [`MIN_SEGMENT_S`]..[`MAX_SEGMENT_S`] where the points allow: a point
+/// is a cut when the segment so far lasts at least the minimum, or when going on to the
+/// next point would pass the maximum. The first segment starts at byte 0 (the tables
+/// before the first point), the last ends at `size_bytes`, lasting until `duration_s`.
+pub(crate) fn segments(points: &[(f64, u64)], size_bytes: u64, duration_s: f64) -> Vec<Segment> {
+    let usable: Vec<(f64, u64)> = points
+        .iter()
+        .copied()
+        .filter(|&(t, o)| t.is_finite() && o < size_bytes)
+        .collect();
+    let mut cuts: Vec<(f64, u64)> = vec![(usable.first().map_or(0.0, |p| p.0), 0)];
+    for (i, &(t, o)) in usable.iter().enumerate().skip(1) {
+        let (start_t, start_o) = cuts[cuts.len() - 1];
+        if o <= start_o || t <= start_t {
+            continue;
+        }
+        let next_t = usable.get(i + 1).map_or(duration_s, |p| p.0);
+        if t - start_t >= MIN_SEGMENT_S || next_t - start_t > MAX_SEGMENT_S {
+            cuts.push((t, o));
+        }
+    }
+    let mut out = Vec::with_capacity(cuts.len());
+    for (i, &(t, o)) in cuts.iter().enumerate() {
+        let (end_t, end_o) = cuts
+            .get(i + 1)
+            .copied()
+            .unwrap_or((duration_s.max(t), size_bytes));
+        out.push(Segment {
+            offset_bytes: o,
+            len_bytes: end_o - o,
+            duration_s: (end_t - t).max(0.0),
+        });
+    }
+    out.retain(|s| s.len_bytes > 0);
+    out
+}
+
+/// The HLS VOD playlist (RFC 8216, version 4 for `EXT-X-BYTERANGE`) of `segments` of the
+/// resource at `uri` (relative to the playlist). The target duration is the longest
+/// segment rounded to the nearest second (RFC 8216 §4.3.3.1), at least 1.
+pub(crate) fn playlist(uri: &str, segments: &[Segment]) -> String {
+    let target = segments
+        .iter()
+        .map(|s| s.duration_s.round() as u64)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let mut m = format!(
+        "#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-TARGETDURATION:{target}\n\
+         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n"
+    );
+    for s in segments {
+        m.push_str(&format!(
+            "#EXTINF:{:.3},\n#EXT-X-BYTERANGE:{}@{}\n{uri}\n",
+            s.duration_s, s.len_bytes, s.offset_bytes
+        ));
+    }
+    m.push_str("#EXT-X-ENDLIST\n");
+    m
+}
+
+/// The object's playlist, or why it has none (a 4xx).
+fn object_playlist(obj: &ObjectInfo) -> Result<String, ApiError> {
+    let name = &obj.rec.name;
+    let Some(media) = &obj.media else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("{name:?} has no media index (ingested before indexes existed): ingest it again for HLS"),
+        ));
+    };
+    if media.container != MPEG_TS {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "HLS is served for MPEG-TS titles only; {name:?} is {} (use GET /v1/objects/{{name}}/content)",
+                media.container
+            ),
+        ));
+    }
+    let segs = segments(&media.points, obj.rec.size_bytes, obj.rec.duration_s);
+    Ok(playlist(SEGMENT_URI, &segs))
+}
+
+/// `GET /v1/objects/{name}/index.m3u8`.
+pub(super) async fn get_playlist(State(sh): Sh, Path(name): Path<String>) -> Response {
+    let obj = match blocking(&sh, move |sh| sh.objects.get(&name)).await {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return store_error(e),
+        Err(r) => return r,
+    };
+    match object_playlist(&obj) {
+        Ok(text) => (
+            [(header::CONTENT_TYPE, "application/vnd.apple.mpegurl")],
+            text,
+        )
+            .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /v1/objects/{name}/index`.
+pub(super) async fn get_index(State(sh): Sh, Path(name): Path<String>) -> Response {
+    let obj = match blocking(&sh, move |sh| sh.objects.get(&name)).await {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return store_error(e),
+        Err(r) => return r,
+    };
+    let Some(media) = &obj.media else {
+        return ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "{:?} has no media index (ingested before indexes existed)",
+                obj.rec.name
+            ),
+        )
+        .into_response();
+    };
+    Json(isnode_proto::MediaIndex {
+        object: obj.rec.name.clone(),
+        container: media.container.clone(),
+        moov_at_front: media.moov_at_front,
+        points: media
+            .points
+            .iter()
+            .map(|&(time_s, offset_bytes)| isnode_proto::AccessPoint {
+                time_s,
+                offset_bytes,
+                codeword: codeword_of(&obj.layout, offset_bytes),
+            })
+            .collect(),
+    })
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pts(v: &[(f64, u64)]) -> Vec<(f64, u64)> {
+        v.to_vec()
+    }
+
+    #[test]
+    fn cuts_every_two_seconds_of_points_and_covers_the_object() {
+        let points: Vec<(f64, u64)> = (0..10).map(|i| (i as f64 * 2.0, 564 + i * 1000)).collect();
+        let segs = segments(&points, 10_500, 20.0);
+        assert_eq!(segs.len(), 10);
+        assert_eq!(segs[0].offset_bytes, 0);
+        assert_eq!(segs[0].len_bytes, 1564);
+        assert_eq!(segs[9].offset_bytes + segs[9].len_bytes, 10_500);
+        for w in segs.windows(2) {
+            assert_eq!(w[0].offset_bytes + w[0].len_bytes, w[1].offset_bytes);
+        }
+        assert!(segs.iter().all(|s| (s.duration_s - 2.0).abs() < 1e-9));
+        let text = playlist("content", &segs);
+        assert!(text.starts_with("#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-TARGETDURATION:2\n"));
+        assert!(text.contains("#EXT-X-PLAYLIST-TYPE:VOD\n"));
+        assert!(text.contains("#EXTINF:2.000,\n#EXT-X-BYTERANGE:1564@0\ncontent\n"));
+        assert!(text.contains("#EXT-X-BYTERANGE:1000@1564\n"));
+        assert!(text.ends_with("#EXT-X-ENDLIST\n"));
+    }
+
+    #[test]
+    fn merges_close_points_and_keeps_long_gaps_whole() {
+        // Points every 0.5 s merge into 2 s segments; a 9 s gap stays one segment.
+        let mut points: Vec<(f64, u64)> = (0..9).map(|i| (i as f64 * 0.5, i * 100)).collect();
+        points.push((13.0, 5000));
+        points.push((15.0, 6000));
+        let segs = segments(&pts(&points), 7000, 17.0);
+        let durs: Vec<f64> = segs.iter().map(|s| s.duration_s).collect();
+        assert_eq!(durs, [2.0, 2.0, 9.0, 2.0, 2.0]);
+        assert_eq!(segs[2].offset_bytes, 800);
+        assert!(playlist("c", &segs).contains("#EXT-X-TARGETDURATION:9\n"));
+    }
+
+    #[test]
+    fn never_grows_past_six_seconds_when_a_cut_exists() {
+        // 1.5 s then a 5 s gap: cut at 1.5 s rather than make a 6.5 s segment.
+        let points = pts(&[(0.0, 0), (1.5, 100), (6.5, 200), (8.5, 300)]);
+        let segs = segments(&points, 400, 10.5);
+        let durs: Vec<f64> = segs.iter().map(|s| s.duration_s).collect();
+        assert_eq!(durs, [1.5, 5.0, 2.0, 2.0]);
+    }
+
+    #[test]
+    fn no_points_is_one_segment_and_bad_points_are_skipped() {
+        let segs = segments(&[], 1000, 4.0);
+        assert_eq!(
+            segs,
+            [Segment {
+                offset_bytes: 0,
+                len_bytes: 1000,
+                duration_s: 4.0
+            }]
+        );
+        let segs = segments(&pts(&[(0.0, 0), (f64::NAN, 10), (3.0, 5000)]), 1000, 4.0);
+        assert_eq!(segs.len(), 1);
+    }
+}
