@@ -31,6 +31,8 @@ use crate::udp::{enable_gro, packets_in, recv_gro};
 use isnode_store::{IngestOptions, Volume, VolumeParams};
 use serde::{Deserialize, Serialize};
 
+mod http;
+
 /// Where the streams go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -92,6 +94,11 @@ pub struct EngineResult {
     pub server_cpu_s: f64,
     /// Server CPU seconds per GB (10^9 bytes) delivered at the sink.
     pub cpu_s_per_gb: f64,
+    /// Server CPU seconds per GB of the title's bytes: the UDP rows' delivered bytes carry
+    /// parity and headers, so their title bytes are what the streams' bitrate makes in the
+    /// measured time (capped at the bytes delivered); the HTTP rows deliver title bytes.
+    #[serde(default)]
+    pub cpu_s_per_title_gb: f64,
     /// Delivered packets per second.
     pub packets_per_s: f64,
     /// Bits per second delivered at the sink.
@@ -155,7 +162,7 @@ pub fn run(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
 /// The report as a table.
 pub fn format_table(report: &ServeBenchReport) -> String {
     let mut s = format!(
-        "{:<12} {:>8} {:>14} {:>14} {:>12} {:>10} {:>12} {:>10} {:>8}\n",
+        "{:<16} {:>8} {:>14} {:>14} {:>12} {:>10} {:>12} {:>14} {:>10} {:>8}\n",
         "engine",
         "streams",
         "delivered_MB",
@@ -163,12 +170,13 @@ pub fn format_table(report: &ServeBenchReport) -> String {
         "Mbit/s",
         "cpu_s",
         "cpu_s/GB",
+        "cpu_s/title_GB",
         "kpkt/s",
         "vs_trad"
     );
     for r in &report.results {
         s.push_str(&format!(
-            "{:<12} {:>8} {:>14.1} {:>14.1} {:>12.1} {:>10.3} {:>12.3} {:>10.1} {:>8}\n",
+            "{:<16} {:>8} {:>14.1} {:>14.1} {:>12.1} {:>10.3} {:>12.3} {:>14.3} {:>10.1} {:>8}\n",
             r.engine,
             r.streams,
             r.delivered_bytes as f64 / 1e6,
@@ -176,6 +184,7 @@ pub fn format_table(report: &ServeBenchReport) -> String {
             r.delivered_bps / 1e6,
             r.server_cpu_s,
             r.cpu_s_per_gb,
+            r.cpu_s_per_title_gb,
             r.packets_per_s / 1e3,
             r.ratio_to_traditional
                 .map_or("-".into(), |x| format!("{x:.2}"))
@@ -188,6 +197,16 @@ pub fn format_table(report: &ServeBenchReport) -> String {
     s.push_str(&format!(
         "delivered_MB, Mbit/s, cpu_s/GB, kpkt/s: at the sink, {at}; server_sent_MB: sent by the server, as its metrics count\n"
     ));
+    if report
+        .results
+        .iter()
+        .any(|r| http::Pattern::from_engine(&r.engine).is_some())
+    {
+        s.push_str(
+            "http-* rows: paced HTTP readers of the content route; delivered_MB: response bodies \
+             (the title's bytes, no parity, no headers); no packets counted\n",
+        );
+    }
     s
 }
 
@@ -230,6 +249,9 @@ fn run_engine(
     objects: &[String],
     args: &ServeBenchConfig,
 ) -> anyhow::Result<EngineResult> {
+    if let Some(pattern) = http::Pattern::from_engine(engine) {
+        return run_http(vol_dir, engine, pattern, objects, args);
+    }
     let (server, base) = start_server(
         vol_dir,
         host,
@@ -265,6 +287,7 @@ fn run_engine(
     let delivered = at_sink1.since(at_sink0);
     let sent = sent1.since(sent0);
     let cpu = cpu1 - cpu0;
+    let title_bytes = args.streams as f64 * args.bitrate_bps as f64 * secs / 8.0;
     if delivered.bytes == 0 {
         bail!(
             "nothing was delivered at the sink (the server counts {} bytes sent)",
@@ -281,8 +304,63 @@ fn run_engine(
         sent_by_server_packets: sent.packets,
         server_cpu_s: cpu,
         cpu_s_per_gb: cpu / (delivered.bytes as f64 / 1e9),
+        cpu_s_per_title_gb: cpu / (title_bytes.min(delivered.bytes as f64) / 1e9),
         packets_per_s: delivered.packets as f64 / secs,
         delivered_bps: delivered.bytes as f64 * 8.0 / secs,
+        ratio_to_traditional: None,
+    })
+}
+
+/// An HTTP row: paced readers of the content route of a server (its UDP engine idle), the
+/// server's CPU per GB of response bodies (loopback only: TCP does not go to the ifb sink).
+fn run_http(
+    vol_dir: &Path,
+    engine: &str,
+    pattern: http::Pattern,
+    objects: &[String],
+    args: &ServeBenchConfig,
+) -> anyhow::Result<EngineResult> {
+    if args.sink != Sink::Loopback {
+        bail!("{engine} measures HTTP readers on loopback only (--sink loopback)");
+    }
+    let readers_limit = args.streams.max(1).to_string();
+    let (server, base) = start_server_with(
+        vol_dir,
+        "127.0.0.1",
+        "gso",
+        &args.isnode_exe,
+        args.cache_size_bytes,
+        &["--max-content-readers", &readers_limit],
+    )?;
+    let readers = http::Readers::start(&base, objects, args.streams, args.bitrate_bps, pattern)?;
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = server.0.id();
+    let (cpu0, bytes0, t0) = (process_cpu_s(pid)?, readers.bytes(), Instant::now());
+    std::thread::sleep(Duration::from_secs_f64(args.seconds));
+    let (cpu1, bytes1, secs) = (
+        process_cpu_s(pid)?,
+        readers.bytes(),
+        t0.elapsed().as_secs_f64(),
+    );
+    readers.stop()?;
+    drop(server);
+    let (delivered, cpu) = (bytes1.saturating_sub(bytes0), cpu1 - cpu0);
+    if delivered == 0 {
+        bail!("the HTTP readers received nothing");
+    }
+    Ok(EngineResult {
+        engine: engine.to_string(),
+        streams: args.streams,
+        seconds: secs,
+        delivered_bytes: delivered,
+        delivered_packets: 0,
+        sent_by_server_bytes: delivered,
+        sent_by_server_packets: 0,
+        server_cpu_s: cpu,
+        cpu_s_per_gb: cpu / (delivered as f64 / 1e9),
+        cpu_s_per_title_gb: cpu / (delivered as f64 / 1e9),
+        packets_per_s: 0.0,
+        delivered_bps: delivered as f64 * 8.0 / secs,
         ratio_to_traditional: None,
     })
 }
@@ -295,6 +373,18 @@ pub(crate) fn start_server(
     engine: &str,
     exe: &Path,
     cache_size_bytes: u64,
+) -> anyhow::Result<(ServerChild, String)> {
+    start_server_with(vol_dir, host, engine, exe, cache_size_bytes, &[])
+}
+
+/// [`start_server`] with `extra` arguments for `isnode serve`.
+fn start_server_with(
+    vol_dir: &Path,
+    host: &str,
+    engine: &str,
+    exe: &Path,
+    cache_size_bytes: u64,
+    extra: &[&str],
 ) -> anyhow::Result<(ServerChild, String)> {
     let port = TcpListener::bind((host, 0))?.local_addr()?.port();
     let listen: SocketAddr = format!("{host}:{port}").parse()?;
@@ -315,6 +405,7 @@ pub(crate) fn start_server(
             "100000",
         ])
         .args(["--cache-size", &cache_size_bytes.to_string()])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -813,6 +904,7 @@ mod tests {
             sent_by_server_packets: 770,
             server_cpu_s: 0.01,
             cpu_s_per_gb: 10.0,
+            cpu_s_per_title_gb: 11.0,
             packets_per_s: 350.0,
             delivered_bps: 4e6,
             ratio_to_traditional: None,

@@ -267,7 +267,9 @@ pub(crate) enum Sink {
 /// `bench serve`.
 #[derive(Args, Debug)]
 pub(crate) struct ServeBenchArgs {
-    /// Engines to compare, in order.
+    /// Engines to compare, in order. `http-progressive` and `http-range` are rows of paced
+    /// HTTP readers of the content route (whole-object GETs, random 1 MiB ranges; loopback
+    /// sink only) next to the UDP engines.
     #[arg(
         long,
         value_delimiter = ',',
