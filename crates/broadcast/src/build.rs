@@ -302,7 +302,11 @@ fn harmonic(sizes: &[u64], s: u64) -> Layout {
 /// Cautious harmonic: S1 at b; S2 and S3 alternating at b; S_i (i ≥ 4) at b/(i−1).
 fn cautious(sizes: &[u64], s: u64) -> Layout {
     let segments = segments_of(sizes);
-    let mut lanes = vec![vec![single(&segments[0], int(segments[0].codewords), Ratio::ONE)]];
+    let mut lanes = vec![vec![single(
+        &segments[0],
+        int(segments[0].codewords),
+        Ratio::ONE,
+    )]];
     if segments.len() >= 2 {
         let pair = &segments[1..segments.len().min(3)];
         lanes.push(vec![slot_cycle(pair, 1, s)]);
@@ -318,7 +322,11 @@ fn cautious(sizes: &[u64], s: u64) -> Layout {
 /// the largest that fits and is verified on time; m' = 1 is cautious harmonic's b/(i−1).
 fn quasi(sizes: &[u64], s: u64, m: u32) -> Layout {
     let segments = segments_of(sizes);
-    let mut lanes = vec![vec![single(&segments[0], int(segments[0].codewords), Ratio::ONE)]];
+    let mut lanes = vec![vec![single(
+        &segments[0],
+        int(segments[0].codewords),
+        Ratio::ONE,
+    )]];
     let mut reduced = 0usize;
     for seg in segments.iter().skip(1) {
         let i = seg.index as u64 + 1;
@@ -395,16 +403,24 @@ fn poly(n: u64, s: u64, m: u32) -> Result<Layout, PlanError> {
         });
     }
     check_channels(Scheme::Polyharmonic { m }, n.div_ceil(seg))?;
+    // The whole wait is used: m' = ⌊s/seg⌋ ≥ m slots (lower rates, same wait bound).
+    let mm = s / seg;
     let segments = segments_of(&equal_sizes(n, seg));
     let lanes = segments
         .iter()
         .map(|sg| {
-            let d = u64::from(m) + sg.index as u64;
+            let d = mm + sg.index as u64;
             vec![single(sg, int(d * sg.codewords), int(d))]
         })
         .collect();
     let mut l = layout(seg, segments, lanes, Reception::PrefetchFromArrival);
-    l.playout = Playout::FixedDelay(int(u64::from(m) * seg));
+    l.playout = Playout::FixedDelay(int(mm * seg));
+    if mm != u64::from(m) {
+        l.notes.push(format!(
+            "slots of {seg} codeword(s): the wait holds m' = {mm} slots, so channel i runs \
+             at b/(m'+i-1)"
+        ));
+    }
     Ok(l)
 }
 

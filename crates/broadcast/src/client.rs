@@ -145,7 +145,11 @@ pub(crate) fn late_fraction(d: &Delivery, play: Ratio) -> Ratio {
     let slope = d.airtime - Ratio::ONE;
     let (lo, hi) = (d.lo, d.hi);
     if slope == Ratio::ZERO {
-        return if gap > Ratio::ZERO { hi - lo } else { Ratio::ZERO };
+        return if gap > Ratio::ZERO {
+            hi - lo
+        } else {
+            Ratio::ZERO
+        };
     }
     let y = (Ratio::ZERO - gap) / slope; // the byte that arrives exactly on time
     let late = if slope > Ratio::ZERO {
@@ -290,12 +294,24 @@ mod tests {
     #[test]
     fn late_fraction_cases() {
         // In sync at the playback rate: on time; one τ late: all late.
-        assert_eq!(late_fraction(&d(Ratio::ZERO, Ratio::ONE), Ratio::ZERO), Ratio::ZERO);
-        assert_eq!(late_fraction(&d(Ratio::ONE, Ratio::ONE), Ratio::ZERO), Ratio::ONE);
+        assert_eq!(
+            late_fraction(&d(Ratio::ZERO, Ratio::ONE), Ratio::ZERO),
+            Ratio::ZERO
+        );
+        assert_eq!(
+            late_fraction(&d(Ratio::ONE, Ratio::ONE), Ratio::ZERO),
+            Ratio::ONE
+        );
         // Half rate starting with playback: bytes after the first arrive late: y > 0.
-        assert_eq!(late_fraction(&d(Ratio::ZERO, Ratio::int(2)), Ratio::ZERO), Ratio::ONE);
+        assert_eq!(
+            late_fraction(&d(Ratio::ZERO, Ratio::int(2)), Ratio::ZERO),
+            Ratio::ONE
+        );
         // Half rate starting one τ early: on time exactly at the end.
-        assert_eq!(late_fraction(&d(Ratio::ZERO, Ratio::int(2)), Ratio::ONE), Ratio::ZERO);
+        assert_eq!(
+            late_fraction(&d(Ratio::ZERO, Ratio::int(2)), Ratio::ONE),
+            Ratio::ZERO
+        );
         // Double rate starting half a τ late: byte y late while 1/2 + y/2 > y, i.e. y < 1.
         let fast = d(Ratio::new(1, 2), Ratio::new(1, 2));
         assert_eq!(late_fraction(&fast, Ratio::ZERO), Ratio::ONE);

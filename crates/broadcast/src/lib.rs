@@ -142,7 +142,11 @@ fn pyramid_within_cap(req: &PlanRequest, p: Plan) -> Result<Plan, PlanError> {
         };
         let cand = assemble(req, p.title, layout);
         let fits = cand.client.peak_receive_bps <= cap as f64;
-        if fits && best.as_ref().is_none_or(|b| cand.server_rate_bps < b.server_rate_bps) {
+        if fits
+            && best
+                .as_ref()
+                .is_none_or(|b| cand.server_rate_bps < b.server_rate_bps)
+        {
             best = Some(cand);
         }
     }

@@ -109,7 +109,10 @@ impl Add for Ratio {
     type Output = Ratio;
     fn add(self, o: Ratio) -> Ratio {
         let g = gcd(self.den, o.den);
-        Ratio::new(self.num * (o.den / g) + o.num * (self.den / g), self.den / g * o.den)
+        Ratio::new(
+            self.num * (o.den / g) + o.num * (self.den / g),
+            self.den / g * o.den,
+        )
     }
 }
 
@@ -128,14 +131,22 @@ impl Mul for Ratio {
     fn mul(self, o: Ratio) -> Ratio {
         let g1 = gcd(self.num, o.den);
         let g2 = gcd(o.num, self.den);
-        Ratio::new((self.num / g1) * (o.num / g2), (self.den / g2) * (o.den / g1))
+        Ratio::new(
+            (self.num / g1) * (o.num / g2),
+            (self.den / g2) * (o.den / g1),
+        )
     }
 }
 
 impl Div for Ratio {
     type Output = Ratio;
     fn div(self, o: Ratio) -> Ratio {
-        self * Ratio::new(o.den, o.num)
+        let g1 = gcd(self.num, o.num);
+        let g2 = gcd(self.den, o.den);
+        Ratio::new(
+            (self.num / g1) * (o.den / g2),
+            (self.den / g2) * (o.num / g1),
+        )
     }
 }
 
@@ -188,6 +199,9 @@ mod tests {
         let t = Ratio::new(7, 2);
         assert_eq!(t.ceil_to_grid(Ratio::ONE, Ratio::int(2)), Ratio::int(5));
         assert_eq!(t.floor_to_grid(Ratio::ONE, Ratio::int(2)), Ratio::int(3));
-        assert_eq!(Ratio::int(3).ceil_to_grid(Ratio::ONE, Ratio::int(2)), Ratio::int(3));
+        assert_eq!(
+            Ratio::int(3).ceil_to_grid(Ratio::ONE, Ratio::int(2)),
+            Ratio::int(3)
+        );
     }
 }

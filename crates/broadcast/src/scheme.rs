@@ -226,9 +226,11 @@ pub fn nominal(scheme: Scheme, duration_s: f64, wait_s: f64) -> Nominal {
             nom(k as f64, duration_s / n, k)
         }
         Scheme::Harmonic => nom(harmonic_number(nu), duration_s / n, nu),
-        Scheme::CautiousHarmonic => {
-            nom(harmonic_number(nu - 1) + 0.5, duration_s / n, nu.saturating_sub(1).max(1))
-        }
+        Scheme::CautiousHarmonic => nom(
+            harmonic_number(nu - 1) + 0.5,
+            duration_s / n,
+            nu.saturating_sub(1).max(1),
+        ),
         Scheme::QuasiHarmonic { m } => nom(quasi_harmonic_multiple(nu, m), duration_s / n, nu),
         Scheme::Polyharmonic { m } => {
             let segs = (f64::from(m) * ratio).ceil().max(1.0) as u64;
@@ -374,7 +376,10 @@ mod tests {
     fn lower_bound_is_below_every_closed_form() {
         for s in Scheme::all(SchemeParams::default()) {
             let n = nominal(s, 7200.0, 5.0);
-            assert!(n.server_multiple >= (1.0 + 7200.0 / n.wait_s).ln() - 1e-9, "{s}");
+            assert!(
+                n.server_multiple >= (1.0 + 7200.0 / n.wait_s).ln() - 1e-9,
+                "{s}"
+            );
         }
     }
 }

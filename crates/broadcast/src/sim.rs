@@ -142,7 +142,11 @@ pub fn simulate(plan: &Plan, spec: Arrivals) -> SimReport {
         max_late_bytes: reports.iter().map(|r| r.late_bytes).max().unwrap_or(0),
         max_channels: reports.iter().map(|r| r.max_channels).max().unwrap_or(0),
         peak_receive_bps: max_f(|r| r.peak_receive_bps),
-        peak_buffer_bytes: reports.iter().map(|r| r.peak_buffer_bytes).max().unwrap_or(0),
+        peak_buffer_bytes: reports
+            .iter()
+            .map(|r| r.peak_buffer_bytes)
+            .max()
+            .unwrap_or(0),
         arrivals: reports,
     }
 }
@@ -176,9 +180,12 @@ fn lateness(plan: &Plan, tune: &TuneIn, bytes: u64) -> (u64, u64) {
 
 /// Most channels listened to at once and the highest sum of their rates.
 fn listening(plan: &Plan, tune: &TuneIn) -> (usize, f64) {
-    let mut spans: Vec<(usize, Ratio, Ratio)> =
-        tune.listens.iter().map(|l| (l.channel, l.from, l.to)).collect();
-    spans.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let mut spans: Vec<(usize, Ratio, Ratio)> = tune
+        .listens
+        .iter()
+        .map(|l| (l.channel, l.from, l.to))
+        .collect();
+    spans.sort_by_key(|a| (a.0, a.1));
     let mut merged: Vec<(usize, Ratio, Ratio)> = Vec::new();
     for s in spans {
         match merged.last_mut() {
@@ -192,7 +199,7 @@ fn listening(plan: &Plan, tune: &TuneIn) -> (usize, f64) {
         events.push((from, 1, ch));
         events.push((to, -1, ch));
     }
-    events.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    events.sort_by_key(|a| (a.0, a.1));
     let (mut count, mut rate, mut max_count, mut max_rate) = (0i64, 0.0f64, 0usize, 0.0f64);
     for (_, delta, ch) in events {
         let r = plan.channels.get(ch).map_or(0.0, |c| c.rate_bps);
@@ -218,7 +225,7 @@ fn peak_buffer(plan: &Plan, tune: &TuneIn) -> u64 {
     let end = tune.playback_start + Ratio::int(i128::from(plan.title.codewords));
     events.push((tune.playback_start, -bytes));
     events.push((end, bytes));
-    events.sort_by(|a, b| a.0.cmp(&b.0));
+    events.sort_by_key(|a| a.0);
     let (mut level, mut slope, mut peak) = (0.0f64, 0.0f64, 0.0f64);
     let mut now = events.first().map_or(Ratio::ZERO, |e| e.0);
     for (t, ds) in events {
@@ -237,12 +244,15 @@ pub fn worst_wait(plan: &Plan) -> Ratio {
         return d;
     }
     let firsts = || {
-        plan.channels.iter().flat_map(|c| c.lanes.iter()).flat_map(|l| {
-            l.runs
-                .iter()
-                .filter(|r| r.first_codeword == 0)
-                .map(move |r| (l, r))
-        })
+        plan.channels
+            .iter()
+            .flat_map(|c| c.lanes.iter())
+            .flat_map(|l| {
+                l.runs
+                    .iter()
+                    .filter(|r| r.first_codeword == 0)
+                    .map(move |r| (l, r))
+            })
     };
     let horizon = firsts().map(|(l, _)| l.period).max().unwrap_or(Ratio::ONE);
     let mut starts: Vec<Ratio> = Vec::new();
