@@ -18,6 +18,10 @@
 //! | `DELETE /v1/sessions/{id}`       | —                   | `204`                          |
 //! | `GET /v1/objects/{name}/content` | —                   | `200`/`206` the bytes ([`range`]) |
 //! | `GET /v1/objects/{name}/codewords/{sbn}/packets?esi=...` | — | `200` stored packets |
+//! | `POST /v1/broadcasts`            | [`broadcast::CreateBroadcast`] | `201` [`broadcast::BroadcastInfo`] |
+//! | `GET /v1/broadcasts`             | —                   | `200` [`broadcast::BroadcastList`] |
+//! | `GET /v1/broadcasts/{id}`        | —                   | `200` [`broadcast::BroadcastInfo`] |
+//! | `DELETE /v1/broadcasts/{id}`     | —                   | `204`                          |
 //! | any error                        | —                   | `4xx`/`5xx` [`ErrorBody`]      |
 
 //!
@@ -26,6 +30,7 @@
 
 #![deny(missing_docs)]
 
+pub mod broadcast;
 pub mod keepalive;
 pub mod range;
 

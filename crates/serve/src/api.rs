@@ -4,6 +4,7 @@
 //! pool ([`blocking`]), the session table is locked only for short copies and inserts,
 //! and session creation ([`create`]) admits over a snapshot of the sessions.
 
+mod broadcast;
 mod content;
 mod control;
 mod create;
@@ -106,6 +107,14 @@ fn router(sh: Arc<Shared>) -> Router {
         .route("/v1/sessions/{id}/control", post(control::control_session))
         .route("/v1/objects/{name}/index", get(media::get_index))
         .route("/v1/objects/{name}/index.m3u8", get(media::get_playlist))
+        .route(
+            "/v1/broadcasts",
+            post(broadcast::create_broadcast).get(broadcast::list_broadcasts),
+        )
+        .route(
+            "/v1/broadcasts/{id}",
+            get(broadcast::get_broadcast).delete(broadcast::delete_broadcast),
+        )
         .route("/metrics", get(metrics))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such resource") })
         .method_not_allowed_fallback(|| async {

@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 
 use serde::Serialize;
 
+use crate::broadcast::groups::GroupRange;
+
 /// Default egress capacity the bitrate budget is derived from: 1 Gbit/s.
 pub const DEFAULT_EGRESS_CAPACITY_BPS: u64 = 1_000_000_000;
 /// Share of the egress capacity admitted sessions may use together, in percent
@@ -149,7 +151,30 @@ pub struct ServeArgs {
     /// The client's lead is this × (1 − 1/factor).
     #[arg(long, default_value_t = DEFAULT_START_BURST_MS)]
     pub start_burst_ms: u64,
+    /// Multicast groups broadcasts may use (`ADDRESS/PREFIX`, IPv4 and IPv6 ranges, comma
+    /// separated); groups a broadcast request names must lie in one.
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_BROADCAST_GROUPS)]
+    pub broadcast_groups: Vec<GroupRange>,
+    /// UDP port of a broadcast's channel 0 (channel c: this + c) unless the request names one.
+    #[arg(long, default_value_t = DEFAULT_BROADCAST_PORT)]
+    pub broadcast_port: u16,
+    /// Most groups (source and repair together) one broadcast uses: its channels share them.
+    #[arg(long, default_value_t = DEFAULT_BROADCAST_MAX_GROUPS)]
+    pub broadcast_max_groups: u32,
+    /// TTL (IPv4) and hop limit (IPv6) of broadcast packets.
+    #[arg(long, default_value_t = 1)]
+    pub multicast_ttl: u8,
+    /// Interface broadcasts are sent from, by name (default: the routing table's choice).
+    #[arg(long)]
+    pub multicast_if: Option<String>,
 }
+
+/// Default `--broadcast-groups`: organisation-local IPv4 and site-local IPv6 ranges.
+pub(crate) const DEFAULT_BROADCAST_GROUPS: &str = "239.255.0.0/16,ff15::/64";
+/// Default `--broadcast-port`.
+pub(crate) const DEFAULT_BROADCAST_PORT: u16 = 30000;
+/// Default `--broadcast-max-groups` (a receiver's socket joins at most 20 by default).
+pub(crate) const DEFAULT_BROADCAST_MAX_GROUPS: u32 = 16;
 
 impl ServeArgs {
     /// The bitrate budget in force: `--max-bitrate-bps`, or [`EGRESS_BUDGET_PERCENT`] of
@@ -179,6 +204,14 @@ impl Default for ServeArgs {
             max_content_readers: DEFAULT_MAX_CONTENT_READERS,
             start_burst_factor: DEFAULT_START_BURST_FACTOR,
             start_burst_ms: DEFAULT_START_BURST_MS,
+            broadcast_groups: DEFAULT_BROADCAST_GROUPS
+                .split(',')
+                .filter_map(|r| r.parse().ok())
+                .collect(),
+            broadcast_port: DEFAULT_BROADCAST_PORT,
+            broadcast_max_groups: DEFAULT_BROADCAST_MAX_GROUPS,
+            multicast_ttl: 1,
+            multicast_if: None,
         }
     }
 }
@@ -210,6 +243,8 @@ mod tests {
         assert_eq!(a.max_content_readers, d.max_content_readers);
         assert_eq!(a.bitrate_budget_bps(), 900_000_000);
         assert_eq!(a.max_sessions_per_client, 16);
+        assert_eq!(a.broadcast_groups, d.broadcast_groups);
+        assert_eq!(a.broadcast_groups.len(), 2);
         assert_eq!(
             (a.start_burst_factor, a.start_burst_ms),
             (d.start_burst_factor, d.start_burst_ms)

@@ -14,6 +14,9 @@ pub use isnode_proto::Limit;
 #[derive(Debug)]
 pub(crate) struct Metrics {
     pub sessions_started: AtomicU64,
+    pub broadcasts_started: AtomicU64,
+    pub broadcast_packets: AtomicU64,
+    pub broadcast_bytes: AtomicU64,
     pub sessions_ended: AtomicU64,
     pub sessions_expired: AtomicU64,
     pub keepalives_udp: AtomicU64,
@@ -48,6 +51,14 @@ pub struct MetricsSnapshot {
     pub sessions_active: u64,
     /// Sessions admitted since start.
     pub sessions_started: u64,
+    /// Broadcasts running.
+    pub broadcasts_active: u64,
+    /// Broadcasts started since start.
+    pub broadcasts_started: u64,
+    /// Packets sent on broadcast channels (also counted in `packets_sent`).
+    pub broadcast_packets_sent: u64,
+    /// UDP payload bytes sent on broadcast channels (also counted in `bytes_sent`).
+    pub broadcast_bytes_sent: u64,
     /// Sessions that ended because no keepalive came in time.
     pub sessions_expired: u64,
     /// Keepalive datagrams that kept a session alive.
@@ -126,6 +137,9 @@ impl Metrics {
     pub(crate) fn new(members: u32) -> Metrics {
         Metrics {
             sessions_started: AtomicU64::new(0),
+            broadcasts_started: AtomicU64::new(0),
+            broadcast_packets: AtomicU64::new(0),
+            broadcast_bytes: AtomicU64::new(0),
             sessions_ended: AtomicU64::new(0),
             sessions_expired: AtomicU64::new(0),
             keepalives_udp: AtomicU64::new(0),
@@ -196,6 +210,30 @@ pub(crate) fn render(s: &MetricsSnapshot) -> String {
         "counter",
         "Sessions admitted.",
         s.sessions_started,
+    );
+    one(
+        "isnode_broadcasts_active",
+        "gauge",
+        "Broadcasts running.",
+        s.broadcasts_active,
+    );
+    one(
+        "isnode_broadcasts_started_total",
+        "counter",
+        "Broadcasts started.",
+        s.broadcasts_started,
+    );
+    one(
+        "isnode_broadcast_packets_sent_total",
+        "counter",
+        "Packets sent on broadcast channels (part of isnode_packets_sent_total).",
+        s.broadcast_packets_sent,
+    );
+    one(
+        "isnode_broadcast_bytes_sent_total",
+        "counter",
+        "UDP payload bytes sent on broadcast channels (part of isnode_bytes_sent_total).",
+        s.broadcast_bytes_sent,
     );
     one(
         "isnode_sessions_expired_total",

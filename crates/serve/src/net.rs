@@ -5,6 +5,7 @@ use std::io;
 use std::mem::{size_of, zeroed};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 /// `SOL_UDP` (Linux).
 pub const SOL_UDP: libc::c_int = 17;
@@ -101,7 +102,86 @@ pub fn send_socket(dest: &SocketAddr) -> io::Result<UdpSocket> {
             size_of::<libc::c_int>() as libc::socklen_t,
         );
     }
+    apply_multicast_defaults(&sock, dest.is_ipv4())?;
     Ok(sock)
+}
+
+/// TTL / hop limit of multicast sends ([`set_multicast_defaults`]).
+static MULTICAST_TTL: AtomicU8 = AtomicU8::new(1);
+/// Interface index of multicast sends (0: the routing table's choice).
+static MULTICAST_IFINDEX: AtomicU32 = AtomicU32::new(0);
+
+/// The multicast TTL (hop limit) and source interface every send socket made from now on
+/// uses (`isnode serve --multicast-ttl --multicast-if`).
+pub fn set_multicast_defaults(ttl: u8, ifindex: u32) {
+    MULTICAST_TTL.store(ttl, Ordering::Relaxed);
+    MULTICAST_IFINDEX.store(ifindex, Ordering::Relaxed);
+}
+
+/// The index of the interface called `name`, if there is one.
+pub fn interface_index(name: &str) -> Option<u32> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: a valid NUL-terminated string.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    (i != 0).then_some(i)
+}
+
+fn set_int(
+    sock: &UdpSocket,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: setsockopt with a valid fd and an int option value.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            (&raw const v).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn apply_multicast_defaults(sock: &UdpSocket, ipv4: bool) -> io::Result<()> {
+    let ttl = libc::c_int::from(MULTICAST_TTL.load(Ordering::Relaxed));
+    let ifindex = MULTICAST_IFINDEX.load(Ordering::Relaxed);
+    if ipv4 {
+        set_int(sock, libc::IPPROTO_IP, libc::IP_MULTICAST_TTL, ttl)?;
+        if ifindex != 0 {
+            let req = libc::ip_mreqn {
+                imr_multiaddr: libc::in_addr { s_addr: 0 },
+                imr_address: libc::in_addr { s_addr: 0 },
+                imr_ifindex: libc::c_int::try_from(ifindex).map_err(io::Error::other)?,
+            };
+            // SAFETY: setsockopt with a valid fd and an ip_mreqn value.
+            let rc = unsafe {
+                libc::setsockopt(
+                    sock.as_raw_fd(),
+                    libc::IPPROTO_IP,
+                    libc::IP_MULTICAST_IF,
+                    (&raw const req).cast(),
+                    size_of::<libc::ip_mreqn>() as libc::socklen_t,
+                )
+            };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+    } else {
+        set_int(sock, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_HOPS, ttl)?;
+        if ifindex != 0 {
+            let i = libc::c_int::try_from(ifindex).map_err(io::Error::other)?;
+            set_int(sock, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_IF, i)?;
+        }
+    }
+    Ok(())
 }
 
 /// Sets the socket-wide GSO segment size (used with io_uring sends, which carry no cmsg).

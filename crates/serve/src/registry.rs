@@ -54,6 +54,10 @@ pub(crate) struct SessionShared {
     /// The FDT instance's ALC packets (TOI 0), built for this session (fresh `Expires`).
     pub fdt_packets: Vec<Vec<u8>>,
     pub dest: SocketAddr,
+    /// A broadcast channel's repair group (its repair packets go there, the rest to `dest`).
+    pub repair_dest: Option<SocketAddr>,
+    /// Whether it ends without keepalives.
+    pub expiry: Expiry,
     pub peer_ip: IpAddr,
     pub send_rate_bps: u64,
     pub start_codeword: u32,
@@ -81,6 +85,15 @@ pub(crate) struct SessionShared {
     pub repair_skipped: AtomicU64,
 }
 
+/// How a data-plane entry ends besides being deleted or done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    /// A unicast session: expires without keepalives for `--session-timeout-ms`.
+    Keepalive,
+    /// A broadcast channel: runs until its broadcast is deleted.
+    Never,
+}
+
 /// [`SessionShared::loss_units`] before the client's first loss report.
 pub(crate) const NO_LOSS_REPORT: u32 = u32::MAX;
 
@@ -90,6 +103,12 @@ pub(crate) struct NewSessionShared {
     pub object: Arc<ObjectInfo>,
     pub fdt_packets: Vec<Vec<u8>>,
     pub dest: SocketAddr,
+    /// See [`SessionShared::repair_dest`].
+    pub repair_dest: Option<SocketAddr>,
+    /// See [`SessionShared::expiry`].
+    pub expiry: Expiry,
+    /// The send rate (`None`: the object's).
+    pub send_rate_bps: Option<u64>,
     pub start_codeword: u32,
     pub now_ns: u64,
     /// The start-up burst: (rate during it, when it ends); `None` without one.
@@ -100,8 +119,10 @@ impl SessionShared {
     /// A streaming session; its keepalive clock starts at `now_ns`.
     pub(crate) fn new(n: NewSessionShared) -> SessionShared {
         SessionShared {
-            send_rate_bps: n.object.send_rate_bps,
+            send_rate_bps: n.send_rate_bps.unwrap_or(n.object.send_rate_bps),
             peer_ip: n.dest.ip(),
+            repair_dest: n.repair_dest,
+            expiry: n.expiry,
             id: n.id,
             object: n.object,
             fdt_packets: n.fdt_packets,
@@ -330,6 +351,9 @@ mod tests {
                 fdt_packets: Vec::new(),
                 dest: "127.0.0.1:9".parse().unwrap(),
                 start_codeword: 0,
+                repair_dest: None,
+                expiry: Expiry::Keepalive,
+                send_rate_bps: None,
                 now_ns: 0,
                 burst: None,
             }))

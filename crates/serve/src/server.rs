@@ -64,6 +64,8 @@ pub(crate) struct Shared {
     pub failure: std::sync::OnceLock<String>,
     /// UDP port of the keepalive datagrams (`keepalive.rs`), on the control API's IP.
     pub keepalive_port: u16,
+    /// The running broadcasts.
+    pub broadcasts: crate::broadcast::Broadcasts,
 }
 
 impl Shared {
@@ -93,6 +95,10 @@ impl Shared {
         MetricsSnapshot {
             sessions_active: active,
             sessions_started: load(&m.sessions_started),
+            broadcasts_active: self.broadcasts.list().len() as u64,
+            broadcasts_started: load(&m.broadcasts_started),
+            broadcast_packets_sent: load(&m.broadcast_packets),
+            broadcast_bytes_sent: load(&m.broadcast_bytes),
             sessions_expired: load(&m.sessions_expired),
             keepalives_udp: load(&m.keepalives_udp),
             keepalives_refused: load(&m.keepalives_refused),
@@ -163,6 +169,7 @@ impl ServerHandle {
 
     fn stop(&mut self) {
         self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.broadcasts.clear(self.shared.now_ns());
         if let Some(tx) = self.api_stop.take() {
             let _ = tx.send(());
         }
@@ -280,6 +287,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .clamp(1, 256);
     let (engine, read_io) = io_choices(args);
+    multicast_options(args)?;
     let residency = match engine {
         EngineKind::Sendfile => Residency::OnUse,
         _ => Residency::Touched,
@@ -312,6 +320,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         positions: plane::demand::PositionBoard::new(threads),
         failure: std::sync::OnceLock::new(),
         keepalive_port,
+        broadcasts: crate::broadcast::Broadcasts::default(),
     });
     let mut handle = ServerHandle {
         local_addr,
@@ -355,6 +364,19 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         "isnode serve started"
     );
     Ok(handle)
+}
+
+/// Sets the multicast options of every send socket from `--multicast-ttl` and
+/// `--multicast-if`.
+fn multicast_options(args: &ServeArgs) -> Result<(), ServeError> {
+    let ifindex = match &args.multicast_if {
+        None => 0,
+        Some(name) => crate::net::interface_index(name).ok_or_else(|| {
+            ServeError::Config(format!("--multicast-if {name}: no such interface"))
+        })?,
+    };
+    crate::net::set_multicast_defaults(args.multicast_ttl, ifindex);
+    Ok(())
 }
 
 /// Runs a server until SIGINT or SIGTERM, then shuts it down cleanly; fails if the data

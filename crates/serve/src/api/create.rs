@@ -19,7 +19,7 @@ use crate::admission::{
 };
 use crate::objects::{ObjectInfo, SessionFdt};
 use crate::plane::{NewSession, LOOKAHEAD_CODEWORDS};
-use crate::registry::{NewSessionShared, RegisterError, Snapshot};
+use crate::registry::{Expiry, NewSessionShared, RegisterError, Snapshot};
 use crate::session::{Pacer, PacerConfig, StartBurst};
 use crate::{EngineKind, SessionShared, Shared};
 
@@ -79,23 +79,26 @@ fn parse(body: &[u8], peer: SocketAddr) -> Result<Request, ApiError> {
     })
 }
 
+/// The largest burst of `obj`'s packets one send carries.
+pub(super) fn max_burst(obj: &ObjectInfo) -> u32 {
+    let packet_len = obj.layout.params().packet_len() as usize;
+    (crate::net::MAX_SEND_BYTES / packet_len).clamp(1, crate::net::MAX_GSO_SEGMENTS) as u32
+}
+
 /// The pacer of a session of `obj` from `start_codeword`.
 fn pacer(sh: &Shared, obj: &ObjectInfo, start_codeword: u32) -> Result<Pacer, ApiError> {
-    let packet_len = obj.layout.params().packet_len() as usize;
-    let max_burst =
-        (crate::net::MAX_SEND_BYTES / packet_len).clamp(1, crate::net::MAX_GSO_SEGMENTS) as u32;
     let cfg = PacerConfig {
         layout: obj.layout.clone(),
         bitrate_bps: obj.rec.bitrate_bps,
         start_codeword,
-        max_burst,
+        max_burst: max_burst(obj),
         fdt_every: FDT_EVERY,
     };
     Pacer::new(cfg, sh.now_ns()).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))
 }
 
 /// The configured limits.
-fn limits(sh: &Shared) -> Limits {
+pub(super) fn limits(sh: &Shared) -> Limits {
     Limits {
         max_sessions_per_client: sh.args.max_sessions_per_client,
         max_bitrate_bps: sh.args.bitrate_budget_bps(),
@@ -115,7 +118,7 @@ fn limits(sh: &Shared) -> Limits {
     }
 }
 
-fn demand(s: &SessionShared) -> Demand<'_> {
+pub(super) fn demand(s: &SessionShared) -> Demand<'_> {
     Demand {
         peer_ip: s.peer_ip,
         send_rate_bps: s.send_rate_bps,
@@ -134,7 +137,14 @@ fn admit_over(
     obj: &ObjectInfo,
 ) -> Result<u32, Refusal> {
     let now = sh.now_ns();
-    let active: Vec<Demand> = snap.sessions.iter().map(|s| demand(s)).collect();
+    // Broadcast channels draw on the same budget and pool.
+    let channels = sh.broadcasts.channels();
+    let active: Vec<Demand> = snap
+        .sessions
+        .iter()
+        .chain(channels.iter())
+        .map(|s| demand(s))
+        .collect();
     let bursting = snap
         .sessions
         .iter()
@@ -181,7 +191,7 @@ fn with_burst(
 }
 
 /// Counts the refusal; the `503` answer naming the limit.
-fn refuse(sh: &Shared, r: Refusal) -> ApiError {
+pub(super) fn refuse(sh: &Shared, r: Refusal) -> ApiError {
     sh.metrics.refused(r.limit);
     ApiError {
         status: StatusCode::SERVICE_UNAVAILABLE,
@@ -212,6 +222,9 @@ fn admit_and_register(
                 object: obj.clone(),
                 fdt_packets: fdt.packets.clone(),
                 dest: req.dest,
+                repair_dest: None,
+                expiry: Expiry::Keepalive,
+                send_rate_bps: None,
                 start_codeword: req.start_codeword,
                 now_ns: sh.now_ns(),
                 burst,
@@ -223,7 +236,7 @@ fn admit_and_register(
             let pacer = pacer.take().ok_or(())?;
             let ns = NewSession {
                 shared: s.clone(),
-                pacer,
+                pacer: crate::plane::Schedule::Session(pacer),
             };
             sh.workers.get(w).ok_or(())?.try_send(ns).map_err(|_| ())
         };

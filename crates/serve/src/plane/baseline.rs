@@ -167,9 +167,10 @@ impl Worker {
                     continue;
                 }
             };
+            let dest = a.dest_for(b);
             let r = self
-                .socket(&a.s.dest)
-                .and_then(|s| net::send_to(s, &a.dest, &t.pkt[..n]));
+                .socket(&dest.addr)
+                .and_then(|s| net::send_to(s, &dest.raw, &t.pkt[..n]));
             match r {
                 Ok(()) => self.count(a, EngineKind::Traditional, 1, n as u64),
                 Err(err) => self.send_error(&err),

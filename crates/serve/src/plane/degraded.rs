@@ -116,7 +116,7 @@ impl Worker {
             .metrics
             .symbols_rebuilt
             .fetch_add(u64::from(b.len()), Ordering::Relaxed);
-        self.send_built(a, len, p);
+        self.send_built(a, b, len, p);
         Sent::Yes
     }
 

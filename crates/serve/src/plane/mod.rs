@@ -13,11 +13,12 @@
 mod baseline;
 mod degraded;
 pub(crate) mod demand;
+mod schedule;
 mod send;
 mod sendfile;
 
 use std::collections::HashMap;
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -33,9 +34,9 @@ use self::send::Mode;
 use crate::cache::BlockKey;
 use crate::net::{self, RawAddr};
 use crate::reader::{Prefetch, Reader, QUEUE_DEPTH};
-use crate::registry::Control;
+use crate::registry::{Control, Expiry};
 use crate::repair_policy::repair_symbols;
-use crate::session::{blocks_of, Pacer, RepairCounts, Step};
+use crate::session::{blocks_of, RepairCounts, Step};
 use crate::uring::UringSender;
 use crate::{EngineKind, ReadIo, SessionShared, SessionState, Shared};
 use isnode_proto::keepalive::LossReport;
@@ -68,26 +69,67 @@ const PACING_SLACK_NS: u64 = 8_000_000;
 /// A session handed to a data-plane thread.
 pub(crate) struct NewSession {
     pub shared: Arc<SessionShared>,
-    pub pacer: Pacer,
+    pub pacer: Schedule,
 }
+
+pub(crate) use schedule::Schedule;
 
 /// One session on this thread.
 struct Active {
     s: Arc<SessionShared>,
-    pacer: Pacer,
-    dest: RawAddr,
+    pacer: Schedule,
+    /// Where the packets go: the session's address, or a broadcast channel's source group.
+    dest: Dest,
+    /// A broadcast channel's repair group (its repair packets go there).
+    repair_dest: Option<Dest>,
     /// Codeword up to which read-ahead was done.
     read_ahead_at: Option<u32>,
     /// Not before this time (ns): its last burst had to wait for a block.
     retry_at_ns: u64,
     /// State of the baseline engine (`traditional` only).
     baseline: Option<Box<Baseline>>,
-    /// The session's connected, segmenting socket (`sendfile` only; made on first send).
-    conn: Option<UdpSocket>,
     /// The loss report the pacer's repair limit was last set from.
     applied_loss: Option<LossReport>,
     /// The pacer's repair counts already added to the metrics.
     repair_counted: RepairCounts,
+}
+
+/// One destination of a data-plane entry.
+struct Dest {
+    addr: SocketAddr,
+    raw: RawAddr,
+    /// Its connected, segmenting socket (`sendfile` only; made on first send).
+    conn: Option<UdpSocket>,
+}
+
+impl Dest {
+    fn new(addr: SocketAddr) -> Dest {
+        Dest {
+            raw: RawAddr::new(&addr),
+            addr,
+            conn: None,
+        }
+    }
+}
+
+impl Active {
+    /// Where burst `b` goes: a broadcast channel's repair packets to its repair group,
+    /// everything else to the main destination.
+    fn dest_for(&self, b: &crate::session::Burst) -> &Dest {
+        match &self.repair_dest {
+            Some(r) if b.esis.start >= self.s.object.layout.source_symbols(b.sbn) => r,
+            _ => &self.dest,
+        }
+    }
+
+    /// [`Active::dest_for`], mutable (the `sendfile` engine keeps a socket per destination).
+    fn dest_for_mut(&mut self, b: &crate::session::Burst) -> &mut Dest {
+        let repair = b.esis.start >= self.s.object.layout.source_symbols(b.sbn);
+        match &mut self.repair_dest {
+            Some(r) if repair => r,
+            _ => &mut self.dest,
+        }
+    }
 }
 
 /// Whether a step went out.
@@ -227,13 +269,13 @@ impl Worker {
         let baseline = matches!(self.mode, Mode::Traditional)
             .then(|| Box::new(Baseline::new(&ns.shared.object)));
         Active {
-            dest: RawAddr::new(&ns.shared.dest),
+            dest: Dest::new(ns.shared.dest),
+            repair_dest: ns.shared.repair_dest.map(Dest::new),
             s: ns.shared,
             pacer: ns.pacer,
             read_ahead_at: None,
             retry_at_ns: 0,
             baseline,
-            conn: None,
             applied_loss: None,
             repair_counted: RepairCounts::default(),
         }
@@ -263,7 +305,7 @@ impl Worker {
         }
         let idle = now.saturating_sub(a.s.last_keepalive_ns.load(Ordering::Acquire));
         let timeout_ns = self.sh.args.session_timeout_ms.saturating_mul(1_000_000);
-        if idle > timeout_ns {
+        if a.s.expiry == Expiry::Keepalive && idle > timeout_ns {
             if a.s.end(SessionState::Expired, now) {
                 self.sh
                     .metrics
@@ -309,7 +351,7 @@ impl Worker {
                 a.retry_at_ns = now + RETRY_BACKOFF_NS;
                 break;
             }
-            a.pacer.advance();
+            a.pacer.advance(now);
         }
         a.s.next_codeword
             .store(a.pacer.codeword(), Ordering::Relaxed);

@@ -6,7 +6,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::ops::Range;
 
 use super::demand::LazyDemand;
-use super::{Active, Sent, Worker};
+use super::{Active, Dest, Sent, Worker};
 use crate::cache::{BlockKey, FetchError, Pinned};
 use crate::net;
 use crate::session::Burst;
@@ -54,6 +54,13 @@ impl Worker {
 
     pub(super) fn count(&self, a: &Active, engine: EngineKind, packets: u64, bytes: u64) {
         self.sh.metrics.sent(engine, packets, bytes);
+        if a.repair_dest.is_some() {
+            let m = &self.sh.metrics;
+            m.broadcast_packets
+                .fetch_add(packets, std::sync::atomic::Ordering::Relaxed);
+            m.broadcast_bytes
+                .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        }
         a.s.packets_sent
             .fetch_add(packets, std::sync::atomic::Ordering::Relaxed);
         a.s.bytes_sent
@@ -74,8 +81,8 @@ impl Worker {
         let engine = self.mode.engine();
         for p in &session.fdt_packets {
             let r = self
-                .socket(&a.s.dest)
-                .and_then(|s| net::send_to(s, &a.dest, p));
+                .socket(&a.dest.addr)
+                .and_then(|s| net::send_to(s, &a.dest.raw, p));
             match r {
                 Ok(()) => self.count(a, engine, 1, p.len() as u64),
                 Err(e) => self.send_error(&e),
@@ -84,13 +91,14 @@ impl Worker {
     }
 
     /// Sends a run of packets that this thread built (rebuilt symbols), synchronously.
-    pub(super) fn send_built(&mut self, a: &Active, len: usize, seg: usize) {
+    pub(super) fn send_built(&mut self, a: &Active, b: &Burst, len: usize, seg: usize) {
         let packets = len.div_ceil(seg) as u64;
         let gso = !matches!(self.mode, Mode::Mmsg);
-        if let Err(e) = self.socket(&a.s.dest) {
+        let dest = a.dest_for(b);
+        if let Err(e) = self.socket(&dest.addr) {
             return self.send_error(&e);
         }
-        let sock = if a.s.dest.is_ipv4() {
+        let sock = if dest.addr.is_ipv4() {
             &self.v4
         } else {
             &self.v6
@@ -98,9 +106,9 @@ impl Worker {
         let Some(sock) = sock else { return };
         let data = &self.out[..len];
         let r = if gso {
-            net::send_gso(sock, &a.dest, data, seg)
+            net::send_gso(sock, &dest.raw, data, seg)
         } else {
-            net::send_mmsg(sock, &a.dest, data, seg)
+            net::send_mmsg(sock, &dest.raw, data, seg)
         };
         match r {
             Ok(()) => self.count(a, self.mode.engine(), packets, len as u64),
@@ -129,14 +137,21 @@ impl Worker {
         };
         let range = b.first_in_block as usize * p..(b.first_in_block + b.len()) as usize * p;
         assert!(range.end <= pin.bytes().len(), "burst beyond its block");
-        self.send_pinned(a, pin, range, p);
+        self.send_pinned(a, a.dest_for(b), pin, range, p);
         Sent::Yes
     }
 
-    fn send_pinned(&mut self, a: &Active, pin: Pinned, range: Range<usize>, seg: usize) {
+    fn send_pinned(
+        &mut self,
+        a: &Active,
+        dest: &Dest,
+        pin: Pinned,
+        range: Range<usize>,
+        seg: usize,
+    ) {
         if let Mode::Uring(u) = &mut self.mode {
             // Counted when the kernel completes the send (`uring.rs`).
-            if let Err(e) = u.send(&a.s, &a.dest, pin, range, seg) {
+            if let Err(e) = u.send(&a.s, &dest.raw, pin, range, seg) {
                 self.send_error(&e);
             }
             return;
@@ -144,11 +159,11 @@ impl Worker {
         let packets = range.len().div_ceil(seg) as u64;
         let bytes = range.len() as u64;
         if matches!(self.mode, Mode::Gso) {
-            let sock = match self.socket(&a.s.dest) {
+            let sock = match self.socket(&dest.addr) {
                 Ok(s) => s,
                 Err(e) => return self.send_error(&e),
             };
-            match net::send_gso(sock, &a.dest, &pin.bytes()[range.clone()], seg) {
+            match net::send_gso(sock, &dest.raw, &pin.bytes()[range.clone()], seg) {
                 Ok(()) => return self.count(a, EngineKind::Gso, packets, bytes),
                 Err(e) if gso_refused(&e) => {
                     tracing::warn!("the kernel refuses UDP GSO ({e}): falling back to sendmmsg");
@@ -157,11 +172,11 @@ impl Worker {
                 Err(e) => return self.send_error(&e),
             }
         }
-        let sock = match self.socket(&a.s.dest) {
+        let sock = match self.socket(&dest.addr) {
             Ok(s) => s,
             Err(e) => return self.send_error(&e),
         };
-        match net::send_mmsg(sock, &a.dest, &pin.bytes()[range], seg) {
+        match net::send_mmsg(sock, &dest.raw, &pin.bytes()[range], seg) {
             Ok(()) => self.count(a, EngineKind::Sendmmsg, packets, bytes),
             Err(e) => self.send_error(&e),
         }

@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
@@ -84,10 +84,10 @@ impl SegmentFiles {
     }
 }
 
-/// A session's connected socket, segmenting every send into `packet_len`-byte packets.
-pub(super) fn session_socket(a: &Active, packet_len: usize) -> std::io::Result<UdpSocket> {
-    let sock = net::send_socket(&a.s.dest)?;
-    sock.connect(a.s.dest)?;
+/// A socket connected to `dest`, segmenting every send into `packet_len`-byte packets.
+pub(super) fn session_socket(dest: SocketAddr, packet_len: usize) -> std::io::Result<UdpSocket> {
+    let sock = net::send_socket(&dest)?;
+    sock.connect(dest)?;
     net::set_gso_size(
         &sock,
         u16::try_from(packet_len).map_err(std::io::Error::other)?,
@@ -118,9 +118,10 @@ impl Worker {
     pub(super) fn send_sendfile(&mut self, a: &mut Active, b: &Burst) -> Sent {
         let obj: Arc<ObjectInfo> = a.s.object.clone();
         let p = obj.layout.params().packet_len() as usize;
-        if a.conn.is_none() {
-            match session_socket(a, p) {
-                Ok(s) => a.conn = Some(s),
+        let dest = a.dest_for_mut(b);
+        if dest.conn.is_none() {
+            match session_socket(dest.addr, p) {
+                Ok(s) => dest.conn = Some(s),
                 Err(e) => {
                     self.send_error(&e);
                     return Sent::Yes;
@@ -129,7 +130,7 @@ impl Worker {
         }
         let len = b.len() as usize * p;
         let offset = obj.layout.block_offset(b.block) + u64::from(b.first_in_block) * p as u64;
-        let (Some(conn), Some(file)) = (&a.conn, self.files.get(&obj, b.member)) else {
+        let (Some(conn), Some(file)) = (&a.dest_for(b).conn, self.files.get(&obj, b.member)) else {
             return self.degraded(a, &obj, b);
         };
         match sendfile_all(conn, file, offset, len) {

@@ -1,0 +1,129 @@
+//! Periodic broadcast of stored titles on multicast channels (docs/protocol.md,
+//! "Broadcasts"; the plans: `isnode-broadcast`, docs/broadcast.md).
+//!
+//! A broadcast is a plan over one object and one data-plane entry per channel: a
+//! [`channel::ChannelPacer`] walking the channel's timetable from the broadcast's epoch,
+//! sending the object's stored packets unchanged (source packets and the FDT to the
+//! channel's source group, repair packets to its repair group: [`groups`]) from the same
+//! block pool as the unicast sessions. The server's bandwidth for the title is the plan's,
+//! whatever the number of viewers.
+//!
+//! The table here is behind one short mutex, never held across I/O; the channels' entries
+//! are the data plane's, ended by [`Broadcasts::remove`] like a deleted session.
+
+pub mod channel;
+pub mod groups;
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use isnode_broadcast::Plan;
+
+use crate::objects::ObjectInfo;
+use crate::registry::{SessionShared, SessionState};
+use groups::ChannelGroups;
+
+/// Most broadcasts running at once.
+pub const MAX_BROADCASTS: usize = 64;
+
+/// One running broadcast.
+pub(crate) struct Broadcast {
+    pub id: String,
+    pub object: Arc<ObjectInfo>,
+    pub plan: Arc<Plan>,
+    /// The scheme's name and parameters as requested.
+    pub scheme: String,
+    pub width: Option<u64>,
+    pub m: Option<u32>,
+    pub max_wait_s: f64,
+    /// Where each channel's packets go.
+    pub groups: Vec<ChannelGroups>,
+    /// Each channel's data-plane entry.
+    pub channels: Vec<Arc<SessionShared>>,
+    /// The timetable's origin on the server's clock (ns).
+    pub epoch_ns: u64,
+    pub fdt_xml: String,
+    /// Wire rate of all channels.
+    pub send_rate_bps: u64,
+}
+
+impl Broadcast {
+    /// The groups it uses.
+    pub(crate) fn group_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.groups
+            .iter()
+            .flat_map(|g| [g.source.ip(), g.repair.ip()])
+    }
+}
+
+/// The running broadcasts by id.
+#[derive(Default)]
+pub(crate) struct Broadcasts {
+    table: Mutex<HashMap<String, Arc<Broadcast>>>,
+}
+
+impl Broadcasts {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Broadcast>>> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every running broadcast.
+    pub(crate) fn list(&self) -> Vec<Arc<Broadcast>> {
+        let mut v: Vec<_> = self.lock().values().cloned().collect();
+        v.sort_by_key(|b| b.epoch_ns);
+        v
+    }
+
+    /// One broadcast.
+    pub(crate) fn get(&self, id: &str) -> Option<Arc<Broadcast>> {
+        self.lock().get(id).cloned()
+    }
+
+    /// The groups the running broadcasts use.
+    pub(crate) fn groups_in_use(&self) -> HashSet<IpAddr> {
+        self.lock().values().flat_map(|b| b.group_ips()).collect()
+    }
+
+    /// The channels of every running broadcast (admission counts them).
+    pub(crate) fn channels(&self) -> Vec<Arc<SessionShared>> {
+        self.lock()
+            .values()
+            .flat_map(|b| b.channels.iter().cloned())
+            .collect()
+    }
+
+    /// Adds `b` unless [`MAX_BROADCASTS`] run already or one of its groups is taken (by a
+    /// broadcast created meanwhile); gives it back then.
+    pub(crate) fn insert(&self, b: Arc<Broadcast>) -> Result<(), Arc<Broadcast>> {
+        let mut t = self.lock();
+        let taken: HashSet<IpAddr> = t.values().flat_map(|o| o.group_ips()).collect();
+        if t.len() >= MAX_BROADCASTS || b.group_ips().any(|g| taken.contains(&g)) {
+            return Err(b);
+        }
+        t.insert(b.id.clone(), b);
+        Ok(())
+    }
+
+    /// Stops and removes a broadcast: its channels leave the data plane on their next turn.
+    pub(crate) fn remove(&self, id: &str, now_ns: u64) -> Option<Arc<Broadcast>> {
+        let b = self.lock().remove(id)?;
+        stop_channels(&b.channels, now_ns);
+        Some(b)
+    }
+
+    /// Stops every broadcast (server shutdown).
+    pub(crate) fn clear(&self, now_ns: u64) {
+        let all: Vec<_> = self.lock().drain().map(|(_, b)| b).collect();
+        for b in all {
+            stop_channels(&b.channels, now_ns);
+        }
+    }
+}
+
+/// Ends the data-plane entries of channels.
+pub(crate) fn stop_channels(channels: &[Arc<SessionShared>], now_ns: u64) {
+    for c in channels {
+        c.end(SessionState::Deleted, now_ns);
+    }
+}

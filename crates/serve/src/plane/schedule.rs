@@ -1,0 +1,94 @@
+//! What a data-plane entry follows: a unicast session's [`Pacer`], or one channel of a
+//! broadcast ([`ChannelPacer`]). The loop asks both the same questions.
+
+use crate::broadcast::channel::ChannelPacer;
+use crate::session::{Pacer, PacerError, RepairCounts, Step};
+
+/// The pacing core of one data-plane entry.
+#[derive(Clone, Debug)]
+pub(crate) enum Schedule {
+    /// A unicast session.
+    Session(Pacer),
+    /// One channel of a broadcast (never done: the broadcast is stopped from outside).
+    Channel(ChannelPacer),
+}
+
+impl Schedule {
+    /// The next step if it is due at `now_ns`.
+    pub(crate) fn peek(&mut self, now_ns: u64) -> Option<Step> {
+        match self {
+            Schedule::Session(p) => p.peek(now_ns),
+            Schedule::Channel(c) => c.peek(now_ns),
+        }
+    }
+
+    /// The current step went out (at `now_ns`).
+    pub(crate) fn advance(&mut self, now_ns: u64) {
+        match self {
+            Schedule::Session(p) => p.advance(),
+            Schedule::Channel(c) => c.advance(now_ns),
+        }
+    }
+
+    /// When the next step is due.
+    pub(crate) fn next_due(&self) -> Option<u64> {
+        match self {
+            Schedule::Session(p) => p.next_due(),
+            Schedule::Channel(c) => c.next_due(),
+        }
+    }
+
+    /// The codeword being sent.
+    pub(crate) fn codeword(&self) -> u32 {
+        match self {
+            Schedule::Session(p) => p.codeword(),
+            Schedule::Channel(c) => c.codeword(),
+        }
+    }
+
+    /// True once a session has sent everything (a channel never is).
+    pub(crate) fn is_done(&self) -> bool {
+        match self {
+            Schedule::Session(p) => p.is_done(),
+            Schedule::Channel(_) => false,
+        }
+    }
+
+    /// Adaptive repair (sessions only: a channel sends every stored repair symbol, on
+    /// its repair group).
+    pub(crate) fn set_repair_limit(&mut self, repair: Option<u32>) {
+        if let Schedule::Session(p) = self {
+            p.set_repair_limit(repair);
+        }
+    }
+
+    /// Repair packets sent and skipped (sessions; zero for a channel).
+    pub(crate) fn repair_counts(&self) -> RepairCounts {
+        match self {
+            Schedule::Session(p) => p.repair_counts(),
+            Schedule::Channel(_) => RepairCounts::default(),
+        }
+    }
+
+    /// Pauses a session (a channel ignores it).
+    pub(crate) fn pause(&mut self, now_ns: u64) {
+        if let Schedule::Session(p) = self {
+            p.pause(now_ns);
+        }
+    }
+
+    /// Resumes a session (a channel ignores it).
+    pub(crate) fn resume(&mut self, now_ns: u64) {
+        if let Schedule::Session(p) = self {
+            p.resume(now_ns);
+        }
+    }
+
+    /// Seeks a session (a channel refuses).
+    pub(crate) fn seek(&mut self, codeword: u32, now_ns: u64) -> Result<(), PacerError> {
+        match self {
+            Schedule::Session(p) => p.seek(codeword, now_ns),
+            Schedule::Channel(_) => Err(PacerError::BadParam("a broadcast channel cannot seek")),
+        }
+    }
+}
