@@ -71,8 +71,12 @@ pub struct BroadcastChannel {
     pub index: usize,
     /// Rate, bits per second of source payload.
     pub rate_bps: f64,
-    /// Rate on the wire (UDP payload: headers and all stored repair symbols), bits per second.
+    /// Rate on the wire (UDP payload: headers and all stored repair symbols), bits per
+    /// second, while it sends (what admission reserves).
     pub send_rate_bps: u64,
+    /// Its wire rate averaged over a cycle (below `send_rate_bps` where a cycle has idle
+    /// time: codeword rounding can leave a channel's last slots empty).
+    pub mean_send_rate_bps: u64,
     /// Group and port of its source packets (`ip:port`, `[ip]:port` for IPv6).
     pub source: String,
     /// Group and port of its repair packets.

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub(crate) mod media;
+pub(crate) mod netns;
 
 /// The binary under test.
 pub(crate) fn bin() -> &'static str {

@@ -137,12 +137,14 @@ fn ranges(r: &[GroupRange]) -> String {
         .join(",")
 }
 
-/// The plan of `scheme` over the object.
+/// The plan of `scheme` over the object. A codeword of the plan holds what the object's
+/// first (largest) codeword holds: RFC 5052 partitioning may give every codeword fewer than
+/// k source symbols, and a plan of k-symbol codewords would let playback outrun delivery.
 fn make_plan(obj: &ObjectInfo, scheme: Scheme, max_wait_s: f64) -> Result<Plan, ApiError> {
     let p = obj.layout.params();
     let title = Title::new(
         u64::from(obj.layout.codewords()),
-        u64::from(p.source_symbols) * u64::from(p.symbol_len),
+        u64::from(obj.layout.source_symbols(0)) * u64::from(p.symbol_len),
         obj.rec.bitrate_bps,
     )
     .map_err(bad)?;
@@ -394,6 +396,7 @@ fn info(sh: &Shared, b: &Broadcast) -> BroadcastInfo {
             index: c.index,
             rate_bps: c.rate_bps,
             send_rate_bps: s.send_rate_bps,
+            mean_send_rate_bps: send_rate_bps(&b.object.layout, c.mean_rate_bps.ceil() as u64),
             source: g.source.to_string(),
             repair: g.repair.to_string(),
         })
