@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use isnode_proto::broadcast::{BroadcastInfo, BroadcastList, CreateBroadcast};
 use isnode_proto::{
     ControlAnswer, CreateSession, ErrorBody, KeepaliveBody, MediaIndex, ObjectInfo, ObjectList,
     SessionControl, SessionInfo, SessionStatus,
@@ -89,6 +90,9 @@ fn checks() -> BTreeMap<&'static str, Check> {
         ("ControlAnswer", round_trip::<ControlAnswer>),
         ("MediaIndex", round_trip::<MediaIndex>),
         ("KeepaliveBody", round_trip::<KeepaliveBody>),
+        ("CreateBroadcast", round_trip::<CreateBroadcast>),
+        ("BroadcastInfo", round_trip::<BroadcastInfo>),
+        ("BroadcastList", round_trip::<BroadcastList>),
     ])
 }
 
