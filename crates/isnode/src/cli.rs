@@ -42,6 +42,9 @@ pub(crate) enum Command {
     Play(isnode_recv::PlayArgs),
     /// A lossy UDP relay for tests (this kernel has no netem).
     Relay(isnode_recv::RelayArgs),
+    /// Periodic broadcast of popular titles: plans per scheme.
+    #[command(subcommand)]
+    Broadcast(BroadcastCommand),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -339,4 +342,83 @@ pub(crate) struct DemoArgs {
     /// Bitrate of the generated test stream.
     #[arg(long, default_value_t = 4_000_000)]
     pub bitrate: u64,
+}
+
+/// Periodic broadcast.
+#[derive(Subcommand, Debug)]
+pub(crate) enum BroadcastCommand {
+    /// Plan a title's periodic broadcast: server bandwidth, wait, client channels and buffer
+    /// for every scheme (or one), after codeword rounding, proved by a virtual-clock client.
+    Plan(BroadcastPlanArgs),
+    /// Plot server bandwidth against the maximum wait for every scheme (SVG), with the
+    /// lower bound b*ln(1 + D/w).
+    Plot(BroadcastPlotArgs),
+}
+
+/// The title a broadcast command plans for: a stored one, or a duration and a bitrate.
+#[derive(Args, Debug)]
+pub(crate) struct BroadcastTitleArgs {
+    /// A stored title (its codewords, codeword size and bitrate come from the catalog).
+    pub title: Option<String>,
+    /// Duration of a title that is not stored, seconds.
+    #[arg(long, conflicts_with = "title", requires = "bitrate")]
+    pub duration: Option<f64>,
+    /// Bitrate of a title that is not stored, bits per second.
+    #[arg(long, conflicts_with = "title", requires = "duration")]
+    pub bitrate: Option<u64>,
+    /// Source bytes per codeword of a title that is not stored (k x symbol size).
+    #[arg(long, default_value_t = u64::from(isnode_store::params::DEFAULT_SOURCE_SYMBOLS)
+        * u64::from(isnode_store::params::DEFAULT_SYMBOL_LEN))]
+    pub codeword_bytes: u64,
+    /// Skyscraper's width cap W.
+    #[arg(long, default_value_t = isnode_broadcast::DEFAULT_SKYSCRAPER_WIDTH)]
+    pub width: u64,
+    /// Quasi-harmonic's m (sub-slots per slot).
+    #[arg(long, default_value_t = isnode_broadcast::DEFAULT_QUASI_HARMONIC_M)]
+    pub quasi_m: u32,
+    /// Polyharmonic's m (slots waited).
+    #[arg(long, default_value_t = isnode_broadcast::DEFAULT_POLYHARMONIC_M)]
+    pub poly_m: u32,
+}
+
+/// `broadcast plan`.
+#[derive(Args, Debug)]
+pub(crate) struct BroadcastPlanArgs {
+    /// The title.
+    #[command(flatten)]
+    pub title: BroadcastTitleArgs,
+    /// Longest start-up wait allowed, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub max_wait: f64,
+    /// Plan only this scheme (staggered, pyramid, skyscraper, fast, pagoda, harmonic,
+    /// cautious-harmonic, quasi-harmonic, polyharmonic); with --json, the whole plan.
+    #[arg(long)]
+    pub scheme: Option<String>,
+    /// The most a client can receive, bits per second.
+    #[arg(long)]
+    pub client_cap: Option<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `broadcast plot`.
+#[derive(Args, Debug)]
+pub(crate) struct BroadcastPlotArgs {
+    /// The title.
+    #[command(flatten)]
+    pub title: BroadcastTitleArgs,
+    /// Maximum waits to plan for, seconds.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5,7.5,10,15,20,30,45,60")]
+    pub waits: Vec<f64>,
+    /// Schemes to draw (staggered, ⌈D/w⌉ channels, is off the scale of the others).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "pyramid,skyscraper,fast,pagoda,harmonic,cautious-harmonic,quasi-harmonic,polyharmonic"
+    )]
+    pub schemes: Vec<String>,
+    /// The SVG file to write.
+    #[arg(long)]
+    pub out: std::path::PathBuf,
 }

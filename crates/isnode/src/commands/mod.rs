@@ -1,6 +1,7 @@
 //! One module per subcommand; each is a thin shell over the library crates.
 
 mod bench;
+mod broadcast;
 mod demo;
 mod ingest;
 mod objects;
@@ -9,7 +10,7 @@ mod volume;
 
 use std::process::ExitCode;
 
-use crate::cli::{BenchCommand, Cli, Command, VolumeCommand};
+use crate::cli::{BenchCommand, BroadcastCommand, Cli, Command, VolumeCommand};
 
 /// Runs the parsed command line.
 pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -23,6 +24,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => stream::serve(&cli.volume, &args),
         Command::Play(args) => stream::play(&args),
         Command::Relay(args) => stream::relay(&args),
+        Command::Broadcast(BroadcastCommand::Plan(args)) => broadcast::plan(&cli.volume, &args),
+        Command::Broadcast(BroadcastCommand::Plot(args)) => broadcast::plot(&cli.volume, &args),
         Command::Bench(BenchCommand::Codec(args)) => bench::codec(&args),
         Command::Bench(BenchCommand::Serve(args)) => bench::serve(&args),
         Command::Bench(BenchCommand::Load(args)) => bench::load(&args),
