@@ -17,8 +17,18 @@ pub trait SessionInfoExt {
 
 impl SessionInfoExt for SessionInfo {
     fn params(&self) -> anyhow::Result<SessionParams> {
-        let o = &self.object;
-        let f = &self.fec;
+        params_of(&self.object, &self.fec, self.start_codeword)
+    }
+}
+
+/// The receiver's parameters of an object sent with FEC parameters `f` from
+/// `start_codeword`, after checking that they are consistent.
+pub fn params_of(
+    o: &ObjectInfo,
+    f: &FecInfo,
+    start_codeword: u32,
+) -> anyhow::Result<SessionParams> {
+    {
         if f.encoding_id != isnode_wire::FEC_ENCODING_ID_RS28 {
             bail!(
                 "session uses FEC Encoding ID {}, only 5 is supported",
@@ -53,7 +63,7 @@ impl SessionInfoExt for SessionInfo {
             symbol_len: f.symbol_size,
             max_source_block_len: f.max_source_block_length,
             repair_symbols: m,
-            start_codeword: self.start_codeword,
+            start_codeword,
         };
         let part = params.partition()?;
         if part.blocks() != o.codewords {
@@ -198,6 +208,14 @@ impl ControlClient {
             return Ok(());
         }
         Self::body("deleting the session", 204, resp).map(|_| ())
+    }
+
+    /// `GET /v1/broadcasts`: the running broadcasts.
+    pub fn broadcasts(&self) -> anyhow::Result<isnode_proto::broadcast::BroadcastList> {
+        let url = format!("{}/v1/broadcasts", self.base);
+        let resp = self.agent.get(&url).call()?;
+        let body = Self::body("listing the broadcasts", 200, resp)?;
+        Ok(serde_json::from_str(&body)?)
     }
 
     /// `GET /v1/objects/{name}`.

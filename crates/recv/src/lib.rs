@@ -11,6 +11,7 @@
 
 #![deny(missing_docs)]
 
+pub mod broadcast;
 pub mod control;
 pub mod impair;
 pub mod loss;

@@ -368,6 +368,8 @@ pub struct Receiver {
     max_sbn: Option<u32>,
     /// Set by [`Receiver::finish`]: everything not decoded is lost.
     finished: bool,
+    /// Codewords before this one that are not decoded are lost ([`Receiver::give_up_before`]).
+    give_up_below: u32,
     slots: BTreeMap<u32, Slot>,
     /// Codewords beyond the window and the ESIs seen of each (see [`Receiver::watch_ahead`]).
     ahead: BTreeMap<u32, EsiSet>,
@@ -426,6 +428,7 @@ impl Receiver {
             end,
             max_sbn: None,
             finished: false,
+            give_up_below: 0,
             slots: BTreeMap::new(),
             ahead: BTreeMap::new(),
             missing_retired: 0,
@@ -441,6 +444,11 @@ impl Receiver {
     /// The session parameters.
     pub fn params(&self) -> &SessionParams {
         &self.params
+    }
+
+    /// The next codeword to release (every codeword before it is out).
+    pub fn next_release(&self) -> u32 {
+        self.next_release
     }
 
     /// The object's partitioning.
@@ -597,6 +605,13 @@ impl Receiver {
         self.finished = true;
     }
 
+    /// Declares every codeword before `sbn` that is not decoded unrecoverable: the next
+    /// [`Receiver::poll_output`] calls release them (their intact prefix, then the rest as
+    /// lost). For a receiver whose codewords have deadlines (a broadcast's playing times).
+    pub fn give_up_before(&mut self, sbn: u32) {
+        self.give_up_below = self.give_up_below.max(sbn);
+    }
+
     /// True once every codeword has been released (decoded or lost).
     pub fn is_complete(&self) -> bool {
         self.next_release >= self.end
@@ -620,6 +635,7 @@ impl Receiver {
     /// Whether codeword `sbn` (not yet decoded) is given up.
     fn given_up(&self, sbn: u32) -> bool {
         self.finished
+            || sbn < self.give_up_below
             || self.max_sbn.is_some_and(|max| {
                 u64::from(max) > u64::from(sbn) + u64::from(self.config.loss_horizon)
             })

@@ -123,8 +123,17 @@ fn print_table(label: &str, t: &Title, max_wait_s: f64, rows: &[Row]) {
     );
     println!(
         "{:<22} {:>8} {:>8} {:>11} {:>8} {:>9} {:>7} {:>9} {:>11} {:>10} {:>6}",
-        "SCHEME", "SEGMENTS", "CHANNELS", "SERVER_MBPS", "x_RATE", "NOMINAL_x", "WAIT_S",
-        "CLIENT_CH", "CLIENT_MBPS", "BUFFER_MB", "LATE"
+        "SCHEME",
+        "SEGMENTS",
+        "CHANNELS",
+        "SERVER_MBPS",
+        "x_RATE",
+        "NOMINAL_x",
+        "WAIT_S",
+        "CLIENT_CH",
+        "CLIENT_MBPS",
+        "BUFFER_MB",
+        "LATE"
     );
     for r in rows {
         println!(

@@ -14,6 +14,16 @@ pub(super) fn serve(root: &Path, args: &isnode_serve::ServeArgs) -> anyhow::Resu
 
 /// `play`: the summary goes to stderr (stdout may carry the media); exit 1 if any codeword was lost.
 pub(super) fn play(args: &isnode_recv::PlayArgs) -> anyhow::Result<ExitCode> {
+    if args.broadcast {
+        let stats = isnode_recv::broadcast::play(args)
+            .with_context(|| format!("playing {:?} from its broadcast", args.name))?;
+        eprintln!("{}", stats.summary());
+        return Ok(if stats.is_clean() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
     let stats = isnode_recv::play(args).with_context(|| format!("playing {:?}", args.name))?;
     eprintln!("{}", stats.summary());
     Ok(if stats.is_clean() {

@@ -114,6 +114,17 @@ pub struct PlayArgs {
     #[arg(long, value_name = "ADDR")]
     pub http: Option<std::net::SocketAddr>,
 
+    /// Receive the title from its periodic broadcast on the server (`GET /v1/broadcasts`)
+    /// instead of asking for a session: joins and leaves the broadcast's multicast groups as
+    /// its plan says (docs/protocol.md, "Broadcasts").
+    #[arg(long)]
+    pub broadcast: bool,
+
+    /// With --broadcast: when to join a channel's repair group (auto: once a packet of it
+    /// went missing).
+    #[arg(long, value_enum, default_value_t = crate::broadcast::RepairGroups::Auto)]
+    pub broadcast_repair: crate::broadcast::RepairGroups,
+
     /// With --http: after the session, keep serving until no request has been active for
     /// this long.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
@@ -176,6 +187,8 @@ impl PlayArgs {
             repair_backoff_ms: 20,
             http: None,
             http_linger_s: 5.0,
+            broadcast: false,
+            broadcast_repair: crate::broadcast::RepairGroups::Auto,
             release: ReleaseArg::Instant,
             no_start_burst: false,
         }

@@ -207,7 +207,7 @@ fn write_stats_json(args: &PlayArgs, stats: &PlayStats) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn open_output(out: Option<&Path>) -> anyhow::Result<Box<dyn Write + Send>> {
+pub(crate) fn open_output(out: Option<&Path>) -> anyhow::Result<Box<dyn Write + Send>> {
     Ok(match out {
         None => Box::new(io::sink()),
         Some(p) if p.as_os_str() == "-" => {

@@ -1,0 +1,524 @@
+//! `isnode play NAME --broadcast`: receive a title from its periodic broadcast
+//! (docs/protocol.md, "Broadcasts"; docs/broadcast.md).
+//!
+//! The shell: reads the broadcast's description (`GET /v1/broadcasts`), recomputes its plan
+//! and this arrival's schedule ([`tune`]), joins and leaves each channel's source group as
+//! the schedule says (one socket per channel port, `IP_MULTICAST_ALL` off so it gets that
+//! channel only), adds a channel's repair group only when a packet of it went missing
+//! (`--broadcast-repair auto`; `always`, `never`), and feeds every packet to the receive core
+//! ([`Receiver`], with a window of the whole title: the broadcast delivers later segments
+//! ahead of time), writing the output in order. A clean receiver never decodes: its source
+//! symbols are released as they arrive.
+
+pub mod tune;
+
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+
+use crate::control::{params_of, ControlClient};
+use crate::impair::{ImpairStats, Impairer, Verdict};
+use crate::play::PlayArgs;
+use crate::receiver::{Output, PacketClass, Receiver, ReceiverConfig, Release};
+use tune::{ChannelListen, TunePlan};
+
+/// When a channel's repair group is joined.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RepairGroups {
+    /// When a source packet of the channel went missing.
+    #[default]
+    Auto,
+    /// With the source group.
+    Always,
+    /// Never (loss is left to the next broadcast of the codeword).
+    Never,
+}
+
+/// Largest title (codewords) received from a broadcast: the receive window is the title.
+pub const MAX_BROADCAST_CODEWORDS: u64 = 1 << 20;
+/// A channel is joined this long before its first needed transmission, left this long after.
+const MARGIN_S: f64 = 0.25;
+/// After the schedule's end, the receiver waits this long for stragglers.
+const GRACE_S: f64 = 2.0;
+/// Most datagrams read from one socket per pass.
+const MAX_READS_PER_PASS: usize = 256;
+/// A codeword completed later than its playing time's end by more than this is late.
+const LATE_TOLERANCE_S: f64 = 0.05;
+
+/// What happened on one channel.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChannelStats {
+    /// Index in the plan.
+    pub channel: usize,
+    /// Its source group and port.
+    pub source: String,
+    /// Its repair group and port.
+    pub repair: String,
+    /// When its source group was joined, seconds after the arrival.
+    pub joined_s: Option<f64>,
+    /// When it was left.
+    pub left_s: Option<f64>,
+    /// When its repair group was joined, if it was.
+    pub repair_joined_s: Option<f64>,
+    /// Bytes of source packets (and the FDT) received on it.
+    pub source_bytes: u64,
+    /// Bytes of repair packets received on it.
+    pub repair_bytes: u64,
+}
+
+/// What `play --broadcast` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct BroadcastStats {
+    /// The object.
+    pub object: String,
+    /// The broadcast's id.
+    pub broadcast: String,
+    /// Its scheme.
+    pub scheme: String,
+    /// When the receiver arrived, seconds after the broadcast's start.
+    pub arrival_s: f64,
+    /// The plan's worst wait, seconds.
+    pub plan_worst_wait_s: f64,
+    /// This arrival's wait: playback start after the arrival, seconds.
+    pub wait_s: f64,
+    /// When the first byte went out, seconds after the arrival.
+    pub first_byte_s: Option<f64>,
+    /// Codewords complete after their playing time's end (plus 50 ms).
+    pub late_codewords: u32,
+    /// The latest a codeword was complete after its playing time's end, seconds.
+    pub max_late_s: f64,
+    /// The channels.
+    pub channels: Vec<ChannelStats>,
+    /// Most channels listened to at once.
+    pub max_channels_at_once: usize,
+    /// Repair groups joined.
+    pub repair_groups_joined: usize,
+    /// Symbols rebuilt by decoding (0: nothing was decoded).
+    pub symbols_repaired: u64,
+    /// Codewords of the title.
+    pub codewords: u32,
+    /// Codewords lost (written as zeros).
+    pub codewords_lost: u32,
+    /// Bytes written.
+    pub bytes_out: u64,
+    /// CPU time of the receive thread, seconds.
+    pub cpu_s: f64,
+    /// What the injected impairment did.
+    pub impair: ImpairStats,
+}
+
+impl BroadcastStats {
+    /// True when every byte arrived in time.
+    pub fn is_clean(&self) -> bool {
+        self.codewords_lost == 0 && self.late_codewords == 0
+    }
+
+    /// One line for people.
+    pub fn summary(&self) -> String {
+        format!(
+            "broadcast {} ({}): {} codewords, {} lost, {} late (max {:.3} s); wait {:.3} s \
+             (plan worst {:.3} s), first byte at {:.3} s; {} channels joined (at most {} at \
+             once), {} repair groups; {} symbols decoded; {:.3} s CPU",
+            self.object,
+            self.scheme,
+            self.codewords,
+            self.codewords_lost,
+            self.late_codewords,
+            self.max_late_s,
+            self.wait_s,
+            self.plan_worst_wait_s,
+            self.first_byte_s.unwrap_or(f64::NAN),
+            self.channels
+                .iter()
+                .filter(|c| c.joined_s.is_some())
+                .count(),
+            self.max_channels_at_once,
+            self.repair_groups_joined,
+            self.symbols_repaired,
+            self.cpu_s
+        )
+    }
+}
+
+/// One channel's socket and state.
+struct Chan {
+    listen: ChannelListen,
+    socket: UdpSocket,
+    stats: ChannelStats,
+    state: Joined,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Joined {
+    Not,
+    Source,
+    SourceAndRepair,
+    Left,
+}
+
+/// Receives `args.name` from its broadcast on the server; writes `--out`, `--stats-json`.
+pub fn play(args: &PlayArgs) -> anyhow::Result<BroadcastStats> {
+    if args.http.is_some() {
+        bail!("--http is not available with --broadcast yet: use --out FILE or --out -");
+    }
+    let mut impair = Impairer::new(&args.impair)?;
+    let control = ControlClient::new(&args.server, Duration::from_secs(10));
+    let asked = Instant::now();
+    let list = control.broadcasts()?;
+    let rtt = asked.elapsed();
+    let info = list
+        .broadcasts
+        .into_iter()
+        .find(|b| b.object.name == args.name)
+        .with_context(|| format!("no broadcast of {:?} on {}", args.name, args.server))?;
+    if info.plan.codewords > MAX_BROADCAST_CODEWORDS {
+        bail!(
+            "the title has {} codewords, more than {MAX_BROADCAST_CODEWORDS}",
+            info.plan.codewords
+        );
+    }
+    let arrived = asked + rtt / 2;
+    let plan = tune::plan_of(&info)?;
+    let tp = tune::tune(&plan, &info, info.elapsed_s, MARGIN_S)?;
+    let params = params_of(&info.object, &info.fec, 0)?;
+    let codewords = u32::try_from(info.plan.codewords)?;
+    let mut rx = Receiver::new(
+        params,
+        ReceiverConfig {
+            release: Release::Instant,
+            loss_horizon: codewords,
+            window_codewords: codewords,
+        },
+    )?;
+    let mut chans = open_channels(&tp)?;
+    let mut out = crate::play::open_output(args.out.as_deref())?;
+    let cpu0 = thread_cpu_s();
+    let mut run = Run::new(&tp, arrived, args.broadcast_repair);
+    let deadline = (tp.end_s + GRACE_S).min(args.max_seconds.max(0.0));
+    loop {
+        let now_s = arrived.elapsed().as_secs_f64();
+        run.schedule(&mut chans, now_s, &rx)?;
+        let got = run.receive(&mut chans, &mut rx, &mut impair, now_s)?;
+        run.write(&mut rx, &mut *out)?;
+        if rx.is_complete() || now_s > deadline {
+            break;
+        }
+        if !got {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    rx.finish();
+    run.write(&mut rx, &mut *out)?;
+    out.flush()?;
+    let now_s = arrived.elapsed().as_secs_f64();
+    for c in &mut chans {
+        leave(c, now_s);
+    }
+    let st = rx.stats();
+    let stats = BroadcastStats {
+        object: info.object.name.clone(),
+        broadcast: info.id.clone(),
+        scheme: info.scheme.clone(),
+        arrival_s: info.elapsed_s,
+        plan_worst_wait_s: info.plan.worst_wait_s,
+        wait_s: tp.playback_start_s,
+        first_byte_s: run.first_byte_s,
+        late_codewords: run.late,
+        max_late_s: run.max_late_s,
+        max_channels_at_once: run.max_at_once,
+        repair_groups_joined: chans
+            .iter()
+            .filter(|c| c.stats.repair_joined_s.is_some())
+            .count(),
+        channels: chans.into_iter().map(|c| c.stats).collect(),
+        symbols_repaired: st.symbols_repaired,
+        codewords,
+        codewords_lost: st.codewords_unrecoverable.len() as u32,
+        bytes_out: run.bytes_out,
+        cpu_s: thread_cpu_s() - cpu0,
+        impair: impair.stats(),
+    };
+    if let Some(p) = &args.stats_json {
+        std::fs::write(p, serde_json::to_vec_pretty(&stats)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(stats)
+}
+
+/// One socket per channel port, bound to the wildcard address of the groups' family.
+fn open_channels(tp: &TunePlan) -> anyhow::Result<Vec<Chan>> {
+    tp.listens
+        .iter()
+        .map(|l| {
+            let any = match l.source.ip() {
+                IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            };
+            let socket = UdpSocket::bind(SocketAddr::new(any, l.source.port()))
+                .with_context(|| format!("binding UDP port {}", l.source.port()))?;
+            multicast_all_off(&socket, l.source.is_ipv4());
+            crate::net::grow_recv_buffer(&socket, 4 << 20);
+            socket.set_nonblocking(true)?;
+            Ok(Chan {
+                stats: ChannelStats {
+                    channel: l.channel,
+                    source: l.source.to_string(),
+                    repair: l.repair.to_string(),
+                    joined_s: None,
+                    left_s: None,
+                    repair_joined_s: None,
+                    source_bytes: 0,
+                    repair_bytes: 0,
+                },
+                listen: l.clone(),
+                socket,
+                state: Joined::Not,
+            })
+        })
+        .collect()
+}
+
+/// `IP_MULTICAST_ALL` (`IPV6_MULTICAST_ALL`) off: the socket receives only the groups it
+/// joined, not every group some socket of the host joined on its port.
+fn multicast_all_off(socket: &UdpSocket, ipv4: bool) {
+    use std::os::fd::AsRawFd;
+    let (level, name) = if ipv4 {
+        (libc::IPPROTO_IP, libc::IP_MULTICAST_ALL)
+    } else {
+        (libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_ALL)
+    };
+    let v: libc::c_int = 0;
+    // SAFETY: setsockopt with a valid fd and an int option value.
+    unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&raw const v).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
+fn join_group(socket: &UdpSocket, group: SocketAddr) -> std::io::Result<()> {
+    match group.ip() {
+        IpAddr::V4(g) => socket.join_multicast_v4(&g, &Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(g) => socket.join_multicast_v6(&g, 0),
+    }
+}
+
+fn leave_group(socket: &UdpSocket, group: SocketAddr) {
+    let _ = match group.ip() {
+        IpAddr::V4(g) => socket.leave_multicast_v4(&g, &Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(g) => socket.leave_multicast_v6(&g, 0),
+    };
+}
+
+fn leave(c: &mut Chan, now_s: f64) {
+    match c.state {
+        Joined::Source => leave_group(&c.socket, c.listen.source),
+        Joined::SourceAndRepair => {
+            leave_group(&c.socket, c.listen.source);
+            leave_group(&c.socket, c.listen.repair);
+        }
+        Joined::Not | Joined::Left => return,
+    }
+    c.state = Joined::Left;
+    c.stats.left_s = Some(now_s);
+}
+
+/// The receive loop's state.
+struct Run {
+    playback_start_s: f64,
+    codeword_s: f64,
+    repair: RepairGroups,
+    /// Highest ESI seen per codeword (gap detection), by SBN.
+    last_esi: std::collections::HashMap<u32, u32>,
+    /// Output written so far (bytes), and of the current codeword.
+    bytes_out: u64,
+    first_byte_s: Option<f64>,
+    arrived: Instant,
+    late: u32,
+    max_late_s: f64,
+    max_at_once: usize,
+    /// A packet went missing: every channel joined from now on adds its repair group.
+    lossy: bool,
+}
+
+impl Run {
+    fn new(tp: &TunePlan, arrived: Instant, repair: RepairGroups) -> Run {
+        Run {
+            playback_start_s: tp.playback_start_s,
+            codeword_s: tp.codeword_s,
+            repair,
+            last_esi: std::collections::HashMap::new(),
+            bytes_out: 0,
+            first_byte_s: None,
+            arrived,
+            late: 0,
+            max_late_s: 0.0,
+            max_at_once: 0,
+            lossy: false,
+        }
+    }
+
+    /// Joins the channels due and leaves those done (all their codewords released) or past
+    /// their schedule.
+    fn schedule(&mut self, chans: &mut [Chan], now_s: f64, rx: &Receiver) -> anyhow::Result<()> {
+        let released = rx.next_release();
+        for c in chans.iter_mut() {
+            if c.state == Joined::Not && now_s >= c.listen.join_s {
+                join_group(&c.socket, c.listen.source)
+                    .with_context(|| format!("joining {}", c.listen.source))?;
+                c.state = Joined::Source;
+                c.stats.joined_s = Some(now_s);
+                if self.repair == RepairGroups::Always || self.lossy {
+                    self.add_repair(c, now_s)?;
+                }
+            }
+            // A channel whose codewords are not all out stays joined until the last of them
+            // has played (a later broadcast of a codeword may still complete it).
+            let done = released >= c.listen.last_end();
+            let last_plays_s =
+                self.playback_start_s + f64::from(c.listen.last_end()) * self.codeword_s;
+            if matches!(c.state, Joined::Source | Joined::SourceAndRepair)
+                && (done || now_s > c.listen.leave_s.max(last_plays_s))
+            {
+                leave(c, now_s);
+            }
+        }
+        let at_once = chans
+            .iter()
+            .filter(|c| matches!(c.state, Joined::Source | Joined::SourceAndRepair))
+            .count();
+        self.max_at_once = self.max_at_once.max(at_once);
+        Ok(())
+    }
+
+    fn add_repair(&self, c: &mut Chan, now_s: f64) -> anyhow::Result<()> {
+        if c.state != Joined::Source {
+            return Ok(());
+        }
+        join_group(&c.socket, c.listen.repair)
+            .with_context(|| format!("joining {}", c.listen.repair))?;
+        c.state = Joined::SourceAndRepair;
+        c.stats.repair_joined_s = Some(now_s);
+        Ok(())
+    }
+
+    /// Reads what the sockets hold (bounded); true if anything came.
+    fn receive(
+        &mut self,
+        chans: &mut [Chan],
+        rx: &mut Receiver,
+        impair: &mut Impairer,
+        now_s: f64,
+    ) -> anyhow::Result<bool> {
+        let mut buf = [0u8; 2048];
+        let mut any = false;
+        let now = Duration::from_secs_f64(now_s.max(0.0));
+        for i in 0..chans.len() {
+            for _ in 0..MAX_READS_PER_PASS {
+                let n = match chans[i].socket.recv(&mut buf) {
+                    Ok(n) => n,
+                    Err(_) => break,
+                };
+                any = true;
+                let pkt = &mut buf[..n];
+                if impair.apply(pkt) == Verdict::Drop {
+                    continue;
+                }
+                let class = rx.push(pkt, now);
+                let gap = self.account(&mut chans[i], rx, class, n as u64);
+                if gap && self.repair == RepairGroups::Auto && !self.lossy {
+                    // Loss on one channel is loss on the network: every channel adds repair.
+                    self.lossy = true;
+                    for c in chans.iter_mut() {
+                        self.add_repair(c, now_s)?;
+                    }
+                }
+            }
+        }
+        Ok(any)
+    }
+
+    /// Counts a packet's bytes; true if it shows a source packet of its codeword missing.
+    fn account(&mut self, c: &mut Chan, rx: &Receiver, class: PacketClass, bytes: u64) -> bool {
+        let PacketClass::Symbol { sbn, esi, .. } = class else {
+            c.stats.source_bytes += bytes;
+            return false;
+        };
+        let esi = u32::from(esi);
+        let k = rx.partition().source_symbols(sbn);
+        if esi >= k {
+            c.stats.repair_bytes += bytes;
+        } else {
+            c.stats.source_bytes += bytes;
+        }
+        // The first packet seen of a codeword may be mid-codeword (joined during its
+        // transmission: its head comes with the next one); a jump after it is a loss.
+        let last = self.last_esi.insert(sbn, esi);
+        last.is_some_and(|l| esi < k && esi > l + 1)
+    }
+
+    /// Writes what the receive core releases (zeros for what is lost); checks each
+    /// codeword's completion against its playing time, and gives up a codeword a playing
+    /// time after its own has ended (so that one lost codeword does not hold the rest).
+    fn write(&mut self, rx: &mut Receiver, out: &mut dyn Write) -> anyhow::Result<()> {
+        let playing =
+            (self.arrived.elapsed().as_secs_f64() - self.playback_start_s) / self.codeword_s;
+        if playing >= 2.0 {
+            rx.give_up_before(playing as u32 - 1);
+        }
+        while let Some(o) = rx.poll_output() {
+            let now_s = self.arrived.elapsed().as_secs_f64();
+            match &o {
+                Output::Data { bytes, .. } => out.write_all(bytes)?,
+                Output::Lost { len, .. } => write_zeros(out, *len)?,
+            }
+            if self.first_byte_s.is_none() {
+                self.first_byte_s = Some(now_s);
+            }
+            self.bytes_out += o.len();
+            let sbn = match &o {
+                Output::Data { sbn, .. } | Output::Lost { sbn, .. } => *sbn,
+            };
+            let part = rx.partition();
+            if o.offset() + o.len() >= part.block_offset(sbn.saturating_add(1)) {
+                let due_s = self.playback_start_s + f64::from(sbn + 1) * self.codeword_s;
+                let late_s = now_s - due_s;
+                if late_s > LATE_TOLERANCE_S {
+                    self.late += 1;
+                }
+                self.max_late_s = self.max_late_s.max(late_s);
+                self.last_esi.remove(&sbn);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn write_zeros(out: &mut dyn Write, mut len: u64) -> std::io::Result<()> {
+    let zeros = [0u8; 8192];
+    while len > 0 {
+        let n = len.min(zeros.len() as u64) as usize;
+        out.write_all(&zeros[..n])?;
+        len -= n as u64;
+    }
+    Ok(())
+}
+
+/// CPU time of the calling thread, seconds.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}

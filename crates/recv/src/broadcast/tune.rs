@@ -1,0 +1,144 @@
+//! The receiver's schedule of a broadcast (sans-IO): from the plan the server described and
+//! the moment of arrival, which channel to listen to from when to when, for which codewords,
+//! and when playback starts. Times are seconds after the arrival.
+
+use std::net::SocketAddr;
+use std::ops::Range;
+
+use anyhow::{bail, Context};
+use isnode_broadcast::{Plan, PlanRequest, Scheme, SchemeParams, Title};
+use isnode_proto::broadcast::BroadcastInfo;
+
+/// One channel as this receiver uses it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChannelListen {
+    /// Index in the plan.
+    pub channel: usize,
+    /// Group and port of its source packets.
+    pub source: SocketAddr,
+    /// Group and port of its repair packets.
+    pub repair: SocketAddr,
+    /// When to join, seconds after the arrival (never negative).
+    pub join_s: f64,
+    /// When to leave at the latest, seconds after the arrival.
+    pub leave_s: f64,
+    /// The codewords taken from it.
+    pub codewords: Vec<Range<u32>>,
+}
+
+impl ChannelListen {
+    /// Whether codeword `sbn` is taken from this channel.
+    pub fn carries(&self, sbn: u32) -> bool {
+        self.codewords.iter().any(|r| r.contains(&sbn))
+    }
+
+    /// One past the last codeword taken from it.
+    pub fn last_end(&self) -> u32 {
+        self.codewords.iter().map(|r| r.end).max().unwrap_or(0)
+    }
+}
+
+/// A receiver's whole schedule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TunePlan {
+    /// The channels to listen to, by index.
+    pub listens: Vec<ChannelListen>,
+    /// When playback of codeword 0 starts, seconds after the arrival (the wait).
+    pub playback_start_s: f64,
+    /// One codeword's playing time, seconds (τ).
+    pub codeword_s: f64,
+    /// When the last channel is left at the latest.
+    pub end_s: f64,
+}
+
+/// Recomputes the server's plan from its description (planning is deterministic) and
+/// checks that it is the same plan.
+pub fn plan_of(info: &BroadcastInfo) -> anyhow::Result<Plan> {
+    let d = SchemeParams::default();
+    let params = SchemeParams {
+        skyscraper_width: info.width.unwrap_or(d.skyscraper_width),
+        quasi_harmonic_m: info.m.unwrap_or(d.quasi_harmonic_m),
+        polyharmonic_m: info.m.unwrap_or(d.polyharmonic_m),
+    };
+    let scheme = Scheme::parse(&info.scheme, params).context("the broadcast's scheme")?;
+    let s = &info.plan;
+    let title = Title::new(s.codewords, s.codeword_payload_bytes, s.bitrate_bps)
+        .context("the broadcast's title")?;
+    let plan = isnode_broadcast::plan(&PlanRequest {
+        title,
+        max_wait_s: info.max_wait_s,
+        scheme,
+        client_cap_bps: None,
+    })
+    .context("planning the broadcast")?;
+    if plan.channels.len() != info.channels.len()
+        || plan.slot_codewords != s.slot_codewords
+        || (plan.server_rate_bps - s.server_rate_bps).abs() > 1.0
+    {
+        bail!(
+            "the broadcast's plan ({} channels, slot {}, {:.0} bit/s) is not the one this \
+             client computes ({} channels, slot {}, {:.0} bit/s): a different planner version?",
+            info.channels.len(),
+            s.slot_codewords,
+            s.server_rate_bps,
+            plan.channels.len(),
+            plan.slot_codewords,
+            plan.server_rate_bps
+        );
+    }
+    Ok(plan)
+}
+
+/// The schedule of a receiver arriving `arrival_s` after the broadcast's start, joining
+/// each channel `margin_s` before its first needed transmission and leaving it `margin_s`
+/// after its last.
+pub fn tune(
+    plan: &Plan,
+    info: &BroadcastInfo,
+    arrival_s: f64,
+    margin_s: f64,
+) -> anyhow::Result<TunePlan> {
+    let title = plan.title;
+    let arrival = title
+        .from_seconds("arrival", arrival_s)
+        .context("the broadcast's elapsed time")?;
+    let tune = plan.tune_in(arrival);
+    let tau_s = title.codeword_airtime_s();
+    let after = |t: isnode_broadcast::Ratio| (t - arrival).to_f64() * tau_s;
+    let mut listens: Vec<ChannelListen> = Vec::new();
+    for l in &tune.listens {
+        let seg = plan
+            .segments
+            .get(l.segment)
+            .context("a listen of a segment the plan does not have")?;
+        let first = u32::try_from(seg.first_codeword)?;
+        let range = first..first + u32::try_from(seg.codewords)?;
+        let (join_s, leave_s) = ((after(l.from) - margin_s).max(0.0), after(l.to) + margin_s);
+        if let Some(c) = listens.iter_mut().find(|c| c.channel == l.channel) {
+            c.join_s = c.join_s.min(join_s);
+            c.leave_s = c.leave_s.max(leave_s);
+            c.codewords.push(range);
+            continue;
+        }
+        let ch = info
+            .channels
+            .get(l.channel)
+            .context("a channel the description does not have")?;
+        listens.push(ChannelListen {
+            channel: l.channel,
+            source: ch.source.parse().context("a channel's source group")?,
+            repair: ch.repair.parse().context("a channel's repair group")?,
+            join_s,
+            leave_s,
+            codewords: vec![range],
+        });
+    }
+    listens.sort_by_key(|c| c.channel);
+    let end_s = listens.iter().map(|c| c.leave_s).fold(0.0, f64::max);
+    Ok(TunePlan {
+        listens,
+        playback_start_s: after(tune.playback_start),
+        codeword_s: tau_s,
+        end_s,
+    })
+}
