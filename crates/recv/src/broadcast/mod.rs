@@ -258,7 +258,7 @@ fn open_channels(tp: &TunePlan) -> anyhow::Result<Vec<Chan>> {
                 IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
                 IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
             };
-            let socket = UdpSocket::bind(SocketAddr::new(any, l.source.port()))
+            let socket = bind_shared(SocketAddr::new(any, l.source.port()))
                 .with_context(|| format!("binding UDP port {}", l.source.port()))?;
             multicast_all_off(&socket, l.source.is_ipv4());
             crate::net::grow_recv_buffer(&socket, 4 << 20);
@@ -280,6 +280,16 @@ fn open_channels(tp: &TunePlan) -> anyhow::Result<Vec<Chan>> {
             })
         })
         .collect()
+}
+
+/// A UDP socket bound to `addr` with `SO_REUSEADDR`: every receiver of a broadcast on this
+/// host binds the same channel ports, and each gets its own copy of a group's datagrams.
+fn bind_shared(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, None)?;
+    s.set_reuse_address(true)?;
+    s.bind(&addr.into())?;
+    Ok(s.into())
 }
 
 /// `IP_MULTICAST_ALL` (`IPV6_MULTICAST_ALL`) off: the socket receives only the groups it
