@@ -407,7 +407,11 @@ pub(crate) struct BroadcastPlotArgs {
     #[command(flatten)]
     pub title: BroadcastTitleArgs,
     /// Maximum waits to plan for, seconds.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5,7.5,10,15,20,30,45,60")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,3,4,5,7.5,10,15,20,30,45,60"
+    )]
     pub waits: Vec<f64>,
     /// Schemes to draw (staggered, ⌈D/w⌉ channels, is off the scale of the others).
     #[arg(

@@ -100,6 +100,9 @@ pub(super) fn plan(root: &Path, args: &BroadcastPlanArgs) -> anyhow::Result<Exit
             Err(e) => return Err(e.into()),
         }
     }
+    if rows.is_empty() {
+        bail!("no scheme can be planned:\n  {}", failures.join("\n  "));
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
@@ -123,8 +126,17 @@ fn print_table(label: &str, t: &Title, max_wait_s: f64, rows: &[Row]) {
     );
     println!(
         "{:<22} {:>8} {:>8} {:>11} {:>8} {:>9} {:>7} {:>9} {:>11} {:>10} {:>6}",
-        "SCHEME", "SEGMENTS", "CHANNELS", "SERVER_MBPS", "x_RATE", "NOMINAL_x", "WAIT_S",
-        "CLIENT_CH", "CLIENT_MBPS", "BUFFER_MB", "LATE"
+        "SCHEME",
+        "SEGMENTS",
+        "CHANNELS",
+        "SERVER_MBPS",
+        "x_RATE",
+        "NOMINAL_x",
+        "WAIT_S",
+        "CLIENT_CH",
+        "CLIENT_MBPS",
+        "BUFFER_MB",
+        "LATE"
     );
     for r in rows {
         println!(
