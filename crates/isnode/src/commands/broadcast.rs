@@ -100,6 +100,9 @@ pub(super) fn plan(root: &Path, args: &BroadcastPlanArgs) -> anyhow::Result<Exit
             Err(e) => return Err(e.into()),
         }
     }
+    if rows.is_empty() {
+        bail!("no scheme can be planned:\n  {}", failures.join("\n  "));
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
