@@ -29,7 +29,10 @@ struct Client {
 }
 
 fn start_client(server: &Server, vol: &Vol, i: usize, lossy: bool) -> Client {
-    let (out, stats) = (vol.path(&format!("out-{i}.ts")), vol.path(&format!("st-{i}.json")));
+    let (out, stats) = (
+        vol.path(&format!("out-{i}.ts")),
+        vol.path(&format!("st-{i}.json")),
+    );
     let mut cmd = command();
     cmd.args(["play", "clip.ts", "--broadcast", "--server", &server.url()])
         .arg("--out")
@@ -109,17 +112,30 @@ fn run_scheme(server: &Server, vol: &Vol, bytes: &[u8], scheme: &str, seed: u64)
     let sent1 = server.metrics().get("isnode_broadcast_bytes_sent_total");
     for c in &clients {
         let out = std::fs::read(&c.out).expect("a client's output");
-        assert!(out == bytes, "{scheme}: output of {:?} differs from the title", c.out);
+        assert!(
+            out == bytes,
+            "{scheme}: output of {:?} differs from the title",
+            c.out
+        );
         let st: Value =
             serde_json::from_slice(&std::fs::read(&c.stats).expect("stats")).expect("JSON");
         assert_eq!(st["late_codewords"], 0, "{scheme}: {st}");
         assert_eq!(st["codewords_lost"], 0, "{scheme}: {st}");
         let wait = st["wait_s"].as_f64().unwrap();
-        assert!(wait <= worst_wait_s + 1e-6, "{scheme}: wait {wait} > plan {worst_wait_s}");
+        assert!(
+            wait <= worst_wait_s + 1e-6,
+            "{scheme}: wait {wait} > plan {worst_wait_s}"
+        );
         let first = st["first_byte_s"].as_f64().unwrap();
-        assert!(first <= worst_wait_s + 0.25, "{scheme}: first byte at {first}: {st}");
+        assert!(
+            first <= worst_wait_s + 0.25,
+            "{scheme}: first byte at {first}: {st}"
+        );
         if !c.lossy {
-            assert_eq!(st["repair_groups_joined"], 0, "{scheme}: clean client: {st}");
+            assert_eq!(
+                st["repair_groups_joined"], 0,
+                "{scheme}: clean client: {st}"
+            );
             assert_eq!(st["symbols_repaired"], 0, "{scheme}: clean client: {st}");
         } else {
             assert!(st["impair"]["dropped"].as_u64().unwrap() > 0, "{st}");
@@ -153,8 +169,94 @@ fn twenty_clients_at_random_times_get_the_title_within_the_wait() {
             // slots (codeword rounding) in part: the egress lies between the plan's mean rate
             // and its paced rate, each within 2 %.
             let (to_mean, to_paced) = run_scheme(&server, &vol, &bytes, scheme, i as u64 + 5);
-            assert!(to_mean >= 0.98, "{scheme}: egress {to_mean} of the plan's mean rate");
-            assert!(to_paced <= 1.02, "{scheme}: egress {to_paced} of the plan's paced rate");
+            assert!(
+                to_mean >= 0.98,
+                "{scheme}: egress {to_mean} of the plan's mean rate"
+            );
+            assert!(
+                to_paced <= 1.02,
+                "{scheme}: egress {to_paced} of the plan's paced rate"
+            );
+        }
+    });
+}
+
+#[test]
+fn hybrid_serving_broadcasts_a_popular_title_and_stops_when_its_viewers_are_done() {
+    let ns = Netns::with_loopback_multicast();
+    ns.run(|| {
+        let vol = Vol::create(&[]);
+        let bytes = vol.add_ts("clip.ts", 2_000_000, 8.0, 21);
+        let server = Server::start(
+            &vol,
+            &["--broadcast", "auto", "--broadcast-max-wait-s", "2"],
+        );
+        let sink = std::net::UdpSocket::bind("127.0.0.1:0").expect("a sink");
+        let port = sink.local_addr().unwrap().port();
+        // Unicast sessions until the title's demand exceeds its broadcast's cost.
+        let mut sessions = 0u64;
+        let redirect = loop {
+            let r = server.post_session("clip.ts", port);
+            match r.status {
+                201 => sessions += 1,
+                200 => break r.json(),
+                s => panic!("session request: {s}: {}", r.body),
+            }
+            assert!(sessions < 50, "no broadcast after 50 sessions");
+        };
+        let b = &redirect["broadcast"];
+        assert_eq!(b["automatic"], true, "{b}");
+        assert_eq!(b["scheme"], "cautious-harmonic");
+        let cost = b["send_rate_bps"].as_f64().unwrap();
+        let rate = server.req("GET", "/v1/objects/clip.ts", None).json();
+        let bitrate = rate["bitrate_bps"].as_f64().unwrap();
+        // Each session sends the title's bitrate plus parity and headers (~1.17×).
+        assert!(
+            (sessions + 1) as f64 * bitrate * 1.17 > cost * 0.99,
+            "{sessions} sessions, cost {cost}"
+        );
+        assert!(
+            (sessions as f64) * bitrate < cost,
+            "{sessions} sessions, cost {cost}"
+        );
+        // An ordinary `play` follows the broadcast and gets the title.
+        let out = vol.path("followed.ts");
+        let o = command()
+            .args([
+                "play",
+                "clip.ts",
+                "--server",
+                &server.url(),
+                "--max-seconds",
+                "40",
+            ])
+            .arg("--out")
+            .arg(&out)
+            .stdin(Stdio::null())
+            .output()
+            .expect("isnode play");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "play: {err}");
+        assert!(err.contains("broadcast"), "{err}");
+        assert!(
+            std::fs::read(&out).unwrap() == bytes,
+            "followed output differs"
+        );
+        let m = server.metrics();
+        assert!(m.get("isnode_broadcast_redirects_total") >= 2.0);
+        // The last viewer came at the play above: the broadcast stops once it could have
+        // finished (the title's 8 s and the 2 s wait later).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let list = server.req("GET", "/v1/broadcasts", None).json();
+            if list["broadcasts"].as_array().map(Vec::len) == Some(0) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the automatic broadcast never stopped: {list}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
         }
     });
 }

@@ -118,6 +118,16 @@ pub struct BroadcastInfo {
     pub packets_sent: u64,
     /// UDP payload bytes sent on all channels so far.
     pub bytes_sent: u64,
+    /// Started by the server for demand (`--broadcast auto`), not by a request.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub automatic: bool,
+    /// Session requests answered with this broadcast so far (the viewers the server knows of).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub viewers_redirected: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// `GET /v1/broadcasts`.
@@ -125,4 +135,12 @@ pub struct BroadcastInfo {
 pub struct BroadcastList {
     /// The running broadcasts.
     pub broadcasts: Vec<BroadcastInfo>,
+}
+
+/// `200` of `POST /v1/sessions` when the server serves the title by broadcast (`isnode
+/// serve --broadcast auto`): no session was made; the client tunes in to the broadcast.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SessionRedirect {
+    /// The broadcast that carries the title.
+    pub broadcast: BroadcastInfo,
 }

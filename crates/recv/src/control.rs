@@ -77,6 +77,15 @@ pub fn params_of(
     }
 }
 
+/// What `POST /v1/sessions` gave.
+#[derive(Debug)]
+pub enum Opened {
+    /// A unicast session.
+    Session(Box<SessionInfo>),
+    /// The title is served by broadcast: tune in to it.
+    Broadcast(Box<isnode_proto::broadcast::BroadcastInfo>),
+}
+
 /// A blocking HTTP client of one server's control API.
 pub struct ControlClient {
     agent: ureq::Agent,
@@ -178,6 +187,26 @@ impl ControlClient {
             .with_context(|| format!("POST {url}"))?;
         let body = Self::body("creating the session", 201, resp)?;
         serde_json::from_str(&body).context("reading the session description")
+    }
+
+    /// `POST /v1/sessions`, accepting the hybrid server's answer too: a session, or the
+    /// broadcast that carries the title (`200` [`isnode_proto::broadcast::SessionRedirect`]).
+    pub fn open(&self, req: &isnode_proto::CreateSession) -> anyhow::Result<Opened> {
+        let url = format!("{}/v1/sessions", self.base);
+        let resp = self
+            .agent
+            .post(&url)
+            .send_json(req)
+            .with_context(|| format!("POST {url}"))?;
+        if resp.status().as_u16() == 200 {
+            let body = Self::body("creating the session", 200, resp)?;
+            let r: isnode_proto::broadcast::SessionRedirect =
+                serde_json::from_str(&body).context("reading the broadcast description")?;
+            return Ok(Opened::Broadcast(Box::new(r.broadcast)));
+        }
+        let body = Self::body("creating the session", 201, resp)?;
+        let info = serde_json::from_str(&body).context("reading the session description")?;
+        Ok(Opened::Session(Box::new(info)))
     }
 
     /// `POST /v1/sessions/{id}/keepalive`: `Ok(false)` if the server no longer knows the session.

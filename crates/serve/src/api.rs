@@ -132,6 +132,9 @@ async fn reap(sh: Arc<Shared>) {
     loop {
         tick.tick().await;
         let now = sh.now_ns();
+        for id in sh.broadcasts.stop_idle(now) {
+            tracing::info!(%id, "automatic broadcast stopped: its viewers have finished");
+        }
         let keep_ns = sh.args.session_timeout_ms.saturating_mul(1_000_000);
         sh.lock_sessions().retain(|_, s| match s.state() {
             SessionState::Streaming => true,

@@ -167,6 +167,26 @@ pub struct ServeArgs {
     /// Interface broadcasts are sent from, by name (default: the routing table's choice).
     #[arg(long)]
     pub multicast_if: Option<String>,
+    /// Hybrid serving: `auto` starts a broadcast of a title when its unicast demand would
+    /// cost more than the broadcast's plan, and answers its session requests with it.
+    #[arg(long = "broadcast", value_enum, default_value_t = BroadcastMode::Off)]
+    pub broadcast_mode: BroadcastMode,
+    /// The scheme of automatic broadcasts.
+    #[arg(long, default_value = "cautious-harmonic")]
+    pub broadcast_scheme: String,
+    /// The maximum start-up wait of automatic broadcasts, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub broadcast_max_wait_s: f64,
+}
+
+/// Whether the server broadcasts popular titles by itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BroadcastMode {
+    /// Only broadcasts asked for (`POST /v1/broadcasts`).
+    Off,
+    /// Also when a title's unicast demand would cost more than its broadcast.
+    Auto,
 }
 
 /// Default `--broadcast-groups`: organisation-local IPv4 and site-local IPv6 ranges.
@@ -212,6 +232,9 @@ impl Default for ServeArgs {
             broadcast_max_groups: DEFAULT_BROADCAST_MAX_GROUPS,
             multicast_ttl: 1,
             multicast_if: None,
+            broadcast_mode: BroadcastMode::Off,
+            broadcast_scheme: "cautious-harmonic".into(),
+            broadcast_max_wait_s: 5.0,
         }
     }
 }

@@ -15,6 +15,7 @@ pub use isnode_proto::Limit;
 pub(crate) struct Metrics {
     pub sessions_started: AtomicU64,
     pub broadcasts_started: AtomicU64,
+    pub broadcast_redirects: AtomicU64,
     pub broadcast_packets: AtomicU64,
     pub broadcast_bytes: AtomicU64,
     pub sessions_ended: AtomicU64,
@@ -55,6 +56,8 @@ pub struct MetricsSnapshot {
     pub broadcasts_active: u64,
     /// Broadcasts started since start.
     pub broadcasts_started: u64,
+    /// Session requests answered with a broadcast (`--broadcast auto`).
+    pub broadcast_redirects: u64,
     /// Packets sent on broadcast channels (also counted in `packets_sent`).
     pub broadcast_packets_sent: u64,
     /// UDP payload bytes sent on broadcast channels (also counted in `bytes_sent`).
@@ -138,6 +141,7 @@ impl Metrics {
         Metrics {
             sessions_started: AtomicU64::new(0),
             broadcasts_started: AtomicU64::new(0),
+            broadcast_redirects: AtomicU64::new(0),
             broadcast_packets: AtomicU64::new(0),
             broadcast_bytes: AtomicU64::new(0),
             sessions_ended: AtomicU64::new(0),
@@ -222,6 +226,12 @@ pub(crate) fn render(s: &MetricsSnapshot) -> String {
         "counter",
         "Broadcasts started.",
         s.broadcasts_started,
+    );
+    one(
+        "isnode_broadcast_redirects_total",
+        "counter",
+        "Session requests answered with a broadcast (--broadcast auto).",
+        s.broadcast_redirects,
     );
     one(
         "isnode_broadcast_packets_sent_total",

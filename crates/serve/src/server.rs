@@ -97,6 +97,7 @@ impl Shared {
             sessions_started: load(&m.sessions_started),
             broadcasts_active: self.broadcasts.list().len() as u64,
             broadcasts_started: load(&m.broadcasts_started),
+            broadcast_redirects: load(&m.broadcast_redirects),
             broadcast_packets_sent: load(&m.broadcast_packets),
             broadcast_bytes_sent: load(&m.broadcast_bytes),
             sessions_expired: load(&m.sessions_expired),

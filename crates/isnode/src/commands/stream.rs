@@ -24,7 +24,23 @@ pub(super) fn play(args: &isnode_recv::PlayArgs) -> anyhow::Result<ExitCode> {
             ExitCode::FAILURE
         });
     }
-    let stats = isnode_recv::play(args).with_context(|| format!("playing {:?}", args.name))?;
+    let stats = match isnode_recv::play(args) {
+        Ok(stats) => stats,
+        Err(e) => match e.downcast::<isnode_recv::play::FollowBroadcast>() {
+            Ok(f) => {
+                let stats =
+                    isnode_recv::broadcast::play_described(args, &f.info, f.asked, f.rtt)
+                        .with_context(|| format!("playing {:?} from its broadcast", args.name))?;
+                eprintln!("{}", stats.summary());
+                return Ok(if stats.is_clean() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                });
+            }
+            Err(e) => return Err(e).with_context(|| format!("playing {:?}", args.name)),
+        },
+    };
     eprintln!("{}", stats.summary());
     Ok(if stats.is_clean() {
         ExitCode::SUCCESS

@@ -23,6 +23,7 @@ use crate::control::{params_of, ControlClient};
 use crate::impair::{ImpairStats, Impairer, Verdict};
 use crate::play::PlayArgs;
 use crate::receiver::{Output, PacketClass, Receiver, ReceiverConfig, Release};
+use isnode_proto::broadcast::BroadcastInfo;
 use tune::{ChannelListen, TunePlan};
 
 /// When a channel's repair group is joined.
@@ -162,10 +163,6 @@ enum Joined {
 
 /// Receives `args.name` from its broadcast on the server; writes `--out`, `--stats-json`.
 pub fn play(args: &PlayArgs) -> anyhow::Result<BroadcastStats> {
-    if args.http.is_some() {
-        bail!("--http is not available with --broadcast yet: use --out FILE or --out -");
-    }
-    let mut impair = Impairer::new(&args.impair)?;
     let control = ControlClient::new(&args.server, Duration::from_secs(10));
     let asked = Instant::now();
     let list = control.broadcasts()?;
@@ -175,6 +172,21 @@ pub fn play(args: &PlayArgs) -> anyhow::Result<BroadcastStats> {
         .into_iter()
         .find(|b| b.object.name == args.name)
         .with_context(|| format!("no broadcast of {:?} on {}", args.name, args.server))?;
+    play_described(args, &info, asked, rtt)
+}
+
+/// Receives the broadcast `info`, described by an answer to a request sent at `asked` that
+/// took `rtt` (the server's `elapsed_s` is placed at its middle).
+pub fn play_described(
+    args: &PlayArgs,
+    info: &BroadcastInfo,
+    asked: Instant,
+    rtt: Duration,
+) -> anyhow::Result<BroadcastStats> {
+    if args.http.is_some() {
+        bail!("--http is not available with a broadcast yet: use --out FILE or --out -");
+    }
+    let mut impair = Impairer::new(&args.impair)?;
     if info.plan.codewords > MAX_BROADCAST_CODEWORDS {
         bail!(
             "the title has {} codewords, more than {MAX_BROADCAST_CODEWORDS}",
@@ -182,8 +194,8 @@ pub fn play(args: &PlayArgs) -> anyhow::Result<BroadcastStats> {
         );
     }
     let arrived = asked + rtt / 2;
-    let plan = tune::plan_of(&info)?;
-    let tp = tune::tune(&plan, &info, info.elapsed_s, MARGIN_S)?;
+    let plan = tune::plan_of(info)?;
+    let tp = tune::tune(&plan, info, info.elapsed_s, MARGIN_S)?;
     let params = params_of(&info.object, &info.fec, 0)?;
     let codewords = u32::try_from(info.plan.codewords)?;
     let mut rx = Receiver::new(

@@ -45,6 +45,30 @@ pub use stats::{EndReason, LostRange, PlayStats};
 
 use session::run_session;
 
+/// `play` was answered with a broadcast: the caller follows it
+/// ([`crate::broadcast::play_described`]).
+#[derive(Debug)]
+pub struct FollowBroadcast {
+    /// The broadcast.
+    pub info: Box<isnode_proto::broadcast::BroadcastInfo>,
+    /// When the request was sent.
+    pub asked: Instant,
+    /// How long the answer took.
+    pub rtt: Duration,
+}
+
+impl std::fmt::Display for FollowBroadcast {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the server serves the title by broadcast {}",
+            self.info.id
+        )
+    }
+}
+
+impl std::error::Error for FollowBroadcast {}
+
 /// Plays `args.name` from `args.server`: binds the receive socket (`--bind`, `--port`) and
 /// runs [`play_on`]. Writes `--stats-json` if asked; the caller prints [`PlayStats::summary`].
 pub fn play(args: &PlayArgs) -> anyhow::Result<PlayStats> {
@@ -86,13 +110,25 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
     // at once, faster than the stream's rate, before the receive loop runs.
     crate::net::grow_recv_buffer(&socket, RECV_BUFFER_BYTES);
     let requested = Instant::now();
-    let info = control.create_session_req(&isnode_proto::CreateSession {
+    let opened = control.open(&isnode_proto::CreateSession {
         object: args.name.clone(),
         port,
         start_codeword: args.start_codeword,
         start_at_s: args.start_at,
         no_start_burst: args.no_start_burst,
     })?;
+    let info = match opened {
+        crate::control::Opened::Session(info) => *info,
+        crate::control::Opened::Broadcast(b) => {
+            tracing::info!(broadcast = %b.id, "the server serves {} by broadcast", args.name);
+            return Err(FollowBroadcast {
+                info: b,
+                asked: requested,
+                rtt: requested.elapsed(),
+            }
+            .into());
+        }
+    };
     let skip = leading_skip_bytes(&info)?;
     if let (Some(offset), Some(by)) = (info.start_offset_bytes, info.seek_by) {
         tracing::info!(

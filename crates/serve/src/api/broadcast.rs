@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::net::IpAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -314,10 +314,19 @@ pub(super) async fn create_broadcast(State(sh): Sh, body: Bytes) -> Response {
         Ok(Err(e)) => return e.into_response(),
         Err(r) => return r,
     };
-    match start(&sh, &req, &obj, plan, &fdt) {
+    match start(&sh, &req, &obj, plan, &fdt, Origin::Request) {
         Ok(b) => (StatusCode::CREATED, Json(info(&sh, &b))).into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// Who started a broadcast.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// `POST /v1/broadcasts`.
+    Request,
+    /// The server, for demand (`--broadcast auto`).
+    Auto,
 }
 
 /// Groups, admission, channels, registration.
@@ -327,6 +336,7 @@ fn start(
     obj: &Arc<ObjectInfo>,
     plan: Arc<Plan>,
     fdt: &crate::objects::SessionFdt,
+    origin: Origin,
 ) -> Result<Arc<Broadcast>, ApiError> {
     let groups = channel_groups(sh, req, plan.channels.len())?;
     let rates = channel_rates(obj, &plan);
@@ -368,6 +378,9 @@ fn start(
         epoch_ns,
         fdt_xml: fdt.xml.clone(),
         send_rate_bps: total,
+        automatic: origin == Origin::Auto,
+        viewers: AtomicU64::new(0),
+        last_viewer_ns: AtomicU64::new(epoch_ns),
     });
     if let Err(b) = sh.broadcasts.insert(b.clone()) {
         stop_channels(&b.channels, sh.now_ns());
@@ -432,6 +445,99 @@ fn info(sh: &Shared, b: &Broadcast) -> BroadcastInfo {
         },
         packets_sent: sum(|s| s.packets_sent.load(Ordering::Relaxed)),
         bytes_sent: sum(|s| s.bytes_sent.load(Ordering::Relaxed)),
+        automatic: b.automatic,
+        viewers_redirected: b.viewers.load(Ordering::Relaxed),
+    }
+}
+
+/// Hybrid serving (`--broadcast auto`): the answer to a session request for `obj` when the
+/// title is (or now becomes) served by broadcast, `None` to serve it by unicast. A running
+/// broadcast of the title answers; otherwise one is started when the title's unicast
+/// demand with this request, its streaming sessions × their send rate, would exceed the
+/// broadcast's paced rate.
+pub(super) async fn hybrid(
+    sh: &Arc<Shared>,
+    obj: &Arc<ObjectInfo>,
+    fdt: &crate::objects::SessionFdt,
+) -> Option<Response> {
+    if sh.args.broadcast_mode != crate::config::BroadcastMode::Auto {
+        return None;
+    }
+    let b = match sh.broadcasts.of_object(obj.rec.toi) {
+        Some(b) => b,
+        None => start_auto(sh, obj, fdt).await?,
+    };
+    b.add_viewer(sh.now_ns());
+    sh.metrics
+        .broadcast_redirects
+        .fetch_add(1, Ordering::Relaxed);
+    let body = isnode_proto::broadcast::SessionRedirect {
+        broadcast: info(sh, &b),
+    };
+    Some((StatusCode::OK, Json(body)).into_response())
+}
+
+/// Starts an automatic broadcast of `obj` if its unicast demand calls for one.
+async fn start_auto(
+    sh: &Arc<Shared>,
+    obj: &Arc<ObjectInfo>,
+    fdt: &crate::objects::SessionFdt,
+) -> Option<Arc<Broadcast>> {
+    let streaming = sh
+        .sessions
+        .snapshot()
+        .sessions
+        .iter()
+        .filter(|s| s.object.rec.toi == obj.rec.toi)
+        .count() as u64;
+    let demand_bps = (streaming + 1).saturating_mul(obj.send_rate_bps);
+    let scheme = Scheme::parse(&sh.args.broadcast_scheme, SchemeParams::default()).ok()?;
+    let wait_s = sh.args.broadcast_max_wait_s;
+    let plan = match sh.broadcasts.auto_plan(obj.rec.toi) {
+        Some(p) => p,
+        None => {
+            let o = obj.clone();
+            let p = Arc::new(
+                blocking(sh, move |_| make_plan(&o, scheme, wait_s))
+                    .await
+                    .ok()?
+                    .ok()?,
+            );
+            sh.broadcasts.cache_auto_plan(obj.rec.toi, p.clone());
+            p
+        }
+    };
+    let cost_bps: u64 = channel_rates(obj, &plan).iter().sum();
+    if demand_bps <= cost_bps {
+        return None;
+    }
+    let req = Request {
+        object: obj.rec.name.clone(),
+        scheme,
+        body: CreateBroadcast {
+            object: obj.rec.name.clone(),
+            scheme: scheme.name().into(),
+            max_wait_s: wait_s,
+            width: None,
+            m: None,
+            source_groups: Vec::new(),
+            repair_groups: Vec::new(),
+            port: None,
+            ip_version: None,
+        },
+        groups: None,
+        ipv4: true,
+        port: sh.args.broadcast_port,
+    };
+    match start(sh, &req, obj, plan, fdt, Origin::Auto) {
+        Ok(b) => {
+            tracing::info!(object = %obj.rec.name, demand_bps, cost_bps, "automatic broadcast started");
+            Some(b)
+        }
+        Err(e) => {
+            tracing::warn!(object = %obj.rec.name, "automatic broadcast refused: {}", e.body.error);
+            None
+        }
     }
 }
 

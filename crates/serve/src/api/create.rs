@@ -303,6 +303,9 @@ pub(super) async fn create_session(
         Ok(Err(e)) => return store_error(e),
         Err(resp) => return resp,
     };
+    if let Some(redirect) = super::broadcast::hybrid(&sh, &obj, &fdt).await {
+        return redirect;
+    }
     let at = match req.start_at_s.map(|t| locate(&obj, t)).transpose() {
         Ok(at) => at,
         Err(e) => return ApiError::new(StatusCode::BAD_REQUEST, e).into_response(),

@@ -16,6 +16,7 @@ pub mod groups;
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use isnode_broadcast::Plan;
@@ -26,6 +27,8 @@ use groups::ChannelGroups;
 
 /// Most broadcasts running at once.
 pub const MAX_BROADCASTS: usize = 64;
+/// Most plans of automatic broadcasts kept.
+pub const MAX_CACHED_PLANS: usize = 1024;
 
 /// One running broadcast.
 pub(crate) struct Broadcast {
@@ -46,9 +49,29 @@ pub(crate) struct Broadcast {
     pub fdt_xml: String,
     /// Wire rate of all channels.
     pub send_rate_bps: u64,
+    /// Started by the server for demand (`--broadcast auto`).
+    pub automatic: bool,
+    /// Session requests answered with it.
+    pub viewers: AtomicU64,
+    /// When the last of them came (server clock, ns).
+    pub last_viewer_ns: AtomicU64,
 }
 
 impl Broadcast {
+    /// Counts a session request answered with this broadcast.
+    pub(crate) fn add_viewer(&self, now_ns: u64) {
+        self.viewers.fetch_add(1, Ordering::Relaxed);
+        self.last_viewer_ns.fetch_max(now_ns, Ordering::Relaxed);
+    }
+
+    /// An automatic broadcast whose last viewer has had the time to finish (the title's
+    /// duration and the wait since its request).
+    pub(crate) fn idle(&self, now_ns: u64) -> bool {
+        let title_ns = (self.object.rec.duration_s + self.max_wait_s).max(0.0) * 1e9;
+        let last = self.last_viewer_ns.load(Ordering::Relaxed);
+        self.automatic && now_ns.saturating_sub(last) as f64 > title_ns
+    }
+
     /// The groups it uses.
     pub(crate) fn group_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.groups
@@ -61,11 +84,48 @@ impl Broadcast {
 #[derive(Default)]
 pub(crate) struct Broadcasts {
     table: Mutex<HashMap<String, Arc<Broadcast>>>,
+    /// Plans of automatic broadcasts, by object TOI (planning a long title takes seconds).
+    auto_plans: Mutex<HashMap<u32, Arc<Plan>>>,
 }
 
 impl Broadcasts {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Broadcast>>> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The running broadcast of the object `toi`, if any (the first started).
+    pub(crate) fn of_object(&self, toi: u32) -> Option<Arc<Broadcast>> {
+        self.list().into_iter().find(|b| b.object.rec.toi == toi)
+    }
+
+    /// Stops the automatic broadcasts whose viewers have finished; their ids.
+    pub(crate) fn stop_idle(&self, now_ns: u64) -> Vec<String> {
+        let idle: Vec<String> = self
+            .lock()
+            .values()
+            .filter(|b| b.idle(now_ns))
+            .map(|b| b.id.clone())
+            .collect();
+        for id in &idle {
+            self.remove(id, now_ns);
+        }
+        idle
+    }
+
+    /// The cached plan of an automatic broadcast of object `toi`.
+    pub(crate) fn auto_plan(&self, toi: u32) -> Option<Arc<Plan>> {
+        let plans = self.auto_plans.lock().unwrap_or_else(|e| e.into_inner());
+        plans.get(&toi).cloned()
+    }
+
+    /// Caches the plan of an automatic broadcast of object `toi` (bounded: at most
+    /// [`MAX_CACHED_PLANS`], the oldest entries dropped arbitrarily beyond).
+    pub(crate) fn cache_auto_plan(&self, toi: u32, plan: Arc<Plan>) {
+        let mut plans = self.auto_plans.lock().unwrap_or_else(|e| e.into_inner());
+        if plans.len() >= MAX_CACHED_PLANS {
+            plans.clear();
+        }
+        plans.insert(toi, plan);
     }
 
     /// Every running broadcast.
