@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use isnode_proto::broadcast::{BroadcastInfo, BroadcastList, CreateBroadcast};
+use isnode_proto::broadcast::{BroadcastInfo, BroadcastList, CreateBroadcast, SessionRedirect};
 use isnode_proto::{
     ControlAnswer, CreateSession, ErrorBody, KeepaliveBody, MediaIndex, ObjectInfo, ObjectList,
     SessionControl, SessionInfo, SessionStatus,
@@ -93,6 +93,7 @@ fn checks() -> BTreeMap<&'static str, Check> {
         ("CreateBroadcast", round_trip::<CreateBroadcast>),
         ("BroadcastInfo", round_trip::<BroadcastInfo>),
         ("BroadcastList", round_trip::<BroadcastList>),
+        ("SessionRedirect", round_trip::<SessionRedirect>),
     ])
 }
 
