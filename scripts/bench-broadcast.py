@@ -22,10 +22,12 @@ def post(url, body):
         return json.loads(r.read())
 
 def metric(base, name):
+    """The sum of a metric's series (every label set)."""
+    total = 0.0
     for line in get(base + "/metrics").splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return 0.0
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
 
 def cpu_s(pid):
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
@@ -42,14 +44,14 @@ def run(args, mode, n, vol, base, server_pid, work):
         st = os.path.join(work, f"{mode}-{n}-{i}.json")
         stats.append(st)
         cmd = [args.isnode, "play", "title.ts", "--server", base, "--stats-json", st,
-               "--max-seconds", "40"] + extra
+               "--max-seconds", "120"] + extra
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(max(0.0, 12.0 - (time.time() - t0)))
     b0, c0, m0 = metric(base, "isnode_bytes_sent_total"), cpu_s(server_pid), time.time()
     time.sleep(18.0)
     b1, c1, m1 = metric(base, "isnode_bytes_sent_total"), cpu_s(server_pid), time.time()
     for p in procs:
-        p.wait(timeout=120)
+        p.wait(timeout=180)
     return (b1 - b0) * 8 / (m1 - m0), (c1 - c0) / (m1 - m0), stats
 
 def main():

@@ -63,8 +63,28 @@ pub const PLAN_ARRIVALS: Arrivals = Arrivals::Sample {
     seed: 1,
 };
 
+/// How much of a plan [`plan_with`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Figures {
+    /// The client figures too, by simulation ([`PLAN_ARRIVALS`]): seconds for a long title.
+    Simulated,
+    /// The timetable only (a receiver that has the figures from the server): the plan's
+    /// `client` figures are zero; `nominal` and the rates are computed.
+    TimetableOnly,
+}
+
 /// Plans `req`: segments, channels, and the figures after codeword rounding.
 pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
+    plan_with(req, Figures::Simulated)
+}
+
+/// [`plan`], with the client figures simulated or not. The timetable is the same either way
+/// (except pyramid under a client cap, which needs the figures to choose its channels).
+pub fn plan_with(req: &PlanRequest, figures: Figures) -> Result<Plan, PlanError> {
+    let figures = match (req.scheme, req.client_cap_bps) {
+        (Scheme::Pyramid, Some(_)) => Figures::Simulated,
+        _ => figures,
+    };
     req.scheme.check()?;
     let title = Title::new(
         req.title.codewords,
@@ -82,16 +102,23 @@ pub fn plan(req: &PlanRequest) -> Result<Plan, PlanError> {
             bitrate_bps: title.bitrate_bps,
         });
     }
-    let mut p = assemble(req, title, build::build(req.scheme, title.codewords, slot)?);
+    let mut p = assemble(
+        req,
+        title,
+        build::build(req.scheme, title.codewords, slot)?,
+        figures,
+    );
     if req.scheme == Scheme::Pyramid {
         p = pyramid_within_cap(req, p)?;
     }
-    check_cap(req, &p)?;
+    if figures == Figures::Simulated {
+        check_cap(req, &p)?;
+    }
     Ok(p)
 }
 
 /// A plan of `layout` with its figures.
-fn assemble(req: &PlanRequest, title: Title, layout: build::Layout) -> Plan {
+fn assemble(req: &PlanRequest, title: Title, layout: build::Layout, figures: Figures) -> Plan {
     let channels = build::channels(layout.lanes, &title);
     let server_rate_bps = channels.iter().map(|c| c.rate_bps).sum();
     let mut p = Plan {
@@ -115,6 +142,9 @@ fn assemble(req: &PlanRequest, title: Title, layout: build::Layout) -> Plan {
         nominal: nominal(req.scheme, title.duration_s(), req.max_wait_s),
         notes: layout.notes,
     };
+    if figures == Figures::TimetableOnly {
+        return p;
+    }
     let sim = sim::simulate(&p, PLAN_ARRIVALS);
     p.client = ClientFigures {
         worst_wait_s: title.seconds(sim::worst_wait(&p)),
@@ -140,7 +170,7 @@ fn pyramid_within_cap(req: &PlanRequest, p: Plan) -> Result<Plan, PlanError> {
         let Ok(layout) = build::pyramid(p.title.codewords, p.slot_codewords, Some(k)) else {
             continue;
         };
-        let cand = assemble(req, p.title, layout);
+        let cand = assemble(req, p.title, layout, Figures::Simulated);
         let fits = cand.client.peak_receive_bps <= cap as f64;
         if fits
             && best

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 
 use anyhow::{bail, Context};
-use isnode_broadcast::{Plan, PlanRequest, Scheme, SchemeParams, Title};
+use isnode_broadcast::{Figures, Plan, PlanRequest, Scheme, SchemeParams, Title};
 use isnode_proto::broadcast::BroadcastInfo;
 
 /// One channel as this receiver uses it.
@@ -64,13 +64,16 @@ pub fn plan_of(info: &BroadcastInfo) -> anyhow::Result<Plan> {
     let s = &info.plan;
     let title = Title::new(s.codewords, s.codeword_payload_bytes, s.bitrate_bps)
         .context("the broadcast's title")?;
-    let plan = isnode_broadcast::plan(&PlanRequest {
+    // The timetable only: the figures are the server's (simulating them takes seconds for
+    // a long title, and the wait would grow by as much).
+    let req = PlanRequest {
         title,
         max_wait_s: info.max_wait_s,
         scheme,
         client_cap_bps: None,
-    })
-    .context("planning the broadcast")?;
+    };
+    let plan = isnode_broadcast::plan_with(&req, Figures::TimetableOnly)
+        .context("planning the broadcast")?;
     if plan.channels.len() != info.channels.len()
         || plan.slot_codewords != s.slot_codewords
         || (plan.server_rate_bps - s.server_rate_bps).abs() > 1.0
