@@ -309,3 +309,71 @@ fn bad_broadcast_requests_are_a_clear_4xx_and_change_nothing() {
     assert_eq!(list["broadcasts"].as_array().map(Vec::len), Some(0));
     assert_eq!(server.metrics().get("isnode_broadcasts_started_total"), 0.0);
 }
+
+/// A standard FLUTE receiver (the `flute` crate) that joins every group of a broadcast
+/// rebuilds the file: the channels are the ALC/LCT channels of one FLUTE session (RFC 6726
+/// §2), the FDT comes on every source group.
+#[test]
+fn a_standard_flute_receiver_on_all_groups_rebuilds_the_file() {
+    use flute::core::UDPEndpoint;
+    use flute::receiver::writer::ObjectWriterBufferBuilder;
+    use flute::receiver::MultiReceiver;
+    use std::rc::Rc;
+    use std::time::SystemTime;
+
+    let ns = Netns::with_loopback_multicast();
+    ns.run(|| {
+        let vol = Vol::create(&[]);
+        let bytes = vol.add_ts("flute.ts", 2_000_000, 6.0, 17);
+        let server = Server::start(&vol, &[]);
+        let body = json!({"object": "flute.ts", "scheme": "fast", "max_wait_s": 2.0}).to_string();
+        let r = server.req("POST", "/v1/broadcasts", Some(&body));
+        assert_eq!(r.status, 201, "{}", r.body);
+        let info = r.json();
+        let v4 = |a: SocketAddr| match a.ip() {
+            std::net::IpAddr::V4(v) => v,
+            other => panic!("IPv4 expected, got {other}"),
+        };
+        let socks: Vec<UdpSocket> = info["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let (s, r) = (addr(&c["source"]), addr(&c["repair"]));
+                let sock = join(s.port(), &[v4(s), v4(r)]);
+                sock.set_nonblocking(true).unwrap();
+                sock
+            })
+            .collect();
+        let writer = Rc::new(ObjectWriterBufferBuilder::new(true));
+        let mut receiver = MultiReceiver::new(writer.clone(), None, false);
+        // One FLUTE session: every channel's packets under one endpoint.
+        let endpoint = UDPEndpoint::new(None, "239.255.0.1".to_owned(), 30000);
+        let complete =
+            |w: &ObjectWriterBufferBuilder| w.objects.borrow().iter().any(|o| o.borrow().complete);
+        let mut buf = vec![0u8; 65536];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline && !complete(&writer) {
+            let mut any = false;
+            for s in &socks {
+                while let Ok(n) = s.recv(&mut buf) {
+                    any = true;
+                    receiver
+                        .push(&endpoint, &buf[..n], SystemTime::now())
+                        .unwrap_or_else(|e| panic!("flute refused a packet: {e:?}"));
+                }
+            }
+            if !any {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let objects = writer.objects.borrow();
+        let obj = objects
+            .iter()
+            .find(|o| o.borrow().complete)
+            .expect("flute completed the object");
+        let obj = obj.borrow();
+        assert!(!obj.error);
+        assert!(obj.data == bytes, "flute's object differs from the title");
+    });
+}
