@@ -19,7 +19,7 @@ use isnode_proto::broadcast::{
 };
 use isnode_proto::FecInfo;
 
-use super::{blocking, error, store_error, ApiError, Sh};
+use super::{blocking, error, ApiError, Sh};
 use crate::admission::{admit, Demand};
 use crate::broadcast::channel::ChannelPacer;
 use crate::broadcast::groups::{allocate, assign, ChannelGroups, GroupRange};
@@ -296,15 +296,8 @@ pub(super) async fn create_broadcast(State(sh): Sh, body: Bytes) -> Response {
             format!("{MAX_BROADCASTS} broadcasts run already"),
         );
     }
-    let name = req.object.clone();
-    let found = blocking(&sh, move |sh| {
-        let obj = sh.objects.get(&name)?;
-        let fdt = sh.objects.session_fdt(&obj)?;
-        Ok::<_, isnode_store::StoreError>((obj, fdt))
-    });
-    let (obj, fdt) = match found.await {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => return store_error(e),
+    let (obj, fdt) = match super::create::object_and_fdt(&sh, &req.object).await {
+        Ok(v) => v,
         Err(r) => return r,
     };
     let (obj2, scheme, wait_s) = (obj.clone(), req.scheme, req.body.max_wait_s);

@@ -283,6 +283,25 @@ fn created(sh: &Shared, s: &SessionShared, fdt: SessionFdt, at: Option<Located>)
     (StatusCode::CREATED, Json(body)).into_response()
 }
 
+/// The object called `name` and a fresh FDT instance of it (catalog lookups, off the
+/// runtime); the error answer otherwise.
+pub(super) async fn object_and_fdt(
+    sh: &Arc<Shared>,
+    name: &str,
+) -> Result<(Arc<ObjectInfo>, SessionFdt), Response> {
+    let name = name.to_string();
+    let found = blocking(sh, move |sh| {
+        let obj = sh.objects.get(&name)?;
+        let fdt = sh.objects.session_fdt(&obj)?;
+        Ok::<_, isnode_store::StoreError>((obj, fdt))
+    });
+    match found.await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(store_error(e)),
+        Err(resp) => Err(resp),
+    }
+}
+
 pub(super) async fn create_session(
     State(sh): Sh,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -292,15 +311,8 @@ pub(super) async fn create_session(
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let name = req.object.clone();
-    let found = blocking(&sh, move |sh| {
-        let obj = sh.objects.get(&name)?;
-        let fdt = sh.objects.session_fdt(&obj)?;
-        Ok::<_, isnode_store::StoreError>((obj, fdt))
-    });
-    let (obj, fdt) = match found.await {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => return store_error(e),
+    let (obj, fdt) = match object_and_fdt(&sh, &req.object).await {
+        Ok(v) => v,
         Err(resp) => return resp,
     };
     if let Some(redirect) = super::broadcast::hybrid(&sh, &obj, &fdt).await {
