@@ -47,6 +47,8 @@ const MARGIN_S: f64 = 0.25;
 const GRACE_S: f64 = 2.0;
 /// Most datagrams read from one socket per pass.
 const MAX_READS_PER_PASS: usize = 256;
+/// Longest wait for a datagram before the schedule is looked at again.
+const POLL_TIMEOUT: Duration = Duration::from_millis(10);
 /// A codeword completed later than its playing time's end by more than this is late.
 const LATE_TOLERANCE_S: f64 = 0.05;
 
@@ -220,7 +222,7 @@ pub fn play_described(
             break;
         }
         if !got {
-            std::thread::sleep(Duration::from_millis(2));
+            wait_readable(&chans, POLL_TIMEOUT);
         }
     }
     rx.finish();
@@ -532,6 +534,28 @@ fn write_zeros(out: &mut dyn Write, mut len: u64) -> std::io::Result<()> {
         len -= n as u64;
     }
     Ok(())
+}
+
+/// Waits until a channel socket has a datagram, at most `timeout` (the schedule's joins
+/// and leaves are checked at least that often).
+fn wait_readable(chans: &[Chan], timeout: Duration) {
+    use std::os::fd::AsRawFd;
+    let mut fds: Vec<libc::pollfd> = chans
+        .iter()
+        .filter(|c| matches!(c.state, Joined::Source | Joined::SourceAndRepair))
+        .map(|c| libc::pollfd {
+            fd: c.socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(10);
+    if fds.is_empty() {
+        std::thread::sleep(timeout);
+        return;
+    }
+    // SAFETY: a valid array of pollfd of the given length.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
 }
 
 /// CPU time of the calling thread, seconds.
