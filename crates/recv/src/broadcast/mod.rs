@@ -189,12 +189,6 @@ pub fn play_described(
         bail!("--http is not available with a broadcast yet: use --out FILE or --out -");
     }
     let mut impair = Impairer::new(&args.impair)?;
-    if info.plan.codewords > MAX_BROADCAST_CODEWORDS {
-        bail!(
-            "the title has {} codewords, more than {MAX_BROADCAST_CODEWORDS}",
-            info.plan.codewords
-        );
-    }
     let arrived = asked + rtt / 2;
     let plan = tune::plan_of(info)?;
     let tp = tune::tune(&plan, info, info.elapsed_s, MARGIN_S)?;

@@ -54,6 +54,13 @@ pub struct TunePlan {
 /// Recomputes the server's plan from its description (planning is deterministic) and
 /// checks that it is the same plan.
 pub fn plan_of(info: &BroadcastInfo) -> anyhow::Result<Plan> {
+    if info.plan.codewords > super::MAX_BROADCAST_CODEWORDS {
+        bail!(
+            "the title has {} codewords, more than {}",
+            info.plan.codewords,
+            super::MAX_BROADCAST_CODEWORDS
+        );
+    }
     let d = SchemeParams::default();
     let params = SchemeParams {
         skyscraper_width: info.width.unwrap_or(d.skyscraper_width),
