@@ -19,6 +19,7 @@ use serde_json::Value;
 
 pub(crate) mod media;
 pub(crate) mod netns;
+pub(crate) mod planned;
 
 /// The binary under test.
 pub(crate) fn bin() -> &'static str {
