@@ -215,8 +215,18 @@ mod tests {
 
     #[test]
     fn every_transmission_of_the_timetable_goes_out_whole_and_on_time() {
-        let codewords = 12;
-        let plan = plan_of(Scheme::Fast, codewords, 2);
+        for scheme in [
+            Scheme::Fast,
+            Scheme::CautiousHarmonic,
+            Scheme::Polyharmonic { m: 2 },
+            Scheme::Skyscraper { width: 52 },
+        ] {
+            timetable_sent_whole(scheme, 12, 3);
+        }
+    }
+
+    fn timetable_sent_whole(scheme: Scheme, codewords: u64, wait: u64) {
+        let plan = plan_of(scheme, codewords, wait);
         let horizon_tau = 40;
         for c in 0..plan.channels.len() {
             let mut ch = ChannelPacer::new(plan.clone(), c, layout(codewords), 8, 0).expect("ch");
@@ -236,7 +246,11 @@ mod tests {
                         u64::from(*sbn) == tx.codeword && *at + 1 >= start_ns && *at < end_ns
                     })
                     .collect();
-                assert_eq!(pkts.len(), N, "channel {c}, {tx:?}: all {N} packets");
+                assert_eq!(
+                    pkts.len(),
+                    N,
+                    "{scheme}: channel {c}, {tx:?}: all {N} packets"
+                );
                 expected += N;
                 t = tx.start + tx.airtime;
             }
