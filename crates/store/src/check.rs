@@ -11,6 +11,7 @@ use crate::codeword::{verify_block, verify_packet, Want};
 use crate::io::{AlignedBuf, BlockFile};
 use crate::read::ObjectReader;
 use crate::segment::SegmentWriter;
+use crate::volume::{FileLock, LockWait};
 use crate::{Layout, StoreError, Volume};
 
 /// How to check.
@@ -67,12 +68,21 @@ impl CheckReport {
     }
 }
 
+/// The flock a repairing check holds (`DIR/repair.lock`): repairs are serialized.
+const REPAIR_LOCK_FILE: &str = "repair.lock";
+
 /// Checks (and with `opts.repair`, repairs) every object of the volume.
 pub fn check(
     vol: &mut Volume,
     opts: CheckOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Result<CheckReport, StoreError> {
+    // Repairs run one at a time (they rewrite the same segment files through the same
+    // temporary paths): a second `check --repair` waits, then checks what the first left.
+    let _repair_lock = match opts.repair {
+        true => FileLock::exclusive(&vol.root().join(REPAIR_LOCK_FILE), LockWait::Block)?,
+        false => None,
+    };
     let mut report = CheckReport {
         members_repaired: opts.repair,
         ..CheckReport::default()

@@ -4,6 +4,7 @@
 //! DIR/catalog.sqlite        the catalog (SQLite, WAL)
 //! DIR/lock                  flock: held exclusively while recovering or starting an ingest
 //! DIR/tmp/ingest-TOI.lock   flock held by the live ingest of object TOI
+//! DIR/repair.lock           flock held by a repairing check (`volume check --repair`)
 //! MEMBER/MEMBER             identity: volume uuid and member index
 //! MEMBER/objects/TOI.seg    segment file of a complete object
 //! MEMBER/tmp/TOI.seg        segment file being written
