@@ -1,5 +1,7 @@
 //! Concurrent writers of one volume (issue 11, "concurrent writers"): eight ingests at once
-//! all succeed; three `volume check --repair` runs at once over a damaged volume all succeed
+//! all succeed; `--replace` ingests of one name at once all succeed (they used to fail with
+//! "already exists" when another replaced the object first) and leave one object and no
+//! stray files; three `volume check --repair` runs at once over a damaged volume all succeed
 //! and leave it clean (they used to trip over each other's temporary segment files:
 //! "replacing …: No such file or directory").
 
@@ -94,6 +96,49 @@ fn eight_ingests_and_three_repairs_at_once_all_succeed() {
         "{listed}"
     );
 
+    // Four `--replace` ingests of an existing name, three of a new one, all at once.
+    let replaces = (0..7)
+        .map(|i| {
+            let name = if i < 4 { "t0.ts" } else { "fresh.ts" };
+            [
+                "ingest",
+                "--volume",
+                &root,
+                "--replace",
+                "--name",
+                name,
+                &inputs[i],
+            ]
+            .map(String::from)
+            .to_vec()
+        })
+        .collect();
+    for (i, out) in all_at_once(replaces).iter().enumerate() {
+        assert!(
+            out.status.success(),
+            "replacing ingest {i} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let listed = run_ok(&["ls", "--volume", &root]);
+    assert_eq!(
+        listed.lines().filter(|l| l.contains(".ts")).count(),
+        9,
+        "{listed}"
+    );
+    for (name, from) in [("t0.ts", 0..4), ("fresh.ts", 4..7)] {
+        let got = run_bytes(&["cat", "--volume", &root, name]);
+        assert!(
+            from.clone()
+                .any(|i| got == std::fs::read(&inputs[i]).unwrap()),
+            "{name} is none of the inputs that replaced it"
+        );
+    }
+    let segments = std::fs::read_dir(vol.root.join("members").join("0").join("objects"))
+        .unwrap()
+        .count();
+    assert_eq!(segments, 9, "stray segment files after the replacements");
+
     damage_member(&vol, 3, 5000);
     damage_member(&vol, 4, 9000);
     let check = ["volume", "check", "--volume", &root]
@@ -114,15 +159,23 @@ fn eight_ingests_and_three_repairs_at_once_all_succeed() {
         );
     }
     run_ok(&check.iter().map(String::as_str).collect::<Vec<_>>());
-    for (i, f) in inputs.iter().enumerate() {
-        let got = command()
-            .args(["cat", "--volume", &root, &format!("t{i}.ts")])
-            .output()
-            .expect("cat");
-        assert!(got.status.success());
+    // t0.ts was replaced above (by one of inputs 0..4): the others are compared.
+    for (i, f) in inputs.iter().enumerate().skip(1) {
+        let got = run_bytes(&["cat", "--volume", &root, &format!("t{i}.ts")]);
         assert!(
-            got.stdout == std::fs::read(f).unwrap(),
+            got == std::fs::read(f).unwrap(),
             "t{i}.ts differs after the repairs"
         );
     }
+}
+
+/// Runs `isnode ARGS`, which must succeed; its standard output.
+fn run_bytes(args: &[&str]) -> Vec<u8> {
+    let out = command().args(args).output().expect("isnode");
+    assert!(
+        out.status.success(),
+        "isnode {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
 }

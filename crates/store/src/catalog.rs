@@ -79,6 +79,15 @@ pub struct MediaIndexRecord {
     pub points: Vec<(f64, u64)>,
 }
 
+/// What committing an object does when a complete object of the same name exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnNameTaken {
+    /// Fail with [`StoreError::NameExists`] (the ingest did not ask to replace).
+    Fail,
+    /// Replace it (`--replace`), whichever object it is by then.
+    Replace,
+}
+
 /// State of an object in the catalog.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -307,19 +316,22 @@ impl Catalog {
     }
 
     /// Makes object `toi` complete and visible in one transaction: its block
-    /// checksums, its final CRC, and the removal of the object it replaces.
+    /// checksums, its final CRC, and the removal of the complete object of the same name
+    /// if `taken` says so (whichever it is now: another `--replace` ingest may have
+    /// replaced the one there at the start); returns that object's TOI.
     pub fn commit_object(
         &mut self,
         toi: u32,
         content_crc32c: u32,
         blocks: &[BlockRecord],
+        taken: OnNameTaken,
     ) -> Result<Option<u32>, StoreError> {
         let tx = self.write_transaction("committing an object")?;
-        let (name, replaces): (String, Option<u32>) = tx
+        let name: String = tx
             .query_row(
-                "SELECT name, replaces FROM objects WHERE toi = ?1 AND state = 'writing'",
+                "SELECT name FROM objects WHERE toi = ?1 AND state = 'writing'",
                 [toi],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| r.get(0),
             )
             .map_err(db("committing an object"))?;
         insert_blocks(&tx, toi, blocks)?;
@@ -334,7 +346,7 @@ impl Catalog {
             .optional()
             .map_err(db("committing an object"))?;
         if let Some(old_toi) = old {
-            if replaces != Some(old_toi) {
+            if taken == OnNameTaken::Fail {
                 return Err(StoreError::NameExists(name));
             }
             tx.execute("DELETE FROM objects WHERE toi = ?1", [old_toi])

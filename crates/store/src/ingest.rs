@@ -14,7 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use isnode_fec::Code;
 use isnode_wire::DataPacketId;
 
-use crate::catalog::{BlockRecord, MediaIndexRecord, ObjectRecord, ObjectState};
+use crate::catalog::{BlockRecord, MediaIndexRecord, ObjectRecord, ObjectState, OnNameTaken};
 use crate::segment::SegmentWriter;
 use crate::volume::{FileLock, LockWait};
 use crate::{crash, Layout, StoreError, Volume};
@@ -113,7 +113,11 @@ pub fn ingest(
         .ok_or_else(|| StoreError::Corrupt("ingest lock busy".into()))?;
     drop(volume_lock);
 
-    match write_object(vol, &layout, &mut rec, src, progress) {
+    let taken = match opts.replace {
+        true => OnNameTaken::Replace,
+        false => OnNameTaken::Fail,
+    };
+    match write_object(vol, &layout, &mut rec, taken, src, progress) {
         Ok(old) => {
             if let Some(old_toi) = old {
                 vol.remove_object_files(old_toi);
@@ -137,6 +141,7 @@ fn write_object(
     vol: &mut Volume,
     layout: &Layout,
     rec: &mut ObjectRecord,
+    taken: OnNameTaken,
     src: &mut dyn Read,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Option<u32>, StoreError> {
@@ -220,7 +225,9 @@ fn write_object(
     vol.catalog_mut().set_media_index(rec.toi, &index)?;
     crash::point("before-commit");
     rec.content_crc32c = crc;
-    let old = vol.catalog_mut().commit_object(rec.toi, crc, &blocks)?;
+    let old = vol
+        .catalog_mut()
+        .commit_object(rec.toi, crc, &blocks, taken)?;
     crash::point("after-commit");
     Ok(old)
 }
