@@ -13,18 +13,14 @@ use isnode_recv::broadcast::tune::{plan_of, tune};
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 
-const SCHEMES: [&str; 10] = [
-    "staggered",
-    "pyramid",
-    "skyscraper",
-    "fast",
-    "pagoda",
-    "harmonic",
-    "cautious-harmonic",
-    "quasi-harmonic",
-    "polyharmonic",
-    "nonsense",
-];
+/// A scheme's name by index (one past the known names: an unknown one).
+fn scheme_name(i: u64) -> &'static str {
+    let names = isnode_broadcast::Scheme::NAMES;
+    names
+        .get((i % (names.len() as u64 + 1)) as usize)
+        .copied()
+        .unwrap_or("nonsense")
+}
 
 /// A description whose planner inputs come from `d`.
 fn from_bytes(d: &[u8]) -> Option<BroadcastInfo> {
@@ -38,7 +34,7 @@ fn from_bytes(d: &[u8]) -> Option<BroadcastInfo> {
         })
         .collect();
     let v = json!({
-        "id": "f", "scheme": SCHEMES[(b(1) % 10) as usize],
+        "id": "f", "scheme": scheme_name(b(1)),
         "max_wait_s": word(2) as f64 / 100.0,
         "width": (b(4) % 3 == 0).then_some(b(5)), "m": (b(6) % 3 == 0).then_some(b(7)),
         "object": {"name": "t", "size_bytes": (word(8) % 512) * 223 * 1408, "bitrate_bps": word(10) * 1000,
@@ -61,12 +57,7 @@ fn from_bytes(d: &[u8]) -> Option<BroadcastInfo> {
 /// would), so that the client's own plan agrees and its schedule is exercised.
 fn consistent(mut info: BroadcastInfo) -> BroadcastInfo {
     use isnode_broadcast::{plan_with, Figures, PlanRequest, Scheme, SchemeParams, Title};
-    let d = SchemeParams::default();
-    let params = SchemeParams {
-        skyscraper_width: info.width.unwrap_or(d.skyscraper_width),
-        quasi_harmonic_m: info.m.unwrap_or(d.quasi_harmonic_m),
-        polyharmonic_m: info.m.unwrap_or(d.polyharmonic_m),
-    };
+    let params = SchemeParams::from_options(info.width, info.m);
     let (Ok(scheme), Ok(title)) = (
         Scheme::parse(&info.scheme, params),
         Title::new(

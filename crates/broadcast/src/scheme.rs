@@ -59,6 +59,19 @@ pub struct SchemeParams {
     pub polyharmonic_m: u32,
 }
 
+impl SchemeParams {
+    /// The parameters a broadcast request or description names (`width` for skyscraper,
+    /// `m` for quasi-harmonic and polyharmonic), the defaults for the rest.
+    pub fn from_options(width: Option<u64>, m: Option<u32>) -> SchemeParams {
+        let d = SchemeParams::default();
+        SchemeParams {
+            skyscraper_width: width.unwrap_or(d.skyscraper_width),
+            quasi_harmonic_m: m.unwrap_or(d.quasi_harmonic_m),
+            polyharmonic_m: m.unwrap_or(d.polyharmonic_m),
+        }
+    }
+}
+
 impl Default for SchemeParams {
     fn default() -> SchemeParams {
         SchemeParams {

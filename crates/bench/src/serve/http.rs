@@ -17,6 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 /// Bytes of one `http-range` request.
 const RANGE_BYTES: u64 = 1 << 20;
@@ -131,7 +133,7 @@ fn object_len(base: &str, object: &str) -> anyhow::Result<u64> {
 /// One reader: requests as its pattern says, each body read at the bitrate, until `stop`.
 fn read_paced(job: &Job, bytes: &AtomicU64, errors: &AtomicU64, stop: &AtomicBool) {
     let agent = ureq::Agent::new_with_defaults();
-    let mut rng = job.seed;
+    let mut rng = StdRng::seed_from_u64(job.seed);
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     let start = Instant::now();
     let mut read_bytes = 0u64;
@@ -170,12 +172,12 @@ fn read_paced(job: &Job, bytes: &AtomicU64, errors: &AtomicU64, stop: &AtomicBoo
 }
 
 /// The next request's range (inclusive ends), or `None` for the whole object.
-fn next_range(job: &Job, rng: &mut u64) -> Option<(u64, u64)> {
+fn next_range(job: &Job, rng: &mut StdRng) -> Option<(u64, u64)> {
     match job.pattern {
         Pattern::Progressive => None,
         Pattern::Range => {
             let span = job.len_bytes.saturating_sub(RANGE_BYTES).max(1);
-            let from = splitmix(rng) % span;
+            let from = rng.random_range(0..span);
             let to = (from + RANGE_BYTES).min(job.len_bytes).saturating_sub(1);
             Some((from, to))
         }
@@ -194,15 +196,6 @@ fn pace(start: Instant, read_bytes: u64, bitrate_bps: u64, stop: &AtomicBool) {
     }
 }
 
-/// SplitMix64: a small deterministic generator for the readers' offsets.
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,7 +210,7 @@ mod tests {
                 pattern: Pattern::Range,
                 seed: 7,
             };
-            let mut rng = 1;
+            let mut rng = StdRng::seed_from_u64(1);
             for _ in 0..1000 {
                 let (from, to) = next_range(&job, &mut rng).expect("a range");
                 assert!(from <= to && to < len, "{from}-{to} of {len}");

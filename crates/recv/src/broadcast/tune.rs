@@ -61,12 +61,7 @@ pub fn plan_of(info: &BroadcastInfo) -> anyhow::Result<Plan> {
             super::MAX_BROADCAST_CODEWORDS
         );
     }
-    let d = SchemeParams::default();
-    let params = SchemeParams {
-        skyscraper_width: info.width.unwrap_or(d.skyscraper_width),
-        quasi_harmonic_m: info.m.unwrap_or(d.quasi_harmonic_m),
-        polyharmonic_m: info.m.unwrap_or(d.polyharmonic_m),
-    };
+    let params = SchemeParams::from_options(info.width, info.m);
     let scheme = Scheme::parse(&info.scheme, params).context("the broadcast's scheme")?;
     let s = &info.plan;
     let title = Title::new(s.codewords, s.codeword_payload_bytes, s.bitrate_bps)

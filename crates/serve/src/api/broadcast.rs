@@ -60,12 +60,7 @@ fn parse(sh: &Shared, body: &[u8]) -> Result<Request, ApiError> {
             b.max_wait_s
         )));
     }
-    let d = SchemeParams::default();
-    let params = SchemeParams {
-        skyscraper_width: b.width.unwrap_or(d.skyscraper_width),
-        quasi_harmonic_m: b.m.unwrap_or(d.quasi_harmonic_m),
-        polyharmonic_m: b.m.unwrap_or(d.polyharmonic_m),
-    };
+    let params = SchemeParams::from_options(b.width, b.m);
     let scheme = Scheme::parse(&b.scheme, params).map_err(bad)?;
     let ipv4 = match b.ip_version {
         None | Some(4) => true,
