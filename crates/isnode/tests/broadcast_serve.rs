@@ -41,18 +41,18 @@ fn join(port: u16, groups: &[Ipv4Addr]) -> UdpSocket {
     join_at(Ipv4Addr::UNSPECIFIED, port, groups)
 }
 
-/// Codewords of an object of `len` bytes cut into codewords of at most `k` symbols of `e`
-/// bytes (RFC 5052 §9.1 block partitioning): (source symbols of codeword `sbn`, symbols
-/// before it).
+/// [`serve_support::planned::partition`] in `usize`: (source symbols of codeword `sbn`,
+/// symbols before it).
 fn partition(len: usize, k: usize, e: usize, sbn: usize) -> (usize, usize) {
-    let t = len.div_ceil(e);
-    let n = t.div_ceil(k);
-    let (large, small) = (t.div_ceil(n), t / n);
-    let large_blocks = t - small * n;
-    if sbn < large_blocks {
-        (large, sbn * large)
-    } else {
-        (small, large_blocks * large + (sbn - large_blocks) * small)
+    let (n, before) = serve_support::planned::partition(len as u64, k as u64, e as u64, sbn as u64);
+    (n as usize, before as usize)
+}
+
+/// The IPv4 address of a group (these tests use IPv4 groups only).
+fn v4(a: SocketAddr) -> Ipv4Addr {
+    match a.ip() {
+        std::net::IpAddr::V4(v) => v,
+        other => panic!("IPv4 groups expected, got {other}"),
     }
 }
 
@@ -119,12 +119,8 @@ fn broadcast_sends_the_plan_with_stored_packets() {
             .iter()
             .map(|c| {
                 let (s, r) = (addr(&c["source"]), addr(&c["repair"]));
-                let ip = |a: SocketAddr| match a.ip() {
-                    std::net::IpAddr::V4(v) => v,
-                    other => panic!("IPv4 groups expected, got {other}"),
-                };
                 assert_eq!(s.port(), r.port());
-                (join(s.port(), &[ip(s), ip(r)]), s, r)
+                (join(s.port(), &[v4(s), v4(r)]), s, r)
             })
             .collect();
         let reserved_bps: u64 = channels
@@ -216,10 +212,6 @@ fn repair_packets_go_to_the_repair_groups_only() {
         };
         let c0 = &info["channels"][0];
         let (s, r) = (addr(&c0["source"]), addr(&c0["repair"]));
-        let v4 = |a: SocketAddr| match a.ip() {
-            std::net::IpAddr::V4(v) => v,
-            other => panic!("IPv4 expected, got {other}"),
-        };
         // A clean receiver joins the source group only: it never sees a repair symbol.
         let clean = receive(&join(s.port(), &[v4(s)]), Duration::from_secs(3));
         assert!(clean.fdts >= 1, "no FDT on the source group");
@@ -330,10 +322,6 @@ fn a_standard_flute_receiver_on_all_groups_rebuilds_the_file() {
         let r = server.req("POST", "/v1/broadcasts", Some(&body));
         assert_eq!(r.status, 201, "{}", r.body);
         let info = r.json();
-        let v4 = |a: SocketAddr| match a.ip() {
-            std::net::IpAddr::V4(v) => v,
-            other => panic!("IPv4 expected, got {other}"),
-        };
         let socks: Vec<UdpSocket> = info["channels"]
             .as_array()
             .unwrap()

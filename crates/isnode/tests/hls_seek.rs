@@ -8,7 +8,7 @@
 mod serve_support;
 
 use std::net::UdpSocket;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -207,37 +207,21 @@ fn play_start_at_begins_at_a_random_access_point() {
     assert!(t > 10.0 - 2.5, "the point at or before 10 s is at {t} s");
     assert!(key_positions(&ts).contains(&offset));
 
-    let out = vol.path("tail.ts");
-    let stderr = vol.path("play.stderr");
-    let mut child = ChildGuard(Some(
-        command()
-            .args([
-                "play",
-                "clip.ts",
-                "--server",
-                &server.url(),
-                "--start-at",
-                "10",
-            ])
-            .arg("--out")
-            .arg(&out)
-            .args([
-                "--as-fast-as-possible",
-                "--timeout-s",
-                "5",
-                "--max-seconds",
-                "60",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("spawning isnode play"),
-    ));
-    let status = child.wait_until(Instant::now() + Duration::from_secs(90), "isnode play");
-    let log = std::fs::read_to_string(&stderr).unwrap_or_default();
-    assert!(status.success(), "isnode play: {status}\n{log}");
-    let got = std::fs::read(&out).unwrap();
+    let extra = [
+        "--start-at",
+        "10",
+        "--as-fast-as-possible",
+        "--timeout-s",
+        "5",
+        "--max-seconds",
+        "60",
+    ];
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let p = play_run(&server, &vol, "clip.ts", "tail", &extra, deadline);
+    let log = &p.log;
+    assert!(p.status.success(), "isnode play: {}\n{log}", p.status);
+    let got = p.bytes();
+    let out = p.out.clone();
     assert_eq!(got.len() as u64, bytes.len() as u64 - offset, "{log}");
     assert!(
         got[..] == bytes[offset as usize..],

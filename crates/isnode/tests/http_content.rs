@@ -508,36 +508,18 @@ fn play(
     name: &str,
     flags: &[&str],
 ) -> (bool, serde_json::Value, Vec<u8>) {
-    let out = vol.path(&format!("{name}.out"));
-    let stats = vol.path(&format!("{name}.json"));
-    let stderr = vol.path(&format!("{name}.stderr"));
-    let mut child = ChildGuard(Some(
-        command()
-            .args(["play", name, "--server", &server.url()])
-            .arg("--out")
-            .arg(&out)
-            .arg("--stats-json")
-            .arg(&stats)
-            .args([
-                "--as-fast-as-possible",
-                "--timeout-s",
-                "5",
-                "--max-seconds",
-                "60",
-            ])
-            .args(flags)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("spawning isnode play"),
-    ));
+    let mut extra = vec![
+        "--as-fast-as-possible",
+        "--timeout-s",
+        "5",
+        "--max-seconds",
+        "60",
+    ];
+    extra.extend_from_slice(flags);
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    let status = child.wait_until(deadline, "isnode play");
-    let log = std::fs::read_to_string(&stderr).unwrap_or_default();
-    let s = serde_json::from_slice(&std::fs::read(&stats).unwrap())
-        .unwrap_or_else(|e| panic!("stats JSON ({e}); isnode play: {status}\n{log}"));
-    (status.success(), s, std::fs::read(&out).unwrap())
+    let p = play_run(server, vol, name, name, &extra, deadline);
+    let bytes = p.bytes();
+    (p.status.success(), p.stats, bytes)
 }
 
 /// Through 12 % loss in long bursts (beyond what m = 32 repair symbols per codeword can

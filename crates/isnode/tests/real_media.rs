@@ -7,7 +7,6 @@
 
 mod serve_support;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serve_support::media::{self, Container};
@@ -63,51 +62,32 @@ fn real_media_plays_through_loss_and_corruption() {
     let file = media::make(vol.dir.path(), Container::Ts, 20);
     let bytes = vol.add_file("clip.ts", &file);
     let server = Server::start(&vol, &[]);
+    let damage = [
+        "--loss",
+        "0.05",
+        "--burst",
+        "2",
+        "--corrupt",
+        "0.01",
+        "--seed",
+        "7",
+    ];
+    let flags = [
+        "--as-fast-as-possible",
+        "--timeout-s",
+        "5",
+        "--max-seconds",
+        "60",
+    ];
+    let extra: Vec<&str> = damage.iter().chain(&flags).copied().collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (s, got) = play_to_end(&server, &vol, "clip.ts", "clip", &extra, deadline);
     let out = vol.path("clip.out");
-    let stats = vol.path("clip.json");
-    let mut child = ChildGuard(Some(
-        command()
-            .args(["play", "clip.ts", "--server", &server.url()])
-            .arg("--out")
-            .arg(&out)
-            .arg("--stats-json")
-            .arg(&stats)
-            .args([
-                "--loss",
-                "0.05",
-                "--burst",
-                "2",
-                "--corrupt",
-                "0.01",
-                "--seed",
-                "7",
-            ])
-            .args([
-                "--as-fast-as-possible",
-                "--timeout-s",
-                "5",
-                "--max-seconds",
-                "60",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(vol.path("play.stderr")).unwrap())
-            .spawn()
-            .expect("spawning isnode play"),
-    ));
-    let status = child.wait_until(Instant::now() + Duration::from_secs(90), "isnode play");
-    let stderr = std::fs::read_to_string(vol.path("play.stderr")).unwrap_or_default();
-    assert!(status.success(), "isnode play: {status}\n{stderr}");
-    let s: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&stats).unwrap()).expect("stats JSON");
     assert!(
         s["injected_lost"].as_u64().unwrap_or(0) > 0
             && s["injected_corrupt"].as_u64().unwrap_or(0) > 0,
         "no damage was injected: {s}"
     );
-    assert!(
-        std::fs::read(&out).unwrap() == bytes,
-        "output differs from the source: {s}"
-    );
+    assert!(got == bytes, "output differs from the source: {s}");
     media::decodes_cleanly(out.to_str().unwrap());
 }

@@ -567,17 +567,36 @@ pub(crate) fn fail_member(dir: &Path) -> usize {
     truncated
 }
 
-/// Runs `isnode play NAME --server URL --out OUT --stats-json STATS EXTRA...` to its end
-/// (bounded by `deadline`), asserts it succeeded, and returns its statistics.
+/// What one `isnode play` run left.
+pub(crate) struct Played {
+    /// Its exit status.
+    pub status: std::process::ExitStatus,
+    /// Its standard error (the summary, the log).
+    pub log: String,
+    /// Its `--stats-json`.
+    pub stats: Value,
+    /// Its output file.
+    pub out: PathBuf,
+}
+
+impl Played {
+    /// The output's bytes.
+    pub(crate) fn bytes(&self) -> Vec<u8> {
+        std::fs::read(&self.out).expect("reading play's output")
+    }
+}
+
+/// Runs `isnode play NAME --server URL --out TAG.out --stats-json TAG.json EXTRA...` to its
+/// end (bounded by `deadline`), whatever its outcome.
 #[track_caller]
-pub(crate) fn play_to_end(
+pub(crate) fn play_run(
     server: &Server,
     vol: &Vol,
     name: &str,
     tag: &str,
     extra: &[&str],
     deadline: Instant,
-) -> (Value, Vec<u8>) {
+) -> Played {
     let out = vol.path(&format!("{tag}.out"));
     let stats = vol.path(&format!("{tag}.json"));
     let stderr = vol.path(&format!("{tag}.stderr"));
@@ -597,7 +616,33 @@ pub(crate) fn play_to_end(
     ));
     let status = child.wait_until(deadline, "isnode play");
     let log = std::fs::read_to_string(&stderr).unwrap_or_default();
-    assert!(status.success(), "isnode play ({tag}): {status}\n{log}");
-    let s: Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).expect("stats JSON");
-    (s, std::fs::read(&out).unwrap())
+    let stats = serde_json::from_slice(&std::fs::read(&stats).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("stats JSON ({e}); isnode play ({tag}): {status}\n{log}"));
+    Played {
+        status,
+        log,
+        stats,
+        out,
+    }
+}
+
+/// [`play_run`], which must succeed; its statistics and output.
+#[track_caller]
+pub(crate) fn play_to_end(
+    server: &Server,
+    vol: &Vol,
+    name: &str,
+    tag: &str,
+    extra: &[&str],
+    deadline: Instant,
+) -> (Value, Vec<u8>) {
+    let p = play_run(server, vol, name, tag, extra, deadline);
+    assert!(
+        p.status.success(),
+        "isnode play ({tag}): {}\n{}",
+        p.status,
+        p.log
+    );
+    let bytes = p.bytes();
+    (p.stats, bytes)
 }

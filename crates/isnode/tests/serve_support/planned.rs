@@ -9,16 +9,17 @@ use serde_json::Value;
 /// Bytes of one stored packet's header (docs/wire.md).
 const HEADER_BYTES: u64 = isnode_wire::DATA_HEADER_LEN as u64;
 
-/// Source symbols of codeword `sbn` of an object of `len` bytes (RFC 5052 partitioning
-/// into codewords of at most `k` symbols of `e` bytes).
-fn source_symbols(len: u64, k: u64, e: u64, sbn: u64) -> u64 {
+/// RFC 5052 §9.1 block partitioning of an object of `len` bytes into codewords of at most
+/// `k` symbols of `e` bytes: (source symbols of codeword `sbn`, symbols before it).
+pub(crate) fn partition(len: u64, k: u64, e: u64, sbn: u64) -> (u64, u64) {
     let t = len.div_ceil(e);
     let n = t.div_ceil(k).max(1);
     let (large, small) = (t.div_ceil(n), t / n);
-    if sbn < t - small * n {
-        large
+    let large_blocks = t - small * n;
+    if sbn < large_blocks {
+        (large, sbn * large)
     } else {
-        small
+        (small, large_blocks * large + (sbn - large_blocks) * small)
     }
 }
 
@@ -44,7 +45,7 @@ pub(crate) fn planned_bytes(info: &Value, t0_s: f64, t1_s: f64) -> f64 {
             if s >= t1_s {
                 break;
             }
-            let packets = source_symbols(len, k, e, tx.codeword) + m;
+            let packets = partition(len, k, e, tx.codeword).0 + m;
             let overlap = ((s + a).min(t1_s) - s.max(t0_s)).max(0.0) / a;
             total += (packets * (e + HEADER_BYTES)) as f64 * overlap;
             t = tx.start + tx.airtime;
