@@ -179,14 +179,14 @@ impl ControlClient {
         &self,
         req: &isnode_proto::CreateSession,
     ) -> anyhow::Result<SessionInfo> {
-        let url = format!("{}/v1/sessions", self.base);
-        let resp = self
-            .agent
-            .post(&url)
-            .send_json(req)
-            .with_context(|| format!("POST {url}"))?;
-        let body = Self::body("creating the session", 201, resp)?;
-        serde_json::from_str(&body).context("reading the session description")
+        match self.open(req)? {
+            Opened::Session(info) => Ok(*info),
+            Opened::Broadcast(b) => bail!(
+                "creating the session: the server serves {} by broadcast {} instead",
+                b.object.name,
+                b.id
+            ),
+        }
     }
 
     /// `POST /v1/sessions`, accepting the hybrid server's answer too: a session, or the
