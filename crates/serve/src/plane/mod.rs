@@ -117,18 +117,24 @@ impl Active {
     /// everything else to the main destination.
     fn dest_for(&self, b: &crate::session::Burst) -> &Dest {
         match &self.repair_dest {
-            Some(r) if b.esis.start >= self.s.object.layout.source_symbols(b.sbn) => r,
+            Some(r) if self.is_repair(b) => r,
             _ => &self.dest,
         }
     }
 
     /// [`Active::dest_for`], mutable (the `sendfile` engine keeps a socket per destination).
     fn dest_for_mut(&mut self, b: &crate::session::Burst) -> &mut Dest {
-        let repair = b.esis.start >= self.s.object.layout.source_symbols(b.sbn);
+        let repair = self.is_repair(b);
         match &mut self.repair_dest {
             Some(r) if repair => r,
             _ => &mut self.dest,
         }
+    }
+
+    /// Whether burst `b` carries repair symbols (a burst is one member's run: all source
+    /// or all repair).
+    fn is_repair(&self, b: &crate::session::Burst) -> bool {
+        b.esis.start >= self.s.object.layout.source_symbols(b.sbn)
     }
 }
 
