@@ -278,8 +278,10 @@ fn run_engine(
     let secs = t0.elapsed().as_secs_f64();
 
     stop.store(true, Ordering::Relaxed);
-    for id in &ids {
-        let _ = ureq::delete(format!("{base}/v1/sessions/{id}")).call();
+    for s in &ids {
+        let _ = ureq::delete(format!("{base}/v1/sessions/{}", s.id))
+            .header("Authorization", format!("Bearer {}", s.secret))
+            .call();
     }
     let _ = keep.join();
     receivers.stop();
@@ -405,6 +407,9 @@ fn start_server_with(
             "100000",
         ])
         .args(["--cache-size", &cache_size_bytes.to_string()])
+        // The ifb sink swallows the token datagrams too: its sockets cannot echo them. The
+        // token is a per-session cost; this benchmark measures the per-packet path.
+        .args(["--validate-destination", "off"])
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -483,13 +488,19 @@ impl Receivers {
     }
 }
 
-/// Creates one session per receiver port, round robin over the objects; returns their ids
-/// and the server's keepalive port (if it has one).
+/// A session as its keepalives and its deletion need it.
+struct Owned {
+    id: String,
+    secret: String,
+}
+
+/// Creates one session per receiver port, round robin over the objects; returns them and
+/// the server's keepalive port (if it has one).
 fn create_sessions(
     base: &str,
     ports: &[u16],
     objects: &[String],
-) -> anyhow::Result<(Vec<String>, Option<u16>)> {
+) -> anyhow::Result<(Vec<Owned>, Option<u16>)> {
     let agent = ureq::Agent::new_with_defaults();
     let mut ids = Vec::new();
     let mut keepalive_port = None;
@@ -501,10 +512,11 @@ fn create_sessions(
             .context("creating a session")?;
         let v: serde_json::Value = resp.body_mut().read_json()?;
         let id = v["id"].as_str().context("session id")?.to_string();
+        let secret = v["secret"].as_str().context("session secret")?.to_string();
         keepalive_port = v["keepalive_port"]
             .as_u64()
             .and_then(|p| u16::try_from(p).ok());
-        ids.push(id);
+        ids.push(Owned { id, secret });
     }
     Ok((ids, keepalive_port))
 }
@@ -527,7 +539,7 @@ fn keep_alive(
     base: &str,
     host: &str,
     keepalive_port: Option<u16>,
-    ids: &[String],
+    ids: &[Owned],
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
     let udp = match keepalive_port {
@@ -539,18 +551,27 @@ fn keep_alive(
         }
         None => None,
     };
-    let (ids, base, stop) = (ids.to_vec(), base.to_string(), stop.clone());
+    let keys: Vec<_> = ids
+        .iter()
+        .map(|s| {
+            let key = isnode_proto::auth::parse_key_hex(&s.secret).context("session secret")?;
+            Ok((s.id.clone(), s.secret.clone(), key))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let (base, stop) = (base.to_string(), stop.clone());
     let agent = ureq::Agent::new_with_defaults();
     Ok(std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
-            for id in &ids {
-                match (&udp, isnode_proto::keepalive::keepalive_datagram(id)) {
+            for (id, secret, key) in &keys {
+                let datagram = isnode_proto::keepalive::keepalive_datagram(id, key, None);
+                match (&udp, datagram) {
                     (Some((sock, to)), Some(d)) => {
                         let _ = sock.send_to(&d, to);
                     }
                     _ => {
                         let _ = agent
                             .post(format!("{base}/v1/sessions/{id}/keepalive"))
+                            .header("Authorization", format!("Bearer {secret}"))
                             .send_empty();
                     }
                 }

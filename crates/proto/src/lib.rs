@@ -11,6 +11,7 @@
 //! | `GET /v1/objects/{name}`         | —                   | `200` [`ObjectInfo`]           |
 //! | `POST /v1/sessions`              | [`CreateSession`]   | `201` [`SessionInfo`]          |
 //! | `GET /v1/sessions/{id}`          | —                   | `200` [`SessionStatus`]        |
+//! | `POST /v1/sessions/{id}/validate` | [`auth::ValidateSession`] | `204` (the stream starts) |
 //! | `POST /v1/sessions/{id}/keepalive` | —                 | `204`                          |
 //! | `POST /v1/sessions/{id}/control` | [`SessionControl`]  | `200` [`ControlAnswer`]        |
 //! | `GET /v1/objects/{name}/index`   | —                   | `200` [`MediaIndex`]           |
@@ -30,6 +31,7 @@
 
 #![deny(missing_docs)]
 
+pub mod auth;
 pub mod broadcast;
 pub mod keepalive;
 pub mod range;
@@ -208,6 +210,13 @@ pub struct FecInfo {
 pub struct SessionInfo {
     /// Session id.
     pub id: String,
+    /// The session's secret ([`auth`]): 32 lowercase hexadecimal digits. Keepalives,
+    /// controls, validation and `DELETE` must carry it and come from the creating address.
+    pub secret: String,
+    /// The stream starts once the client has echoed the token datagram sent to its port
+    /// ([`auth`], return routability); the server waits this long for the echo before
+    /// ending the session, milliseconds.
+    pub validate_timeout_ms: u64,
     /// Where the server sends the stream (`ip:port`).
     pub destination: String,
     /// The object streamed.
@@ -288,6 +297,10 @@ pub struct SessionStatus {
     /// Paused by `POST /v1/sessions/{id}/control` (omitted when not).
     #[serde(default, skip_serializing_if = "is_false")]
     pub paused: bool,
+    /// The server waits for the client to echo its token before it streams ([`auth`];
+    /// omitted once validated).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub awaiting_validation: bool,
 }
 
 fn is_false(v: &bool) -> bool {

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use isnode_proto::auth::ValidateSession;
 use isnode_proto::broadcast::{BroadcastInfo, BroadcastList, CreateBroadcast, SessionRedirect};
 use isnode_proto::{
     ControlAnswer, CreateSession, ErrorBody, KeepaliveBody, MediaIndex, ObjectInfo, ObjectList,
@@ -94,6 +95,7 @@ fn checks() -> BTreeMap<&'static str, Check> {
         ("BroadcastInfo", round_trip::<BroadcastInfo>),
         ("BroadcastList", round_trip::<BroadcastList>),
         ("SessionRedirect", round_trip::<SessionRedirect>),
+        ("ValidateSession", round_trip::<ValidateSession>),
     ])
 }
 

@@ -1,9 +1,10 @@
 //! HTTP client of the server's control API (`docs/protocol.md`): sessions and objects.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
+use isnode_proto::auth::{key_hex, Key, ValidateSession};
 
 use crate::receiver::SessionParams;
 
@@ -209,16 +210,22 @@ impl ControlClient {
         Ok(Opened::Session(Box::new(info)))
     }
 
-    /// `POST /v1/sessions/{id}/keepalive`: `Ok(false)` if the server no longer knows the session.
-    pub fn keepalive(&self, id: &str) -> anyhow::Result<bool> {
-        self.keepalive_with_loss(id, None)
+    /// `POST /v1/sessions/{id}/keepalive` with the session's `secret`: `Ok(false)` if the
+    /// server no longer knows the session.
+    pub fn keepalive(&self, id: &str, secret: &str) -> anyhow::Result<bool> {
+        self.keepalive_with_loss(id, secret, None)
     }
 
     /// `POST /v1/sessions/{id}/keepalive` carrying the loss report `loss_rate` (a JSON
     /// [`isnode_proto::KeepaliveBody`]) when given: `Ok(false)` if the session is unknown.
-    pub fn keepalive_with_loss(&self, id: &str, loss_rate: Option<f64>) -> anyhow::Result<bool> {
+    pub fn keepalive_with_loss(
+        &self,
+        id: &str,
+        secret: &str,
+        loss_rate: Option<f64>,
+    ) -> anyhow::Result<bool> {
         let url = format!("{}/v1/sessions/{id}/keepalive", self.base);
-        let req = self.agent.post(&url);
+        let req = self.agent.post(&url).header("Authorization", bearer(secret));
         let resp = match loss_rate {
             Some(loss_rate) => req.send_json(isnode_proto::KeepaliveBody { loss_rate })?,
             None => req.send_empty()?,
@@ -229,10 +236,45 @@ impl ControlClient {
         Self::body("keepalive", 204, resp).map(|_| true)
     }
 
-    /// `DELETE /v1/sessions/{id}`; a session the server already forgot is not an error.
-    pub fn delete_session(&self, id: &str) -> anyhow::Result<()> {
+    /// `POST /v1/sessions/{id}/validate`: echoes the token the session's destination
+    /// received, which starts the stream.
+    pub fn validate(&self, info: &SessionInfo, token: &Key) -> anyhow::Result<()> {
+        let url = format!("{}/v1/sessions/{}/validate", self.base, info.id);
+        let body = ValidateSession {
+            token: key_hex(token),
+        };
+        let resp = self
+            .agent
+            .post(&url)
+            .header("Authorization", bearer(&info.secret))
+            .send_json(&body)
+            .with_context(|| format!("POST {url}"))?;
+        Self::body("validating the session", 204, resp).map(|_| ())
+    }
+
+    /// Return routability: waits on `socket` (the stream's) for the token datagram from
+    /// an address `from_server` accepts, for at most the session's `validate_timeout_ms`,
+    /// and echoes it ([`ControlClient::validate`]); the stream starts then.
+    pub fn await_token_and_validate(
+        &self,
+        info: &SessionInfo,
+        socket: &UdpSocket,
+        from_server: impl Fn(SocketAddr) -> bool,
+    ) -> anyhow::Result<()> {
+        let wait = Duration::from_millis(info.validate_timeout_ms.clamp(100, 60_000));
+        let token = crate::validate::await_token(socket, wait, from_server)?;
+        self.validate(info, &token)
+    }
+
+    /// `DELETE /v1/sessions/{id}` with the session's `secret`; a session the server
+    /// already forgot is not an error.
+    pub fn delete_session(&self, id: &str, secret: &str) -> anyhow::Result<()> {
         let url = format!("{}/v1/sessions/{id}", self.base);
-        let resp = self.agent.delete(&url).call()?;
+        let resp = self
+            .agent
+            .delete(&url)
+            .header("Authorization", bearer(secret))
+            .call()?;
         if resp.status().as_u16() == 404 {
             return Ok(());
         }
@@ -273,6 +315,11 @@ impl ControlClient {
             .next()
             .ok_or_else(|| anyhow!("{authority} resolves to no address"))
     }
+}
+
+/// The `Authorization` header value carrying a session's secret.
+fn bearer(secret: &str) -> String {
+    format!("Bearer {secret}")
 }
 
 /// How many bytes at the start of the session's first codeword come before its

@@ -22,6 +22,7 @@ pub mod receiver;
 pub mod relay;
 pub mod repair;
 pub mod sender;
+pub mod validate;
 
 pub use play::{play, play_on, PlayArgs, PlayStats};
 pub use relay::{relay, Relay, RelayArgs, RelayStats};

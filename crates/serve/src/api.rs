@@ -9,6 +9,7 @@ mod content;
 mod control;
 mod create;
 mod media;
+mod owner;
 mod pool_read;
 #[cfg(test)]
 mod tests;
@@ -18,8 +19,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -104,6 +105,7 @@ fn router(sh: Arc<Shared>) -> Router {
         .route("/v1/sessions", post(create::create_session))
         .route("/v1/sessions/{id}", get(get_session).delete(delete_session))
         .route("/v1/sessions/{id}/keepalive", post(keepalive))
+        .route("/v1/sessions/{id}/validate", post(owner::validate_session))
         .route("/v1/sessions/{id}/control", post(control::control_session))
         .route("/v1/objects/{name}/index", get(media::get_index))
         .route("/v1/objects/{name}/index.m3u8", get(media::get_playlist))
@@ -228,6 +230,7 @@ async fn get_session(State(sh): Sh, Path(id): Path<String>) -> Response {
         bytes_sent: s.bytes_sent.load(Ordering::Relaxed),
         state: s.state().wire(),
         paused: s.paused.load(Ordering::Acquire),
+        awaiting_validation: !s.validated.load(Ordering::Acquire),
         repair_packets_sent: s.repair_sent.load(Ordering::Relaxed),
         repair_packets_skipped: s.repair_skipped.load(Ordering::Relaxed),
         reported_loss_units: s.loss_report().map(|l| l.units()),
@@ -238,7 +241,13 @@ async fn get_session(State(sh): Sh, Path(id): Path<String>) -> Response {
 /// `POST /v1/sessions/{id}/keepalive`: an empty body, or a JSON
 /// [`isnode_proto::KeepaliveBody`] carrying the client's loss report (a `loss_rate` in
 /// [0, 1]; anything else is a `400` and changes nothing).
-async fn keepalive(State(sh): Sh, Path(id): Path<String>, body: axum::body::Bytes) -> Response {
+async fn keepalive(
+    State(sh): Sh,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
     let loss = if body.is_empty() {
         None
     } else {
@@ -255,8 +264,8 @@ async fn keepalive(State(sh): Sh, Path(id): Path<String>, body: axum::body::Byte
             Err(e) => return error(StatusCode::BAD_REQUEST, format!("malformed keepalive: {e}")),
         }
     };
-    match sh.sessions.find(&id) {
-        Some(s) if s.state() == SessionState::Streaming => {
+    match owner::owned(&sh, &id, peer, &headers) {
+        Ok(s) => {
             s.last_keepalive_ns.store(sh.now_ns(), Ordering::Release);
             if let Some(loss) = loss {
                 s.report_loss(loss);
@@ -264,14 +273,24 @@ async fn keepalive(State(sh): Sh, Path(id): Path<String>, body: axum::body::Byte
             }
             StatusCode::NO_CONTENT.into_response()
         }
-        _ => error(
-            StatusCode::NOT_FOUND,
-            format!("no streaming session {id:?}"),
-        ),
+        Err(e) => e.into_response(),
     }
 }
 
-async fn delete_session(State(sh): Sh, Path(id): Path<String>) -> Response {
+/// `DELETE /v1/sessions/{id}`: by its creator, with its secret.
+async fn delete_session(
+    State(sh): Sh,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let Some(s) = sh.sessions.find(&id) else {
+        return error(StatusCode::NOT_FOUND, format!("no session {id:?}"));
+    };
+    if let Err(e) = owner::authorize(&s, peer, &headers) {
+        sh.metrics.forbidden.fetch_add(1, Ordering::Relaxed);
+        return e.into_response();
+    }
     match sh.sessions.remove(&id) {
         Some(s) => {
             s.end(SessionState::Deleted, sh.now_ns());

@@ -89,6 +89,19 @@ pub enum Degraded {
     SendAvailable,
 }
 
+/// Whether a new session waits for its destination to prove that it listens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ValidateDestination {
+    /// Send a token datagram to the destination; stream once the client echoes it
+    /// (`isnode_proto::auth`).
+    Token,
+    /// Stream at once. Only for closed test rigs whose destinations cannot answer (the
+    /// ifb sink of `bench serve`): any client can then aim a stream at any port of its
+    /// own address.
+    Off,
+}
+
 /// How the data plane reads blocks into the pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -99,6 +112,11 @@ pub enum ReadIo {
     /// A synchronous `pread` (O_DIRECT where allowed) on the data-plane thread.
     Sync,
 }
+
+/// Default `--validate-timeout-ms`: the token's round trip plus the client's start-up.
+pub(crate) const DEFAULT_VALIDATE_TIMEOUT_MS: u64 = 3000;
+/// Default `--min-dest-port`: the well-known ports are refused.
+pub(crate) const DEFAULT_MIN_DEST_PORT: u16 = 1024;
 
 /// Flags of `isnode serve`.
 #[derive(clap::Args, Clone, Debug)]
@@ -133,6 +151,17 @@ pub struct ServeArgs {
     /// A session without keepalive for this long ends by itself (milliseconds).
     #[arg(long, default_value_t = 5000)]
     pub session_timeout_ms: u64,
+    /// A new session streams only once its destination has echoed the token datagram sent
+    /// to it (return routability); not echoed within this long, it ends (milliseconds).
+    #[arg(long, default_value_t = DEFAULT_VALIDATE_TIMEOUT_MS)]
+    pub validate_timeout_ms: u64,
+    /// Return routability of new sessions' destinations.
+    #[arg(long, value_enum, default_value_t = ValidateDestination::Token)]
+    pub validate_destination: ValidateDestination,
+    /// Lowest destination UDP port a session may ask for (ports below it are refused:
+    /// well-known services listen there).
+    #[arg(long, default_value_t = DEFAULT_MIN_DEST_PORT)]
+    pub min_dest_port: u16,
     /// How blocks are read into the pool (`uring` falls back to `sync` where io_uring is
     /// unavailable).
     #[arg(long, value_enum, env = "ISNODE_READ_IO", default_value_t = ReadIo::Uring)]
@@ -220,6 +249,9 @@ impl Default for ServeArgs {
             threads: None,
             degraded: Degraded::Rebuild,
             session_timeout_ms: 5000,
+            validate_timeout_ms: DEFAULT_VALIDATE_TIMEOUT_MS,
+            validate_destination: ValidateDestination::Token,
+            min_dest_port: DEFAULT_MIN_DEST_PORT,
             read_io: ReadIo::Uring,
             max_content_readers: DEFAULT_MAX_CONTENT_READERS,
             start_burst_factor: DEFAULT_START_BURST_FACTOR,

@@ -8,7 +8,7 @@
 //! and then sleeps [`NAP`]: it wakes a bounded number of times per second whatever the
 //! number of sessions, and a keepalive is at most that late against timeouts of seconds.
 //! A datagram keeps its session alive only if the session is streaming and the datagram
-//! comes from the session's destination IP.
+//! comes from the session's destination IP and carries the session's secret.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -16,7 +16,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use isnode_proto::keepalive::{parse_keepalive_report, KEEPALIVE_LEN};
+use isnode_proto::auth::keys_equal;
+use isnode_proto::keepalive::{parse_keepalive, KEEPALIVE_LEN};
 
 use crate::registry::SessionState;
 use crate::Shared;
@@ -73,7 +74,7 @@ pub(crate) fn run(sh: Arc<Shared>, sock: UdpSocket) {
 /// Applies one datagram.
 /// A version 2 datagram's loss report goes to the session (adaptive repair).
 fn take(sh: &Shared, data: &[u8], from: Option<IpAddr>) {
-    let Some(k) = parse_keepalive_report(data) else {
+    let Some(k) = parse_keepalive(data) else {
         sh.metrics
             .keepalives_refused
             .fetch_add(1, Ordering::Relaxed);
@@ -84,6 +85,7 @@ fn take(sh: &Shared, data: &[u8], from: Option<IpAddr>) {
         .find(k.id)
         .filter(|s| s.state() == SessionState::Streaming)
         .filter(|s| from == Some(s.dest.ip().to_canonical()))
+        .filter(|s| s.owner.is_some_and(|o| keys_equal(&o.secret, &k.secret)))
         .map(|s| {
             s.last_keepalive_ns.store(sh.now_ns(), Ordering::Release);
             if let Some(loss) = k.loss {

@@ -22,6 +22,9 @@ pub(crate) struct Metrics {
     pub sessions_expired: AtomicU64,
     pub keepalives_udp: AtomicU64,
     pub keepalives_refused: AtomicU64,
+    pub tokens_sent: AtomicU64,
+    pub sessions_unvalidated: AtomicU64,
+    pub forbidden: AtomicU64,
     pub refused: [AtomicU64; 3],
     pub packets: [AtomicU64; ENGINES],
     pub bytes: [AtomicU64; ENGINES],
@@ -69,6 +72,12 @@ pub struct MetricsSnapshot {
     /// Datagrams on the keepalive port that kept nothing alive (malformed, unknown or
     /// ended session, or not from the session's destination IP).
     pub keepalives_refused: u64,
+    /// Token datagrams sent to new sessions' destinations (return routability).
+    pub tokens_sent: u64,
+    /// Sessions that ended because their destination never echoed the token.
+    pub sessions_unvalidated: u64,
+    /// Requests refused `403`: not the session's creator, or without its secret or token.
+    pub forbidden: u64,
     /// Refusals per limit: `max_bitrate_bps`, `cache_size_bytes`, `max_sessions_per_client`.
     pub sessions_refused: [u64; 3],
     /// Packets sent per engine, in [`EngineKind::ALL`]'s order: gso, uring-zc, sendmmsg,
@@ -148,6 +157,9 @@ impl Metrics {
             sessions_expired: AtomicU64::new(0),
             keepalives_udp: AtomicU64::new(0),
             keepalives_refused: AtomicU64::new(0),
+            tokens_sent: AtomicU64::new(0),
+            sessions_unvalidated: AtomicU64::new(0),
+            forbidden: AtomicU64::new(0),
             refused: Default::default(),
             packets: Default::default(),
             bytes: Default::default(),
@@ -262,6 +274,24 @@ pub(crate) fn render(s: &MetricsSnapshot) -> String {
         "counter",
         "Datagrams on the keepalive port that kept nothing alive.",
         s.keepalives_refused,
+    );
+    one(
+        "isnode_tokens_sent_total",
+        "counter",
+        "Token datagrams sent to new sessions' destinations (return routability).",
+        s.tokens_sent,
+    );
+    one(
+        "isnode_sessions_unvalidated_total",
+        "counter",
+        "Sessions ended because their destination never echoed the token.",
+        s.sessions_unvalidated,
+    );
+    one(
+        "isnode_forbidden_total",
+        "counter",
+        "Requests refused 403: not the session's creator, or a wrong secret or token.",
+        s.forbidden,
     );
     one(
         "isnode_cache_hits_total",

@@ -83,6 +83,30 @@ pub(crate) struct SessionShared {
     pub repair_sent: AtomicU64,
     /// Stored repair packets skipped by adaptive repair.
     pub repair_skipped: AtomicU64,
+    /// Who may steer the session (`None`: a broadcast channel, steered by nobody).
+    pub owner: Option<Owner>,
+    /// Whether the destination has echoed the owner's token (always true without an
+    /// owner): the pacer stays paused until then.
+    pub validated: AtomicBool,
+}
+
+/// A unicast session's keys (`isnode_proto::auth`).
+#[derive(Clone, Copy)]
+pub(crate) struct Owner {
+    /// Keepalives, controls, validation and deletion must carry it.
+    pub secret: isnode_proto::auth::Key,
+    /// Sent to the destination; its echo starts the stream.
+    pub token: isnode_proto::auth::Key,
+}
+
+impl Owner {
+    /// Fresh random keys (rand's thread generator: a CSPRNG seeded from the OS).
+    pub(crate) fn random() -> Owner {
+        Owner {
+            secret: rand::random(),
+            token: rand::random(),
+        }
+    }
 }
 
 /// How a data-plane entry ends besides being deleted or done.
@@ -113,6 +137,8 @@ pub(crate) struct NewSessionShared {
     pub now_ns: u64,
     /// The start-up burst: (rate during it, when it ends); `None` without one.
     pub burst: Option<(u64, u64)>,
+    /// See [`SessionShared::owner`].
+    pub owner: Option<Owner>,
 }
 
 impl SessionShared {
@@ -142,6 +168,8 @@ impl SessionShared {
             burst_until_ns: n.burst.map_or(0, |b| b.1),
             repair_sent: AtomicU64::new(0),
             repair_skipped: AtomicU64::new(0),
+            validated: AtomicBool::new(n.owner.is_none()),
+            owner: n.owner,
         }
     }
 
@@ -356,6 +384,7 @@ mod tests {
                 send_rate_bps: None,
                 now_ns: 0,
                 burst: None,
+                owner: None,
             }))
         }
     }

@@ -64,6 +64,8 @@ pub(crate) struct Shared {
     pub failure: std::sync::OnceLock<String>,
     /// UDP port of the keepalive datagrams (`keepalive.rs`), on the control API's IP.
     pub keepalive_port: u16,
+    /// The keepalive socket's twin: token datagrams go out from it (`api/owner.rs`).
+    pub token_socket: std::net::UdpSocket,
     /// The running broadcasts.
     pub broadcasts: crate::broadcast::Broadcasts,
 }
@@ -103,6 +105,9 @@ impl Shared {
             sessions_expired: load(&m.sessions_expired),
             keepalives_udp: load(&m.keepalives_udp),
             keepalives_refused: load(&m.keepalives_refused),
+            tokens_sent: load(&m.tokens_sent),
+            sessions_unvalidated: load(&m.sessions_unvalidated),
+            forbidden: load(&m.forbidden),
             sessions_refused: std::array::from_fn(|i| load(&m.refused[i])),
             packets_sent: std::array::from_fn(|i| load(&m.packets[i])),
             bytes_sent: std::array::from_fn(|i| load(&m.bytes[i])),
@@ -303,6 +308,9 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         .local_addr()
         .map_err(io_error("reading the keepalive port"))?
         .port();
+    let token_socket = keepalive_sock
+        .try_clone()
+        .map_err(io_error("cloning the keepalive socket"))?;
     let (senders, queues): (Vec<_>, Vec<_>) = (0..threads)
         .map(|_| std::sync::mpsc::sync_channel(1024))
         .unzip();
@@ -321,6 +329,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         positions: plane::demand::PositionBoard::new(threads),
         failure: std::sync::OnceLock::new(),
         keepalive_port,
+        token_socket,
         broadcasts: crate::broadcast::Broadcasts::default(),
     });
     let mut handle = ServerHandle {

@@ -9,7 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use isnode_serve::{start, Degraded, EngineKind, ServeArgs, ServerHandle};
+use isnode_serve::{start, Degraded, EngineKind, ServeArgs, ServerHandle, ValidateDestination};
 use isnode_store::{ingest, IngestOptions, Layout, Volume, VolumeParams};
 use serde_json::Value;
 
@@ -59,18 +59,38 @@ fn args(engine: EngineKind) -> ServeArgs {
         engine,
         cache_size_bytes: 2 << 20,
         threads: Some(2),
+        // These tests look at what the data plane sends; return routability and the port
+        // floor are tested end to end with the real client (crates/isnode/tests/security.rs).
+        validate_destination: ValidateDestination::Off,
+        min_dest_port: 1,
         ..ServeArgs::default()
     }
 }
 
 /// One HTTP/1.1 request; returns (status, body).
 fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    http_as(addr, method, path, body, "")
+}
+
+/// [`http`] with `Authorization: Bearer <secret>` (a session's secret; none if empty).
+fn http_as(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    secret: &str,
+) -> (u16, String) {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let body = body.unwrap_or("");
+    let auth = if secret.is_empty() {
+        String::new()
+    } else {
+        format!("Authorization: Bearer {secret}\r\n")
+    };
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -378,6 +398,7 @@ fn per_client_limit_delete_and_done() {
     );
     assert!(s["send_rate_bps"].as_u64().unwrap() > 400_000);
     let id = s["id"].as_str().unwrap().to_string();
+    let secret = s["secret"].as_str().unwrap().to_string();
     let (st, body) = create(&server, "slow.ts", 9);
     assert_eq!(st, 503, "{body}");
     assert_eq!(body["limit"], "max_sessions_per_client");
@@ -390,14 +411,14 @@ fn per_client_limit_delete_and_done() {
     assert_eq!(st, 200);
     assert_eq!(json(&body)["state"], "streaming");
     assert_eq!(
-        http(addr, "POST", &format!("/v1/sessions/{id}/keepalive"), None).0,
+        http_as(addr, "POST", &format!("/v1/sessions/{id}/keepalive"), None, &secret).0,
         204
     );
     // Some packets arrive, then DELETE stops the stream.
     let got = receive(&r, Duration::from_secs(5), |_| {}, |p| p.len() >= 5);
     assert!(got.len() >= 5);
     assert_eq!(
-        http(addr, "DELETE", &format!("/v1/sessions/{id}"), None).0,
+        http_as(addr, "DELETE", &format!("/v1/sessions/{id}"), None, &secret).0,
         204
     );
     assert_eq!(
@@ -422,6 +443,7 @@ fn per_client_limit_delete_and_done() {
     let (st, s) = create(&server, "tiny.ts", r.local_addr().unwrap().port());
     assert_eq!(st, 201);
     let id = s["id"].as_str().unwrap();
+    let secret = s["secret"].as_str().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let (st, body) = http(
@@ -441,11 +463,12 @@ fn per_client_limit_delete_and_done() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(
-        http(
+        http_as(
             server.local_addr(),
             "POST",
             &format!("/v1/sessions/{id}/keepalive"),
-            None
+            None,
+            secret
         )
         .0,
         404
@@ -467,11 +490,12 @@ fn session_without_keepalive_ends() {
     assert_eq!(st, 201);
     let id1 = s1["id"].as_str().unwrap().to_string();
     let id2 = s2["id"].as_str().unwrap().to_string();
+    let secret2 = s2["secret"].as_str().unwrap();
     // Keep session 2 alive for 1.2 s; session 1 gets no keepalive.
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_millis(1200) {
         assert_eq!(
-            http(addr, "POST", &format!("/v1/sessions/{id2}/keepalive"), None).0,
+            http_as(addr, "POST", &format!("/v1/sessions/{id2}/keepalive"), None, secret2).0,
             204
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -509,12 +533,16 @@ fn keepalive_datagrams_keep_a_session_alive_only_from_its_destination() {
     // Session 1's keepalives come from another IP than its destination (127.0.0.1);
     // session 2's from the socket it streams to. Plus one malformed datagram.
     let elsewhere = UdpSocket::bind("127.0.0.2:0").unwrap();
-    let d1 = isnode_proto::keepalive::keepalive_datagram(&id1).unwrap();
-    let d2 = isnode_proto::keepalive::keepalive_datagram(&id2).unwrap();
+    let key = |s: &Value| isnode_proto::auth::parse_key_hex(s["secret"].as_str().unwrap()).unwrap();
+    let d1 = isnode_proto::keepalive::keepalive_datagram(&id1, &key(&s1), None).unwrap();
+    let d2 = isnode_proto::keepalive::keepalive_datagram(&id2, &key(&s2), None).unwrap();
+    // With the wrong secret, from the right socket: refused too.
+    let wrong = isnode_proto::keepalive::keepalive_datagram(&id1, &[0; 16], None).unwrap();
     r2.send_to(b"ISKA\x01 not a keepalive", to).unwrap();
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_millis(1200) {
         elsewhere.send_to(&d1, to).unwrap();
+        r1.send_to(&wrong, to).unwrap();
         r2.send_to(&d2, to).unwrap();
         std::thread::sleep(Duration::from_millis(100));
     }

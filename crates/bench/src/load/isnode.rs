@@ -175,7 +175,6 @@ impl IsnodeServer {
     pub(crate) fn open(&self, title: &str) -> anyhow::Result<Opened> {
         self.start_keeper();
         let socket = UdpSocket::bind((self.client_host.as_str(), 0))?;
-        socket.set_nonblocking(true)?;
         set_udp_gro(&socket).context("setting UDP_GRO")?;
         set_rcvbuf(&socket);
         let port = socket.local_addr()?.port();
@@ -186,6 +185,10 @@ impl IsnodeServer {
             .context("creating a session")?;
         let v: serde_json::Value = resp.body_mut().read_json()?;
         let id = v["id"].as_str().context("session id")?.to_string();
+        let secret = v["secret"].as_str().context("session secret")?.to_string();
+        self.validate(&socket, &id, &secret)?;
+        socket.set_nonblocking(true)?;
+        let key = isnode_proto::auth::parse_key_hex(&secret).context("session secret")?;
         let toi = v["object"]["toi"].as_u64().context("object toi")? as u32;
         let symbol = v["object"]["symbol_size"].as_u64().context("symbol size")? as usize;
         let send_rate_bps = v["send_rate_bps"].as_u64().context("send rate")?;
@@ -203,6 +206,8 @@ impl IsnodeServer {
         if let Ok(mut l) = self.live.lock() {
             l.push(Live {
                 id: id.clone(),
+                secret,
+                key,
                 keepalive,
             });
         }
@@ -218,13 +223,39 @@ impl IsnodeServer {
         })
     }
 
+    /// Return routability, as `isnode play` does it: the token datagram the server sends
+    /// to the session's socket, echoed over HTTP; the stream starts then.
+    fn validate(&self, socket: &UdpSocket, id: &str, secret: &str) -> anyhow::Result<()> {
+        let server = server_ip(&self.base)?;
+        let token = isnode_recv::validate::await_token(socket, Duration::from_secs(5), |from| {
+            from.ip().to_canonical() == server.to_canonical()
+        })?;
+        let body = isnode_proto::auth::ValidateSession {
+            token: isnode_proto::auth::key_hex(&token),
+        };
+        let resp = (self.agent)
+            .post(format!("{}/v1/sessions/{id}/validate", self.base))
+            .header("Authorization", format!("Bearer {secret}"))
+            .send_json(&body)
+            .context("validating a session")?;
+        anyhow::ensure!(
+            resp.status().as_u16() == 204,
+            "validating session {id}: the server answered {}",
+            resp.status()
+        );
+        Ok(())
+    }
+
     /// Ends a session.
     pub(crate) fn close(&self, id: &str) {
+        let mut secret = None;
         if let Ok(mut l) = self.live.lock() {
+            secret = l.iter().find(|x| x.id == id).map(|x| x.secret.clone());
             l.retain(|x| x.id != id);
         }
         let _ = (self.agent)
             .delete(format!("{}/v1/sessions/{id}", self.base))
+            .header("Authorization", format!("Bearer {}", secret.unwrap_or_default()))
             .call();
     }
 }
@@ -246,6 +277,8 @@ fn set_rcvbuf(socket: &UdpSocket) {
 /// A live session, as its keepalives need it.
 struct Live {
     id: String,
+    secret: String,
+    key: isnode_proto::auth::Key,
     keepalive: Keepalive,
 }
 
@@ -260,13 +293,14 @@ enum Keepalive {
 fn send_keepalive(agent: &ureq::Agent, base: &str, s: &Live) {
     match &s.keepalive {
         Keepalive::Udp { socket, to } => {
-            if let Some(d) = isnode_proto::keepalive::keepalive_datagram(&s.id) {
+            if let Some(d) = isnode_proto::keepalive::keepalive_datagram(&s.id, &s.key, None) {
                 let _ = socket.send_to(&d, to);
             }
         }
         Keepalive::Http => {
             let _ = agent
                 .post(format!("{base}/v1/sessions/{}/keepalive", s.id))
+                .header("Authorization", format!("Bearer {}", s.secret))
                 .send_empty();
         }
     }

@@ -141,11 +141,19 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
         session = %info.id, destination = %info.destination, receive = %local,
         accept_from = ?source, "session opened for {}", info.object.name
     );
+    let owner = Owner::of(&info)?;
+    let validated = control.await_token_and_validate(&info, &socket, |from| {
+        source.accepts(Some(from))
+    });
+    if let Err(e) = validated {
+        let _ = control.delete_session(&info.id, &info.secret);
+        return Err(e);
+    }
     let via = keepalive_via(&info, &socket, &control);
     let loss = Arc::new(AtomicU32::new(NO_LOSS_MEASURED));
     let keepalive = Keepalive::start(
         via,
-        info.id.clone(),
+        owner,
         Duration::from_millis(info.keepalive_interval_ms.clamp(50, 60_000)),
         info.loss_reports.then(|| loss.clone()),
     );
@@ -171,7 +179,7 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
         )
     });
     let reported = keepalive.stop();
-    if let Err(e) = control.delete_session(&info.id) {
+    if let Err(e) = control.delete_session(&info.id, &info.secret) {
         tracing::warn!("could not delete session {}: {e:#}", info.id);
     }
     let mut stats = result?;
@@ -305,18 +313,39 @@ fn keepalive_via(
     udp.unwrap_or_else(|| KeepaliveVia::Http(control.clone()))
 }
 
+/// A session's id and secret, as its keepalives carry them.
+struct Owner {
+    id: String,
+    secret: String,
+    key: isnode_proto::auth::Key,
+}
+
+impl Owner {
+    fn of(info: &isnode_proto::SessionInfo) -> anyhow::Result<Owner> {
+        let key = isnode_proto::auth::parse_key_hex(&info.secret).with_context(|| {
+            format!(
+                "the server's session secret {:?} is not 32 hexadecimal digits",
+                info.secret
+            )
+        })?;
+        Ok(Owner {
+            id: info.id.clone(),
+            secret: info.secret.clone(),
+            key,
+        })
+    }
+}
+
 impl KeepaliveVia {
     /// Sends one keepalive, with the loss report `loss` if any; false once the server said
     /// the session is gone (HTTP only: a datagram has no answer, the session's end shows in
     /// the stream).
-    fn send(&self, id: &str, loss: Option<LossReport>) -> bool {
-        use isnode_proto::keepalive::{keepalive_datagram, keepalive_datagram_with_loss};
+    fn send(&self, owner: &Owner, loss: Option<LossReport>) -> bool {
+        use isnode_proto::keepalive::keepalive_datagram;
+        let id = &owner.id;
         match self {
             KeepaliveVia::Udp { socket, to } => {
-                let datagram = match loss {
-                    Some(l) => keepalive_datagram_with_loss(id, l),
-                    None => keepalive_datagram(id),
-                };
+                let datagram = keepalive_datagram(id, &owner.key, loss);
                 match datagram {
                     Some(d) => {
                         if let Err(e) = socket.send_to(&d, to) {
@@ -331,7 +360,7 @@ impl KeepaliveVia {
                 }
             }
             KeepaliveVia::Http(control) => {
-                match control.keepalive_with_loss(id, loss.map(LossReport::rate)) {
+                match control.keepalive_with_loss(id, &owner.secret, loss.map(LossReport::rate)) {
                     Ok(true) => true,
                     Ok(false) => {
                         tracing::debug!("session {id} is gone: keepalives stop");
@@ -369,7 +398,7 @@ impl Keepalive {
     /// carries the measured loss once there is one.
     fn start(
         via: KeepaliveVia,
-        id: String,
+        owner: Owner,
         interval: Duration,
         loss: Option<Arc<AtomicU32>>,
     ) -> Keepalive {
@@ -386,7 +415,7 @@ impl Keepalive {
                     reported.last = Some(r);
                     reported.max = reported.max.max(Some(r));
                 }
-                if !via.send(&id, report) {
+                if !via.send(&owner, report) {
                     break;
                 }
             }

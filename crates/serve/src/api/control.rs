@@ -3,11 +3,12 @@
 //! data-plane thread, which applies it to the session's pacer on its next turn (within
 //! the thread's longest sleep, 10 ms).
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use isnode_proto::{ControlAnswer, SessionControl};
@@ -15,7 +16,7 @@ use isnode_proto::{ControlAnswer, SessionControl};
 use super::media::locate;
 use super::{ApiError, Sh};
 use crate::registry::Control;
-use crate::{SessionShared, SessionState};
+use crate::SessionShared;
 
 /// What a valid request does, and what the answer says of a seek.
 struct Checked {
@@ -82,19 +83,22 @@ fn check(s: &SessionShared, req: SessionControl) -> Result<Checked, ApiError> {
 
 pub(super) async fn control_session(
     State(sh): Sh,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let s = match sh.sessions.find(&id) {
-        Some(s) if s.state() == SessionState::Streaming => s,
-        _ => {
-            return ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("no streaming session {id:?}"),
-            )
-            .into_response()
-        }
+    let s = match super::owner::owned(&sh, &id, peer, &headers) {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
     };
+    if !s.validated.load(Ordering::Acquire) {
+        return ApiError::new(
+            StatusCode::CONFLICT,
+            "the session waits for its token's echo (POST /v1/sessions/{id}/validate)",
+        )
+        .into_response();
+    }
     let req: SessionControl = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {

@@ -10,6 +10,7 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use isnode_proto::auth::key_hex;
 use isnode_proto::{CreateSession, ErrorBody, FecInfo, SessionInfo};
 
 use super::media::{locate, Located};
@@ -19,8 +20,9 @@ use crate::admission::{
 };
 use crate::objects::{ObjectInfo, SessionFdt};
 use crate::plane::{NewSession, LOOKAHEAD_CODEWORDS};
-use crate::registry::{Expiry, NewSessionShared, RegisterError, Snapshot};
+use crate::registry::{Expiry, NewSessionShared, Owner, RegisterError, Snapshot};
 use crate::session::{Pacer, PacerConfig, StartBurst};
+use crate::config::ValidateDestination;
 use crate::{EngineKind, SessionShared, Shared};
 
 /// The FDT is repeated before every this many codewords.
@@ -42,14 +44,18 @@ struct Request {
     no_start_burst: bool,
 }
 
-/// Parses the body; packets only ever go to the HTTP peer's own address.
-fn parse(body: &[u8], peer: SocketAddr) -> Result<Request, ApiError> {
+/// Parses the body; packets only ever go to the HTTP peer's own address, at a port not
+/// below `min_port`.
+fn parse(body: &[u8], peer: SocketAddr, min_port: u16) -> Result<Request, ApiError> {
     let req: CreateSession = serde_json::from_slice(body)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("malformed request: {e}")))?;
-    if req.port == 0 {
+    if req.port == 0 || req.port < min_port {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
-            "port 0 is not a destination",
+            format!(
+                "port {} is not a destination: the lowest this server streams to is {min_port}",
+                req.port
+            ),
         ));
     }
     if let Some(t) = req.start_at_s {
@@ -214,10 +220,15 @@ fn admit_and_register(
     for _ in 0..REGISTER_ATTEMPTS {
         let snap = sh.sessions.snapshot();
         let factor = admit_over(sh, &snap, req, obj).map_err(|r| refuse(sh, r))?;
-        let (pacer, burst) = with_burst(sh, &pacer, obj.send_rate_bps, factor);
+        let (mut pacer, burst) = with_burst(sh, &pacer, obj.send_rate_bps, factor);
+        let validate = sh.args.validate_destination == ValidateDestination::Token;
+        if validate {
+            // Nothing is sent until the destination echoes the token (`owner.rs`).
+            pacer.pause(sh.now_ns());
+        }
         let mut pacer = Some(pacer);
         let make = |id| {
-            Arc::new(SessionShared::new(NewSessionShared {
+            let s = Arc::new(SessionShared::new(NewSessionShared {
                 id,
                 object: obj.clone(),
                 fdt_packets: fdt.packets.clone(),
@@ -228,7 +239,10 @@ fn admit_and_register(
                 start_codeword: req.start_codeword,
                 now_ns: sh.now_ns(),
                 burst,
-            }))
+                owner: Some(Owner::random()),
+            }));
+            s.validated.store(!validate, Ordering::Release);
+            s
         };
         let new_id = || format!("{:016x}", rand::random::<u64>());
         let hand_over = |s: &Arc<SessionShared>| {
@@ -259,8 +273,11 @@ fn admit_and_register(
 
 fn created(sh: &Shared, s: &SessionShared, fdt: SessionFdt, at: Option<Located>) -> Response {
     let obj = &s.object;
+    let secret = s.owner.map(|o| key_hex(&o.secret)).unwrap_or_default();
     let body = SessionInfo {
         id: s.id.clone(),
+        secret,
+        validate_timeout_ms: sh.args.validate_timeout_ms,
         destination: s.dest.to_string(),
         object: obj.json(),
         start_codeword: s.start_codeword,
@@ -307,7 +324,7 @@ pub(super) async fn create_session(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: Bytes,
 ) -> Response {
-    let mut req = match parse(&body, peer) {
+    let mut req = match parse(&body, peer, sh.args.min_dest_port.max(1)) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
@@ -332,7 +349,8 @@ pub(super) async fn create_session(
     match admit_and_register(&sh, &req, &obj, &fdt, pacer) {
         Ok(s) => {
             sh.metrics.sessions_started.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(id = %s.id, object = %obj.rec.name, dest = %s.dest, "session started");
+            tracing::info!(id = %s.id, object = %obj.rec.name, dest = %s.dest, "session created");
+            tokio::spawn(super::owner::send_tokens(sh.clone(), s.clone()));
             created(&sh, &s, fdt, at)
         }
         Err(e) => e.into_response(),

@@ -39,6 +39,9 @@ fn server(dir: &tempfile::TempDir) -> ServerHandle {
         listen: "127.0.0.1:0".parse().unwrap(),
         cache_size_bytes: 2 << 20,
         threads: Some(1),
+        // Port 9, nobody to echo a token: these tests are about the API's answers.
+        min_dest_port: 1,
+        validate_destination: crate::ValidateDestination::Off,
         ..ServeArgs::default()
     };
     start(dir.path(), &args).unwrap()
@@ -46,11 +49,27 @@ fn server(dir: &tempfile::TempDir) -> ServerHandle {
 
 /// One HTTP/1.1 request; (status, body), or the I/O error (e.g. the read timed out).
 fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+    http_as(addr, method, path, body, "")
+}
+
+/// [`http`] with a session's secret (`Authorization: Bearer`; none if empty).
+fn http_as(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    secret: &str,
+) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     s.set_read_timeout(Some(ANSWER_BOUND))?;
+    let auth = if secret.is_empty() {
+        String::new()
+    } else {
+        format!("Authorization: Bearer {secret}\r\n")
+    };
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )?;
     let mut resp = Vec::new();
@@ -140,7 +159,7 @@ fn a_locked_catalog_does_not_stall_metrics_or_keepalives() {
 /// [0, 1] is a 400 and changes nothing.
 #[test]
 fn keepalives_carry_loss_reports() {
-    use isnode_proto::keepalive::{keepalive_datagram_with_loss, LossReport};
+    use isnode_proto::keepalive::{keepalive_datagram, LossReport};
     let dir = volume();
     let server = server(&dir);
     let addr = server.local_addr();
@@ -161,6 +180,8 @@ fn keepalives_carry_loss_reports() {
         serde_json::from_str::<isnode_proto::SessionStatus>(&body).unwrap()
     };
     assert_eq!(status_of().reported_loss_units, None, "no report yet");
+    let secret = info.secret.clone();
+    let http = |addr, method, path: &str, body: &str| http_as(addr, method, path, body, &secret);
     assert_eq!(http(addr, "POST", &keepalive, "").unwrap().0, 204);
     assert_eq!(
         status_of().reported_loss_units,
@@ -187,7 +208,8 @@ fn keepalives_carry_loss_reports() {
     // The datagram, from the session's destination IP.
     let port = info.keepalive_port.expect("a keepalive port");
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let d = keepalive_datagram_with_loss(&info.id, LossReport::from_units(123).unwrap()).unwrap();
+    let key = isnode_proto::auth::parse_key_hex(&info.secret).unwrap();
+    let d = keepalive_datagram(&info.id, &key, LossReport::from_units(123)).unwrap();
     for _ in 0..200 {
         sock.send_to(&d, (addr.ip(), port)).unwrap();
         std::thread::sleep(Duration::from_millis(20));
