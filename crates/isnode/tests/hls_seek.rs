@@ -269,22 +269,15 @@ fn start_at_bad_input_and_bitrate_fallback() {
 
     let r = post(json!({"object": "clip.ts", "port": port, "start_at_s": 7.0}));
     assert_eq!(r.status, 201, "{}", r.body);
+    server.remember(&r);
     let j = r.json();
     assert_eq!(j["seek_by"], "index");
     assert!(
         (j["start_time_s"].as_f64().unwrap() - 6.0).abs() < 0.05,
         "{j}"
     );
-    assert_eq!(
-        server
-            .req(
-                "DELETE",
-                &format!("/v1/sessions/{}", j["id"].as_str().unwrap()),
-                None
-            )
-            .status,
-        204
-    );
+    let id = j["id"].as_str().unwrap();
+    assert_eq!(server.session_req("DELETE", id, "", None).status, 204);
 
     // The generated stream has no video PES, so no random-access point: bitrate arithmetic.
     let r = post(json!({"object": "synthetic.ts", "port": port, "start_at_s": 2.0}));
@@ -332,16 +325,10 @@ fn seek_pause_resume_change_what_is_sent() {
         .unwrap() as u32;
     assert!(codewords >= 4, "{codewords} codewords");
     let sock = udp(LO1, 0).unwrap();
-    let r = server.post_session("clip.ts", sock.local_addr().unwrap().port());
-    assert_eq!(r.status, 201, "{}", r.body);
-    let id = r.json()["id"].as_str().unwrap().to_string();
-    let control = |body: Value| {
-        server.req(
-            "POST",
-            &format!("/v1/sessions/{id}/control"),
-            Some(&body.to_string()),
-        )
-    };
+    let r = server.open_session("clip.ts", &sock);
+    let id = r["id"].as_str().unwrap().to_string();
+    let control =
+        |body: Value| server.session_req("POST", &id, "/control", Some(&body.to_string()));
     let first = data_packets(&sock, Duration::from_millis(500));
     assert!(first.first().is_some_and(|p| p.0 == 0), "{first:?}");
 
@@ -436,11 +423,6 @@ fn seek_pause_resume_change_what_is_sent() {
         got[at..].iter().all(|p| u64::from(p.0) >= cw && p.0 < last),
         "{got:?}"
     );
-    assert_eq!(
-        server
-            .req("DELETE", &format!("/v1/sessions/{id}"), None)
-            .status,
-        204
-    );
+    assert_eq!(server.session_req("DELETE", &id, "", None).status, 204);
     refused(&control(json!({"action": "resume"})), 404);
 }

@@ -352,9 +352,7 @@ fn flute_session(
 
     let sock = udp(LO1, 0).unwrap();
     let port = sock.local_addr().unwrap().port();
-    let r = server.post_session(object, port);
-    assert_eq!(r.status, 201, "{}", r.body);
-    let info = r.json();
+    let info = server.open_session(object, &sock);
     let id = info["id"].as_str().unwrap().to_string();
     let duration = info["object"]["duration_s"].as_f64().unwrap();
 
@@ -389,9 +387,7 @@ fn flute_session(
             .push(&endpoint, pkt, SystemTime::now())
             .unwrap_or_else(|e| panic!("the flute receiver refused an isnode packet: {e:?}"));
     }
-    let del = server
-        .req("DELETE", &format!("/v1/sessions/{id}"), None)
-        .status;
+    let del = server.session_req("DELETE", &id, "", None).status;
     assert!(del == 204 || del == 404, "DELETE: {del}");
     let objects = writer.objects.borrow();
     let obj = objects
@@ -488,6 +484,8 @@ fn serve_security_and_lifecycle() {
                 rq.json()["id"].as_str().unwrap().to_string(),
                 rk.json()["id"].as_str().unwrap().to_string(),
             );
+            server.validate(&rq.json(), &quiet);
+            server.validate(&rk.json(), &kept);
             let rec_q = Recorder::start(quiet, t0);
             let rec_k = Recorder::start(kept, t0);
             while t0.elapsed() < Duration::from_millis(3500) {
@@ -519,10 +517,7 @@ fn serve_security_and_lifecycle() {
             let g = server.req("GET", &format!("/v1/sessions/{kid}"), None);
             assert_eq!(g.status, 200);
             assert_eq!(g.json()["state"], "streaming", "{}", g.body);
-            assert_eq!(
-                server.req("DELETE", &format!("/v1/sessions/{kid}"), None).status,
-                204
-            );
+            assert_eq!(server.session_req("DELETE", &kid, "", None).status, 204);
             (q.len(), k.len())
         });
 
@@ -545,6 +540,8 @@ fn serve_security_and_lifecycle() {
             &smuggle_headers,
         );
         assert_eq!(ra.status, 201, "{}", ra.body);
+        server.remember(&ra);
+        server.validate_from(&ra.json(), &hi_a, Some(LO2));
         assert_eq!(
             ra.json()["destination"],
             format!("127.0.0.2:{port_a}"),
@@ -569,6 +566,8 @@ fn serve_security_and_lifecycle() {
         // Refusing the extra fields would be fine too; admitting them must not obey them.
         let b_admitted = rb.status == 201;
         if b_admitted {
+            server.remember(&rb);
+            server.validate_from(&rb.json(), &hi_b, Some(LO2));
             assert_eq!(
                 rb.json()["destination"],
                 format!("127.0.0.2:{port_b}"),
@@ -606,7 +605,7 @@ fn serve_security_and_lifecycle() {
             let id = r.json()["id"].as_str().unwrap().to_string();
             assert_eq!(
                 server
-                    .req("DELETE", &format!("/v1/sessions/{id}"), None)
+                    .session_req_from(Some(LO2), "DELETE", &id, "", None)
                     .status,
                 204
             );
@@ -614,17 +613,11 @@ fn serve_security_and_lifecycle() {
 
         // (c) DELETE stops the packets.
         let sock = udp(LO1, 0).unwrap();
-        let r = server.post_session("life.ts", sock.local_addr().unwrap().port());
-        assert_eq!(r.status, 201, "{}", r.body);
-        let id = r.json()["id"].as_str().unwrap().to_string();
+        let r = server.open_session("life.ts", &sock);
+        let id = r["id"].as_str().unwrap().to_string();
         let before = count_for(&sock, Duration::from_millis(500));
         assert!(before > 0, "the session sent nothing");
-        assert_eq!(
-            server
-                .req("DELETE", &format!("/v1/sessions/{id}"), None)
-                .status,
-            204
-        );
+        assert_eq!(server.session_req("DELETE", &id, "", None).status, 204);
         std::thread::sleep(Duration::from_millis(200));
         drain(&sock);
         let after = count_for(&sock, Duration::from_millis(1000));
@@ -633,7 +626,7 @@ fn serve_security_and_lifecycle() {
         let g = server.req("GET", &format!("/v1/sessions/{id}"), None);
         assert_eq!(g.status, 404, "{}", g.body);
         assert_eq!(server.keepalive(&id), 404);
-        let again = server.req("DELETE", &format!("/v1/sessions/{id}"), None);
+        let again = server.session_req("DELETE", &id, "", None);
         assert_eq!(again.status, 404);
 
         // (d) Errors are JSON with a reason.
@@ -753,9 +746,10 @@ fn serve_admission_bitrate() {
         .collect();
     let t0 = Instant::now();
     let mut ids = Vec::new();
-    for &p in &ports[..2] {
+    for (sock, &p) in socks.iter().zip(&ports[..2]) {
         let r = server.post_session("rate.ts", p);
         assert_eq!(r.status, 201, "{}", r.body);
+        server.validate(&r.json(), sock);
         assert_eq!(
             r.json()["send_rate_bps"].as_u64(),
             Some(rate),
@@ -822,9 +816,12 @@ fn serve_admission_per_client() {
             "1",
         ],
     );
-    let body = json!({"object": "pc.ts", "port": 9}).to_string();
+    // Nobody listens at the port: the sessions wait for their token's echo (3 s), and
+    // count against the limit meanwhile.
+    let body = json!({"object": "pc.ts", "port": 40009}).to_string();
     let first = server.req("POST", "/v1/sessions", Some(&body));
     assert_eq!(first.status, 201, "{}", first.body);
+    server.remember(&first);
     let second = server.req("POST", "/v1/sessions", Some(&body));
     assert_eq!(second.status, 503, "{}", second.body);
     assert_eq!(
@@ -846,12 +843,7 @@ fn serve_admission_per_client() {
     );
     assert_eq!(other.status, 201, "another client address: {}", other.body);
     let id = first.json()["id"].as_str().unwrap().to_string();
-    assert_eq!(
-        server
-            .req("DELETE", &format!("/v1/sessions/{id}"), None)
-            .status,
-        204
-    );
+    assert_eq!(server.session_req("DELETE", &id, "", None).status, 204);
     let third = server.req("POST", "/v1/sessions", Some(&body));
     assert_eq!(third.status, 201, "after DELETE: {}", third.body);
     let m = server.metrics();
@@ -876,15 +868,15 @@ fn serve_admission_cache_size() {
     vol.add_ts("one.ts", 2_000_000, 3.0, 53);
     vol.add_ts("two.ts", 2_000_000, 3.0, 54);
     let server = Server::start(&vol, &["--cache-size", &(16u64 << 20).to_string()]);
-    let a1 = server.post_session("one.ts", 9);
+    let a1 = server.post_session("one.ts", 40009);
     assert_eq!(a1.status, 201, "{}", a1.body);
-    let a2 = server.post_session("one.ts", 10);
+    let a2 = server.post_session("one.ts", 40010);
     assert_eq!(
         a2.status, 201,
         "a second viewer of the same title shares its blocks: {}",
         a2.body
     );
-    let b = server.post_session("two.ts", 11);
+    let b = server.post_session("two.ts", 40011);
     assert_eq!(b.status, 503, "{}", b.body);
     assert_eq!(b.json()["limit"], "cache_size_bytes", "{}", b.body);
     assert!(b.json()["error"].as_str().is_some_and(|s| !s.is_empty()));
@@ -915,6 +907,10 @@ fn serve_memory_flat() {
             &(64u64 << 20).to_string(),
             "--max-sessions-per-client",
             "64",
+            // One thread drains all sockets (it would take the tokens): this test is about
+            // memory, return routability has its own (security.rs).
+            "--validate-destination",
+            "off",
         ],
     );
     const VIEWERS: usize = 50;

@@ -225,7 +225,10 @@ impl ControlClient {
         loss_rate: Option<f64>,
     ) -> anyhow::Result<bool> {
         let url = format!("{}/v1/sessions/{id}/keepalive", self.base);
-        let req = self.agent.post(&url).header("Authorization", bearer(secret));
+        let req = self
+            .agent
+            .post(&url)
+            .header("Authorization", bearer(secret));
         let resp = match loss_rate {
             Some(loss_rate) => req.send_json(isnode_proto::KeepaliveBody { loss_rate })?,
             None => req.send_empty()?,

@@ -17,7 +17,9 @@ pub fn await_token(
     wait: Duration,
     from_server: impl Fn(SocketAddr) -> bool,
 ) -> anyhow::Result<Key> {
-    let previous = socket.read_timeout().context("reading the socket's timeout")?;
+    let previous = socket
+        .read_timeout()
+        .context("reading the socket's timeout")?;
     let deadline = Instant::now() + wait;
     let mut buf = [0u8; TOKEN_DATAGRAM_LEN + 1];
     let mut result = None;

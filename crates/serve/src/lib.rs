@@ -42,8 +42,9 @@ pub mod session;
 mod uring;
 
 pub use config::{
-    Degraded, EngineKind, ReadIo, ServeArgs, ValidateDestination, DEFAULT_CACHE_SIZE_BYTES, DEFAULT_EGRESS_CAPACITY_BPS,
-    DEFAULT_MAX_CONTENT_READERS, DEFAULT_MAX_SESSIONS_PER_CLIENT, EGRESS_BUDGET_PERCENT, ENGINES,
+    Degraded, EngineKind, ReadIo, ServeArgs, ValidateDestination, DEFAULT_CACHE_SIZE_BYTES,
+    DEFAULT_EGRESS_CAPACITY_BPS, DEFAULT_MAX_CONTENT_READERS, DEFAULT_MAX_SESSIONS_PER_CLIENT,
+    EGRESS_BUDGET_PERCENT, ENGINES,
 };
 pub use metrics::{Limit, MetricsSnapshot};
 pub use server::{run, start, ServeError, ServerHandle};

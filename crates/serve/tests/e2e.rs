@@ -411,7 +411,14 @@ fn per_client_limit_delete_and_done() {
     assert_eq!(st, 200);
     assert_eq!(json(&body)["state"], "streaming");
     assert_eq!(
-        http_as(addr, "POST", &format!("/v1/sessions/{id}/keepalive"), None, &secret).0,
+        http_as(
+            addr,
+            "POST",
+            &format!("/v1/sessions/{id}/keepalive"),
+            None,
+            &secret
+        )
+        .0,
         204
     );
     // Some packets arrive, then DELETE stops the stream.
@@ -495,7 +502,14 @@ fn session_without_keepalive_ends() {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_millis(1200) {
         assert_eq!(
-            http_as(addr, "POST", &format!("/v1/sessions/{id2}/keepalive"), None, secret2).0,
+            http_as(
+                addr,
+                "POST",
+                &format!("/v1/sessions/{id2}/keepalive"),
+                None,
+                secret2
+            )
+            .0,
             204
         );
         std::thread::sleep(Duration::from_millis(100));

@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod digest;
 pub mod fdt;
 pub mod partition;
 

@@ -255,7 +255,10 @@ impl IsnodeServer {
         }
         let _ = (self.agent)
             .delete(format!("{}/v1/sessions/{id}", self.base))
-            .header("Authorization", format!("Bearer {}", secret.unwrap_or_default()))
+            .header(
+                "Authorization",
+                format!("Bearer {}", secret.unwrap_or_default()),
+            )
             .call();
     }
 }

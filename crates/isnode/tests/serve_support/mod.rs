@@ -175,6 +175,8 @@ pub(crate) struct Server {
     pub addr: SocketAddr,
     /// Its standard error (the log).
     pub log: PathBuf,
+    /// The secrets of the sessions created through [`Server::post_session`], by id.
+    secrets: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl Server {
@@ -207,6 +209,7 @@ impl Server {
                 child: ChildGuard(Some(child)),
                 addr,
                 log,
+                secrets: Default::default(),
             };
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
@@ -269,16 +272,106 @@ impl Server {
         http(self.addr, None, method, path, body, &[])
     }
 
-    /// `POST /v1/sessions` for `object` at `port`, from 127.0.0.1.
+    /// `POST /v1/sessions` for `object` at `port`, from 127.0.0.1 (the session's secret is
+    /// kept for [`Server::session_req`]). The stream starts once validated
+    /// ([`Server::validate`]).
     pub(crate) fn post_session(&self, object: &str, port: u16) -> Resp {
         let body = serde_json::json!({ "object": object, "port": port }).to_string();
-        self.req("POST", "/v1/sessions", Some(&body))
+        let r = self.req("POST", "/v1/sessions", Some(&body));
+        self.remember(&r);
+        r
     }
 
-    /// `POST /v1/sessions/{id}/keepalive`; the status.
+    /// Keeps the secret of the session a `201` answer `r` created (for
+    /// [`Server::session_req`]).
+    pub(crate) fn remember(&self, r: &Resp) {
+        if r.status == 201 {
+            let v = r.json();
+            if let (Some(id), Some(secret)) = (v["id"].as_str(), v["secret"].as_str()) {
+                self.secrets
+                    .lock()
+                    .unwrap()
+                    .insert(id.to_string(), secret.to_string());
+            }
+        }
+    }
+
+    /// A streaming session of `object` to `sock`: created ([`Server::post_session`], which
+    /// must answer 201) and validated ([`Server::validate`]); the session answer.
+    #[track_caller]
+    pub(crate) fn open_session(&self, object: &str, sock: &UdpSocket) -> Value {
+        let r = self.post_session(object, sock.local_addr().unwrap().port());
+        assert_eq!(r.status, 201, "POST /v1/sessions: {}", r.body);
+        let info = r.json();
+        self.validate(&info, sock);
+        info
+    }
+
+    /// Return routability as a client does it: the token datagram the server sent to
+    /// `sock`, echoed with `POST /v1/sessions/{id}/validate` (must answer 204).
+    #[track_caller]
+    pub(crate) fn validate(&self, info: &Value, sock: &UdpSocket) {
+        self.validate_from(info, sock, None)
+    }
+
+    /// [`Server::validate`] with the echo from `from` (the session's creator; default
+    /// 127.0.0.1).
+    #[track_caller]
+    pub(crate) fn validate_from(&self, info: &Value, sock: &UdpSocket, from: Option<IpAddr>) {
+        let server_ip = self.addr.ip();
+        let token = isnode_recv::validate::await_token(sock, Duration::from_secs(5), |from| {
+            from.ip() == server_ip
+        })
+        .expect("the token datagram");
+        let id = info["id"].as_str().expect("a session id");
+        let body = serde_json::json!({ "token": isnode_proto::auth::key_hex(&token) });
+        let r = self.session_req_from(from, "POST", id, "/validate", Some(&body.to_string()));
+        assert_eq!(r.status, 204, "validating session {id}: {}", r.body);
+    }
+
+    /// A request on `/v1/sessions/{id}{suffix}` from 127.0.0.1 with the session's secret
+    /// (as recorded by [`Server::post_session`]).
+    pub(crate) fn session_req(
+        &self,
+        method: &str,
+        id: &str,
+        suffix: &str,
+        body: Option<&str>,
+    ) -> Resp {
+        self.session_req_from(None, method, id, suffix, body)
+    }
+
+    /// [`Server::session_req`] from `from` (default 127.0.0.1).
+    pub(crate) fn session_req_from(
+        &self,
+        from: Option<IpAddr>,
+        method: &str,
+        id: &str,
+        suffix: &str,
+        body: Option<&str>,
+    ) -> Resp {
+        let secret = self
+            .secrets
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .unwrap_or_default();
+        let auth = format!("Bearer {secret}");
+        let path = format!("/v1/sessions/{id}{suffix}");
+        http(
+            self.addr,
+            from,
+            method,
+            &path,
+            body,
+            &[("Authorization", &auth)],
+        )
+    }
+
+    /// `POST /v1/sessions/{id}/keepalive` with the session's secret; the status.
     pub(crate) fn keepalive(&self, id: &str) -> u16 {
-        self.req("POST", &format!("/v1/sessions/{id}/keepalive"), None)
-            .status
+        self.session_req("POST", id, "/keepalive", None).status
     }
 
     /// `GET /metrics`.

@@ -142,9 +142,8 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
         accept_from = ?source, "session opened for {}", info.object.name
     );
     let owner = Owner::of(&info)?;
-    let validated = control.await_token_and_validate(&info, &socket, |from| {
-        source.accepts(Some(from))
-    });
+    let validated =
+        control.await_token_and_validate(&info, &socket, |from| source.accepts(Some(from)));
     if let Err(e) = validated {
         let _ = control.delete_session(&info.id, &info.secret);
         return Err(e);

@@ -18,11 +18,11 @@ use super::{blocking, store_error, ApiError, Sh};
 use crate::admission::{
     admit, burst_headroom_bps, start_burst_factor, Demand, Limits, PoolLimit, Refusal,
 };
+use crate::config::ValidateDestination;
 use crate::objects::{ObjectInfo, SessionFdt};
 use crate::plane::{NewSession, LOOKAHEAD_CODEWORDS};
 use crate::registry::{Expiry, NewSessionShared, Owner, RegisterError, Snapshot};
 use crate::session::{Pacer, PacerConfig, StartBurst};
-use crate::config::ValidateDestination;
 use crate::{EngineKind, SessionShared, Shared};
 
 /// The FDT is repeated before every this many codewords.

@@ -19,8 +19,8 @@ use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use isnode_proto::auth::{keys_equal, parse_bearer, parse_key_hex, token_datagram};
 use isnode_proto::auth::ValidateSession;
+use isnode_proto::auth::{keys_equal, parse_bearer, parse_key_hex, token_datagram};
 
 use super::{ApiError, Sh};
 use crate::registry::Control;
@@ -67,7 +67,12 @@ pub(super) fn owned(
         .sessions
         .find(id)
         .filter(|s| s.state() == SessionState::Streaming)
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("no streaming session {id:?}")))?;
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("no streaming session {id:?}"),
+            )
+        })?;
     authorize(&s, peer, headers).inspect_err(|_| {
         sh.metrics.forbidden.fetch_add(1, Ordering::Relaxed);
     })?;
@@ -81,8 +86,7 @@ pub(super) async fn send_tokens(sh: Arc<Shared>, s: Arc<SessionShared>) {
         return;
     };
     let datagram = token_datagram(&owner.token);
-    let deadline =
-        tokio::time::Instant::now() + Duration::from_millis(sh.args.validate_timeout_ms);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(sh.args.validate_timeout_ms);
     let mut gaps = TOKEN_GAPS_MS.iter();
     loop {
         if s.validated.load(Ordering::Acquire) || s.state() != SessionState::Streaming {
@@ -99,11 +103,15 @@ pub(super) async fn send_tokens(sh: Arc<Shared>, s: Arc<SessionShared>) {
                 0
             }
         };
-        let gap = gaps.next().map_or(deadline - now, |ms| Duration::from_millis(*ms));
+        let gap = gaps
+            .next()
+            .map_or(deadline - now, |ms| Duration::from_millis(*ms));
         tokio::time::sleep_until((now + gap).min(deadline)).await;
     }
     if s.end(SessionState::Expired, sh.now_ns()) {
-        sh.metrics.sessions_unvalidated.fetch_add(1, Ordering::Relaxed);
+        sh.metrics
+            .sessions_unvalidated
+            .fetch_add(1, Ordering::Relaxed);
         tracing::info!(id = %s.id, dest = %s.dest, "session ended: its destination never echoed the token");
     }
 }
@@ -139,8 +147,11 @@ pub(super) async fn validate_session(
     }
     if !s.validated.swap(true, Ordering::AcqRel) && !s.push_control(Control::Resume) {
         s.validated.store(false, Ordering::Release);
-        return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "data plane busy, try again")
-            .into_response();
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "data plane busy, try again",
+        )
+        .into_response();
     }
     tracing::info!(id = %s.id, dest = %s.dest, "session validated: streaming");
     StatusCode::NO_CONTENT.into_response()

@@ -91,9 +91,20 @@ fn request(
     path: String,
     body: &'static str,
 ) -> mpsc::Receiver<std::io::Result<(u16, String)>> {
+    request_as(addr, method, path, body, String::new())
+}
+
+/// [`request`] with a session's secret.
+fn request_as(
+    addr: SocketAddr,
+    method: &'static str,
+    path: String,
+    body: &'static str,
+    secret: String,
+) -> mpsc::Receiver<std::io::Result<(u16, String)>> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let _ = tx.send(http(addr, method, &path, body));
+        let _ = tx.send(http_as(addr, method, &path, body, &secret));
     });
     rx
 }
@@ -113,9 +124,8 @@ fn a_locked_catalog_does_not_stall_metrics_or_keepalives() {
     )
     .unwrap();
     assert_eq!(status, 201, "{body}");
-    let id = serde_json::from_str::<isnode_proto::SessionInfo>(&body)
-        .unwrap()
-        .id;
+    let info = serde_json::from_str::<isnode_proto::SessionInfo>(&body).unwrap();
+    let (id, secret) = (info.id, info.secret);
 
     let held = server.shared.objects.lock_volume();
     let create = request(
@@ -135,7 +145,13 @@ fn a_locked_catalog_does_not_stall_metrics_or_keepalives() {
     }
     assert!(waiting, "the session request never reached the catalog");
     let metrics = request(addr, "GET", "/metrics".into(), "");
-    let keepalive = request(addr, "POST", format!("/v1/sessions/{id}/keepalive"), "");
+    let keepalive = request_as(
+        addr,
+        "POST",
+        format!("/v1/sessions/{id}/keepalive"),
+        "",
+        secret,
+    );
     let metrics = metrics.recv_timeout(ANSWER_BOUND);
     let keepalive = keepalive.recv_timeout(ANSWER_BOUND);
     drop(held);
