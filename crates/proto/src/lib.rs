@@ -19,6 +19,7 @@
 //! | `DELETE /v1/sessions/{id}`       | —                   | `204`                          |
 //! | `GET /v1/objects/{name}/content` | —                   | `200`/`206` the bytes ([`range`]) |
 //! | `GET /v1/objects/{name}/codewords/{sbn}/packets?esi=...` | — | `200` stored packets |
+//! | `GET /v1/objects/{name}/digests?from=SBN&count=N` | — | `200` packet digests (binary) |
 //! | `POST /v1/broadcasts`            | [`broadcast::CreateBroadcast`] | `201` [`broadcast::BroadcastInfo`] |
 //! | `GET /v1/broadcasts`             | —                   | `200` [`broadcast::BroadcastList`] |
 //! | `GET /v1/broadcasts/{id}`        | —                   | `200` [`broadcast::BroadcastInfo`] |
@@ -75,6 +76,11 @@ pub struct ObjectInfo {
     /// Absent for other containers and for objects ingested before the media index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moov_at_front: Option<bool>,
+    /// The digest algorithm of the object's packet digests (`blake3-128`), served by
+    /// `GET /v1/objects/{name}/digests`; absent for an object ingested before digests
+    /// (its packets cannot be authenticated, only checked by their CRC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packet_digests: Option<String>,
 }
 
 /// The `200` answer to `GET /v1/objects`: every complete object, by TOI.

@@ -240,8 +240,9 @@ impl ControlClient {
     }
 
     /// `POST /v1/sessions/{id}/validate`: echoes the token the session's destination
-    /// received, which starts the stream.
-    pub fn validate(&self, info: &SessionInfo, token: &Key) -> anyhow::Result<()> {
+    /// received, which starts the stream. `Ok(false)`: the server refused the token
+    /// (`403`: not the one it sent).
+    pub fn validate(&self, info: &SessionInfo, token: &Key) -> anyhow::Result<bool> {
         let url = format!("{}/v1/sessions/{}/validate", self.base, info.id);
         let body = ValidateSession {
             token: key_hex(token),
@@ -252,12 +253,17 @@ impl ControlClient {
             .header("Authorization", bearer(&info.secret))
             .send_json(&body)
             .with_context(|| format!("POST {url}"))?;
-        Self::body("validating the session", 204, resp).map(|_| ())
+        if resp.status().as_u16() == 403 {
+            return Ok(false);
+        }
+        Self::body("validating the session", 204, resp).map(|_| true)
     }
 
     /// Return routability: waits on `socket` (the stream's) for the token datagram from
     /// an address `from_server` accepts, for at most the session's `validate_timeout_ms`,
-    /// and echoes it ([`ControlClient::validate`]); the stream starts then.
+    /// and echoes it ([`ControlClient::validate`]); the stream starts then. A token the
+    /// server refuses (a datagram forged by someone who can reach the socket) is skipped
+    /// and the wait goes on, [`MAX_TOKEN_TRIES`] times at most.
     pub fn await_token_and_validate(
         &self,
         info: &SessionInfo,
@@ -265,8 +271,16 @@ impl ControlClient {
         from_server: impl Fn(SocketAddr) -> bool,
     ) -> anyhow::Result<()> {
         let wait = Duration::from_millis(info.validate_timeout_ms.clamp(100, 60_000));
-        let token = crate::validate::await_token(socket, wait, from_server)?;
-        self.validate(info, &token)
+        let deadline = std::time::Instant::now() + wait;
+        for _ in 0..MAX_TOKEN_TRIES {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let token = crate::validate::await_token(socket, left, &from_server)?;
+            if self.validate(info, &token)? {
+                return Ok(());
+            }
+            tracing::warn!("the server refused a token datagram (forged?): waiting for its own");
+        }
+        bail!("the server refused {MAX_TOKEN_TRIES} token datagrams: the stream's port receives forged ones")
     }
 
     /// `DELETE /v1/sessions/{id}` with the session's `secret`; a session the server
@@ -290,6 +304,41 @@ impl ControlClient {
         let resp = self.agent.get(&url).call()?;
         let body = Self::body("listing the broadcasts", 200, resp)?;
         Ok(serde_json::from_str(&body)?)
+    }
+
+    /// `GET /v1/objects/{name}/digests`: the packet digests of codewords `from..from +
+    /// count` of `name` (checked: `symbols(sbn)` digests per codeword, in range, in order).
+    pub fn digests(
+        &self,
+        name: &str,
+        from: u32,
+        count: u32,
+        symbols: impl Fn(u32) -> u32,
+    ) -> anyhow::Result<crate::digests::DigestRows> {
+        let url = format!(
+            "{}/v1/objects/{name}/digests?from={from}&count={count}",
+            self.base
+        );
+        let mut resp = self
+            .agent
+            .get(&url)
+            .call()
+            .with_context(|| format!("GET {url}"))?;
+        if resp.status().as_u16() != 200 {
+            return Self::body("fetching packet digests", 200, resp).map(|_| Vec::new());
+        }
+        let limit = u64::from(count) * (6 + 255 * isnode_wire::digest::DIGEST_LEN as u64);
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(limit)
+            .read_to_vec()
+            .with_context(|| format!("reading {url}"))?;
+        Ok(crate::digests::parse_digests(
+            &body,
+            from..from.saturating_add(count),
+            symbols,
+        )?)
     }
 
     /// `GET /v1/objects/{name}`.
@@ -319,6 +368,10 @@ impl ControlClient {
             .ok_or_else(|| anyhow!("{authority} resolves to no address"))
     }
 }
+
+/// Most token datagrams a client echoes before giving up (see
+/// [`ControlClient::await_token_and_validate`]).
+pub const MAX_TOKEN_TRIES: usize = 8;
 
 /// The `Authorization` header value carrying a session's secret.
 fn bearer(secret: &str) -> String {

@@ -13,6 +13,8 @@
 
 pub mod broadcast;
 pub mod control;
+pub mod digest_fetch;
+pub mod digests;
 pub mod impair;
 pub mod loss;
 mod net;

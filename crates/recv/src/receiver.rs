@@ -44,6 +44,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use isnode_fec::Code;
+
+use crate::digests::{DigestBook, Verdict};
 use isnode_wire::fdt::{FdtAssembler, FdtInstance, FecOti};
 use isnode_wire::partition::Partition;
 use isnode_wire::{parse_data_packet, parse_packet, CrcStatus, DataPacket, FEC_ENCODING_ID_RS28};
@@ -178,6 +180,10 @@ pub enum PacketClass {
     Foreign,
     /// A valid FDT packet (TOI 0).
     Fdt,
+    /// Its digest does not match the server's ([`Receiver::authenticate`]).
+    Forged,
+    /// Its codeword's digests are not known yet: dropped, like a loss.
+    Unverified,
 }
 
 /// A piece of the object, released in order by [`Receiver::poll_output`].
@@ -263,6 +269,11 @@ pub struct ReceiverStats {
     pub packets_duplicate: u64,
     /// Valid FDT packets.
     pub packets_fdt: u64,
+    /// Packets of this object whose digest did not match the server's (with packet
+    /// authentication, [`Receiver::authenticate`]): forged, or corrupt past their CRC.
+    pub packets_forged: u64,
+    /// Packets of this object dropped because their codeword's digests were not known yet.
+    pub packets_unverified: u64,
     /// Symbols of this object that were expected (n per released codeword) but never arrived
     /// valid: expected − valid − corrupt (a corrupt packet stands for one expected symbol),
     /// never below 0.
@@ -383,6 +394,8 @@ pub struct Receiver {
     fdt_check: FdtCheck,
     first_symbol_at: Option<Duration>,
     last_symbol_at: Option<Duration>,
+    /// Packet authentication: the digests packets are checked against (None: CRC only).
+    digests: Option<DigestBook>,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -438,7 +451,35 @@ impl Receiver {
             fdt_check: FdtCheck::NotReceived,
             first_symbol_at: None,
             last_symbol_at: None,
+            digests: None,
         })
+    }
+
+    /// From now on, takes a data packet only if its digest matches the server's
+    /// ([`crate::digests`]); the digests come with [`Receiver::add_digests`].
+    pub fn authenticate(&mut self) {
+        self.digests.get_or_insert_with(DigestBook::new);
+    }
+
+    /// Whether packets are authenticated.
+    pub fn is_authenticating(&self) -> bool {
+        self.digests.is_some()
+    }
+
+    /// Adds the digests of codeword `sbn` (a no-op without authentication).
+    pub fn add_digests(&mut self, sbn: u32, digests: Box<[u8]>) {
+        if let Some(book) = &mut self.digests {
+            book.insert(sbn, digests);
+        }
+    }
+
+    /// The first codeword from the release point up to `ahead` codewords on whose digests
+    /// are missing (None without authentication, or none missing): what to fetch next.
+    pub fn digests_missing(&self, ahead: u32) -> Option<u32> {
+        let book = self.digests.as_ref()?;
+        let from = self.next_release.max(self.give_up_below);
+        let to = from.saturating_add(ahead).min(self.end);
+        book.first_missing(from..to)
     }
 
     /// The session parameters.
@@ -477,6 +518,19 @@ impl Receiver {
         if !self.is_in_object(&packet) {
             self.stats.packets_foreign += 1;
             return PacketClass::Foreign;
+        }
+        if let Some(book) = &self.digests {
+            match book.check(id.sbn, id.esi, bytes) {
+                Verdict::Authentic => {}
+                Verdict::Forged => {
+                    self.stats.packets_forged += 1;
+                    return PacketClass::Forged;
+                }
+                Verdict::Unknown => {
+                    self.stats.packets_unverified += 1;
+                    return PacketClass::Unverified;
+                }
+            }
         }
         if u64::from(id.sbn) >= u64::from(self.next_release) + u64::from(self.window_codewords) {
             self.stats.packets_foreign += 1;
@@ -695,6 +749,9 @@ impl Receiver {
             }
         };
         self.retire();
+        if let Some(book) = &mut self.digests {
+            book.forget_before(self.next_release);
+        }
         Some(out)
     }
 

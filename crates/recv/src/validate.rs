@@ -7,11 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use isnode_proto::auth::{parse_token_datagram, Key, TOKEN_DATAGRAM_LEN};
 
-/// Most datagrams looked at while waiting: a flood of strays cannot hold the client.
-const MAX_DATAGRAMS: usize = 4096;
-
 /// Waits on `socket` up to `wait` for a token datagram from an address `from_server`
-/// accepts; its token. Other datagrams are skipped (at most [`MAX_DATAGRAMS`]).
+/// accepts; its token. Other datagrams are skipped: a flood of strays cannot make the
+/// client give up before `wait` is over, nor hold it past it.
 pub fn await_token(
     socket: &UdpSocket,
     wait: Duration,
@@ -23,7 +21,7 @@ pub fn await_token(
     let deadline = Instant::now() + wait;
     let mut buf = [0u8; TOKEN_DATAGRAM_LEN + 1];
     let mut result = None;
-    for _ in 0..MAX_DATAGRAMS {
+    loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             break;

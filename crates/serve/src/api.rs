@@ -8,6 +8,7 @@ mod broadcast;
 mod content;
 mod control;
 mod create;
+mod digests;
 mod media;
 mod owner;
 mod pool_read;
@@ -102,6 +103,7 @@ fn router(sh: Arc<Shared>) -> Router {
             "/v1/objects/{name}/codewords/{sbn}/packets",
             get(content::packets),
         )
+        .route("/v1/objects/{name}/digests", get(digests::digests))
         .route("/v1/sessions", post(create::create_session))
         .route("/v1/sessions/{id}", get(get_session).delete(delete_session))
         .route("/v1/sessions/{id}/keepalive", post(keepalive))

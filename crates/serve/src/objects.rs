@@ -38,6 +38,8 @@ pub struct ObjectInfo {
     pub send_rate_bps: u64,
     /// The time index made at ingest (`None` for an object ingested before indexes).
     pub media: Option<isnode_store::MediaIndexRecord>,
+    /// Whether the catalog has its packets' digests (not for objects ingested before).
+    pub has_digests: bool,
 }
 
 impl ObjectInfo {
@@ -66,8 +68,10 @@ impl ObjectInfo {
         )?;
         let send_rate_bps = send_rate_bps(&layout, rec.bitrate_bps);
         let media = vol.catalog().media_index(rec.toi)?;
+        let has_digests = vol.catalog().has_digests(rec.toi)?;
         Ok(ObjectInfo {
             media,
+            has_digests,
             fec_oti: oti,
             send_rate_bps,
             tsi: vol.tsi(),
@@ -93,6 +97,9 @@ impl ObjectInfo {
             tsi: self.tsi,
             toi: self.rec.toi,
             moov_at_front: self.media.as_ref().and_then(|m| m.moov_at_front),
+            packet_digests: self
+                .has_digests
+                .then(|| isnode_wire::digest::DIGEST_ALGORITHM.to_string()),
         }
     }
 
@@ -244,6 +251,17 @@ impl Objects {
             self.lock_prepared().retain(|t, _| live.contains(t));
             recs.into_iter().map(|rec| self.prepare(vol, rec)).collect()
         })
+    }
+
+    /// The packet digests of codewords `from..from + count` of `obj` (catalog rows, SBN
+    /// order). Blocks on the catalog.
+    pub fn digests(
+        &self,
+        obj: &ObjectInfo,
+        from: u32,
+        count: u32,
+    ) -> Result<Vec<(u32, Vec<u8>)>, StoreError> {
+        self.with_volume(|vol| vol.catalog().digests(obj.rec.toi, from, count))
     }
 
     /// The FDT instance of a new session of `obj`, valid from now (the clock) for the

@@ -68,6 +68,19 @@ CREATE TABLE IF NOT EXISTS media_index (
 ) WITHOUT ROWID;
 ";
 
+/// The packet digests (added after format version 2 shipped, like the media index:
+/// created when missing; an object ingested before has no digests and is served
+/// unauthenticated). One row per codeword: the digests of its `n` stored packets
+/// (`isnode_wire::digest`), 16 bytes each, in ESI order.
+const DIGEST_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS packet_digests (
+    toi     INTEGER NOT NULL REFERENCES objects(toi) ON DELETE CASCADE,
+    sbn     INTEGER NOT NULL,
+    digests BLOB NOT NULL,
+    PRIMARY KEY (toi, sbn)
+) WITHOUT ROWID;
+";
+
 /// The time index of an object as the catalog keeps it (`media_meta` + `media_index`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MediaIndexRecord {
@@ -175,6 +188,8 @@ impl Catalog {
             .map_err(db("creating the schema"))?;
         tx.execute_batch(MEDIA_SCHEMA)
             .map_err(db("creating the schema"))?;
+        tx.execute_batch(DIGEST_SCHEMA)
+            .map_err(db("creating the schema"))?;
         let kv = [
             ("format_version", FORMAT_VERSION.to_string()),
             ("uuid", uuid.to_string()),
@@ -217,6 +232,9 @@ impl Catalog {
         cat.conn
             .execute_batch(MEDIA_SCHEMA)
             .map_err(db("adding the media index tables"))?;
+        cat.conn
+            .execute_batch(DIGEST_SCHEMA)
+            .map_err(db("adding the packet digest table"))?;
         Ok(cat)
     }
 
@@ -468,6 +486,57 @@ impl Catalog {
             }
         }
         tx.commit().map_err(db(ctx))
+    }
+
+    /// Records the packet digests of codewords of object `toi` (still `writing`: they go
+    /// with the object), `(sbn, n × 16 bytes)` each, in one transaction.
+    pub fn put_digests(&mut self, toi: u32, rows: &[(u32, Vec<u8>)]) -> Result<(), StoreError> {
+        let ctx = "recording packet digests";
+        let tx = self.write_transaction(ctx)?;
+        {
+            let mut st = tx
+                .prepare(
+                    "INSERT OR REPLACE INTO packet_digests (toi, sbn, digests) VALUES (?1, ?2, ?3)",
+                )
+                .map_err(db(ctx))?;
+            for (sbn, digests) in rows {
+                st.execute(params![toi, sbn, digests]).map_err(db(ctx))?;
+            }
+        }
+        tx.commit().map_err(db(ctx))
+    }
+
+    /// The packet digests of codewords `from..from + count` of object `toi` that the
+    /// catalog has, in SBN order (none for an object ingested before digests).
+    pub fn digests(
+        &self,
+        toi: u32,
+        from: u32,
+        count: u32,
+    ) -> Result<Vec<(u32, Vec<u8>)>, StoreError> {
+        let ctx = "reading packet digests";
+        let end = i64::from(from) + i64::from(count);
+        let mut q = self
+            .conn
+            .prepare(
+                "SELECT sbn, digests FROM packet_digests WHERE toi = ?1 AND sbn >= ?2 AND sbn < ?3 ORDER BY sbn",
+            )
+            .map_err(db(ctx))?;
+        let rows = q
+            .query_map(params![toi, from, end], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(db(ctx))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(db(ctx))
+    }
+
+    /// Whether object `toi` has packet digests.
+    pub fn has_digests(&self, toi: u32) -> Result<bool, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM packet_digests WHERE toi = ?1)",
+                [toi],
+                |r| r.get(0),
+            )
+            .map_err(db("reading packet digests"))
     }
 
     /// The time index of object `toi`, `None` when it has none (ingested before indexes).

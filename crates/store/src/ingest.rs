@@ -12,6 +12,7 @@ use std::io::{ErrorKind, Read};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use isnode_fec::Code;
+use isnode_wire::digest::DIGEST_LEN;
 use isnode_wire::DataPacketId;
 
 use crate::catalog::{BlockRecord, MediaIndexRecord, ObjectRecord, ObjectState, OnNameTaken};
@@ -157,6 +158,7 @@ fn write_object(
     let mut crc = 0u32;
     let mut done = 0u64;
     let mut indexer = isnode_media::Indexer::new();
+    let mut digests = DigestBatch::default();
     for sbn in 0..layout.codewords() {
         let k = layout.source_symbols(sbn) as usize;
         let data_len = layout.codeword_data_len(sbn) as usize;
@@ -175,6 +177,7 @@ fn write_object(
         let mut rep_refs: Vec<&mut [u8]> = repair.chunks_exact_mut(e).collect();
         code.encode(&src_refs, &mut rep_refs)?;
 
+        let mut row = vec![0u8; (k + m) * DIGEST_LEN];
         for (member, writer) in writers.iter_mut().enumerate() {
             let run = layout.member_run(sbn, member as u32);
             for esi in run.esis {
@@ -190,9 +193,11 @@ fn write_object(
                 } else {
                     &repair[(esi - k) * e..(esi - k + 1) * e]
                 };
-                writer.push(&id, symbol)?;
+                let digest = writer.push(&id, symbol)?;
+                row[esi * DIGEST_LEN..(esi + 1) * DIGEST_LEN].copy_from_slice(&digest);
             }
         }
+        digests.add(vol, rec.toi, sbn, row)?;
         progress(done);
         crash::point("codeword");
     }
@@ -204,6 +209,7 @@ fn write_object(
             layout.transfer_len()
         )));
     }
+    digests.flush(vol, rec.toi)?;
     let mut blocks: Vec<BlockRecord> = Vec::new();
     for w in writers {
         blocks.extend(w.finish()?);
@@ -230,6 +236,40 @@ fn write_object(
         .commit_object(rec.toi, crc, &blocks, taken)?;
     crash::point("after-commit");
     Ok(old)
+}
+
+/// Packet digests of the codewords written, recorded in the catalog a batch at a time
+/// (bounded memory whatever the object's length).
+#[derive(Default)]
+struct DigestBatch {
+    rows: Vec<(u32, Vec<u8>)>,
+}
+
+impl DigestBatch {
+    /// Codewords per catalog transaction (about 1 MiB of digests at 255 symbols).
+    const CODEWORDS: usize = 256;
+
+    fn add(
+        &mut self,
+        vol: &mut Volume,
+        toi: u32,
+        sbn: u32,
+        row: Vec<u8>,
+    ) -> Result<(), StoreError> {
+        self.rows.push((sbn, row));
+        if self.rows.len() >= Self::CODEWORDS {
+            self.flush(vol, toi)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, vol: &mut Volume, toi: u32) -> Result<(), StoreError> {
+        if !self.rows.is_empty() {
+            vol.catalog_mut().put_digests(toi, &self.rows)?;
+            self.rows.clear();
+        }
+        Ok(())
+    }
 }
 
 /// The catalog's form of an object's time index.

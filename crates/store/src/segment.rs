@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use isnode_wire::digest::{packet_digest, Digest};
 use isnode_wire::DataPacketId;
 
 use crate::catalog::BlockRecord;
@@ -48,17 +49,18 @@ impl SegmentWriter {
         })
     }
 
-    /// Frames `symbol` as the packet `id` into the next slot.
-    pub(crate) fn push(&mut self, id: &DataPacketId, symbol: &[u8]) -> Result<(), StoreError> {
+    /// Frames `symbol` as the packet `id` into the next slot; the packet's digest.
+    pub(crate) fn push(&mut self, id: &DataPacketId, symbol: &[u8]) -> Result<Digest, StoreError> {
         debug_assert_eq!(symbol.len() + isnode_wire::DATA_HEADER_LEN, self.packet_len);
         let start = self.slot * self.packet_len;
         let packet = &mut self.buf.as_mut_slice()[start..start + self.packet_len];
         isnode_wire::build_data_packet(packet, id, symbol)?;
+        let digest = packet_digest(packet);
         self.slot += 1;
         if self.slot == self.packets_per_block {
             self.flush_block()?;
         }
-        Ok(())
+        Ok(digest)
     }
 
     fn flush_block(&mut self) -> Result<(), StoreError> {

@@ -103,6 +103,12 @@ pub struct PlayArgs {
     #[arg(long)]
     pub no_repair: bool,
 
+    /// Check every packet against the server's digests (`on`, the default, when the object
+    /// has them): a forged or damaged packet becomes an erasure. `off` trusts the CRC32C
+    /// alone (for measuring what verification costs).
+    #[arg(long, value_enum, default_value_t = VerifyDigests::On)]
+    pub verify_digests: VerifyDigests,
+
     /// Each repair request waits a random back-off, uniform in [0, MS) (3GPP TS 26.346 §9
     /// style: spreads the requests of many receivers).
     #[arg(long, value_name = "MS", default_value_t = 20)]
@@ -139,6 +145,15 @@ pub struct PlayArgs {
     /// stream's rate): for before/after measurements.
     #[arg(long)]
     pub no_start_burst: bool,
+}
+
+/// Whether packets are checked against the server's digests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum VerifyDigests {
+    /// Check them when the object has digests.
+    On,
+    /// Trust the CRC32C alone.
+    Off,
 }
 
 /// The value of `--release`.
@@ -184,6 +199,7 @@ impl PlayArgs {
             loss_horizon: 2,
             window_codewords: 16,
             no_repair: false,
+            verify_digests: VerifyDigests::On,
             repair_backoff_ms: 20,
             http: None,
             http_linger_s: 5.0,

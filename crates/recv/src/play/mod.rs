@@ -38,7 +38,7 @@ use crate::control::{leading_skip_bytes, ControlClient};
 use crate::impair::Impairer;
 use isnode_proto::keepalive::LossReport;
 
-pub use args::{AcceptFrom, PlayArgs, ReleaseArg};
+pub use args::{AcceptFrom, PlayArgs, ReleaseArg, VerifyDigests};
 pub use http::{HttpListener, HttpOut, HttpServe};
 pub use session::{SessionSetup, SourceFilter};
 pub use stats::{EndReason, LostRange, PlayStats};
@@ -142,12 +142,18 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
         accept_from = ?source, "session opened for {}", info.object.name
     );
     let owner = Owner::of(&info)?;
-    let validated =
-        control.await_token_and_validate(&info, &socket, |from| source.accepts(Some(from)));
-    if let Err(e) = validated {
-        let _ = control.delete_session(&info.id, &info.secret);
-        return Err(e);
-    }
+    // The first digests come before the stream starts; the rest follow it.
+    let validated = prefetch_digests(args, &info, &control).and_then(|auth| {
+        control.await_token_and_validate(&info, &socket, |from| source.accepts(Some(from)))?;
+        Ok(auth)
+    });
+    let auth = match validated {
+        Ok(auth) => auth,
+        Err(e) => {
+            let _ = control.delete_session(&info.id, &info.secret);
+            return Err(e);
+        }
+    };
     let via = keepalive_via(&info, &socket, &control);
     let loss = Arc::new(AtomicU32::new(NO_LOSS_MEASURED));
     let keepalive = Keepalive::start(
@@ -175,6 +181,7 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
             skip_leading(out, skip),
             requested,
             &loss,
+            auth,
         )
     });
     let reported = keepalive.stop();
@@ -190,6 +197,46 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
         server.linger(linger);
     }
     Ok(stats)
+}
+
+/// The digests of the session's first codewords when packets are to be authenticated (the
+/// object has digests and `--verify-digests` is on); None otherwise.
+fn prefetch_digests(
+    args: &PlayArgs,
+    info: &isnode_proto::SessionInfo,
+    control: &Arc<ControlClient>,
+) -> anyhow::Result<Option<session::Auth>> {
+    if args.verify_digests == VerifyDigests::Off {
+        return Ok(None);
+    }
+    if info.object.packet_digests.is_none() {
+        tracing::warn!(
+            "{} has no packet digests (ingested before them): packets are checked by their CRC only",
+            info.object.name
+        );
+        return Ok(None);
+    }
+    use crate::control::SessionInfoExt;
+    let rx = crate::receiver::Receiver::new(info.params()?, Default::default())?;
+    let window = crate::receiver::ReceiverConfig {
+        window_codewords: args.window_codewords,
+        loss_horizon: args.loss_horizon,
+        ..Default::default()
+    }
+    .effective_window_codewords();
+    let initial = crate::digest_fetch::fetch_now(
+        control,
+        &info.object.name,
+        info.start_codeword,
+        crate::digest_fetch::ahead_codewords(window),
+        rx.partition().blocks(),
+        &crate::digest_fetch::symbols_of(&rx),
+    )
+    .context("fetching the packet digests")?;
+    Ok(Some(session::Auth {
+        control: control.clone(),
+        initial,
+    }))
 }
 
 fn secs_arg(v: f64, what: &str) -> anyhow::Result<Duration> {
@@ -213,7 +260,7 @@ pub fn play_session(
 ) -> anyhow::Result<PlayStats> {
     let out = open_output(args.out.as_deref())?;
     let loss = AtomicU32::new(NO_LOSS_MEASURED);
-    let stats = run_session(args, socket, setup, out, Instant::now(), &loss)?;
+    let stats = run_session(args, socket, setup, out, Instant::now(), &loss, None)?;
     write_stats_json(args, &stats)?;
     Ok(stats)
 }

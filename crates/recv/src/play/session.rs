@@ -10,6 +10,7 @@ use anyhow::{bail, Context};
 use isnode_wire::DATA_HEADER_LEN;
 
 use crate::control::{SessionInfo, SessionInfoExt};
+use crate::digest_fetch::{ahead_codewords, symbols_of, DigestFetcher};
 use crate::impair::{Impairer, Verdict};
 use crate::loss::LossMeter;
 use crate::net::{enable_gro, grow_recv_buffer, set_poll_timeout, Batch};
@@ -153,9 +154,20 @@ fn playout_config(args: &PlayArgs, setup: &SessionSetup, rx: &Receiver) -> Playo
     }
 }
 
+/// Packet authentication of a session: the digests fetched before the stream started
+/// and the control client that fetches the rest.
+pub(super) struct Auth {
+    pub control: std::sync::Arc<crate::control::ControlClient>,
+    pub initial: crate::digests::DigestRows,
+}
+
 /// The receive core and what feeds it and drains it.
 struct Feed<'a> {
     rx: Receiver,
+    /// Fetches packet digests ahead of the release point (None: no authentication).
+    digests: Option<DigestFetcher>,
+    /// How far ahead digests are fetched.
+    digests_ahead: u32,
     source: &'a SourceFilter,
     /// Injected loss and corruption; None when `--loss` and `--corrupt` are 0.
     impairer: Option<Impairer>,
@@ -193,6 +205,9 @@ impl Feed<'_> {
             }
             self.rx.push(packet, at);
             self.drain();
+        }
+        if let Some(f) = &mut self.digests {
+            f.pump(&mut self.rx, self.digests_ahead);
         }
     }
 
@@ -299,6 +314,7 @@ pub(super) fn run_session(
     out: Box<dyn Write + Send>,
     requested: Instant,
     loss: &AtomicU32,
+    auth: Option<Auth>,
 ) -> anyhow::Result<PlayStats> {
     let limits = Limits::from_args(args)?;
     let config = ReceiverConfig {
@@ -306,7 +322,14 @@ pub(super) fn run_session(
         loss_horizon: args.loss_horizon,
         window_codewords: args.window_codewords,
     };
-    let rx = Receiver::new(setup.params.clone(), config)?;
+    let mut rx = Receiver::new(setup.params.clone(), config)?;
+    let digests = auth.map(|a| {
+        rx.authenticate();
+        for (sbn, d) in a.initial {
+            rx.add_digests(sbn, d);
+        }
+        DigestFetcher::start(a.control, setup.object.clone(), symbols_of(&rx))
+    });
     let playout_config = playout_config(args, setup, &rx);
     // Checked even when it does nothing, as `play_on` checks it before the session.
     let impairer = Impairer::new(&args.impair)?;
@@ -318,6 +341,8 @@ pub(super) fn run_session(
     });
     let mut feed = Feed {
         rx,
+        digests,
+        digests_ahead: ahead_codewords(config.effective_window_codewords()),
         source: &setup.source,
         impairer: (!args.impair.is_transparent()).then_some(impairer),
         counts: LoopCounts::default(),

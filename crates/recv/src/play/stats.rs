@@ -76,6 +76,12 @@ pub struct PlayStats {
     pub packets_wrong_source: u64,
     /// Valid FDT packets.
     pub packets_fdt: u64,
+    /// Whether packets were checked against the server's digests (`isnode_wire::digest`).
+    pub authenticated: bool,
+    /// Packets whose digest did not match (forged, or corrupt past their CRC): dropped.
+    pub packets_forged: u64,
+    /// Packets dropped because their codeword's digests had not arrived yet.
+    pub packets_unverified: u64,
     /// Datagrams dropped by the injected loss.
     pub injected_lost: u64,
     /// Datagrams corrupted by the injected corruption.
@@ -147,7 +153,7 @@ impl PlayStats {
         ));
         s.push_str(&format!(
             "packets: {} received, {} from elsewhere, {} valid, {} lost, {} corrupt, {} duplicate, \
-             {} foreign, {} FDT (injected: {} lost, {} corrupt)\n",
+             {} foreign, {} FDT, {} forged, {} unverified (injected: {} lost, {} corrupt)\n",
             self.packets_received,
             self.packets_wrong_source,
             self.packets_valid,
@@ -156,6 +162,8 @@ impl PlayStats {
             self.packets_duplicate,
             self.packets_foreign,
             self.packets_fdt,
+            self.packets_forged,
+            self.packets_unverified,
             self.injected_lost,
             self.injected_corrupt
         ));
@@ -276,6 +284,9 @@ pub(super) fn assemble(
         packets_duplicate: core.packets_duplicate,
         packets_foreign: core.packets_foreign,
         packets_fdt: core.packets_fdt,
+        authenticated: rx.is_authenticating(),
+        packets_forged: core.packets_forged,
+        packets_unverified: core.packets_unverified,
         injected_lost: injected.dropped,
         injected_corrupt: injected.corrupted,
         symbols_repaired: core.symbols_repaired,
