@@ -127,6 +127,9 @@ fn run_scheme(server: &Server, vol: &Vol, bytes: &[u8], scheme: &str, seed: u64)
             serde_json::from_slice(&std::fs::read(&c.stats).expect("stats")).expect("JSON");
         assert_eq!(st["late_codewords"], 0, "{scheme}: {st}");
         assert_eq!(st["codewords_lost"], 0, "{scheme}: {st}");
+        // Every packet was checked against the server's digests (fetched in time).
+        assert_eq!(st["authenticated"], true, "{scheme}: {st}");
+        assert_eq!(st["packets_forged"], 0, "{scheme}: {st}");
         let wait = st["wait_s"].as_f64().unwrap();
         assert!(
             wait <= worst_wait_s + 1e-6,

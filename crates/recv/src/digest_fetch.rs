@@ -17,6 +17,9 @@ pub const FETCH_CODEWORDS: u32 = 64;
 pub fn ahead_codewords(window_codewords: u32) -> u32 {
     window_codewords.saturating_add(FETCH_CODEWORDS)
 }
+/// Failed requests for one range before its codewords are left unauthenticated (their
+/// packets dropped as unverified).
+const MAX_FAILURES: u32 = 8;
 /// Wait after a failed request before the next.
 const RETRY_AFTER: Duration = Duration::from_millis(250);
 
@@ -83,6 +86,46 @@ impl DigestFetcher {
         });
         DigestFetcher {
             ask: Some(ask),
+            answers,
+            pending: None,
+            handle: Some(handle),
+        }
+    }
+
+    /// Starts a thread that fetches the digests of `ranges`, in that order, once each (a
+    /// broadcast receiver: the codewords of its channels in the order it joins them);
+    /// [`DigestFetcher::pump`] takes them in.
+    pub fn start_ranges(
+        control: Arc<ControlClient>,
+        object: String,
+        symbols: impl Fn(u32) -> u32 + Send + 'static,
+        ranges: Vec<std::ops::Range<u32>>,
+    ) -> DigestFetcher {
+        let (answer, answers) = mpsc::channel();
+        let handle = std::thread::spawn(move || {
+            for r in ranges {
+                let mut at = r.start;
+                let mut failures = 0;
+                while at < r.end && failures < MAX_FAILURES {
+                    let count = FETCH_CODEWORDS.min(r.end - at);
+                    match control.digests(&object, at, count, &symbols) {
+                        Ok(rows) => {
+                            if answer.send(rows).is_err() {
+                                return;
+                            }
+                            at += count;
+                        }
+                        Err(e) => {
+                            tracing::warn!("packet digests of {object} from codeword {at}: {e:#}");
+                            failures += 1;
+                            std::thread::sleep(RETRY_AFTER);
+                        }
+                    }
+                }
+            }
+        });
+        DigestFetcher {
+            ask: None,
             answers,
             pending: None,
             handle: Some(handle),

@@ -13,8 +13,12 @@ use std::ops::Range;
 
 use isnode_wire::digest::{packet_digest, DIGEST_LEN};
 
-/// Most codewords whose digests a book holds (bounded memory: about 4 MiB at 255 symbols).
+/// Codewords whose digests a unicast session's book holds (about 4 MiB at 255 symbols):
+/// far more than its window.
 pub const MAX_BOOK_CODEWORDS: usize = 1024;
+/// Most codewords a book may be made for (a broadcast receiver may hold a whole title's
+/// digests at once: 128 MiB at 255 symbols, a title of about 10 GB).
+pub const MAX_BOOK_CAPACITY: usize = 32_768;
 /// Most encoding symbols of a codeword (GF(2^8) Reed-Solomon).
 const MAX_SYMBOLS: usize = 255;
 
@@ -30,21 +34,37 @@ pub enum Verdict {
 }
 
 /// The digests of a window of codewords, by SBN.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct DigestBook {
     rows: BTreeMap<u32, Box<[u8]>>,
+    /// Most codewords held.
+    capacity: usize,
+}
+
+impl Default for DigestBook {
+    fn default() -> Self {
+        DigestBook::with_capacity(MAX_BOOK_CODEWORDS)
+    }
 }
 
 impl DigestBook {
-    /// An empty book.
+    /// An empty book of [`MAX_BOOK_CODEWORDS`].
     pub fn new() -> DigestBook {
         DigestBook::default()
+    }
+
+    /// An empty book holding up to `capacity` codewords (1 to [`MAX_BOOK_CAPACITY`]).
+    pub fn with_capacity(capacity: usize) -> DigestBook {
+        DigestBook {
+            rows: BTreeMap::new(),
+            capacity: capacity.clamp(1, MAX_BOOK_CAPACITY),
+        }
     }
 
     /// Adds codeword `sbn`'s digests (`n` × 16 bytes, ESI order). When the book is full the
     /// codeword with the lowest SBN goes (the release point only moves forward).
     pub fn insert(&mut self, sbn: u32, digests: Box<[u8]>) {
-        if self.rows.len() >= MAX_BOOK_CODEWORDS && !self.rows.contains_key(&sbn) {
+        if self.rows.len() >= self.capacity && !self.rows.contains_key(&sbn) {
             self.rows.pop_first();
         }
         self.rows.insert(sbn, digests);

@@ -456,9 +456,11 @@ impl Receiver {
     }
 
     /// From now on, takes a data packet only if its digest matches the server's
-    /// ([`crate::digests`]); the digests come with [`Receiver::add_digests`].
-    pub fn authenticate(&mut self) {
-        self.digests.get_or_insert_with(DigestBook::new);
+    /// ([`crate::digests`]); the digests come with [`Receiver::add_digests`], and up to
+    /// `capacity` codewords' are kept (those before the release point are dropped).
+    pub fn authenticate(&mut self, capacity: usize) {
+        self.digests
+            .get_or_insert_with(|| DigestBook::with_capacity(capacity));
     }
 
     /// Whether packets are authenticated.

@@ -14,14 +14,16 @@ pub mod tune;
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde::Serialize;
 
 use crate::control::{params_of, ControlClient};
+use crate::digest_fetch::{fetch_now, symbols_of, DigestFetcher};
 use crate::impair::{ImpairStats, Impairer, Verdict};
-use crate::play::PlayArgs;
+use crate::play::{PlayArgs, VerifyDigests};
 use crate::receiver::{Output, PacketClass, Receiver, ReceiverConfig, Release};
 use isnode_proto::broadcast::BroadcastInfo;
 use tune::{ChannelListen, TunePlan};
@@ -106,6 +108,12 @@ pub struct BroadcastStats {
     pub codewords: u32,
     /// Codewords lost (written as zeros).
     pub codewords_lost: u32,
+    /// Whether packets were checked against the server's digests.
+    pub authenticated: bool,
+    /// Packets whose digest did not match (forged, or damaged past their CRC): dropped.
+    pub packets_forged: u64,
+    /// Packets dropped because their codeword's digests had not arrived yet.
+    pub packets_unverified: u64,
     /// Bytes written.
     pub bytes_out: u64,
     /// CPU time of the receive thread, seconds.
@@ -202,6 +210,7 @@ pub fn play_described(
             window_codewords: codewords,
         },
     )?;
+    let mut digests = authenticate(args, info, &tp, &mut rx)?;
     let mut chans = open_channels(&tp)?;
     let mut out = crate::play::open_output(args.out.as_deref())?;
     let cpu0 = thread_cpu_s();
@@ -209,6 +218,9 @@ pub fn play_described(
     let deadline = (tp.end_s + GRACE_S).min(args.max_seconds.max(0.0));
     loop {
         let now_s = arrived.elapsed().as_secs_f64();
+        if let Some(f) = &mut digests {
+            f.pump(&mut rx, 0);
+        }
         run.schedule(&mut chans, now_s, &rx)?;
         let got = run.receive(&mut chans, &mut rx, &mut impair, now_s)?;
         run.write(&mut rx, &mut *out)?;
@@ -246,6 +258,9 @@ pub fn play_described(
         symbols_repaired: st.symbols_repaired,
         codewords,
         codewords_lost: st.codewords_unrecoverable.len() as u32,
+        authenticated: rx.is_authenticating(),
+        packets_forged: st.packets_forged,
+        packets_unverified: st.packets_unverified,
         bytes_out: run.bytes_out,
         cpu_s: thread_cpu_s() - cpu0,
         impair: impair.stats(),
@@ -256,6 +271,65 @@ pub fn play_described(
     }
     Ok(stats)
 }
+
+/// Packet authentication of a broadcast receiver (`crate::digests`), when the title has
+/// digests and `--verify-digests` is on: the digests of the channels joined first are
+/// fetched now, the rest by a thread in the order the channels are joined. The book holds
+/// the whole title's digests (a scheme may deliver every segment at once); a title with
+/// more codewords than [`crate::digests::MAX_BOOK_CAPACITY`] is received unauthenticated
+/// (said in the log).
+fn authenticate(
+    args: &PlayArgs,
+    info: &BroadcastInfo,
+    tp: &TunePlan,
+    rx: &mut Receiver,
+) -> anyhow::Result<Option<DigestFetcher>> {
+    use crate::digests::MAX_BOOK_CAPACITY;
+    if args.verify_digests == VerifyDigests::Off {
+        return Ok(None);
+    }
+    let name = &info.object.name;
+    let codewords = rx.partition().blocks();
+    if info.object.packet_digests.is_none() || codewords as usize > MAX_BOOK_CAPACITY {
+        tracing::warn!(
+            "{name}: packets are checked by their CRC only (no digests, or too many codewords)"
+        );
+        return Ok(None);
+    }
+    rx.authenticate(codewords as usize);
+    let mut listens: Vec<&ChannelListen> = tp.listens.iter().collect();
+    listens.sort_by(|a, b| a.join_s.total_cmp(&b.join_s));
+    let (now, later): (Vec<_>, Vec<_>) = listens
+        .iter()
+        .flat_map(|l| l.codewords.iter().map(move |r| (l.join_s, r.clone())))
+        .partition(|(join_s, _)| *join_s <= DIGESTS_NOW_S);
+    let control = Arc::new(ControlClient::new(&args.server, Duration::from_secs(10)));
+    let symbols = symbols_of(rx);
+    for (_, r) in now {
+        let rows = fetch_now(
+            &control,
+            name,
+            r.start,
+            r.end - r.start,
+            codewords,
+            &symbols,
+        )
+        .context("fetching the packet digests")?;
+        for (sbn, d) in rows {
+            rx.add_digests(sbn, d);
+        }
+    }
+    let later = later.into_iter().map(|(_, r)| r).collect();
+    Ok(Some(DigestFetcher::start_ranges(
+        control,
+        name.clone(),
+        symbols,
+        later,
+    )))
+}
+
+/// Channels joined within this long of tuning in get their digests before receiving.
+const DIGESTS_NOW_S: f64 = 1.0;
 
 /// One socket per channel port, bound to the wildcard address of the groups' family.
 fn open_channels(tp: &TunePlan) -> anyhow::Result<Vec<Chan>> {

@@ -324,7 +324,7 @@ pub(super) fn run_session(
     };
     let mut rx = Receiver::new(setup.params.clone(), config)?;
     let digests = auth.map(|a| {
-        rx.authenticate();
+        rx.authenticate(crate::digests::MAX_BOOK_CODEWORDS);
         for (sbn, d) in a.initial {
             rx.add_digests(sbn, d);
         }
