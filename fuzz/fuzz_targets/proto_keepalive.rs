@@ -1,26 +1,21 @@
-//! Fuzz the keepalive datagram parser (every UDP datagram on the server's keepalive port
-//! reaches it): it must never panic, and what it accepts (version 1, or version 2 with a
-//! loss report) is a session id and report whose datagram is exactly the input.
+//! Fuzz the keepalive and token datagram parsers (every UDP datagram on the server's
+//! keepalive port, and every datagram at a client's port while it waits for its token,
+//! reaches one): they must never panic, and what they accept is exactly the input.
 #![no_main]
 
-use isnode_proto::keepalive::{
-    keepalive_datagram, keepalive_datagram_with_loss, parse_keepalive, parse_keepalive_report,
-    LOSS_UNITS,
-};
+use isnode_proto::auth::{parse_token_datagram, token_datagram};
+use isnode_proto::keepalive::{keepalive_datagram, parse_keepalive, LOSS_UNITS};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let report = parse_keepalive_report(data);
-    assert_eq!(parse_keepalive(data), report.map(|k| k.id));
-    if let Some(k) = report {
-        let back = match k.loss {
-            Some(loss) => {
-                assert!(loss.units() <= LOSS_UNITS);
-                keepalive_datagram_with_loss(k.id, loss)
-            }
-            None => keepalive_datagram(k.id),
+    if let Some(k) = parse_keepalive(data) {
+        if let Some(loss) = k.loss {
+            assert!(loss.units() <= LOSS_UNITS);
         }
-        .expect("an accepted id can be sent");
+        let back = keepalive_datagram(k.id, &k.secret, k.loss).expect("an accepted id can be sent");
         assert_eq!(&back[..], data);
+    }
+    if let Some(token) = parse_token_datagram(data) {
+        assert_eq!(&token_datagram(&token)[..], data);
     }
 });
