@@ -18,3 +18,4 @@ pub mod plot;
 pub mod serve;
 pub mod startup;
 mod udp;
+pub mod verify;

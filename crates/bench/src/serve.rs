@@ -252,12 +252,15 @@ fn run_engine(
     if let Some(pattern) = http::Pattern::from_engine(engine) {
         return run_http(vol_dir, engine, pattern, objects, args);
     }
-    let (server, base) = start_server(
+    // The ifb sink swallows the token datagrams too: its sockets cannot echo them. The
+    // token is a per-session cost; this benchmark measures the per-packet path.
+    let (server, base) = start_server_with(
         vol_dir,
         host,
         engine,
         &args.isnode_exe,
         args.cache_size_bytes,
+        &["--validate-destination", "off"],
     )?;
     let receivers = Receivers::start(host, args.streams, sink)?;
     let (ids, keepalive_port) = create_sessions(&base, &receivers.ports, objects)?;
@@ -407,9 +410,6 @@ fn start_server_with(
             "100000",
         ])
         .args(["--cache-size", &cache_size_bytes.to_string()])
-        // The ifb sink swallows the token datagrams too: its sockets cannot echo them. The
-        // token is a per-session cost; this benchmark measures the per-packet path.
-        .args(["--validate-destination", "off"])
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())

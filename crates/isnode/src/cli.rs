@@ -162,6 +162,29 @@ pub(crate) enum BenchCommand {
     /// Start-up delay of `isnode play` (session request to first byte out), p50/p99 over
     /// many sessions on loopback, instant start against the classic start in one run.
     Startup(StartupBenchArgs),
+    /// What packet authentication costs the client: digest vs CRC32C per packet, and
+    /// `isnode play` CPU per title GB with and without `--verify-digests`, in one run.
+    Verify(VerifyBenchArgs),
+}
+
+/// `bench verify`.
+#[derive(Args, Debug)]
+pub(crate) struct VerifyBenchArgs {
+    /// Bitrate of the title (the server paces at it).
+    #[arg(long, default_value_t = 40_000_000)]
+    pub bitrate: u64,
+    /// Playing time of the title, seconds (each round takes about this long).
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// Rounds per mode (alternating).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Seed of the title's bytes.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// `bench startup`.

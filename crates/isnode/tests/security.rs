@@ -85,7 +85,7 @@ fn forged_packets_cost_no_byte_and_change_no_byte() {
     let bytes = vol.add_ts("clip.ts", 8_000_000, 8.0, 71);
     let server = Server::start(&vol, &[]);
     let obj = server.req("GET", "/v1/objects/clip.ts", None).json();
-    assert_eq!(obj["packet_digests"], "blake3-128", "{obj}");
+    assert_eq!(obj["packet_digests"], "sha256-128", "{obj}");
     assert!(
         obj["codewords"].as_u64().unwrap() > 20,
         "the last codeword must lie beyond the window: {obj}"

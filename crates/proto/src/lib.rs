@@ -76,7 +76,7 @@ pub struct ObjectInfo {
     /// Absent for other containers and for objects ingested before the media index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moov_at_front: Option<bool>,
-    /// The digest algorithm of the object's packet digests (`blake3-128`), served by
+    /// The digest algorithm of the object's packet digests (`sha256-128`), served by
     /// `GET /v1/objects/{name}/digests`; absent for an object ingested before digests
     /// (its packets cannot be authenticated, only checked by their CRC).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -148,6 +148,24 @@ pub(super) fn startup(args: &crate::cli::StartupBenchArgs) -> anyhow::Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
+/// `bench verify`: the table, and JSON with `--json`.
+pub(super) fn verify(args: &crate::cli::VerifyBenchArgs) -> anyhow::Result<ExitCode> {
+    use isnode_bench::verify::{self, VerifyBenchConfig};
+    let cfg = VerifyBenchConfig {
+        isnode_exe: std::env::current_exe().context("finding the isnode binary")?,
+        bitrate_bps: args.bitrate,
+        seconds: args.seconds,
+        rounds: args.rounds,
+        seed: args.seed,
+    };
+    let report = verify::run(&cfg).context("running the verification benchmark")?;
+    print!("{}", verify::format_table(&report));
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Writes a benchmark's report as JSON to `path`, with the command line that made it.
 fn write_json(path: &std::path::Path, report: &impl serde::Serialize) -> anyhow::Result<()> {
     let json = serde_json::json!({

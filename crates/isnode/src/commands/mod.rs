@@ -30,6 +30,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Serve(args)) => bench::serve(&args),
         Command::Bench(BenchCommand::Load(args)) => bench::load(&args),
         Command::Bench(BenchCommand::Startup(args)) => bench::startup(&args),
+        Command::Bench(BenchCommand::Verify(args)) => bench::verify(&args),
         Command::Demo(args) => demo::run(&args),
     }
 }
