@@ -1,7 +1,10 @@
 //! `isnode play`: receive one object from a server, repair it, and play it out.
 //!
 //! The shell around [`Receiver`](crate::receiver::Receiver): it binds a UDP socket, asks the
-//! server for a session (`POST /v1/sessions`), keeps it alive from a thread, receives with
+//! server for a session (`POST /v1/sessions`), fetches the packet digests of the first
+//! codewords ([`crate::digests`]), echoes the token the server sent to the socket (return
+//! routability: the stream starts then), keeps it alive from a thread (with the session's
+//! secret), checks every packet against its digest, receives with
 //! `recvmmsg` and `UDP_GRO` (a coalesced GSO run is split back into its packets), takes only
 //! packets from the session's source ([`SourceFilter`]: the server's
 //! IP address unless `--accept-from` says otherwise), optionally impairs what it receives
@@ -224,11 +227,13 @@ fn prefetch_digests(
         ..Default::default()
     }
     .effective_window_codewords();
+    // The window's worth now (the stream cannot get further before the release point
+    // moves); the receive loop's fetcher asks for the rest at once.
     let initial = crate::digest_fetch::fetch_now(
         control,
         &info.object.name,
         info.start_codeword,
-        crate::digest_fetch::ahead_codewords(window),
+        window,
         rx.partition().blocks(),
         &crate::digest_fetch::symbols_of(&rx),
     )

@@ -1,5 +1,5 @@
 //! Sessions belong to their creator, and stream only to a destination that proved it
-//! listens (`isnode_proto::auth`, docs/protocol.md "Session ownership").
+//! listens (`isnode_proto::auth`; docs/protocol.md, "Sessions" and "Return routability").
 //!
 //! - [`authorize`]: keepalive, control, validation and delete are taken only from the
 //!   creating IP address and with the session's secret (`Authorization: Bearer`); `403`
@@ -19,8 +19,9 @@ use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use isnode_proto::auth::ValidateSession;
-use isnode_proto::auth::{keys_equal, parse_bearer, parse_key_hex, token_datagram};
+use isnode_proto::auth::{
+    keys_equal, parse_bearer, parse_key_hex, token_datagram, ValidateSession,
+};
 
 use super::{ApiError, Sh};
 use crate::registry::Control;
@@ -153,6 +154,8 @@ pub(super) async fn validate_session(
         )
         .into_response();
     }
+    // The keepalive clock starts with the stream (the client keeps it alive from now on).
+    s.last_keepalive_ns.store(sh.now_ns(), Ordering::Release);
     tracing::info!(id = %s.id, dest = %s.dest, "session validated: streaming");
     StatusCode::NO_CONTENT.into_response()
 }
