@@ -173,6 +173,7 @@ fn store_error(e: StoreError) -> Response {
     match e {
         StoreError::NotFound(_) => error(StatusCode::NOT_FOUND, e),
         StoreError::BadName { .. } => error(StatusCode::NOT_FOUND, e),
+        StoreError::BadObject { .. } => error(StatusCode::CONFLICT, e),
         e => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
@@ -197,7 +198,7 @@ async fn list_objects(State(sh): Sh) -> Response {
     match blocking(&sh, |sh| sh.objects.list()).await {
         Ok(Ok(v)) => Json(
             v.iter()
-                .map(|o| o.json())
+                .map(|o| o.json(sh.objects.tsi()))
                 .collect::<isnode_proto::ObjectList>(),
         )
         .into_response(),

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use serde::Serialize;
 
+use rusqlite::types::Value;
+
+use crate::rows::{validate_object, CatalogEntry, RawBlockRow, RawObjectRow, OBJECT_COLUMNS};
 use crate::{StoreError, VolumeParams};
 
 /// Version of the on-disk format this code reads and writes.
@@ -419,29 +422,55 @@ impl Catalog {
         rows.map(|r| r.map_err(db("listing objects"))).collect()
     }
 
-    /// Objects in a given state, by TOI.
-    pub fn objects(&self, state: ObjectState) -> Result<Vec<ObjectRecord>, StoreError> {
+    /// Objects in a given state, by TOI, each validated ([`crate::rows`]): a row that
+    /// breaks an invariant is a [`crate::rows::BadObject`] and does not fail the others.
+    pub fn entries(&self, state: ObjectState) -> Result<Vec<CatalogEntry>, StoreError> {
         let st = match state {
             ObjectState::Writing => "writing",
             ObjectState::Complete => "complete",
         };
+        let volume = self.params()?;
         let mut q = self
             .conn
             .prepare(&format!("{SELECT_OBJECT} WHERE state = ?1 ORDER BY toi"))
             .map_err(db("listing objects"))?;
         let rows = q
-            .query_map([st], row_to_object)
+            .query_map([st], raw_object_row)
             .map_err(db("listing objects"))?;
-        rows.map(|r| r.map_err(db("listing objects"))).collect()
+        rows.map(|r| {
+            r.map(|raw| validate_object(&raw, &volume))
+                .map_err(db("listing objects"))
+        })
+        .collect()
     }
 
-    /// The complete object called `name`.
-    pub fn object_by_name(&self, name: &str) -> Result<Option<ObjectRecord>, StoreError> {
-        self.conn
+    /// The valid objects in a given state, by TOI (bad ones left out: see [`Catalog::entries`]).
+    pub fn objects(&self, state: ObjectState) -> Result<Vec<ObjectRecord>, StoreError> {
+        Ok(self.entries(state)?.into_iter().flatten().collect())
+    }
+
+    /// The complete object called `name`, validated.
+    pub fn entry_by_name(&self, name: &str) -> Result<Option<CatalogEntry>, StoreError> {
+        let volume = self.params()?;
+        let raw = self
+            .conn
             .query_row(
                 &format!("{SELECT_OBJECT} WHERE name = ?1 AND state = 'complete'"),
                 [name],
-                row_to_object,
+                raw_object_row,
+            )
+            .optional()
+            .map_err(db("looking up an object"))?;
+        Ok(raw.map(|raw| validate_object(&raw, &volume)))
+    }
+
+    /// The TOI of the complete object called `name`, valid or not.
+    pub fn complete_toi(&self, name: &str) -> Result<Option<i64>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT toi FROM objects WHERE name = ?1 AND state = 'complete'",
+                [name],
+                |r| r.get(0),
             )
             .optional()
             .map_err(db("looking up an object"))
@@ -502,20 +531,16 @@ impl Catalog {
         }))
     }
 
-    /// Block checksums of one member of an object, by block index.
-    pub fn blocks(&self, toi: u32, member: u32) -> Result<Vec<BlockRecord>, StoreError> {
+    /// Block rows of one member of an object, by block index, as stored (validate them
+    /// with [`crate::rows::validate_blocks`]).
+    pub fn block_rows(&self, toi: u32, member: u32) -> Result<Vec<RawBlockRow>, StoreError> {
         let mut q = self
             .conn
             .prepare("SELECT member, block, packets, crc32c FROM blocks WHERE toi = ?1 AND member = ?2 ORDER BY block")
             .map_err(db("reading block checksums"))?;
         let rows = q
             .query_map(params![toi, member], |r| {
-                Ok(BlockRecord {
-                    member: r.get(0)?,
-                    block: r.get::<_, i64>(1)? as u64,
-                    packets: r.get(2)?,
-                    crc32c: r.get(3)?,
-                })
+                Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?])
             })
             .map_err(db("reading block checksums"))?;
         rows.map(|r| r.map_err(db("reading block checksums")))
@@ -548,22 +573,13 @@ const SELECT_OBJECT: &str =
     "SELECT toi, name, state, size_bytes, bitrate_bps, duration_s, content_type, symbol_len,
     source_symbols, repair_symbols, codewords, content_crc32c, created_unix, replaces FROM objects";
 
-fn row_to_object(r: &rusqlite::Row<'_>) -> rusqlite::Result<ObjectRecord> {
-    Ok(ObjectRecord {
+fn raw_object_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawObjectRow> {
+    let columns = (1..=OBJECT_COLUMNS.len())
+        .map(|i| r.get::<_, Value>(i))
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(RawObjectRow {
         toi: r.get(0)?,
-        name: r.get(1)?,
-        state: state_of(&r.get::<_, String>(2)?),
-        size_bytes: r.get::<_, i64>(3)? as u64,
-        bitrate_bps: r.get::<_, i64>(4)? as u64,
-        duration_s: r.get(5)?,
-        content_type: r.get(6)?,
-        symbol_len: r.get(7)?,
-        source_symbols: r.get(8)?,
-        repair_symbols: r.get(9)?,
-        codewords: r.get(10)?,
-        content_crc32c: r.get(11)?,
-        created_unix: r.get(12)?,
-        replaces: r.get(13)?,
+        columns,
     })
 }
 

@@ -15,7 +15,8 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::catalog::{Catalog, ObjectRecord, ObjectState};
+use crate::catalog::{BlockRecord, Catalog, ObjectRecord, ObjectState};
+use crate::rows::CatalogEntry;
 use crate::{StoreError, VolumeParams};
 
 const CATALOG_FILE: &str = "catalog.sqlite";
@@ -217,7 +218,11 @@ impl Volume {
     /// of `writing` rows: a free lock alone does not mean a dead ingest. Only rows
     /// still `writing` are deleted, in one transaction, and only their files removed.
     fn remove_dead_ingests(&mut self) -> Result<(), StoreError> {
-        let writing = self.catalog.objects(ObjectState::Writing)?;
+        // Bad rows too: an impossible row of a dead ingest goes like any other.
+        let writing = self.catalog.entries(ObjectState::Writing)?.into_iter().map(|e| match e {
+            Ok(rec) => rec,
+            Err(bad) => bad.record,
+        });
         crate::crash::point("recover-snapshot");
         let mut unlocked = Vec::new();
         for rec in writing {
@@ -324,16 +329,43 @@ impl Volume {
         &mut self.catalog
     }
 
-    /// Complete objects, by TOI.
+    /// Complete objects, by TOI, valid ones only (bad ones: [`Volume::entries`]).
     pub fn objects(&self) -> Result<Vec<ObjectRecord>, StoreError> {
         self.catalog.objects(ObjectState::Complete)
     }
 
-    /// The complete object called `name`.
+    /// Complete objects, by TOI, each valid or bad with its problem.
+    pub fn entries(&self) -> Result<Vec<CatalogEntry>, StoreError> {
+        self.catalog.entries(ObjectState::Complete)
+    }
+
+    /// The complete object called `name` ([`StoreError::BadObject`] if its row is impossible).
     pub fn object(&self, name: &str) -> Result<ObjectRecord, StoreError> {
-        self.catalog
-            .object_by_name(name)?
-            .ok_or_else(|| StoreError::NotFound(name.to_string()))
+        match self.catalog.entry_by_name(name)? {
+            Some(Ok(rec)) => Ok(rec),
+            Some(Err(bad)) => Err(StoreError::BadObject {
+                name: name.to_string(),
+                problem: bad.problem,
+            }),
+            None => Err(StoreError::NotFound(name.to_string())),
+        }
+    }
+
+    /// The validated block checksums of `member`'s segment of `rec` (laid out as
+    /// `layout`), by block index; [`StoreError::BadObject`] if its block rows are impossible.
+    pub fn blocks(
+        &self,
+        rec: &ObjectRecord,
+        layout: &crate::Layout,
+        member: u32,
+    ) -> Result<Vec<BlockRecord>, StoreError> {
+        let rows = self.catalog.block_rows(rec.toi, member)?;
+        crate::rows::validate_blocks(layout, member, &rows).map_err(|problem| {
+            StoreError::BadObject {
+                name: rec.name.clone(),
+                problem,
+            }
+        })
     }
 
     /// The layout of a stored object: its own coding parameters (recorded at ingest) on
