@@ -8,6 +8,7 @@ mod broadcast;
 mod content;
 mod control;
 mod create;
+pub(crate) mod errors;
 mod media;
 mod pool_read;
 #[cfg(test)]
@@ -123,6 +124,8 @@ fn router(sh: Arc<Shared>) -> Router {
                 "method not allowed on this resource",
             )
         })
+        .layer(axum::extract::DefaultBodyLimit::max(errors::MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(errors::limits_and_json_errors))
         .with_state(sh)
 }
 

@@ -297,12 +297,10 @@ impl Objects {
                 .map(|e| match e {
                     Ok(rec) => match self.prepare(vol, rec.clone()) {
                         Ok(o) => Ok(Listed::Ok(o)),
-                        Err(StoreError::BadObject { problem, .. }) => {
-                            Ok(Listed::Bad(BadObject {
-                                record: rec,
-                                problem,
-                            }))
-                        }
+                        Err(StoreError::BadObject { problem, .. }) => Ok(Listed::Bad(BadObject {
+                            record: rec,
+                            problem,
+                        })),
                         Err(e) => Err(e),
                     },
                     Err(bad) => Ok(Listed::Bad(bad)),

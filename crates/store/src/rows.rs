@@ -129,7 +129,9 @@ fn state(row: &RawObjectRow) -> Result<ObjectState, String> {
     match text(column(row, "state"), "state")?.as_str() {
         "complete" => Ok(ObjectState::Complete),
         "writing" => Ok(ObjectState::Writing),
-        s => Err(format!("state {s:?} is neither \"writing\" nor \"complete\"")),
+        s => Err(format!(
+            "state {s:?} is neither \"writing\" nor \"complete\""
+        )),
     }
 }
 
@@ -259,7 +261,10 @@ pub fn validate_blocks(
             crc32c: unsigned(c, "block crc32c")?,
         };
         if rec.member != member {
-            return Err(format!("a block row of member {member} says member {}", rec.member));
+            return Err(format!(
+                "a block row of member {member} says member {}",
+                rec.member
+            ));
         }
         if rec.block >= expected {
             return Err(format!(
@@ -342,7 +347,10 @@ mod tests {
             (with("symbol_len", Value::Integer(0)), "symbol size"),
             (with("symbol_len", Value::Integer(100_000)), "UDP payload"),
             (with("symbol_len", Value::Integer(-1)), "symbol_len = -1"),
-            (with("bitrate_bps", Value::Integer(-8000)), "bitrate_bps = -8000"),
+            (
+                with("bitrate_bps", Value::Integer(-8000)),
+                "bitrate_bps = -8000",
+            ),
             (with("bitrate_bps", Value::Integer(0)), "bitrate_bps is 0"),
             (with("repair_symbols", Value::Integer(250)), "255"),
             (with("source_symbols", Value::Integer(0)), "source symbol"),
@@ -353,11 +361,18 @@ mod tests {
             (with("name", Value::Blob(vec![0xff])), "name is not text"),
             (with("name", Value::Text("../x".into())), "'..'"),
             (with("state", Value::Text("odd".into())), "state"),
-            (with("content_crc32c", Value::Text("x".into())), "content_crc32c"),
+            (
+                with("content_crc32c", Value::Text("x".into())),
+                "content_crc32c",
+            ),
         ];
         for (r, want) in cases {
             let bad = validate_object(&r, &params()).unwrap_err();
-            assert!(bad.problem.contains(want), "{want:?} not in {:?}", bad.problem);
+            assert!(
+                bad.problem.contains(want),
+                "{want:?} not in {:?}",
+                bad.problem
+            );
         }
         let bad = validate_object(
             &RawObjectRow {
@@ -386,7 +401,9 @@ mod tests {
         };
         let p = layout.packets_in_block(0, 0);
         assert_eq!(validate_blocks(&layout, 0, &[good(p)]).unwrap().len(), 1);
-        assert!(validate_blocks(&layout, 0, &[]).unwrap_err().contains("0 block row"));
+        assert!(validate_blocks(&layout, 0, &[])
+            .unwrap_err()
+            .contains("0 block row"));
         let e = validate_blocks(&layout, 0, &[good(p + 1)]).unwrap_err();
         assert!(e.contains("packets recorded"), "{e}");
         let far = [

@@ -219,10 +219,14 @@ impl Volume {
     /// still `writing` are deleted, in one transaction, and only their files removed.
     fn remove_dead_ingests(&mut self) -> Result<(), StoreError> {
         // Bad rows too: an impossible row of a dead ingest goes like any other.
-        let writing = self.catalog.entries(ObjectState::Writing)?.into_iter().map(|e| match e {
-            Ok(rec) => rec,
-            Err(bad) => bad.record,
-        });
+        let writing = self
+            .catalog
+            .entries(ObjectState::Writing)?
+            .into_iter()
+            .map(|e| match e {
+                Ok(rec) => rec,
+                Err(bad) => bad.record,
+            });
         crate::crash::point("recover-snapshot");
         let mut unlocked = Vec::new();
         for rec in writing {

@@ -150,17 +150,8 @@ fn spool_bound(size: Option<u64>, max_spool_bytes: u64, free_bytes: u64) -> Spoo
 
 /// Free bytes (for an unprivileged user) of the file system holding `dir`.
 fn free_bytes(dir: &Path) -> anyhow::Result<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .with_context(|| format!("{} contains a NUL byte", dir.display()))?;
-    // SAFETY: statvfs with a valid NUL-terminated path and a zeroed out-struct.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("reading the free space of {}", dir.display()));
-    }
-    Ok(u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize)))
+    isnode_store::io::free_bytes(dir)
+        .with_context(|| format!("reading the free space of {}", dir.display()))
 }
 
 /// Copies stdin into an anonymous file in the volume (gone on error or if we crash),
