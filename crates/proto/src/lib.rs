@@ -73,8 +73,9 @@ pub struct ObjectInfo {
     /// Absent for other containers and for objects ingested before the media index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moov_at_front: Option<bool>,
-    /// Whether the object can be served: `bad` when its catalog rows are impossible.
-    #[serde(default)]
+    /// Whether the object can be served: `bad` when its catalog rows are impossible
+    /// (absent, meaning `ok`, for an object that is served).
+    #[serde(default, skip_serializing_if = "ObjectStatus::is_ok")]
     pub status: ObjectStatus,
     /// Why a `bad` object is bad (absent for `ok` objects).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -92,6 +93,13 @@ pub enum ObjectStatus {
     /// never served (sessions, content and HLS for it answer `409`); its other fields are
     /// the stored values as well as they convert, not to be trusted.
     Bad,
+}
+
+impl ObjectStatus {
+    /// True for [`ObjectStatus::Ok`].
+    pub fn is_ok(&self) -> bool {
+        *self == ObjectStatus::Ok
+    }
 }
 
 /// The `200` answer to `GET /v1/objects`: every complete object, by TOI, bad ones
