@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use isnode_store::{BadObject, Layout, ObjectRecord, StoreError, Volume, VolumeParams};
+use isnode_store::{
+    BadObject, CatalogEntry, Layout, ObjectRecord, StoreError, Volume, VolumeParams,
+};
 use isnode_wire::fdt::{build_fdt_packets, FdtFile, FdtInstance, FecOti};
 
 use crate::session::send_rate_bps;
@@ -289,13 +291,16 @@ impl Objects {
             let entries = vol.entries()?;
             let live: HashSet<u32> = entries
                 .iter()
-                .filter_map(|e| e.as_ref().ok().map(|r| r.toi))
+                .filter_map(|e| match e {
+                    CatalogEntry::Valid(r) => Some(r.toi),
+                    CatalogEntry::Bad(_) => None,
+                })
                 .collect();
             self.lock_prepared().retain(|t, _| live.contains(t));
             entries
                 .into_iter()
                 .map(|e| match e {
-                    Ok(rec) => match self.prepare(vol, rec.clone()) {
+                    CatalogEntry::Valid(rec) => match self.prepare(vol, rec.clone()) {
                         Ok(o) => Ok(Listed::Ok(o)),
                         Err(StoreError::BadObject { problem, .. }) => Ok(Listed::Bad(BadObject {
                             record: rec,
@@ -303,7 +308,7 @@ impl Objects {
                         })),
                         Err(e) => Err(e),
                     },
-                    Err(bad) => Ok(Listed::Bad(bad)),
+                    CatalogEntry::Bad(bad) => Ok(Listed::Bad(bad)),
                 })
                 .collect()
         })

@@ -446,7 +446,11 @@ impl Catalog {
 
     /// The valid objects in a given state, by TOI (bad ones left out: see [`Catalog::entries`]).
     pub fn objects(&self, state: ObjectState) -> Result<Vec<ObjectRecord>, StoreError> {
-        Ok(self.entries(state)?.into_iter().flatten().collect())
+        Ok(self
+            .entries(state)?
+            .into_iter()
+            .filter_map(CatalogEntry::valid)
+            .collect())
     }
 
     /// The complete object called `name`, validated.

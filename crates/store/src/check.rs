@@ -10,6 +10,7 @@ use crate::catalog::{BlockRecord, ObjectRecord};
 use crate::codeword::{verify_block, verify_packet, Want};
 use crate::io::{AlignedBuf, BlockFile};
 use crate::read::ObjectReader;
+use crate::rows::CatalogEntry;
 use crate::segment::SegmentWriter;
 use crate::volume::{FileLock, LockWait};
 use crate::{Layout, StoreError, Volume};
@@ -118,11 +119,11 @@ pub fn check(
     for entry in vol.entries()? {
         report.objects += 1;
         match entry {
-            Ok(rec) => {
+            CatalogEntry::Valid(rec) => {
                 progress(&rec.name);
                 check_object(vol, &rec, opts, &mut report)?;
             }
-            Err(bad) => {
+            CatalogEntry::Bad(bad) => {
                 progress(&bad.record.name);
                 report.bad_objects.push(BadObjectReport {
                     object: bad.record.name,

@@ -55,8 +55,32 @@ pub struct BadObject {
     pub problem: String,
 }
 
-/// A complete object as read from the catalog: valid, or bad with its problem.
-pub type CatalogEntry = Result<ObjectRecord, BadObject>;
+/// An object as read from the catalog: valid, or bad with its problem.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CatalogEntry {
+    /// Every invariant holds: the object may be served.
+    Valid(ObjectRecord),
+    /// A row breaks an invariant: listed, never served.
+    Bad(BadObject),
+}
+
+impl CatalogEntry {
+    /// The record if valid.
+    pub fn valid(self) -> Option<ObjectRecord> {
+        match self {
+            CatalogEntry::Valid(rec) => Some(rec),
+            CatalogEntry::Bad(_) => None,
+        }
+    }
+
+    /// The record: the valid one, or a bad one's values as well as they convert.
+    pub fn record(&self) -> &ObjectRecord {
+        match self {
+            CatalogEntry::Valid(rec) => rec,
+            CatalogEntry::Bad(bad) => &bad.record,
+        }
+    }
+}
 
 fn column<'a>(row: &'a RawObjectRow, name: &str) -> &'a Value {
     let i = OBJECT_COLUMNS.iter().position(|c| *c == name);
@@ -138,10 +162,13 @@ fn state(row: &RawObjectRow) -> Result<ObjectState, String> {
 /// Validates an object row against the volume's parameters: the record, or the object
 /// marked bad with the first invariant it breaks.
 pub fn validate_object(row: &RawObjectRow, volume: &VolumeParams) -> CatalogEntry {
-    convert(row, volume).map_err(|problem| BadObject {
-        record: lossy(row),
-        problem,
-    })
+    match convert(row, volume) {
+        Ok(rec) => CatalogEntry::Valid(rec),
+        Err(problem) => CatalogEntry::Bad(BadObject {
+            record: lossy(row),
+            problem,
+        }),
+    }
 }
 
 fn convert(row: &RawObjectRow, volume: &VolumeParams) -> Result<ObjectRecord, String> {
@@ -337,7 +364,7 @@ mod tests {
 
     #[test]
     fn a_valid_row_converts() {
-        let rec = validate_object(&row(), &params()).unwrap();
+        let rec = validate_object(&row(), &params()).valid().unwrap();
         assert_eq!((rec.toi, rec.size_bytes, rec.bitrate_bps), (3, 1000, 8000));
     }
 
@@ -367,21 +394,24 @@ mod tests {
             ),
         ];
         for (r, want) in cases {
-            let bad = validate_object(&r, &params()).unwrap_err();
+            let CatalogEntry::Bad(bad) = validate_object(&r, &params()) else {
+                panic!("{want:?}: the row passed");
+            };
             assert!(
                 bad.problem.contains(want),
                 "{want:?} not in {:?}",
                 bad.problem
             );
         }
-        let bad = validate_object(
+        let CatalogEntry::Bad(bad) = validate_object(
             &RawObjectRow {
                 toi: 1 << 40,
                 ..row()
             },
             &params(),
-        )
-        .unwrap_err();
+        ) else {
+            panic!("a TOI past 2^32 passed");
+        };
         assert!(bad.problem.contains("toi"), "{}", bad.problem);
         assert_eq!(bad.record.name, "a.ts");
     }

@@ -224,8 +224,8 @@ impl Volume {
             .entries(ObjectState::Writing)?
             .into_iter()
             .map(|e| match e {
-                Ok(rec) => rec,
-                Err(bad) => bad.record,
+                CatalogEntry::Valid(rec) => rec,
+                CatalogEntry::Bad(bad) => bad.record,
             });
         crate::crash::point("recover-snapshot");
         let mut unlocked = Vec::new();
@@ -346,8 +346,8 @@ impl Volume {
     /// The complete object called `name` ([`StoreError::BadObject`] if its row is impossible).
     pub fn object(&self, name: &str) -> Result<ObjectRecord, StoreError> {
         match self.catalog.entry_by_name(name)? {
-            Some(Ok(rec)) => Ok(rec),
-            Some(Err(bad)) => Err(StoreError::BadObject {
+            Some(CatalogEntry::Valid(rec)) => Ok(rec),
+            Some(CatalogEntry::Bad(bad)) => Err(StoreError::BadObject {
                 name: name.to_string(),
                 problem: bad.problem,
             }),

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use isnode_store::{ObjectReader, Volume};
+use isnode_store::{CatalogEntry, ObjectReader, Volume};
 
 use crate::cli::{CatArgs, GenTsArgs, LsArgs};
 
@@ -26,8 +26,8 @@ pub(super) fn ls(root: &Path, args: &LsArgs) -> anyhow::Result<ExitCode> {
     );
     for e in &entries {
         let (o, status) = match e {
-            Ok(o) => (o, "ok".to_string()),
-            Err(bad) => (&bad.record, format!("bad: {}", bad.problem)),
+            CatalogEntry::Valid(o) => (o, "ok".to_string()),
+            CatalogEntry::Bad(bad) => (&bad.record, format!("bad: {}", bad.problem)),
         };
         println!(
             "{:<32} {:>14} {:>12} {:>10.1} {:>9} {:>12} {:>6} {status}",
@@ -44,10 +44,10 @@ pub(super) fn ls(root: &Path, args: &LsArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// One `ls --json` entry: the record, with `"status": "ok"`, or `"bad"` and its `"problem"`.
-fn entry_json(e: &isnode_store::CatalogEntry) -> serde_json::Result<serde_json::Value> {
+fn entry_json(e: &CatalogEntry) -> serde_json::Result<serde_json::Value> {
     let (rec, status, problem) = match e {
-        Ok(rec) => (rec, "ok", None),
-        Err(bad) => (&bad.record, "bad", Some(bad.problem.clone())),
+        CatalogEntry::Valid(rec) => (rec, "ok", None),
+        CatalogEntry::Bad(bad) => (&bad.record, "bad", Some(bad.problem.clone())),
     };
     let mut v = serde_json::to_value(rec)?;
     if let Some(map) = v.as_object_mut() {
