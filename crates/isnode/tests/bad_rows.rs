@@ -65,7 +65,10 @@ fn assert_error(r: &Resp, status: u16, want: &str) {
 fn an_impossible_row_marks_only_its_object_bad() {
     let vol = Vol::create(&[]);
     let good = vol.add_ts("good.ts", 1_000_000, 2.0, 1);
-    for (i, name) in ["zero.ts", "neg.ts", "blocks.ts"].iter().enumerate() {
+    for (i, name) in ["zero.ts", "neg.ts", "blocks.ts", "index.ts", "stray.ts"]
+        .iter()
+        .enumerate()
+    {
         vol.add_ts(name, 1_000_000, 1.0, 2 + i as u64);
     }
     corrupt_row(&vol, "zero.ts", "symbol_len", "0");
@@ -76,6 +79,17 @@ fn an_impossible_row_marks_only_its_object_bad() {
         [],
     )
     .unwrap();
+    // A random-access point far past the object's end (HLS would cut a segment there).
+    db.execute(
+        "INSERT OR REPLACE INTO media_index (toi, seq, time_s, offset_bytes) SELECT toi, 0, 0.0, 1000000000000 FROM objects WHERE name = 'index.ts'",
+        [],
+    )
+    .unwrap();
+    db.execute(
+        "INSERT INTO blocks (toi, member, block, packets, crc32c) SELECT toi, 99, 0, 1, 0 FROM objects WHERE name = 'stray.ts'",
+        [],
+    )
+    .unwrap();
     drop(db);
 
     let server = Server::start(&vol, &[]);
@@ -83,13 +97,15 @@ fn an_impossible_row_marks_only_its_object_bad() {
     assert_eq!(r.status, 200, "{r:?}");
     let list = r.json();
     let list = list.as_array().expect("an array");
-    assert_eq!(list.len(), 4, "{list:?}");
+    assert_eq!(list.len(), 6, "{list:?}");
     let good_entry = entry(list, "good.ts");
     assert!(good_entry.get("status").is_none() && good_entry.get("problem").is_none());
     for (name, why) in [
         ("zero.ts", "symbol size"),
         ("neg.ts", "bitrate_bps = -1000000"),
         ("blocks.ts", "packets recorded"),
+        ("index.ts", "past the object"),
+        ("stray.ts", "member 99"),
     ] {
         let e = entry(list, name);
         assert_eq!(e["status"], "bad", "{e}");
@@ -126,7 +142,11 @@ fn an_impossible_row_marks_only_its_object_bad() {
         .expect("bad_objects");
     let mut names: Vec<&str> = bad.iter().filter_map(|b| b["object"].as_str()).collect();
     names.sort_unstable();
-    assert_eq!(names, ["blocks.ts", "neg.ts", "zero.ts"], "{report}");
+    assert_eq!(
+        names,
+        ["blocks.ts", "index.ts", "neg.ts", "stray.ts", "zero.ts"],
+        "{report}"
+    );
     let out = command()
         .args(["volume", "check", "--volume"])
         .arg(&vol.root)

@@ -50,24 +50,18 @@ impl ObjectInfo {
         let seg_paths = (0..params.members)
             .map(|m| vol.segment_path(m, rec.toi))
             .collect();
-        let mut block_crcs = Vec::with_capacity(params.members as usize);
-        for m in 0..params.members {
-            let blocks = vol.blocks(&rec, &layout, m)?;
-            let mut crcs = vec![None; layout.member_blocks(m) as usize];
-            for b in blocks {
-                if let Some(c) = crcs.get_mut(b.block as usize) {
-                    *c = Some(b.crc32c);
-                }
-            }
-            block_crcs.push(crcs);
-        }
+        let block_crcs = vol
+            .blocks(&rec, &layout)?
+            .into_iter()
+            .map(|blocks| blocks.into_iter().map(|b| Some(b.crc32c)).collect())
+            .collect();
         let oti = FecOti::rs28(
             rec.symbol_len,
             rec.source_symbols,
             rec.source_symbols + rec.repair_symbols,
         )?;
         let send_rate_bps = send_rate_bps(&layout, rec.bitrate_bps);
-        let media = vol.catalog().media_index(rec.toi)?;
+        let media = vol.media_index(&rec)?;
         Ok(ObjectInfo {
             media,
             fec_oti: oti,

@@ -8,7 +8,9 @@ use serde::Serialize;
 
 use rusqlite::types::Value;
 
-use crate::rows::{validate_object, CatalogEntry, RawBlockRow, RawObjectRow, OBJECT_COLUMNS};
+use crate::rows::{
+    validate_object, CatalogEntry, RawBlockRow, RawMediaIndex, RawObjectRow, OBJECT_COLUMNS,
+};
 use crate::{StoreError, VolumeParams};
 
 /// Version of the on-disk format this code reads and writes.
@@ -503,10 +505,20 @@ impl Catalog {
         tx.commit().map_err(db(ctx))
     }
 
-    /// The time index of object `toi`, `None` when it has none (ingested before indexes).
+    /// The time index of object `toi`, `None` when it has none (ingested before indexes);
+    /// an index that breaks an invariant is [`StoreError::Corrupt`].
     pub fn media_index(&self, toi: u32) -> Result<Option<MediaIndexRecord>, StoreError> {
+        let raw = self.media_index_rows(toi)?;
+        raw.map(|raw| crate::rows::validate_media_index(&raw, u64::MAX))
+            .transpose()
+            .map_err(|problem| StoreError::Corrupt(format!("object TOI {toi}: {problem}")))
+    }
+
+    /// The time index rows of object `toi` as stored, `None` when it has none; at most
+    /// [`crate::rows::MAX_MEDIA_POINTS`] + 1 points are read.
+    pub fn media_index_rows(&self, toi: u32) -> Result<Option<RawMediaIndex>, StoreError> {
         let ctx = "reading the media index";
-        let meta: Option<(String, Option<bool>)> = self
+        let meta: Option<(Value, Value)> = self
             .conn
             .query_row(
                 "SELECT container, moov_at_front FROM media_meta WHERE toi = ?1",
@@ -520,35 +532,39 @@ impl Catalog {
         };
         let mut q = self
             .conn
-            .prepare("SELECT time_s, offset_bytes FROM media_index WHERE toi = ?1 ORDER BY seq")
+            .prepare(
+                "SELECT seq, time_s, offset_bytes FROM media_index WHERE toi = ?1 ORDER BY seq LIMIT ?2",
+            )
             .map_err(db(ctx))?;
+        let limit = crate::rows::MAX_MEDIA_POINTS as i64 + 1;
         let rows = q
-            .query_map([toi], |r| {
-                Ok((r.get::<_, f64>(0)?, r.get::<_, i64>(1)? as u64))
+            .query_map(params![toi, limit], |r| {
+                Ok([r.get(0)?, r.get(1)?, r.get(2)?])
             })
             .map_err(db(ctx))?;
         let points = rows.collect::<Result<Vec<_>, _>>().map_err(db(ctx))?;
-        Ok(Some(MediaIndexRecord {
+        Ok(Some(RawMediaIndex {
             container,
             moov_at_front,
             points,
         }))
     }
 
-    /// Block rows of one member of an object, by block index, as stored (validate them
-    /// with [`crate::rows::validate_blocks`]).
-    pub fn block_rows(&self, toi: u32, member: u32) -> Result<Vec<RawBlockRow>, StoreError> {
+    /// Every block row of object `toi`, by member and block, as stored; at most `limit`
+    /// rows are read (validate them with [`crate::rows::validate_blocks`]).
+    pub fn all_block_rows(&self, toi: u32, limit: u64) -> Result<Vec<RawBlockRow>, StoreError> {
+        let ctx = "reading block checksums";
         let mut q = self
             .conn
-            .prepare("SELECT member, block, packets, crc32c FROM blocks WHERE toi = ?1 AND member = ?2 ORDER BY block")
-            .map_err(db("reading block checksums"))?;
+            .prepare("SELECT member, block, packets, crc32c FROM blocks WHERE toi = ?1 ORDER BY member, block LIMIT ?2")
+            .map_err(db(ctx))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = q
-            .query_map(params![toi, member], |r| {
+            .query_map(params![toi, limit], |r| {
                 Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?])
             })
-            .map_err(db("reading block checksums"))?;
-        rows.map(|r| r.map_err(db("reading block checksums")))
-            .collect()
+            .map_err(db(ctx))?;
+        rows.map(|r| r.map_err(db(ctx))).collect()
     }
 }
 

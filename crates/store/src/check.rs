@@ -144,10 +144,10 @@ fn check_object(
 ) -> Result<(), StoreError> {
     let layout = vol.layout(rec)?;
     let members = layout.params().members;
-    let blocks = match (0..members)
-        .map(|m| vol.blocks(rec, &layout, m))
-        .collect::<Result<Vec<_>, _>>()
-    {
+    let blocks = match vol.blocks(rec, &layout).and_then(|b| {
+        vol.media_index(rec)?;
+        Ok(b)
+    }) {
         Ok(b) => b,
         Err(StoreError::BadObject { name, problem }) => {
             report.bad_objects.push(BadObjectReport {

@@ -270,6 +270,36 @@ fn layout_of(rec: &ObjectRecord, volume: &VolumeParams) -> Result<Layout, String
 /// A block row exactly as stored (`member`, `block`, `packets`, `crc32c`).
 pub type RawBlockRow = [Value; 4];
 
+/// Block rows an object laid out as `layout` must have (one per block of every member).
+pub fn expected_block_rows(layout: &Layout) -> u64 {
+    (0..layout.params().members)
+        .map(|m| layout.member_blocks(m))
+        .sum()
+}
+
+/// Validates every block row of a valid object (as
+/// [`crate::catalog::Catalog::all_block_rows`] reads them): the records of each member,
+/// by block index. A row naming a member the volume does not have is a problem too.
+pub fn validate_all_blocks(
+    layout: &Layout,
+    rows: &[RawBlockRow],
+) -> Result<Vec<Vec<BlockRecord>>, String> {
+    let members = layout.params().members;
+    let mut per_member: Vec<Vec<RawBlockRow>> = vec![Vec::new(); members as usize];
+    for row in rows {
+        let m: u32 = unsigned(&row[0], "block member")?;
+        let slot = per_member.get_mut(m as usize).ok_or_else(|| {
+            format!("a block row names member {m}, but the volume has {members} members")
+        })?;
+        slot.push(row.clone());
+    }
+    per_member
+        .iter()
+        .zip(0..members)
+        .map(|(rows, m)| validate_blocks(layout, m, rows))
+        .collect()
+}
+
 /// Validates the block rows of one member of a valid object: one row for every block of
 /// the member's segment file, each with the number of packets the layout puts there.
 pub fn validate_blocks(
@@ -315,6 +345,93 @@ pub fn validate_blocks(
         ));
     }
     Ok(out)
+}
+
+/// Most random-access points an object's time index may have.
+pub const MAX_MEDIA_POINTS: usize = 1 << 20;
+
+/// An object's time index rows exactly as stored: `media_meta` (`container`,
+/// `moov_at_front`) and its `media_index` rows (`seq`, `time_s`, `offset_bytes`), by `seq`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawMediaIndex {
+    /// `media_meta.container`.
+    pub container: Value,
+    /// `media_meta.moov_at_front`.
+    pub moov_at_front: Value,
+    /// `media_index` rows, by `seq` (at most [`MAX_MEDIA_POINTS`] + 1 read).
+    pub points: Vec<[Value; 3]>,
+}
+
+/// Validates a time index of an object of `size_bytes` bytes: a known container,
+/// `moov_at_front` NULL, 0 or 1, `seq` 0, 1, ..., at most [`MAX_MEDIA_POINTS`] points,
+/// each with a finite non-negative time and an offset inside the object, both strictly
+/// increasing.
+pub fn validate_media_index(
+    raw: &RawMediaIndex,
+    size_bytes: u64,
+) -> Result<crate::catalog::MediaIndexRecord, String> {
+    let container = text(&raw.container, "media container")?;
+    if !["mpeg-ts", "mp4", "unknown"].contains(&container.as_str()) {
+        return Err(format!(
+            "media container {container:?} is not mpeg-ts, mp4 or unknown"
+        ));
+    }
+    let moov_at_front = match &raw.moov_at_front {
+        Value::Null => None,
+        Value::Integer(0) => Some(false),
+        Value::Integer(1) => Some(true),
+        other => {
+            return Err(format!(
+                "moov_at_front is not NULL, 0 or 1 ({})",
+                type_name(other)
+            ))
+        }
+    };
+    if raw.points.len() > MAX_MEDIA_POINTS {
+        return Err(format!(
+            "the media index has more than {MAX_MEDIA_POINTS} points"
+        ));
+    }
+    let mut points: Vec<(f64, u64)> = Vec::with_capacity(raw.points.len());
+    for (i, [seq, t, off]) in raw.points.iter().enumerate() {
+        if integer(seq, "media index seq")? != i as i64 {
+            return Err(format!("media index seq {seq:?} where {i} was expected"));
+        }
+        let time_s = match t {
+            Value::Real(f) => *f,
+            Value::Integer(n) => *n as f64,
+            other => {
+                return Err(format!(
+                    "media index time is not a number ({})",
+                    type_name(other)
+                ))
+            }
+        };
+        let offset: u64 = unsigned(off, "media index offset_bytes")?;
+        if !time_s.is_finite() || time_s < 0.0 {
+            return Err(format!(
+                "media index point {i}: time {time_s} is not a finite time >= 0"
+            ));
+        }
+        if offset >= size_bytes {
+            return Err(format!(
+                "media index point {i}: offset {offset} is past the object's {size_bytes} bytes"
+            ));
+        }
+        if let Some(&(pt, po)) = points.last() {
+            if time_s <= pt || offset <= po {
+                return Err(format!(
+                    "media index point {i} ({time_s} s, byte {offset}) is not after the previous one"
+                ));
+            }
+        }
+        points.push((time_s, offset));
+    }
+    Ok(crate::catalog::MediaIndexRecord {
+        container,
+        moov_at_front,
+        points,
+    })
 }
 
 #[cfg(test)]
@@ -454,6 +571,46 @@ mod tests {
         assert!(validate_blocks(&layout, 0, &[negative])
             .unwrap_err()
             .contains("out of range"));
+    }
+
+    #[test]
+    fn media_index_rows_must_be_ordered_and_inside_the_object() {
+        let raw = |points: Vec<(i64, f64, i64)>| RawMediaIndex {
+            container: Value::Text("mpeg-ts".into()),
+            moov_at_front: Value::Null,
+            points: points
+                .into_iter()
+                .map(|(s, t, o)| [Value::Integer(s), Value::Real(t), Value::Integer(o)])
+                .collect(),
+        };
+        let ok = validate_media_index(&raw(vec![(0, 0.0, 0), (1, 2.0, 500)]), 1000).unwrap();
+        assert_eq!(ok.points, vec![(0.0, 0), (2.0, 500)]);
+        for (points, want) in [
+            (vec![(0, 0.0, 0), (1, 2.0, 1000)], "past the object"),
+            (vec![(0, 0.0, -1)], "out of range"),
+            (vec![(0, 1.0, 10), (1, 0.5, 20)], "not after"),
+            (vec![(0, f64::NAN, 10)], "finite"),
+            (vec![(1, 0.0, 0)], "seq"),
+        ] {
+            let e = validate_media_index(&raw(points), 1000).unwrap_err();
+            assert!(e.contains(want), "{want:?} not in {e:?}");
+        }
+        let mut odd = raw(vec![]);
+        odd.container = Value::Text("avi".into());
+        assert!(validate_media_index(&odd, 1000).is_err());
+    }
+
+    #[test]
+    fn a_block_row_of_a_member_the_volume_lacks_is_a_problem() {
+        let layout = Layout::new(params(), 1000).unwrap();
+        let stray = [
+            Value::Integer(9),
+            Value::Integer(0),
+            Value::Integer(1),
+            Value::Integer(5),
+        ];
+        let e = validate_all_blocks(&layout, &[stray]).unwrap_err();
+        assert!(e.contains("member 9"), "{e}");
     }
 
     #[test]

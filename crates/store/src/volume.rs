@@ -355,21 +355,33 @@ impl Volume {
         }
     }
 
-    /// The validated block checksums of `member`'s segment of `rec` (laid out as
-    /// `layout`), by block index; [`StoreError::BadObject`] if its block rows are impossible.
+    /// The validated block checksums of every member's segment of `rec` (laid out as
+    /// `layout`), by member and block index; [`StoreError::BadObject`] if its block rows
+    /// are impossible.
     pub fn blocks(
         &self,
         rec: &ObjectRecord,
         layout: &crate::Layout,
-        member: u32,
-    ) -> Result<Vec<BlockRecord>, StoreError> {
-        let rows = self.catalog.block_rows(rec.toi, member)?;
-        crate::rows::validate_blocks(layout, member, &rows).map_err(|problem| {
-            StoreError::BadObject {
-                name: rec.name.clone(),
-                problem,
-            }
-        })
+    ) -> Result<Vec<Vec<BlockRecord>>, StoreError> {
+        let expected = crate::rows::expected_block_rows(layout);
+        let rows = self
+            .catalog
+            .all_block_rows(rec.toi, expected.saturating_add(1))?;
+        crate::rows::validate_all_blocks(layout, &rows).map_err(|problem| bad(rec, problem))
+    }
+
+    /// The validated time index of `rec`, `None` when it has none;
+    /// [`StoreError::BadObject`] if its rows are impossible.
+    pub fn media_index(
+        &self,
+        rec: &ObjectRecord,
+    ) -> Result<Option<crate::MediaIndexRecord>, StoreError> {
+        let Some(raw) = self.catalog.media_index_rows(rec.toi)? else {
+            return Ok(None);
+        };
+        crate::rows::validate_media_index(&raw, rec.size_bytes)
+            .map(Some)
+            .map_err(|problem| bad(rec, problem))
     }
 
     /// The layout of a stored object: its own coding parameters (recorded at ingest) on
@@ -437,6 +449,14 @@ impl Volume {
             member,
             MemberDir::Replace,
         )
+    }
+}
+
+/// The error of an object whose rows are impossible.
+fn bad(rec: &ObjectRecord, problem: String) -> StoreError {
+    StoreError::BadObject {
+        name: rec.name.clone(),
+        problem,
     }
 }
 
