@@ -170,12 +170,21 @@ fn an_impossible_row_marks_only_its_object_bad() {
     assert_eq!(entry(ls, "good.ts")["status"], "ok");
 }
 
-/// `--replace` replaces a bad object with a good one.
+/// A codeword count that contradicts the size is reported by `volume check` (before: the
+/// volume was called clean), and `--replace` replaces the bad object with a good one.
 #[test]
 fn a_bad_object_can_be_replaced() {
     let vol = Vol::create(&[]);
     vol.add_ts("x.ts", 1_000_000, 1.0, 1);
     corrupt_row(&vol, "x.ts", "codewords", "77");
+    let out = command()
+        .args(["volume", "check", "--volume"])
+        .arg(&vol.root)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("codewords = 77"), "{text}");
     let file = vol.dir.path().join("in/x.ts");
     run_ok(&[
         "ingest",
