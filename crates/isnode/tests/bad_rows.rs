@@ -281,7 +281,11 @@ fn every_api_error_is_json() {
         r#"{{"object": "a.ts", "port": 9, "x": "{}"}}"#,
         "x".repeat(isnode_serve::MAX_BODY_BYTES + 1)
     );
-    assert_error(&server.req("POST", "/v1/sessions", Some(&big)), 413, "");
+    assert_error(
+        &server.req("POST", "/v1/sessions", Some(&big)),
+        413,
+        "more than 65536 bytes",
+    );
     let long = format!(
         "/v1/objects/{}",
         "a".repeat(isnode_serve::MAX_URI_BYTES + 1)

@@ -72,7 +72,9 @@ async fn as_json_error(resp: Response) -> Response {
         Ok(b) => String::from_utf8_lossy(&b).trim().to_string(),
         Err(_) => String::new(),
     };
-    let msg = if text.is_empty() {
+    let msg = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        format!("the request body is more than {MAX_BODY_BYTES} bytes")
+    } else if text.is_empty() {
         status.canonical_reason().unwrap_or("error").to_string()
     } else {
         text
