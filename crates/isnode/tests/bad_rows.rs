@@ -311,6 +311,12 @@ fn every_api_error_is_json() {
         let r = raw_request(server.addr, raw.as_bytes());
         assert_error(&r, 400, "");
     }
+    // A '%' without two hex digits is kept literally: no such object, as JSON.
+    let r = raw_request(
+        server.addr,
+        b"GET /v1/objects/%zz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert_error(&r, 404, "no object named \"%zz\"");
     assert_error(
         &server.req("POST", "/v1/sessions", Some("{not json")),
         400,
