@@ -96,6 +96,9 @@ pub(crate) struct CheckArgs {
     pub json: bool,
 }
 
+/// Default of `ingest --max-spool-bytes`: 64 GiB.
+pub(crate) const DEFAULT_MAX_SPOOL_BYTES: u64 = 64 << 30;
+
 /// `ingest`.
 #[derive(Args, Debug)]
 pub(crate) struct IngestArgs {
@@ -116,6 +119,10 @@ pub(crate) struct IngestArgs {
     /// Expected size in bytes: a shorter or longer upload is refused.
     #[arg(long)]
     pub size: Option<u64>,
+    /// Stdin (`-`) only: the most bytes spooled before ingest (default 64 GiB); the spool
+    /// is also refused past half the free space of the volume's file system.
+    #[arg(long, default_value_t = DEFAULT_MAX_SPOOL_BYTES)]
+    pub max_spool_bytes: u64,
 }
 
 /// `ls`.

@@ -255,6 +255,56 @@ fn truncated_stdin_upload() {
     v.assert_no_orphans();
 }
 
+/// `ingest -` without `--size` spools at most `--max-spool-bytes`: past it, a clear error,
+/// nothing stored and no spool left behind (before: it spooled without limit).
+#[test]
+fn stdin_spool_is_bounded() {
+    let (v, keep) = volume_with_object();
+    let data = common::random_bytes(7, 4 * SMALL_CODEWORD);
+    let limit = (data.len() - 1).to_string();
+    let args = [
+        "ingest",
+        "-",
+        "--name",
+        "up",
+        "--bitrate",
+        "1000",
+        "--max-spool-bytes",
+        &limit,
+    ];
+    unchanged(&v, &keep, || v.run_stdin(&args, &data)).fails_with(&[
+        &format!("more than {limit} bytes"),
+        "--max-spool-bytes",
+        "nothing was stored",
+    ]);
+    let tmp: Vec<_> = std::fs::read_dir(v.root.join("tmp"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert!(tmp.is_empty(), "left in tmp/: {tmp:?}");
+    // --size past the bound is refused before reading.
+    let size = (data.len()).to_string();
+    let mut with_size = args.to_vec();
+    with_size.extend_from_slice(&["--size", &size]);
+    unchanged(&v, &keep, || v.run_stdin(&with_size, &data))
+        .fails_with(&["more than the spool may hold"]);
+    // At the bound exactly, it goes in.
+    let exact = data.len().to_string();
+    let ok_args = [
+        "ingest",
+        "-",
+        "--name",
+        "up",
+        "--bitrate",
+        "1000",
+        "--max-spool-bytes",
+        &exact,
+    ];
+    v.run_stdin(&ok_args, &data).ok();
+    v.assert_cat("up", &data);
+}
+
 /// `cat` of an unknown name, and commands on a directory that is not a volume.
 #[test]
 fn unknown_object_and_missing_volume() {
@@ -320,11 +370,11 @@ fn full_disk() {
     let i = input.to_str().unwrap();
     unchanged(&v, &keep, || v.run(&ingest_args(i, &["--bitrate", "1000"])))
         .fails_with(&["No space left on device"]);
-    // Through stdin: the spool file fills the disk.
+    // Through stdin: the spool stops at half the free space, before the disk is full.
     unchanged(&v, &keep, || {
         v.run_stdin(&["ingest", "-", "--name", "big", "--bitrate", "1000"], &big)
     })
-    .fails_with(&["No space left on device"]);
+    .fails_with(&["half the free space", "nothing was stored"]);
     v.assert_clean();
     // The space came back: a small ingest works.
     let small = common::random_bytes(9, 20 * SMALL_CODEWORD);

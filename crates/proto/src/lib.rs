@@ -81,9 +81,37 @@ pub struct ObjectInfo {
     /// (its packets cannot be authenticated, only checked by their CRC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packet_digests: Option<String>,
+    /// Whether the object can be served: `bad` when its catalog rows are impossible
+    /// (absent, meaning `ok`, for an object that is served).
+    #[serde(default, skip_serializing_if = "ObjectStatus::is_ok")]
+    pub status: ObjectStatus,
+    /// Why a `bad` object is bad (absent for `ok` objects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
-/// The `200` answer to `GET /v1/objects`: every complete object, by TOI.
+/// Whether an object can be served.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ObjectStatus {
+    /// Its catalog rows are valid: it is served.
+    #[default]
+    Ok,
+    /// Its catalog rows break an invariant (`docs/format.md`): listed with its problem,
+    /// never served (sessions, content and HLS for it answer `409`); its other fields are
+    /// the stored values as well as they convert, not to be trusted.
+    Bad,
+}
+
+impl ObjectStatus {
+    /// True for [`ObjectStatus::Ok`].
+    pub fn is_ok(&self) -> bool {
+        *self == ObjectStatus::Ok
+    }
+}
+
+/// The `200` answer to `GET /v1/objects`: every complete object, by TOI, bad ones
+/// included (with their `status` and `problem`).
 pub type ObjectList = Vec<ObjectInfo>;
 
 /// The body of `POST /v1/sessions`. The destination is always the HTTP peer's own

@@ -9,6 +9,7 @@ mod content;
 mod control;
 mod create;
 mod digests;
+pub(crate) mod errors;
 mod media;
 mod owner;
 mod pool_read;
@@ -127,6 +128,8 @@ fn router(sh: Arc<Shared>) -> Router {
                 "method not allowed on this resource",
             )
         })
+        .layer(axum::extract::DefaultBodyLimit::max(errors::MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(errors::limits_and_json_errors))
         .with_state(sh)
 }
 
@@ -177,6 +180,7 @@ fn store_error(e: StoreError) -> Response {
     match e {
         StoreError::NotFound(_) => error(StatusCode::NOT_FOUND, e),
         StoreError::BadName { .. } => error(StatusCode::NOT_FOUND, e),
+        StoreError::BadObject { .. } => error(StatusCode::CONFLICT, e),
         e => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
@@ -201,7 +205,7 @@ async fn list_objects(State(sh): Sh) -> Response {
     match blocking(&sh, |sh| sh.objects.list()).await {
         Ok(Ok(v)) => Json(
             v.iter()
-                .map(|o| o.json())
+                .map(|o| o.json(sh.objects.tsi()))
                 .collect::<isnode_proto::ObjectList>(),
         )
         .into_response(),

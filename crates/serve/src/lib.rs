@@ -41,6 +41,7 @@ mod server;
 pub mod session;
 mod uring;
 
+pub use api::errors::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 pub use config::{
     Degraded, EngineKind, ReadIo, ServeArgs, ValidateDestination, DEFAULT_CACHE_SIZE_BYTES,
     DEFAULT_EGRESS_CAPACITY_BPS, DEFAULT_MAX_CONTENT_READERS, DEFAULT_MAX_SESSIONS_PER_CLIENT,

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use isnode_store::{Layout, ObjectRecord, StoreError, Volume, VolumeParams};
+use isnode_store::{
+    BadObject, CatalogEntry, Layout, ObjectRecord, StoreError, Volume, VolumeParams,
+};
 use isnode_wire::fdt::{build_fdt_packets, FdtFile, FdtInstance, FecOti};
 
 use crate::session::send_rate_bps;
@@ -50,24 +52,18 @@ impl ObjectInfo {
         let seg_paths = (0..params.members)
             .map(|m| vol.segment_path(m, rec.toi))
             .collect();
-        let mut block_crcs = Vec::with_capacity(params.members as usize);
-        for m in 0..params.members {
-            let blocks = vol.catalog().blocks(rec.toi, m)?;
-            let mut crcs = vec![None; layout.member_blocks(m) as usize];
-            for b in blocks {
-                if let Some(c) = crcs.get_mut(b.block as usize) {
-                    *c = Some(b.crc32c);
-                }
-            }
-            block_crcs.push(crcs);
-        }
+        let block_crcs = vol
+            .blocks(&rec, &layout)?
+            .into_iter()
+            .map(|blocks| blocks.into_iter().map(|b| Some(b.crc32c)).collect())
+            .collect();
         let oti = FecOti::rs28(
             rec.symbol_len,
             rec.source_symbols,
             rec.source_symbols + rec.repair_symbols,
         )?;
         let send_rate_bps = send_rate_bps(&layout, rec.bitrate_bps);
-        let media = vol.catalog().media_index(rec.toi)?;
+        let media = vol.media_index(&rec)?;
         let has_digests = vol.catalog().has_digests(rec.toi)?;
         Ok(ObjectInfo {
             media,
@@ -100,6 +96,8 @@ impl ObjectInfo {
             packet_digests: self
                 .has_digests
                 .then(|| isnode_wire::digest::DIGEST_ALGORITHM.to_string()),
+            status: isnode_proto::ObjectStatus::Ok,
+            problem: None,
         }
     }
 
@@ -134,6 +132,44 @@ impl ObjectInfo {
     }
 }
 
+/// One entry of the object listing.
+#[derive(Debug)]
+pub enum Listed {
+    /// A valid object, prepared for serving.
+    Ok(Arc<ObjectInfo>),
+    /// An object whose catalog rows are impossible: listed, never served.
+    Bad(BadObject),
+}
+
+impl Listed {
+    /// The JSON description (`docs/protocol.md`, "Objects"), with its status.
+    pub fn json(&self, tsi: u32) -> isnode_proto::ObjectInfo {
+        match self {
+            Listed::Ok(o) => o.json(),
+            Listed::Bad(bad) => {
+                let r = &bad.record;
+                isnode_proto::ObjectInfo {
+                    name: r.name.clone(),
+                    size_bytes: r.size_bytes,
+                    bitrate_bps: r.bitrate_bps,
+                    duration_s: r.duration_s,
+                    content_type: r.content_type.clone(),
+                    symbol_size: r.symbol_len,
+                    source_symbols: r.source_symbols,
+                    repair_symbols: r.repair_symbols,
+                    codewords: r.codewords,
+                    tsi,
+                    toi: r.toi,
+                    moov_at_front: None,
+                    packet_digests: None,
+                    status: isnode_proto::ObjectStatus::Bad,
+                    problem: Some(bad.problem.clone()),
+                }
+            }
+        }
+    }
+}
+
 /// Seconds since the Unix epoch now (0 if the clock is before 1970).
 pub fn system_clock_s() -> u64 {
     SystemTime::now()
@@ -164,6 +200,7 @@ pub struct Objects {
     vol: Mutex<Volume>,
     prepared: Mutex<HashMap<u32, Arc<ObjectInfo>>>,
     params: VolumeParams,
+    tsi: u32,
     clock: Clock,
     lookups_active: AtomicU64,
 }
@@ -178,6 +215,7 @@ impl Objects {
     pub fn with_clock(vol: Volume, clock: Clock) -> Objects {
         Objects {
             params: *vol.params(),
+            tsi: vol.tsi(),
             vol: Mutex::new(vol),
             prepared: Mutex::new(HashMap::new()),
             clock,
@@ -188,6 +226,11 @@ impl Objects {
     /// The volume's parameters.
     pub fn params(&self) -> &VolumeParams {
         &self.params
+    }
+
+    /// The volume's FLUTE TSI.
+    pub fn tsi(&self) -> u32 {
+        self.tsi
     }
 
     /// Catalog lookups in progress (waiting for the volume or reading the catalog).
@@ -242,14 +285,34 @@ impl Objects {
         })
     }
 
-    /// Every complete object, by TOI. Blocks on the catalog. Prepared objects the catalog
-    /// no longer has are dropped.
-    pub fn list(&self) -> Result<Vec<Arc<ObjectInfo>>, StoreError> {
+    /// Every complete object, by TOI, bad ones with their problem. Blocks on the catalog.
+    /// Prepared objects the catalog no longer has are dropped. An object whose rows are
+    /// impossible (row or block rows) is listed bad and does not affect the others.
+    pub fn list(&self) -> Result<Vec<Listed>, StoreError> {
         self.with_volume(|vol| {
-            let recs = vol.objects()?;
-            let live: HashSet<u32> = recs.iter().map(|r| r.toi).collect();
+            let entries = vol.entries()?;
+            let live: HashSet<u32> = entries
+                .iter()
+                .filter_map(|e| match e {
+                    CatalogEntry::Valid(r) => Some(r.toi),
+                    CatalogEntry::Bad(_) => None,
+                })
+                .collect();
             self.lock_prepared().retain(|t, _| live.contains(t));
-            recs.into_iter().map(|rec| self.prepare(vol, rec)).collect()
+            entries
+                .into_iter()
+                .map(|e| match e {
+                    CatalogEntry::Valid(rec) => match self.prepare(vol, rec.clone()) {
+                        Ok(o) => Ok(Listed::Ok(o)),
+                        Err(StoreError::BadObject { problem, .. }) => Ok(Listed::Bad(BadObject {
+                            record: rec,
+                            problem,
+                        })),
+                        Err(e) => Err(e),
+                    },
+                    CatalogEntry::Bad(bad) => Ok(Listed::Bad(bad)),
+                })
+                .collect()
         })
     }
 

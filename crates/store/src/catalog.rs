@@ -6,6 +6,11 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use serde::Serialize;
 
+use rusqlite::types::Value;
+
+use crate::rows::{
+    validate_object, CatalogEntry, RawBlockRow, RawMediaIndex, RawObjectRow, OBJECT_COLUMNS,
+};
 use crate::{StoreError, VolumeParams};
 
 /// Version of the on-disk format this code reads and writes.
@@ -437,29 +442,59 @@ impl Catalog {
         rows.map(|r| r.map_err(db("listing objects"))).collect()
     }
 
-    /// Objects in a given state, by TOI.
-    pub fn objects(&self, state: ObjectState) -> Result<Vec<ObjectRecord>, StoreError> {
+    /// Objects in a given state, by TOI, each validated ([`crate::rows`]): a row that
+    /// breaks an invariant is a [`crate::rows::BadObject`] and does not fail the others.
+    pub fn entries(&self, state: ObjectState) -> Result<Vec<CatalogEntry>, StoreError> {
         let st = match state {
             ObjectState::Writing => "writing",
             ObjectState::Complete => "complete",
         };
+        let volume = self.params()?;
         let mut q = self
             .conn
             .prepare(&format!("{SELECT_OBJECT} WHERE state = ?1 ORDER BY toi"))
             .map_err(db("listing objects"))?;
         let rows = q
-            .query_map([st], row_to_object)
+            .query_map([st], raw_object_row)
             .map_err(db("listing objects"))?;
-        rows.map(|r| r.map_err(db("listing objects"))).collect()
+        rows.map(|r| {
+            r.map(|raw| validate_object(&raw, &volume))
+                .map_err(db("listing objects"))
+        })
+        .collect()
     }
 
-    /// The complete object called `name`.
-    pub fn object_by_name(&self, name: &str) -> Result<Option<ObjectRecord>, StoreError> {
-        self.conn
+    /// The valid objects in a given state, by TOI (bad ones left out: see [`Catalog::entries`]).
+    pub fn objects(&self, state: ObjectState) -> Result<Vec<ObjectRecord>, StoreError> {
+        Ok(self
+            .entries(state)?
+            .into_iter()
+            .filter_map(CatalogEntry::valid)
+            .collect())
+    }
+
+    /// The complete object called `name`, validated.
+    pub fn entry_by_name(&self, name: &str) -> Result<Option<CatalogEntry>, StoreError> {
+        let volume = self.params()?;
+        let raw = self
+            .conn
             .query_row(
                 &format!("{SELECT_OBJECT} WHERE name = ?1 AND state = 'complete'"),
                 [name],
-                row_to_object,
+                raw_object_row,
+            )
+            .optional()
+            .map_err(db("looking up an object"))?;
+        Ok(raw.map(|raw| validate_object(&raw, &volume)))
+    }
+
+    /// The TOI of the complete object called `name`, valid or not.
+    pub fn complete_toi(&self, name: &str) -> Result<Option<i64>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT toi FROM objects WHERE name = ?1 AND state = 'complete'",
+                [name],
+                |r| r.get(0),
             )
             .optional()
             .map_err(db("looking up an object"))
@@ -539,10 +574,20 @@ impl Catalog {
             .map_err(db("reading packet digests"))
     }
 
-    /// The time index of object `toi`, `None` when it has none (ingested before indexes).
+    /// The time index of object `toi`, `None` when it has none (ingested before indexes);
+    /// an index that breaks an invariant is [`StoreError::Corrupt`].
     pub fn media_index(&self, toi: u32) -> Result<Option<MediaIndexRecord>, StoreError> {
+        let raw = self.media_index_rows(toi)?;
+        raw.map(|raw| crate::rows::validate_media_index(&raw, u64::MAX))
+            .transpose()
+            .map_err(|problem| StoreError::Corrupt(format!("object TOI {toi}: {problem}")))
+    }
+
+    /// The time index rows of object `toi` as stored, `None` when it has none; at most
+    /// [`crate::rows::MAX_MEDIA_POINTS`] + 1 points are read.
+    pub fn media_index_rows(&self, toi: u32) -> Result<Option<RawMediaIndex>, StoreError> {
         let ctx = "reading the media index";
-        let meta: Option<(String, Option<bool>)> = self
+        let meta: Option<(Value, Value)> = self
             .conn
             .query_row(
                 "SELECT container, moov_at_front FROM media_meta WHERE toi = ?1",
@@ -556,39 +601,39 @@ impl Catalog {
         };
         let mut q = self
             .conn
-            .prepare("SELECT time_s, offset_bytes FROM media_index WHERE toi = ?1 ORDER BY seq")
+            .prepare(
+                "SELECT seq, time_s, offset_bytes FROM media_index WHERE toi = ?1 ORDER BY seq LIMIT ?2",
+            )
             .map_err(db(ctx))?;
+        let limit = crate::rows::MAX_MEDIA_POINTS as i64 + 1;
         let rows = q
-            .query_map([toi], |r| {
-                Ok((r.get::<_, f64>(0)?, r.get::<_, i64>(1)? as u64))
+            .query_map(params![toi, limit], |r| {
+                Ok([r.get(0)?, r.get(1)?, r.get(2)?])
             })
             .map_err(db(ctx))?;
         let points = rows.collect::<Result<Vec<_>, _>>().map_err(db(ctx))?;
-        Ok(Some(MediaIndexRecord {
+        Ok(Some(RawMediaIndex {
             container,
             moov_at_front,
             points,
         }))
     }
 
-    /// Block checksums of one member of an object, by block index.
-    pub fn blocks(&self, toi: u32, member: u32) -> Result<Vec<BlockRecord>, StoreError> {
+    /// Every block row of object `toi`, by member and block, as stored; at most `limit`
+    /// rows are read (validate them with [`crate::rows::validate_blocks`]).
+    pub fn all_block_rows(&self, toi: u32, limit: u64) -> Result<Vec<RawBlockRow>, StoreError> {
+        let ctx = "reading block checksums";
         let mut q = self
             .conn
-            .prepare("SELECT member, block, packets, crc32c FROM blocks WHERE toi = ?1 AND member = ?2 ORDER BY block")
-            .map_err(db("reading block checksums"))?;
+            .prepare("SELECT member, block, packets, crc32c FROM blocks WHERE toi = ?1 ORDER BY member, block LIMIT ?2")
+            .map_err(db(ctx))?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = q
-            .query_map(params![toi, member], |r| {
-                Ok(BlockRecord {
-                    member: r.get(0)?,
-                    block: r.get::<_, i64>(1)? as u64,
-                    packets: r.get(2)?,
-                    crc32c: r.get(3)?,
-                })
+            .query_map(params![toi, limit], |r| {
+                Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?])
             })
-            .map_err(db("reading block checksums"))?;
-        rows.map(|r| r.map_err(db("reading block checksums")))
-            .collect()
+            .map_err(db(ctx))?;
+        rows.map(|r| r.map_err(db(ctx))).collect()
     }
 }
 
@@ -617,22 +662,13 @@ const SELECT_OBJECT: &str =
     "SELECT toi, name, state, size_bytes, bitrate_bps, duration_s, content_type, symbol_len,
     source_symbols, repair_symbols, codewords, content_crc32c, created_unix, replaces FROM objects";
 
-fn row_to_object(r: &rusqlite::Row<'_>) -> rusqlite::Result<ObjectRecord> {
-    Ok(ObjectRecord {
+fn raw_object_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawObjectRow> {
+    let columns = (1..=OBJECT_COLUMNS.len())
+        .map(|i| r.get::<_, Value>(i))
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(RawObjectRow {
         toi: r.get(0)?,
-        name: r.get(1)?,
-        state: state_of(&r.get::<_, String>(2)?),
-        size_bytes: r.get::<_, i64>(3)? as u64,
-        bitrate_bps: r.get::<_, i64>(4)? as u64,
-        duration_s: r.get(5)?,
-        content_type: r.get(6)?,
-        symbol_len: r.get(7)?,
-        source_symbols: r.get(8)?,
-        repair_symbols: r.get(9)?,
-        codewords: r.get(10)?,
-        content_crc32c: r.get(11)?,
-        created_unix: r.get(12)?,
-        replaces: r.get(13)?,
+        columns,
     })
 }
 

@@ -6,10 +6,11 @@ use std::fs;
 
 use serde::Serialize;
 
-use crate::catalog::ObjectRecord;
+use crate::catalog::{BlockRecord, ObjectRecord};
 use crate::codeword::{verify_block, verify_packet, Want};
 use crate::io::{AlignedBuf, BlockFile};
 use crate::read::ObjectReader;
+use crate::rows::CatalogEntry;
 use crate::segment::SegmentWriter;
 use crate::volume::{FileLock, LockWait};
 use crate::{Layout, StoreError, Volume};
@@ -57,12 +58,27 @@ pub struct CheckReport {
     pub damage: Vec<Damage>,
     /// Codewords that lost more than the code can rebuild (data loss).
     pub unrecoverable: Vec<String>,
+    /// Objects whose catalog rows are impossible (never served; `--repair` cannot fix
+    /// them: replace them with `isnode ingest --replace`).
+    pub bad_objects: Vec<BadObjectReport>,
+}
+
+/// An object whose catalog rows break an invariant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BadObjectReport {
+    /// Object name (as well as it reads).
+    pub object: String,
+    /// Object TOI (as well as it reads).
+    pub toi: u32,
+    /// The invariant broken.
+    pub problem: String,
 }
 
 impl CheckReport {
     /// True while damage remains (not repaired, or unrecoverable).
     pub fn damaged(&self) -> bool {
         !self.unrecoverable.is_empty()
+            || !self.bad_objects.is_empty()
             || self.damage.iter().any(|d| !d.repaired)
             || (!self.member_problems.is_empty() && !self.members_repaired)
     }
@@ -100,10 +116,22 @@ pub fn check(
             }
         }
     }
-    for rec in vol.objects()? {
-        progress(&rec.name);
+    for entry in vol.entries()? {
         report.objects += 1;
-        check_object(vol, &rec, opts, &mut report)?;
+        match entry {
+            CatalogEntry::Valid(rec) => {
+                progress(&rec.name);
+                check_object(vol, &rec, opts, &mut report)?;
+            }
+            CatalogEntry::Bad(bad) => {
+                progress(&bad.record.name);
+                report.bad_objects.push(BadObjectReport {
+                    object: bad.record.name,
+                    toi: bad.record.toi,
+                    problem: bad.problem,
+                });
+            }
+        }
     }
     Ok(report)
 }
@@ -116,11 +144,27 @@ fn check_object(
 ) -> Result<(), StoreError> {
     let layout = vol.layout(rec)?;
     let members = layout.params().members;
+    let blocks = match vol.blocks(rec, &layout).and_then(|b| {
+        vol.media_index(rec)?;
+        Ok(b)
+    }) {
+        Ok(b) => b,
+        Err(StoreError::BadObject { name, problem }) => {
+            report.bad_objects.push(BadObjectReport {
+                object: name,
+                toi: rec.toi,
+                problem,
+            });
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
     // Pass 1: every block against its catalog checksum; packets of bad blocks one by one.
     let mut bad_packets: Vec<Vec<bool>> = Vec::with_capacity(members as usize);
     let mut damaged_members = Vec::new();
     for m in 0..members {
-        let (bad, damage) = check_segment(vol, rec, &layout, m, report)?;
+        let member_blocks = blocks.get(m as usize).map_or(&[][..], |b| &b[..]);
+        let (bad, damage) = check_segment(vol, rec, &layout, (m, member_blocks), report)?;
         if let Some(d) = damage {
             report.damage.push(d);
             damaged_members.push(m);
@@ -164,7 +208,7 @@ fn check_segment(
     vol: &Volume,
     rec: &ObjectRecord,
     layout: &Layout,
-    member: u32,
+    (member, block_records): (u32, &[BlockRecord]),
     report: &mut CheckReport,
 ) -> Result<(Vec<bool>, Option<Damage>), StoreError> {
     let packets = layout.member_packets(member) as usize;
@@ -192,7 +236,7 @@ fn check_segment(
     };
     // Expected CRC32C of every block, indexed by block number.
     let mut expected_crcs = vec![None; blocks as usize];
-    for r in vol.catalog().blocks(rec.toi, member)? {
+    for r in block_records {
         if let Some(slot) = expected_crcs.get_mut(r.block as usize) {
             *slot = Some(r.crc32c);
         }

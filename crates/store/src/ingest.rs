@@ -74,14 +74,16 @@ pub fn ingest(
     progress: &mut dyn FnMut(u64),
 ) -> Result<ObjectRecord, StoreError> {
     validate_name(&opts.name)?;
-    if opts.bitrate_bps == 0 {
-        return Err(StoreError::BadParams(
-            "bitrate must be greater than 0".into(),
-        ));
+    crate::rows::check_bitrate(opts.bitrate_bps).map_err(StoreError::BadParams)?;
+    if opts.content_type.len() > crate::rows::MAX_CONTENT_TYPE_LEN {
+        return Err(StoreError::BadParams(format!(
+            "the content type is longer than {} bytes",
+            crate::rows::MAX_CONTENT_TYPE_LEN
+        )));
     }
     let params = *vol.params();
     let layout = Layout::new(params, len)?;
-    let existing = vol.catalog().object_by_name(&opts.name)?;
+    let existing = vol.catalog().complete_toi(&opts.name)?;
     if existing.is_some() && !opts.replace {
         return Err(StoreError::NameExists(opts.name.clone()));
     }
@@ -102,9 +104,11 @@ pub fn ingest(
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0),
-        replaces: existing.as_ref().map(|r| r.toi),
+        replaces: existing.and_then(|t| u32::try_from(t).ok()),
     };
 
+    // Never write a row that would read back as bad.
+    crate::rows::check_record(&rec, &params).map_err(StoreError::BadParams)?;
     // Record the object and take its ingest lock under the volume lock, so that
     // recovery in another process never mistakes this ingest for a dead one.
     let volume_lock = FileLock::exclusive(&vol.volume_lock_path(), LockWait::Block)?;

@@ -19,6 +19,7 @@ pub mod io;
 pub mod layout;
 pub mod params;
 pub mod read;
+pub mod rows;
 mod segment;
 pub mod volume;
 
@@ -30,6 +31,7 @@ pub use layout::Layout;
 pub use layout::SymbolLocation;
 pub use params::VolumeParams;
 pub use read::{DiskBlocks, ObjectReader, ReadStats};
+pub use rows::{BadObject, CatalogEntry};
 pub use volume::Volume;
 
 /// Everything that can go wrong in the store, with enough context to act on.
@@ -52,6 +54,14 @@ pub enum StoreError {
     /// No complete object of that name.
     #[error("no object named {0:?}")]
     NotFound(String),
+    /// The object's catalog rows break an invariant: it is listed, never served.
+    #[error("object {name:?} is bad (its catalog row is impossible: {problem}); `isnode volume check` reports it")]
+    BadObject {
+        /// Object name.
+        name: String,
+        /// The invariant its rows break.
+        problem: String,
+    },
     /// No volume at the path.
     #[error("no volume at {0} (create one with `isnode volume create`)")]
     NoVolume(String),

@@ -15,7 +15,8 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::catalog::{Catalog, ObjectRecord, ObjectState};
+use crate::catalog::{BlockRecord, Catalog, ObjectRecord, ObjectState};
+use crate::rows::CatalogEntry;
 use crate::{StoreError, VolumeParams};
 
 const CATALOG_FILE: &str = "catalog.sqlite";
@@ -217,7 +218,15 @@ impl Volume {
     /// of `writing` rows: a free lock alone does not mean a dead ingest. Only rows
     /// still `writing` are deleted, in one transaction, and only their files removed.
     fn remove_dead_ingests(&mut self) -> Result<(), StoreError> {
-        let writing = self.catalog.objects(ObjectState::Writing)?;
+        // Bad rows too: an impossible row of a dead ingest goes like any other.
+        let writing = self
+            .catalog
+            .entries(ObjectState::Writing)?
+            .into_iter()
+            .map(|e| match e {
+                CatalogEntry::Valid(rec) => rec,
+                CatalogEntry::Bad(bad) => bad.record,
+            });
         crate::crash::point("recover-snapshot");
         let mut unlocked = Vec::new();
         for rec in writing {
@@ -324,16 +333,55 @@ impl Volume {
         &mut self.catalog
     }
 
-    /// Complete objects, by TOI.
+    /// Complete objects, by TOI, valid ones only (bad ones: [`Volume::entries`]).
     pub fn objects(&self) -> Result<Vec<ObjectRecord>, StoreError> {
         self.catalog.objects(ObjectState::Complete)
     }
 
-    /// The complete object called `name`.
+    /// Complete objects, by TOI, each valid or bad with its problem.
+    pub fn entries(&self) -> Result<Vec<CatalogEntry>, StoreError> {
+        self.catalog.entries(ObjectState::Complete)
+    }
+
+    /// The complete object called `name` ([`StoreError::BadObject`] if its row is impossible).
     pub fn object(&self, name: &str) -> Result<ObjectRecord, StoreError> {
-        self.catalog
-            .object_by_name(name)?
-            .ok_or_else(|| StoreError::NotFound(name.to_string()))
+        match self.catalog.entry_by_name(name)? {
+            Some(CatalogEntry::Valid(rec)) => Ok(rec),
+            Some(CatalogEntry::Bad(bad)) => Err(StoreError::BadObject {
+                name: name.to_string(),
+                problem: bad.problem,
+            }),
+            None => Err(StoreError::NotFound(name.to_string())),
+        }
+    }
+
+    /// The validated block checksums of every member's segment of `rec` (laid out as
+    /// `layout`), by member and block index; [`StoreError::BadObject`] if its block rows
+    /// are impossible.
+    pub fn blocks(
+        &self,
+        rec: &ObjectRecord,
+        layout: &crate::Layout,
+    ) -> Result<Vec<Vec<BlockRecord>>, StoreError> {
+        let expected = crate::rows::expected_block_rows(layout);
+        let rows = self
+            .catalog
+            .all_block_rows(rec.toi, expected.saturating_add(1))?;
+        crate::rows::validate_all_blocks(layout, &rows).map_err(|problem| bad(rec, problem))
+    }
+
+    /// The validated time index of `rec`, `None` when it has none;
+    /// [`StoreError::BadObject`] if its rows are impossible.
+    pub fn media_index(
+        &self,
+        rec: &ObjectRecord,
+    ) -> Result<Option<crate::MediaIndexRecord>, StoreError> {
+        let Some(raw) = self.catalog.media_index_rows(rec.toi)? else {
+            return Ok(None);
+        };
+        crate::rows::validate_media_index(&raw, rec.size_bytes)
+            .map(Some)
+            .map_err(|problem| bad(rec, problem))
     }
 
     /// The layout of a stored object: its own coding parameters (recorded at ingest) on
@@ -401,6 +449,14 @@ impl Volume {
             member,
             MemberDir::Replace,
         )
+    }
+}
+
+/// The error of an object whose rows are impossible.
+fn bad(rec: &ObjectRecord, problem: String) -> StoreError {
+    StoreError::BadObject {
+        name: rec.name.clone(),
+        problem,
     }
 }
 

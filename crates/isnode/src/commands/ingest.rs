@@ -1,7 +1,7 @@
 //! `isnode ingest FILE|-`: probe, then run the prefabrication filter.
 
 use std::fs::File;
-use std::io::{BufReader, Seek, SeekFrom};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -47,17 +47,15 @@ pub(super) fn ingest_path(
             .to_string(),
     };
     isnode_store::ingest::validate_name(&name)?;
-    if let Some(existing) = vol.catalog().object_by_name(&name)? {
+    if let Some(existing_toi) = vol.catalog().complete_toi(&name)? {
         if !args.replace {
             bail!(
-                "an object named {:?} already exists (TOI {}); use --replace to replace it",
-                name,
-                existing.toi
+                "an object named {name:?} already exists (TOI {existing_toi}); use --replace to replace it"
             );
         }
     }
     let mut file = if stdin {
-        spool_stdin(vol, args.size)?
+        spool_stdin(vol, args.size, args.max_spool_bytes)?
     } else {
         File::open(path).with_context(|| format!("opening {}", path.display()))?
     };
@@ -102,19 +100,122 @@ pub(super) fn ingest_path(
     Ok(rec)
 }
 
-/// Copies stdin into an anonymous file in the volume (gone if we crash).
-fn spool_stdin(vol: &Volume, expected: Option<u64>) -> anyhow::Result<File> {
+/// The most bytes stdin may bring, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SpoolBound {
+    bytes: u64,
+    reason: SpoolLimit,
+}
+
+/// What bounds the spool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SpoolLimit {
+    /// `--size`.
+    Size,
+    /// `--max-spool-bytes`.
+    Flag,
+    /// Half the free space of the volume's file system (the object's segments need the rest).
+    FreeSpace,
+}
+
+/// The spool bound from `--size`, `--max-spool-bytes` and the free bytes (pure).
+fn spool_bound(size: Option<u64>, max_spool_bytes: u64, free_bytes: u64) -> SpoolBound {
+    let by_free = SpoolBound {
+        bytes: free_bytes / 2,
+        reason: SpoolLimit::FreeSpace,
+    };
+    let asked = match size {
+        Some(bytes) => SpoolBound {
+            bytes,
+            reason: SpoolLimit::Size,
+        },
+        None => SpoolBound {
+            bytes: max_spool_bytes,
+            reason: SpoolLimit::Flag,
+        },
+    };
+    if asked.bytes.min(max_spool_bytes) <= by_free.bytes {
+        SpoolBound {
+            bytes: asked.bytes.min(max_spool_bytes),
+            reason: if asked.bytes <= max_spool_bytes {
+                asked.reason
+            } else {
+                SpoolLimit::Flag
+            },
+        }
+    } else {
+        by_free
+    }
+}
+
+/// Free bytes (for an unprivileged user) of the file system holding `dir`.
+fn free_bytes(dir: &Path) -> anyhow::Result<u64> {
+    isnode_store::io::free_bytes(dir)
+        .with_context(|| format!("reading the free space of {}", dir.display()))
+}
+
+/// Copies stdin into an anonymous file in the volume (gone on error or if we crash),
+/// refusing more than `--size`, `--max-spool-bytes` or half the free space.
+fn spool_stdin(vol: &Volume, expected: Option<u64>, max_spool_bytes: u64) -> anyhow::Result<File> {
+    let bound = spool_bound(expected, max_spool_bytes, free_bytes(&vol.tmp_dir())?);
+    if expected.is_some_and(|e| e > bound.bytes) {
+        bail!(
+            "--size {} is more than the spool may hold ({}): {}",
+            expected.unwrap_or(0),
+            bound.bytes,
+            explain(bound.reason)
+        );
+    }
     let mut file =
         tempfile::tempfile_in(vol.tmp_dir()).context("creating a spool file for stdin")?;
-    let mut stdin = std::io::stdin().lock();
-    let copied = std::io::copy(&mut stdin, &mut file).context("reading stdin")?;
+    let stdin = std::io::stdin().lock();
+    let copied = std::io::copy(&mut stdin.take(bound.bytes.saturating_add(1)), &mut file)
+        .context("reading stdin")?;
     if let Some(expected) = expected {
         if copied < expected {
             bail!("stdin upload is truncated: got {copied} of {expected} bytes");
         }
         if copied > expected {
-            bail!("stdin upload is longer than --size: got {copied} bytes, expected {expected}");
+            bail!(
+                "stdin upload is longer than --size: got more than {expected} bytes (stopped reading)"
+            );
         }
     }
+    if copied > bound.bytes {
+        bail!(
+            "stdin brought more than {} bytes: {} (nothing was stored)",
+            bound.bytes,
+            explain(bound.reason)
+        );
+    }
     Ok(file)
+}
+
+fn explain(reason: SpoolLimit) -> &'static str {
+    match reason {
+        SpoolLimit::Size => "the --size given",
+        SpoolLimit::Flag => "the --max-spool-bytes limit; raise it, or give --size",
+        SpoolLimit::FreeSpace => {
+            "half the free space of the volume's file system (the object's segments need the rest)"
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spool_takes_the_smallest_bound() {
+        let b = spool_bound(None, 1000, 10_000);
+        assert_eq!((b.bytes, b.reason), (1000, SpoolLimit::Flag));
+        let b = spool_bound(None, 1000, 1000);
+        assert_eq!((b.bytes, b.reason), (500, SpoolLimit::FreeSpace));
+        let b = spool_bound(Some(300), 1000, 10_000);
+        assert_eq!((b.bytes, b.reason), (300, SpoolLimit::Size));
+        let b = spool_bound(Some(3000), 1000, 10_000);
+        assert_eq!((b.bytes, b.reason), (1000, SpoolLimit::Flag));
+        let b = spool_bound(Some(3000), 10_000, 4000);
+        assert_eq!((b.bytes, b.reason), (2000, SpoolLimit::FreeSpace));
+    }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use isnode_store::{ObjectReader, Volume};
+use isnode_store::{CatalogEntry, ObjectReader, Volume};
 
 use crate::cli::{CatArgs, GenTsArgs, LsArgs};
 
@@ -14,18 +14,23 @@ use crate::cli::{CatArgs, GenTsArgs, LsArgs};
 pub(super) fn ls(root: &Path, args: &LsArgs) -> anyhow::Result<ExitCode> {
     let vol =
         Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
-    let objects = vol.objects()?;
+    let entries = vol.entries()?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&objects)?);
+        let v: Vec<serde_json::Value> = entries.iter().map(entry_json).collect::<Result<_, _>>()?;
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<32} {:>14} {:>12} {:>10} {:>9} {:>12} {:>6}",
+        "{:<32} {:>14} {:>12} {:>10} {:>9} {:>12} {:>6} STATUS",
         "NAME", "SIZE_BYTES", "BITRATE_BPS", "DURATION_S", "CODEWORDS", "FEC(k,m,E)", "TOI"
     );
-    for o in &objects {
+    for e in &entries {
+        let (o, status) = match e {
+            CatalogEntry::Valid(o) => (o, "ok".to_string()),
+            CatalogEntry::Bad(bad) => (&bad.record, format!("bad: {}", bad.problem)),
+        };
         println!(
-            "{:<32} {:>14} {:>12} {:>10.1} {:>9} {:>12} {:>6}",
+            "{:<32} {:>14} {:>12} {:>10.1} {:>9} {:>12} {:>6} {status}",
             o.name,
             o.size_bytes,
             o.bitrate_bps,
@@ -36,6 +41,22 @@ pub(super) fn ls(root: &Path, args: &LsArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One `ls --json` entry: the record, with `"status": "ok"`, or `"bad"` and its `"problem"`.
+fn entry_json(e: &CatalogEntry) -> serde_json::Result<serde_json::Value> {
+    let (rec, status, problem) = match e {
+        CatalogEntry::Valid(rec) => (rec, "ok", None),
+        CatalogEntry::Bad(bad) => (&bad.record, "bad", Some(bad.problem.clone())),
+    };
+    let mut v = serde_json::to_value(rec)?;
+    if let Some(map) = v.as_object_mut() {
+        map.insert("status".into(), status.into());
+        if let Some(p) = problem {
+            map.insert("problem".into(), p.into());
+        }
+    }
+    Ok(v)
 }
 
 /// `cat NAME`: the original bytes to stdout; damage is repaired on the fly and reported on stderr.

@@ -102,6 +102,12 @@ fn print_report(r: &CheckReport) {
     for u in &r.unrecoverable {
         println!("  DATA LOSS: {u}");
     }
+    for b in &r.bad_objects {
+        println!(
+            "  BAD ROW: object {:?} (TOI {}): {} (never served; `isnode ingest --replace` replaces it)",
+            b.object, b.toi, b.problem
+        );
+    }
     if !r.damaged() {
         println!(
             "  {}",
