@@ -192,6 +192,11 @@ pub fn play_described(
     let arrived = asked + rtt / 2;
     let plan = tune::plan_of(info)?;
     let tp = tune::tune(&plan, info, info.elapsed_s, MARGIN_S)?;
+    // A broadcast's receiver collects the whole object (window = codewords): its memory is
+    // bounded by --max-object-bytes.
+    args.announce_limits()
+        .check(&crate::limits::Announced::of(&info.object), 1)
+        .with_context(|| format!("refusing the broadcast {} of {}", info.id, info.object.name))?;
     let params = params_of(&info.object, &info.fec, 0)?;
     let codewords = u32::try_from(info.plan.codewords)?;
     let mut rx = Receiver::new(
@@ -219,8 +224,13 @@ pub fn play_described(
             wait_readable(&chans, POLL_TIMEOUT);
         }
     }
-    rx.finish();
-    run.write(&mut rx, &mut *out)?;
+    // Cut short by --max-seconds: the output ends with what was played (unless
+    // --keep-length); at the plan's end what is missing is lost and written as zeros.
+    let cut_short = !rx.is_complete() && arrived.elapsed().as_secs_f64() > args.max_seconds;
+    if !cut_short || args.cut_short() == crate::play::CutShort::KeepLength {
+        rx.finish();
+        run.write(&mut rx, &mut *out)?;
+    }
     out.flush()?;
     let now_s = arrived.elapsed().as_secs_f64();
     for c in &mut chans {

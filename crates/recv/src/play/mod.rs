@@ -38,7 +38,7 @@ use crate::control::{leading_skip_bytes, ControlClient};
 use crate::impair::Impairer;
 use isnode_proto::keepalive::LossReport;
 
-pub use args::{AcceptFrom, PlayArgs, ReleaseArg};
+pub use args::{AcceptFrom, CutShort, PlayArgs, ReleaseArg};
 pub use http::{HttpListener, HttpOut, HttpServe};
 pub use session::{SessionSetup, SourceFilter};
 pub use stats::{EndReason, LostRange, PlayStats};
@@ -129,6 +129,12 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
             .into());
         }
     };
+    if let Err(e) = check_announced(args, &info) {
+        if let Err(d) = control.delete_session(&info.id) {
+            tracing::warn!("could not delete session {}: {d:#}", info.id);
+        }
+        return Err(e);
+    }
     let skip = leading_skip_bytes(&info)?;
     if let (Some(offset), Some(by)) = (info.start_offset_bytes, info.seek_by) {
         tracing::info!(
@@ -180,9 +186,49 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
     stats.max_reported_loss_rate = reported.max.map(LossReport::rate);
     write_stats_json(args, &stats)?;
     if let Some(server) = served {
-        server.linger(linger);
+        let deadline = session::deadline_after(requested, args.max_seconds)?;
+        server.linger(linger.min(deadline.saturating_duration_since(Instant::now())));
+    }
+    if stats.end_reason == EndReason::Timeout && args.cut_short() == CutShort::Truncate {
+        return Err(ServerGone {
+            timeout_s: args.timeout_s,
+            bytes_written: stats.bytes_written,
+            bytes_expected: stats.bytes_expected,
+        }
+        .into());
     }
     Ok(stats)
+}
+
+/// The session ended because no datagram came for `--timeout-s`: the server is gone (or
+/// never sent), and the output ends after what was received.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error(
+    "the server is gone: no datagram for {timeout_s} s (--timeout-s); the output ends after \
+     the {bytes_written} bytes received of {bytes_expected} (--keep-length pads it with zeros)"
+)]
+pub struct ServerGone {
+    /// `--timeout-s`.
+    pub timeout_s: f64,
+    /// Bytes written to the output.
+    pub bytes_written: u64,
+    /// Bytes the whole title would have had.
+    pub bytes_expected: u64,
+}
+
+/// Checks a session answer against the limits of `args` (`--max-object-bytes` and the
+/// like) before anything is allocated or written for it.
+fn check_announced(args: &PlayArgs, info: &isnode_proto::SessionInfo) -> anyhow::Result<()> {
+    let window = crate::receiver::ReceiverConfig {
+        release: args.release.into(),
+        loss_horizon: args.loss_horizon,
+        window_codewords: args.window_codewords,
+    }
+    .effective_window_codewords();
+    let announced = crate::limits::Announced::of(&info.object);
+    args.announce_limits()
+        .check(&announced, window)
+        .with_context(|| format!("refusing the session {} for {}", info.id, info.object.name))
 }
 
 fn secs_arg(v: f64, what: &str) -> anyhow::Result<Duration> {
