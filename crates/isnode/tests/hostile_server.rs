@@ -400,7 +400,12 @@ fn play(server: &FakeServer, dir: &Path, extra: &[&str], limit: Duration) -> Pla
 
 fn vm_kb(status: &str, key: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with(key))?;
-    line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()
+    line[key.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The output matches the title byte for byte from its start, except in the codewords
@@ -438,7 +443,12 @@ fn server_dying_mid_stream_ends_the_output_after_what_was_received() {
     };
     let server = FakeServer::start(title, plan);
     let dir = tempfile::tempdir().unwrap();
-    let p = play(&server, dir.path(), &["--timeout-s", "1"], Duration::from_secs(12));
+    let p = play(
+        &server,
+        dir.path(),
+        &["--timeout-s", "1"],
+        Duration::from_secs(12),
+    );
     assert!(!p.status.success(), "{}", p.stderr);
     assert!(p.stderr.contains("the server is gone"), "{}", p.stderr);
     assert!(p.stderr.contains("--timeout-s"), "{}", p.stderr);
@@ -449,7 +459,11 @@ fn server_dying_mid_stream_ends_the_output_after_what_was_received() {
         "wrote {} bytes, received {received}",
         p.out.len()
     );
-    assert!(p.out.len() as u64 >= part.block_offset(3), "{}", p.out.len());
+    assert!(
+        p.out.len() as u64 >= part.block_offset(3),
+        "{}",
+        p.out.len()
+    );
     assert_prefix_of_title(&title, &p.out, p.stats.as_ref());
     let stats = p.stats.expect("stats JSON");
     assert_eq!(stats["end_reason"], "timeout");
@@ -487,7 +501,12 @@ fn a_huge_object_is_refused_before_anything_is_written() {
     };
     let server = FakeServer::start(title, plan);
     let dir = tempfile::tempdir().unwrap();
-    let p = play(&server, dir.path(), &["--timeout-s", "1"], Duration::from_secs(10));
+    let p = play(
+        &server,
+        dir.path(),
+        &["--timeout-s", "1"],
+        Duration::from_secs(10),
+    );
     assert!(!p.status.success());
     assert!(p.stderr.contains("--max-object-bytes"), "{}", p.stderr);
     assert!(p.out.is_empty(), "wrote {} bytes", p.out.len());
@@ -514,7 +533,12 @@ fn a_bitrate_of_one_is_refused_at_once() {
     };
     let server = FakeServer::start(title, plan);
     let dir = tempfile::tempdir().unwrap();
-    let p = play(&server, dir.path(), &["--timeout-s", "1"], Duration::from_secs(10));
+    let p = play(
+        &server,
+        dir.path(),
+        &["--timeout-s", "1"],
+        Duration::from_secs(10),
+    );
     assert!(!p.status.success());
     assert!(p.stderr.contains("bitrate of 1 bit/s"), "{}", p.stderr);
     assert!(p.stderr.contains("--min-bitrate-bps"), "{}", p.stderr);
@@ -584,7 +608,12 @@ fn max_seconds_is_a_hard_bound_on_paced_playout() {
     };
     let server = FakeServer::start(title, plan);
     let dir = tempfile::tempdir().unwrap();
-    let p = play(&server, dir.path(), &["--max-seconds", "2"], Duration::from_secs(8));
+    let p = play(
+        &server,
+        dir.path(),
+        &["--max-seconds", "2"],
+        Duration::from_secs(8),
+    );
     assert!(p.took < Duration::from_secs(5), "{:?}", p.took);
     // Two seconds at 0.5 MB/s, and what came before playout started.
     assert!(p.out.len() < 2_000_000, "{}", p.out.len());

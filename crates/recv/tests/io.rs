@@ -231,8 +231,11 @@ fn unrecoverable_codeword_is_zeroed_in_place() {
     assert!(stats.summary().contains("lost codeword 2"));
 }
 
+/// Silence ends the session after `--timeout-s`: nothing was received, so nothing is
+/// written (issue 11: no zeros for a title that never came); `--keep-length` pads the
+/// output to the announced length with zeros, everything lost.
 #[test]
-fn silence_ends_the_session_with_everything_lost() {
+fn silence_ends_the_session_with_nothing_written_unless_keep_length() {
     let dir = tmpdir();
     let p = params(100_000);
     let client = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -241,6 +244,16 @@ fn silence_ends_the_session_with_everything_lost() {
     let t = Instant::now();
     let stats = play_session(&args, &client, &setup(&p, 1_000_000)).unwrap();
     assert!(t.elapsed() < Duration::from_secs(3));
+    assert_eq!(stats.end_reason, EndReason::Timeout);
+    assert_eq!(stats.codewords_decoded, 0);
+    assert_eq!(stats.bytes_written, 0);
+    assert!(!stats.is_clean());
+    assert!(std::fs::read(dir.path().join("silent.out"))
+        .unwrap()
+        .is_empty());
+
+    args.keep_length = true;
+    let stats = play_session(&args, &client, &setup(&p, 1_000_000)).unwrap();
     assert_eq!(stats.end_reason, EndReason::Timeout);
     assert_eq!(stats.codewords_unrecoverable, stats.codewords_total);
     assert_eq!(stats.bytes_written, 100_000);
@@ -445,7 +458,10 @@ fn fake_server(
                                         "destination": to.to_string(),
                                         "object": {
                                             "name": "clip.ts", "size_bytes": p.transfer_length,
-                                            "bitrate_bps": bitrate_bps, "duration_s": 1.0,
+                                            // A sender at 0 sends unpaced; a server
+                                            // never announces 0 (the client refuses it).
+                                            "bitrate_bps": bitrate_bps.max(1_000_000),
+                                            "duration_s": 1.0,
                                             "content_type": "video/mp2t",
                                             "symbol_size": p.symbol_len,
                                             "source_symbols": p.max_source_block_len,

@@ -10,9 +10,13 @@
 //!
 //! The session ends when every codeword is decoded or declared lost; when the last codeword
 //! has been seen and no datagram came for a second (or `--timeout-s`, if shorter); when no
-//! datagram came for `--timeout-s`; or after `--max-seconds`. Whatever is still undecoded
-//! then is reported unrecoverable and written as zeros, unless the unicast repair
-//! ([`crate::repair`]) fetches the missing symbols from the server first.
+//! datagram came for `--timeout-s` (the server is gone: [`ServerGone`]); or at
+//! `--max-seconds` (a hard wall-clock bound, playout included). Whatever is still
+//! undecoded then is reported unrecoverable and written as zeros, unless the unicast repair
+//! ([`crate::repair`]) fetches the missing symbols from the server first; a session cut
+//! short (server gone, `--max-seconds`) ends its output after the last codeword received
+//! unless `--keep-length`. What the server announces is checked against
+//! [`crate::limits`] first; the queue to playout is bounded ([`crate::queue`]).
 //!
 //! Inside: `args` (the command line, [`PlayArgs`]), `session` (the session as received,
 //! [`SessionSetup`], and the receive loop), `stats` (what is reported, [`PlayStats`]),
