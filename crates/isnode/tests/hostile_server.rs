@@ -622,3 +622,31 @@ fn max_seconds_is_a_hard_bound_on_paced_playout() {
     assert_prefix_of_title(&title, &p.out, p.stats.as_ref());
     assert_eq!(p.stats.unwrap()["end_reason"], "max_duration");
 }
+
+#[test]
+fn max_seconds_bounds_play_http_and_its_linger() {
+    // 30 s at 4 Mbit/s, served to a local player over HTTP with a long linger.
+    let title = Title::new(15_000_000, 4_000_000);
+    let plan = SendPlan {
+        codewords: u32::MAX,
+        repair: 8,
+        rate_bps: 4_400_000,
+        after: After::StayUp,
+    };
+    let server = FakeServer::start(title, plan);
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", serve_support::free_port());
+    let flags = [
+        "--http",
+        &listen,
+        "--http-linger-s",
+        "30",
+        "--max-seconds",
+        "2",
+    ];
+    let p = play(&server, dir.path(), &flags, Duration::from_secs(8));
+    assert!(p.took < Duration::from_secs(5), "{:?}", p.took);
+    assert!(p.out.len() < 2_000_000, "{}", p.out.len());
+    assert!(!p.out.is_empty(), "{}", p.stderr);
+    assert_prefix_of_title(&title, &p.out, p.stats.as_ref());
+}

@@ -188,15 +188,15 @@ pub fn play_described(
     if args.http.is_some() {
         bail!("--http is not available with a broadcast yet: use --out FILE or --out -");
     }
-    let mut impair = Impairer::new(&args.impair)?;
-    let arrived = asked + rtt / 2;
-    let plan = tune::plan_of(info)?;
-    let tp = tune::tune(&plan, info, info.elapsed_s, MARGIN_S)?;
     // A broadcast's receiver collects the whole object (window = codewords): its memory is
     // bounded by --max-object-bytes.
     args.announce_limits()
         .check(&crate::limits::Announced::of(&info.object), 1)
         .with_context(|| format!("refusing the broadcast {} of {}", info.id, info.object.name))?;
+    let mut impair = Impairer::new(&args.impair)?;
+    let arrived = asked + rtt / 2;
+    let plan = tune::plan_of(info)?;
+    let tp = tune::tune(&plan, info, info.elapsed_s, MARGIN_S)?;
     let params = params_of(&info.object, &info.fec, 0)?;
     let codewords = u32::try_from(info.plan.codewords)?;
     let mut rx = Receiver::new(
