@@ -9,7 +9,7 @@
 //! the zero fill). Memory stays bounded by the queue's limit (plus one piece) and the
 //! window, whatever the server does.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,16 +21,18 @@ use crate::receiver::Output;
 pub fn bounded(limit_bytes: u64) -> (Producer, Consumer) {
     let (tx, rx) = mpsc::channel();
     let queued = Arc::new(AtomicU64::new(0));
+    let closed = Arc::new(AtomicBool::new(false));
     (
         Producer {
             tx,
             queued: queued.clone(),
+            closed: closed.clone(),
             limit_bytes,
             peak_bytes: 0,
             full_events: 0,
             was_full: false,
         },
-        Consumer { rx, queued },
+        Consumer { rx, queued, closed },
     )
 }
 
@@ -39,6 +41,8 @@ pub fn bounded(limit_bytes: u64) -> (Producer, Consumer) {
 pub struct Producer {
     tx: mpsc::Sender<Output>,
     queued: Arc<AtomicU64>,
+    /// Set when the consumer is dropped (the playout thread ended).
+    closed: Arc<AtomicBool>,
     limit_bytes: u64,
     peak_bytes: u64,
     full_events: u64,
@@ -74,6 +78,11 @@ impl Producer {
         room
     }
 
+    /// Whether the playout's end is gone (nothing will ever make room again).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     /// Queues `piece`.
     pub fn send(&mut self, piece: Output) -> Result<(), PlayoutGone> {
         let len = piece.len();
@@ -97,6 +106,13 @@ impl Producer {
 pub struct Consumer {
     rx: mpsc::Receiver<Output>,
     queued: Arc<AtomicU64>,
+    closed: Arc<AtomicBool>,
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::Release);
+    }
 }
 
 impl Consumer {
@@ -124,6 +140,7 @@ impl From<mpsc::Receiver<Output>> for Consumer {
         Consumer {
             rx,
             queued: Arc::new(AtomicU64::new(0)),
+            closed: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -159,7 +176,12 @@ mod tests {
             (s.limit_bytes, s.peak_bytes, s.full_events),
             (1000, 1200, 2)
         );
+        assert!(!p.is_closed());
         drop(c);
+        assert!(
+            p.is_closed(),
+            "a full queue whose playout is gone never drains"
+        );
         assert_eq!(p.send(data(1)), Err(PlayoutGone));
     }
 

@@ -246,6 +246,10 @@ impl Feed<'_> {
                 return Drained::RepairHolds;
             }
             if !self.pieces.has_room() {
+                self.writer_gone = self.pieces.is_closed();
+                if self.writer_gone {
+                    return Drained::WriterGone;
+                }
                 return Drained::QueueFull;
             }
             let Some(piece) = self.rx.poll_output() else {
