@@ -127,6 +127,17 @@ fn setup(p: &SessionParams, bitrate_bps: u64) -> SessionSetup {
     }
 }
 
+/// The client's socket on loopback, its receive buffer grown at once: the unpaced senders
+/// of these tests start before the receive loop (which grows the buffer itself), and on a
+/// loaded machine the default buffer would overflow, a loss no test means to inject.
+fn client_socket() -> UdpSocket {
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket2::SockRef::from(&client)
+        .set_recv_buffer_size(4 << 20)
+        .unwrap();
+    client
+}
+
 fn fast_args(out: &Path) -> PlayArgs {
     let mut args = PlayArgs::new("clip.ts");
     args.out = Some(out.to_path_buf());
@@ -141,7 +152,7 @@ fn relay_with_loss_and_corruption_gives_identical_output() {
     let len = 400_000;
     let p = params(len);
     let bytes = data(len as usize, 1);
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let client = client_socket();
     let mut rargs = RelayArgs::new("127.0.0.1:0".parse().unwrap(), client.local_addr().unwrap());
     rargs.impair.loss = 0.04;
     rargs.impair.burst = Some(2.0);
@@ -199,7 +210,7 @@ fn unrecoverable_codeword_is_zeroed_in_place() {
     let len = 200_000;
     let p = params(len);
     let bytes = data(len as usize, 2);
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let client = client_socket();
     // Codeword 2 loses 11 of its 50 packets: one more than m.
     let skip: Vec<(u32, usize)> = (0..11).map(|esi| (2, esi * 3)).collect();
     let sender = spawn_sender(
@@ -238,7 +249,7 @@ fn unrecoverable_codeword_is_zeroed_in_place() {
 fn silence_ends_the_session_with_nothing_written_unless_keep_length() {
     let dir = tmpdir();
     let p = params(100_000);
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let client = client_socket();
     let mut args = fast_args(&dir.path().join("silent.out"));
     args.timeout_s = 0.3;
     let t = Instant::now();
@@ -284,7 +295,7 @@ fn stray_duplicate_and_far_future_packets_leave_output_identical() {
         last > 64,
         "the object spans more codewords than the reorder window"
     );
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let client = client_socket();
     let to = client.local_addr().unwrap();
     let forge = |sbn: u32, esi: u8, tsi: u32| {
         let mut pkt = vec![0x5A; isnode_wire::DATA_HEADER_LEN + p.symbol_len as usize];
@@ -575,7 +586,7 @@ fn session_port_through_a_relay() {
     let p = params(len);
     let bytes = data(len as usize, 4);
     let server = fake_server(p.clone(), bytes.clone(), 0, None);
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let client = client_socket();
     let mut rargs = RelayArgs::new("127.0.0.1:0".parse().unwrap(), client.local_addr().unwrap());
     rargs.impair.loss = 0.03;
     rargs.impair.seed = 2;
@@ -686,7 +697,7 @@ fn gso_runs_through_a_gro_relay_to_a_gro_client_give_identical_output() {
     let len = 400_000;
     let p = params(len);
     let bytes = data(len as usize, 12);
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let client = client_socket();
     let mut rargs = RelayArgs::new("127.0.0.1:0".parse().unwrap(), client.local_addr().unwrap());
     rargs.idle_exit_s = Some(1.0);
     rargs.max_seconds = 20.0;
