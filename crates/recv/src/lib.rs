@@ -7,6 +7,8 @@
 //! - [`play`]: the client shell: UDP socket, HTTP session control, batched receive, paced playout.
 //! - [`relay`]: a lossy UDP relay between processes.
 //! - [`repair`]: unicast repair (hybrid FEC + ARQ) of what the code could not decode.
+//! - [`limits`]: plausibility limits on what a server announces, the playout queue's bound.
+//! - [`queue`]: the byte-bounded queue between the receive loop and the playout.
 //! - [`sender`]: builds an object's packets without a server, for tests and demos.
 
 #![deny(missing_docs)]
@@ -16,10 +18,12 @@ pub mod control;
 pub mod digest_fetch;
 pub mod digests;
 pub mod impair;
+pub mod limits;
 pub mod loss;
 mod net;
 pub mod play;
 pub mod playout;
+pub mod queue;
 pub mod receiver;
 pub mod relay;
 pub mod repair;

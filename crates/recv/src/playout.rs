@@ -11,10 +11,10 @@
 //! A lost piece is written as zeros, so the output keeps its length and positions.
 
 use std::io::{self, Write};
-use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::queue::Consumer;
 use crate::receiver::Output;
 
 /// Lateness below this is scheduling noise, not an underrun.
@@ -29,6 +29,20 @@ pub struct PlayoutConfig {
     pub pacing: Pacing,
     /// Time between the first piece and the start of paced playout.
     pub prebuffer: Duration,
+    /// Wall-clock bound (`--max-seconds`): what happens then is [`PlayoutConfig::at_deadline`].
+    pub deadline: Option<Instant>,
+    /// What the playout does at its deadline.
+    pub at_deadline: AtDeadline,
+}
+
+/// What the playout does at [`PlayoutConfig::deadline`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AtDeadline {
+    /// Stops: whatever is not written yet is dropped, the output ends there.
+    #[default]
+    Stop,
+    /// Writes the rest without pacing (`--keep-length`: the output keeps its length).
+    Unpaced,
 }
 
 /// How the playout buffer times its writes.
@@ -91,12 +105,14 @@ pub fn due_time(start: Instant, rel: u64, bitrate_bps: u64) -> Instant {
 static ZEROS: [u8; 65536] = [0u8; 65536];
 
 /// Starts the writer thread. It ends when the sender side of `pieces` is dropped and every
-/// piece has been played out, and returns its measurements, or the first write error.
+/// piece has been played out (or at its deadline), and returns its measurements, or the
+/// first write error. Each piece written is reported to `pieces` ([`Consumer::played`]).
 pub fn spawn(
     mut out: Box<dyn Write + Send>,
     config: PlayoutConfig,
-    pieces: mpsc::Receiver<Output>,
+    pieces: impl Into<Consumer>,
 ) -> io::Result<JoinHandle<io::Result<PlayoutStats>>> {
+    let pieces = pieces.into();
     std::thread::Builder::new()
         .name("isnode-playout".into())
         .spawn(move || {
@@ -106,12 +122,15 @@ pub fn spawn(
         })
 }
 
-fn run(
-    out: &mut dyn Write,
-    config: PlayoutConfig,
-    pieces: mpsc::Receiver<Output>,
-) -> io::Result<PlayoutStats> {
-    let paced = config.pacing == Pacing::AtBitrate && config.bitrate_bps > 0;
+/// Whether `deadline` has passed.
+fn past(deadline: Option<Instant>) -> bool {
+    deadline.is_some_and(|d| Instant::now() >= d)
+}
+
+fn run(out: &mut dyn Write, config: PlayoutConfig, pieces: Consumer) -> io::Result<PlayoutStats> {
+    let mut paced = config.pacing == Pacing::AtBitrate && config.bitrate_bps > 0;
+    // The deadline still ahead (None once it passed under `AtDeadline::Unpaced`).
+    let mut deadline = config.deadline;
     // 20 ms of media per write when paced, within [1 KiB, 64 KiB].
     let piece_len = if paced {
         (config.bitrate_bps / 8 / 50).clamp(1024, 65536) as usize
@@ -123,7 +142,19 @@ fn run(
     // Schedule origin (slides on underruns) and the fixed start of playout.
     let mut origin: Option<Instant> = None;
     let mut rel: u64 = 0;
-    while let Ok(piece) = pieces.recv() {
+    loop {
+        let Some(piece) = pieces.recv(deadline) else {
+            if !past(deadline) {
+                break; // the receive loop is done and everything is written
+            }
+            match config.at_deadline {
+                AtDeadline::Stop => break,
+                AtDeadline::Unpaced => {
+                    (paced, deadline) = (false, None);
+                    continue;
+                }
+            }
+        };
         let arrived = Instant::now();
         let start = match (stats.started_at, origin) {
             (Some(start), Some(o)) => {
@@ -158,10 +189,20 @@ fn run(
             if paced {
                 if let Some(o) = origin {
                     let due = due_time(o, rel, config.bitrate_bps);
+                    let wake = deadline.map_or(due, |d| due.min(d));
                     let now = Instant::now();
-                    if due > now {
-                        std::thread::sleep(due - now);
+                    if wake > now {
+                        std::thread::sleep(wake - now);
                     }
+                }
+            }
+            if past(deadline) {
+                match config.at_deadline {
+                    AtDeadline::Stop => {
+                        stats.per_second_bitrate_bps = bins.bitrates();
+                        return Ok(stats);
+                    }
+                    AtDeadline::Unpaced => (paced, deadline) = (false, None),
                 }
             }
             match &piece {
@@ -183,6 +224,7 @@ fn run(
             rel += n as u64;
             stats.bytes_written += n as u64;
         }
+        pieces.played(total);
     }
     stats.per_second_bitrate_bps = bins.bitrates();
     Ok(stats)
@@ -191,6 +233,7 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
     use std::sync::{Arc, Mutex};
 
     #[derive(Clone, Default)]
@@ -233,6 +276,8 @@ mod tests {
             bitrate_bps: 400_000,
             pacing: Pacing::AtBitrate,
             prebuffer: Duration::from_millis(50),
+            deadline: None,
+            at_deadline: AtDeadline::Stop,
         };
         let t = Instant::now();
         let h = spawn(Box::new(sink.clone()), cfg, rx).unwrap();
@@ -277,6 +322,8 @@ mod tests {
             bitrate_bps: 8_000_000,
             pacing: Pacing::AtBitrate,
             prebuffer: Duration::ZERO,
+            deadline: None,
+            at_deadline: AtDeadline::Stop,
         };
         let h = spawn(Box::new(io::sink()), cfg, rx).unwrap();
         tx.send(Output::Lost {
@@ -296,5 +343,45 @@ mod tests {
         let stats = h.join().unwrap().unwrap();
         assert_eq!(stats.underruns, 1);
         assert!(stats.stall_ms >= 100, "{}", stats.stall_ms);
+    }
+
+    /// A 2 s title, paced, with a deadline 300 ms in: `Stop` ends the output there,
+    /// `Unpaced` writes the rest at once.
+    fn played_until_deadline(at_deadline: AtDeadline) -> PlayoutStats {
+        let (tx, rx) = mpsc::channel();
+        let cfg = PlayoutConfig {
+            bitrate_bps: 80_000,
+            pacing: Pacing::AtBitrate,
+            prebuffer: Duration::ZERO,
+            deadline: Some(Instant::now() + Duration::from_millis(300)),
+            at_deadline,
+        };
+        let h = spawn(Box::new(io::sink()), cfg, rx).unwrap();
+        for sbn in 0..10 {
+            tx.send(Output::Data {
+                sbn,
+                offset: u64::from(sbn) * 2_000,
+                bytes: vec![1; 2_000],
+            })
+            .unwrap();
+        }
+        // The sender stays open past the deadline (a receive loop still running): only the
+        // deadline stops the pacing.
+        let holder = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            drop(tx);
+        });
+        let stats = h.join().unwrap().unwrap();
+        holder.join().unwrap();
+        stats
+    }
+
+    #[test]
+    fn stops_at_the_deadline() {
+        let stats = played_until_deadline(AtDeadline::Stop);
+        assert!(stats.bytes_written > 0);
+        assert!(stats.bytes_written < 20_000, "{}", stats.bytes_written);
+        let stats = played_until_deadline(AtDeadline::Unpaced);
+        assert_eq!(stats.bytes_written, 20_000);
     }
 }

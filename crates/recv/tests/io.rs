@@ -127,6 +127,17 @@ fn setup(p: &SessionParams, bitrate_bps: u64) -> SessionSetup {
     }
 }
 
+/// The client's socket on loopback, its receive buffer grown at once: the unpaced senders
+/// of these tests start before the receive loop (which grows the buffer itself), and on a
+/// loaded machine the default buffer would overflow, a loss no test means to inject.
+fn client_socket() -> UdpSocket {
+    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket2::SockRef::from(&client)
+        .set_recv_buffer_size(4 << 20)
+        .unwrap();
+    client
+}
+
 fn fast_args(out: &Path) -> PlayArgs {
     let mut args = PlayArgs::new("clip.ts");
     args.out = Some(out.to_path_buf());
@@ -141,7 +152,7 @@ fn relay_with_loss_and_corruption_gives_identical_output() {
     let len = 400_000;
     let p = params(len);
     let bytes = data(len as usize, 1);
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let client = client_socket();
     let mut rargs = RelayArgs::new("127.0.0.1:0".parse().unwrap(), client.local_addr().unwrap());
     rargs.impair.loss = 0.04;
     rargs.impair.burst = Some(2.0);
@@ -199,7 +210,7 @@ fn unrecoverable_codeword_is_zeroed_in_place() {
     let len = 200_000;
     let p = params(len);
     let bytes = data(len as usize, 2);
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let client = client_socket();
     // Codeword 2 loses 11 of its 50 packets: one more than m.
     let skip: Vec<(u32, usize)> = (0..11).map(|esi| (2, esi * 3)).collect();
     let sender = spawn_sender(
@@ -231,16 +242,29 @@ fn unrecoverable_codeword_is_zeroed_in_place() {
     assert!(stats.summary().contains("lost codeword 2"));
 }
 
+/// Silence ends the session after `--timeout-s`: nothing was received, so nothing is
+/// written (issue 11: no zeros for a title that never came); `--keep-length` pads the
+/// output to the announced length with zeros, everything lost.
 #[test]
-fn silence_ends_the_session_with_everything_lost() {
+fn silence_ends_the_session_with_nothing_written_unless_keep_length() {
     let dir = tmpdir();
     let p = params(100_000);
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let client = client_socket();
     let mut args = fast_args(&dir.path().join("silent.out"));
     args.timeout_s = 0.3;
     let t = Instant::now();
     let stats = play_session(&args, &client, &setup(&p, 1_000_000)).unwrap();
     assert!(t.elapsed() < Duration::from_secs(3));
+    assert_eq!(stats.end_reason, EndReason::Timeout);
+    assert_eq!(stats.codewords_decoded, 0);
+    assert_eq!(stats.bytes_written, 0);
+    assert!(!stats.is_clean());
+    assert!(std::fs::read(dir.path().join("silent.out"))
+        .unwrap()
+        .is_empty());
+
+    args.keep_length = true;
+    let stats = play_session(&args, &client, &setup(&p, 1_000_000)).unwrap();
     assert_eq!(stats.end_reason, EndReason::Timeout);
     assert_eq!(stats.codewords_unrecoverable, stats.codewords_total);
     assert_eq!(stats.bytes_written, 100_000);
@@ -271,7 +295,7 @@ fn stray_duplicate_and_far_future_packets_leave_output_identical() {
         last > 64,
         "the object spans more codewords than the reorder window"
     );
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let client = client_socket();
     let to = client.local_addr().unwrap();
     let forge = |sbn: u32, esi: u8, tsi: u32| {
         let mut pkt = vec![0x5A; isnode_wire::DATA_HEADER_LEN + p.symbol_len as usize];
@@ -379,6 +403,7 @@ fn fake_server(
     let stop = Arc::new(AtomicBool::new(false));
     let senders = Arc::new(Mutex::new(Vec::new()));
     let next_id = Arc::new(AtomicU64::new(1));
+    let pending = Arc::new(Mutex::new(std::collections::HashMap::new()));
     {
         let (log, stop, senders) = (log.clone(), stop.clone(), senders.clone());
         std::thread::spawn(move || {
@@ -391,13 +416,14 @@ fn fake_server(
                         continue;
                     }
                 };
-                let (log, senders, p, bytes, admission, next_id) = (
+                let (log, senders, p, bytes, admission, next_id, pending) = (
                     log.clone(),
                     senders.clone(),
                     p.clone(),
                     bytes.clone(),
                     admission.clone(),
                     next_id.clone(),
+                    pending.clone(),
                 );
                 std::thread::spawn(move || {
                     conn.set_nonblocking(false).unwrap();
@@ -424,15 +450,12 @@ fn fake_server(
                                     let mut sp = p.clone();
                                     sp.start_codeword = start;
                                     let to = SocketAddr::new(peer.ip(), port);
-                                    senders.lock().unwrap().push(spawn_sender(
-                                        sp,
-                                        bytes.clone(),
-                                        to,
-                                        SendPlan {
-                                            bitrate_bps,
-                                            skip: vec![],
-                                        },
-                                    ));
+                                    // Return routability as a real server does it: the
+                                    // token first, the stream once it is echoed.
+                                    let token = isnode_proto::auth::token_datagram(&[9; 16]);
+                                    let _ = std::net::UdpSocket::bind("127.0.0.1:0")
+                                        .and_then(|u| u.send_to(&token, to));
+                                    pending.lock().unwrap().insert(id.clone(), (sp, to));
                                     let codewords = isnode_wire::partition::Partition::new(
                                         p.transfer_length,
                                         p.symbol_len,
@@ -442,10 +465,15 @@ fn fake_server(
                                     .blocks();
                                     let reply = serde_json::json!({
                                         "id": id,
+                                        "secret": "00112233445566778899aabbccddeeff",
+                                        "validate_timeout_ms": 2000,
                                         "destination": to.to_string(),
                                         "object": {
                                             "name": "clip.ts", "size_bytes": p.transfer_length,
-                                            "bitrate_bps": bitrate_bps, "duration_s": 1.0,
+                                            // A sender at 0 sends unpaced; a server
+                                            // never announces 0 (the client refuses it).
+                                            "bitrate_bps": bitrate_bps.max(1_000_000),
+                                            "duration_s": 1.0,
                                             "content_type": "video/mp2t",
                                             "symbol_size": p.symbol_len,
                                             "source_symbols": p.max_source_block_len,
@@ -464,6 +492,29 @@ fn fake_server(
                                         }
                                     });
                                     ("201 Created", reply.to_string())
+                                }
+                            }
+                            ("POST", path) if path.ends_with("/validate") => {
+                                let id = path
+                                    .trim_start_matches("/v1/sessions/")
+                                    .trim_end_matches("/validate");
+                                match pending.lock().unwrap().remove(id) {
+                                    Some((sp, to)) => {
+                                        senders.lock().unwrap().push(spawn_sender(
+                                            sp,
+                                            bytes.clone(),
+                                            to,
+                                            SendPlan {
+                                                bitrate_bps,
+                                                skip: vec![],
+                                            },
+                                        ));
+                                        ("204 No Content", String::new())
+                                    }
+                                    None => (
+                                        "404 Not Found",
+                                        r#"{"error":"no such session"}"#.to_string(),
+                                    ),
                                 }
                             }
                             ("POST", path) if path.ends_with("/keepalive") => {
@@ -559,7 +610,7 @@ fn session_port_through_a_relay() {
     let p = params(len);
     let bytes = data(len as usize, 4);
     let server = fake_server(p.clone(), bytes.clone(), 0, None);
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let client = client_socket();
     let mut rargs = RelayArgs::new("127.0.0.1:0".parse().unwrap(), client.local_addr().unwrap());
     rargs.impair.loss = 0.03;
     rargs.impair.seed = 2;
@@ -670,7 +721,7 @@ fn gso_runs_through_a_gro_relay_to_a_gro_client_give_identical_output() {
     let len = 400_000;
     let p = params(len);
     let bytes = data(len as usize, 12);
-    let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let client = client_socket();
     let mut rargs = RelayArgs::new("127.0.0.1:0".parse().unwrap(), client.local_addr().unwrap());
     rargs.idle_exit_s = Some(1.0);
     rargs.max_seconds = 20.0;

@@ -196,6 +196,11 @@ pub fn play_described(
     if args.http.is_some() {
         bail!("--http is not available with a broadcast yet: use --out FILE or --out -");
     }
+    // A broadcast's receiver collects the whole object (window = codewords): its memory is
+    // bounded by --max-object-bytes.
+    args.announce_limits()
+        .check(&crate::limits::Announced::of(&info.object), 1)
+        .with_context(|| format!("refusing the broadcast {} of {}", info.id, info.object.name))?;
     let mut impair = Impairer::new(&args.impair)?;
     let arrived = asked + rtt / 2;
     let plan = tune::plan_of(info)?;
@@ -231,8 +236,13 @@ pub fn play_described(
             wait_readable(&chans, POLL_TIMEOUT);
         }
     }
-    rx.finish();
-    run.write(&mut rx, &mut *out)?;
+    // Cut short by --max-seconds: the output ends with what was played (unless
+    // --keep-length); at the plan's end what is missing is lost and written as zeros.
+    let cut_short = !rx.is_complete() && arrived.elapsed().as_secs_f64() > args.max_seconds;
+    if !cut_short || args.cut_short() == crate::play::CutShort::KeepLength {
+        rx.finish();
+        run.write(&mut rx, &mut *out)?;
+    }
     out.flush()?;
     let now_s = arrived.elapsed().as_secs_f64();
     for c in &mut chans {

@@ -28,7 +28,8 @@ pub struct PlayArgs {
     pub server: String,
 
     /// Write the object's bytes to FILE (`-` for stdout); without it they are only counted.
-    /// Unrecoverable codewords are written as zeros: the output always keeps its length.
+    /// Unrecoverable codewords are written as zeros; a session cut short (server gone,
+    /// --max-seconds) ends the output after what was received (see --keep-length).
     #[arg(long, value_name = "FILE|-")]
     pub out: Option<PathBuf>,
 
@@ -74,13 +75,45 @@ pub struct PlayArgs {
     #[arg(long, value_name = "SECONDS", conflicts_with = "start_codeword")]
     pub start_at: Option<f64>,
 
-    /// End the session after this many seconds without a datagram.
+    /// After this many seconds without a datagram the server is taken for gone: the client
+    /// stops with an error, the output ending after what was received.
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     pub timeout_s: f64,
 
-    /// End the session after this many seconds in any case.
+    /// Stop after this many seconds (wall clock, from the start) in any case, output and
+    /// --http linger included; the output ends there unless --keep-length.
     #[arg(long, value_name = "SECONDS", default_value_t = 86_400.0)]
     pub max_seconds: f64,
+
+    /// When the session is cut short (server gone, --max-seconds), pad the output with
+    /// zeros to the announced length (written unpaced) instead of ending it after what was
+    /// received; the server-gone error then becomes a lossy end.
+    #[arg(long)]
+    pub keep_length: bool,
+
+    /// Refuse a server that announces an object larger than this (bytes).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::limits::DEFAULT_MAX_OBJECT_BYTES)]
+    pub max_object_bytes: u64,
+
+    /// Refuse a server that announces a bitrate below this (bit/s).
+    #[arg(long, value_name = "BPS", default_value_t = crate::limits::DEFAULT_MIN_BITRATE_BPS)]
+    pub min_bitrate_bps: u64,
+
+    /// Refuse a server that announces a bitrate above this (bit/s).
+    #[arg(long, value_name = "BPS", default_value_t = crate::limits::DEFAULT_MAX_BITRATE_BPS)]
+    pub max_bitrate_bps: u64,
+
+    /// Refuse a server whose announced size and bitrate give a playing time longer than
+    /// this (seconds).
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::limits::DEFAULT_MAX_TITLE_S)]
+    pub max_title_s: f64,
+
+    /// Bound of the queue between the receive loop and the playout (bytes): it holds four
+    /// seconds of media or four codewords, at most this; when it is full the receive core
+    /// holds its output back, and a server sending faster than the playout drains loses
+    /// codewords (erasures, repaired or zero-filled) instead of growing memory.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::limits::DEFAULT_MAX_QUEUE_BYTES)]
+    pub max_queue_bytes: u64,
 
     /// Paced playout starts this long after the first byte is ready; default: 0 with
     /// `--release instant` (the lead against a codeword that must be decoded comes from the
@@ -155,6 +188,14 @@ pub enum VerifyDigests {
     /// Trust the CRC32C alone.
     Off,
 }
+/// What the output becomes when a session is cut short (the server gone, `--max-seconds`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CutShort {
+    /// It ends after the last codeword received (default).
+    Truncate,
+    /// It is padded with zeros to the announced length (`--keep-length`).
+    KeepLength,
+}
 
 /// The value of `--release`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,6 +216,25 @@ impl From<ReleaseArg> for crate::receiver::Release {
 }
 
 impl PlayArgs {
+    /// The limits on what a server announces (`--max-object-bytes` and the like).
+    pub fn announce_limits(&self) -> crate::limits::AnnounceLimits {
+        crate::limits::AnnounceLimits {
+            max_object_bytes: self.max_object_bytes,
+            min_bitrate_bps: self.min_bitrate_bps,
+            max_bitrate_bps: self.max_bitrate_bps,
+            max_title_s: self.max_title_s,
+        }
+    }
+
+    /// What happens to the output when the session is cut short (`--keep-length`).
+    pub fn cut_short(&self) -> CutShort {
+        if self.keep_length {
+            CutShort::KeepLength
+        } else {
+            CutShort::Truncate
+        }
+    }
+
     /// Arguments with every option at its default, for `name`.
     pub fn new(name: impl Into<String>) -> PlayArgs {
         PlayArgs {
@@ -195,6 +255,12 @@ impl PlayArgs {
             start_at: None,
             timeout_s: 5.0,
             max_seconds: 86_400.0,
+            keep_length: false,
+            max_object_bytes: crate::limits::DEFAULT_MAX_OBJECT_BYTES,
+            min_bitrate_bps: crate::limits::DEFAULT_MIN_BITRATE_BPS,
+            max_bitrate_bps: crate::limits::DEFAULT_MAX_BITRATE_BPS,
+            max_title_s: crate::limits::DEFAULT_MAX_TITLE_S,
+            max_queue_bytes: crate::limits::DEFAULT_MAX_QUEUE_BYTES,
             prebuffer_ms: None,
             loss_horizon: 2,
             window_codewords: 16,

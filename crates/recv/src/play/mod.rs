@@ -13,9 +13,13 @@
 //!
 //! The session ends when every codeword is decoded or declared lost; when the last codeword
 //! has been seen and no datagram came for a second (or `--timeout-s`, if shorter); when no
-//! datagram came for `--timeout-s`; or after `--max-seconds`. Whatever is still undecoded
-//! then is reported unrecoverable and written as zeros, unless the unicast repair
-//! ([`crate::repair`]) fetches the missing symbols from the server first.
+//! datagram came for `--timeout-s` (the server is gone: [`ServerGone`]); or at
+//! `--max-seconds` (a hard wall-clock bound, playout included). Whatever is still
+//! undecoded then is reported unrecoverable and written as zeros, unless the unicast repair
+//! ([`crate::repair`]) fetches the missing symbols from the server first; a session cut
+//! short (server gone, `--max-seconds`) ends its output after the last codeword received
+//! unless `--keep-length`. What the server announces is checked against
+//! [`crate::limits`] first; the queue to playout is bounded ([`crate::queue`]).
 //!
 //! Inside: `args` (the command line, [`PlayArgs`]), `session` (the session as received,
 //! [`SessionSetup`], and the receive loop), `stats` (what is reported, [`PlayStats`]),
@@ -41,7 +45,7 @@ use crate::control::{leading_skip_bytes, ControlClient};
 use crate::impair::Impairer;
 use isnode_proto::keepalive::LossReport;
 
-pub use args::{AcceptFrom, PlayArgs, ReleaseArg, VerifyDigests};
+pub use args::{AcceptFrom, CutShort, PlayArgs, ReleaseArg, VerifyDigests};
 pub use http::{HttpListener, HttpOut, HttpServe};
 pub use session::{SessionSetup, SourceFilter};
 pub use stats::{EndReason, LostRange, PlayStats};
@@ -132,6 +136,12 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
             .into());
         }
     };
+    if let Err(e) = check_announced(args, &info) {
+        if let Err(d) = control.delete_session(&info.id, &info.secret) {
+            tracing::warn!("could not delete session {}: {d:#}", info.id);
+        }
+        return Err(e);
+    }
     let skip = leading_skip_bytes(&info)?;
     if let (Some(offset), Some(by)) = (info.start_offset_bytes, info.seek_by) {
         tracing::info!(
@@ -197,7 +207,16 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
     stats.max_reported_loss_rate = reported.max.map(LossReport::rate);
     write_stats_json(args, &stats)?;
     if let Some(server) = served {
-        server.linger(linger);
+        let deadline = session::deadline_after(requested, args.max_seconds)?;
+        server.linger(linger.min(deadline.saturating_duration_since(Instant::now())));
+    }
+    if stats.end_reason == EndReason::Timeout && args.cut_short() == CutShort::Truncate {
+        return Err(ServerGone {
+            timeout_s: args.timeout_s,
+            bytes_written: stats.bytes_written,
+            bytes_expected: stats.bytes_expected,
+        }
+        .into());
     }
     Ok(stats)
 }
@@ -242,6 +261,36 @@ fn prefetch_digests(
         control: control.clone(),
         initial,
     }))
+}
+/// The session ended because no datagram came for `--timeout-s`: the server is gone (or
+/// never sent), and the output ends after what was received.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error(
+    "the server is gone: no datagram for {timeout_s} s (--timeout-s); the output ends after \
+     the {bytes_written} bytes received of {bytes_expected} (--keep-length pads it with zeros)"
+)]
+pub struct ServerGone {
+    /// `--timeout-s`.
+    pub timeout_s: f64,
+    /// Bytes written to the output.
+    pub bytes_written: u64,
+    /// Bytes the whole title would have had.
+    pub bytes_expected: u64,
+}
+
+/// Checks a session answer against the limits of `args` (`--max-object-bytes` and the
+/// like) before anything is allocated or written for it.
+fn check_announced(args: &PlayArgs, info: &isnode_proto::SessionInfo) -> anyhow::Result<()> {
+    let window = crate::receiver::ReceiverConfig {
+        release: args.release.into(),
+        loss_horizon: args.loss_horizon,
+        window_codewords: args.window_codewords,
+    }
+    .effective_window_codewords();
+    let announced = crate::limits::Announced::of(&info.object);
+    args.announce_limits()
+        .check(&announced, window)
+        .with_context(|| format!("refusing the session {} for {}", info.id, info.object.name))
 }
 
 fn secs_arg(v: f64, what: &str) -> anyhow::Result<Duration> {

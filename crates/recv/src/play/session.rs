@@ -3,7 +3,6 @@
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -14,13 +13,12 @@ use crate::digest_fetch::{ahead_codewords, symbols_of, DigestFetcher};
 use crate::impair::{Impairer, Verdict};
 use crate::loss::LossMeter;
 use crate::net::{enable_gro, grow_recv_buffer, set_poll_timeout, Batch};
-use crate::playout::{self, Pacing, PlayoutConfig, PlayoutStats};
-use crate::receiver::{
-    verify_fdt, FdtCheck, Output, Receiver, ReceiverConfig, Release, SessionParams,
-};
+use crate::playout::{self, AtDeadline, Pacing, PlayoutConfig, PlayoutStats};
+use crate::queue::{self, Producer};
+use crate::receiver::{verify_fdt, FdtCheck, Receiver, ReceiverConfig, Release, SessionParams};
 use crate::repair::{self, Repair};
 
-use super::args::PlayArgs;
+use super::args::{CutShort, PlayArgs};
 use super::stats::{assemble, EndReason, LoopCounts, PlayStats, PlayTimes};
 
 /// Which datagrams the receive loop takes, by their source address.
@@ -107,19 +105,28 @@ struct Limits {
     idle_timeout: Duration,
     /// Once the last codeword has been seen, no datagram for this long ends the session.
     tail_idle: Duration,
-    /// The session ends after this long in any case.
-    max_duration: Duration,
+    /// The session (receive loop, playout) ends at this instant in any case.
+    deadline: Instant,
 }
 
 impl Limits {
-    fn from_args(args: &PlayArgs) -> anyhow::Result<Limits> {
+    /// The limits of a session started at `start` (`--max-seconds` counts from there).
+    fn from_args(args: &PlayArgs, start: Instant) -> anyhow::Result<Limits> {
         let idle_timeout = secs(args.timeout_s, "--timeout-s")?;
         Ok(Limits {
             idle_timeout,
             tail_idle: idle_timeout.min(Duration::from_secs(1)),
-            max_duration: secs(args.max_seconds, "--max-seconds")?,
+            deadline: deadline_after(start, args.max_seconds)?,
         })
     }
+}
+
+/// `start` plus `--max-seconds` (far in the future if that does not fit an `Instant`).
+pub(super) fn deadline_after(start: Instant, max_seconds: f64) -> anyhow::Result<Instant> {
+    let max = secs(max_seconds, "--max-seconds")?;
+    Ok(start
+        .checked_add(max)
+        .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 86_400)))
 }
 
 fn secs(v: f64, what: &str) -> anyhow::Result<Duration> {
@@ -131,7 +138,12 @@ fn secs(v: f64, what: &str) -> anyhow::Result<Duration> {
 /// [`Release::Instant`] (playout starts at the first byte released; the server's start-up
 /// burst gives the lead that covers waiting for a codeword's decode), one codeword's playing
 /// time with [`Release::Codeword`] (as before instant start).
-fn playout_config(args: &PlayArgs, setup: &SessionSetup, rx: &Receiver) -> PlayoutConfig {
+fn playout_config(
+    args: &PlayArgs,
+    setup: &SessionSetup,
+    rx: &Receiver,
+    deadline: Instant,
+) -> PlayoutConfig {
     let codeword_bits =
         f64::from(rx.partition().a_large) * f64::from(setup.params.symbol_len) * 8.0;
     let codeword_time = if setup.bitrate_bps > 0 {
@@ -151,6 +163,11 @@ fn playout_config(args: &PlayArgs, setup: &SessionSetup, rx: &Receiver) -> Playo
             (None, Release::Instant) => Duration::ZERO,
             (None, Release::Codeword) => codeword_time,
         },
+        deadline: Some(deadline),
+        at_deadline: match args.cut_short() {
+            CutShort::Truncate => AtDeadline::Stop,
+            CutShort::KeepLength => AtDeadline::Unpaced,
+        },
     }
 }
 
@@ -159,6 +176,18 @@ fn playout_config(args: &PlayArgs, setup: &SessionSetup, rx: &Receiver) -> Playo
 pub(super) struct Auth {
     pub control: std::sync::Arc<crate::control::ControlClient>,
     pub initial: crate::digests::DigestRows,
+}
+/// How a drain of the receive core ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Drained {
+    /// Nothing more is decided (or the output was cut there).
+    Empty,
+    /// The queue to playout is full: the rest stays in the core (back-pressure).
+    QueueFull,
+    /// The unicast repair holds the release point.
+    RepairHolds,
+    /// The playout thread is gone.
+    WriterGone,
 }
 
 /// The receive core and what feeds it and drains it.
@@ -172,7 +201,12 @@ struct Feed<'a> {
     /// Injected loss and corruption; None when `--loss` and `--corrupt` are 0.
     impairer: Option<Impairer>,
     counts: LoopCounts,
-    pieces: mpsc::Sender<Output>,
+    /// The bounded queue to the playout thread.
+    pieces: Producer,
+    /// Highest SBN of a symbol taken into the window.
+    max_sbn: Option<u32>,
+    /// Codewords from this one on are not released (a session cut short).
+    cut_at: Option<u32>,
     /// Set when the playout thread stopped taking pieces.
     writer_gone: bool,
     /// Unicast repair of what the code cannot decode (None: `--no-repair`, or no server).
@@ -203,7 +237,9 @@ impl Feed<'_> {
             if verdict == Some(Verdict::Drop) {
                 continue;
             }
-            self.rx.push(packet, at);
+            if let crate::receiver::PacketClass::Symbol { sbn, .. } = self.rx.push(packet, at) {
+                self.max_sbn = self.max_sbn.max(Some(sbn));
+            }
             self.drain();
         }
         if let Some(f) = &mut self.digests {
@@ -211,16 +247,37 @@ impl Feed<'_> {
         }
     }
 
-    /// Hands every released piece to the playout thread.
-    fn drain(&mut self) {
-        while !self.writer_gone {
+    /// Hands released pieces to the playout thread while its queue has room.
+    fn drain(&mut self) -> Drained {
+        loop {
+            if self.writer_gone {
+                return Drained::WriterGone;
+            }
+            if self.cut_at.is_some_and(|cut| self.rx.next_release() >= cut) {
+                return Drained::Empty;
+            }
             if self.repair.as_mut().is_some_and(|r| r.holds(&mut self.rx)) {
-                return;
+                return Drained::RepairHolds;
+            }
+            if !self.pieces.has_room() {
+                self.writer_gone = self.pieces.is_closed();
+                if self.writer_gone {
+                    return Drained::WriterGone;
+                }
+                return Drained::QueueFull;
             }
             let Some(piece) = self.rx.poll_output() else {
-                return;
+                return Drained::Empty;
             };
             self.writer_gone = self.pieces.send(piece).is_err();
+        }
+    }
+
+    /// Drains, waiting for room in the queue to playout until `until` (None: as long as
+    /// the playout takes pieces).
+    fn drain_waiting(&mut self, until: Option<Instant>) {
+        while self.drain() == Drained::QueueFull && until.is_none_or(|u| Instant::now() < u) {
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -245,19 +302,34 @@ impl Feed<'_> {
         }
     }
 
-    /// The stream is over: whatever is not decoded now never will be.
-    fn finish(&mut self) {
+    /// The stream is over (`end`): whatever is not decoded now never will be. A session cut
+    /// short (server gone, `--max-seconds`) releases only the codewords up to the last one
+    /// received, unless `cut` keeps the length. Waits for room in the queue to playout until
+    /// `deadline` (truncating) or without limit (keeping the length: the playout is unpaced
+    /// past its deadline).
+    fn finish(&mut self, end: EndReason, cut: CutShort, deadline: Instant) {
         if !self.rx.is_complete() {
             self.rx.finish();
         }
-        self.drain();
+        let cut_short = matches!(end, EndReason::Timeout | EndReason::MaxDuration);
+        let until = match cut {
+            CutShort::Truncate => {
+                if cut_short {
+                    let first = self.rx.params().start_codeword;
+                    self.cut_at = Some(self.max_sbn.map_or(first, |m| m.saturating_add(1)));
+                }
+                Some(deadline)
+            }
+            CutShort::KeepLength => None,
+        };
+        self.drain_waiting(until);
         // Repairs still under way end by their answer or their deadline.
         while self
             .repair
             .as_mut()
             .is_some_and(|r| r.wait(&mut self.rx, Duration::from_millis(20)))
         {
-            self.drain();
+            self.drain_waiting(until);
         }
     }
 }
@@ -274,18 +346,17 @@ fn receive(
     // FDT packets may be a little longer than data packets: leave room.
     let slot = (DATA_HEADER_LEN + feed.rx.params().symbol_len as usize + 256).max(2048);
     let mut batch = Batch::new(32, slot, enable_gro(socket));
-    let start = Instant::now();
-    let mut last_datagram = start;
+    let mut last_datagram = Instant::now();
     loop {
+        let now = Instant::now();
+        if now >= limits.deadline {
+            return Ok(EndReason::MaxDuration);
+        }
         // The playout thread gone (its error is reported when it is joined) ends it too.
         if feed.rx.is_complete() || feed.writer_gone {
             return Ok(EndReason::Complete);
         }
-        let now = Instant::now();
         let idle = now - last_datagram;
-        if now - start >= limits.max_duration {
-            return Ok(EndReason::MaxDuration);
-        }
         if idle >= limits.idle_timeout {
             return Ok(EndReason::Timeout);
         }
@@ -316,7 +387,7 @@ pub(super) fn run_session(
     loss: &AtomicU32,
     auth: Option<Auth>,
 ) -> anyhow::Result<PlayStats> {
-    let limits = Limits::from_args(args)?;
+    let limits = Limits::from_args(args, requested)?;
     let config = ReceiverConfig {
         release: args.release.into(),
         loss_horizon: args.loss_horizon,
@@ -330,10 +401,13 @@ pub(super) fn run_session(
         }
         DigestFetcher::start(a.control, setup.object.clone(), symbols_of(&rx))
     });
-    let playout_config = playout_config(args, setup, &rx);
+    let playout_config = playout_config(args, setup, &rx, limits.deadline);
+    let codeword_bytes = u64::from(rx.partition().a_large) * u64::from(setup.params.symbol_len);
+    let queue_limit =
+        crate::limits::queue_limit_bytes(setup.bitrate_bps, codeword_bytes, args.max_queue_bytes);
     // Checked even when it does nothing, as `play_on` checks it before the session.
     let impairer = Impairer::new(&args.impair)?;
-    let (pieces, to_play) = mpsc::channel();
+    let (pieces, to_play) = queue::bounded(queue_limit);
     let repair = (!args.no_repair && setup.session_id.is_some()).then(|| {
         let backoff = Duration::from_millis(args.repair_backoff_ms);
         let cw = repair::codeword_time(&rx, setup.bitrate_bps);
@@ -347,6 +421,8 @@ pub(super) fn run_session(
         impairer: (!args.impair.is_transparent()).then_some(impairer),
         counts: LoopCounts::default(),
         pieces,
+        max_sbn: None,
+        cut_at: None,
         writer_gone: false,
         repair,
         meter: LossMeter::default(),
@@ -355,7 +431,7 @@ pub(super) fn run_session(
     };
     let writer = playout::spawn(out, playout_config, to_play)?;
     let end_reason = receive(socket, &mut feed, limits, requested)?;
-    feed.finish();
+    feed.finish(end_reason, args.cut_short(), limits.deadline);
     let Feed {
         rx,
         impairer,
@@ -364,6 +440,7 @@ pub(super) fn run_session(
         repair,
         ..
     } = feed;
+    let queue = pieces.stats();
     drop(pieces);
     let playout: PlayoutStats = match writer.join() {
         Ok(r) => r.context("writing the output")?,
@@ -384,6 +461,7 @@ pub(super) fn run_session(
         times,
     );
     stats.repair = repair.map(|r| r.stats()).unwrap_or_default();
+    stats.playout_queue = queue;
     Ok(stats)
 }
 

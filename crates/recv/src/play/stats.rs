@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::impair::ImpairStats;
 use crate::playout::PlayoutStats;
+use crate::queue::QueueStats;
 use crate::receiver::{FdtCheck, Receiver, ReceiverStats};
 use crate::repair::RepairStats;
 
@@ -129,6 +130,8 @@ pub struct PlayStats {
     pub reported_loss_rate: Option<f64>,
     /// The highest loss rate reported to the server, if any.
     pub max_reported_loss_rate: Option<f64>,
+    /// The bounded queue between the receive loop and the playout.
+    pub playout_queue: QueueStats,
 }
 
 impl PlayStats {
@@ -193,6 +196,15 @@ impl PlayStats {
             s.push_str(&format!(
                 "unicast repair: {} codewords repaired, {} not, {} requests, {} packets ({} bytes) fetched\n",
                 r.codewords_repaired, r.codewords_failed, r.requests, r.packets_fetched, r.bytes_fetched
+            ));
+        }
+        let q = &self.playout_queue;
+        if q.full_events > 0 {
+            s.push_str(&format!(
+                "the server sent faster than the playout drains (its announced bitrate): the \
+                 queue to playout ({} bytes) was full {} times (codewords beyond the receive \
+                 window are then given up)\n",
+                q.limit_bytes, q.full_events
             ));
         }
         let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
@@ -312,5 +324,6 @@ pub(super) fn assemble(
         loss_reports_sent: 0,
         reported_loss_rate: None,
         max_reported_loss_rate: None,
+        playout_queue: QueueStats::default(),
     }
 }
