@@ -410,6 +410,8 @@ mod tests {
         serde_json::from_str(
             r#"{
               "id": "5f0c3a9e1b2d4c6f",
+              "secret": "9b1f5c0e7d3a48b2a6c4e8f01d2b3c4d",
+              "validate_timeout_ms": 3000,
               "destination": "127.0.0.1:40000",
               "object": {"name": "movie.ts", "size_bytes": 10000000, "bitrate_bps": 4000000,
                          "duration_s": 20.0, "content_type": "video/mp2t", "symbol_size": 1408,
