@@ -29,6 +29,7 @@ mod api;
 pub mod broadcast;
 pub mod cache;
 mod config;
+mod fd_budget;
 mod keepalive;
 pub mod metrics;
 pub mod net;
@@ -42,8 +43,10 @@ pub mod session;
 mod uring;
 
 pub use config::{
-    Degraded, EngineKind, ReadIo, ServeArgs, DEFAULT_CACHE_SIZE_BYTES, DEFAULT_EGRESS_CAPACITY_BPS,
-    DEFAULT_MAX_CONTENT_READERS, DEFAULT_MAX_SESSIONS_PER_CLIENT, EGRESS_BUDGET_PERCENT, ENGINES,
+    Degraded, EngineKind, ReadIo, ServeArgs, DEFAULT_API_HEADER_TIMEOUT_MS,
+    DEFAULT_API_IDLE_TIMEOUT_MS, DEFAULT_API_MAX_CONNECTIONS, DEFAULT_CACHE_SIZE_BYTES,
+    DEFAULT_EGRESS_CAPACITY_BPS, DEFAULT_MAX_CONTENT_READERS, DEFAULT_MAX_SESSIONS_PER_CLIENT,
+    EGRESS_BUDGET_PERCENT, ENGINES,
 };
 pub use metrics::{Limit, MetricsSnapshot};
 pub use server::{run, start, ServeError, ServerHandle};

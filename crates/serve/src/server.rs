@@ -14,7 +14,7 @@ use crate::cache::{Cache, Residency};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::objects::Objects;
 use crate::registry::{Registry, SessionState, SessionTable};
-use crate::{api, keepalive, plane, reader, uring, EngineKind, ReadIo, ServeArgs};
+use crate::{api, fd_budget, keepalive, plane, reader, uring, EngineKind, ReadIo, ServeArgs};
 
 /// Errors of starting a server.
 #[derive(Debug, thiserror::Error)]
@@ -256,29 +256,50 @@ fn spawn_workers(
     Ok(workers)
 }
 
-/// Raises the soft limit of open descriptors to the hard limit: the `sendfile` engine
-/// keeps a connected socket per session, and the control API a descriptor per connection.
-fn raise_open_files_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+/// The control API's connection limits: the cap from the descriptors the data plane
+/// leaves ([`fd_budget`]), the timeouts from the flags.
+fn api_limits(
+    args: &ServeArgs,
+    vol: &isnode_store::Volume,
+    threads: usize,
+    engine: EngineKind,
+) -> Result<api::ConnLimits, ServeError> {
+    let limit = fd_budget::raise_open_files_limit();
+    let needs = fd_budget::FdNeeds {
+        limit,
+        in_use: fd_budget::open_descriptors().map_err(io_error("counting the open descriptors"))?,
+        objects: vol.objects()?.len() as u64,
+        members: u64::from(vol.params().members),
+        threads: threads as u64,
+        per_thread_files: match engine {
+            EngineKind::Sendfile => fd_budget::PerThreadFiles::Yes,
+            _ => fd_budget::PerThreadFiles::No,
+        },
     };
-    // SAFETY: getrlimit/setrlimit with a valid pointer to an rlimit.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            let old = lim.rlim_cur;
-            lim.rlim_cur = lim.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
-                tracing::debug!("open files limit raised from {old} to {}", lim.rlim_max);
-            }
-        }
+    let max_connections = needs
+        .api_connections(args.api_max_connections)
+        .map_err(ServeError::Config)?;
+    if args.api_header_timeout_ms == 0 || args.api_idle_timeout_ms == 0 {
+        return Err(ServeError::Config(
+            "--api-header-timeout-ms and --api-idle-timeout-ms must be above 0".into(),
+        ));
     }
+    tracing::debug!(
+        limit,
+        data_plane = needs.data_plane(),
+        max_connections,
+        "descriptor budget"
+    );
+    Ok(api::ConnLimits {
+        max_connections,
+        header_timeout_ns: args.api_header_timeout_ms.saturating_mul(1_000_000),
+        idle_timeout_ns: args.api_idle_timeout_ms.saturating_mul(1_000_000),
+    })
 }
 
 /// Starts a server on the volume at `volume_dir` (created with default parameters if
 /// absent) and returns once it listens.
 pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeError> {
-    raise_open_files_limit();
     let vol = isnode_store::Volume::open_or_create(volume_dir)?;
     let params = *vol.params();
     let block_len = params.block_len as usize;
@@ -288,6 +309,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .clamp(1, 256);
     let (engine, read_io) = io_choices(args);
+    let limits = api_limits(args, &vol, threads, engine)?;
     multicast_options(args)?;
     let residency = match engine {
         EngineKind::Sendfile => Residency::OnUse,
@@ -345,7 +367,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
     handle.api_thread = Some(
         std::thread::Builder::new()
             .name("isnode-api".into())
-            .spawn(move || api::serve(sh, std_listener, stop_rx, ready_tx))
+            .spawn(move || api::serve(sh, std_listener, limits, stop_rx, ready_tx))
             .map_err(io_error("starting the control API thread"))?,
     );
     match ready_rx.recv() {
@@ -362,6 +384,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         cache_bytes = u64::from(slots) * block_len as u64,
         bitrate_budget_bps = args.bitrate_budget_bps(),
         max_sessions_per_client = args.max_sessions_per_client,
+        api_max_connections = limits.max_connections,
         "isnode serve started"
     );
     Ok(handle)
