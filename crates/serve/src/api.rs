@@ -34,11 +34,11 @@ use crate::{ServeError, SessionState, Shared};
 type Sh = State<Arc<Shared>>;
 
 /// Runs the API until `stop` fires; reports readiness (or the setup error) on `ready`.
-/// Connections are accepted under `limits` ([`conns`]).
+/// Connections are accepted under `limits` ([`conns`]), over TLS with `tls` if given.
 pub(crate) fn serve(
     sh: Arc<Shared>,
     listener: std::net::TcpListener,
-    limits: ConnLimits,
+    (limits, tls): (ConnLimits, Option<tokio_rustls::TlsAcceptor>),
     stop: tokio::sync::oneshot::Receiver<()>,
     ready: std::sync::mpsc::Sender<Result<(), ServeError>>,
 ) {
@@ -66,7 +66,7 @@ pub(crate) fn serve(
                 return;
             }
         };
-        let server = ConnServer::new(router(sh.clone()), limits);
+        let server = ConnServer::new(router(sh.clone()), limits, tls);
         let _ = ready.send(Ok(()));
         let reaper = tokio::spawn(reap(sh.clone()));
         // Connections still busy 2 s after the stop are dropped.

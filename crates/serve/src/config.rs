@@ -1,6 +1,7 @@
 //! The server's configuration: the flags of `isnode serve` and the enums they select.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -197,6 +198,17 @@ pub struct ServeArgs {
     /// A kept-alive connection without a request for this many milliseconds is closed.
     #[arg(long, default_value_t = DEFAULT_API_IDLE_TIMEOUT_MS)]
     pub api_idle_timeout_ms: u64,
+    /// Serve the control API over HTTPS with this certificate chain (PEM; with
+    /// `--tls-key`). `isnode cert` makes a self-signed pair.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `--tls-cert` (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve plain HTTP on a non-loopback `--listen` address (without it, such a server
+    /// needs `--tls-cert` and `--tls-key`).
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub plain_http: bool,
 }
 
 /// Whether the server broadcasts popular titles by itself.
@@ -258,6 +270,9 @@ impl Default for ServeArgs {
             api_max_connections: None,
             api_header_timeout_ms: DEFAULT_API_HEADER_TIMEOUT_MS,
             api_idle_timeout_ms: DEFAULT_API_IDLE_TIMEOUT_MS,
+            tls_cert: None,
+            tls_key: None,
+            plain_http: false,
         }
     }
 }

@@ -40,6 +40,7 @@ mod registry;
 pub mod repair_policy;
 mod server;
 pub mod session;
+mod tls;
 mod uring;
 
 pub use config::{

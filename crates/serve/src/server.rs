@@ -14,7 +14,7 @@ use crate::cache::{Cache, Residency};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::objects::Objects;
 use crate::registry::{Registry, SessionState, SessionTable};
-use crate::{api, fd_budget, keepalive, plane, reader, uring, EngineKind, ReadIo, ServeArgs};
+use crate::{api, fd_budget, keepalive, plane, reader, tls, uring, EngineKind, ReadIo, ServeArgs};
 
 /// Errors of starting a server.
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +136,7 @@ impl Shared {
 /// A running server (in-process). Dropping it shuts it down.
 pub struct ServerHandle {
     local_addr: SocketAddr,
+    https: bool,
     pub(crate) shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
     api_thread: Option<JoinHandle<()>>,
@@ -146,6 +147,12 @@ impl ServerHandle {
     /// The address the control API listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The base URL of the control API (`https://` when it is served over TLS).
+    pub fn url(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.local_addr)
     }
 
     /// The engine in use (`uring-zc` falls back to `gso` if io_uring is unavailable).
@@ -297,6 +304,28 @@ fn api_limits(
     })
 }
 
+/// The TLS acceptor of `--tls-cert` and `--tls-key`, if given; an error if plain HTTP
+/// would be served on a non-loopback address without `--plain-http`.
+fn tls_acceptor(args: &ServeArgs) -> Result<Option<tokio_rustls::TlsAcceptor>, ServeError> {
+    let plain = match args.plain_http {
+        true => tls::PlainHttp::Allowed,
+        false => tls::PlainHttp::LoopbackOnly,
+    };
+    let transport = tls::transport(
+        args.listen,
+        args.tls_cert.as_deref(),
+        args.tls_key.as_deref(),
+        plain,
+    )
+    .map_err(ServeError::Config)?;
+    match transport {
+        tls::Transport::Plain => Ok(None),
+        tls::Transport::Tls { cert, key } => tls::acceptor(&cert, &key)
+            .map(Some)
+            .map_err(ServeError::Config),
+    }
+}
+
 /// Starts a server on the volume at `volume_dir` (created with default parameters if
 /// absent) and returns once it listens.
 pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeError> {
@@ -316,6 +345,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         _ => Residency::Touched,
     };
     let cache = Cache::with_residency(slots, block_len, residency);
+    let tls = tls_acceptor(args)?;
     let (std_listener, local_addr) = bind(args.listen)?;
     let keepalive_sock = keepalive::bind(local_addr).map_err(io_error(&format!(
         "binding the keepalive port on {}",
@@ -345,8 +375,10 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         keepalive_port,
         broadcasts: crate::broadcast::Broadcasts::default(),
     });
+    let api_tls = tls.clone();
     let mut handle = ServerHandle {
         local_addr,
+        https: tls.is_some(),
         shared: shared.clone(),
         workers: Vec::new(),
         api_thread: None,
@@ -367,7 +399,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
     handle.api_thread = Some(
         std::thread::Builder::new()
             .name("isnode-api".into())
-            .spawn(move || api::serve(sh, std_listener, limits, stop_rx, ready_tx))
+            .spawn(move || api::serve(sh, std_listener, (limits, api_tls), stop_rx, ready_tx))
             .map_err(io_error("starting the control API thread"))?,
     );
     match ready_rx.recv() {
@@ -409,8 +441,8 @@ pub fn run(volume_dir: &Path, args: &ServeArgs) -> anyhow::Result<()> {
     let handle = start(volume_dir, args)
         .with_context(|| format!("starting the server on {}", volume_dir.display()))?;
     eprintln!(
-        "isnode serve: listening on http://{} (engine {}), Ctrl-C to stop",
-        handle.local_addr(),
+        "isnode serve: listening on {} (engine {}), Ctrl-C to stop",
+        handle.url(),
         handle.engine().name()
     );
     let rt = tokio::runtime::Builder::new_current_thread()

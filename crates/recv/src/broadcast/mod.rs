@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use crate::control::{params_of, ControlClient};
+use crate::control::params_of;
 use crate::impair::{ImpairStats, Impairer, Verdict};
 use crate::play::PlayArgs;
 use crate::receiver::{Output, PacketClass, Receiver, ReceiverConfig, Release};
@@ -165,7 +165,7 @@ enum Joined {
 
 /// Receives `args.name` from its broadcast on the server; writes `--out`, `--stats-json`.
 pub fn play(args: &PlayArgs) -> anyhow::Result<BroadcastStats> {
-    let control = ControlClient::new(&args.server, Duration::from_secs(10));
+    let control = args.control(Duration::from_secs(10))?;
     let asked = Instant::now();
     let list = control.broadcasts()?;
     let rtt = asked.elapsed();

@@ -321,15 +321,22 @@ pub(crate) struct ConnServer {
     pub router: Router,
     pub limits: ConnLimits,
     pub conns: Arc<Conns>,
+    /// Connections are TLS (HTTPS) if set.
+    tls: Option<tokio_rustls::TlsAcceptor>,
     clock: Clock,
 }
 
 impl ConnServer {
     /// A server of `router`'s connections under `limits`.
-    pub(crate) fn new(router: Router, limits: ConnLimits) -> ConnServer {
+    pub(crate) fn new(
+        router: Router,
+        limits: ConnLimits,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> ConnServer {
         ConnServer {
             router,
             limits,
+            tls,
             conns: Arc::default(),
             clock: Clock(Instant::now()),
         }
@@ -384,14 +391,28 @@ impl ConnServer {
         tokio::spawn(async move { me.serve(tcp, peer).await });
     }
 
-    /// Serves one connection until it ends, times out or is evicted.
-    pub(crate) async fn serve<S>(&self, io: S, peer: SocketAddr)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
+    /// Serves one connection (after its TLS handshake, within the header timeout, if the
+    /// API is HTTPS) until it ends, times out or is evicted.
+    async fn serve(&self, tcp: tokio::net::TcpStream, peer: SocketAddr) {
         let state = Arc::new(ConnState::new(self.clock.now_ns()));
         let id = self.conns.insert(state.clone());
-        self.drive(io, peer, &state).await;
+        match &self.tls {
+            None => self.drive(tcp, peer, &state).await,
+            Some(acceptor) => {
+                let limit = self.until_deadline(&state);
+                let handshake = tokio::select! {
+                    r = tokio::time::timeout(limit, acceptor.accept(tcp)) => r.ok(),
+                    _ = state.kill.notified() => None,
+                };
+                match handshake {
+                    Some(Ok(tls)) => self.drive(tls, peer, &state).await,
+                    Some(Err(e)) => tracing::debug!(%peer, "control API TLS handshake: {e}"),
+                    None => {
+                        tracing::debug!(%peer, "control API TLS handshake timed out or evicted")
+                    }
+                }
+            }
+        }
         self.conns.remove(id);
     }
 
