@@ -259,6 +259,13 @@ impl Server {
                         return server;
                     }
                 }
+                // An HTTPS server does not answer plain HTTP: it says when it listens.
+                if server
+                    .log_text()
+                    .contains("isnode serve: listening on https://")
+                {
+                    return server;
+                }
                 assert!(
                     Instant::now() < deadline,
                     "isnode serve did not answer within 20 s:\n{}",
