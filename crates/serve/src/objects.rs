@@ -139,7 +139,7 @@ impl ObjectInfo {
 fn open_segment(path: &Path) -> Result<Arc<BlockFile>, String> {
     BlockFile::open_read(path)
         .map(Arc::new)
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|e| format!("opening: {e}"))
 }
 
 /// Seconds since the Unix epoch now (0 if the clock is before 1970).
