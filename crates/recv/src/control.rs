@@ -438,6 +438,6 @@ mod tests {
         assert_eq!(base_url("127.0.0.1:9/"), "http://127.0.0.1:9");
         assert_eq!(base_url("https://h:1"), "https://h:1");
         assert_eq!(c("http://[::1]:9/x").unwrap(), "[::1]:9".parse().unwrap());
-        assert!(c("https://127.0.0.1").is_err());
+        assert!(c("ftp://127.0.0.1").is_err());
     }
 }
