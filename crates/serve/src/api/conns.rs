@@ -31,6 +31,9 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
+/// Longest wait of the accept loop for an evicted connection to close.
+const EVICTION_WAIT: Duration = Duration::from_secs(1);
+
 /// Limits of the control API's connections (`--api-*` flags).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ConnLimits {
@@ -60,6 +63,8 @@ pub(crate) struct ConnState {
     evicted: AtomicBool,
     /// Wakes the connection's task to close it.
     kill: Notify,
+    /// Told when the connection is closed (its descriptor released).
+    closed: Notify,
 }
 
 /// A snapshot of [`ConnState`] for [`deadline_ns`].
@@ -104,6 +109,7 @@ impl ConnState {
             head_since_ns: AtomicU64::new(0),
             evicted: AtomicBool::new(false),
             kill: Notify::new(),
+            closed: Notify::new(),
         }
     }
 
@@ -253,13 +259,14 @@ pub(crate) struct Conns {
 }
 
 /// What the accept loop does with a new connection.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Admit {
     /// Below the cap: serve it.
     Serve,
-    /// At the cap: the oldest idle connection was told to close; serve it.
-    Evicted,
-    /// At the cap and every connection is busy: close it at once.
+    /// At the cap: this connection, the oldest idle one, was told to close; serve the new
+    /// one once it has.
+    Evicted(Arc<ConnState>),
+    /// At the cap and every connection is busy (or already closing): close it at once.
     Refuse,
 }
 
@@ -274,13 +281,11 @@ impl Conns {
     }
 
     /// Makes room for one more connection under `cap`.
+    /// Connections still holding their descriptor count until their task has closed
+    /// them, so the open connections never exceed `cap` but for the one being admitted.
     fn admit(&self, cap: usize) -> Admit {
         let table = self.lock();
-        let closing = table
-            .values()
-            .filter(|c| c.evicted.load(Ordering::Acquire))
-            .count();
-        if table.len() - closing < cap {
+        if table.len() < cap {
             return Admit::Serve;
         }
         let victim = table
@@ -290,7 +295,7 @@ impl Conns {
             Some(v) => {
                 v.evicted.store(true, Ordering::Release);
                 v.kill.notify_one();
-                Admit::Evicted
+                Admit::Evicted(v.clone())
             }
             None => Admit::Refuse,
         }
@@ -370,10 +375,10 @@ impl ConnServer {
                 _ = &mut *stop => return,
             };
             match accepted {
-                Ok((tcp, peer)) => self.admit(tcp, peer),
+                Ok((tcp, peer)) => self.admit(tcp, peer).await,
                 Err(e) => {
-                    // EMFILE and the like: the backlog keeps the connection; try again
-                    // shortly rather than spinning.
+                    // EMFILE and the like (descriptors the budget did not foresee): the
+                    // backlog keeps the connection; try again shortly rather than spinning.
                     tracing::warn!("control API: accepting a connection: {e}");
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
@@ -381,10 +386,18 @@ impl ConnServer {
         }
     }
 
-    fn admit(&self, tcp: tokio::net::TcpStream, peer: SocketAddr) {
-        if self.conns.admit(self.limits.max_connections) == Admit::Refuse {
-            tracing::debug!(%peer, "control API: at the connection cap, every connection busy: closed");
-            return;
+    /// Serves a new connection if the cap allows, after the connection evicted for it
+    /// has closed (bounded): the descriptors in use never grow past the cap plus one.
+    async fn admit(&self, tcp: tokio::net::TcpStream, peer: SocketAddr) {
+        match self.conns.admit(self.limits.max_connections) {
+            Admit::Serve => {}
+            Admit::Evicted(victim) => {
+                let _ = tokio::time::timeout(EVICTION_WAIT, victim.closed.notified()).await;
+            }
+            Admit::Refuse => {
+                tracing::debug!(%peer, "control API: at the connection cap, every connection busy: closed");
+                return;
+            }
         }
         let _ = tcp.set_nodelay(true);
         let me = self.clone();
@@ -414,6 +427,7 @@ impl ConnServer {
             }
         }
         self.conns.remove(id);
+        state.closed.notify_one();
     }
 
     async fn drive<S>(&self, io: S, peer: SocketAddr, state: &Arc<ConnState>)
@@ -540,27 +554,25 @@ mod tests {
         let b = Arc::new(ConnState::new(2));
         let ia = conns.insert(a.clone());
         let ib = conns.insert(b.clone());
+        assert!(matches!(conns.admit(3), Admit::Serve));
         let busy_a = Busy::start(a.clone(), clock);
-        assert_eq!(conns.admit(2), Admit::Evicted);
-        assert!(b.evicted.load(Ordering::Acquire));
+        assert!(matches!(conns.admit(2), Admit::Evicted(v) if Arc::ptr_eq(&v, &b)));
         assert!(!a.evicted.load(Ordering::Acquire));
-        // b is closing: its place is free.
-        assert_eq!(conns.admit(2), Admit::Serve);
+        // b still holds its descriptor until it has closed: a is busy, nothing to evict.
+        assert!(matches!(conns.admit(2), Admit::Refuse));
+        conns.remove(ib);
+        assert!(matches!(conns.admit(2), Admit::Serve));
         let c = Arc::new(ConnState::new(3));
         let ic = conns.insert(c.clone());
-        assert_eq!(conns.admit(2), Admit::Evicted);
-        assert!(c.evicted.load(Ordering::Acquire));
-        // b and c closed; a and d busy: no one can make room.
-        conns.remove(ib);
+        assert!(matches!(conns.admit(2), Admit::Evicted(v) if Arc::ptr_eq(&v, &c)));
         conns.remove(ic);
         let d = Arc::new(ConnState::new(4));
         conns.insert(d.clone());
         let _busy_d = Busy::start(d, clock);
-        assert_eq!(conns.admit(2), Admit::Refuse);
+        assert!(matches!(conns.admit(2), Admit::Refuse));
         // Once a's response has ended, it is the one evicted (the oldest idle).
         drop(busy_a);
-        assert_eq!(conns.admit(2), Admit::Evicted);
-        assert!(a.evicted.load(Ordering::Acquire));
+        assert!(matches!(conns.admit(2), Admit::Evicted(v) if Arc::ptr_eq(&v, &a)));
         assert_eq!(conns.open(), 2);
         conns.remove(ia);
     }
