@@ -237,8 +237,8 @@ fn read_response(s: &mut TcpStream) -> u16 {
         .expect("a status")
 }
 
-/// A connection that sends nothing, one that dribbles its request head, and a kept-alive
-/// one after its answer are all closed by the server after its header and idle timeouts
+/// A connection that sends nothing, one that dribbles its request head, one whose
+/// request body stalls, and a kept-alive one after its answer are all closed by the server after its header and idle timeouts
 /// (before the fix none was ever closed), while a prompt request is answered.
 #[test]
 fn idle_and_slow_connections_are_closed_after_the_timeouts() {
@@ -278,6 +278,17 @@ fn idle_and_slow_connections_are_closed_after_the_timeouts() {
     assert!(
         cut,
         "a connection dribbling its request head was not closed"
+    );
+
+    // A request whose body never comes whole.
+    let mut body = TcpStream::connect(addr).unwrap();
+    body.write_all(
+        b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"object\"",
+    )
+    .unwrap();
+    assert!(
+        closed_within(&mut body, bound),
+        "a request whose body stalls kept its connection"
     );
 
     let mut kept = TcpStream::connect(addr).unwrap();

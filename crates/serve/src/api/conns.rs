@@ -59,6 +59,10 @@ pub(crate) struct ConnState {
     idle_since_ns: AtomicU64,
     /// When the first byte of the next request head arrived (0: none yet), nanoseconds.
     head_since_ns: AtomicU64,
+    /// When the request in service started (its head complete), nanoseconds.
+    request_since_ns: AtomicU64,
+    /// The request in service is still receiving its body (the client's pace).
+    receiving: AtomicBool,
     /// Chosen to make room for a new connection: it closes.
     evicted: AtomicBool,
     /// Wakes the connection's task to close it.
@@ -80,15 +84,22 @@ pub(crate) struct ConnPhase {
     pub idle_since_ns: u64,
     /// When the first byte of the next request head arrived (0: none).
     pub head_since_ns: u64,
+    /// When the request in service started.
+    pub request_since_ns: u64,
+    /// Whether the request in service is still receiving its body.
+    pub receiving: bool,
 }
 
 /// When the connection must be closed if nothing changes; `None` while a request is in
-/// service. A new connection has the header timeout from its accept to send its first
-/// request head; afterwards the idle timeout runs from the last response, and the header
-/// timeout from the first byte of the next head.
+/// service (its body received). A new connection has the header timeout from its accept
+/// to send its first request head; afterwards the idle timeout runs from the last
+/// response, and the header timeout from the first byte of the next head; a request's
+/// body must arrive within the header timeout from the end of its head.
 pub(crate) fn deadline_ns(p: ConnPhase, limits: &ConnLimits) -> Option<u64> {
     if p.busy > 0 {
-        return None;
+        return p
+            .receiving
+            .then(|| p.request_since_ns.saturating_add(limits.header_timeout_ns));
     }
     if p.served == 0 {
         return Some(p.accepted_ns.saturating_add(limits.header_timeout_ns));
@@ -107,6 +118,8 @@ impl ConnState {
             served: AtomicU64::new(0),
             idle_since_ns: AtomicU64::new(now_ns),
             head_since_ns: AtomicU64::new(0),
+            request_since_ns: AtomicU64::new(0),
+            receiving: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
             kill: Notify::new(),
             closed: Notify::new(),
@@ -120,12 +133,20 @@ impl ConnState {
             served: self.served.load(Ordering::Acquire),
             idle_since_ns: self.idle_since_ns.load(Ordering::Acquire),
             head_since_ns: self.head_since_ns.load(Ordering::Acquire),
+            request_since_ns: self.request_since_ns.load(Ordering::Acquire),
+            receiving: self.receiving.load(Ordering::Acquire),
         }
     }
 
-    /// True if it has no request in service (it may be evicted).
+    /// True if it has no request in service.
     fn is_idle(&self) -> bool {
         self.busy.load(Ordering::Acquire) == 0
+    }
+
+    /// True if it may be evicted: no request in service, or one still receiving its body
+    /// (nothing done for it yet).
+    fn is_evictable(&self) -> bool {
+        self.is_idle() || self.receiving.load(Ordering::Acquire)
     }
 }
 
@@ -138,6 +159,9 @@ pub(crate) struct Busy {
 
 impl Busy {
     fn start(state: Arc<ConnState>, clock: Clock) -> Busy {
+        state
+            .request_since_ns
+            .store(clock.now_ns(), Ordering::Release);
         state.busy.fetch_add(1, Ordering::AcqRel);
         state.served.fetch_add(1, Ordering::AcqRel);
         state.head_since_ns.store(0, Ordering::Release);
@@ -251,6 +275,52 @@ impl http_body::Body for GuardedBody {
     }
 }
 
+/// A request body that tells its connection when it has been received whole.
+struct ReceivedBody {
+    inner: Incoming,
+    state: Arc<ConnState>,
+}
+
+impl ReceivedBody {
+    fn new(inner: Incoming, state: Arc<ConnState>) -> ReceivedBody {
+        let receiving = !http_body::Body::is_end_stream(&inner);
+        state.receiving.store(receiving, Ordering::Release);
+        ReceivedBody { inner, state }
+    }
+}
+
+impl http_body::Body for ReceivedBody {
+    type Data = axum::body::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        if matches!(r, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) || this.inner.is_end_stream()
+        {
+            this.state.receiving.store(false, Ordering::Release);
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for ReceivedBody {
+    fn drop(&mut self) {
+        self.state.receiving.store(false, Ordering::Release);
+    }
+}
+
 /// The open connections, oldest first.
 #[derive(Default)]
 pub(crate) struct Conns {
@@ -290,7 +360,7 @@ impl Conns {
         }
         let victim = table
             .values()
-            .find(|c| c.is_idle() && !c.evicted.load(Ordering::Acquire));
+            .find(|c| c.is_evictable() && !c.evicted.load(Ordering::Acquire));
         match victim {
             Some(v) => {
                 v.evicted.store(true, Ordering::Release);
@@ -445,8 +515,9 @@ impl ConnServer {
             let busy = Busy::start(st.clone(), clock);
             req.extensions_mut().insert(ConnectInfo(peer));
             let mut router = router.clone();
+            let req = req.map(|b| Body::new(ReceivedBody::new(b, st.clone())));
             async move {
-                let resp = tower_service::Service::call(&mut router, req.map(Body::new)).await;
+                let resp = tower_service::Service::call(&mut router, req).await;
                 resp.map(|r| {
                     r.map(|b| {
                         Body::new(GuardedBody {
@@ -512,6 +583,8 @@ mod tests {
             served: 0,
             idle_since_ns: 100 * S,
             head_since_ns: 0,
+            request_since_ns: 0,
+            receiving: false,
         }
     }
 
@@ -525,11 +598,15 @@ mod tests {
     }
 
     #[test]
-    fn a_request_in_service_has_no_deadline() {
+    fn a_request_in_service_has_no_deadline_once_its_body_is_in() {
         let mut p = phase();
         p.busy = 1;
         p.served = 1;
+        p.request_since_ns = 300 * S;
         assert_eq!(deadline_ns(p, &limits()), None);
+        // Still receiving its body: the header timeout from the end of its head.
+        p.receiving = true;
+        assert_eq!(deadline_ns(p, &limits()), Some(305 * S));
     }
 
     #[test]
@@ -568,7 +645,13 @@ mod tests {
         conns.remove(ic);
         let d = Arc::new(ConnState::new(4));
         conns.insert(d.clone());
-        let _busy_d = Busy::start(d, clock);
+        let _busy_d = Busy::start(d.clone(), clock);
+        // A request still receiving its body (at the client's pace) may be evicted...
+        d.receiving.store(true, Ordering::Release);
+        assert!(matches!(conns.admit(2), Admit::Evicted(v) if Arc::ptr_eq(&v, &d)));
+        // ...one whose body is in may not.
+        d.receiving.store(false, Ordering::Release);
+        d.evicted.store(false, Ordering::Release);
         assert!(matches!(conns.admit(2), Admit::Refuse));
         // Once a's response has ended, it is the one evicted (the oldest idle).
         drop(busy_a);
