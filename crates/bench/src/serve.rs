@@ -410,6 +410,12 @@ fn start_server_with(
             "100000",
         ])
         .args(["--cache-size", &cache_size_bytes.to_string()])
+        // The bench's own network (a veth pair in a namespace): plain HTTP by choice.
+        .args(
+            (!listen.ip().is_loopback())
+                .then_some("--plain-http")
+                .as_slice(),
+        )
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())

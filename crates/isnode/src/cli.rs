@@ -48,6 +48,9 @@ pub(crate) enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Make a self-signed certificate and key (PEM) for `serve --tls-cert/--tls-key` and
+    /// `play --ca-cert` (tests and demos; use a real CA's certificate in production).
+    Cert(CertArgs),
     /// Show the whole path in a temporary volume of its own (yours is not touched): generate,
     /// ingest, lose a member, serve through lossy relays, repair.
     Demo(DemoArgs),
@@ -361,6 +364,18 @@ pub(crate) struct CodecBenchArgs {
     /// supports and the peer codecs (reed-solomon-erasure, reed-solomon-simd, flute, ISA-L).
     #[arg(long)]
     pub compare: bool,
+}
+
+/// `cert`.
+#[derive(Args, Debug)]
+pub(crate) struct CertArgs {
+    /// Directory to write `cert.pem` and `key.pem` into (created if absent).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Host names and IP addresses the certificate is for (repeatable; default:
+    /// localhost, 127.0.0.1 and ::1).
+    #[arg(long = "name")]
+    pub names: Vec<String>,
 }
 
 /// `demo`.

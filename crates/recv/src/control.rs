@@ -112,7 +112,22 @@ impl ControlClient {
             .new_agent();
         ControlClient {
             agent,
-            base: server.trim_end_matches('/').to_string(),
+            base: base_url(server),
+        }
+    }
+
+    /// A client of the server at `server` (`https://host:port`, `http://host:port`, or
+    /// `host:port` for plain HTTP) whose HTTPS connections use `tls` ([`tls_config`]).
+    pub fn with_tls(server: &str, timeout: Duration, tls: ureq::tls::TlsConfig) -> ControlClient {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            .tls_config(tls)
+            .build()
+            .new_agent();
+        ControlClient {
+            agent,
+            base: base_url(server),
         }
     }
 
@@ -349,15 +364,24 @@ impl ControlClient {
         Ok(serde_json::from_str(&body)?)
     }
 
-    /// The server's socket address (the host of the URL, resolved; port 80 by default).
+    /// The server's socket address (the host of the URL, resolved; port 80 by default,
+    /// 443 for HTTPS).
     pub fn server_addr(&self) -> anyhow::Result<SocketAddr> {
-        let rest = self
-            .base
-            .strip_prefix("http://")
-            .ok_or_else(|| anyhow!("server URL {} must start with http://", self.base))?;
+        let (rest, default_port) = match self.base.strip_prefix("https://") {
+            Some(rest) => (rest, 443),
+            None => (
+                self.base.strip_prefix("http://").ok_or_else(|| {
+                    anyhow!(
+                        "server URL {} must start with http:// or https://",
+                        self.base
+                    )
+                })?,
+                80,
+            ),
+        };
         let authority = rest.split('/').next().unwrap_or(rest);
         let with_port = if authority.ends_with(']') || !authority.contains(':') {
-            format!("{authority}:80")
+            format!("{authority}:{default_port}")
         } else {
             authority.to_string()
         };
@@ -376,6 +400,42 @@ pub const MAX_TOKEN_TRIES: usize = 8;
 /// The `Authorization` header value carrying a session's secret.
 fn bearer(secret: &str) -> String {
     format!("Bearer {secret}")
+}
+
+/// The TLS settings of a client of the control API: the certificates of the PEM file
+/// `ca_cert` as the only trusted roots (a self-signed server: `isnode cert`), or the
+/// public roots without it.
+pub fn tls_config(ca_cert: Option<&std::path::Path>) -> anyhow::Result<ureq::tls::TlsConfig> {
+    let Some(ca) = ca_cert else {
+        return Ok(ureq::tls::TlsConfig::default());
+    };
+    let pem = std::fs::read(ca)
+        .with_context(|| format!("reading the CA certificate {}", ca.display()))?;
+    let certs = ureq::tls::parse_pem(&pem)
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => Some(Ok(c)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("parsing the CA certificate {}", ca.display()))?;
+    if certs.is_empty() {
+        bail!("{}: no PEM certificate", ca.display());
+    }
+    Ok(ureq::tls::TlsConfig::builder()
+        .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(certs)))
+        .build())
+}
+
+/// The base URL of `server`: as given without its trailing `/`, with `http://` in
+/// front of a bare `host:port`.
+pub fn base_url(server: &str) -> String {
+    let s = server.trim_end_matches('/');
+    if s.contains("://") {
+        s.to_string()
+    } else {
+        format!("http://{s}")
+    }
 }
 
 /// How many bytes at the start of the session's first codeword come before its
@@ -475,7 +535,14 @@ mod tests {
             "127.0.0.1:7878".parse().unwrap()
         );
         assert_eq!(c("http://[::1]").unwrap(), "[::1]:80".parse().unwrap());
+        assert_eq!(c("127.0.0.1:9").unwrap(), "127.0.0.1:9".parse().unwrap());
+        assert_eq!(
+            c("https://127.0.0.1").unwrap(),
+            "127.0.0.1:443".parse().unwrap()
+        );
+        assert_eq!(base_url("127.0.0.1:9/"), "http://127.0.0.1:9");
+        assert_eq!(base_url("https://h:1"), "https://h:1");
         assert_eq!(c("http://[::1]:9/x").unwrap(), "[::1]:9".parse().unwrap());
-        assert!(c("https://127.0.0.1").is_err());
+        assert!(c("ftp://127.0.0.1").is_err());
     }
 }

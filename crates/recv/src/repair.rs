@@ -314,15 +314,22 @@ pub struct Fetcher {
 impl Fetcher {
     /// Starts the thread for `object` on the server at `base`; each request waits a random
     /// back-off uniform in `[0, backoff)` first.
-    pub fn start(base: &str, object: &str, backoff: Duration) -> Fetcher {
+    /// HTTPS requests use `tls`.
+    pub fn start(
+        base: &str,
+        object: &str,
+        backoff: Duration,
+        tls: ureq::tls::TlsConfig,
+    ) -> Fetcher {
         let (req_tx, req_rx) = mpsc::channel::<Request>();
         let (ans_tx, ans_rx) = mpsc::channel::<Answer>();
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(REQUEST_TIMEOUT))
+            .tls_config(tls)
             .build()
             .new_agent();
-        let (base, object) = (base.trim_end_matches('/').to_string(), object.to_string());
+        let (base, object) = (crate::control::base_url(base), object.to_string());
         let thread = std::thread::spawn(move || {
             for r in req_rx {
                 let max_ms = u64::try_from(backoff.as_millis()).unwrap_or(u64::MAX);
@@ -395,9 +402,9 @@ pub struct Repair {
 impl Repair {
     /// Repairs `object` from the server at `base`: each request after a random back-off in
     /// `[0, backoff)`, a codeword held back at most its playing time `codeword_time`
-    /// (bounded by [`MIN_REPAIR_WAIT`] and [`MAX_REPAIR_WAIT`]).
+    /// (bounded by [`MIN_REPAIR_WAIT`] and [`MAX_REPAIR_WAIT`]). HTTPS requests use `tls`.
     pub fn start(
-        base: &str,
+        (base, tls): (&str, ureq::tls::TlsConfig),
         object: &str,
         backoff: Duration,
         codeword_time: Duration,
@@ -405,7 +412,7 @@ impl Repair {
     ) -> Repair {
         Repair {
             rl: RepairLoop::new(codeword_time),
-            fetcher: Fetcher::start(base, object, backoff),
+            fetcher: Fetcher::start(base, object, backoff, tls),
             epoch,
         }
     }

@@ -5,6 +5,7 @@
 //! and session creation ([`create`]) admits over a snapshot of the sessions.
 
 mod broadcast;
+mod conns;
 mod content;
 mod control;
 mod create;
@@ -29,14 +30,19 @@ use axum::{Json, Router};
 use isnode_proto::{ErrorBody, SessionStatus};
 use isnode_store::StoreError;
 
+pub(crate) use conns::ConnLimits;
+use conns::ConnServer;
+
 use crate::{ServeError, SessionState, Shared};
 
 type Sh = State<Arc<Shared>>;
 
 /// Runs the API until `stop` fires; reports readiness (or the setup error) on `ready`.
+/// Connections are accepted under `limits` ([`conns`]), over TLS with `tls` if given.
 pub(crate) fn serve(
     sh: Arc<Shared>,
     listener: std::net::TcpListener,
+    (limits, tls): (ConnLimits, Option<tokio_rustls::TlsAcceptor>),
     stop: tokio::sync::oneshot::Receiver<()>,
     ready: std::sync::mpsc::Sender<Result<(), ServeError>>,
 ) {
@@ -64,30 +70,11 @@ pub(crate) fn serve(
                 return;
             }
         };
-        let app = router(sh.clone());
+        let server = ConnServer::new(router(sh.clone()), limits, tls);
         let _ = ready.send(Ok(()));
         let reaper = tokio::spawn(reap(sh.clone()));
-        let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
-            let _ = stop.await;
-            let _ = stopped_tx.send(());
-        });
-        tokio::select! {
-            r = server => {
-                if let Err(e) = r {
-                    tracing::error!("control API: {e}");
-                }
-            }
-            // Connections that do not close within 2 s of the stop are dropped.
-            _ = async {
-                let _ = stopped_rx.await;
-                tokio::time::sleep(Duration::from_secs(2)).await;
-            } => {}
-        }
+        // Connections still busy 2 s after the stop are dropped.
+        server.run(listener, stop, Duration::from_secs(2)).await;
         reaper.abort();
     });
     // A catalog lookup still running on the blocking pool is not waited for long.

@@ -1,6 +1,7 @@
 //! The server's configuration: the flags of `isnode serve` and the enums they select.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -18,6 +19,13 @@ pub const DEFAULT_CACHE_SIZE_BYTES: u64 = 256 << 20;
 
 /// Default most HTTP bodies of content or repair packets produced at once.
 pub const DEFAULT_MAX_CONTENT_READERS: u64 = 32;
+/// Default `--api-header-timeout-ms`: a request head must be whole within 10 s.
+pub const DEFAULT_API_HEADER_TIMEOUT_MS: u64 = 10_000;
+/// Default `--api-idle-timeout-ms`: a kept-alive connection without a request for 60 s
+/// is closed.
+pub const DEFAULT_API_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// Most control API connections by default (fewer if the open files limit leaves fewer).
+pub const DEFAULT_API_MAX_CONNECTIONS: usize = 4096;
 /// Default playing time of the start-up burst, milliseconds.
 pub(crate) const DEFAULT_START_BURST_MS: u64 = 1000;
 /// Default speed-up of the start-up burst.
@@ -206,6 +214,30 @@ pub struct ServeArgs {
     /// The maximum start-up wait of automatic broadcasts, seconds.
     #[arg(long, default_value_t = 5.0)]
     pub broadcast_max_wait_s: f64,
+    /// Most control API connections open at once (default: 4096, or fewer if the open
+    /// files limit leaves fewer after the data plane's reserve; more than it leaves is
+    /// refused at start). At the cap a new connection closes the oldest one that has no
+    /// request in service.
+    #[arg(long)]
+    pub api_max_connections: Option<usize>,
+    /// A request head must be whole within this many milliseconds (from the connection's
+    /// accept, or from the first byte of a later request), or the connection is closed.
+    #[arg(long, default_value_t = DEFAULT_API_HEADER_TIMEOUT_MS)]
+    pub api_header_timeout_ms: u64,
+    /// A kept-alive connection without a request for this many milliseconds is closed.
+    #[arg(long, default_value_t = DEFAULT_API_IDLE_TIMEOUT_MS)]
+    pub api_idle_timeout_ms: u64,
+    /// Serve the control API over HTTPS with this certificate chain (PEM; with
+    /// `--tls-key`). `isnode cert` makes a self-signed pair.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `--tls-cert` (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve plain HTTP on a non-loopback `--listen` address (without it, such a server
+    /// needs `--tls-cert` and `--tls-key`).
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub plain_http: bool,
 }
 
 /// Whether the server broadcasts popular titles by itself.
@@ -267,6 +299,12 @@ impl Default for ServeArgs {
             broadcast_mode: BroadcastMode::Off,
             broadcast_scheme: "cautious-harmonic".into(),
             broadcast_max_wait_s: 5.0,
+            api_max_connections: None,
+            api_header_timeout_ms: DEFAULT_API_HEADER_TIMEOUT_MS,
+            api_idle_timeout_ms: DEFAULT_API_IDLE_TIMEOUT_MS,
+            tls_cert: None,
+            tls_key: None,
+            plain_http: false,
         }
     }
 }

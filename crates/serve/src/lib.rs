@@ -29,6 +29,7 @@ mod api;
 pub mod broadcast;
 pub mod cache;
 mod config;
+mod fd_budget;
 mod keepalive;
 pub mod metrics;
 pub mod net;
@@ -39,11 +40,13 @@ mod registry;
 pub mod repair_policy;
 mod server;
 pub mod session;
+mod tls;
 mod uring;
 
 pub use api::errors::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 pub use config::{
-    Degraded, EngineKind, ReadIo, ServeArgs, ValidateDestination, DEFAULT_CACHE_SIZE_BYTES,
+    Degraded, EngineKind, ReadIo, ServeArgs, ValidateDestination, DEFAULT_API_HEADER_TIMEOUT_MS,
+    DEFAULT_API_IDLE_TIMEOUT_MS, DEFAULT_API_MAX_CONNECTIONS, DEFAULT_CACHE_SIZE_BYTES,
     DEFAULT_EGRESS_CAPACITY_BPS, DEFAULT_MAX_CONTENT_READERS, DEFAULT_MAX_SESSIONS_PER_CLIENT,
     EGRESS_BUDGET_PERCENT, ENGINES,
 };

@@ -4,11 +4,12 @@
 //! the server has been up.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use isnode_store::io::BlockFile;
 use isnode_store::{
     BadObject, CatalogEntry, Layout, ObjectRecord, StoreError, Volume, VolumeParams,
 };
@@ -32,6 +33,11 @@ pub struct ObjectInfo {
     pub tsi: u32,
     /// Segment file of each member.
     pub seg_paths: Vec<PathBuf>,
+    /// Segment file of each member, opened (O_DIRECT where allowed) once when the object
+    /// is prepared and kept while it is served: block reads never open a file, so a
+    /// control plane that has used up the descriptors cannot fail them. `Err`: why the
+    /// file could not be opened (its blocks are unreadable, rebuilt from the others).
+    pub seg_files: Vec<Result<Arc<BlockFile>, String>>,
     /// CRC32C of every block of every member, from the catalog.
     pub block_crcs: Vec<Vec<Option<u32>>>,
     /// FEC Object Transmission Information of the object (for its FDT).
@@ -49,9 +55,10 @@ impl ObjectInfo {
     pub fn new(vol: &Volume, rec: ObjectRecord) -> Result<ObjectInfo, StoreError> {
         let layout = vol.layout(&rec)?;
         let params = *layout.params();
-        let seg_paths = (0..params.members)
+        let seg_paths: Vec<PathBuf> = (0..params.members)
             .map(|m| vol.segment_path(m, rec.toi))
             .collect();
+        let seg_files = seg_paths.iter().map(|p| open_segment(p)).collect();
         let block_crcs = vol
             .blocks(&rec, &layout)?
             .into_iter()
@@ -72,6 +79,7 @@ impl ObjectInfo {
             send_rate_bps,
             tsi: vol.tsi(),
             seg_paths,
+            seg_files,
             block_crcs,
             layout,
             rec,
@@ -168,6 +176,13 @@ impl Listed {
             }
         }
     }
+}
+
+/// Opens a segment file for block reads, kept as long as its object is served.
+fn open_segment(path: &Path) -> Result<Arc<BlockFile>, String> {
+    BlockFile::open_read(path)
+        .map(Arc::new)
+        .map_err(|e| format!("opening: {e}"))
 }
 
 /// Seconds since the Unix epoch now (0 if the clock is before 1970).

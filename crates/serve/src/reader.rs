@@ -13,6 +13,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::{opcode, types, IoUring};
@@ -33,8 +34,11 @@ pub(crate) fn available() -> bool {
 
 /// Where the blocks of an object are on disk.
 pub(crate) trait SegmentFiles {
-    /// Path of the segment file holding `key`.
+    /// Path of the segment file holding `key` (for messages).
     fn segment_path(&self, key: &BlockKey) -> PathBuf;
+    /// The open segment file holding `key` (opened once and kept: a read never opens a
+    /// file), or why it could not be opened.
+    fn segment_file(&self, key: &BlockKey) -> Result<Arc<BlockFile>, String>;
     /// Byte offset of `key`'s block in its segment file.
     fn block_offset(&self, key: &BlockKey) -> u64;
     /// Expected CRC32C of the whole block, if the catalog has it.
@@ -47,6 +51,13 @@ impl SegmentFiles for ObjectInfo {
             .get(key.member as usize)
             .cloned()
             .unwrap_or_default()
+    }
+
+    fn segment_file(&self, key: &BlockKey) -> Result<Arc<BlockFile>, String> {
+        match self.seg_files.get(key.member as usize) {
+            Some(f) => f.clone(),
+            None => Err(format!("no member {}", key.member)),
+        }
     }
 
     fn block_offset(&self, key: &BlockKey) -> u64 {
@@ -78,7 +89,7 @@ pub(crate) type OnFail = Box<dyn FnMut(&BlockKey, &str) + Send>;
 
 /// One block read: where from, and what it must hash to.
 struct BlockRead {
-    path: PathBuf,
+    file: Result<Arc<BlockFile>, String>,
     offset: u64,
     crc32c: Option<u32>,
     /// File and block, for messages.
@@ -92,15 +103,15 @@ impl BlockRead {
             ctx: format!("{}: block {}", path.display(), key.block),
             offset: files.block_offset(key),
             crc32c: files.block_crc32c(key),
-            path,
+            file: files.segment_file(key),
         }
     }
 }
 
 struct Pending {
     load: Load,
-    /// Keeps the descriptor open until the completion.
-    file: BlockFile,
+    /// Keeps the descriptor open until the completion (even if the object is dropped).
+    file: Arc<BlockFile>,
     read: BlockRead,
 }
 
@@ -332,11 +343,11 @@ impl UringReads {
             !self.inflight.contains_key(&slot),
             "slot {slot} already being read"
         );
-        // Opened per read, as the synchronous path does: a member that disappears (a
-        // failed disk, a removed directory) fails its next read instead of being served
-        // from a descriptor kept open.
-        let file = match BlockFile::open_read(&read.path) {
-            Ok(f) => f,
+        // The descriptor was opened when the object was prepared and is kept: a read
+        // never needs a new one. A member that fails (a failed disk, a truncated file)
+        // fails its reads through it.
+        let file = match &read.file {
+            Ok(f) => f.clone(),
             Err(e) => {
                 let io = Err(format!("{}: {e}", read.ctx));
                 return self.cache.finish(load, io, read.crc32c, &read.ctx).err();
@@ -407,9 +418,12 @@ impl UringReads {
 
 /// Reads a claimed slot now with `pread` (O_DIRECT where the file system allows).
 fn read_now(cache: &Cache, mut load: Load, read: &BlockRead) -> Result<Pinned, FetchError> {
-    let io = BlockFile::open_read(&read.path)
-        .and_then(|f| f.read_block_into(load.bytes_mut(), read.offset))
-        .map_err(|e| format!("{}: {e}", read.ctx));
+    let io = match &read.file {
+        Ok(f) => f
+            .read_block_into(load.bytes_mut(), read.offset)
+            .map_err(|e| format!("{}: {e}", read.ctx)),
+        Err(e) => Err(format!("{}: {e}", read.ctx)),
+    };
     cache.finish(load, io, read.crc32c, &read.ctx)
 }
 
@@ -428,6 +442,11 @@ mod tests {
     impl SegmentFiles for Files {
         fn segment_path(&self, key: &BlockKey) -> PathBuf {
             self.dir.join(format!("{}-{}", key.toi, key.member))
+        }
+        fn segment_file(&self, key: &BlockKey) -> Result<Arc<BlockFile>, String> {
+            BlockFile::open_read(&self.segment_path(key))
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
         }
         fn block_offset(&self, key: &BlockKey) -> u64 {
             key.block * LEN as u64

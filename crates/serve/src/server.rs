@@ -14,7 +14,7 @@ use crate::cache::{Cache, Residency};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::objects::Objects;
 use crate::registry::{Registry, SessionState, SessionTable};
-use crate::{api, keepalive, plane, reader, uring, EngineKind, ReadIo, ServeArgs};
+use crate::{api, fd_budget, keepalive, plane, reader, tls, uring, EngineKind, ReadIo, ServeArgs};
 
 /// Errors of starting a server.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +141,7 @@ impl Shared {
 /// A running server (in-process). Dropping it shuts it down.
 pub struct ServerHandle {
     local_addr: SocketAddr,
+    https: bool,
     pub(crate) shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
     api_thread: Option<JoinHandle<()>>,
@@ -151,6 +152,12 @@ impl ServerHandle {
     /// The address the control API listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The base URL of the control API (`https://` when it is served over TLS).
+    pub fn url(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.local_addr)
     }
 
     /// The engine in use (`uring-zc` falls back to `gso` if io_uring is unavailable).
@@ -261,29 +268,72 @@ fn spawn_workers(
     Ok(workers)
 }
 
-/// Raises the soft limit of open descriptors to the hard limit: the `sendfile` engine
-/// keeps a connected socket per session, and the control API a descriptor per connection.
-fn raise_open_files_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+/// The control API's connection limits: the cap from the descriptors the data plane
+/// leaves ([`fd_budget`]), the timeouts from the flags.
+fn api_limits(
+    args: &ServeArgs,
+    vol: &isnode_store::Volume,
+    threads: usize,
+    engine: EngineKind,
+) -> Result<api::ConnLimits, ServeError> {
+    let limit = fd_budget::raise_open_files_limit();
+    let needs = fd_budget::FdNeeds {
+        limit,
+        in_use: fd_budget::open_descriptors().map_err(io_error("counting the open descriptors"))?,
+        objects: vol.objects()?.len() as u64,
+        members: u64::from(vol.params().members),
+        threads: threads as u64,
+        per_thread_files: match engine {
+            EngineKind::Sendfile => fd_budget::PerThreadFiles::Yes,
+            _ => fd_budget::PerThreadFiles::No,
+        },
     };
-    // SAFETY: getrlimit/setrlimit with a valid pointer to an rlimit.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            let old = lim.rlim_cur;
-            lim.rlim_cur = lim.rlim_max;
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
-                tracing::debug!("open files limit raised from {old} to {}", lim.rlim_max);
-            }
-        }
+    let max_connections = needs
+        .api_connections(args.api_max_connections)
+        .map_err(ServeError::Config)?;
+    if args.api_header_timeout_ms == 0 || args.api_idle_timeout_ms == 0 {
+        return Err(ServeError::Config(
+            "--api-header-timeout-ms and --api-idle-timeout-ms must be above 0".into(),
+        ));
+    }
+    tracing::debug!(
+        limit,
+        data_plane = needs.data_plane(),
+        max_connections,
+        "descriptor budget"
+    );
+    Ok(api::ConnLimits {
+        max_connections,
+        header_timeout_ns: args.api_header_timeout_ms.saturating_mul(1_000_000),
+        idle_timeout_ns: args.api_idle_timeout_ms.saturating_mul(1_000_000),
+    })
+}
+
+/// The TLS acceptor of `--tls-cert` and `--tls-key`, if given; an error if plain HTTP
+/// would be served on a non-loopback address without `--plain-http`.
+fn tls_acceptor(args: &ServeArgs) -> Result<Option<tokio_rustls::TlsAcceptor>, ServeError> {
+    let plain = match args.plain_http {
+        true => tls::PlainHttp::Allowed,
+        false => tls::PlainHttp::LoopbackOnly,
+    };
+    let transport = tls::transport(
+        args.listen,
+        args.tls_cert.as_deref(),
+        args.tls_key.as_deref(),
+        plain,
+    )
+    .map_err(ServeError::Config)?;
+    match transport {
+        tls::Transport::Plain => Ok(None),
+        tls::Transport::Tls { cert, key } => tls::acceptor(&cert, &key)
+            .map(Some)
+            .map_err(ServeError::Config),
     }
 }
 
 /// Starts a server on the volume at `volume_dir` (created with default parameters if
 /// absent) and returns once it listens.
 pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeError> {
-    raise_open_files_limit();
     let vol = isnode_store::Volume::open_or_create(volume_dir)?;
     let params = *vol.params();
     let block_len = params.block_len as usize;
@@ -293,12 +343,14 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .clamp(1, 256);
     let (engine, read_io) = io_choices(args);
+    let limits = api_limits(args, &vol, threads, engine)?;
     multicast_options(args)?;
     let residency = match engine {
         EngineKind::Sendfile => Residency::OnUse,
         _ => Residency::Touched,
     };
     let cache = Cache::with_residency(slots, block_len, residency);
+    let tls = tls_acceptor(args)?;
     let (std_listener, local_addr) = bind(args.listen)?;
     let keepalive_sock = keepalive::bind(local_addr).map_err(io_error(&format!(
         "binding the keepalive port on {}",
@@ -332,8 +384,10 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         token_socket,
         broadcasts: crate::broadcast::Broadcasts::default(),
     });
+    let api_tls = tls.clone();
     let mut handle = ServerHandle {
         local_addr,
+        https: tls.is_some(),
         shared: shared.clone(),
         workers: Vec::new(),
         api_thread: None,
@@ -354,7 +408,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
     handle.api_thread = Some(
         std::thread::Builder::new()
             .name("isnode-api".into())
-            .spawn(move || api::serve(sh, std_listener, stop_rx, ready_tx))
+            .spawn(move || api::serve(sh, std_listener, (limits, api_tls), stop_rx, ready_tx))
             .map_err(io_error("starting the control API thread"))?,
     );
     match ready_rx.recv() {
@@ -371,6 +425,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         cache_bytes = u64::from(slots) * block_len as u64,
         bitrate_budget_bps = args.bitrate_budget_bps(),
         max_sessions_per_client = args.max_sessions_per_client,
+        api_max_connections = limits.max_connections,
         "isnode serve started"
     );
     Ok(handle)
@@ -395,8 +450,8 @@ pub fn run(volume_dir: &Path, args: &ServeArgs) -> anyhow::Result<()> {
     let handle = start(volume_dir, args)
         .with_context(|| format!("starting the server on {}", volume_dir.display()))?;
     eprintln!(
-        "isnode serve: listening on http://{} (engine {}), Ctrl-C to stop",
-        handle.local_addr(),
+        "isnode serve: listening on {} (engine {}), Ctrl-C to stop",
+        handle.url(),
         handle.engine().name()
     );
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -665,6 +665,16 @@ fn a_member_lost_mid_stream_is_rebuilt() {
             Duration::from_secs(15),
             |n| {
                 if n == 30 && !removed {
+                    // The server keeps its segment files open: truncate them (an open
+                    // descriptor then reads EOF) before removing the directory.
+                    for f in std::fs::read_dir(member_dir.join("objects")).unwrap() {
+                        let f = f.unwrap().path();
+                        std::fs::File::options()
+                            .write(true)
+                            .open(&f)
+                            .and_then(|h| h.set_len(0))
+                            .unwrap();
+                    }
                     std::fs::remove_dir_all(&member_dir).unwrap();
                     removed = true;
                 }

@@ -149,12 +149,16 @@ fn fail_member(vol: &Volume, scratch: &Path) -> anyhow::Result<()> {
 /// Step 2b: serve the object to every client through its lossy relay; true if
 /// every client wrote the original bytes.
 fn serve_clients(root: &Path, args: &DemoArgs, original: &[u8]) -> anyhow::Result<bool> {
+    // The control API over HTTPS, with a self-signed pair made for the demo.
+    let (cert, key) = super::cert::make_pair(&root.with_file_name("tls"), &[])?;
     let serve_args = isnode_serve::ServeArgs {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        tls_cert: Some(cert.clone()),
+        tls_key: Some(key),
         ..Default::default()
     };
     let server = isnode_serve::start(root, &serve_args).context("starting the server")?;
-    let base = format!("http://{}", server.local_addr());
+    let base = server.url();
     println!(
         "== serving on {base} (engine {:?}); {} clients through lossy relays",
         server.engine(),
@@ -166,7 +170,7 @@ fn serve_clients(root: &Path, args: &DemoArgs, original: &[u8]) -> anyhow::Resul
     let mut relays = Vec::new();
     for (i, impairment) in CLIENTS.into_iter().enumerate() {
         let out = out_dir.path().join(format!("client-{i}.ts"));
-        let (relay, client) = start_client(i, impairment, &base, out, args, &stop)?;
+        let (relay, client) = start_client(i, impairment, (&base, &cert), out, args, &stop)?;
         relays.push(relay);
         clients.push(client);
     }
@@ -192,7 +196,7 @@ fn serve_clients(root: &Path, args: &DemoArgs, original: &[u8]) -> anyhow::Resul
 fn start_client(
     i: usize,
     impairment: Impairment,
-    base: &str,
+    (base, ca_cert): (&str, &Path),
     out: PathBuf,
     args: &DemoArgs,
     stop: &Arc<AtomicBool>,
@@ -212,6 +216,7 @@ fn start_client(
     });
     let mut play = PlayArgs::new(DEMO_OBJECT);
     play.server = base.to_string();
+    play.ca_cert = Some(ca_cert.to_path_buf());
     play.session_port = Some(relay_port);
     play.out = Some(out);
     play.timeout_s = 10.0;

@@ -2,6 +2,7 @@
 
 mod bench;
 mod broadcast;
+mod cert;
 mod demo;
 mod ingest;
 mod objects;
@@ -31,6 +32,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Load(args)) => bench::load(&args),
         Command::Bench(BenchCommand::Startup(args)) => bench::startup(&args),
         Command::Bench(BenchCommand::Verify(args)) => bench::verify(&args),
+        Command::Cert(args) => cert::run(&args),
         Command::Demo(args) => demo::run(&args),
     }
 }

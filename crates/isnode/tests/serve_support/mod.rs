@@ -188,11 +188,39 @@ impl Server {
 
     /// [`Server::start`] with extra environment variables for the server.
     pub(crate) fn start_env(vol: &Vol, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::start_limited(vol, extra, env, None)
+    }
+
+    /// [`Server::start_env`] under an open files limit of `nofile` (soft and hard), if
+    /// given.
+    pub(crate) fn start_limited(
+        vol: &Vol,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<u64>,
+    ) -> Server {
         for attempt in 0..5 {
             let port = free_port();
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             let log = vol.path(&format!("serve-{port}.log"));
-            let child = command()
+            let mut cmd = command();
+            if let Some(n) = nofile {
+                use std::os::unix::process::CommandExt;
+                // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        let lim = libc::rlimit {
+                            rlim_cur: n,
+                            rlim_max: n,
+                        };
+                        if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+            }
+            let child = cmd
                 .arg("serve")
                 .arg("--volume")
                 .arg(&vol.root)
@@ -233,6 +261,13 @@ impl Server {
                     if r.status == 200 {
                         return server;
                     }
+                }
+                // An HTTPS server does not answer plain HTTP: it says when it listens.
+                if server
+                    .log_text()
+                    .contains("isnode serve: listening on https://")
+                {
+                    return server;
                 }
                 assert!(
                     Instant::now() < deadline,

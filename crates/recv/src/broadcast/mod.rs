@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use crate::control::{params_of, ControlClient};
+use crate::control::params_of;
 use crate::digest_fetch::{fetch_now, symbols_of, DigestFetcher};
 use crate::impair::{ImpairStats, Impairer, Verdict};
 use crate::play::{PlayArgs, VerifyDigests};
@@ -173,7 +173,7 @@ enum Joined {
 
 /// Receives `args.name` from its broadcast on the server; writes `--out`, `--stats-json`.
 pub fn play(args: &PlayArgs) -> anyhow::Result<BroadcastStats> {
-    let control = ControlClient::new(&args.server, Duration::from_secs(10));
+    let control = args.control(Duration::from_secs(10))?;
     let asked = Instant::now();
     let list = control.broadcasts()?;
     let rtt = asked.elapsed();
@@ -313,7 +313,7 @@ fn authenticate(
         .iter()
         .flat_map(|l| l.codewords.iter().map(move |r| (l.join_s, r.clone())))
         .partition(|(join_s, _)| *join_s <= DIGESTS_NOW_S);
-    let control = Arc::new(ControlClient::new(&args.server, Duration::from_secs(10)));
+    let control = Arc::new(args.control(Duration::from_secs(10))?);
     let symbols = symbols_of(rx);
     for (_, r) in now {
         let rows = fetch_now(

@@ -27,6 +27,11 @@ pub struct PlayArgs {
     #[arg(long, default_value = "http://127.0.0.1:7878")]
     pub server: String,
 
+    /// Trust the certificates of this PEM file (instead of the public roots) for an
+    /// `https://` server: a self-signed server's certificate (`isnode cert`).
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
+
     /// Write the object's bytes to FILE (`-` for stdout); without it they are only counted.
     /// Unrecoverable codewords are written as zeros; a session cut short (server gone,
     /// --max-seconds) ends the output after what was received (see --keep-length).
@@ -235,11 +240,29 @@ impl PlayArgs {
         }
     }
 
+    /// The TLS settings of the HTTPS requests (`--ca-cert`).
+    pub fn tls(&self) -> anyhow::Result<ureq::tls::TlsConfig> {
+        crate::control::tls_config(self.ca_cert.as_deref())
+    }
+
+    /// A client of `--server`'s control API trusting `--ca-cert`.
+    pub fn control(
+        &self,
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<crate::control::ControlClient> {
+        Ok(crate::control::ControlClient::with_tls(
+            &self.server,
+            timeout,
+            self.tls()?,
+        ))
+    }
+
     /// Arguments with every option at its default, for `name`.
     pub fn new(name: impl Into<String>) -> PlayArgs {
         PlayArgs {
             name: name.into(),
             server: "http://127.0.0.1:7878".into(),
+            ca_cert: None,
             out: None,
             stats_json: None,
             impair: ImpairConfig {

@@ -79,7 +79,7 @@ impl std::error::Error for FollowBroadcast {}
 /// Plays `args.name` from `args.server`: binds the receive socket (`--bind`, `--port`) and
 /// runs [`play_on`]. Writes `--stats-json` if asked; the caller prints [`PlayStats::summary`].
 pub fn play(args: &PlayArgs) -> anyhow::Result<PlayStats> {
-    let control = ControlClient::new(&args.server, Duration::from_secs(10));
+    let control = args.control(Duration::from_secs(10))?;
     let ip = match args.bind {
         Some(ip) => ip,
         None => {
@@ -111,7 +111,7 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
     };
     let local = socket.local_addr()?;
     let port = args.session_port.unwrap_or(local.port());
-    let control = Arc::new(ControlClient::new(&args.server, Duration::from_secs(10)));
+    let control = Arc::new(args.control(Duration::from_secs(10))?);
     let source = source_filter(args.accept_from, &control)?;
     // The receive buffer is grown before the request: the server's start-up burst arrives
     // at once, faster than the stream's rate, before the receive loop runs.

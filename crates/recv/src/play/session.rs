@@ -408,10 +408,11 @@ pub(super) fn run_session(
     // Checked even when it does nothing, as `play_on` checks it before the session.
     let impairer = Impairer::new(&args.impair)?;
     let (pieces, to_play) = queue::bounded(queue_limit);
+    let tls = args.tls()?;
     let repair = (!args.no_repair && setup.session_id.is_some()).then(|| {
         let backoff = Duration::from_millis(args.repair_backoff_ms);
         let cw = repair::codeword_time(&rx, setup.bitrate_bps);
-        Repair::start(&args.server, &setup.object, backoff, cw, requested)
+        Repair::start((&args.server, tls), &setup.object, backoff, cw, requested)
     });
     let mut feed = Feed {
         rx,
