@@ -1,10 +1,12 @@
-//! Pieces the server benchmarks share: a server child that is stopped when dropped, and a
-//! process's CPU time and memory from /proc.
+//! Pieces the server benchmarks share: a server child that is stopped when dropped, a
+//! process's CPU time and memory from /proc, and titles of random bytes.
 
 use std::process::Child;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use isnode_store::{IngestOptions, Volume};
+use rand::Rng;
 
 /// A server child process, sent SIGTERM (then killed after 5 s) when dropped.
 pub(crate) struct ServerChild(pub(crate) Child);
@@ -102,4 +104,25 @@ mod tests {
         let own = process_read_bytes(std::process::id());
         assert!(own.is_ok(), "{own:?}");
     }
+}
+
+/// Ingests `len` random bytes from `rng` into `vol` as the MPEG-TS title `name` at
+/// `bitrate_bps`.
+pub(crate) fn ingest_random_title(
+    vol: &mut Volume,
+    name: &str,
+    bitrate_bps: u64,
+    len: usize,
+    rng: &mut impl Rng,
+) -> anyhow::Result<()> {
+    let bytes: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+    let opts = IngestOptions {
+        name: name.to_string(),
+        bitrate_bps,
+        content_type: "video/mp2t".into(),
+        replace: false,
+    };
+    isnode_store::ingest(vol, &opts, &mut bytes.as_slice(), len as u64, &mut |_| {})
+        .with_context(|| format!("ingesting {name}"))?;
+    Ok(())
 }

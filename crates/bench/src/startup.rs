@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
-use isnode_store::{IngestOptions, Volume, VolumeParams};
-use rand::{Rng, SeedableRng};
+use isnode_store::{Volume, VolumeParams};
+use rand::SeedableRng;
 use serde::Serialize;
 
 use crate::serve::start_server;
@@ -146,21 +146,7 @@ fn make_titles(vol: &Path, bitrates: &[u64], seed: u64) -> anyhow::Result<Vec<St
     for (i, &bitrate) in bitrates.iter().enumerate() {
         let name = format!("startup-{i}-{bitrate}.ts");
         let len = usize::try_from(bitrate / 8 * TITLE_SECONDS)?;
-        let bytes: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-        let opts = IngestOptions {
-            name: name.clone(),
-            bitrate_bps: bitrate,
-            content_type: "video/mp2t".into(),
-            replace: false,
-        };
-        isnode_store::ingest(
-            &mut v,
-            &opts,
-            &mut bytes.as_slice(),
-            len as u64,
-            &mut |_| {},
-        )
-        .with_context(|| format!("ingesting {name}"))?;
+        crate::common::ingest_random_title(&mut v, &name, bitrate, len, &mut rng)?;
         names.push(name);
     }
     Ok(names)

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use isnode_store::{IngestOptions, Volume, VolumeParams};
+use isnode_store::{Volume, VolumeParams};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
@@ -129,21 +129,7 @@ fn make_title(vol: &Path, cfg: &VerifyBenchConfig) -> anyhow::Result<u64> {
     let mut v = Volume::create(vol, VolumeParams::default(), None)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
     let len = usize::try_from(cfg.bitrate_bps / 8 * cfg.seconds)?;
-    let bytes: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-    let opts = IngestOptions {
-        name: "verify.ts".into(),
-        bitrate_bps: cfg.bitrate_bps,
-        content_type: "video/mp2t".into(),
-        replace: false,
-    };
-    isnode_store::ingest(
-        &mut v,
-        &opts,
-        &mut bytes.as_slice(),
-        len as u64,
-        &mut |_| {},
-    )
-    .context("ingesting the title")?;
+    crate::common::ingest_random_title(&mut v, "verify.ts", cfg.bitrate_bps, len, &mut rng)?;
     Ok(len as u64)
 }
 

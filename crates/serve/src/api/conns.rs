@@ -470,15 +470,24 @@ impl ConnServer {
             }
         }
         let _ = tcp.set_nodelay(true);
+        // Counted at once, not when its task first runs: under a flood the accept loop
+        // admits many connections before any of their tasks runs, and each must count
+        // against the cap from its accept.
+        let state = Arc::new(ConnState::new(self.clock.now_ns()));
+        let id = self.conns.insert(state.clone());
         let me = self.clone();
-        tokio::spawn(async move { me.serve(tcp, peer).await });
+        tokio::spawn(async move { me.serve(tcp, peer, id, state).await });
     }
 
     /// Serves one connection (after its TLS handshake, within the header timeout, if the
-    /// API is HTTPS) until it ends, times out or is evicted.
-    async fn serve(&self, tcp: tokio::net::TcpStream, peer: SocketAddr) {
-        let state = Arc::new(ConnState::new(self.clock.now_ns()));
-        let id = self.conns.insert(state.clone());
+    /// API is HTTPS) until it ends, times out or is evicted; then forgets it (`id`).
+    async fn serve(
+        &self,
+        tcp: tokio::net::TcpStream,
+        peer: SocketAddr,
+        id: u64,
+        state: Arc<ConnState>,
+    ) {
         match &self.tls {
             None => self.drive(tcp, peer, &state).await,
             Some(acceptor) => {
