@@ -92,20 +92,6 @@ fn parse_read_bytes(io: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn read_bytes_of_proc_io() {
-        let io = "rchar: 10\nwchar: 2\nread_bytes: 4096\nwrite_bytes: 0\n";
-        assert_eq!(parse_read_bytes(io), Some(4096));
-        assert_eq!(parse_read_bytes("rchar: 10\n"), None);
-        let own = process_read_bytes(std::process::id());
-        assert!(own.is_ok(), "{own:?}");
-    }
-}
-
 /// Ingests `len` random bytes from `rng` into `vol` as the MPEG-TS title `name` at
 /// `bitrate_bps`.
 pub(crate) fn ingest_random_title(
@@ -125,4 +111,18 @@ pub(crate) fn ingest_random_title(
     isnode_store::ingest(vol, &opts, &mut bytes.as_slice(), len as u64, &mut |_| {})
         .with_context(|| format!("ingesting {name}"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_bytes_of_proc_io() {
+        let io = "rchar: 10\nwchar: 2\nread_bytes: 4096\nwrite_bytes: 0\n";
+        assert_eq!(parse_read_bytes(io), Some(4096));
+        assert_eq!(parse_read_bytes("rchar: 10\n"), None);
+        let own = process_read_bytes(std::process::id());
+        assert!(own.is_ok(), "{own:?}");
+    }
 }
