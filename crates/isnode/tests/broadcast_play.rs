@@ -4,7 +4,8 @@
 //! loss, under cautious harmonic, polyharmonic, fast and skyscraper broadcasting. Every
 //! output must be the title byte for byte, every start within the plan's wait, no codeword
 //! late; a clean client joins no repair group and decodes nothing; the server's egress is
-//! the plan's whatever the number of clients.
+//! the plan's whatever the number of clients. Forged packets sent to the groups change no
+//! byte of a receiver that checks the digests (and do change a CRC-only receiver's).
 
 mod serve_support;
 
@@ -282,5 +283,123 @@ fn hybrid_serving_broadcasts_a_popular_title_and_stops_when_its_viewers_are_done
             );
             std::thread::sleep(Duration::from_millis(250));
         }
+    });
+}
+
+/// Sends forged, CRC-valid source packets of every codeword of `object` to every channel's
+/// source group until `stop` (from the test's own socket: a broadcast receiver takes what
+/// arrives on its groups, whoever sent it).
+fn forge_on_groups(
+    object: &Value,
+    groups: &[std::net::SocketAddr],
+    stop: &std::sync::atomic::AtomicBool,
+) -> u64 {
+    let tsi = object["tsi"].as_u64().unwrap() as u32;
+    let toi = object["toi"].as_u64().unwrap() as u32;
+    let e = object["symbol_size"].as_u64().unwrap() as usize;
+    let k = object["source_symbols"].as_u64().unwrap() as u8;
+    let codewords = object["codewords"].as_u64().unwrap() as u32;
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_multicast_loop_v4(true).unwrap();
+    let mut packet = vec![0u8; isnode_wire::DATA_HEADER_LEN + e];
+    let symbol = vec![0x5Au8; e];
+    let (mut sent, deadline) = (0u64, Instant::now() + Duration::from_secs(60));
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+        for sbn in 0..codewords {
+            // Every fourth source symbol: enough to damage every codeword of a receiver
+            // that takes them, at a rate the 2 cores can carry.
+            for esi in (0..k).step_by(4) {
+                let id = isnode_wire::DataPacketId { tsi, toi, sbn, esi };
+                isnode_wire::build_data_packet(&mut packet, &id, &symbol).unwrap();
+                for g in groups {
+                    sent += u64::from(sock.send_to(&packet, g).is_ok());
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    sent
+}
+
+/// Forged packets on a broadcast's groups: a receiver with the digests drops them and
+/// writes the title byte for byte; one that trusts the CRC alone writes forged bytes.
+#[test]
+fn forged_packets_on_the_groups_change_no_byte() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = Netns::with_loopback_multicast();
+    ns.run(|| {
+        let vol = Vol::create(&[]);
+        let bytes = vol.add_ts("clip.ts", 2_000_000, 6.0, 31);
+        let server = Server::start(&vol, &[]);
+        let body = json!({"object": "clip.ts", "scheme": "cautious-harmonic", "max_wait_s": 2.0});
+        let r = server.req("POST", "/v1/broadcasts", Some(&body.to_string()));
+        assert_eq!(r.status, 201, "{}", r.body);
+        let info = r.json();
+        let groups: Vec<std::net::SocketAddr> = info["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["source"].as_str().unwrap().parse().unwrap())
+            .collect();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let forger = {
+            let (object, stop) = (info["object"].clone(), stop.clone());
+            std::thread::spawn(move || forge_on_groups(&object, &groups, &stop))
+        };
+        let run = |tag: &str, extra: &[&str]| {
+            let (out, stats) = (
+                vol.path(&format!("{tag}.ts")),
+                vol.path(&format!("{tag}.json")),
+            );
+            let status = command()
+                .args(["play", "clip.ts", "--broadcast", "--server", &server.url()])
+                .arg("--out")
+                .arg(&out)
+                .arg("--stats-json")
+                .arg(&stats)
+                .args(["--max-seconds", "60"])
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("isnode play --broadcast");
+            let st: Value =
+                serde_json::from_slice(&std::fs::read(&stats).expect("stats")).expect("stats JSON");
+            (status, std::fs::read(&out).unwrap_or_default(), st)
+        };
+        let (status, out, st) = run("auth", &[]);
+        let (_, crc_out, crc_st) = run("crc-only", &["--verify-digests", "off"]);
+        stop.store(true, Ordering::Relaxed);
+        let forged = forger.join().unwrap();
+        eprintln!(
+            "{forged} forged packets sent; with digests: {} dropped as forged, {} lost; \
+             CRC only: {} lost, output {}",
+            st["packets_forged"],
+            st["codewords_lost"],
+            crc_st["codewords_lost"],
+            if crc_out == bytes {
+                "identical"
+            } else {
+                "damaged"
+            }
+        );
+        assert!(status.success(), "{st}");
+        assert_eq!(st["authenticated"], true, "{st}");
+        assert!(
+            st["packets_forged"].as_u64().unwrap() > 0,
+            "no forged packet arrived: {st}"
+        );
+        assert_eq!(st["codewords_lost"], 0, "{st}");
+        assert!(
+            out == bytes,
+            "the authenticated output differs from the title"
+        );
+        assert_eq!(crc_st["authenticated"], false, "{crc_st}");
+        assert!(
+            crc_out != bytes,
+            "the forged packets did nothing to a CRC-only receiver"
+        );
     });
 }
