@@ -52,7 +52,7 @@ pub(crate) struct Shared {
     pub sessions: Registry,
     pub epoch: Instant,
     pub shutdown: AtomicBool,
-    pub workers: Vec<std::sync::mpsc::SyncSender<plane::NewSession>>,
+    pub workers: Vec<std::sync::mpsc::SyncSender<plane::PlaneMsg>>,
     pub next_worker: AtomicUsize,
     /// Engine in use (uring-zc falls back to gso where io_uring is unavailable).
     pub engine: EngineKind,
@@ -75,6 +75,14 @@ impl Shared {
     pub(crate) fn fail(&self, why: String) {
         let _ = self.failure.set(why);
         self.shutdown.store(true, Ordering::Release);
+    }
+
+    /// Wakes every data-plane thread, so that control requests just queued on a session
+    /// apply at once (a full queue means the thread is awake anyway).
+    pub(crate) fn wake_data_plane(&self) {
+        for w in &self.workers {
+            let _ = w.try_send(plane::PlaneMsg::Wake);
+        }
     }
 
     pub(crate) fn now_ns(&self) -> u64 {
@@ -250,7 +258,7 @@ fn bind(listen: SocketAddr) -> Result<(std::net::TcpListener, SocketAddr), Serve
     Ok((listener, local))
 }
 
-type PlaneQueue = std::sync::mpsc::Receiver<plane::NewSession>;
+type PlaneQueue = std::sync::mpsc::Receiver<plane::PlaneMsg>;
 
 fn spawn_workers(
     shared: &Arc<Shared>,

@@ -271,7 +271,10 @@ fn start_channels(sh: &Shared, st: &Setup<'_>) -> Result<Vec<Arc<SessionShared>>
             shared: s.clone(),
             pacer: Schedule::Channel(pacer),
         };
-        let handed = sh.workers.get(w).map(|q| q.try_send(ns).is_ok());
+        let handed = sh.workers.get(w).map(|q| {
+            q.try_send(crate::plane::PlaneMsg::New(Box::new(ns)))
+                .is_ok()
+        });
         if handed != Some(true) {
             return Err(fail(&started, "data plane busy, try again".into()));
         }

@@ -1,7 +1,7 @@
 //! `POST /v1/sessions/{id}/control`: seek (to a time or a codeword), pause or resume a
 //! live session. The request is checked whole here, then queued on the session for its
-//! data-plane thread, which applies it to the session's pacer on its next turn (within
-//! the thread's longest sleep, 10 ms).
+//! data-plane thread, which is woken ([`crate::Shared::wake_data_plane`]) and applies it
+//! to the session's pacer on its next turn.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -117,6 +117,7 @@ pub(super) async fn control_session(
         )
         .into_response();
     }
+    sh.wake_data_plane();
     match c.control {
         Control::Pause => s.paused.store(true, Ordering::Release),
         Control::Resume => s.paused.store(false, Ordering::Release),

@@ -252,7 +252,11 @@ fn admit_and_register(
                 shared: s.clone(),
                 pacer: crate::plane::Schedule::Session(pacer),
             };
-            sh.workers.get(w).ok_or(())?.try_send(ns).map_err(|_| ())
+            sh.workers
+                .get(w)
+                .ok_or(())?
+                .try_send(crate::plane::PlaneMsg::New(Box::new(ns)))
+                .map_err(|_| ())
         };
         match sh.sessions.register(&snap, make, new_id, hand_over) {
             Ok(s) => {

@@ -154,6 +154,7 @@ pub(super) async fn validate_session(
         )
         .into_response();
     }
+    sh.wake_data_plane();
     // The keepalive clock starts with the stream (the client keeps it alive from now on).
     s.last_keepalive_ns.store(sh.now_ns(), Ordering::Release);
     tracing::info!(id = %s.id, dest = %s.dest, "session validated: streaming");

@@ -72,6 +72,15 @@ pub(crate) struct NewSession {
     pub pacer: Schedule,
 }
 
+/// What the control API sends a data-plane thread.
+pub(crate) enum PlaneMsg {
+    /// A session to serve (boxed: the queue's slots stay small for the wake-ups).
+    New(Box<NewSession>),
+    /// Control requests are queued on one of its sessions (a validation's resume, a seek,
+    /// a pause): apply them now rather than after the loop's sleep.
+    Wake,
+}
+
 pub(crate) use schedule::Schedule;
 
 /// One session on this thread.
@@ -167,7 +176,7 @@ struct Worker {
 
 /// The data-plane thread body: runs the loop, and turns a panic into a recorded failure
 /// that stops the server (never a silently dead thread).
-pub(crate) fn worker(sh: Arc<Shared>, index: usize, rx: Receiver<NewSession>) {
+pub(crate) fn worker(sh: Arc<Shared>, index: usize, rx: Receiver<PlaneMsg>) {
     let run = std::panic::catch_unwind(AssertUnwindSafe(|| run(sh.clone(), index, rx)));
     if let Err(payload) = run {
         let why = payload
@@ -181,13 +190,15 @@ pub(crate) fn worker(sh: Arc<Shared>, index: usize, rx: Receiver<NewSession>) {
     }
 }
 
-fn run(sh: Arc<Shared>, index: usize, rx: Receiver<NewSession>) {
+fn run(sh: Arc<Shared>, index: usize, rx: Receiver<PlaneMsg>) {
     let mut w = Worker::new(sh, index);
     let mut sessions: Vec<Active> = Vec::with_capacity(64);
     while !w.sh.shutdown.load(Ordering::Acquire) {
         w.reader.poll();
-        for ns in rx.try_iter().take(MAX_NEW_PER_TURN) {
-            sessions.push(w.admit(ns));
+        for msg in rx.try_iter().take(MAX_NEW_PER_TURN) {
+            if let PlaneMsg::New(ns) = msg {
+                sessions.push(w.admit(*ns));
+            }
         }
         w.serve(&mut sessions);
         if let Mode::Uring(u) = &mut w.mode {
@@ -209,8 +220,8 @@ fn run(sh: Arc<Shared>, index: usize, rx: Receiver<NewSession>) {
             continue;
         }
         match rx.recv_timeout(wait) {
-            Ok(ns) => sessions.push(w.admit(ns)),
-            Err(RecvTimeoutError::Timeout) => {}
+            Ok(PlaneMsg::New(ns)) => sessions.push(w.admit(*ns)),
+            Ok(PlaneMsg::Wake) | Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
     }
