@@ -3,9 +3,12 @@
 //! whenever the receive loop says some are missing, and hands the answers back without
 //! ever blocking the loop.
 
+use std::ops::Range;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
+
+use isnode_wire::partition::Partition;
 
 use crate::control::ControlClient;
 use crate::receiver::Receiver;
@@ -23,15 +26,25 @@ const MAX_FAILURES: u32 = 8;
 /// Wait after a failed request before the next.
 const RETRY_AFTER: Duration = Duration::from_millis(250);
 
-/// The encoding symbols of each codeword of a session: k(sbn) + m.
-pub fn symbols_of(rx: &Receiver) -> impl Fn(u32) -> u32 + Send + 'static {
-    let partition = *rx.partition();
-    let m = rx.params().repair_symbols;
-    move |sbn| partition.source_symbols(sbn) + m
+/// The encoding symbols of each codeword of a session: k(sbn) + m, from its partition
+/// (no receive core needed).
+pub fn symbols_of(
+    partition: Partition,
+    repair_symbols: u32,
+) -> impl Fn(u32) -> u32 + Send + 'static {
+    move |sbn| partition.source_symbols(sbn) + repair_symbols
 }
 
-/// Fetches the digests of `from..from + ahead` (cut at `end`) in requests of
-/// [`FETCH_CODEWORDS`], now (before a stream starts).
+/// The requests that cover codewords `range`: `(from, count)`, [`FETCH_CODEWORDS`] at most.
+fn requests(range: Range<u32>) -> impl Iterator<Item = (u32, u32)> {
+    range
+        .clone()
+        .step_by(FETCH_CODEWORDS as usize)
+        .map(move |from| (from, FETCH_CODEWORDS.min(range.end - from)))
+}
+
+/// Fetches the digests of `from..from + ahead` (cut at `end`), now (before a stream
+/// starts).
 pub fn fetch_now(
     control: &ControlClient,
     object: &str,
@@ -40,13 +53,9 @@ pub fn fetch_now(
     end: u32,
     symbols: &(impl Fn(u32) -> u32 + ?Sized),
 ) -> anyhow::Result<crate::digests::DigestRows> {
-    let to = from.saturating_add(ahead).min(end);
     let mut rows = Vec::new();
-    let mut at = from;
-    while at < to {
-        let count = FETCH_CODEWORDS.min(to - at);
+    for (at, count) in requests(from..from.saturating_add(ahead).min(end)) {
         rows.extend(control.digests(object, at, count, symbols)?);
-        at += count;
     }
     Ok(rows)
 }
@@ -104,21 +113,26 @@ impl DigestFetcher {
         let (answer, answers) = mpsc::channel();
         let handle = std::thread::spawn(move || {
             for r in ranges {
-                let mut at = r.start;
                 let mut failures = 0;
-                while at < r.end && failures < MAX_FAILURES {
-                    let count = FETCH_CODEWORDS.min(r.end - at);
-                    match control.digests(&object, at, count, &symbols) {
-                        Ok(rows) => {
-                            if answer.send(rows).is_err() {
-                                return;
-                            }
-                            at += count;
+                'range: for (at, count) in requests(r) {
+                    loop {
+                        if failures >= MAX_FAILURES {
+                            break 'range;
                         }
-                        Err(e) => {
-                            tracing::warn!("packet digests of {object} from codeword {at}: {e:#}");
-                            failures += 1;
-                            std::thread::sleep(RETRY_AFTER);
+                        match control.digests(&object, at, count, &symbols) {
+                            Ok(rows) => {
+                                if answer.send(rows).is_err() {
+                                    return;
+                                }
+                                break;
+                            }
+                            Err(e) => {
+                                tracing::warn!(
+                                    "packet digests of {object} from codeword {at}: {e:#}"
+                                );
+                                failures += 1;
+                                std::thread::sleep(RETRY_AFTER);
+                            }
                         }
                     }
                 }

@@ -139,6 +139,8 @@ pub(crate) struct NewSessionShared {
     pub burst: Option<(u64, u64)>,
     /// See [`SessionShared::owner`].
     pub owner: Option<Owner>,
+    /// See [`SessionShared::validated`]: false while the destination must echo the token.
+    pub validated: bool,
 }
 
 impl SessionShared {
@@ -168,7 +170,7 @@ impl SessionShared {
             burst_until_ns: n.burst.map_or(0, |b| b.1),
             repair_sent: AtomicU64::new(0),
             repair_skipped: AtomicU64::new(0),
-            validated: AtomicBool::new(n.owner.is_none()),
+            validated: AtomicBool::new(n.validated),
             owner: n.owner,
         }
     }
@@ -385,6 +387,7 @@ mod tests {
                 now_ns: 0,
                 burst: None,
                 owner: None,
+                validated: true,
             }))
         }
     }

@@ -12,31 +12,31 @@ pub(super) fn serve(root: &Path, args: &isnode_serve::ServeArgs) -> anyhow::Resu
     Ok(ExitCode::SUCCESS)
 }
 
+/// The end of a broadcast `play`: its summary on stderr; exit 1 if a codeword was lost or late.
+fn broadcast_played(
+    args: &isnode_recv::PlayArgs,
+    played: anyhow::Result<isnode_recv::broadcast::BroadcastStats>,
+) -> anyhow::Result<ExitCode> {
+    let stats = played.with_context(|| format!("playing {:?} from its broadcast", args.name))?;
+    eprintln!("{}", stats.summary());
+    Ok(if stats.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 /// `play`: the summary goes to stderr (stdout may carry the media); exit 1 if any codeword was lost.
 pub(super) fn play(args: &isnode_recv::PlayArgs) -> anyhow::Result<ExitCode> {
     if args.broadcast {
-        let stats = isnode_recv::broadcast::play(args)
-            .with_context(|| format!("playing {:?} from its broadcast", args.name))?;
-        eprintln!("{}", stats.summary());
-        return Ok(if stats.is_clean() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        });
+        return broadcast_played(args, isnode_recv::broadcast::play(args));
     }
     let stats = match isnode_recv::play(args) {
         Ok(stats) => stats,
         Err(e) => match e.downcast::<isnode_recv::play::FollowBroadcast>() {
             Ok(f) => {
-                let stats =
-                    isnode_recv::broadcast::play_described(args, &f.info, f.asked, f.rtt)
-                        .with_context(|| format!("playing {:?} from its broadcast", args.name))?;
-                eprintln!("{}", stats.summary());
-                return Ok(if stats.is_clean() {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::FAILURE
-                });
+                let played = isnode_recv::broadcast::play_described(args, &f.info, f.asked, f.rtt);
+                return broadcast_played(args, played);
             }
             Err(e) => return Err(e).with_context(|| format!("playing {:?}", args.name)),
         },

@@ -314,7 +314,7 @@ fn authenticate(
         .flat_map(|l| l.codewords.iter().map(move |r| (l.join_s, r.clone())))
         .partition(|(join_s, _)| *join_s <= DIGESTS_NOW_S);
     let control = Arc::new(args.control(Duration::from_secs(10))?);
-    let symbols = symbols_of(rx);
+    let symbols = symbols_of(*rx.partition(), rx.params().repair_symbols);
     for (_, r) in now {
         let rows = fetch_now(
             &control,

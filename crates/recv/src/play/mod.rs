@@ -239,7 +239,8 @@ fn prefetch_digests(
         return Ok(None);
     }
     use crate::control::SessionInfoExt;
-    let rx = crate::receiver::Receiver::new(info.params()?, Default::default())?;
+    let params = info.params()?;
+    let partition = params.partition()?;
     let window = crate::receiver::ReceiverConfig {
         window_codewords: args.window_codewords,
         loss_horizon: args.loss_horizon,
@@ -253,8 +254,8 @@ fn prefetch_digests(
         &info.object.name,
         info.start_codeword,
         window,
-        rx.partition().blocks(),
-        &crate::digest_fetch::symbols_of(&rx),
+        partition.blocks(),
+        &crate::digest_fetch::symbols_of(partition, params.repair_symbols),
     )
     .context("fetching the packet digests")?;
     Ok(Some(session::Auth {

@@ -399,7 +399,8 @@ pub(super) fn run_session(
         for (sbn, d) in a.initial {
             rx.add_digests(sbn, d);
         }
-        DigestFetcher::start(a.control, setup.object.clone(), symbols_of(&rx))
+        let symbols = symbols_of(*rx.partition(), setup.params.repair_symbols);
+        DigestFetcher::start(a.control, setup.object.clone(), symbols)
     });
     let playout_config = playout_config(args, setup, &rx, limits.deadline);
     let codeword_bytes = u64::from(rx.partition().a_large) * u64::from(setup.params.symbol_len);

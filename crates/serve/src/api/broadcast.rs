@@ -265,6 +265,7 @@ fn start_channels(sh: &Shared, st: &Setup<'_>) -> Result<Vec<Arc<SessionShared>>
             now_ns: epoch_ns,
             burst: None,
             owner: None,
+            validated: true,
         }));
         let w = sh.next_worker.fetch_add(1, Ordering::Relaxed) % sh.workers.len().max(1);
         let ns = NewSession {

@@ -228,7 +228,7 @@ fn admit_and_register(
         }
         let mut pacer = Some(pacer);
         let make = |id| {
-            let s = Arc::new(SessionShared::new(NewSessionShared {
+            Arc::new(SessionShared::new(NewSessionShared {
                 id,
                 object: obj.clone(),
                 fdt_packets: fdt.packets.clone(),
@@ -240,9 +240,8 @@ fn admit_and_register(
                 now_ns: sh.now_ns(),
                 burst,
                 owner: Some(Owner::random()),
-            }));
-            s.validated.store(!validate, Ordering::Release);
-            s
+                validated: !validate,
+            }))
         };
         let new_id = || format!("{:016x}", rand::random::<u64>());
         let hand_over = |s: &Arc<SessionShared>| {
