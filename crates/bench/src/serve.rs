@@ -382,6 +382,15 @@ pub(crate) fn start_server(
     start_server_with(vol_dir, host, engine, exe, cache_size_bytes, &[])
 }
 
+/// Whether `exe serve` takes `flag` (its `--help` names it): before/after runs start
+/// binaries older than some flags.
+fn serve_knows(exe: &Path, flag: &str) -> bool {
+    Command::new(exe)
+        .args(["serve", "--help"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(flag))
+}
+
 /// [`start_server`] with `extra` arguments for `isnode serve`.
 fn start_server_with(
     vol_dir: &Path,
@@ -410,9 +419,10 @@ fn start_server_with(
             "100000",
         ])
         .args(["--cache-size", &cache_size_bytes.to_string()])
-        // The bench's own network (a veth pair in a namespace): plain HTTP by choice.
+        // The bench's own network (a veth pair in a namespace): plain HTTP by choice (a
+        // binary from before HTTPS serves plain HTTP anywhere and knows no such flag).
         .args(
-            (!listen.ip().is_loopback())
+            (!listen.ip().is_loopback() && serve_knows(exe, "--plain-http"))
                 .then_some("--plain-http")
                 .as_slice(),
         )

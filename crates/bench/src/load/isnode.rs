@@ -185,10 +185,17 @@ impl IsnodeServer {
             .context("creating a session")?;
         let v: serde_json::Value = resp.body_mut().read_json()?;
         let id = v["id"].as_str().context("session id")?.to_string();
-        let secret = v["secret"].as_str().context("session secret")?.to_string();
-        self.validate(&socket, &id, &secret)?;
+        // A binary from before owned sessions (`ENGINE@PATH` in a before/after run) gives no
+        // secret and streams at once: nothing to validate, and version 1 keepalives.
+        let secret = v["secret"].as_str().unwrap_or_default().to_string();
+        let key = match v["secret"].as_str() {
+            Some(secret) => {
+                self.validate(&socket, &id, secret)?;
+                Some(isnode_proto::auth::parse_key_hex(secret).context("session secret")?)
+            }
+            None => None,
+        };
         socket.set_nonblocking(true)?;
-        let key = isnode_proto::auth::parse_key_hex(&secret).context("session secret")?;
         let toi = v["object"]["toi"].as_u64().context("object toi")? as u32;
         let symbol = v["object"]["symbol_size"].as_u64().context("symbol size")? as usize;
         let send_rate_bps = v["send_rate_bps"].as_u64().context("send rate")?;
@@ -280,8 +287,10 @@ fn set_rcvbuf(socket: &UdpSocket) {
 /// A live session, as its keepalives need it.
 struct Live {
     id: String,
+    /// Its secret (empty from a server older than owned sessions, which ignores it).
     secret: String,
-    key: isnode_proto::auth::Key,
+    /// The secret's bytes for keepalive datagrams; `None` from such an older server.
+    key: Option<isnode_proto::auth::Key>,
     keepalive: Keepalive,
 }
 
@@ -296,7 +305,12 @@ enum Keepalive {
 fn send_keepalive(agent: &ureq::Agent, base: &str, s: &Live) {
     match &s.keepalive {
         Keepalive::Udp { socket, to } => {
-            if let Some(d) = isnode_proto::keepalive::keepalive_datagram(&s.id, &s.key, None) {
+            let datagram = match &s.key {
+                Some(key) => isnode_proto::keepalive::keepalive_datagram(&s.id, key, None)
+                    .map(|d| d.to_vec()),
+                None => Some(legacy_keepalive_datagram(&s.id)),
+            };
+            if let Some(d) = datagram {
                 let _ = socket.send_to(&d, to);
             }
         }
@@ -307,6 +321,14 @@ fn send_keepalive(agent: &ureq::Agent, base: &str, s: &Live) {
                 .send_empty();
         }
     }
+}
+
+/// The version 1 keepalive datagram (24 bytes: `ISKA`, 1, three zeros, the id) that
+/// servers from before owned sessions take; today's refuse it (`isnode_proto::keepalive`).
+fn legacy_keepalive_datagram(id: &str) -> Vec<u8> {
+    let mut d = b"ISKA\x01\0\0\0".to_vec();
+    d.extend_from_slice(id.as_bytes());
+    d
 }
 
 /// Sends a keepalive for every live session once per the server's keepalive period (as
