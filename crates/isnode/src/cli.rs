@@ -17,6 +17,10 @@ pub(crate) struct Cli {
         env = "ISNODE_VOLUME"
     )]
     pub volume: PathBuf,
+    /// Whether `--volume` was given (set after parsing; `serve --config` keeps the file's
+    /// `volume` otherwise).
+    #[arg(skip = crate::serve_flags::VolumeFlag::Default)]
+    pub volume_flag: crate::serve_flags::VolumeFlag,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -37,7 +41,10 @@ pub(crate) enum Command {
     /// Write a constant-bitrate MPEG-TS test stream.
     GenTs(GenTsArgs),
     /// Serve stored objects: HTTP control API and paced UDP streams of prefabricated packets.
-    Serve(isnode_serve::ServeArgs),
+    Serve(crate::serve_flags::ServeFlags),
+    /// Check a configuration file, or print the commented default one.
+    #[command(subcommand)]
+    Config(crate::serve_flags::ConfigCommand),
     /// Receive an object from a server, repair loss with FEC, write the original bytes.
     Play(isnode_recv::PlayArgs),
     /// A lossy UDP relay for tests (this kernel has no netem).

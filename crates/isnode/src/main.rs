@@ -4,13 +4,21 @@
 mod cli;
 mod commands;
 mod progress;
+mod serve_flags;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let matches = cli::Cli::command().get_matches();
+    let mut cli = match cli::Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    if matches.value_source("volume") != Some(clap::parser::ValueSource::DefaultValue) {
+        cli.volume_flag = serve_flags::VolumeFlag::Given;
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("ISNODE_LOG")

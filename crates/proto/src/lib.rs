@@ -34,6 +34,7 @@
 
 pub mod auth;
 pub mod broadcast;
+pub mod goodbye;
 pub mod keepalive;
 pub mod range;
 

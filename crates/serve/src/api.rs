@@ -10,6 +10,7 @@ mod content;
 mod control;
 mod create;
 mod digests;
+mod drain;
 pub(crate) mod errors;
 mod media;
 mod owner;
@@ -116,6 +117,10 @@ fn router(sh: Arc<Shared>) -> Router {
             )
         })
         .layer(axum::extract::DefaultBodyLimit::max(errors::MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            sh.clone(),
+            drain::refuse_new_work_while_draining,
+        ))
         .layer(axum::middleware::from_fn(errors::limits_and_json_errors))
         .with_state(sh)
 }
@@ -129,7 +134,7 @@ async fn reap(sh: Arc<Shared>) {
         for id in sh.broadcasts.stop_idle(now) {
             tracing::info!(%id, "automatic broadcast stopped: its viewers have finished");
         }
-        let keep_ns = sh.args.session_timeout_ms.saturating_mul(1_000_000);
+        let keep_ns = sh.config().session_timeout_ms.saturating_mul(1_000_000);
         sh.lock_sessions().retain(|_, s| match s.state() {
             SessionState::Streaming => true,
             SessionState::Done => now.saturating_sub(s.ended_ns.load(Ordering::Acquire)) < keep_ns,

@@ -1,9 +1,11 @@
-//! The server's configuration: the flags of `isnode serve` and the enums they select.
+//! The server's configuration: one typed value ([`ServeConfig`]) that the command line and a
+//! TOML file both produce (docs/config.md, `packaging/isnode.toml`), validated once at start;
+//! the API and the data plane read it, never the command line.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::broadcast::groups::GroupRange;
 
@@ -35,7 +37,7 @@ pub(crate) const DEFAULT_START_BURST_FACTOR: u32 = 4;
 pub const ENGINES: usize = 5;
 
 /// The send engine of the data plane.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum EngineKind {
     /// `sendmsg` with `UDP_SEGMENT` (GSO) straight from the block pool: one call per run.
@@ -88,7 +90,7 @@ impl EngineKind {
 }
 
 /// What to do with the packets of a failed member.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Degraded {
     /// Rebuild the missing symbols from the other members and send them.
@@ -98,7 +100,7 @@ pub enum Degraded {
 }
 
 /// Whether a new session waits for its destination to prove that it listens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ValidateDestination {
     /// Send a token datagram to the destination; stream once the client echoes it
@@ -111,7 +113,7 @@ pub enum ValidateDestination {
 }
 
 /// How the data plane reads blocks into the pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReadIo {
     /// io_uring `READ_FIXED` (O_DIRECT, registered pool buffers) without blocking the
@@ -126,152 +128,111 @@ pub(crate) const DEFAULT_VALIDATE_TIMEOUT_MS: u64 = 3000;
 /// Default `--min-dest-port`: the well-known ports are refused.
 pub(crate) const DEFAULT_MIN_DEST_PORT: u16 = 1024;
 
-/// Flags of `isnode serve`.
-#[derive(clap::Args, Clone, Debug)]
-pub struct ServeArgs {
+/// Default `shutdown_grace_s`: how long SIGTERM lets sessions and broadcasts run on.
+pub const DEFAULT_SHUTDOWN_GRACE_S: u64 = 30;
+/// Most `shutdown_grace_s` accepted (an hour).
+const MAX_SHUTDOWN_GRACE_S: u64 = 3600;
+/// Default `session_timeout_ms`: a session without keepalive for this long ends.
+const DEFAULT_SESSION_TIMEOUT_MS: u64 = 5000;
+
+/// The configuration of `isnode serve`: built once from a TOML file
+/// ([`ServeConfig::from_toml`]) and/or the command line, checked by
+/// [`ServeConfig::validate`], then handed to [`crate::start`] as a value.
+///
+/// Every key is optional in the file; a missing key takes its default
+/// ([`ServeConfig::default`]); an unknown key is an error. Names end in their unit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeConfig {
+    /// The volume directory (default: `--volume`, `ISNODE_VOLUME` or `./isnode-data`; the
+    /// command line wins when it names one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volume: Option<PathBuf>,
     /// Address of the HTTP control API.
-    #[arg(long, default_value = "127.0.0.1:7878")]
     pub listen: SocketAddr,
     /// Send engine.
-    #[arg(long, value_enum, default_value_t = EngineKind::Gso)]
     pub engine: EngineKind,
     /// Size of the block pool in bytes (allocated at start; bounds the sessions at
     /// distinct positions: each needs about one block per member).
-    #[arg(long, visible_alias = "cache-size", default_value_t = DEFAULT_CACHE_SIZE_BYTES)]
     pub cache_size_bytes: u64,
-    /// Egress capacity of the server, bits per second. Unless `--max-bitrate-bps` is
-    /// given, admitted sessions may together send at most 90 % of it.
-    #[arg(long, default_value_t = DEFAULT_EGRESS_CAPACITY_BPS)]
+    /// Egress capacity of the server, bits per second. Unless `max_bitrate_bps` is set,
+    /// admitted sessions may together send at most 90 % of it.
     pub egress_capacity_bps: u64,
     /// Bitrate budget: the sum of admitted sessions' send rates, bits per second
-    /// (default: 90 % of `--egress-capacity-bps`, i.e. 900 Mbit/s).
-    #[arg(long, visible_alias = "max-bitrate")]
+    /// (default: 90 % of `egress_capacity_bps`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_bitrate_bps: Option<u64>,
     /// Most concurrent sessions per client IP address.
-    #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS_PER_CLIENT)]
     pub max_sessions_per_client: u32,
     /// Data-plane threads (default: one per core).
-    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub threads: Option<usize>,
     /// What to send for a failed member's packets.
-    #[arg(long, value_enum, default_value_t = Degraded::Rebuild)]
     pub degraded: Degraded,
     /// A session without keepalive for this long ends by itself (milliseconds).
-    #[arg(long, default_value_t = 5000)]
     pub session_timeout_ms: u64,
     /// A new session streams only once its destination has echoed the token datagram sent
     /// to it (return routability); not echoed within this long, it ends (milliseconds).
-    #[arg(long, default_value_t = DEFAULT_VALIDATE_TIMEOUT_MS)]
     pub validate_timeout_ms: u64,
     /// Return routability of new sessions' destinations.
-    #[arg(long, value_enum, default_value_t = ValidateDestination::Token)]
     pub validate_destination: ValidateDestination,
-    /// Lowest destination UDP port a session may ask for (ports below it are refused:
-    /// well-known services listen there).
-    #[arg(long, default_value_t = DEFAULT_MIN_DEST_PORT)]
+    /// Lowest destination UDP port a session may ask for.
     pub min_dest_port: u16,
     /// How blocks are read into the pool (`uring` falls back to `sync` where io_uring is
     /// unavailable).
-    #[arg(long, value_enum, env = "ISNODE_READ_IO", default_value_t = ReadIo::Uring)]
     pub read_io: ReadIo,
-    /// Most HTTP content bodies and repair answers produced at once (each holds about three
-    /// codewords of memory); more are refused with 503.
-    #[arg(long, default_value_t = DEFAULT_MAX_CONTENT_READERS)]
+    /// Most HTTP content bodies and repair answers produced at once; more are refused
+    /// with 503.
     pub max_content_readers: u64,
     /// Start-up burst: a session's first codewords go out this many times faster than its
-    /// rate (gives the client a lead at once); the bursts' extra rate stays within the
-    /// headroom above the bitrate budget (10/90 of it), admission lowering the factor to what
-    /// is left, down to no burst. 0 or 1: no burst.
-    #[arg(long, default_value_t = DEFAULT_START_BURST_FACTOR)]
+    /// rate, within the headroom above the bitrate budget. 0 or 1: no burst.
     pub start_burst_factor: u32,
     /// Playing time of the media sent in the start-up burst, milliseconds (0: no burst).
-    /// The client's lead is this × (1 − 1/factor).
-    #[arg(long, default_value_t = DEFAULT_START_BURST_MS)]
     pub start_burst_ms: u64,
-    /// Multicast groups broadcasts may use (`ADDRESS/PREFIX`, IPv4 and IPv6 ranges, comma
-    /// separated); groups a broadcast request names must lie in one.
-    #[arg(long, value_delimiter = ',', default_value = DEFAULT_BROADCAST_GROUPS)]
+    /// Multicast groups broadcasts may use (`ADDRESS/PREFIX`, IPv4 and IPv6 ranges).
     pub broadcast_groups: Vec<GroupRange>,
     /// UDP port of a broadcast's channel 0 (channel c: this + c) unless the request names one.
-    #[arg(long, default_value_t = DEFAULT_BROADCAST_PORT)]
     pub broadcast_port: u16,
-    /// Most groups (source and repair together) one broadcast uses: its channels share them.
-    #[arg(long, default_value_t = DEFAULT_BROADCAST_MAX_GROUPS)]
+    /// Most groups (source and repair together) one broadcast uses.
     pub broadcast_max_groups: u32,
     /// TTL (IPv4) and hop limit (IPv6) of broadcast packets.
-    #[arg(long, default_value_t = 1)]
     pub multicast_ttl: u8,
     /// Interface broadcasts are sent from, by name (default: the routing table's choice).
-    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub multicast_if: Option<String>,
     /// Hybrid serving: `auto` starts a broadcast of a title when its unicast demand would
-    /// cost more than the broadcast's plan, and answers its session requests with it.
-    #[arg(long = "broadcast", value_enum, default_value_t = BroadcastMode::Off)]
+    /// cost more than the broadcast's plan.
+    #[serde(rename = "broadcast")]
     pub broadcast_mode: BroadcastMode,
     /// The scheme of automatic broadcasts.
-    #[arg(long, default_value = "cautious-harmonic")]
     pub broadcast_scheme: String,
     /// The maximum start-up wait of automatic broadcasts, seconds.
-    #[arg(long, default_value_t = 5.0)]
     pub broadcast_max_wait_s: f64,
     /// Most control API connections open at once (default: 4096, or fewer if the open
-    /// files limit leaves fewer after the data plane's reserve; more than it leaves is
-    /// refused at start). At the cap a new connection closes the oldest one that has no
-    /// request in service.
-    #[arg(long)]
+    /// files limit leaves fewer after the data plane's reserve).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub api_max_connections: Option<usize>,
-    /// A request head must be whole within this many milliseconds (from the connection's
-    /// accept, or from the first byte of a later request), or the connection is closed.
-    #[arg(long, default_value_t = DEFAULT_API_HEADER_TIMEOUT_MS)]
+    /// A request head must be whole within this many milliseconds.
     pub api_header_timeout_ms: u64,
     /// A kept-alive connection without a request for this many milliseconds is closed.
-    #[arg(long, default_value_t = DEFAULT_API_IDLE_TIMEOUT_MS)]
     pub api_idle_timeout_ms: u64,
-    /// Serve the control API over HTTPS with this certificate chain (PEM; with
-    /// `--tls-key`). `isnode cert` makes a self-signed pair.
-    #[arg(long, requires = "tls_key")]
+    /// Serve the control API over HTTPS with this certificate chain (PEM; with `tls_key`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_cert: Option<PathBuf>,
-    /// The private key of `--tls-cert` (PEM).
-    #[arg(long, requires = "tls_cert")]
+    /// The private key of `tls_cert` (PEM).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tls_key: Option<PathBuf>,
-    /// Serve plain HTTP on a non-loopback `--listen` address (without it, such a server
-    /// needs `--tls-cert` and `--tls-key`).
-    #[arg(long, conflicts_with = "tls_cert")]
+    /// Serve plain HTTP on a non-loopback `listen` address.
     pub plain_http: bool,
+    /// On SIGTERM, sessions and broadcasts run on for at most this many seconds while
+    /// nothing new is admitted; then the server exits.
+    pub shutdown_grace_s: u64,
 }
 
-/// Whether the server broadcasts popular titles by itself.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BroadcastMode {
-    /// Only broadcasts asked for (`POST /v1/broadcasts`).
-    Off,
-    /// Also when a title's unicast demand would cost more than its broadcast.
-    Auto,
-}
-
-/// Default `--broadcast-groups`: organisation-local IPv4 and site-local IPv6 ranges.
-pub(crate) const DEFAULT_BROADCAST_GROUPS: &str = "239.255.0.0/16,ff15::/64";
-/// Default `--broadcast-port`.
-pub(crate) const DEFAULT_BROADCAST_PORT: u16 = 30000;
-/// Default `--broadcast-max-groups` (a receiver's socket joins at most 20 by default).
-pub(crate) const DEFAULT_BROADCAST_MAX_GROUPS: u32 = 16;
-
-impl ServeArgs {
-    /// The bitrate budget in force: `--max-bitrate-bps`, or [`EGRESS_BUDGET_PERCENT`] of
-    /// `--egress-capacity-bps`.
-    pub fn bitrate_budget_bps(&self) -> u64 {
-        self.max_bitrate_bps.unwrap_or_else(|| {
-            let budget =
-                u128::from(self.egress_capacity_bps) * u128::from(EGRESS_BUDGET_PERCENT) / 100;
-            u64::try_from(budget).unwrap_or(u64::MAX)
-        })
-    }
-}
-
-impl Default for ServeArgs {
+impl Default for ServeConfig {
     fn default() -> Self {
-        ServeArgs {
+        ServeConfig {
+            volume: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
             engine: EngineKind::Gso,
             cache_size_bytes: DEFAULT_CACHE_SIZE_BYTES,
@@ -280,7 +241,7 @@ impl Default for ServeArgs {
             max_sessions_per_client: DEFAULT_MAX_SESSIONS_PER_CLIENT,
             threads: None,
             degraded: Degraded::Rebuild,
-            session_timeout_ms: 5000,
+            session_timeout_ms: DEFAULT_SESSION_TIMEOUT_MS,
             validate_timeout_ms: DEFAULT_VALIDATE_TIMEOUT_MS,
             validate_destination: ValidateDestination::Token,
             min_dest_port: DEFAULT_MIN_DEST_PORT,
@@ -288,78 +249,322 @@ impl Default for ServeArgs {
             max_content_readers: DEFAULT_MAX_CONTENT_READERS,
             start_burst_factor: DEFAULT_START_BURST_FACTOR,
             start_burst_ms: DEFAULT_START_BURST_MS,
-            broadcast_groups: DEFAULT_BROADCAST_GROUPS
-                .split(',')
-                .filter_map(|r| r.parse().ok())
-                .collect(),
+            broadcast_groups: default_broadcast_groups(),
             broadcast_port: DEFAULT_BROADCAST_PORT,
             broadcast_max_groups: DEFAULT_BROADCAST_MAX_GROUPS,
             multicast_ttl: 1,
             multicast_if: None,
             broadcast_mode: BroadcastMode::Off,
-            broadcast_scheme: "cautious-harmonic".into(),
-            broadcast_max_wait_s: 5.0,
+            broadcast_scheme: DEFAULT_BROADCAST_SCHEME.into(),
+            broadcast_max_wait_s: DEFAULT_BROADCAST_MAX_WAIT_S,
             api_max_connections: None,
             api_header_timeout_ms: DEFAULT_API_HEADER_TIMEOUT_MS,
             api_idle_timeout_ms: DEFAULT_API_IDLE_TIMEOUT_MS,
             tls_cert: None,
             tls_key: None,
             plain_http: false,
+            shutdown_grace_s: DEFAULT_SHUTDOWN_GRACE_S,
         }
     }
+}
+
+/// Whether the server broadcasts popular titles by itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BroadcastMode {
+    /// Only broadcasts asked for (`POST /v1/broadcasts`).
+    Off,
+    /// Also when a title's unicast demand would cost more than its broadcast.
+    Auto,
+}
+
+/// Default `broadcast_groups`: organisation-local IPv4 and site-local IPv6 ranges.
+pub const DEFAULT_BROADCAST_GROUPS: &str = "239.255.0.0/16,ff15::/64";
+/// Default `broadcast_port`.
+pub const DEFAULT_BROADCAST_PORT: u16 = 30000;
+/// Default `broadcast_max_groups` (a receiver's socket joins at most 20 by default).
+pub const DEFAULT_BROADCAST_MAX_GROUPS: u32 = 16;
+/// Default `broadcast_scheme`.
+pub const DEFAULT_BROADCAST_SCHEME: &str = "cautious-harmonic";
+/// Default `broadcast_max_wait_s`.
+pub const DEFAULT_BROADCAST_MAX_WAIT_S: f64 = 5.0;
+
+fn default_broadcast_groups() -> Vec<GroupRange> {
+    DEFAULT_BROADCAST_GROUPS
+        .split(',')
+        .filter_map(|r| r.parse().ok())
+        .collect()
+}
+
+/// A configuration that cannot be used: the file does not parse, or a value is out of range.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file is not valid TOML for [`ServeConfig`] (an unknown key, a value of the wrong
+    /// type); the message names the key and its line.
+    #[error("{0}")]
+    Parse(String),
+    /// A value is out of its range.
+    #[error("{key}{}: {why}", line.map(|l| format!(" (line {l})")).unwrap_or_default())]
+    Invalid {
+        /// The offending key.
+        key: &'static str,
+        /// Its line in the file, when it came from one.
+        line: Option<usize>,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+impl ServeConfig {
+    /// Parses a TOML configuration (every key optional) and validates it. Errors name the
+    /// key and its line.
+    pub fn from_toml(text: &str) -> Result<ServeConfig, ConfigError> {
+        let config: ServeConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string().trim().into()))?;
+        config.validate().map_err(|e| match e {
+            ConfigError::Invalid { key, why, .. } => ConfigError::Invalid {
+                key,
+                line: line_of(text, key),
+                why,
+            },
+            e => e,
+        })?;
+        Ok(config)
+    }
+
+    /// This configuration as TOML (every key that has a value).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+
+    /// Checks every value's range and the combinations that cannot work together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &'static str, why: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                line: None,
+                why: why.into(),
+            })
+        };
+        if self.cache_size_bytes == 0 {
+            return bad("cache_size_bytes", "must be above 0");
+        }
+        if self.egress_capacity_bps == 0 {
+            return bad("egress_capacity_bps", "must be above 0");
+        }
+        if self.max_bitrate_bps == Some(0) {
+            return bad("max_bitrate_bps", "must be above 0");
+        }
+        if self.max_sessions_per_client == 0 {
+            return bad("max_sessions_per_client", "must be at least 1");
+        }
+        if matches!(self.threads, Some(t) if !(1..=256).contains(&t)) {
+            return bad("threads", "must be between 1 and 256");
+        }
+        if self.session_timeout_ms < 100 {
+            return bad("session_timeout_ms", "must be at least 100");
+        }
+        if self.validate_timeout_ms == 0 {
+            return bad("validate_timeout_ms", "must be above 0");
+        }
+        if self.max_content_readers == 0 {
+            return bad("max_content_readers", "must be at least 1");
+        }
+        self.validate_broadcast()?;
+        self.validate_api()
+    }
+
+    fn validate_broadcast(&self) -> Result<(), ConfigError> {
+        let bad = |key: &'static str, why: String| {
+            Err(ConfigError::Invalid {
+                key,
+                line: None,
+                why,
+            })
+        };
+        if !(self.broadcast_max_wait_s.is_finite() && self.broadcast_max_wait_s > 0.0) {
+            return bad("broadcast_max_wait_s", "must be a number above 0".into());
+        }
+        if self.broadcast_max_groups < 2 {
+            return bad(
+                "broadcast_max_groups",
+                "must be at least 2 (a source and a repair group)".into(),
+            );
+        }
+        if self.broadcast_groups.is_empty() {
+            return bad("broadcast_groups", "must name at least one range".into());
+        }
+        let params = isnode_broadcast::SchemeParams::default();
+        if let Err(e) = isnode_broadcast::Scheme::parse(&self.broadcast_scheme, params) {
+            return bad("broadcast_scheme", e.to_string());
+        }
+        Ok(())
+    }
+
+    fn validate_api(&self) -> Result<(), ConfigError> {
+        let bad = |key: &'static str, why: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                line: None,
+                why: why.into(),
+            })
+        };
+        if self.api_header_timeout_ms == 0 {
+            return bad("api_header_timeout_ms", "must be above 0");
+        }
+        if self.api_idle_timeout_ms == 0 {
+            return bad("api_idle_timeout_ms", "must be above 0");
+        }
+        if self.api_max_connections == Some(0) {
+            return bad("api_max_connections", "must be at least 1");
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) => return bad("tls_key", "tls_cert needs tls_key"),
+            (None, Some(_)) => return bad("tls_cert", "tls_key needs tls_cert"),
+            (Some(_), Some(_)) if self.plain_http => {
+                return bad("plain_http", "cannot be set with tls_cert")
+            }
+            _ => {}
+        }
+        if self.shutdown_grace_s > MAX_SHUTDOWN_GRACE_S {
+            return bad("shutdown_grace_s", "must be at most 3600");
+        }
+        Ok(())
+    }
+
+    /// The bitrate budget in force: `max_bitrate_bps`, or [`EGRESS_BUDGET_PERCENT`] of
+    /// `egress_capacity_bps`.
+    pub fn bitrate_budget_bps(&self) -> u64 {
+        self.max_bitrate_bps.unwrap_or_else(|| {
+            let budget =
+                u128::from(self.egress_capacity_bps) * u128::from(EGRESS_BUDGET_PERCENT) / 100;
+            u64::try_from(budget).unwrap_or(u64::MAX)
+        })
+    }
+
+    /// The settings whose change needs a restart and that differ between `self` (running)
+    /// and `new` (just read): a reload keeps the running values of these.
+    pub fn restart_only_changes(&self, new: &ServeConfig) -> Vec<&'static str> {
+        let mut changed = Vec::new();
+        let mut check = |key: &'static str, differs: bool| {
+            if differs {
+                changed.push(key);
+            }
+        };
+        check("volume", self.volume != new.volume);
+        check("listen", self.listen != new.listen);
+        check("engine", self.engine != new.engine);
+        check(
+            "cache_size_bytes",
+            self.cache_size_bytes != new.cache_size_bytes,
+        );
+        check("threads", self.threads != new.threads);
+        check("read_io", self.read_io != new.read_io);
+        check(
+            "api_max_connections",
+            self.api_max_connections != new.api_max_connections,
+        );
+        check("tls_cert", self.tls_cert != new.tls_cert);
+        check("tls_key", self.tls_key != new.tls_key);
+        check("plain_http", self.plain_http != new.plain_http);
+        check("multicast_ttl", self.multicast_ttl != new.multicast_ttl);
+        check("multicast_if", self.multicast_if != new.multicast_if);
+        changed
+    }
+}
+
+/// The 1-based line of `key = ...` in `text`, if it is there.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    text.lines()
+        .position(|l| {
+            l.trim_start()
+                .strip_prefix(key)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        })
+        .map(|i| i + 1)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: ServeArgs,
-    }
-
-    fn parse(flags: &[&str]) -> ServeArgs {
-        let argv = std::iter::once("serve").chain(flags.iter().copied());
-        Cli::try_parse_from(argv).map(|c| c.args).unwrap()
+    #[test]
+    fn an_empty_file_is_the_default() {
+        let c = ServeConfig::from_toml("").unwrap();
+        assert_eq!(c, ServeConfig::default());
+        assert_eq!(c.bitrate_budget_bps(), 900_000_000);
+        assert_eq!(c.broadcast_groups.len(), 2);
     }
 
     #[test]
-    fn the_flags_default_like_default() {
-        let a = parse(&[]);
-        let d = ServeArgs::default();
-        assert_eq!(a.cache_size_bytes, d.cache_size_bytes);
-        assert_eq!(a.egress_capacity_bps, d.egress_capacity_bps);
-        assert_eq!(a.max_bitrate_bps, d.max_bitrate_bps);
-        assert_eq!(a.max_sessions_per_client, d.max_sessions_per_client);
-        assert_eq!(a.max_content_readers, d.max_content_readers);
-        assert_eq!(a.bitrate_budget_bps(), 900_000_000);
-        assert_eq!(a.max_sessions_per_client, 16);
-        assert_eq!(a.broadcast_groups, d.broadcast_groups);
-        assert_eq!(a.broadcast_groups.len(), 2);
-        assert_eq!(
-            (a.start_burst_factor, a.start_burst_ms),
-            (d.start_burst_factor, d.start_burst_ms)
+    fn the_default_round_trips_through_toml() {
+        let d = ServeConfig::default();
+        assert_eq!(ServeConfig::from_toml(&d.to_toml()).unwrap(), d);
+    }
+
+    #[test]
+    fn an_unknown_key_names_the_key_and_its_line() {
+        let e = ServeConfig::from_toml("listen = \"127.0.0.1:1\"\ncache_size = 5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cache_size") && e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_value_names_the_key_and_its_line() {
+        let e = ServeConfig::from_toml("\n\nengine = \"warp\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("engine") && e.contains("line 3"), "{e}");
+        let e = ServeConfig::from_toml("# c\nsession_timeout_ms = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("session_timeout_ms (line 2)"), "{e}");
+        let e = ServeConfig::from_toml("broadcast_groups = [\"10.0.0.0/8\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("broadcast_groups") && e.contains("multicast"),
+            "{e}"
         );
     }
 
     #[test]
-    fn old_flag_names_still_work() {
-        let a = parse(&["--cache-size", "1024", "--max-bitrate", "5"]);
-        assert_eq!((a.cache_size_bytes, a.bitrate_budget_bps()), (1024, 5));
-        let a = parse(&["--cache-size-bytes", "2048", "--max-bitrate-bps", "7"]);
-        assert_eq!((a.cache_size_bytes, a.bitrate_budget_bps()), (2048, 7));
+    fn tls_needs_both_halves() {
+        let e = ServeConfig::from_toml("tls_cert = \"c.pem\"").unwrap_err();
+        assert!(e.to_string().contains("tls_key"), "{e}");
     }
 
     #[test]
     fn the_budget_follows_the_egress_capacity() {
-        let a = parse(&["--egress-capacity-bps", "10000000000"]);
-        assert_eq!(a.bitrate_budget_bps(), 9_000_000_000);
-        let a = parse(&["--egress-capacity-bps", &u64::MAX.to_string()]);
+        let c = ServeConfig {
+            egress_capacity_bps: 10_000_000_000,
+            ..ServeConfig::default()
+        };
+        assert_eq!(c.bitrate_budget_bps(), 9_000_000_000);
+        let c = ServeConfig {
+            egress_capacity_bps: u64::MAX,
+            ..ServeConfig::default()
+        };
         assert_eq!(
-            a.bitrate_budget_bps(),
+            c.bitrate_budget_bps(),
             (u128::from(u64::MAX) * 90 / 100) as u64
         );
+        let c = ServeConfig {
+            max_bitrate_bps: Some(7),
+            ..ServeConfig::default()
+        };
+        assert_eq!(c.bitrate_budget_bps(), 7);
+    }
+
+    #[test]
+    fn restart_only_settings_are_named() {
+        let a = ServeConfig::default();
+        let b = ServeConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9)),
+            max_sessions_per_client: 3,
+            ..ServeConfig::default()
+        };
+        assert_eq!(a.restart_only_changes(&b), vec!["listen"]);
     }
 }

@@ -10,7 +10,8 @@
 //!   the pool; the control API (HTTP/JSON, `docs/protocol.md`) runs on a small tokio
 //!   runtime beside them.
 //!
-//! - `config`: the flags ([`ServeArgs`]) and the enums they select; `registry`: what the
+//! - `config`: the configuration ([`ServeConfig`], from flags or a TOML file) and the enums
+//!   it selects; `registry`: what the
 //!   API and the data plane share about each session, and the session table; `server`:
 //!   start and stop.
 //! - `api`: the control API's handlers, among them the original bytes over HTTP (`Range`)
@@ -31,6 +32,7 @@ pub mod cache;
 mod config;
 mod fd_budget;
 mod keepalive;
+mod lifecycle;
 pub mod metrics;
 pub mod net;
 pub mod objects;
@@ -45,13 +47,16 @@ mod uring;
 
 pub use api::errors::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 pub use config::{
-    Degraded, EngineKind, ReadIo, ServeArgs, ValidateDestination, DEFAULT_API_HEADER_TIMEOUT_MS,
-    DEFAULT_API_IDLE_TIMEOUT_MS, DEFAULT_API_MAX_CONNECTIONS, DEFAULT_CACHE_SIZE_BYTES,
+    BroadcastMode, ConfigError, Degraded, EngineKind, ReadIo, ServeConfig, ValidateDestination,
+    DEFAULT_API_HEADER_TIMEOUT_MS, DEFAULT_API_IDLE_TIMEOUT_MS, DEFAULT_API_MAX_CONNECTIONS,
+    DEFAULT_BROADCAST_GROUPS, DEFAULT_BROADCAST_MAX_GROUPS, DEFAULT_BROADCAST_MAX_WAIT_S,
+    DEFAULT_BROADCAST_PORT, DEFAULT_BROADCAST_SCHEME, DEFAULT_CACHE_SIZE_BYTES,
     DEFAULT_EGRESS_CAPACITY_BPS, DEFAULT_MAX_CONTENT_READERS, DEFAULT_MAX_SESSIONS_PER_CLIENT,
-    EGRESS_BUDGET_PERCENT, ENGINES,
+    DEFAULT_SHUTDOWN_GRACE_S, EGRESS_BUDGET_PERCENT, ENGINES,
 };
+pub use lifecycle::{run, Drained};
 pub use metrics::{Limit, MetricsSnapshot};
-pub use server::{run, start, ServeError, ServerHandle};
+pub use server::{start, ServeError, ServerHandle};
 
 /// The small volume of the unit tests: 6 members, k <= 20, m = 4, 1024-byte symbols,
 /// 7 packets per 8 KiB block.

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use anyhow::Context as _;
-
 use crate::cache::{Cache, Residency};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::objects::Objects;
 use crate::registry::{Registry, SessionState, SessionTable};
-use crate::{api, fd_budget, keepalive, plane, reader, tls, uring, EngineKind, ReadIo, ServeArgs};
+use crate::{
+    api, fd_budget, keepalive, plane, reader, tls, uring, EngineKind, ReadIo, ServeConfig,
+};
 
 /// Errors of starting a server.
 #[derive(Debug, thiserror::Error)]
@@ -45,13 +45,16 @@ fn io_error(context: &str) -> impl FnOnce(std::io::Error) -> ServeError + '_ {
 
 /// Everything the threads of a server share.
 pub(crate) struct Shared {
-    pub args: ServeArgs,
+    /// The configuration in force (swapped whole by a reload: [`Shared::reload_config`]).
+    config: arc_swap::ArcSwap<ServeConfig>,
     pub objects: Objects,
     pub cache: Cache,
     pub metrics: Metrics,
     pub sessions: Registry,
     pub epoch: Instant,
     pub shutdown: AtomicBool,
+    /// Set by SIGTERM: new sessions, broadcasts and uploads are refused (`api/drain.rs`).
+    pub draining: AtomicBool,
     pub workers: Vec<std::sync::mpsc::SyncSender<plane::PlaneMsg>>,
     pub next_worker: AtomicUsize,
     /// Engine in use (uring-zc falls back to gso where io_uring is unavailable).
@@ -71,6 +74,34 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The configuration in force (cheap: an atomic load; hold it only briefly).
+    pub(crate) fn config(&self) -> arc_swap::Guard<Arc<ServeConfig>> {
+        self.config.load()
+    }
+
+    /// Puts `new` in force, keeping the running values of the settings that need a restart;
+    /// returns the names of those that differed (a reload reports them).
+    pub(crate) fn reload_config(&self, mut new: ServeConfig) -> Vec<&'static str> {
+        let old = self.config();
+        let kept = old.restart_only_changes(&new);
+        new.volume.clone_from(&old.volume);
+        new.listen = old.listen;
+        new.engine = old.engine;
+        new.cache_size_bytes = old.cache_size_bytes;
+        new.threads = old.threads;
+        new.read_io = old.read_io;
+        new.api_max_connections = old.api_max_connections;
+        new.api_header_timeout_ms = old.api_header_timeout_ms;
+        new.api_idle_timeout_ms = old.api_idle_timeout_ms;
+        new.tls_cert.clone_from(&old.tls_cert);
+        new.tls_key.clone_from(&old.tls_key);
+        new.plain_http = old.plain_http;
+        new.multicast_ttl = old.multicast_ttl;
+        new.multicast_if.clone_from(&old.multicast_if);
+        self.config.store(Arc::new(new));
+        kept
+    }
+
     /// Records a data-plane failure and stops the server.
     pub(crate) fn fail(&self, why: String) {
         let _ = self.failure.set(why);
@@ -209,13 +240,13 @@ impl Drop for ServerHandle {
     }
 }
 
-/// Blocks of the pool for `args.cache_size_bytes`: at least two per member, at most 2^20.
-fn pool_slots(args: &ServeArgs, members: u32, block_len: usize) -> Result<u32, ServeError> {
-    let slots = args.cache_size_bytes / block_len as u64;
+/// Blocks of the pool for `cache_size_bytes`: at least two per member, at most 2^20.
+fn pool_slots(config: &ServeConfig, members: u32, block_len: usize) -> Result<u32, ServeError> {
+    let slots = config.cache_size_bytes / block_len as u64;
     if slots < u64::from(members) * 2 {
         return Err(ServeError::Config(format!(
             "--cache-size-bytes {} holds {slots} blocks of {block_len} bytes; at least {} (two per member) are needed",
-            args.cache_size_bytes,
+            config.cache_size_bytes,
             members * 2
         )));
     }
@@ -223,8 +254,8 @@ fn pool_slots(args: &ServeArgs, members: u32, block_len: usize) -> Result<u32, S
 }
 
 /// The engine and block reads to use, falling back where io_uring is unavailable.
-fn io_choices(args: &ServeArgs) -> (EngineKind, ReadIo) {
-    let engine = match args.engine {
+fn io_choices(config: &ServeConfig) -> (EngineKind, ReadIo) {
+    let engine = match config.engine {
         EngineKind::UringZc if !uring::available() => {
             tracing::warn!(
                 "io_uring SEND_ZC is not available on this kernel: using the gso engine"
@@ -233,7 +264,7 @@ fn io_choices(args: &ServeArgs) -> (EngineKind, ReadIo) {
         }
         e => e,
     };
-    let read_io = match args.read_io {
+    let read_io = match config.read_io {
         ReadIo::Uring if !reader::available() => {
             tracing::warn!(
                 "io_uring reads are not available on this kernel: reading blocks with pread"
@@ -279,7 +310,7 @@ fn spawn_workers(
 /// The control API's connection limits: the cap from the descriptors the data plane
 /// leaves ([`fd_budget`]), the timeouts from the flags.
 fn api_limits(
-    args: &ServeArgs,
+    config: &ServeConfig,
     vol: &isnode_store::Volume,
     threads: usize,
     engine: EngineKind,
@@ -297,9 +328,9 @@ fn api_limits(
         },
     };
     let max_connections = needs
-        .api_connections(args.api_max_connections)
+        .api_connections(config.api_max_connections)
         .map_err(ServeError::Config)?;
-    if args.api_header_timeout_ms == 0 || args.api_idle_timeout_ms == 0 {
+    if config.api_header_timeout_ms == 0 || config.api_idle_timeout_ms == 0 {
         return Err(ServeError::Config(
             "--api-header-timeout-ms and --api-idle-timeout-ms must be above 0".into(),
         ));
@@ -312,22 +343,22 @@ fn api_limits(
     );
     Ok(api::ConnLimits {
         max_connections,
-        header_timeout_ns: args.api_header_timeout_ms.saturating_mul(1_000_000),
-        idle_timeout_ns: args.api_idle_timeout_ms.saturating_mul(1_000_000),
+        header_timeout_ns: config.api_header_timeout_ms.saturating_mul(1_000_000),
+        idle_timeout_ns: config.api_idle_timeout_ms.saturating_mul(1_000_000),
     })
 }
 
 /// The TLS acceptor of `--tls-cert` and `--tls-key`, if given; an error if plain HTTP
 /// would be served on a non-loopback address without `--plain-http`.
-fn tls_acceptor(args: &ServeArgs) -> Result<Option<tokio_rustls::TlsAcceptor>, ServeError> {
-    let plain = match args.plain_http {
+fn tls_acceptor(config: &ServeConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, ServeError> {
+    let plain = match config.plain_http {
         true => tls::PlainHttp::Allowed,
         false => tls::PlainHttp::LoopbackOnly,
     };
     let transport = tls::transport(
-        args.listen,
-        args.tls_cert.as_deref(),
-        args.tls_key.as_deref(),
+        config.listen,
+        config.tls_cert.as_deref(),
+        config.tls_key.as_deref(),
         plain,
     )
     .map_err(ServeError::Config)?;
@@ -341,25 +372,28 @@ fn tls_acceptor(args: &ServeArgs) -> Result<Option<tokio_rustls::TlsAcceptor>, S
 
 /// Starts a server on the volume at `volume_dir` (created with default parameters if
 /// absent) and returns once it listens.
-pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeError> {
+pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, ServeError> {
+    config
+        .validate()
+        .map_err(|e| ServeError::Config(e.to_string()))?;
     let vol = isnode_store::Volume::open_or_create(volume_dir)?;
     let params = *vol.params();
     let block_len = params.block_len as usize;
-    let slots = pool_slots(args, params.members, block_len)?;
-    let threads = args
+    let slots = pool_slots(config, params.members, block_len)?;
+    let threads = config
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .clamp(1, 256);
-    let (engine, read_io) = io_choices(args);
-    let limits = api_limits(args, &vol, threads, engine)?;
-    multicast_options(args)?;
+    let (engine, read_io) = io_choices(config);
+    let limits = api_limits(config, &vol, threads, engine)?;
+    multicast_options(config)?;
     let residency = match engine {
         EngineKind::Sendfile => Residency::OnUse,
         _ => Residency::Touched,
     };
     let cache = Cache::with_residency(slots, block_len, residency);
-    let tls = tls_acceptor(args)?;
-    let (std_listener, local_addr) = bind(args.listen)?;
+    let tls = tls_acceptor(config)?;
+    let (std_listener, local_addr) = bind(config.listen)?;
     let keepalive_sock = keepalive::bind(local_addr).map_err(io_error(&format!(
         "binding the keepalive port on {}",
         local_addr.ip()
@@ -375,13 +409,14 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         .map(|_| std::sync::mpsc::sync_channel(1024))
         .unzip();
     let shared = Arc::new(Shared {
-        args: args.clone(),
+        config: arc_swap::ArcSwap::from_pointee(config.clone()),
         objects: Objects::new(vol),
         cache,
         metrics: Metrics::new(params.members),
         sessions: Registry::new(),
         epoch: Instant::now(),
         shutdown: AtomicBool::new(false),
+        draining: AtomicBool::new(false),
         workers: senders,
         next_worker: AtomicUsize::new(0),
         engine,
@@ -431,8 +466,8 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         read_io = ?read_io,
         threads,
         cache_bytes = u64::from(slots) * block_len as u64,
-        bitrate_budget_bps = args.bitrate_budget_bps(),
-        max_sessions_per_client = args.max_sessions_per_client,
+        bitrate_budget_bps = config.bitrate_budget_bps(),
+        max_sessions_per_client = config.max_sessions_per_client,
         api_max_connections = limits.max_connections,
         "isnode serve started"
     );
@@ -441,54 +476,13 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
 
 /// Sets the multicast options of every send socket from `--multicast-ttl` and
 /// `--multicast-if`.
-fn multicast_options(args: &ServeArgs) -> Result<(), ServeError> {
-    let ifindex = match &args.multicast_if {
+fn multicast_options(config: &ServeConfig) -> Result<(), ServeError> {
+    let ifindex = match &config.multicast_if {
         None => 0,
         Some(name) => crate::net::interface_index(name).ok_or_else(|| {
             ServeError::Config(format!("--multicast-if {name}: no such interface"))
         })?,
     };
-    crate::net::set_multicast_defaults(args.multicast_ttl, ifindex);
-    Ok(())
-}
-
-/// Runs a server until SIGINT or SIGTERM, then shuts it down cleanly; fails if the data
-/// plane failed (a thread panicked).
-pub fn run(volume_dir: &Path, args: &ServeArgs) -> anyhow::Result<()> {
-    let handle = start(volume_dir, args)
-        .with_context(|| format!("starting the server on {}", volume_dir.display()))?;
-    eprintln!(
-        "isnode serve: listening on {} (engine {}), Ctrl-C to stop",
-        handle.url(),
-        handle.engine().name()
-    );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("creating the signal runtime")?;
-    let failed = rt
-        .block_on(async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-            let mut check = tokio::time::interval(std::time::Duration::from_millis(100));
-            loop {
-                tokio::select! {
-                    r = tokio::signal::ctrl_c() => return r.map(|()| None),
-                    _ = term.recv() => return Ok(None),
-                    _ = check.tick() => {
-                        if let Some(why) = handle.failure() {
-                            return Ok(Some(why));
-                        }
-                    }
-                }
-            }
-        })
-        .context("waiting for a signal")?;
-    if let Some(why) = failed {
-        handle.shutdown();
-        anyhow::bail!("the server stopped: {why}");
-    }
-    eprintln!("isnode serve: shutting down");
-    handle.shutdown();
+    crate::net::set_multicast_defaults(config.multicast_ttl, ifindex);
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use isnode_serve::{start, Degraded, EngineKind, ServeArgs, ServerHandle, ValidateDestination};
+use isnode_serve::{start, Degraded, EngineKind, ServeConfig, ServerHandle, ValidateDestination};
 use isnode_store::{ingest, IngestOptions, Layout, Volume, VolumeParams};
 use serde_json::Value;
 
@@ -53,8 +53,8 @@ fn volume(objects: &[(&str, usize, u64)]) -> tempfile::TempDir {
     dir
 }
 
-fn args(engine: EngineKind) -> ServeArgs {
-    ServeArgs {
+fn args(engine: EngineKind) -> ServeConfig {
+    ServeConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         engine,
         cache_size_bytes: 2 << 20,
@@ -63,7 +63,7 @@ fn args(engine: EngineKind) -> ServeArgs {
         // floor are tested end to end with the real client (crates/isnode/tests/security.rs).
         validate_destination: ValidateDestination::Off,
         min_dest_port: 1,
-        ..ServeArgs::default()
+        ..ServeConfig::default()
     }
 }
 

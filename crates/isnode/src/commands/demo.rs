@@ -151,7 +151,7 @@ fn fail_member(vol: &Volume, scratch: &Path) -> anyhow::Result<()> {
 fn serve_clients(root: &Path, args: &DemoArgs, original: &[u8]) -> anyhow::Result<bool> {
     // The control API over HTTPS, with a self-signed pair made for the demo.
     let (cert, key) = super::cert::make_pair(&root.with_file_name("tls"), &[])?;
-    let serve_args = isnode_serve::ServeArgs {
+    let serve_args = isnode_serve::ServeConfig {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         tls_cert: Some(cert.clone()),
         tls_key: Some(key),

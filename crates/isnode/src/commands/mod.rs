@@ -12,6 +12,7 @@ mod volume;
 use std::process::ExitCode;
 
 use crate::cli::{BenchCommand, BroadcastCommand, Cli, Command, VolumeCommand};
+use crate::serve_flags::ConfigCommand;
 
 /// Runs the parsed command line.
 pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -22,7 +23,12 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ls(args) => objects::ls(&cli.volume, &args),
         Command::Cat(args) => objects::cat(&cli.volume, &args),
         Command::GenTs(args) => objects::gen_ts(&args),
-        Command::Serve(args) => stream::serve(&cli.volume, &args),
+        Command::Serve(flags) => stream::serve(&flags, &cli.volume, cli.volume_flag),
+        Command::Config(ConfigCommand::Check(args)) => stream::config_check(&args),
+        Command::Config(ConfigCommand::Default) => {
+            print!("{}", crate::serve_flags::DEFAULT_CONFIG_TOML);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Play(args) => stream::play(&args),
         Command::Relay(args) => stream::relay(&args),
         Command::Broadcast(BroadcastCommand::Plan(args)) => broadcast::plan(&cli.volume, &args),

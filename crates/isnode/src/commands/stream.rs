@@ -7,8 +7,28 @@ use std::sync::atomic::AtomicBool;
 use anyhow::Context;
 
 /// `serve`: runs until SIGINT or SIGTERM.
-pub(super) fn serve(root: &Path, args: &isnode_serve::ServeArgs) -> anyhow::Result<ExitCode> {
-    isnode_serve::run(root, args).with_context(|| format!("serving {}", root.display()))?;
+pub(super) fn serve(
+    flags: &crate::serve_flags::ServeFlags,
+    volume: &Path,
+    given: crate::serve_flags::VolumeFlag,
+) -> anyhow::Result<ExitCode> {
+    let config = flags.to_config(volume, given)?;
+    let root = config
+        .volume
+        .clone()
+        .unwrap_or_else(|| volume.to_path_buf());
+    // SIGHUP: the file again, the same command line over it.
+    let reload = || flags.to_config(volume, given);
+    isnode_serve::run(&root, &config, reload)
+        .with_context(|| format!("serving {}", root.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `config check FILE`: the configuration in force on stdout, or the error naming the key.
+pub(super) fn config_check(args: &crate::serve_flags::ConfigCheckArgs) -> anyhow::Result<ExitCode> {
+    let config = crate::serve_flags::read_config(&args.file)?;
+    print!("{}", config.to_toml());
+    eprintln!("isnode config: {} is valid", args.file.display());
     Ok(ExitCode::SUCCESS)
 }
 

@@ -210,6 +210,13 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
         let deadline = session::deadline_after(requested, args.max_seconds)?;
         server.linger(linger.min(deadline.saturating_duration_since(Instant::now())));
     }
+    if stats.end_reason == EndReason::ServerShutdown && !stats.is_clean() {
+        return Err(ServerShuttingDown {
+            bytes_written: stats.bytes_written,
+            bytes_expected: stats.bytes_expected,
+        }
+        .into());
+    }
     if stats.end_reason == EndReason::Timeout && args.cut_short() == CutShort::Truncate {
         return Err(ServerGone {
             timeout_s: args.timeout_s,
@@ -263,6 +270,20 @@ fn prefetch_digests(
         initial,
     }))
 }
+/// The server ended the session before its end because it is shutting down (its grace
+/// period ran out); the output ends after what was received.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error(
+    "server shutting down: it ended the session before its end; the output ends after the \
+     {bytes_written} bytes received of {bytes_expected} (--keep-length pads it with zeros)"
+)]
+pub struct ServerShuttingDown {
+    /// Bytes written to the output.
+    pub bytes_written: u64,
+    /// Bytes the whole title would have had.
+    pub bytes_expected: u64,
+}
+
 /// The session ended because no datagram came for `--timeout-s`: the server is gone (or
 /// never sent), and the output ends after what was received.
 #[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]

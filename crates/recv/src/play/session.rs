@@ -218,6 +218,10 @@ struct Feed<'a> {
     /// The loss over the meter's window in units of 1/10 000 (the keepalive's loss report),
     /// [`super::NO_LOSS_MEASURED`] before any.
     loss: &'a AtomicU32,
+    /// The session's id, whose goodbye datagram ends the loop (None: a preset session).
+    session_id: Option<&'a str>,
+    /// Set when the server's goodbye datagram came.
+    goodbye: Option<isnode_proto::goodbye::GoodbyeReason>,
 }
 
 impl Feed<'_> {
@@ -232,6 +236,13 @@ impl Feed<'_> {
                 continue;
             }
             let (packet, _truncated) = batch.packet_mut(i);
+            if let Some(reason) = self
+                .session_id
+                .and_then(|id| isnode_proto::goodbye::parse_goodbye(packet, id))
+            {
+                self.goodbye = Some(reason);
+                continue;
+            }
             // A truncated datagram fails the CRC check: the core counts it corrupt.
             let verdict = self.impairer.as_mut().map(|i| i.apply(packet));
             if verdict == Some(Verdict::Drop) {
@@ -311,7 +322,10 @@ impl Feed<'_> {
         if !self.rx.is_complete() {
             self.rx.finish();
         }
-        let cut_short = matches!(end, EndReason::Timeout | EndReason::MaxDuration);
+        let cut_short = matches!(
+            end,
+            EndReason::Timeout | EndReason::MaxDuration | EndReason::ServerShutdown
+        );
         let until = match cut {
             CutShort::Truncate => {
                 if cut_short {
@@ -359,6 +373,9 @@ fn receive(
         let idle = now - last_datagram;
         if idle >= limits.idle_timeout {
             return Ok(EndReason::Timeout);
+        }
+        if feed.goodbye.is_some() {
+            return Ok(EndReason::ServerShutdown);
         }
         if feed.rx.saw_last_codeword() && idle >= limits.tail_idle {
             return Ok(EndReason::EndOfStream);
@@ -430,6 +447,8 @@ pub(super) fn run_session(
         meter: LossMeter::default(),
         metered_at: None,
         loss,
+        session_id: setup.session_id.as_deref(),
+        goodbye: None,
     };
     let writer = playout::spawn(out, playout_config, to_play)?;
     let end_reason = receive(socket, &mut feed, limits, requested)?;

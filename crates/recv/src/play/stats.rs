@@ -27,6 +27,8 @@ pub enum EndReason {
     Timeout,
     /// `--max-seconds` elapsed.
     MaxDuration,
+    /// The server ended the session: it is shutting down (its goodbye datagram).
+    ServerShutdown,
 }
 
 /// Statistics of one `play`.

@@ -71,7 +71,7 @@ fn parse(sh: &Shared, body: &[u8]) -> Result<Request, ApiError> {
     let ipv4 = groups
         .as_ref()
         .map_or(ipv4, |(s, _)| s.iter().all(IpAddr::is_ipv4));
-    let port = b.port.unwrap_or(sh.args.broadcast_port);
+    let port = b.port.unwrap_or(sh.config().broadcast_port);
     if port == 0 {
         return Err(bad("port 0"));
     }
@@ -94,7 +94,7 @@ fn named_groups(sh: &Shared, b: &CreateBroadcast) -> Result<Option<NamedGroups>,
     if b.source_groups.len() != b.repair_groups.len() {
         return Err(bad("give as many repair_groups as source_groups"));
     }
-    let max = sh.args.broadcast_max_groups as usize;
+    let max = sh.config().broadcast_max_groups as usize;
     if b.source_groups.len() * 2 > max {
         return Err(bad(format!(
             "more than {max} groups (--broadcast-max-groups)"
@@ -104,10 +104,10 @@ fn named_groups(sh: &Shared, b: &CreateBroadcast) -> Result<Option<NamedGroups>,
         v.iter()
             .map(|g| {
                 let ip: IpAddr = g.parse().map_err(|e| bad(format!("group {g:?}: {e}")))?;
-                if !sh.args.broadcast_groups.iter().any(|r| r.contains(ip)) {
+                if !sh.config().broadcast_groups.iter().any(|r| r.contains(ip)) {
                     return Err(bad(format!(
                         "group {ip} is outside the server's --broadcast-groups ({})",
-                        ranges(&sh.args.broadcast_groups)
+                        ranges(&sh.config().broadcast_groups)
                     )));
                 }
                 Ok(ip)
@@ -172,14 +172,14 @@ fn channel_groups(
         }
         None => {
             let per_kind = channels
-                .min(sh.args.broadcast_max_groups as usize / 2)
+                .min(sh.config().broadcast_max_groups as usize / 2)
                 .max(1);
-            let range = sh
-                .args
+            let config = sh.config();
+            let range = config
                 .broadcast_groups
                 .iter()
                 .find(|r| r.is_ipv4() == req.ipv4)
-                .ok_or_else(|| bad("no --broadcast-groups range of that IP version"))?;
+                .ok_or_else(|| bad("no broadcast_groups range of that IP version"))?;
             let got = allocate(range, &in_use, per_kind * 2).ok_or_else(|| {
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -428,7 +428,7 @@ fn info(sh: &Shared, b: &Broadcast) -> BroadcastInfo {
         channels,
         send_rate_bps: b.send_rate_bps,
         elapsed_s: sh.now_ns().saturating_sub(b.epoch_ns) as f64 / 1e9,
-        ttl: sh.args.multicast_ttl,
+        ttl: sh.config().multicast_ttl,
         fdt_xml: b.fdt_xml.clone(),
         fec: FecInfo {
             encoding_id: isnode_wire::FEC_ENCODING_ID_RS28,
@@ -453,7 +453,7 @@ pub(super) async fn hybrid(
     obj: &Arc<ObjectInfo>,
     fdt: &crate::objects::SessionFdt,
 ) -> Option<Response> {
-    if sh.args.broadcast_mode != crate::config::BroadcastMode::Auto {
+    if sh.config().broadcast_mode != crate::config::BroadcastMode::Auto {
         return None;
     }
     let b = match sh.broadcasts.of_object(obj.rec.toi) {
@@ -484,8 +484,8 @@ async fn start_auto(
         .filter(|s| s.object.rec.toi == obj.rec.toi)
         .count() as u64;
     let demand_bps = (streaming + 1).saturating_mul(obj.send_rate_bps);
-    let scheme = Scheme::parse(&sh.args.broadcast_scheme, SchemeParams::default()).ok()?;
-    let wait_s = sh.args.broadcast_max_wait_s;
+    let scheme = Scheme::parse(&sh.config().broadcast_scheme, SchemeParams::default()).ok()?;
+    let wait_s = sh.config().broadcast_max_wait_s;
     let plan = match sh.broadcasts.auto_plan(obj.rec.toi) {
         Some(p) => p,
         None => {
@@ -520,7 +520,7 @@ async fn start_auto(
         },
         groups: None,
         ipv4: true,
-        port: sh.args.broadcast_port,
+        port: sh.config().broadcast_port,
     };
     match start(sh, &req, obj, plan, fdt, Origin::Auto) {
         Ok(b) => {

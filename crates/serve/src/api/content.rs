@@ -152,7 +152,7 @@ struct ReaderSlot(Arc<Shared>);
 impl ReaderSlot {
     fn take(sh: &Arc<Shared>) -> Result<ReaderSlot, ApiError> {
         let m = &sh.metrics;
-        let max = sh.args.max_content_readers;
+        let max = sh.config().max_content_readers;
         if m.http_readers_active.fetch_add(1, Ordering::AcqRel) >= max {
             m.http_readers_active.fetch_sub(1, Ordering::AcqRel);
             m.http_readers_refused.fetch_add(1, Ordering::Relaxed);

@@ -106,9 +106,9 @@ fn pacer(sh: &Shared, obj: &ObjectInfo, start_codeword: u32) -> Result<Pacer, Ap
 /// The configured limits.
 pub(super) fn limits(sh: &Shared) -> Limits {
     Limits {
-        max_sessions_per_client: sh.args.max_sessions_per_client,
-        max_bitrate_bps: sh.args.bitrate_budget_bps(),
-        burst_headroom_bps: burst_headroom_bps(sh.args.bitrate_budget_bps()),
+        max_sessions_per_client: sh.config().max_sessions_per_client,
+        max_bitrate_bps: sh.config().bitrate_budget_bps(),
+        burst_headroom_bps: burst_headroom_bps(sh.config().bitrate_budget_bps()),
         // The pool-backed engines only: `traditional` reads per session and `sendfile`
         // sends from the page cache (its pool backs the degraded path alone).
         pool: matches!(
@@ -119,7 +119,7 @@ pub(super) fn limits(sh: &Shared) -> Limits {
             slots: sh.cache.slots() as usize,
             reserve_slots: CACHE_RESERVE_SLOTS,
             lookahead_codewords: LOOKAHEAD_CODEWORDS,
-            cache_size_bytes: sh.args.cache_size_bytes,
+            cache_size_bytes: sh.config().cache_size_bytes,
         }),
     }
 }
@@ -164,10 +164,10 @@ fn admit_over(
     };
     let limits = limits(sh);
     admit(&limits, &active, &new)?;
-    let wanted = if req.no_start_burst || sh.args.start_burst_ms == 0 {
+    let wanted = if req.no_start_burst || sh.config().start_burst_ms == 0 {
         1
     } else {
-        sh.args.start_burst_factor
+        sh.config().start_burst_factor
     };
     Ok(start_burst_factor(
         &limits,
@@ -186,7 +186,7 @@ fn with_burst(
     factor: u32,
 ) -> (Pacer, Option<(u64, u64)>) {
     let burst = StartBurst {
-        media_ms: sh.args.start_burst_ms,
+        media_ms: sh.config().start_burst_ms,
         factor,
     };
     let p = pacer.clone().with_start_burst(burst);
@@ -221,7 +221,7 @@ fn admit_and_register(
         let snap = sh.sessions.snapshot();
         let factor = admit_over(sh, &snap, req, obj).map_err(|r| refuse(sh, r))?;
         let (mut pacer, burst) = with_burst(sh, &pacer, obj.send_rate_bps, factor);
-        let validate = sh.args.validate_destination == ValidateDestination::Token;
+        let validate = sh.config().validate_destination == ValidateDestination::Token;
         if validate {
             // Nothing is sent until the destination echoes the token (`owner.rs`).
             pacer.pause(sh.now_ns());
@@ -280,14 +280,14 @@ fn created(sh: &Shared, s: &SessionShared, fdt: SessionFdt, at: Option<Located>)
     let body = SessionInfo {
         id: s.id.clone(),
         secret,
-        validate_timeout_ms: sh.args.validate_timeout_ms,
+        validate_timeout_ms: sh.config().validate_timeout_ms,
         destination: s.dest.to_string(),
         object: obj.json(),
         start_codeword: s.start_codeword,
         send_rate_bps: s.send_rate_bps,
         keepalive_interval_ms: isnode_proto::DEFAULT_KEEPALIVE_INTERVAL_MS,
         keepalive_port: Some(sh.keepalive_port),
-        session_timeout_ms: sh.args.session_timeout_ms,
+        session_timeout_ms: sh.config().session_timeout_ms,
         loss_reports: true,
         fdt_xml: fdt.xml,
         fec: FecInfo {
@@ -327,7 +327,7 @@ pub(super) async fn create_session(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: Bytes,
 ) -> Response {
-    let mut req = match parse(&body, peer, sh.args.min_dest_port.max(1)) {
+    let mut req = match parse(&body, peer, sh.config().min_dest_port.max(1)) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };

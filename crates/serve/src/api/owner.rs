@@ -87,7 +87,8 @@ pub(super) async fn send_tokens(sh: Arc<Shared>, s: Arc<SessionShared>) {
         return;
     };
     let datagram = token_datagram(&owner.token);
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(sh.args.validate_timeout_ms);
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(sh.config().validate_timeout_ms);
     let mut gaps = TOKEN_GAPS_MS.iter();
     loop {
         if s.validated.load(Ordering::Acquire) || s.state() != SessionState::Streaming {

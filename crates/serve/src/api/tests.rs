@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use isnode_store::{ingest, IngestOptions, Volume};
 
-use crate::{start, ServeArgs, ServerHandle};
+use crate::{start, ServeConfig, ServerHandle};
 
 /// Longest wait for an answer the server owes at once (a bound, not a measurement).
 const ANSWER_BOUND: Duration = Duration::from_secs(20);
@@ -35,14 +35,14 @@ fn volume() -> tempfile::TempDir {
 }
 
 fn server(dir: &tempfile::TempDir) -> ServerHandle {
-    let args = ServeArgs {
+    let args = ServeConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         cache_size_bytes: 2 << 20,
         threads: Some(1),
         // Port 9, nobody to echo a token: these tests are about the API's answers.
         min_dest_port: 1,
         validate_destination: crate::ValidateDestination::Off,
-        ..ServeArgs::default()
+        ..ServeConfig::default()
     };
     start(dir.path(), &args).unwrap()
 }

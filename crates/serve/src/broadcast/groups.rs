@@ -54,6 +54,19 @@ impl std::fmt::Display for GroupRange {
     }
 }
 
+impl serde::Serialize for GroupRange {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for GroupRange {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<GroupRange, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl GroupRange {
     fn host_bits(&self) -> u32 {
         let bits = if self.base.is_ipv4() { 32 } else { 128 };

@@ -76,7 +76,7 @@ impl Worker {
     /// Sends (or skips, by `--degraded` or when the code cannot rebuild them) the packets
     /// of a burst whose block cannot be read.
     pub(super) fn degraded(&mut self, a: &Active, obj: &Arc<ObjectInfo>, b: &Burst) -> Sent {
-        if self.sh.args.degraded == Degraded::SendAvailable {
+        if self.sh.config().degraded == Degraded::SendAvailable {
             self.skipped(b.len());
             return Sent::Yes;
         }

@@ -321,7 +321,11 @@ impl Worker {
             return false;
         }
         let idle = now.saturating_sub(a.s.last_keepalive_ns.load(Ordering::Acquire));
-        let timeout_ns = self.sh.args.session_timeout_ms.saturating_mul(1_000_000);
+        let timeout_ns = self
+            .sh
+            .config()
+            .session_timeout_ms
+            .saturating_mul(1_000_000);
         if a.s.expiry == Expiry::Keepalive && idle > timeout_ns {
             if a.s.end(SessionState::Expired, now) {
                 self.sh

@@ -1,0 +1,287 @@
+//! The flags of `isnode serve` and `isnode config`: each serve flag overrides the key of the
+//! same name in the configuration file (`--config`), which overrides the defaults. Only the
+//! resulting [`isnode_serve::ServeConfig`] goes to the server.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use isnode_serve::broadcast::groups::GroupRange;
+use isnode_serve::{BroadcastMode, Degraded, EngineKind, ReadIo, ServeConfig, ValidateDestination};
+
+/// The commented default configuration, as shipped in `packaging/isnode.toml`.
+pub(crate) const DEFAULT_CONFIG_TOML: &str = include_str!("../../../packaging/isnode.toml");
+
+/// Flags of `isnode serve`. Unset flags leave the file's (or the default) value.
+#[derive(Args, Clone, Debug, Default)]
+pub(crate) struct ServeFlags {
+    /// Configuration file (TOML; `isnode config default` prints every key with its
+    /// default). Flags override it; SIGHUP reads it again.
+    #[arg(long, env = "ISNODE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address of the HTTP control API (default 127.0.0.1:7878).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Send engine (default gso).
+    #[arg(long, value_enum)]
+    pub engine: Option<EngineKind>,
+    /// Size of the block pool in bytes (default 256 MiB).
+    #[arg(long, visible_alias = "cache-size")]
+    pub cache_size_bytes: Option<u64>,
+    /// Egress capacity, bits per second (default 1 Gbit/s; the budget is 90 % of it).
+    #[arg(long)]
+    pub egress_capacity_bps: Option<u64>,
+    /// Bitrate budget: the sum of admitted sessions' send rates, bits per second.
+    #[arg(long, visible_alias = "max-bitrate")]
+    pub max_bitrate_bps: Option<u64>,
+    /// Most concurrent sessions per client IP address (default 16).
+    #[arg(long)]
+    pub max_sessions_per_client: Option<u32>,
+    /// Data-plane threads (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// What to send for a failed member's packets (default rebuild).
+    #[arg(long, value_enum)]
+    pub degraded: Option<Degraded>,
+    /// A session without keepalive for this long ends (milliseconds; default 5000).
+    #[arg(long)]
+    pub session_timeout_ms: Option<u64>,
+    /// A session not validated (token echo) within this long ends (milliseconds; default 3000).
+    #[arg(long)]
+    pub validate_timeout_ms: Option<u64>,
+    /// Return routability of new sessions' destinations (default token).
+    #[arg(long, value_enum)]
+    pub validate_destination: Option<ValidateDestination>,
+    /// Lowest destination UDP port a session may ask for (default 1024).
+    #[arg(long)]
+    pub min_dest_port: Option<u16>,
+    /// How blocks are read into the pool (default uring).
+    #[arg(long, value_enum, env = "ISNODE_READ_IO")]
+    pub read_io: Option<ReadIo>,
+    /// Most HTTP content bodies and repair answers produced at once (default 32).
+    #[arg(long)]
+    pub max_content_readers: Option<u64>,
+    /// Speed-up of the start-up burst (default 4; 0 or 1: none).
+    #[arg(long)]
+    pub start_burst_factor: Option<u32>,
+    /// Playing time sent in the start-up burst, milliseconds (default 1000; 0: none).
+    #[arg(long)]
+    pub start_burst_ms: Option<u64>,
+    /// Multicast groups broadcasts may use (`ADDRESS/PREFIX`, comma separated).
+    #[arg(long, value_delimiter = ',')]
+    pub broadcast_groups: Option<Vec<GroupRange>>,
+    /// UDP port of a broadcast's channel 0 (default 30000).
+    #[arg(long)]
+    pub broadcast_port: Option<u16>,
+    /// Most groups one broadcast uses (default 16).
+    #[arg(long)]
+    pub broadcast_max_groups: Option<u32>,
+    /// TTL and hop limit of broadcast packets (default 1).
+    #[arg(long)]
+    pub multicast_ttl: Option<u8>,
+    /// Interface broadcasts are sent from, by name.
+    #[arg(long)]
+    pub multicast_if: Option<String>,
+    /// Hybrid serving: `auto` broadcasts a title when that costs less than its unicast.
+    #[arg(long = "broadcast", value_enum)]
+    pub broadcast_mode: Option<BroadcastMode>,
+    /// The scheme of automatic broadcasts (default cautious-harmonic).
+    #[arg(long)]
+    pub broadcast_scheme: Option<String>,
+    /// The maximum start-up wait of automatic broadcasts, seconds (default 5).
+    #[arg(long)]
+    pub broadcast_max_wait_s: Option<f64>,
+    /// Most control API connections open at once.
+    #[arg(long)]
+    pub api_max_connections: Option<usize>,
+    /// A request head must be whole within this many milliseconds (default 10000).
+    #[arg(long)]
+    pub api_header_timeout_ms: Option<u64>,
+    /// A kept-alive connection idle this long is closed (milliseconds; default 60000).
+    #[arg(long)]
+    pub api_idle_timeout_ms: Option<u64>,
+    /// Serve the control API over HTTPS with this certificate chain (PEM).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `--tls-cert` (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve plain HTTP on a non-loopback `--listen` address.
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub plain_http: bool,
+    /// On SIGTERM, let sessions run on for at most this many seconds (default 30).
+    #[arg(long)]
+    pub shutdown_grace_s: Option<u64>,
+}
+
+/// Sets each `config.$field` whose flag was given.
+macro_rules! overlay {
+    ($config:ident, $flags:ident; $($field:ident),* $(,)?) => {
+        $( if let Some(v) = $flags.$field { $config.$field = v; } )*
+    };
+}
+
+/// Sets each optional `config.$field` whose flag was given.
+macro_rules! overlay_some {
+    ($config:ident, $flags:ident; $($field:ident),* $(,)?) => {
+        $( if $flags.$field.is_some() { $config.$field = $flags.$field; } )*
+    };
+}
+
+impl ServeFlags {
+    /// The configuration these flags describe: the file's (or the defaults), each given
+    /// flag overriding its key; `volume` is the command line's when it named one
+    /// ([`VolumeFlag::Given`]), else the file's, else `volume`. Validated.
+    pub(crate) fn to_config(
+        &self,
+        volume: &Path,
+        given: VolumeFlag,
+    ) -> anyhow::Result<ServeConfig> {
+        let mut config = match &self.config {
+            Some(path) => read_config(path)?,
+            None => ServeConfig::default(),
+        };
+        self.overlay(&mut config);
+        if given == VolumeFlag::Given || config.volume.is_none() {
+            config.volume = Some(volume.to_path_buf());
+        }
+        config.validate().context("the command line")?;
+        Ok(config)
+    }
+
+    fn overlay(&self, config: &mut ServeConfig) {
+        let flags = self.clone();
+        overlay!(config, flags; listen, engine, cache_size_bytes, egress_capacity_bps,
+            max_sessions_per_client, degraded, session_timeout_ms, validate_timeout_ms,
+            validate_destination, min_dest_port, read_io, max_content_readers,
+            start_burst_factor, start_burst_ms, broadcast_groups, broadcast_port,
+            broadcast_max_groups, multicast_ttl, broadcast_mode, broadcast_scheme,
+            broadcast_max_wait_s, api_header_timeout_ms, api_idle_timeout_ms,
+            shutdown_grace_s);
+        overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if,
+            api_max_connections, tls_cert, tls_key);
+        if flags.plain_http {
+            config.plain_http = true;
+        }
+    }
+}
+
+/// Whether `--volume` (or `ISNODE_VOLUME`) was given, or is the built-in default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum VolumeFlag {
+    /// Named on the command line or in the environment: it wins over the file.
+    Given,
+    /// The built-in default: the file's `volume` wins.
+    Default,
+}
+
+/// Reads and validates a configuration file; errors name the file, the key and its line.
+pub(crate) fn read_config(path: &Path) -> anyhow::Result<ServeConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the configuration {}", path.display()))?;
+    ServeConfig::from_toml(&text).with_context(|| format!("configuration {}", path.display()))
+}
+
+/// `isnode config`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum ConfigCommand {
+    /// Validate a configuration file: exit 0 and print the configuration in force, or exit 1
+    /// naming the bad key and its line.
+    Check(ConfigCheckArgs),
+    /// Print the fully commented default configuration (`packaging/isnode.toml`).
+    Default,
+}
+
+/// `config check`.
+#[derive(Args, Debug)]
+pub(crate) struct ConfigCheckArgs {
+    /// The file to check.
+    pub file: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: ServeFlags,
+    }
+
+    fn flags(argv: &[&str]) -> ServeFlags {
+        Cli::try_parse_from(std::iter::once("serve").chain(argv.iter().copied()))
+            .map(|c| c.flags)
+            .unwrap()
+    }
+
+    #[test]
+    fn no_flag_no_file_is_the_default() {
+        let c = flags(&[])
+            .to_config(Path::new("v"), VolumeFlag::Default)
+            .unwrap();
+        let d = ServeConfig {
+            volume: Some("v".into()),
+            read_io: c.read_io, // ISNODE_READ_IO may be set by the test environment
+            ..ServeConfig::default()
+        };
+        assert_eq!(c, d);
+    }
+
+    #[test]
+    fn the_shipped_file_is_the_default_and_names_every_key() {
+        let c = ServeConfig::from_toml(DEFAULT_CONFIG_TOML).unwrap();
+        assert_eq!(c, ServeConfig::default());
+        let every = ServeConfig {
+            volume: Some("v".into()),
+            max_bitrate_bps: Some(1),
+            threads: Some(1),
+            multicast_if: Some("lo".into()),
+            api_max_connections: Some(1),
+            tls_cert: Some("c".into()),
+            tls_key: Some("k".into()),
+            ..ServeConfig::default()
+        };
+        let table: toml::Table = toml::from_str(&every.to_toml()).unwrap();
+        for key in table.keys() {
+            let named = DEFAULT_CONFIG_TOML.lines().any(|l| {
+                let l = l.trim_start().trim_start_matches('#').trim_start();
+                l.strip_prefix(key.as_str())
+                    .is_some_and(|r| r.trim_start().starts_with('='))
+            });
+            assert!(named, "packaging/isnode.toml does not describe `{key}`");
+        }
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "volume = \"/srv/v\"\nmax_sessions_per_client = 3\ncache_size_bytes = 1048576\n",
+        )
+        .unwrap();
+        let p = path.to_str().unwrap();
+        let c = flags(&["--config", p, "--cache-size-bytes", "2097152"])
+            .to_config(Path::new("./isnode-data"), VolumeFlag::Default)
+            .unwrap();
+        assert_eq!(c.max_sessions_per_client, 3);
+        assert_eq!(c.cache_size_bytes, 2 << 20);
+        assert_eq!(c.volume.as_deref(), Some(Path::new("/srv/v")));
+        let c = flags(&["--config", p])
+            .to_config(Path::new("/other"), VolumeFlag::Given)
+            .unwrap();
+        assert_eq!(c.volume.as_deref(), Some(Path::new("/other")));
+    }
+
+    #[test]
+    fn a_bad_flag_value_is_refused() {
+        let e = flags(&["--session-timeout-ms", "1"])
+            .to_config(Path::new("v"), VolumeFlag::Default)
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("session_timeout_ms"), "{e:#}");
+    }
+}

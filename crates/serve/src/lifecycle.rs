@@ -1,0 +1,203 @@
+//! The server as a service: SIGTERM drains (nothing new admitted, running sessions and
+//! broadcasts go on up to `shutdown_grace_s`, then the clients left are told with a goodbye
+//! datagram), a second SIGTERM stops at once, SIGHUP reloads the configuration (a broken
+//! one is refused and the running one kept), and systemd hears of each step (`sd_notify`:
+//! READY, RELOADING, STOPPING) when it started the server as `Type=notify`.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use isnode_proto::goodbye::{goodbye_datagram, GoodbyeReason};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::registry::SessionState;
+use crate::{start, ServeConfig, ServerHandle};
+
+/// How often the drain looks at what is still running.
+const DRAIN_POLL: Duration = Duration::from_millis(100);
+
+/// What a drain ended with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drained {
+    /// Every session and broadcast ended within the grace period.
+    Idle,
+    /// The grace period ran out: this many sessions were cut (their clients told).
+    GraceOver(usize),
+    /// A second SIGTERM (or SIGINT) came: stopped at once.
+    Interrupted,
+}
+
+impl ServerHandle {
+    /// Stops admitting sessions, broadcasts and uploads (`503` with `Retry-After`).
+    pub fn begin_drain(&self) {
+        self.shared.draining.store(true, Ordering::Release);
+    }
+
+    /// Sessions whose client may still need the server (streaming, or sent and not yet
+    /// closed by their client: it may still ask for repair) and running broadcasts.
+    pub fn live_streams(&self) -> usize {
+        let live = |s: SessionState| matches!(s, SessionState::Streaming | SessionState::Done);
+        let sessions = self
+            .shared
+            .lock_sessions()
+            .values()
+            .filter(|s| live(s.state()) && s.owner.is_some())
+            .count();
+        sessions + self.shared.broadcasts.list().len()
+    }
+
+    /// Ends every streaming session, telling its client with a goodbye datagram; returns
+    /// how many were ended.
+    pub fn cut_sessions(&self) -> usize {
+        let now = self.shared.now_ns();
+        let sessions: Vec<_> = self.shared.lock_sessions().values().cloned().collect();
+        let mut cut = 0;
+        for s in sessions.iter().filter(|s| s.owner.is_some()) {
+            // A session sent whole (Done) is told too: its client may still be repairing.
+            if !s.end(SessionState::Deleted, now) && s.state() != SessionState::Done {
+                continue;
+            }
+            cut += 1;
+            if let Some(d) = goodbye_datagram(&s.id, GoodbyeReason::ShuttingDown) {
+                // Twice: one lost datagram should not leave the client to its timeout.
+                for _ in 0..2 {
+                    let _ = self.shared.token_socket.send_to(&d, s.dest);
+                }
+            }
+        }
+        self.shared.broadcasts.clear(now);
+        cut
+    }
+
+    /// Puts a reloaded configuration in force; returns the settings that need a restart and
+    /// kept their running value.
+    pub fn reload(&self, config: ServeConfig) -> Vec<&'static str> {
+        self.shared.reload_config(config)
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> ServeConfig {
+        ServeConfig::clone(&self.shared.config())
+    }
+}
+
+/// Tells systemd (when it started us with `NOTIFY_SOCKET`); a no-op otherwise.
+fn notify(state: &[sd_notify::NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(false, state) {
+        tracing::warn!("sd_notify: {e}");
+    }
+}
+
+/// Runs a server until SIGTERM or SIGINT, reloading on SIGHUP with `reload` (which reads
+/// the configuration file again and applies the command line over it). Exits cleanly after
+/// the drain; fails if the data plane failed (a thread panicked).
+pub fn run(
+    volume_dir: &Path,
+    config: &ServeConfig,
+    reload: impl Fn() -> anyhow::Result<ServeConfig>,
+) -> anyhow::Result<()> {
+    let handle = start(volume_dir, config)
+        .with_context(|| format!("starting the server on {}", volume_dir.display()))?;
+    eprintln!(
+        "isnode serve: listening on {} (engine {}); SIGTERM drains, SIGHUP reloads",
+        handle.url(),
+        handle.engine().name()
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("creating the signal runtime")?;
+    let outcome = rt.block_on(supervise(&handle, &reload));
+    handle.shutdown();
+    match outcome? {
+        Stop::Failed(why) => anyhow::bail!("the server stopped: {why}"),
+        Stop::Drained(d) => {
+            eprintln!("isnode serve: stopped ({d:?})");
+            Ok(())
+        }
+    }
+}
+
+/// Why [`supervise`] returned.
+enum Stop {
+    /// The data plane failed.
+    Failed(String),
+    /// A signal asked for the stop; the drain ended so.
+    Drained(Drained),
+}
+
+/// Waits for signals: SIGHUP reloads, SIGTERM/SIGINT drains.
+async fn supervise(
+    handle: &ServerHandle,
+    reload: &impl Fn() -> anyhow::Result<ServeConfig>,
+) -> anyhow::Result<Stop> {
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
+    let mut check = tokio::time::interval(DRAIN_POLL);
+    notify(&[sd_notify::NotifyState::Ready]);
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = hup.recv() => apply_reload(handle, reload),
+            _ = check.tick() => {
+                if let Some(why) = handle.failure() {
+                    return Ok(Stop::Failed(why));
+                }
+            }
+        }
+    }
+    let grace = Duration::from_secs(handle.shared.config().shutdown_grace_s);
+    notify(&[sd_notify::NotifyState::Stopping]);
+    eprintln!(
+        "isnode serve: draining: {} live streams, up to {} s (SIGTERM again to stop now)",
+        handle.live_streams(),
+        grace.as_secs()
+    );
+    handle.begin_drain();
+    let deadline = tokio::time::Instant::now() + grace;
+    loop {
+        if handle.live_streams() == 0 {
+            return Ok(Stop::Drained(Drained::Idle));
+        }
+        tokio::select! {
+            _ = term.recv() => return Ok(Stop::Drained(Drained::Interrupted)),
+            _ = int.recv() => return Ok(Stop::Drained(Drained::Interrupted)),
+            _ = tokio::time::sleep_until(deadline) => {
+                return Ok(Stop::Drained(Drained::GraceOver(handle.cut_sessions())));
+            }
+            _ = tokio::time::sleep(DRAIN_POLL) => {}
+        }
+    }
+}
+
+/// SIGHUP: reads the configuration again; a broken one is refused, the running one kept.
+fn apply_reload(handle: &ServerHandle, reload: &impl Fn() -> anyhow::Result<ServeConfig>) {
+    notify(&[sd_notify::NotifyState::Reloading]);
+    match reload() {
+        Ok(config) => {
+            let kept = handle.reload(config);
+            if kept.is_empty() {
+                tracing::info!("configuration reloaded");
+                eprintln!("isnode serve: configuration reloaded");
+            } else {
+                tracing::warn!(
+                    ?kept,
+                    "configuration reloaded; these need a restart and keep their running value"
+                );
+                eprintln!(
+                    "isnode serve: configuration reloaded; needs a restart, running value kept: {}",
+                    kept.join(", ")
+                );
+            }
+        }
+        Err(e) => {
+            tracing::error!("reload refused, running configuration kept: {e:#}");
+            eprintln!("isnode serve: reload refused, running configuration kept: {e:#}");
+        }
+    }
+    notify(&[sd_notify::NotifyState::Ready]);
+}
