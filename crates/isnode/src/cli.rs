@@ -46,7 +46,7 @@ pub(crate) enum Command {
     #[command(subcommand)]
     Config(crate::serve_flags::ConfigCommand),
     /// Receive an object from a server, repair loss with FEC, write the original bytes.
-    Play(isnode_recv::PlayArgs),
+    Play(crate::play_flags::PlayArgs),
     /// A lossy UDP relay for tests (this kernel has no netem).
     Relay(isnode_recv::RelayArgs),
     /// Periodic broadcast of popular titles: plans per scheme.

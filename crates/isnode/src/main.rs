@@ -3,6 +3,7 @@
 
 mod cli;
 mod commands;
+mod play_flags;
 mod progress;
 mod serve_flags;
 

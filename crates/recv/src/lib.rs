@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 
 pub mod broadcast;
+pub mod config;
 pub mod control;
 pub mod digest_fetch;
 pub mod digests;
@@ -30,5 +31,6 @@ pub mod repair;
 pub mod sender;
 pub mod validate;
 
-pub use play::{play, play_on, PlayArgs, PlayStats};
+pub use config::PlayConfig;
+pub use play::{play, play_on, PlayStats};
 pub use relay::{relay, Relay, RelayArgs, RelayStats};

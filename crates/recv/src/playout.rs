@@ -10,7 +10,11 @@
 //! and resumes. Unpaced playout (`--as-fast-as-possible`) writes each piece as it arrives.
 //! A lost piece is written as zeros, so the output keeps its length and positions.
 
-use std::io::{self, Write};
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use anyhow::Context as _;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -228,6 +232,20 @@ fn run(out: &mut dyn Write, config: PlayoutConfig, pieces: Consumer) -> io::Resu
     }
     stats.per_second_bitrate_bps = bins.bitrates();
     Ok(stats)
+}
+
+/// The writer of `--out`: nothing (`None`: bytes only counted), stdout (`-`) or a file.
+pub(crate) fn open_output(out: Option<&Path>) -> anyhow::Result<Box<dyn Write + Send>> {
+    Ok(match out {
+        None => Box::new(io::sink()),
+        Some(p) if p.as_os_str() == "-" => {
+            Box::new(BufWriter::with_capacity(1 << 16, io::stdout()))
+        }
+        Some(p) => Box::new(BufWriter::with_capacity(
+            1 << 20,
+            File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+    })
 }
 
 #[cfg(test)]

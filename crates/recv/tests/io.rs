@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use isnode_recv::play::{play_session, EndReason, SessionSetup, SourceFilter};
 use isnode_recv::receiver::{FdtCheck, SessionParams};
 use isnode_recv::sender::object_packets;
-use isnode_recv::{play, play_on, PlayArgs, Relay, RelayArgs};
+use isnode_recv::{play, play_on, PlayConfig, Relay, RelayArgs};
 use isnode_wire::fdt::{build_fdt_packets, FdtFile, FdtInstance};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -138,8 +138,8 @@ fn client_socket() -> UdpSocket {
     client
 }
 
-fn fast_args(out: &Path) -> PlayArgs {
-    let mut args = PlayArgs::new("clip.ts");
+fn fast_args(out: &Path) -> PlayConfig {
+    let mut args = PlayConfig::new("clip.ts");
     args.out = Some(out.to_path_buf());
     args.as_fast_as_possible = true;
     args.timeout_s = 3.0;
@@ -559,7 +559,7 @@ fn play_against_a_control_server_paced() {
     let bytes = data(len as usize, 3);
     let server = fake_server(p.clone(), bytes.clone(), bitrate, None);
     let out = dir.path().join("paced.out");
-    let mut args = PlayArgs::new("clip.ts");
+    let mut args = PlayConfig::new("clip.ts");
     args.server = format!("http://{}", server.addr);
     args.out = Some(out.clone());
     args.timeout_s = 3.0;
@@ -654,7 +654,7 @@ fn admission_refusal_is_a_clear_error() {
         "limit": "max_bitrate_bps", "value": 100000000
     });
     let server = fake_server(p, vec![0; 1000], 1000, Some(refusal));
-    let mut args = PlayArgs::new("clip.ts");
+    let mut args = PlayConfig::new("clip.ts");
     args.server = format!("http://{}", server.addr);
     let err = format!("{:#}", play(&args).unwrap_err());
     assert!(err.contains("503"), "{err}");

@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use anyhow::{ensure, Context};
-use isnode_recv::{PlayArgs, PlayStats, Relay, RelayArgs};
+use isnode_recv::{PlayConfig, PlayStats, Relay, RelayArgs};
 use isnode_store::{CheckOptions, IngestOptions, Volume, VolumeParams};
 
 use crate::cli::DemoArgs;
@@ -214,7 +214,7 @@ fn start_client(
     let relay = std::thread::spawn(move || {
         let _ = relay.run(&relay_stop);
     });
-    let mut play = PlayArgs::new(DEMO_OBJECT);
+    let mut play = PlayConfig::new(DEMO_OBJECT);
     play.server = base.to_string();
     play.ca_cert = Some(ca_cert.to_path_buf());
     play.session_port = Some(relay_port);

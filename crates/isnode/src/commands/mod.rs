@@ -29,7 +29,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{}", crate::serve_flags::DEFAULT_CONFIG_TOML);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Play(args) => stream::play(&args),
+        Command::Play(args) => stream::play(&args.into_config()),
         Command::Relay(args) => stream::relay(&args),
         Command::Broadcast(BroadcastCommand::Plan(args)) => broadcast::plan(&cli.volume, &args),
         Command::Broadcast(BroadcastCommand::Plot(args)) => broadcast::plot(&cli.volume, &args),

@@ -34,7 +34,7 @@ pub(super) fn config_check(args: &crate::serve_flags::ConfigCheckArgs) -> anyhow
 
 /// The end of a broadcast `play`: its summary on stderr; exit 1 if a codeword was lost or late.
 fn broadcast_played(
-    args: &isnode_recv::PlayArgs,
+    args: &isnode_recv::PlayConfig,
     played: anyhow::Result<isnode_recv::broadcast::BroadcastStats>,
 ) -> anyhow::Result<ExitCode> {
     let stats = played.with_context(|| format!("playing {:?} from its broadcast", args.name))?;
@@ -47,7 +47,7 @@ fn broadcast_played(
 }
 
 /// `play`: the summary goes to stderr (stdout may carry the media); exit 1 if any codeword was lost.
-pub(super) fn play(args: &isnode_recv::PlayArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn play(args: &isnode_recv::PlayConfig) -> anyhow::Result<ExitCode> {
     if args.broadcast {
         return broadcast_played(args, isnode_recv::broadcast::play(args));
     }

@@ -20,26 +20,15 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde::Serialize;
 
+use crate::config::{CutShort, PlayConfig, VerifyDigests};
 use crate::control::params_of;
 use crate::digest_fetch::{fetch_now, symbols_of, DigestFetcher};
 use crate::impair::{ImpairStats, Impairer, Verdict};
-use crate::play::{PlayArgs, VerifyDigests};
 use crate::receiver::{Output, PacketClass, Receiver, ReceiverConfig, Release};
 use isnode_proto::broadcast::BroadcastInfo;
 use tune::{ChannelListen, TunePlan};
 
-/// When a channel's repair group is joined.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RepairGroups {
-    /// When a source packet of the channel went missing.
-    #[default]
-    Auto,
-    /// With the source group.
-    Always,
-    /// Never (loss is left to the next broadcast of the codeword).
-    Never,
-}
+pub use crate::config::RepairGroups;
 
 /// Largest title (codewords) received from a broadcast: the receive window is the title.
 pub const MAX_BROADCAST_CODEWORDS: u64 = 1 << 20;
@@ -172,7 +161,7 @@ enum Joined {
 }
 
 /// Receives `args.name` from its broadcast on the server; writes `--out`, `--stats-json`.
-pub fn play(args: &PlayArgs) -> anyhow::Result<BroadcastStats> {
+pub fn play(args: &PlayConfig) -> anyhow::Result<BroadcastStats> {
     let control = args.control(Duration::from_secs(10))?;
     let asked = Instant::now();
     let list = control.broadcasts()?;
@@ -188,7 +177,7 @@ pub fn play(args: &PlayArgs) -> anyhow::Result<BroadcastStats> {
 /// Receives the broadcast `info`, described by an answer to a request sent at `asked` that
 /// took `rtt` (the server's `elapsed_s` is placed at its middle).
 pub fn play_described(
-    args: &PlayArgs,
+    args: &PlayConfig,
     info: &BroadcastInfo,
     asked: Instant,
     rtt: Duration,
@@ -217,7 +206,7 @@ pub fn play_described(
     )?;
     let mut digests = authenticate(args, info, &tp, &mut rx)?;
     let mut chans = open_channels(&tp)?;
-    let mut out = crate::play::open_output(args.out.as_deref())?;
+    let mut out = crate::playout::open_output(args.out.as_deref())?;
     let cpu0 = thread_cpu_s();
     let mut run = Run::new(&tp, arrived, args.broadcast_repair);
     let deadline = (tp.end_s + GRACE_S).min(args.max_seconds.max(0.0));
@@ -239,7 +228,7 @@ pub fn play_described(
     // Cut short by --max-seconds: the output ends with what was played (unless
     // --keep-length); at the plan's end what is missing is lost and written as zeros.
     let cut_short = !rx.is_complete() && arrived.elapsed().as_secs_f64() > args.max_seconds;
-    if !cut_short || args.cut_short() == crate::play::CutShort::KeepLength {
+    if !cut_short || args.cut_short() == CutShort::KeepLength {
         rx.finish();
         run.write(&mut rx, &mut *out)?;
     }
@@ -289,7 +278,7 @@ pub fn play_described(
 /// more codewords than [`crate::digests::MAX_BOOK_CAPACITY`] is received unauthenticated
 /// (said in the log).
 fn authenticate(
-    args: &PlayArgs,
+    args: &PlayConfig,
     info: &BroadcastInfo,
     tp: &TunePlan,
     rx: &mut Receiver,

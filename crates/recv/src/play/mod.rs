@@ -21,19 +21,16 @@
 //! unless `--keep-length`. What the server announces is checked against
 //! [`crate::limits`] first; the queue to playout is bounded ([`crate::queue`]).
 //!
-//! Inside: `args` (the command line, [`PlayArgs`]), `session` (the session as received,
+//! Inside: `args` (the command line, [`PlayConfig`]), `session` (the session as received,
 //! [`SessionSetup`], and the receive loop), `stats` (what is reported, [`PlayStats`]),
 //! `http` (`--http`: the stream served to a local player, [`HttpServe`]).
 
-mod args;
 mod http;
 mod session;
 mod stats;
 
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -45,7 +42,7 @@ use crate::control::{leading_skip_bytes, ControlClient};
 use crate::impair::Impairer;
 use isnode_proto::keepalive::LossReport;
 
-pub use args::{AcceptFrom, CutShort, PlayArgs, ReleaseArg, VerifyDigests};
+pub use crate::config::{AcceptFrom, CutShort, PlayConfig, ReleaseArg, VerifyDigests};
 pub use http::{HttpListener, HttpOut, HttpServe};
 pub use session::{SessionSetup, SourceFilter};
 pub use stats::{EndReason, LostRange, PlayStats};
@@ -78,7 +75,7 @@ impl std::error::Error for FollowBroadcast {}
 
 /// Plays `args.name` from `args.server`: binds the receive socket (`--bind`, `--port`) and
 /// runs [`play_on`]. Writes `--stats-json` if asked; the caller prints [`PlayStats::summary`].
-pub fn play(args: &PlayArgs) -> anyhow::Result<PlayStats> {
+pub fn play(args: &PlayConfig) -> anyhow::Result<PlayStats> {
     let control = args.control(Duration::from_secs(10))?;
     let ip = match args.bind {
         Some(ip) => ip,
@@ -100,13 +97,13 @@ pub fn play(args: &PlayArgs) -> anyhow::Result<PlayStats> {
 /// Plays on an already bound socket (so that an embedding program, e.g. `isnode demo`, knows
 /// the receive port before the session starts): opens the session on the server, receives,
 /// keeps it alive, deletes it at the end.
-pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> {
+pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats> {
     // Check everything local before asking the server for anything.
     Impairer::new(&args.impair)?;
     let linger = secs_arg(args.http_linger_s, "--http-linger-s")?;
     let mut http = args.http.map(HttpListener::bind).transpose()?;
     let mut out = match http {
-        None => Some(open_output(args.out.as_deref())?),
+        None => Some(crate::playout::open_output(args.out.as_deref())?),
         Some(_) => None,
     };
     let local = socket.local_addr()?;
@@ -231,7 +228,7 @@ pub fn play_on(args: &PlayArgs, socket: UdpSocket) -> anyhow::Result<PlayStats> 
 /// The digests of the session's first codewords when packets are to be authenticated (the
 /// object has digests and `--verify-digests` is on); None otherwise.
 fn prefetch_digests(
-    args: &PlayArgs,
+    args: &PlayConfig,
     info: &isnode_proto::SessionInfo,
     control: &Arc<ControlClient>,
 ) -> anyhow::Result<Option<session::Auth>> {
@@ -302,7 +299,7 @@ pub struct ServerGone {
 
 /// Checks a session answer against the limits of `args` (`--max-object-bytes` and the
 /// like) before anything is allocated or written for it.
-fn check_announced(args: &PlayArgs, info: &isnode_proto::SessionInfo) -> anyhow::Result<()> {
+fn check_announced(args: &PlayConfig, info: &isnode_proto::SessionInfo) -> anyhow::Result<()> {
     let window = crate::receiver::ReceiverConfig {
         release: args.release.into(),
         loss_horizon: args.loss_horizon,
@@ -330,11 +327,11 @@ pub(crate) const NO_LOSS_MEASURED: u32 = u32::MAX;
 /// `http` (the stream goes to `--out` only) and the unicast repair (there is no server to
 /// ask).
 pub fn play_session(
-    args: &PlayArgs,
+    args: &PlayConfig,
     socket: &UdpSocket,
     setup: &SessionSetup,
 ) -> anyhow::Result<PlayStats> {
-    let out = open_output(args.out.as_deref())?;
+    let out = crate::playout::open_output(args.out.as_deref())?;
     let loss = AtomicU32::new(NO_LOSS_MEASURED);
     let stats = run_session(args, socket, setup, out, Instant::now(), &loss, None)?;
     write_stats_json(args, &stats)?;
@@ -365,25 +362,12 @@ fn skip_leading(out: Box<dyn Write + Send>, skip: u64) -> Box<dyn Write + Send> 
     }
 }
 
-fn write_stats_json(args: &PlayArgs, stats: &PlayStats) -> anyhow::Result<()> {
+fn write_stats_json(args: &PlayConfig, stats: &PlayStats) -> anyhow::Result<()> {
     if let Some(path) = &args.stats_json {
         let json = serde_json::to_string_pretty(stats)?;
         std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
-}
-
-pub(crate) fn open_output(out: Option<&Path>) -> anyhow::Result<Box<dyn Write + Send>> {
-    Ok(match out {
-        None => Box::new(io::sink()),
-        Some(p) if p.as_os_str() == "-" => {
-            Box::new(BufWriter::with_capacity(1 << 16, io::stdout()))
-        }
-        Some(p) => Box::new(BufWriter::with_capacity(
-            1 << 20,
-            File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
-    })
 }
 
 /// Drops the first `skip` bytes written, passes the rest on: the bytes of the start

@@ -18,8 +18,8 @@ use crate::queue::{self, Producer};
 use crate::receiver::{verify_fdt, FdtCheck, Receiver, ReceiverConfig, Release, SessionParams};
 use crate::repair::{self, Repair};
 
-use super::args::{CutShort, PlayArgs};
 use super::stats::{assemble, EndReason, LoopCounts, PlayStats, PlayTimes};
+use crate::config::{CutShort, PlayConfig};
 
 /// Which datagrams the receive loop takes, by their source address.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,7 +111,7 @@ struct Limits {
 
 impl Limits {
     /// The limits of a session started at `start` (`--max-seconds` counts from there).
-    fn from_args(args: &PlayArgs, start: Instant) -> anyhow::Result<Limits> {
+    fn from_args(args: &PlayConfig, start: Instant) -> anyhow::Result<Limits> {
         let idle_timeout = secs(args.timeout_s, "--timeout-s")?;
         Ok(Limits {
             idle_timeout,
@@ -139,7 +139,7 @@ fn secs(v: f64, what: &str) -> anyhow::Result<Duration> {
 /// burst gives the lead that covers waiting for a codeword's decode), one codeword's playing
 /// time with [`Release::Codeword`] (as before instant start).
 fn playout_config(
-    args: &PlayArgs,
+    args: &PlayConfig,
     setup: &SessionSetup,
     rx: &Receiver,
     deadline: Instant,
@@ -396,7 +396,7 @@ fn receive(
 /// into `out`; `requested` is when the session was asked for. The measured loss is
 /// published in `loss` (for the keepalives' loss reports).
 pub(super) fn run_session(
-    args: &PlayArgs,
+    args: &PlayConfig,
     socket: &UdpSocket,
     setup: &SessionSetup,
     out: Box<dyn Write + Send>,
