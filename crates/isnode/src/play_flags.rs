@@ -86,6 +86,12 @@ pub(crate) struct PlayArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     pub(crate) timeout_s: f64,
 
+    /// After this many milliseconds without a datagram, ask the server whether it still
+    /// streams the session; if not (restarted, unreachable), open a new session at the first
+    /// codeword not delivered, with back-off, until --timeout-s (0: never).
+    #[arg(long, value_name = "MS", default_value_t = isnode_recv::config::DEFAULT_RESUME_AFTER_MS)]
+    pub(crate) resume_after_ms: u64,
+
     /// Stop after this many seconds (wall clock, from the start) in any case, output and
     /// --http linger included; the output ends there unless --keep-length.
     #[arg(long, value_name = "SECONDS", default_value_t = 86_400.0)]
@@ -204,6 +210,7 @@ impl PlayArgs {
             start_codeword: self.start_codeword,
             start_at: self.start_at,
             timeout_s: self.timeout_s,
+            resume_after_ms: self.resume_after_ms,
             max_seconds: self.max_seconds,
             keep_length: self.keep_length,
             max_object_bytes: self.max_object_bytes,

@@ -8,6 +8,9 @@ use std::str::FromStr;
 
 use crate::impair::ImpairConfig;
 
+/// Default `resume_after_ms`.
+pub const DEFAULT_RESUME_AFTER_MS: u64 = 1000;
+
 /// How to play a title: every option of `isnode play`, as a value.
 #[derive(Debug, Clone)]
 pub struct PlayConfig {
@@ -62,6 +65,12 @@ pub struct PlayConfig {
     /// After this many seconds without a datagram the server is taken for gone: the client
     /// stops with an error, the output ending after what was received.
     pub timeout_s: f64,
+
+    /// After this many milliseconds without a datagram (before the last codeword), ask the
+    /// server whether it still streams the session, and if not (restarted, unreachable)
+    /// open a new session at the first codeword not delivered (0: never; the session then
+    /// ends after `timeout_s`).
+    pub resume_after_ms: u64,
 
     /// Stop after this many seconds (wall clock, from the start) in any case, output and
     /// --http linger included; the output ends there unless --keep-length.
@@ -236,6 +245,7 @@ impl PlayConfig {
             start_codeword: 0,
             start_at: None,
             timeout_s: 5.0,
+            resume_after_ms: DEFAULT_RESUME_AFTER_MS,
             max_seconds: 86_400.0,
             keep_length: false,
             max_object_bytes: crate::limits::DEFAULT_MAX_OBJECT_BYTES,

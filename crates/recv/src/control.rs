@@ -313,6 +313,20 @@ impl ControlClient {
         Self::body("deleting the session", 204, resp).map(|_| ())
     }
 
+    /// `GET /v1/sessions/{id}`: whether the server still streams session `id`
+    /// (`Ok(false)`: it does not know it, or the session has ended).
+    pub fn session_streaming(&self, id: &str) -> anyhow::Result<bool> {
+        let url = format!("{}/v1/sessions/{id}", self.base);
+        let resp = self.agent.get(&url).call()?;
+        if resp.status().as_u16() == 404 {
+            return Ok(false);
+        }
+        let body = Self::body("reading the session", 200, resp)?;
+        let status: isnode_proto::SessionStatus =
+            serde_json::from_str(&body).context("reading the session's status")?;
+        Ok(status.state == isnode_proto::SessionState::Streaming)
+    }
+
     /// `GET /v1/broadcasts`: the running broadcasts.
     pub fn broadcasts(&self) -> anyhow::Result<isnode_proto::broadcast::BroadcastList> {
         let url = format!("{}/v1/broadcasts", self.base);

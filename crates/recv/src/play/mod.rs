@@ -26,6 +26,7 @@
 //! `http` (`--http`: the stream served to a local player, [`HttpServe`]).
 
 mod http;
+mod resume;
 mod session;
 mod stats;
 
@@ -172,6 +173,20 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
         Duration::from_millis(info.keepalive_interval_ms.clamp(50, 60_000)),
         info.loss_reports.then(|| loss.clone()),
     );
+    let resume_source = source.clone();
+    let mut resumer = resume::SessionResumer {
+        control: Arc::new(args.control(RESUME_CONTROL_TIMEOUT)?),
+        socket: &socket,
+        source: &resume_source,
+        object: args.name.clone(),
+        port,
+        loss: info.loss_reports.then(|| loss.clone()),
+        held: Some(resume::Held {
+            info: info.clone(),
+            keepalive,
+        }),
+        reported: Reported::default(),
+    };
     let mut served = None;
     let result = SessionSetup::from_info(&info, source).and_then(|setup| {
         let out = match (out.take(), http.take()) {
@@ -192,11 +207,13 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
             requested,
             &loss,
             auth,
+            Some(&mut resumer),
         )
     });
-    let reported = keepalive.stop();
-    if let Err(e) = control.delete_session(&info.id, &info.secret) {
-        tracing::warn!("could not delete session {}: {e:#}", info.id);
+    let (held, reported) = resumer.finish();
+    let last = held.as_ref().unwrap_or(&info);
+    if let Err(e) = control.delete_session(&last.id, &last.secret) {
+        tracing::warn!("could not delete session {}: {e:#}", last.id);
     }
     let mut stats = result?;
     stats.loss_reports_sent = reported.sent;
@@ -333,7 +350,7 @@ pub fn play_session(
 ) -> anyhow::Result<PlayStats> {
     let out = crate::playout::open_output(args.out.as_deref())?;
     let loss = AtomicU32::new(NO_LOSS_MEASURED);
-    let stats = run_session(args, socket, setup, out, Instant::now(), &loss, None)?;
+    let stats = run_session(args, socket, setup, out, Instant::now(), &loss, None, None)?;
     write_stats_json(args, &stats)?;
     Ok(stats)
 }
@@ -482,6 +499,10 @@ impl KeepaliveVia {
     }
 }
 
+/// Timeout of the control requests of a resume: a server that does not answer at once is
+/// tried again later (the receive loop must not wait on it).
+const RESUME_CONTROL_TIMEOUT: Duration = Duration::from_millis(1000);
+
 /// The loss reports a keepalive thread sent.
 #[derive(Clone, Copy, Debug, Default)]
 struct Reported {
@@ -491,6 +512,18 @@ struct Reported {
     last: Option<LossReport>,
     /// The highest loss reported.
     max: Option<LossReport>,
+}
+
+impl Reported {
+    /// Adds the reports of a later keepalive thread (of a resumed session).
+    fn merge(&mut self, later: Reported) {
+        self.sent += later.sent;
+        self.last = later.last.or(self.last);
+        self.max = match (self.max, later.max) {
+            (Some(a), Some(b)) => Some(if b.rate() > a.rate() { b } else { a }),
+            (a, b) => a.or(b),
+        };
+    }
 }
 
 /// Sends keepalives from a thread until stopped.

@@ -18,6 +18,7 @@ use crate::queue::{self, Producer};
 use crate::receiver::{verify_fdt, FdtCheck, Receiver, ReceiverConfig, Release, SessionParams};
 use crate::repair::{self, Repair};
 
+use super::resume::{Resume, Resumed};
 use super::stats::{assemble, EndReason, LoopCounts, PlayStats, PlayTimes};
 use crate::config::{CutShort, PlayConfig};
 
@@ -107,6 +108,8 @@ struct Limits {
     tail_idle: Duration,
     /// The session (receive loop, playout) ends at this instant in any case.
     deadline: Instant,
+    /// No datagram for this long (before the last codeword): ask the server to resume.
+    resume_after: Option<Duration>,
 }
 
 impl Limits {
@@ -117,6 +120,8 @@ impl Limits {
             idle_timeout,
             tail_idle: idle_timeout.min(Duration::from_secs(1)),
             deadline: deadline_after(start, args.max_seconds)?,
+            resume_after: (args.resume_after_ms > 0)
+                .then(|| Duration::from_millis(args.resume_after_ms)),
         })
     }
 }
@@ -219,7 +224,7 @@ struct Feed<'a> {
     /// [`super::NO_LOSS_MEASURED`] before any.
     loss: &'a AtomicU32,
     /// The session's id, whose goodbye datagram ends the loop (None: a preset session).
-    session_id: Option<&'a str>,
+    session_id: Option<String>,
     /// Set when the server's goodbye datagram came.
     goodbye: Option<isnode_proto::goodbye::GoodbyeReason>,
 }
@@ -238,6 +243,7 @@ impl Feed<'_> {
             let (packet, _truncated) = batch.packet_mut(i);
             if let Some(reason) = self
                 .session_id
+                .as_deref()
                 .and_then(|id| isnode_proto::goodbye::parse_goodbye(packet, id))
             {
                 self.goodbye = Some(reason);
@@ -354,6 +360,7 @@ fn receive(
     feed: &mut Feed<'_>,
     limits: Limits,
     requested: Instant,
+    mut resume: Option<&mut dyn Resume>,
 ) -> anyhow::Result<EndReason> {
     grow_recv_buffer(socket, super::RECV_BUFFER_BYTES);
     set_poll_timeout(socket, Duration::from_millis(50))?;
@@ -361,6 +368,7 @@ fn receive(
     let slot = (DATA_HEADER_LEN + feed.rx.params().symbol_len as usize + 256).max(2048);
     let mut batch = Batch::new(32, slot, enable_gro(socket));
     let mut last_datagram = Instant::now();
+    let mut resuming = Resuming::default();
     loop {
         let now = Instant::now();
         if now >= limits.deadline {
@@ -377,12 +385,21 @@ fn receive(
         if feed.goodbye.is_some() {
             return Ok(EndReason::ServerShutdown);
         }
+        if let (Some(after), Some(r)) = (limits.resume_after, resume.as_deref_mut()) {
+            let due = resuming.next_try.is_none_or(|t| now >= t);
+            if idle >= after && !feed.rx.saw_last_codeword() && due {
+                if resuming.attempt(r, feed, now, last_datagram) {
+                    last_datagram = now; // the new session gets its own --timeout-s
+                }
+            }
+        }
         if feed.rx.saw_last_codeword() && idle >= limits.tail_idle {
             return Ok(EndReason::EndOfStream);
         }
         let n = batch.recv(socket).context("receiving")?;
         if n > 0 {
             last_datagram = Instant::now();
+            resuming.bridged(last_datagram, &mut feed.counts);
         }
         feed.take(&mut batch, n, last_datagram - requested);
         if n == 0 {
@@ -390,6 +407,67 @@ fn receive(
         }
         feed.measure(Instant::now() - requested);
     }
+}
+
+/// The receive loop's resume state: when to try next, and the gap being bridged.
+#[derive(Default)]
+struct Resuming {
+    /// No attempt before this.
+    next_try: Option<Instant>,
+    /// Failed attempts in a row (the back-off doubles with each).
+    failures: u32,
+    /// The last datagram before the gap a resume is bridging.
+    gap_from: Option<Instant>,
+}
+
+impl Resuming {
+    /// One attempt; true if a new session now streams.
+    fn attempt(
+        &mut self,
+        r: &mut dyn Resume,
+        feed: &mut Feed<'_>,
+        now: Instant,
+        last: Instant,
+    ) -> bool {
+        match r.resume(feed.rx.next_release()) {
+            Resumed::NewSession(id) => {
+                feed.session_id = Some(id);
+                feed.counts.resumes += 1;
+                self.gap_from = Some(self.gap_from.unwrap_or(last));
+                self.failures = 0;
+                self.next_try = Some(now + RESUME_BACKOFF_MIN);
+                true
+            }
+            Resumed::StillStreaming => {
+                self.next_try = Some(now + RESUME_BACKOFF_MIN);
+                false
+            }
+            Resumed::NotYet => {
+                self.failures = self.failures.saturating_add(1);
+                self.next_try = Some(now + backoff(self.failures));
+                false
+            }
+        }
+    }
+
+    /// A datagram came at `at`: the gap (if one was being bridged) is over.
+    fn bridged(&mut self, at: Instant, counts: &mut LoopCounts) {
+        if let Some(from) = self.gap_from.take() {
+            counts.longest_gap = counts.longest_gap.max(at - from);
+        }
+    }
+}
+
+/// The shortest wait between resume attempts.
+const RESUME_BACKOFF_MIN: Duration = Duration::from_millis(200);
+
+/// The wait after `failures` failed attempts: doubling from 200 ms up to 2 s, with up to
+/// half of it again as jitter (so that many clients of one restarted server spread out).
+fn backoff(failures: u32) -> Duration {
+    let base = RESUME_BACKOFF_MIN
+        .saturating_mul(1u32 << failures.min(4))
+        .min(Duration::from_secs(2));
+    base + base.mul_f64(rand::random::<f64>() / 2.0)
 }
 
 /// The receive loop of one session: receives, repairs and plays out `setup` from `socket`
@@ -403,6 +481,7 @@ pub(super) fn run_session(
     requested: Instant,
     loss: &AtomicU32,
     auth: Option<Auth>,
+    resume: Option<&mut dyn Resume>,
 ) -> anyhow::Result<PlayStats> {
     let limits = Limits::from_args(args, requested)?;
     let config = ReceiverConfig {
@@ -447,11 +526,11 @@ pub(super) fn run_session(
         meter: LossMeter::default(),
         metered_at: None,
         loss,
-        session_id: setup.session_id.as_deref(),
+        session_id: setup.session_id.clone(),
         goodbye: None,
     };
     let writer = playout::spawn(out, playout_config, to_play)?;
-    let end_reason = receive(socket, &mut feed, limits, requested)?;
+    let end_reason = receive(socket, &mut feed, limits, requested, resume)?;
     feed.finish(end_reason, args.cut_short(), limits.deadline);
     let Feed {
         rx,

@@ -79,6 +79,11 @@ pub struct PlayStats {
     pub packets_wrong_source: u64,
     /// Valid FDT packets.
     pub packets_fdt: u64,
+    /// Times the stream was resumed with a new session after the server went quiet
+    /// (restarted or unreachable; `--resume-after-ms`).
+    pub resumes: u32,
+    /// The longest gap without a datagram that a resume bridged, milliseconds.
+    pub longest_resume_gap_ms: u64,
     /// Whether packets were checked against the server's digests (`isnode_wire::digest`).
     pub authenticated: bool,
     /// Packets whose digest did not match (forged, or corrupt past their CRC): dropped.
@@ -264,6 +269,10 @@ pub(super) struct LoopCounts {
     pub(super) received: u64,
     /// Of those, datagrams from an address the session does not accept.
     pub(super) wrong_source: u64,
+    /// New sessions opened after the server went quiet ([`super::resume`]).
+    pub(super) resumes: u32,
+    /// The longest time without a datagram that a resume bridged.
+    pub(super) longest_gap: Duration,
 }
 
 /// The statistics of a finished session.
@@ -291,6 +300,8 @@ pub(super) fn assemble(
         start_codeword: p.start_codeword,
         packets_received: counts.received,
         packets_wrong_source: counts.wrong_source,
+        resumes: counts.resumes,
+        longest_resume_gap_ms: counts.longest_gap.as_millis() as u64,
         packets_valid: core.packets_valid,
         packets_lost: core.packets_lost,
         packets_missed: core.packets_missed,
