@@ -205,9 +205,11 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
             &setup,
             skip_leading(out, skip),
             requested,
-            &loss,
-            auth,
-            Some(&mut resumer),
+            session::Aids {
+                loss: &loss,
+                auth,
+                resume: Some(&mut resumer),
+            },
         )
     });
     let (held, reported) = resumer.finish();
@@ -350,7 +352,12 @@ pub fn play_session(
 ) -> anyhow::Result<PlayStats> {
     let out = crate::playout::open_output(args.out.as_deref())?;
     let loss = AtomicU32::new(NO_LOSS_MEASURED);
-    let stats = run_session(args, socket, setup, out, Instant::now(), &loss, None, None)?;
+    let aids = session::Aids {
+        loss: &loss,
+        auth: None,
+        resume: None,
+    };
+    let stats = run_session(args, socket, setup, out, Instant::now(), aids)?;
     write_stats_json(args, &stats)?;
     Ok(stats)
 }

@@ -387,10 +387,13 @@ fn receive(
         }
         if let (Some(after), Some(r)) = (limits.resume_after, resume.as_deref_mut()) {
             let due = resuming.next_try.is_none_or(|t| now >= t);
-            if idle >= after && !feed.rx.saw_last_codeword() && due {
-                if resuming.attempt(r, feed, now, last_datagram) {
-                    last_datagram = now; // the new session gets its own --timeout-s
-                }
+            // A new session gets its own --timeout-s.
+            if idle >= after
+                && !feed.rx.saw_last_codeword()
+                && due
+                && resuming.attempt(r, feed, now, last_datagram)
+            {
+                last_datagram = now;
             }
         }
         if feed.rx.saw_last_codeword() && idle >= limits.tail_idle {
@@ -407,6 +410,16 @@ fn receive(
         }
         feed.measure(Instant::now() - requested);
     }
+}
+
+/// What a unicast session's receive loop works with besides its packets.
+pub(super) struct Aids<'a> {
+    /// The measured loss, published for the keepalives' loss reports.
+    pub loss: &'a AtomicU32,
+    /// Packet digests to check against (None: CRC only).
+    pub auth: Option<Auth>,
+    /// Re-opens the session when the server goes quiet (None: a preset session).
+    pub resume: Option<&'a mut dyn Resume>,
 }
 
 /// The receive loop's resume state: when to try next, and the gap being bridged.
@@ -479,10 +492,9 @@ pub(super) fn run_session(
     setup: &SessionSetup,
     out: Box<dyn Write + Send>,
     requested: Instant,
-    loss: &AtomicU32,
-    auth: Option<Auth>,
-    resume: Option<&mut dyn Resume>,
+    aids: Aids<'_>,
 ) -> anyhow::Result<PlayStats> {
+    let Aids { loss, auth, resume } = aids;
     let limits = Limits::from_args(args, requested)?;
     let config = ReceiverConfig {
         release: args.release.into(),
