@@ -18,7 +18,7 @@ use std::net::IpAddr;
 use isnode_store::Layout;
 
 use crate::metrics::Limit;
-use crate::session::blocks_of;
+use crate::pacer::blocks_of;
 
 /// The limits a new session is admitted under.
 #[derive(Clone, Debug)]

@@ -15,7 +15,7 @@ use isnode_store::{
 };
 use isnode_wire::fdt::{build_fdt_packets, FdtFile, FdtInstance, FecOti};
 
-use crate::session::send_rate_bps;
+use crate::pacer::send_rate_bps;
 
 /// Seconds between the NTP epoch (1900) and the Unix epoch (1970).
 const NTP_UNIX_OFFSET: u64 = 2_208_988_800;

@@ -25,10 +25,10 @@ use crate::broadcast::channel::ChannelPacer;
 use crate::broadcast::groups::{allocate, assign, ChannelGroups, GroupRange};
 use crate::broadcast::{stop_channels, Broadcast, MAX_BROADCASTS};
 use crate::objects::ObjectInfo;
+use crate::pacer::send_rate_bps;
 use crate::plane::{NewSession, Schedule};
-use crate::registry::{Expiry, NewSessionShared};
-use crate::session::send_rate_bps;
-use crate::{SessionShared, Shared};
+use crate::registry::{Expiry, NewStreamShared};
+use crate::{Shared, StreamShared};
 
 /// Groups a request names: (source, repair).
 type NamedGroups = (Vec<IpAddr>, Vec<IpAddr>);
@@ -234,7 +234,7 @@ struct Setup<'a> {
 }
 
 /// Starts the channels on the data plane; ends those started if one cannot be.
-fn start_channels(sh: &Shared, st: &Setup<'_>) -> Result<Vec<Arc<SessionShared>>, ApiError> {
+fn start_channels(sh: &Shared, st: &Setup<'_>) -> Result<Vec<Arc<StreamShared>>, ApiError> {
     let Setup {
         id,
         obj,
@@ -245,15 +245,15 @@ fn start_channels(sh: &Shared, st: &Setup<'_>) -> Result<Vec<Arc<SessionShared>>
         epoch_ns,
     } = *st;
     let max_burst = super::create::max_burst(obj);
-    let mut started: Vec<Arc<SessionShared>> = Vec::with_capacity(groups.len());
+    let mut started: Vec<Arc<StreamShared>> = Vec::with_capacity(groups.len());
     for (c, (g, rate)) in groups.iter().zip(rates).enumerate() {
-        let fail = |started: &[Arc<SessionShared>], msg: String| {
+        let fail = |started: &[Arc<StreamShared>], msg: String| {
             stop_channels(started, sh.now_ns());
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, msg)
         };
         let pacer = ChannelPacer::new(plan.clone(), c, obj.layout.clone(), max_burst, epoch_ns)
             .map_err(|e| fail(&started, format!("channel {c}: {e}")))?;
-        let s = Arc::new(SessionShared::new(NewSessionShared {
+        let s = Arc::new(StreamShared::new(NewStreamShared {
             id: format!("{id}/{c}"),
             object: obj.clone(),
             fdt_packets: fdt_packets.to_vec(),
@@ -407,7 +407,7 @@ fn info(sh: &Shared, b: &Broadcast) -> BroadcastInfo {
             repair: g.repair.to_string(),
         })
         .collect();
-    let sum = |f: fn(&SessionShared) -> u64| b.channels.iter().map(|s| f(s)).sum();
+    let sum = |f: fn(&StreamShared) -> u64| b.channels.iter().map(|s| f(s)).sum();
     BroadcastInfo {
         id: b.id.clone(),
         object: b.object.json(),

@@ -20,10 +20,10 @@ use crate::admission::{
 };
 use crate::config::ValidateDestination;
 use crate::objects::{ObjectInfo, SessionFdt};
+use crate::pacer::{Pacer, PacerConfig, StartBurst};
 use crate::plane::{NewSession, LOOKAHEAD_CODEWORDS};
-use crate::registry::{Expiry, NewSessionShared, Owner, RegisterError, Snapshot};
-use crate::session::{Pacer, PacerConfig, StartBurst};
-use crate::{EngineKind, SessionShared, Shared};
+use crate::registry::{Expiry, NewStreamShared, Owner, RegisterError, Snapshot};
+use crate::{EngineKind, Shared, StreamShared};
 
 /// The FDT is repeated before every this many codewords.
 pub(crate) const FDT_EVERY: u32 = 8;
@@ -124,7 +124,7 @@ pub(super) fn limits(sh: &Shared) -> Limits {
     }
 }
 
-pub(super) fn demand(s: &SessionShared) -> Demand<'_> {
+pub(super) fn demand(s: &StreamShared) -> Demand<'_> {
     Demand {
         peer_ip: s.peer_ip,
         send_rate_bps: s.send_rate_bps,
@@ -216,7 +216,7 @@ fn admit_and_register(
     obj: &Arc<ObjectInfo>,
     fdt: &SessionFdt,
     pacer: Pacer,
-) -> Result<Arc<SessionShared>, ApiError> {
+) -> Result<Arc<StreamShared>, ApiError> {
     for _ in 0..REGISTER_ATTEMPTS {
         let snap = sh.sessions.snapshot();
         let factor = admit_over(sh, &snap, req, obj).map_err(|r| refuse(sh, r))?;
@@ -228,7 +228,7 @@ fn admit_and_register(
         }
         let mut pacer = Some(pacer);
         let make = |id| {
-            Arc::new(SessionShared::new(NewSessionShared {
+            Arc::new(StreamShared::new(NewStreamShared {
                 id,
                 object: obj.clone(),
                 fdt_packets: fdt.packets.clone(),
@@ -244,7 +244,7 @@ fn admit_and_register(
             }))
         };
         let new_id = || format!("{:016x}", rand::random::<u64>());
-        let hand_over = |s: &Arc<SessionShared>| {
+        let hand_over = |s: &Arc<StreamShared>| {
             let w = sh.next_worker.fetch_add(1, Ordering::Relaxed) % sh.workers.len().max(1);
             let pacer = pacer.take().ok_or(())?;
             let ns = NewSession {
@@ -274,7 +274,7 @@ fn admit_and_register(
     ))
 }
 
-fn created(sh: &Shared, s: &SessionShared, fdt: SessionFdt, at: Option<Located>) -> Response {
+fn created(sh: &Shared, s: &StreamShared, fdt: SessionFdt, at: Option<Located>) -> Response {
     let obj = &s.object;
     let secret = s.owner.map(|o| key_hex(&o.secret)).unwrap_or_default();
     let body = SessionInfo {

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use isnode_broadcast::Plan;
 
 use crate::objects::ObjectInfo;
-use crate::registry::{SessionShared, SessionState};
+use crate::registry::{SessionState, StreamShared};
 use groups::ChannelGroups;
 
 /// Most broadcasts running at once.
@@ -43,7 +43,7 @@ pub(crate) struct Broadcast {
     /// Where each channel's packets go.
     pub groups: Vec<ChannelGroups>,
     /// Each channel's data-plane entry.
-    pub channels: Vec<Arc<SessionShared>>,
+    pub channels: Vec<Arc<StreamShared>>,
     /// The timetable's origin on the server's clock (ns).
     pub epoch_ns: u64,
     pub fdt_xml: String,
@@ -146,7 +146,7 @@ impl Broadcasts {
     }
 
     /// The channels of every running broadcast (admission counts them).
-    pub(crate) fn channels(&self) -> Vec<Arc<SessionShared>> {
+    pub(crate) fn channels(&self) -> Vec<Arc<StreamShared>> {
         self.lock()
             .values()
             .flat_map(|b| b.channels.iter().cloned())
@@ -182,7 +182,7 @@ impl Broadcasts {
 }
 
 /// Ends the data-plane entries of channels.
-pub(crate) fn stop_channels(channels: &[Arc<SessionShared>], now_ns: u64) {
+pub(crate) fn stop_channels(channels: &[Arc<StreamShared>], now_ns: u64) {
     for c in channels {
         c.end(SessionState::Deleted, now_ns);
     }
