@@ -238,7 +238,27 @@ pub struct ServeArgs {
     /// needs `--tls-cert` and `--tls-key`).
     #[arg(long, conflicts_with = "tls_cert")]
     pub plain_http: bool,
+    /// How long a broadcast request that names no end (`until`, `duration_s` or
+    /// `cycles`) runs, seconds.
+    #[arg(long, default_value_t = DEFAULT_BROADCAST_DURATION_S)]
+    pub broadcast_default_duration_s: f64,
+    /// The longest a requested broadcast may run, seconds: a request asking for more is
+    /// refused (`400`).
+    #[arg(long, default_value_t = DEFAULT_BROADCAST_MAX_DURATION_S)]
+    pub broadcast_max_duration_s: f64,
+    /// The share of the bitrate budget (`--max-bitrate-bps`) the broadcasts may take
+    /// together, percent: the rest stays for unicast sessions.
+    #[arg(long, default_value_t = DEFAULT_BROADCAST_BUDGET_PERCENT,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub broadcast_budget_percent: u32,
 }
+
+/// Default `--broadcast-default-duration-s`: one hour.
+pub(crate) const DEFAULT_BROADCAST_DURATION_S: f64 = 3600.0;
+/// Default `--broadcast-max-duration-s`: one day.
+pub(crate) const DEFAULT_BROADCAST_MAX_DURATION_S: f64 = 86_400.0;
+/// Default `--broadcast-budget-percent`.
+pub(crate) const DEFAULT_BROADCAST_BUDGET_PERCENT: u32 = 50;
 
 /// Whether the server broadcasts popular titles by itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -305,6 +325,9 @@ impl Default for ServeArgs {
             tls_cert: None,
             tls_key: None,
             plain_http: false,
+            broadcast_default_duration_s: DEFAULT_BROADCAST_DURATION_S,
+            broadcast_max_duration_s: DEFAULT_BROADCAST_MAX_DURATION_S,
+            broadcast_budget_percent: DEFAULT_BROADCAST_BUDGET_PERCENT,
         }
     }
 }

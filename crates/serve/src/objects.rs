@@ -86,6 +86,12 @@ impl ObjectInfo {
         })
     }
 
+    /// The largest burst of the object's packets one send carries.
+    pub(crate) fn max_burst(&self) -> u32 {
+        let packet_len = self.layout.params().packet_len() as usize;
+        (crate::net::MAX_SEND_BYTES / packet_len).clamp(1, crate::net::MAX_GSO_SEGMENTS) as u32
+    }
+
     /// The JSON description (`docs/protocol.md`, "Objects").
     pub fn json(&self) -> isnode_proto::ObjectInfo {
         isnode_proto::ObjectInfo {

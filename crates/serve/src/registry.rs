@@ -11,6 +11,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use isnode_proto::keepalive::ReplayWindow;
+
 use crate::objects::ObjectInfo;
 
 /// Lifecycle of a session, as published by the data plane.
@@ -88,6 +90,8 @@ pub(crate) struct StreamShared {
     /// Whether the destination has echoed the owner's token (always true without an
     /// owner): the pacer stays paused until then.
     pub validated: AtomicBool,
+    /// The counters of the keepalive datagrams taken (replays are refused).
+    pub keepalive_window: Mutex<ReplayWindow>,
 }
 
 /// A unicast session's keys (`isnode_proto::auth`).
@@ -172,6 +176,7 @@ impl StreamShared {
             repair_skipped: AtomicU64::new(0),
             validated: AtomicBool::new(n.validated),
             owner: n.owner,
+            keepalive_window: Mutex::new(ReplayWindow::default()),
         }
     }
 
