@@ -60,9 +60,9 @@ impl AutoStarts {
 
     /// The claim for `toi`, `None` while another request holds it.
     pub(crate) fn claim(&self, toi: u32) -> Option<AutoClaim<'_>> {
-        self.lock()
-            .insert(toi)
-            .then_some(AutoClaim { starts: self, toi })
+        // The lock is released before a claim exists (its drop takes the lock).
+        let fresh = self.lock().insert(toi);
+        fresh.then(|| AutoClaim { starts: self, toi })
     }
 }
 
@@ -88,7 +88,7 @@ mod tests {
         assert!(r.reason.contains("broadcast budget"), "{}", r.reason);
         assert!(admit_broadcast(0, 0, 1).is_err());
         assert!(
-            admit_broadcast(u64::MAX, u64::MAX, 1).is_err(),
+            admit_broadcast(u64::MAX - 1, u64::MAX - 1, 2).is_err(),
             "no overflow"
         );
     }
