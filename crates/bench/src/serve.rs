@@ -529,8 +529,10 @@ fn create_sessions(
         let v: serde_json::Value = resp.body_mut().read_json()?;
         let id = v["id"].as_str().context("session id")?.to_string();
         let secret = v["secret"].as_str().context("session secret")?.to_string();
+        // A server from before keepalive MACs (no `keepalive_version`) gets HTTP keepalives.
         keepalive_port = v["keepalive_port"]
             .as_u64()
+            .filter(|_| v["keepalive_version"].as_u64().is_some())
             .and_then(|p| u16::try_from(p).ok());
         ids.push(Owned { id, secret });
     }
@@ -577,9 +579,12 @@ fn keep_alive(
     let (base, stop) = (base.to_string(), stop.clone());
     let agent = ureq::Agent::new_with_defaults();
     Ok(std::thread::spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
+        for counter in 1u64.. {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
             for (id, secret, key) in &keys {
-                let datagram = isnode_proto::keepalive::keepalive_datagram(id, key, None);
+                let datagram = isnode_proto::keepalive::keepalive_datagram(id, key, counter, None);
                 match (&udp, datagram) {
                     (Some((sock, to)), Some(d)) => {
                         let _ = sock.send_to(&d, to);

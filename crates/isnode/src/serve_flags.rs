@@ -113,6 +113,15 @@ pub(crate) struct ServeFlags {
     /// On SIGTERM, let sessions run on for at most this many seconds (default 30).
     #[arg(long)]
     pub shutdown_grace_s: Option<u64>,
+    /// How long a broadcast request that names no end runs, seconds (default 3600).
+    #[arg(long)]
+    pub broadcast_default_duration_s: Option<f64>,
+    /// The longest a requested broadcast may run, seconds (default 86400).
+    #[arg(long)]
+    pub broadcast_max_duration_s: Option<f64>,
+    /// The share of the bitrate budget broadcasts may take together, percent (default 50).
+    #[arg(long)]
+    pub broadcast_budget_percent: Option<u32>,
 }
 
 /// Sets each `config.$field` whose flag was given.
@@ -158,7 +167,8 @@ impl ServeFlags {
             start_burst_factor, start_burst_ms, broadcast_groups, broadcast_port,
             broadcast_max_groups, multicast_ttl, broadcast_mode, broadcast_scheme,
             broadcast_max_wait_s, api_header_timeout_ms, api_idle_timeout_ms,
-            shutdown_grace_s);
+            shutdown_grace_s, broadcast_default_duration_s, broadcast_max_duration_s,
+            broadcast_budget_percent);
         overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if,
             api_max_connections, tls_cert, tls_key);
         if flags.plain_http {

@@ -403,3 +403,88 @@ fn forged_packets_on_the_groups_change_no_byte() {
         );
     });
 }
+
+/// Issue 17: hybrid serving starts at most one automatic broadcast per title when many first
+/// requests arrive together. The title's demand is brought to just below the threshold by
+/// sequential sessions (the threshold read from a requested broadcast of the same plan),
+/// then 24 requests are sent at once: exactly one automatic broadcast starts, and every
+/// redirected request names it.
+#[test]
+fn concurrent_first_requests_start_one_automatic_broadcast() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let ns = Netns::with_loopback_multicast();
+    ns.run(|| {
+        let vol = Vol::create(&[]);
+        vol.add_ts("clip.ts", 2_000_000, 8.0, 21);
+        let server = Server::start(
+            &vol,
+            &[
+                "--broadcast",
+                "auto",
+                "--broadcast-max-wait-s",
+                "2",
+                "--max-sessions-per-client",
+                "64",
+                "--validate-timeout-ms",
+                "60000",
+            ],
+        );
+        let body = json!({"object": "clip.ts", "scheme": "cautious-harmonic", "max_wait_s": 2.0});
+        let r = server.req("POST", "/v1/broadcasts", Some(&body.to_string()));
+        assert_eq!(r.status, 201, "{}", r.body);
+        let cost = r.json()["send_rate_bps"].as_u64().expect("cost");
+        let id = r.json()["id"].as_str().expect("id").to_string();
+        assert_eq!(
+            server
+                .req("DELETE", &format!("/v1/broadcasts/{id}"), None)
+                .status,
+            204
+        );
+        let sink = std::net::UdpSocket::bind("127.0.0.1:0").expect("a sink");
+        let port = sink.local_addr().unwrap().port();
+        // Sessions while (streaming + 1) × rate stays within the cost: unicast.
+        let first = server.post_session("clip.ts", port);
+        assert_eq!(first.status, 201, "{}", first.body);
+        let rate = first.json()["send_rate_bps"].as_u64().expect("rate");
+        let below = cost / rate;
+        assert!((1..20).contains(&below), "cost {cost}, rate {rate}");
+        for _ in 1..below {
+            let r = server.post_session("clip.ts", port);
+            assert_eq!(r.status, 201, "{}", r.body);
+        }
+        let barrier = std::sync::Barrier::new(24);
+        let answers: Vec<(u16, Value)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..24)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        let r = server.post_session("clip.ts", port);
+                        (r.status, r.json())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a request thread"))
+                .collect()
+        });
+        let list = server.req("GET", "/v1/broadcasts", None).json();
+        let running = list["broadcasts"].as_array().expect("broadcasts");
+        assert_eq!(running.len(), 1, "{list}");
+        assert_eq!(running[0]["automatic"], true);
+        let auto_id = running[0]["id"].as_str().expect("id");
+        assert_eq!(server.metrics().get("isnode_broadcasts_started_total"), 2.0);
+        let mut redirected = 0;
+        for (status, v) in &answers {
+            match status {
+                201 => {}
+                200 => {
+                    redirected += 1;
+                    assert_eq!(v["broadcast"]["id"], auto_id, "{v}");
+                }
+                s => panic!("session request: {s}: {v}"),
+            }
+        }
+        assert!(redirected >= 1, "{answers:?}");
+    });
+}

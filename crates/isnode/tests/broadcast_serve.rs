@@ -365,3 +365,129 @@ fn a_standard_flute_receiver_on_all_groups_rebuilds_the_file() {
         assert!(obj.data == bytes, "flute's object differs from the title");
     });
 }
+
+/// Issue 17: a requested broadcast has an end. One asking to run past the server's maximum
+/// (by `duration_s`, `until` or `cycles`) is refused, one naming no end gets the default,
+/// and one of two seconds stops by itself and leaves the list.
+#[test]
+fn a_broadcast_ends_by_itself_and_one_that_would_never_end_is_refused() {
+    let ns = Netns::with_loopback_multicast();
+    ns.run(|| {
+        let vol = Vol::create(&[]);
+        vol.add_ts("clip.ts", 2_000_000, 10.0, 5);
+        let server = Server::start(&vol, &["--broadcast-max-duration-s", "7200"]);
+        let post = |v: &Value| server.req("POST", "/v1/broadcasts", Some(&v.to_string()));
+        let with = |k: &str, v: Value| {
+            let mut b = json!({"object": "clip.ts", "scheme": "fast", "max_wait_s": 3.0});
+            b[k] = v;
+            b
+        };
+        let now_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("a clock after 1970")
+            .as_secs();
+        let too_long = [
+            with("duration_s", json!(7201.0)),
+            with("until", json!(now_s + 8000)),
+            with("cycles", json!(1_000_000)),
+        ];
+        for body in &too_long {
+            let r = post(body);
+            assert_eq!(r.status, 400, "{body}: {}", r.body);
+            let err = r.json();
+            let msg = err["error"].as_str().unwrap_or_default();
+            assert!(msg.contains("--broadcast-max-duration-s"), "{body}: {msg}");
+        }
+        let mut both = with("duration_s", json!(5.0));
+        both["cycles"] = json!(2);
+        assert_eq!(post(&both).status, 400);
+        assert_eq!(post(&with("until", json!(now_s - 10))).status, 400);
+        assert_eq!(server.metrics().get("isnode_broadcasts_started_total"), 0.0);
+
+        // No end named: the default, an hour.
+        let r = post(&with("max_wait_s", json!(3.0)));
+        assert_eq!(r.status, 201, "{}", r.body);
+        let info = r.json();
+        let remaining = info["remaining_s"].as_f64().expect("remaining_s");
+        assert!(remaining > 3500.0 && remaining <= 3600.0, "{info}");
+        let id = info["id"].as_str().expect("id");
+        assert_eq!(
+            server
+                .req("DELETE", &format!("/v1/broadcasts/{id}"), None)
+                .status,
+            204
+        );
+
+        // A cycle of the plan is at most the title's duration here.
+        let r = post(&with("cycles", json!(1)));
+        assert_eq!(r.status, 201, "{}", r.body);
+        let info = r.json();
+        let remaining = info["remaining_s"].as_f64().expect("remaining_s");
+        assert!(remaining > 0.0 && remaining <= 10.5, "{info}");
+
+        // Two seconds: it stops by itself.
+        let r = post(&with("duration_s", json!(2.0)));
+        assert_eq!(r.status, 201, "{}", r.body);
+        let id = r.json()["id"].as_str().expect("id").to_string();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let path = format!("/v1/broadcasts/{id}");
+        while server.req("GET", &path, None).status == 200 {
+            assert!(
+                Instant::now() < deadline,
+                "the broadcast did not stop by itself"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(server.req("GET", &path, None).status, 404);
+        let list = server.req("GET", "/v1/broadcasts", None).json();
+        let ids: Vec<&str> = list["broadcasts"]
+            .as_array()
+            .expect("broadcasts")
+            .iter()
+            .filter_map(|b| b["id"].as_str())
+            .collect();
+        assert!(!ids.contains(&id.as_str()), "{list}");
+    });
+}
+
+/// Issue 17: broadcasts have a budget of their own (`--broadcast-budget-percent`, 50 % of
+/// the bitrate budget by default): broadcasts are started until one is refused with a `503`
+/// naming that budget, and a viewer's unicast session request still succeeds.
+#[test]
+fn broadcasts_cannot_starve_unicast() {
+    let ns = Netns::with_loopback_multicast();
+    ns.run(|| {
+        let vol = Vol::create(&[]);
+        vol.add_ts("clip.ts", 2_000_000, 10.0, 5);
+        // 40 Mbit/s in all, 20 of them for broadcasts: each of these takes ~5-7.
+        let server = Server::start(&vol, &["--max-bitrate-bps", "40000000"]);
+        let body = json!({"object": "clip.ts", "scheme": "fast", "max_wait_s": 3.0}).to_string();
+        let mut started = 0;
+        let refusal = loop {
+            let r = server.req("POST", "/v1/broadcasts", Some(&body));
+            match r.status {
+                201 => started += 1,
+                503 => break r.json(),
+                s => panic!("broadcast request: {s}: {}", r.body),
+            }
+            assert!(started < 20, "20 broadcasts of ~6 Mbit/s within 20 Mbit/s");
+        };
+        assert!(started >= 1, "{refusal}");
+        assert_eq!(refusal["limit"], "broadcast_budget_bps", "{refusal}");
+        assert_eq!(refusal["value"], 20_000_000, "{refusal}");
+        let msg = refusal["error"].as_str().unwrap_or_default();
+        assert!(msg.contains("broadcast budget"), "{msg}");
+        let sink = UdpSocket::bind("127.0.0.1:0").expect("a sink");
+        let r = server.post_session("clip.ts", sink.local_addr().expect("addr").port());
+        assert_eq!(
+            r.status, 201,
+            "a viewer's session beside the broadcasts: {}",
+            r.body
+        );
+        let m = server.metrics();
+        assert_eq!(
+            m.get("isnode_sessions_refused_total{limit=\"broadcast_budget_bps\"}"),
+            1.0
+        );
+    });
+}

@@ -988,3 +988,44 @@ fn serve_memory_flat() {
         VIEWERS - 1
     );
 }
+
+/// Issue 17: the real client keeps its session alive with version 4 keepalive datagrams
+/// (MAC and counter, no secret, one a second): with a session timeout of 2.5 s, `isnode
+/// play` of a 6 s title (paced by the server at its bitrate) gets the whole title, the
+/// server took its datagrams and refused none, and no session expired.
+#[test]
+fn the_client_keeps_its_session_alive_with_authenticated_keepalives() {
+    let vol = Vol::create(&[]);
+    let original = vol.add_ts("kept.ts", 1_000_000, 6.0, 43);
+    let server = Server::start(&vol, &["--session-timeout-ms", "2500"]);
+    let out = vol.path("kept.out");
+    let status = command()
+        .args([
+            "play",
+            "kept.ts",
+            "--server",
+            &server.url(),
+            "--max-seconds",
+            "40",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(vol.path("kept.stderr")).unwrap())
+        .status()
+        .expect("running isnode play");
+    let stderr = std::fs::read_to_string(vol.path("kept.stderr")).unwrap_or_default();
+    assert!(status.success(), "isnode play: {status}: {stderr}");
+    assert!(
+        std::fs::read(&out).unwrap() == original,
+        "output differs: {stderr}"
+    );
+    let m = server.metrics();
+    assert!(
+        m.get("isnode_keepalives_udp_total") >= 3.0,
+        "no datagram keepalives taken"
+    );
+    assert_eq!(m.get("isnode_keepalives_refused_total"), 0.0);
+    assert_eq!(m.get("isnode_sessions_expired_total"), 0.0);
+}

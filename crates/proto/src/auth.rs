@@ -5,7 +5,7 @@
 //!   ([`crate::SessionInfo::secret`], 16 random bytes as 32 lowercase hexadecimal digits).
 //!   Keepalives, controls, validation and `DELETE` of the session are taken only from the
 //!   creating IP address and with the secret: `Authorization: Bearer <secret>` over HTTP,
-//!   the raw 16 bytes in a version 3 keepalive datagram ([`crate::keepalive`]).
+//!   as the key of the MAC of a keepalive datagram ([`crate::keepalive`], version 4).
 //! - **Return routability.** The server streams nothing until the destination has proved
 //!   that it receives: it sends a [`TOKEN_DATAGRAM_LEN`]-byte token datagram to the
 //!   session's destination (from its keepalive port), and the client echoes the token with

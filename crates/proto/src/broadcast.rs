@@ -41,6 +41,16 @@ pub struct CreateBroadcast {
     /// 4 or 6: the family of the allocated groups (default 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip_version: Option<u8>,
+    /// Stop at this unix time, seconds. At most one of `until`, `duration_s` and `cycles`;
+    /// with none, the server's default duration (`--broadcast-default-duration-s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<u64>,
+    /// Stop this long after the start, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+    /// Stop after this many cycles of the plan (a cycle: its longest channel period).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles: Option<u64>,
 }
 
 /// The plan as the server made it (after codeword rounding).
@@ -108,6 +118,10 @@ pub struct BroadcastInfo {
     pub send_rate_bps: u64,
     /// Time since the timetable's origin (τ = 0) when this answer was made, seconds.
     pub elapsed_s: f64,
+    /// Time left until it stops by itself, seconds (absent for an automatic broadcast,
+    /// which stops once its viewers are done).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining_s: Option<f64>,
     /// TTL (IPv4) or hop limit (IPv6) of the packets.
     pub ttl: u8,
     /// The FDT instance sent on every channel's source group.

@@ -267,6 +267,11 @@ pub struct SessionInfo {
     /// server takes HTTP keepalives only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keepalive_port: Option<u16>,
+    /// The keepalive datagram version the keepalive port takes
+    /// ([`keepalive::KEEPALIVE_VERSION`], MAC and counter); absent from servers that took
+    /// version 3 (the secret in clear) or earlier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive_version: Option<u8>,
     /// A session without keepalive for this long ends by itself, milliseconds.
     pub session_timeout_ms: u64,
     /// Whether the server takes loss reports (keepalive datagram version 2, the HTTP
@@ -354,14 +359,18 @@ pub enum Limit {
     CacheSizeBytes,
     /// Concurrent sessions per client IP address (`--max-sessions-per-client`).
     MaxSessionsPerClient,
+    /// The broadcasts' share of the bitrate budget (`--broadcast-budget-percent`), in bits
+    /// per second: broadcasts cannot take the unicast sessions' part.
+    BroadcastBudgetBps,
 }
 
 impl Limit {
     /// All limits, in metrics order.
-    pub const ALL: [Limit; 3] = [
+    pub const ALL: [Limit; 4] = [
         Limit::MaxBitrateBps,
         Limit::CacheSizeBytes,
         Limit::MaxSessionsPerClient,
+        Limit::BroadcastBudgetBps,
     ];
 
     /// The name used in the API and in metrics.
@@ -370,6 +379,7 @@ impl Limit {
             Limit::MaxBitrateBps => "max_bitrate_bps",
             Limit::CacheSizeBytes => "cache_size_bytes",
             Limit::MaxSessionsPerClient => "max_sessions_per_client",
+            Limit::BroadcastBudgetBps => "broadcast_budget_bps",
         }
     }
 
@@ -379,6 +389,7 @@ impl Limit {
             Limit::MaxBitrateBps => 0,
             Limit::CacheSizeBytes => 1,
             Limit::MaxSessionsPerClient => 2,
+            Limit::BroadcastBudgetBps => 3,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Admission control: whether one more session fits, decided by a pure function over a
-//! snapshot of the streaming sessions and the configured limits.
+//! snapshot of the streaming sessions and the configured limits ([`admit`]); [`limits`]
+//! and [`demand`] read those from the server's state for the session and broadcast routes.
 //!
 //! Start-up bursts: sessions are admitted against the bitrate budget at their plain send
 //! rate (all m repair symbols, even when adaptive repair sends fewer: a client's loss may
@@ -14,11 +15,14 @@
 
 use std::collections::HashSet;
 use std::net::IpAddr;
+use std::sync::atomic::Ordering;
 
 use isnode_store::Layout;
 
 use crate::metrics::Limit;
-use crate::session::blocks_of;
+use crate::pacer::blocks_of;
+use crate::plane::LOOKAHEAD_CODEWORDS;
+use crate::{EngineKind, Shared, StreamShared};
 
 /// The limits a new session is admitted under.
 #[derive(Clone, Debug)]
@@ -114,6 +118,41 @@ pub(crate) fn admit(
         }
     }
     Ok(())
+}
+
+/// Pool slots kept free beyond the sessions' working sets (rebuilds, in-flight sends).
+const CACHE_RESERVE_SLOTS: usize = 2;
+
+/// The configured limits.
+pub(crate) fn limits(sh: &Shared) -> Limits {
+    Limits {
+        max_sessions_per_client: sh.config().max_sessions_per_client,
+        max_bitrate_bps: sh.config().bitrate_budget_bps(),
+        burst_headroom_bps: burst_headroom_bps(sh.config().bitrate_budget_bps()),
+        // The pool-backed engines only: `traditional` reads per session and `sendfile`
+        // sends from the page cache (its pool backs the degraded path alone).
+        pool: matches!(
+            sh.engine,
+            EngineKind::Gso | EngineKind::Sendmmsg | EngineKind::UringZc
+        )
+        .then(|| PoolLimit {
+            slots: sh.cache.slots() as usize,
+            reserve_slots: CACHE_RESERVE_SLOTS,
+            lookahead_codewords: LOOKAHEAD_CODEWORDS,
+            cache_size_bytes: sh.config().cache_size_bytes,
+        }),
+    }
+}
+
+/// What a streaming session or broadcast channel asks of the server now.
+pub(crate) fn demand(s: &StreamShared) -> Demand<'_> {
+    Demand {
+        peer_ip: s.peer_ip,
+        send_rate_bps: s.send_rate_bps,
+        toi: s.object.rec.toi,
+        layout: &s.object.layout,
+        codeword: s.next_codeword.load(Ordering::Relaxed),
+    }
 }
 
 /// The burst headroom of a bitrate budget: the share of the egress capacity the default

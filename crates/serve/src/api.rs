@@ -5,6 +5,7 @@
 //! and session creation ([`create`]) admits over a snapshot of the sessions.
 
 mod broadcast;
+mod common;
 mod conns;
 mod content;
 mod control;
@@ -12,6 +13,7 @@ mod create;
 mod digests;
 mod drain;
 pub(crate) mod errors;
+mod hybrid;
 mod media;
 mod owner;
 mod pool_read;
@@ -131,8 +133,8 @@ async fn reap(sh: Arc<Shared>) {
     loop {
         tick.tick().await;
         let now = sh.now_ns();
-        for id in sh.broadcasts.stop_idle(now) {
-            tracing::info!(%id, "automatic broadcast stopped: its viewers have finished");
+        for id in sh.broadcasts.stop_over(now) {
+            tracing::info!(%id, "broadcast stopped: at its end, or its viewers have finished");
         }
         let keep_ns = sh.config().session_timeout_ms.saturating_mul(1_000_000);
         sh.lock_sessions().retain(|_, s| match s.state() {

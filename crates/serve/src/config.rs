@@ -227,6 +227,15 @@ pub struct ServeConfig {
     /// On SIGTERM, sessions and broadcasts run on for at most this many seconds while
     /// nothing new is admitted; then the server exits.
     pub shutdown_grace_s: u64,
+    /// How long a broadcast request that names no end (`until`, `duration_s` or `cycles`)
+    /// runs, seconds.
+    pub broadcast_default_duration_s: f64,
+    /// The longest a requested broadcast may run, seconds: a request asking for more is
+    /// refused (`400`).
+    pub broadcast_max_duration_s: f64,
+    /// The share of the bitrate budget the broadcasts may take together, percent: the rest
+    /// stays for unicast sessions.
+    pub broadcast_budget_percent: u32,
 }
 
 impl Default for ServeConfig {
@@ -264,6 +273,9 @@ impl Default for ServeConfig {
             tls_key: None,
             plain_http: false,
             shutdown_grace_s: DEFAULT_SHUTDOWN_GRACE_S,
+            broadcast_default_duration_s: DEFAULT_BROADCAST_DURATION_S,
+            broadcast_max_duration_s: DEFAULT_BROADCAST_MAX_DURATION_S,
+            broadcast_budget_percent: DEFAULT_BROADCAST_BUDGET_PERCENT,
         }
     }
 }
@@ -284,6 +296,12 @@ pub const DEFAULT_BROADCAST_GROUPS: &str = "239.255.0.0/16,ff15::/64";
 pub const DEFAULT_BROADCAST_PORT: u16 = 30000;
 /// Default `broadcast_max_groups` (a receiver's socket joins at most 20 by default).
 pub const DEFAULT_BROADCAST_MAX_GROUPS: u32 = 16;
+/// Default `broadcast_default_duration_s`: one hour.
+pub(crate) const DEFAULT_BROADCAST_DURATION_S: f64 = 3600.0;
+/// Default `broadcast_max_duration_s`: one day.
+pub(crate) const DEFAULT_BROADCAST_MAX_DURATION_S: f64 = 86_400.0;
+/// Default `broadcast_budget_percent`.
+pub(crate) const DEFAULT_BROADCAST_BUDGET_PERCENT: u32 = 50;
 /// Default `broadcast_scheme`.
 pub const DEFAULT_BROADCAST_SCHEME: &str = "cautious-harmonic";
 /// Default `broadcast_max_wait_s`.
@@ -390,6 +408,24 @@ impl ServeConfig {
                 "broadcast_max_groups",
                 "must be at least 2 (a source and a repair group)".into(),
             );
+        }
+        let positive = |v: f64| v.is_finite() && v > 0.0;
+        if !positive(self.broadcast_default_duration_s) {
+            return bad(
+                "broadcast_default_duration_s",
+                "must be a number above 0".into(),
+            );
+        }
+        if !positive(self.broadcast_max_duration_s)
+            || self.broadcast_max_duration_s < self.broadcast_default_duration_s
+        {
+            return bad(
+                "broadcast_max_duration_s",
+                "must be at least broadcast_default_duration_s".into(),
+            );
+        }
+        if self.broadcast_budget_percent > 100 {
+            return bad("broadcast_budget_percent", "must be 0 to 100".into());
         }
         if self.broadcast_groups.is_empty() {
             return bad("broadcast_groups", "must name at least one range".into());

@@ -7,8 +7,9 @@
 //! One thread drains the socket in batches (`recvmmsg`, [`BATCH`] datagrams per call)
 //! and then sleeps [`NAP`]: it wakes a bounded number of times per second whatever the
 //! number of sessions, and a keepalive is at most that late against timeouts of seconds.
-//! A datagram keeps its session alive only if the session is streaming and the datagram
-//! comes from the session's destination IP and carries the session's secret.
+//! A datagram keeps its session alive only if the session is streaming, the datagram
+//! comes from the session's destination IP, carries the MAC the session's secret gives and
+//! a counter the session's replay window has not taken.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -16,7 +17,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use isnode_proto::auth::keys_equal;
 use isnode_proto::keepalive::{parse_keepalive, KEEPALIVE_LEN};
 
 use crate::registry::SessionState;
@@ -85,7 +85,11 @@ fn take(sh: &Shared, data: &[u8], from: Option<IpAddr>) {
         .find(k.id)
         .filter(|s| s.state() == SessionState::Streaming)
         .filter(|s| from == Some(s.dest.ip().to_canonical()))
-        .filter(|s| s.owner.is_some_and(|o| keys_equal(&o.secret, &k.secret)))
+        .filter(|s| s.owner.is_some_and(|o| k.authentic(&o.secret)))
+        .filter(|s| {
+            let mut w = s.keepalive_window.lock().unwrap_or_else(|e| e.into_inner());
+            w.take(k.counter)
+        })
         .map(|s| {
             s.last_keepalive_ns.store(sh.now_ns(), Ordering::Release);
             if let Some(loss) = k.loss {

@@ -1,6 +1,6 @@
 //! `isnode serve`: the data plane and the control API of the isnode server.
 //!
-//! - [`session`]: the sans-IO pacing core (what to send when), tested with a virtual clock.
+//! - [`pacer`]: the sans-IO pacing core (what to send when), tested with a virtual clock.
 //! - [`cache`]: the fixed pool of aligned block buffers shared by every session.
 //! - `reader`: fills the pool, per data-plane thread: io_uring `READ_FIXED` (O_DIRECT,
 //!   registered pool buffers) without stalling the thread's other sessions, or `pread`.
@@ -36,12 +36,12 @@ mod lifecycle;
 pub mod metrics;
 pub mod net;
 pub mod objects;
+pub mod pacer;
 mod plane;
 mod reader;
 mod registry;
 pub mod repair_policy;
 mod server;
-pub mod session;
 mod tls;
 mod uring;
 
@@ -71,7 +71,7 @@ pub(crate) fn test_params() -> isnode_store::VolumeParams {
     }
 }
 
-pub(crate) use registry::{SessionShared, SessionState};
+pub(crate) use registry::{SessionState, StreamShared};
 pub(crate) use server::Shared;
 
 const _: () = assert!(isnode_proto::FEC_ENCODING_ID_RS28 == isnode_wire::FEC_ENCODING_ID_RS28);

@@ -11,6 +11,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use isnode_proto::keepalive::ReplayWindow;
+
 use crate::objects::ObjectInfo;
 
 /// Lifecycle of a session, as published by the data plane.
@@ -48,7 +50,7 @@ pub(crate) enum Control {
 pub(crate) const MAX_PENDING_CONTROLS: usize = 16;
 
 /// What the control API and the data plane share about one session.
-pub(crate) struct SessionShared {
+pub(crate) struct StreamShared {
     pub id: String,
     pub object: Arc<ObjectInfo>,
     /// The FDT instance's ALC packets (TOI 0), built for this session (fresh `Expires`).
@@ -88,6 +90,8 @@ pub(crate) struct SessionShared {
     /// Whether the destination has echoed the owner's token (always true without an
     /// owner): the pacer stays paused until then.
     pub validated: AtomicBool,
+    /// The counters of the keepalive datagrams taken (replays are refused).
+    pub keepalive_window: Mutex<ReplayWindow>,
 }
 
 /// A unicast session's keys (`isnode_proto::auth`).
@@ -118,18 +122,18 @@ pub(crate) enum Expiry {
     Never,
 }
 
-/// [`SessionShared::loss_units`] before the client's first loss report.
+/// [`StreamShared::loss_units`] before the client's first loss report.
 pub(crate) const NO_LOSS_REPORT: u32 = u32::MAX;
 
 /// The fixed parts of a new session.
-pub(crate) struct NewSessionShared {
+pub(crate) struct NewStreamShared {
     pub id: String,
     pub object: Arc<ObjectInfo>,
     pub fdt_packets: Vec<Vec<u8>>,
     pub dest: SocketAddr,
-    /// See [`SessionShared::repair_dest`].
+    /// See [`StreamShared::repair_dest`].
     pub repair_dest: Option<SocketAddr>,
-    /// See [`SessionShared::expiry`].
+    /// See [`StreamShared::expiry`].
     pub expiry: Expiry,
     /// The send rate (`None`: the object's).
     pub send_rate_bps: Option<u64>,
@@ -137,16 +141,16 @@ pub(crate) struct NewSessionShared {
     pub now_ns: u64,
     /// The start-up burst: (rate during it, when it ends); `None` without one.
     pub burst: Option<(u64, u64)>,
-    /// See [`SessionShared::owner`].
+    /// See [`StreamShared::owner`].
     pub owner: Option<Owner>,
-    /// See [`SessionShared::validated`]: false while the destination must echo the token.
+    /// See [`StreamShared::validated`]: false while the destination must echo the token.
     pub validated: bool,
 }
 
-impl SessionShared {
+impl StreamShared {
     /// A streaming session; its keepalive clock starts at `now_ns`.
-    pub(crate) fn new(n: NewSessionShared) -> SessionShared {
-        SessionShared {
+    pub(crate) fn new(n: NewStreamShared) -> StreamShared {
+        StreamShared {
             send_rate_bps: n.send_rate_bps.unwrap_or(n.object.send_rate_bps),
             peer_ip: n.dest.ip(),
             repair_dest: n.repair_dest,
@@ -172,6 +176,7 @@ impl SessionShared {
             repair_skipped: AtomicU64::new(0),
             validated: AtomicBool::new(n.validated),
             owner: n.owner,
+            keepalive_window: Mutex::new(ReplayWindow::default()),
         }
     }
 
@@ -247,11 +252,11 @@ impl SessionShared {
 }
 
 /// The sessions by id.
-pub(crate) type SessionTable = HashMap<String, Arc<SessionShared>>;
+pub(crate) type SessionTable = HashMap<String, Arc<StreamShared>>;
 
 /// The streaming sessions at one moment, and the table's generation then.
 pub(crate) struct Snapshot {
-    pub sessions: Vec<Arc<SessionShared>>,
+    pub sessions: Vec<Arc<StreamShared>>,
     generation: u64,
 }
 
@@ -305,10 +310,10 @@ impl Registry {
     pub(crate) fn register<E>(
         &self,
         snap: &Snapshot,
-        make: impl FnOnce(String) -> Arc<SessionShared>,
+        make: impl FnOnce(String) -> Arc<StreamShared>,
         new_id: impl Fn() -> String,
-        hand_over: impl FnOnce(&Arc<SessionShared>) -> Result<(), E>,
-    ) -> Result<Arc<SessionShared>, RegisterError<E>> {
+        hand_over: impl FnOnce(&Arc<StreamShared>) -> Result<(), E>,
+    ) -> Result<Arc<StreamShared>, RegisterError<E>> {
         let mut t = self.lock();
         if t.1 != snap.generation {
             return Err(RegisterError::Stale);
@@ -327,12 +332,12 @@ impl Registry {
     }
 
     /// The session `id`.
-    pub(crate) fn find(&self, id: &str) -> Option<Arc<SessionShared>> {
+    pub(crate) fn find(&self, id: &str) -> Option<Arc<StreamShared>> {
         self.lock().0.get(id).cloned()
     }
 
     /// Removes and returns the session `id`.
-    pub(crate) fn remove(&self, id: &str) -> Option<Arc<SessionShared>> {
+    pub(crate) fn remove(&self, id: &str) -> Option<Arc<StreamShared>> {
         self.lock().0.remove(id)
     }
 }
@@ -373,9 +378,9 @@ mod tests {
         Arc::new(ObjectInfo::new(&vol, rec).unwrap())
     }
 
-    fn make(obj: &Arc<ObjectInfo>) -> impl FnOnce(String) -> Arc<SessionShared> + '_ {
+    fn make(obj: &Arc<ObjectInfo>) -> impl FnOnce(String) -> Arc<StreamShared> + '_ {
         move |id| {
-            Arc::new(SessionShared::new(NewSessionShared {
+            Arc::new(StreamShared::new(NewStreamShared {
                 id,
                 object: obj.clone(),
                 fdt_packets: Vec::new(),
@@ -392,7 +397,7 @@ mod tests {
         }
     }
 
-    fn ok(_: &Arc<SessionShared>) -> Result<(), ()> {
+    fn ok(_: &Arc<StreamShared>) -> Result<(), ()> {
         Ok(())
     }
 

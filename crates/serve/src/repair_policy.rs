@@ -1,6 +1,6 @@
 //! Adaptive repair: how many of a codeword's m stored repair symbols a session sends, from
 //! the loss its client reports in its keepalives. A pure function; the data plane applies it
-//! to the pacer ([`crate::session::Pacer::set_repair_limit`]), so only fewer stored packets
+//! to the pacer ([`crate::pacer::Pacer::set_repair_limit`]), so only fewer stored packets
 //! are sent: parity is never computed while serving.
 //!
 //! The rule ([`repair_symbols`]):

@@ -18,7 +18,7 @@ use io_uring::{cqueue, opcode, types, IoUring};
 
 use crate::cache::{Cache, Pinned};
 use crate::net::{self, RawAddr};
-use crate::{EngineKind, SessionShared, Shared};
+use crate::{EngineKind, Shared, StreamShared};
 
 /// Most buffers io_uring lets a ring register (indices are u16).
 const MAX_REGISTERED: usize = 1 << 14;
@@ -63,7 +63,7 @@ struct InFlight {
     /// The destination must stay valid until the kernel has consumed the submission.
     _addr: Box<RawAddr>,
     /// The session the packets belong to, counted when the kernel completes the send.
-    session: Arc<SessionShared>,
+    session: Arc<StreamShared>,
     /// Packets and bytes submitted, and the packet size.
     packets: u64,
     bytes: u64,
@@ -157,7 +157,7 @@ impl UringSender {
     /// Queues a zero-copy send of `pin[range]` (a run of `seg`-byte packets) to `dest`.
     pub(crate) fn send(
         &mut self,
-        session: &Arc<SessionShared>,
+        session: &Arc<StreamShared>,
         raw: &RawAddr,
         pin: Pinned,
         range: Range<usize>,
@@ -255,7 +255,7 @@ impl UringSender {
         }
     }
 
-    fn settle(&self, session: Arc<SessionShared>, settled: Settled) {
+    fn settle(&self, session: Arc<StreamShared>, settled: Settled) {
         match settled {
             Settled::Sent { packets, bytes } => {
                 self.sh.metrics.sent(EngineKind::UringZc, packets, bytes);

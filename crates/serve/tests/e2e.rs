@@ -530,50 +530,70 @@ fn session_without_keepalive_ends() {
     assert!(!receive(&r2, Duration::from_millis(300), |_| {}, |p| !p.is_empty()).is_empty());
 }
 
+/// Keepalive datagrams keep a session alive only from its destination, with the MAC of its
+/// secret and a counter not taken before: an observer who replays the client's datagrams,
+/// or forges some without the secret, cannot keep (or take over) the session.
 #[test]
 fn keepalive_datagrams_keep_a_session_alive_only_from_its_destination() {
+    use isnode_proto::keepalive::keepalive_datagram;
     let dir = volume(&[("long.ts", 200_000, 200_000)]);
     let mut a = args(EngineKind::Sendfile);
     a.session_timeout_ms = 400;
     let server = start(dir.path(), &a).unwrap();
-    let r1 = receiver();
-    let r2 = receiver();
+    let (r1, r2, r3) = (receiver(), receiver(), receiver());
     let (_, s1) = create(&server, "long.ts", r1.local_addr().unwrap().port());
     let (_, s2) = create(&server, "long.ts", r2.local_addr().unwrap().port());
+    let (_, s3) = create(&server, "long.ts", r3.local_addr().unwrap().port());
+    assert_eq!(s1["keepalive_version"], 4);
     let port = s1["keepalive_port"].as_u64().expect("a keepalive port") as u16;
     let to = SocketAddr::from(([127, 0, 0, 1], port));
-    let id1 = s1["id"].as_str().unwrap().to_string();
-    let id2 = s2["id"].as_str().unwrap().to_string();
-    // Session 1's keepalives come from another IP than its destination (127.0.0.1);
-    // session 2's from the socket it streams to. Plus one malformed datagram.
-    let elsewhere = UdpSocket::bind("127.0.0.2:0").unwrap();
+    let id = |s: &Value| s["id"].as_str().unwrap().to_string();
     let key = |s: &Value| isnode_proto::auth::parse_key_hex(s["secret"].as_str().unwrap()).unwrap();
-    let d1 = isnode_proto::keepalive::keepalive_datagram(&id1, &key(&s1), None).unwrap();
-    let d2 = isnode_proto::keepalive::keepalive_datagram(&id2, &key(&s2), None).unwrap();
-    // With the wrong secret, from the right socket: refused too.
-    let wrong = isnode_proto::keepalive::keepalive_datagram(&id1, &[0; 16], None).unwrap();
+    let (id1, id2, id3) = (id(&s1), id(&s2), id(&s3));
+    // Session 1's authentic keepalives come from another IP than its destination
+    // (127.0.0.1), and forged ones (another key) from its destination. Session 3's first
+    // datagram is taken, then replayed from its destination. Session 2's come from the
+    // socket it streams to, each with the next counter, as the client sends them. Plus one
+    // malformed datagram.
+    let elsewhere = UdpSocket::bind("127.0.0.2:0").unwrap();
+    let seen = keepalive_datagram(&id3, &key(&s3), 1, None).unwrap();
+    r3.send_to(&seen, to).unwrap();
     r2.send_to(b"ISKA\x01 not a keepalive", to).unwrap();
     let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_millis(1200) {
+    let mut sent = 0u64;
+    for counter in 1.. {
+        if t0.elapsed() > Duration::from_millis(1200) {
+            break;
+        }
+        let d1 = keepalive_datagram(&id1, &key(&s1), counter, None).unwrap();
+        let forged = keepalive_datagram(&id1, &[0; 16], counter, None).unwrap();
+        let d2 = keepalive_datagram(&id2, &key(&s2), counter, None).unwrap();
         elsewhere.send_to(&d1, to).unwrap();
-        r1.send_to(&wrong, to).unwrap();
+        r1.send_to(&forged, to).unwrap();
+        r3.send_to(&seen, to).unwrap();
         r2.send_to(&d2, to).unwrap();
+        sent += 1;
         std::thread::sleep(Duration::from_millis(100));
     }
     let addr = server.local_addr();
+    let status = |id: &str| http(addr, "GET", &format!("/v1/sessions/{id}"), None).0;
     assert_eq!(
-        http(addr, "GET", &format!("/v1/sessions/{id1}"), None).0,
-        404
+        status(&id1),
+        404,
+        "kept alive by another IP or forged datagrams"
     );
-    assert_eq!(
-        http(addr, "GET", &format!("/v1/sessions/{id2}"), None).0,
-        200
-    );
+    assert_eq!(status(&id3), 404, "kept alive by replayed datagrams");
+    assert_eq!(status(&id2), 200, "the real client's session ended");
     let m = server.metrics();
-    assert_eq!(m.sessions_expired, 1);
-    assert!(m.keepalives_udp >= 8, "{m:?}");
-    // Session 1's (until it expired, then as an unknown session) and the malformed one.
-    assert!(m.keepalives_refused >= 9, "{m:?}");
+    assert_eq!(m.sessions_expired, 2);
+    // Session 2's, and session 3's first (taken once).
+    assert!(
+        m.keepalives_udp >= 8 && m.keepalives_udp <= sent + 1,
+        "{m:?}"
+    );
+    // Sessions 1's and 3's (until they expired, then as unknown sessions) and the
+    // malformed one.
+    assert!(m.keepalives_refused >= 2 * sent, "{m:?}");
 }
 
 #[test]
@@ -616,7 +636,7 @@ fn admission_refuses_bitrate_and_cache() {
     let body = refused.expect("the pool must refuse at some point");
     assert_eq!(body["limit"], "cache_size_bytes");
     assert_eq!(body["value"], 16 * 8192);
-    assert_eq!(server.metrics().sessions_refused, [0, 1, 0]);
+    assert_eq!(server.metrics().sessions_refused, [0, 1, 0, 0]);
 }
 
 #[test]
@@ -739,7 +759,7 @@ fn default_limits_refuse_a_seventeenth_session_per_client() {
     assert_eq!(err.limit, Some(isnode_serve::Limit::MaxSessionsPerClient));
     assert_eq!(err.value, Some(16));
     assert!(err.error.starts_with("admission refused: "), "{body}");
-    assert_eq!(server.metrics().sessions_refused, [0, 0, 1]);
+    assert_eq!(server.metrics().sessions_refused, [0, 0, 1, 0]);
 }
 
 /// Defect 9: the default bitrate budget is 90 % of the default egress capacity
@@ -758,7 +778,7 @@ fn default_bitrate_budget_refuses_beyond_the_egress_capacity() {
     assert_eq!(err.value, Some(900_000_000));
     let (st, body) = create(&server, "ok.ts", 9);
     assert_eq!(st, 201, "{body}");
-    assert_eq!(server.metrics().sessions_refused, [1, 0, 0]);
+    assert_eq!(server.metrics().sessions_refused, [1, 0, 0, 0]);
 }
 
 /// Defect 5: an object replaced in the catalog while the server runs is streamed with its

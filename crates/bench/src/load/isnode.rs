@@ -187,6 +187,8 @@ impl IsnodeServer {
         let id = v["id"].as_str().context("session id")?.to_string();
         // A binary from before owned sessions (`ENGINE@PATH` in a before/after run) gives no
         // secret and streams at once: nothing to validate, and version 1 keepalives.
+        // One from before keepalive MACs announces no `keepalive_version`: version 3
+        // datagrams (the secret in clear).
         let secret = v["secret"].as_str().unwrap_or_default().to_string();
         let key = match v["secret"].as_str() {
             Some(secret) => {
@@ -194,6 +196,14 @@ impl IsnodeServer {
                 Some(isnode_proto::auth::parse_key_hex(secret).context("session secret")?)
             }
             None => None,
+        };
+        let datagrams = match (key, v["keepalive_version"].as_u64()) {
+            (Some(key), Some(_)) => Datagrams::Mac {
+                key,
+                counter: AtomicU64::new(0),
+            },
+            (Some(key), None) => Datagrams::Secret(key),
+            (None, _) => Datagrams::Legacy,
         };
         socket.set_nonblocking(true)?;
         let toi = v["object"]["toi"].as_u64().context("object toi")? as u32;
@@ -214,7 +224,7 @@ impl IsnodeServer {
             l.push(Live {
                 id: id.clone(),
                 secret,
-                key,
+                datagrams,
                 keepalive,
             });
         }
@@ -289,9 +299,37 @@ struct Live {
     id: String,
     /// Its secret (empty from a server older than owned sessions, which ignores it).
     secret: String,
-    /// The secret's bytes for keepalive datagrams; `None` from such an older server.
-    key: Option<isnode_proto::auth::Key>,
+    /// The keepalive datagrams the server takes.
+    datagrams: Datagrams,
     keepalive: Keepalive,
+}
+
+/// Which keepalive datagrams a session's server takes.
+enum Datagrams {
+    /// Version 4 (today's): the MAC of the secret over the id and the next counter.
+    Mac {
+        key: isnode_proto::auth::Key,
+        /// The last counter sent.
+        counter: AtomicU64,
+    },
+    /// Version 3, from a binary before keepalive MACs: the secret in clear.
+    Secret(isnode_proto::auth::Key),
+    /// Version 1, from a binary before owned sessions: the id alone.
+    Legacy,
+}
+
+impl Datagrams {
+    /// The next keepalive datagram of session `id`.
+    fn next(&self, id: &str) -> Option<Vec<u8>> {
+        match self {
+            Datagrams::Mac { key, counter } => {
+                let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+                isnode_proto::keepalive::keepalive_datagram(id, key, n, None).map(|d| d.to_vec())
+            }
+            Datagrams::Secret(key) => Some(secret_keepalive_datagram(id, key)),
+            Datagrams::Legacy => Some(legacy_keepalive_datagram(id)),
+        }
+    }
 }
 
 /// How a session's keepalives go, as `isnode play` sends them.
@@ -305,12 +343,7 @@ enum Keepalive {
 fn send_keepalive(agent: &ureq::Agent, base: &str, s: &Live) {
     match &s.keepalive {
         Keepalive::Udp { socket, to } => {
-            let datagram = match &s.key {
-                Some(key) => isnode_proto::keepalive::keepalive_datagram(&s.id, key, None)
-                    .map(|d| d.to_vec()),
-                None => Some(legacy_keepalive_datagram(&s.id)),
-            };
-            if let Some(d) = datagram {
+            if let Some(d) = s.datagrams.next(&s.id) {
                 let _ = socket.send_to(&d, to);
             }
         }
@@ -321,6 +354,16 @@ fn send_keepalive(agent: &ureq::Agent, base: &str, s: &Live) {
                 .send_empty();
         }
     }
+}
+
+/// The version 3 keepalive datagram (40 bytes: `ISKA`, 3, zero, `FF FF` for no loss
+/// report, the id, the secret) that servers from before keepalive MACs take; today's
+/// refuse it (`isnode_proto::keepalive`).
+fn secret_keepalive_datagram(id: &str, key: &isnode_proto::auth::Key) -> Vec<u8> {
+    let mut d = b"ISKA\x03\0\xff\xff".to_vec();
+    d.extend_from_slice(id.as_bytes());
+    d.extend_from_slice(key);
+    d
 }
 
 /// The version 1 keepalive datagram (24 bytes: `ISKA`, 1, three zeros, the id) that

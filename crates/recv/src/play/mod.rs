@@ -32,7 +32,7 @@ mod stats;
 
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -422,22 +422,33 @@ impl Write for SkipWriter {
 /// (also keeps a NAT mapping of the stream's path open), or an HTTP request when the
 /// server has no keepalive port.
 enum KeepaliveVia {
-    Udp { socket: UdpSocket, to: SocketAddr },
+    Udp {
+        socket: UdpSocket,
+        to: SocketAddr,
+        /// The counter of the last datagram sent (the first is 1).
+        counter: AtomicU64,
+    },
     Http(Arc<ControlClient>),
 }
 
-/// UDP when the server offers a keepalive port and the socket can be shared, else HTTP.
+/// UDP when the server offers a keepalive port taking this client's datagram version and
+/// the socket can be shared, else HTTP.
 fn keepalive_via(
     info: &isnode_proto::SessionInfo,
     socket: &UdpSocket,
     control: &Arc<ControlClient>,
 ) -> KeepaliveVia {
-    let udp = info.keepalive_port.and_then(|port| {
+    let version = Some(isnode_proto::keepalive::KEEPALIVE_VERSION);
+    let port = info
+        .keepalive_port
+        .filter(|_| info.keepalive_version == version);
+    let udp = port.and_then(|port| {
         let server = control.server_addr().ok()?;
         let socket = socket.try_clone().ok()?;
         Some(KeepaliveVia::Udp {
             socket,
             to: SocketAddr::new(server.ip(), port),
+            counter: AtomicU64::new(0),
         })
     });
     udp.unwrap_or_else(|| KeepaliveVia::Http(control.clone()))
@@ -474,8 +485,13 @@ impl KeepaliveVia {
         use isnode_proto::keepalive::keepalive_datagram;
         let id = &owner.id;
         match self {
-            KeepaliveVia::Udp { socket, to } => {
-                let datagram = keepalive_datagram(id, &owner.key, loss);
+            KeepaliveVia::Udp {
+                socket,
+                to,
+                counter,
+            } => {
+                let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
+                let datagram = keepalive_datagram(id, &owner.key, n, loss);
                 match datagram {
                     Some(d) => {
                         if let Err(e) = socket.send_to(&d, to) {

@@ -57,7 +57,7 @@ pub(super) async fn content(
     if method == Method::HEAD || plan.body_len() == 0 {
         return (status, base, Body::empty()).into_response();
     }
-    let slot = match ReaderSlot::take(&sh) {
+    let slot = match ReaderPermit::take(&sh) {
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
@@ -147,10 +147,10 @@ fn answer_plan(
 }
 
 /// One of the `--max-content-readers` places of a body being produced (freed on drop).
-struct ReaderSlot(Arc<Shared>);
+struct ReaderPermit(Arc<Shared>);
 
-impl ReaderSlot {
-    fn take(sh: &Arc<Shared>) -> Result<ReaderSlot, ApiError> {
+impl ReaderPermit {
+    fn take(sh: &Arc<Shared>) -> Result<ReaderPermit, ApiError> {
         let m = &sh.metrics;
         let max = sh.config().max_content_readers;
         if m.http_readers_active.fetch_add(1, Ordering::AcqRel) >= max {
@@ -161,11 +161,11 @@ impl ReaderSlot {
                 format!("{max} content readers already (--max-content-readers): try again"),
             ));
         }
-        Ok(ReaderSlot(sh.clone()))
+        Ok(ReaderPermit(sh.clone()))
     }
 }
 
-impl Drop for ReaderSlot {
+impl Drop for ReaderPermit {
     fn drop(&mut self) {
         self.0
             .metrics
@@ -379,7 +379,7 @@ pub(super) async fn packets(
             format!("ESI {bad} is not below k+m = {n} for codeword {sbn}"),
         );
     }
-    let slot = match ReaderSlot::take(&sh) {
+    let slot = match ReaderPermit::take(&sh) {
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };

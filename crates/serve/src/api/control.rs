@@ -16,7 +16,7 @@ use isnode_proto::{ControlAnswer, SessionControl};
 use super::media::locate;
 use super::{ApiError, Sh};
 use crate::registry::Control;
-use crate::SessionShared;
+use crate::StreamShared;
 
 /// What a valid request does, and what the answer says of a seek.
 struct Checked {
@@ -27,7 +27,7 @@ struct Checked {
 }
 
 /// Checks `req` against session `s`; nothing is changed.
-fn check(s: &SessionShared, req: SessionControl) -> Result<Checked, ApiError> {
+fn check(s: &StreamShared, req: SessionControl) -> Result<Checked, ApiError> {
     let bad = |msg: String| ApiError::new(StatusCode::BAD_REQUEST, msg);
     let plain = |control| Checked {
         control,

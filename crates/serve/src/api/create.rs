@@ -11,24 +11,21 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use isnode_proto::auth::key_hex;
-use isnode_proto::{CreateSession, ErrorBody, FecInfo, SessionInfo};
+use isnode_proto::{CreateSession, FecInfo, SessionInfo};
 
+use super::common::{object_and_fdt, refuse};
 use super::media::{locate, Located};
-use super::{blocking, store_error, ApiError, Sh};
-use crate::admission::{
-    admit, burst_headroom_bps, start_burst_factor, Demand, Limits, PoolLimit, Refusal,
-};
+use super::{ApiError, Sh};
+use crate::admission::{admit, demand, limits, start_burst_factor, Demand, Refusal};
 use crate::config::ValidateDestination;
 use crate::objects::{ObjectInfo, SessionFdt};
-use crate::plane::{NewSession, LOOKAHEAD_CODEWORDS};
-use crate::registry::{Expiry, NewSessionShared, Owner, RegisterError, Snapshot};
-use crate::session::{Pacer, PacerConfig, StartBurst};
-use crate::{EngineKind, SessionShared, Shared};
+use crate::pacer::{Pacer, PacerConfig, StartBurst};
+use crate::plane::NewSession;
+use crate::registry::{Expiry, NewStreamShared, Owner, RegisterError, Snapshot};
+use crate::{Shared, StreamShared};
 
 /// The FDT is repeated before every this many codewords.
 pub(crate) const FDT_EVERY: u32 = 8;
-/// Pool slots kept free beyond the sessions' working sets (rebuilds, in-flight sends).
-const CACHE_RESERVE_SLOTS: usize = 2;
 /// Admissions retried when other sessions were registered meanwhile.
 const REGISTER_ATTEMPTS: usize = 16;
 
@@ -85,53 +82,16 @@ fn parse(body: &[u8], peer: SocketAddr, min_port: u16) -> Result<Request, ApiErr
     })
 }
 
-/// The largest burst of `obj`'s packets one send carries.
-pub(super) fn max_burst(obj: &ObjectInfo) -> u32 {
-    let packet_len = obj.layout.params().packet_len() as usize;
-    (crate::net::MAX_SEND_BYTES / packet_len).clamp(1, crate::net::MAX_GSO_SEGMENTS) as u32
-}
-
 /// The pacer of a session of `obj` from `start_codeword`.
 fn pacer(sh: &Shared, obj: &ObjectInfo, start_codeword: u32) -> Result<Pacer, ApiError> {
     let cfg = PacerConfig {
         layout: obj.layout.clone(),
         bitrate_bps: obj.rec.bitrate_bps,
         start_codeword,
-        max_burst: max_burst(obj),
+        max_burst: obj.max_burst(),
         fdt_every: FDT_EVERY,
     };
     Pacer::new(cfg, sh.now_ns()).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))
-}
-
-/// The configured limits.
-pub(super) fn limits(sh: &Shared) -> Limits {
-    Limits {
-        max_sessions_per_client: sh.config().max_sessions_per_client,
-        max_bitrate_bps: sh.config().bitrate_budget_bps(),
-        burst_headroom_bps: burst_headroom_bps(sh.config().bitrate_budget_bps()),
-        // The pool-backed engines only: `traditional` reads per session and `sendfile`
-        // sends from the page cache (its pool backs the degraded path alone).
-        pool: matches!(
-            sh.engine,
-            EngineKind::Gso | EngineKind::Sendmmsg | EngineKind::UringZc
-        )
-        .then(|| PoolLimit {
-            slots: sh.cache.slots() as usize,
-            reserve_slots: CACHE_RESERVE_SLOTS,
-            lookahead_codewords: LOOKAHEAD_CODEWORDS,
-            cache_size_bytes: sh.config().cache_size_bytes,
-        }),
-    }
-}
-
-pub(super) fn demand(s: &SessionShared) -> Demand<'_> {
-    Demand {
-        peer_ip: s.peer_ip,
-        send_rate_bps: s.send_rate_bps,
-        toi: s.object.rec.toi,
-        layout: &s.object.layout,
-        codeword: s.next_codeword.load(Ordering::Relaxed),
-    }
 }
 
 /// Admits the session over `snap`, without any lock held; the start-up burst factor the
@@ -196,19 +156,6 @@ fn with_burst(
     (p, record)
 }
 
-/// Counts the refusal; the `503` answer naming the limit.
-pub(super) fn refuse(sh: &Shared, r: Refusal) -> ApiError {
-    sh.metrics.refused(r.limit);
-    ApiError {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        body: ErrorBody {
-            error: format!("admission refused: {}", r.reason),
-            limit: Some(r.limit),
-            value: Some(r.value),
-        },
-    }
-}
-
 /// Admits and registers the session and hands it to a data-plane thread.
 fn admit_and_register(
     sh: &Shared,
@@ -216,7 +163,7 @@ fn admit_and_register(
     obj: &Arc<ObjectInfo>,
     fdt: &SessionFdt,
     pacer: Pacer,
-) -> Result<Arc<SessionShared>, ApiError> {
+) -> Result<Arc<StreamShared>, ApiError> {
     for _ in 0..REGISTER_ATTEMPTS {
         let snap = sh.sessions.snapshot();
         let factor = admit_over(sh, &snap, req, obj).map_err(|r| refuse(sh, r))?;
@@ -228,7 +175,7 @@ fn admit_and_register(
         }
         let mut pacer = Some(pacer);
         let make = |id| {
-            Arc::new(SessionShared::new(NewSessionShared {
+            Arc::new(StreamShared::new(NewStreamShared {
                 id,
                 object: obj.clone(),
                 fdt_packets: fdt.packets.clone(),
@@ -244,7 +191,7 @@ fn admit_and_register(
             }))
         };
         let new_id = || format!("{:016x}", rand::random::<u64>());
-        let hand_over = |s: &Arc<SessionShared>| {
+        let hand_over = |s: &Arc<StreamShared>| {
             let w = sh.next_worker.fetch_add(1, Ordering::Relaxed) % sh.workers.len().max(1);
             let pacer = pacer.take().ok_or(())?;
             let ns = NewSession {
@@ -274,7 +221,7 @@ fn admit_and_register(
     ))
 }
 
-fn created(sh: &Shared, s: &SessionShared, fdt: SessionFdt, at: Option<Located>) -> Response {
+fn created(sh: &Shared, s: &StreamShared, fdt: SessionFdt, at: Option<Located>) -> Response {
     let obj = &s.object;
     let secret = s.owner.map(|o| key_hex(&o.secret)).unwrap_or_default();
     let body = SessionInfo {
@@ -287,6 +234,7 @@ fn created(sh: &Shared, s: &SessionShared, fdt: SessionFdt, at: Option<Located>)
         send_rate_bps: s.send_rate_bps,
         keepalive_interval_ms: isnode_proto::DEFAULT_KEEPALIVE_INTERVAL_MS,
         keepalive_port: Some(sh.keepalive_port),
+        keepalive_version: Some(isnode_proto::keepalive::KEEPALIVE_VERSION),
         session_timeout_ms: sh.config().session_timeout_ms,
         loss_reports: true,
         fdt_xml: fdt.xml,
@@ -303,25 +251,6 @@ fn created(sh: &Shared, s: &SessionShared, fdt: SessionFdt, at: Option<Located>)
     (StatusCode::CREATED, Json(body)).into_response()
 }
 
-/// The object called `name` and a fresh FDT instance of it (catalog lookups, off the
-/// runtime); the error answer otherwise.
-pub(super) async fn object_and_fdt(
-    sh: &Arc<Shared>,
-    name: &str,
-) -> Result<(Arc<ObjectInfo>, SessionFdt), Response> {
-    let name = name.to_string();
-    let found = blocking(sh, move |sh| {
-        let obj = sh.objects.get(&name)?;
-        let fdt = sh.objects.session_fdt(&obj)?;
-        Ok::<_, isnode_store::StoreError>((obj, fdt))
-    });
-    match found.await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(store_error(e)),
-        Err(resp) => Err(resp),
-    }
-}
-
 pub(super) async fn create_session(
     State(sh): Sh,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -335,7 +264,7 @@ pub(super) async fn create_session(
         Ok(v) => v,
         Err(resp) => return resp,
     };
-    if let Some(redirect) = super::broadcast::hybrid(&sh, &obj, &fdt).await {
+    if let Some(redirect) = super::hybrid::hybrid(&sh, &obj, &fdt).await {
         return redirect;
     }
     let at = match req.start_at_s.map(|t| locate(&obj, t)).transpose() {

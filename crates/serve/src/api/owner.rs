@@ -25,7 +25,7 @@ use isnode_proto::auth::{
 
 use super::{ApiError, Sh};
 use crate::registry::Control;
-use crate::{SessionShared, SessionState, Shared};
+use crate::{SessionState, Shared, StreamShared};
 
 /// Gaps between token datagrams: the first goes at once, then after each gap, while the
 /// session waits (a lost datagram costs the client one gap, not the session).
@@ -33,7 +33,7 @@ const TOKEN_GAPS_MS: [u64; 5] = [100, 200, 400, 800, 1600];
 
 /// Whether the request may act on `s`: from the creating address, with its secret.
 pub(super) fn authorize(
-    s: &SessionShared,
+    s: &StreamShared,
     peer: SocketAddr,
     headers: &HeaderMap,
 ) -> Result<(), ApiError> {
@@ -63,7 +63,7 @@ pub(super) fn owned(
     id: &str,
     peer: SocketAddr,
     headers: &HeaderMap,
-) -> Result<Arc<SessionShared>, ApiError> {
+) -> Result<Arc<StreamShared>, ApiError> {
     let s = sh
         .sessions
         .find(id)
@@ -82,7 +82,7 @@ pub(super) fn owned(
 
 /// Sends the token datagram to the session's destination until it is validated, and
 /// ends it if that does not happen within `--validate-timeout-ms`.
-pub(super) async fn send_tokens(sh: Arc<Shared>, s: Arc<SessionShared>) {
+pub(super) async fn send_tokens(sh: Arc<Shared>, s: Arc<StreamShared>) {
     let Some(owner) = s.owner else {
         return;
     };

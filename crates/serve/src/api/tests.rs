@@ -225,8 +225,8 @@ fn keepalives_carry_loss_reports() {
     let port = info.keepalive_port.expect("a keepalive port");
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let key = isnode_proto::auth::parse_key_hex(&info.secret).unwrap();
-    let d = keepalive_datagram(&info.id, &key, LossReport::from_units(123)).unwrap();
-    for _ in 0..200 {
+    for counter in 1..=200 {
+        let d = keepalive_datagram(&info.id, &key, counter, LossReport::from_units(123)).unwrap();
         sock.send_to(&d, (addr.ip(), port)).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         if status_of().reported_loss_units == Some(123) {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use isnode_broadcast::{Plan, Ratio, Transmission};
 use isnode_store::Layout;
 
-use crate::session::{Pacer, PacerConfig, PacerError, Step};
+use crate::pacer::{Pacer, PacerConfig, PacerError, Step};
 
 /// The FDT is sent on a channel at most this often (before a codeword).
 pub const FDT_INTERVAL_NS: u64 = 1_000_000_000;

@@ -13,6 +13,10 @@
 
 pub mod channel;
 pub mod groups;
+pub(crate) mod policy;
+pub(crate) mod request;
+pub(crate) mod service;
+pub(crate) mod start;
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -21,14 +25,41 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use isnode_broadcast::Plan;
 
+use crate::admission::Refusal;
 use crate::objects::ObjectInfo;
-use crate::registry::{SessionShared, SessionState};
+use crate::registry::{SessionState, StreamShared};
 use groups::ChannelGroups;
+use policy::{AutoClaim, AutoStarts};
 
 /// Most broadcasts running at once.
 pub const MAX_BROADCASTS: usize = 64;
 /// Most plans of automatic broadcasts kept.
 pub const MAX_CACHED_PLANS: usize = 1024;
+
+/// Why a broadcast cannot start (the API answers `400`, `409`, `503`, or `503` naming the
+/// admission limit).
+#[derive(Debug)]
+pub(crate) enum BroadcastError {
+    /// The request is malformed or asks for what the server does not allow.
+    BadRequest(String),
+    /// A group it names is in use.
+    Conflict(String),
+    /// No room now (groups, broadcasts, the data plane): try again later.
+    Unavailable(String),
+    /// Admission refuses its rate.
+    Refused(Refusal),
+}
+
+impl std::fmt::Display for BroadcastError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BroadcastError::BadRequest(m)
+            | BroadcastError::Conflict(m)
+            | BroadcastError::Unavailable(m) => f.write_str(m),
+            BroadcastError::Refused(r) => write!(f, "admission refused: {}", r.reason),
+        }
+    }
+}
 
 /// One running broadcast.
 pub(crate) struct Broadcast {
@@ -43,7 +74,7 @@ pub(crate) struct Broadcast {
     /// Where each channel's packets go.
     pub groups: Vec<ChannelGroups>,
     /// Each channel's data-plane entry.
-    pub channels: Vec<Arc<SessionShared>>,
+    pub channels: Vec<Arc<StreamShared>>,
     /// The timetable's origin on the server's clock (ns).
     pub epoch_ns: u64,
     pub fdt_xml: String,
@@ -55,6 +86,9 @@ pub(crate) struct Broadcast {
     pub viewers: AtomicU64,
     /// When the last of them came (server clock, ns).
     pub last_viewer_ns: AtomicU64,
+    /// When it stops by itself (server clock, ns); `None` for an automatic broadcast,
+    /// which stops once its viewers are done.
+    pub end_ns: Option<u64>,
 }
 
 impl Broadcast {
@@ -72,6 +106,11 @@ impl Broadcast {
         self.automatic && now_ns.saturating_sub(last) as f64 > title_ns
     }
 
+    /// Whether it is over at `now_ns`: past its end, or automatic and idle.
+    pub(crate) fn over(&self, now_ns: u64) -> bool {
+        self.end_ns.is_some_and(|end| now_ns >= end) || self.idle(now_ns)
+    }
+
     /// The groups it uses.
     pub(crate) fn group_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.groups
@@ -86,6 +125,8 @@ pub(crate) struct Broadcasts {
     table: Mutex<HashMap<String, Arc<Broadcast>>>,
     /// Plans of automatic broadcasts, by object TOI (planning a long title takes seconds).
     auto_plans: Mutex<HashMap<u32, Arc<Plan>>>,
+    /// The titles whose automatic broadcast a request is starting.
+    auto_starts: AutoStarts,
 }
 
 impl Broadcasts {
@@ -98,18 +139,32 @@ impl Broadcasts {
         self.list().into_iter().find(|b| b.object.rec.toi == toi)
     }
 
-    /// Stops the automatic broadcasts whose viewers have finished; their ids.
-    pub(crate) fn stop_idle(&self, now_ns: u64) -> Vec<String> {
-        let idle: Vec<String> = self
+    /// Stops the broadcasts that are over: past their end, or automatic ones whose viewers
+    /// have finished; their ids.
+    pub(crate) fn stop_over(&self, now_ns: u64) -> Vec<String> {
+        let over: Vec<String> = self
             .lock()
             .values()
-            .filter(|b| b.idle(now_ns))
+            .filter(|b| b.over(now_ns))
             .map(|b| b.id.clone())
             .collect();
-        for id in &idle {
+        for id in &over {
             self.remove(id, now_ns);
         }
-        idle
+        over
+    }
+
+    /// The claim to start an automatic broadcast of object `toi`: `None` while another
+    /// request starts one (so concurrent first requests start one broadcast).
+    pub(crate) fn claim_auto(&self, toi: u32) -> Option<AutoClaim<'_>> {
+        self.auto_starts.claim(toi)
+    }
+
+    /// The send rate of the running broadcasts together (their budget's use).
+    pub(crate) fn send_rate_bps(&self) -> u64 {
+        self.lock()
+            .values()
+            .fold(0u64, |sum, b| sum.saturating_add(b.send_rate_bps))
     }
 
     /// The cached plan of an automatic broadcast of object `toi`.
@@ -146,21 +201,29 @@ impl Broadcasts {
     }
 
     /// The channels of every running broadcast (admission counts them).
-    pub(crate) fn channels(&self) -> Vec<Arc<SessionShared>> {
+    pub(crate) fn channels(&self) -> Vec<Arc<StreamShared>> {
         self.lock()
             .values()
             .flat_map(|b| b.channels.iter().cloned())
             .collect()
     }
 
-    /// Adds `b` unless [`MAX_BROADCASTS`] run already or one of its groups is taken (by a
-    /// broadcast created meanwhile); gives it back then.
-    pub(crate) fn insert(&self, b: Arc<Broadcast>) -> Result<(), Arc<Broadcast>> {
+    /// Adds `b` unless [`MAX_BROADCASTS`] run already, one of its groups is taken (by a
+    /// broadcast created meanwhile), or the broadcasts would pass their budget `budget_bps`
+    /// (re-checked here, under the table's lock, for requests admitted concurrently).
+    pub(crate) fn insert(&self, b: Arc<Broadcast>, budget_bps: u64) -> Result<(), BroadcastError> {
         let mut t = self.lock();
         let taken: HashSet<IpAddr> = t.values().flat_map(|o| o.group_ips()).collect();
         if t.len() >= MAX_BROADCASTS || b.group_ips().any(|g| taken.contains(&g)) {
-            return Err(b);
+            return Err(BroadcastError::Conflict(
+                "another broadcast took a group meanwhile, or too many run: try again".into(),
+            ));
         }
+        let running = t
+            .values()
+            .fold(0u64, |sum, o| sum.saturating_add(o.send_rate_bps));
+        policy::admit_broadcast(budget_bps, running, b.send_rate_bps)
+            .map_err(BroadcastError::Refused)?;
         t.insert(b.id.clone(), b);
         Ok(())
     }
@@ -182,7 +245,7 @@ impl Broadcasts {
 }
 
 /// Ends the data-plane entries of channels.
-pub(crate) fn stop_channels(channels: &[Arc<SessionShared>], now_ns: u64) {
+pub(crate) fn stop_channels(channels: &[Arc<StreamShared>], now_ns: u64) {
     for c in channels {
         c.end(SessionState::Deleted, now_ns);
     }

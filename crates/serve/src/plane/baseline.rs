@@ -19,7 +19,7 @@ use isnode_wire::{build_data_packet, DataPacketId};
 use super::{code_for, Active, Worker};
 use crate::net;
 use crate::objects::ObjectInfo;
-use crate::session::Burst;
+use crate::pacer::Burst;
 use crate::{EngineKind, Shared};
 
 /// Per-session state of the baseline engine.

@@ -14,8 +14,8 @@ use super::demand::LazyDemand;
 use super::{Active, Sent, Worker};
 use crate::cache::{BlockKey, FetchError, Pinned};
 use crate::objects::ObjectInfo;
+use crate::pacer::Burst;
 use crate::reader::Reader;
-use crate::session::Burst;
 use crate::Degraded;
 
 /// Per-thread state of rebuilds: the codeword decoder and which codeword it holds.

@@ -33,12 +33,12 @@ use self::demand::{LazyDemand, Positions};
 use self::send::Mode;
 use crate::cache::BlockKey;
 use crate::net::{self, RawAddr};
+use crate::pacer::{blocks_of, RepairCounts, Step};
 use crate::reader::{Prefetch, Reader, QUEUE_DEPTH};
 use crate::registry::{Control, Expiry};
 use crate::repair_policy::repair_symbols;
-use crate::session::{blocks_of, RepairCounts, Step};
 use crate::uring::UringSender;
-use crate::{EngineKind, ReadIo, SessionShared, SessionState, Shared};
+use crate::{EngineKind, ReadIo, SessionState, Shared, StreamShared};
 use isnode_proto::keepalive::LossReport;
 
 /// Codewords (current one included) whose blocks a session keeps in the pool.
@@ -68,7 +68,7 @@ const PACING_SLACK_NS: u64 = 8_000_000;
 
 /// A session handed to a data-plane thread.
 pub(crate) struct NewSession {
-    pub shared: Arc<SessionShared>,
+    pub shared: Arc<StreamShared>,
     pub pacer: Schedule,
 }
 
@@ -85,7 +85,7 @@ pub(crate) use schedule::Schedule;
 
 /// One session on this thread.
 struct Active {
-    s: Arc<SessionShared>,
+    s: Arc<StreamShared>,
     pacer: Schedule,
     /// Where the packets go: the session's address, or a broadcast channel's source group.
     dest: Dest,
@@ -124,7 +124,7 @@ impl Dest {
 impl Active {
     /// Where burst `b` goes: a broadcast channel's repair packets to its repair group,
     /// everything else to the main destination.
-    fn dest_for(&self, b: &crate::session::Burst) -> &Dest {
+    fn dest_for(&self, b: &crate::pacer::Burst) -> &Dest {
         match &self.repair_dest {
             Some(r) if self.is_repair(b) => r,
             _ => &self.dest,
@@ -132,7 +132,7 @@ impl Active {
     }
 
     /// [`Active::dest_for`], mutable (the `sendfile` engine keeps a socket per destination).
-    fn dest_for_mut(&mut self, b: &crate::session::Burst) -> &mut Dest {
+    fn dest_for_mut(&mut self, b: &crate::pacer::Burst) -> &mut Dest {
         let repair = self.is_repair(b);
         match &mut self.repair_dest {
             Some(r) if repair => r,
@@ -142,7 +142,7 @@ impl Active {
 
     /// Whether burst `b` carries repair symbols (a burst is one member's run: all source
     /// or all repair).
-    fn is_repair(&self, b: &crate::session::Burst) -> bool {
+    fn is_repair(&self, b: &crate::pacer::Burst) -> bool {
         b.esis.start >= self.s.object.layout.source_symbols(b.sbn)
     }
 }

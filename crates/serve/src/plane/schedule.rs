@@ -2,7 +2,7 @@
 //! broadcast ([`ChannelPacer`]). The loop asks both the same questions.
 
 use crate::broadcast::channel::ChannelPacer;
-use crate::session::{Pacer, PacerError, RepairCounts, Step};
+use crate::pacer::{Pacer, PacerError, RepairCounts, Step};
 
 /// The pacing core of one data-plane entry.
 #[derive(Clone, Debug)]

@@ -9,7 +9,7 @@ use super::demand::LazyDemand;
 use super::{Active, Dest, Sent, Worker};
 use crate::cache::{BlockKey, FetchError, Pinned};
 use crate::net;
-use crate::session::Burst;
+use crate::pacer::Burst;
 use crate::uring::UringSender;
 use crate::EngineKind;
 

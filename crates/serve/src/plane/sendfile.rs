@@ -20,8 +20,8 @@ use std::sync::Arc;
 use super::{Active, Sent, Worker, LOOKAHEAD_CODEWORDS};
 use crate::net;
 use crate::objects::ObjectInfo;
-use crate::session::blocks_of;
-use crate::session::Burst;
+use crate::pacer::blocks_of;
+use crate::pacer::Burst;
 use crate::EngineKind;
 
 /// Most segment files a thread keeps open (beyond that, the table starts over).

@@ -1,0 +1,57 @@
+//! What the session and broadcast routes share: the object lookup and the answers of
+//! refusals.
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use isnode_proto::ErrorBody;
+
+use super::{blocking, store_error, ApiError};
+use crate::admission::Refusal;
+use crate::broadcast::BroadcastError;
+use crate::objects::{ObjectInfo, SessionFdt};
+use crate::Shared;
+
+/// The object called `name` and a fresh FDT instance of it (catalog lookups, off the
+/// runtime); the error answer otherwise.
+pub(super) async fn object_and_fdt(
+    sh: &Arc<Shared>,
+    name: &str,
+) -> Result<(Arc<ObjectInfo>, SessionFdt), Response> {
+    let name = name.to_string();
+    let found = blocking(sh, move |sh| {
+        let obj = sh.objects.get(&name)?;
+        let fdt = sh.objects.session_fdt(&obj)?;
+        Ok::<_, isnode_store::StoreError>((obj, fdt))
+    });
+    match found.await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(store_error(e)),
+        Err(resp) => Err(resp),
+    }
+}
+
+/// Counts the refusal; the `503` answer naming the limit.
+pub(super) fn refuse(sh: &Shared, r: Refusal) -> ApiError {
+    sh.metrics.refused(r.limit);
+    ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        body: ErrorBody {
+            error: format!("admission refused: {}", r.reason),
+            limit: Some(r.limit),
+            value: Some(r.value),
+        },
+    }
+}
+
+/// The answer to a broadcast that cannot start.
+pub(super) fn broadcast_error(sh: &Shared, e: BroadcastError) -> ApiError {
+    let status = match e {
+        BroadcastError::Refused(r) => return refuse(sh, r),
+        BroadcastError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        BroadcastError::Conflict(_) => StatusCode::CONFLICT,
+        BroadcastError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    ApiError::new(status, e)
+}

@@ -1,0 +1,241 @@
+//! Starting a broadcast on the server: groups, admission (the broadcasts' own budget, then
+//! the server's limits beside the sessions), one data-plane entry per channel, and the
+//! registration in the table.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use isnode_broadcast::{Plan, Scheme, SchemeParams};
+
+use super::channel::ChannelPacer;
+use super::groups::ChannelGroups;
+use super::policy::{admit_broadcast, broadcast_budget_bps};
+use super::request::{End, Family, Request, Settings};
+use super::service::{channel_groups, channel_rates};
+use super::{stop_channels, Broadcast, BroadcastError};
+use crate::admission::{admit, demand, limits, Demand};
+use crate::objects::{ObjectInfo, SessionFdt};
+use crate::plane::{NewSession, PlaneMsg, Schedule};
+use crate::registry::{Expiry, NewStreamShared};
+use crate::{Shared, StreamShared};
+
+/// Who started a broadcast.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Origin {
+    /// `POST /v1/broadcasts`: it runs for `lifetime_s` seconds.
+    Request { lifetime_s: f64 },
+    /// The server, for demand (`--broadcast auto`): it runs while it has viewers.
+    Auto,
+}
+
+/// The request settings of the configuration in force.
+pub(crate) fn settings(config: &crate::ServeConfig) -> Settings<'_> {
+    Settings {
+        group_ranges: &config.broadcast_groups,
+        max_groups: config.broadcast_max_groups,
+        port: config.broadcast_port,
+        default_duration_s: config.broadcast_default_duration_s,
+        max_duration_s: config.broadcast_max_duration_s,
+    }
+}
+
+/// The request of an automatic broadcast of `obj`; `None` if the configured scheme does
+/// not parse.
+pub(crate) fn auto_request(sh: &Shared, obj: &ObjectInfo) -> Option<Request> {
+    let scheme = Scheme::parse(&sh.config().broadcast_scheme, SchemeParams::default()).ok()?;
+    Some(Request {
+        object: obj.rec.name.clone(),
+        scheme,
+        width: None,
+        m: None,
+        max_wait_s: sh.config().broadcast_max_wait_s,
+        groups: None,
+        family: Family::V4,
+        port: sh.config().broadcast_port,
+        end: End::Default,
+    })
+}
+
+/// The unix time now, seconds.
+pub(crate) fn unix_now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The broadcasts' budget (`--broadcast-budget-percent` of the bitrate budget).
+fn budget_bps(sh: &Shared) -> u64 {
+    broadcast_budget_bps(
+        sh.config().bitrate_budget_bps(),
+        sh.config().broadcast_budget_percent,
+    )
+}
+
+/// Admits the broadcast's total rate: within the broadcasts' budget, and within the
+/// server's limits beside the sessions and the other broadcasts.
+fn admit_rate(
+    sh: &Shared,
+    obj: &ObjectInfo,
+    group: IpAddr,
+    rate_bps: u64,
+) -> Result<(), BroadcastError> {
+    admit_broadcast(budget_bps(sh), sh.broadcasts.send_rate_bps(), rate_bps)
+        .map_err(BroadcastError::Refused)?;
+    let snap = sh.sessions.snapshot();
+    let others = sh.broadcasts.channels();
+    let active: Vec<Demand> = snap
+        .sessions
+        .iter()
+        .chain(others.iter())
+        .map(|s| demand(s))
+        .collect();
+    let new = Demand {
+        peer_ip: group,
+        send_rate_bps: rate_bps,
+        toi: obj.rec.toi,
+        layout: &obj.layout,
+        codeword: 0,
+    };
+    admit(&limits(sh), &active, &new).map_err(BroadcastError::Refused)
+}
+
+/// What the channels of a new broadcast are made of.
+struct Setup<'a> {
+    id: &'a str,
+    obj: &'a Arc<ObjectInfo>,
+    plan: &'a Arc<Plan>,
+    groups: &'a [ChannelGroups],
+    rates: &'a [u64],
+    fdt_packets: &'a [Vec<u8>],
+    epoch_ns: u64,
+}
+
+/// Starts the channels on the data plane; ends those started if one cannot be.
+fn start_channels(sh: &Shared, st: &Setup<'_>) -> Result<Vec<Arc<StreamShared>>, BroadcastError> {
+    let mut started: Vec<Arc<StreamShared>> = Vec::with_capacity(st.groups.len());
+    for (c, (g, rate)) in st.groups.iter().zip(st.rates).enumerate() {
+        match start_channel(sh, st, c, g, *rate) {
+            Ok(s) => started.push(s),
+            Err(msg) => {
+                stop_channels(&started, sh.now_ns());
+                return Err(BroadcastError::Unavailable(msg));
+            }
+        }
+    }
+    Ok(started)
+}
+
+/// Hands channel `c` to a data-plane thread.
+fn start_channel(
+    sh: &Shared,
+    st: &Setup<'_>,
+    c: usize,
+    g: &ChannelGroups,
+    rate_bps: u64,
+) -> Result<Arc<StreamShared>, String> {
+    let obj = st.obj;
+    let pacer = ChannelPacer::new(
+        st.plan.clone(),
+        c,
+        obj.layout.clone(),
+        obj.max_burst(),
+        st.epoch_ns,
+    )
+    .map_err(|e| format!("channel {c}: {e}"))?;
+    let s = Arc::new(StreamShared::new(NewStreamShared {
+        id: format!("{}/{c}", st.id),
+        object: obj.clone(),
+        fdt_packets: st.fdt_packets.to_vec(),
+        dest: g.source,
+        repair_dest: Some(g.repair),
+        expiry: Expiry::Never,
+        send_rate_bps: Some(rate_bps),
+        start_codeword: 0,
+        now_ns: st.epoch_ns,
+        burst: None,
+        owner: None,
+        validated: true,
+    }));
+    let w = sh.next_worker.fetch_add(1, Ordering::Relaxed) % sh.workers.len().max(1);
+    let ns = NewSession {
+        shared: s.clone(),
+        pacer: Schedule::Channel(pacer),
+    };
+    let handed = sh
+        .workers
+        .get(w)
+        .map(|q| q.try_send(PlaneMsg::New(Box::new(ns))).is_ok());
+    match handed {
+        Some(true) => Ok(s),
+        _ => Err("data plane busy, try again".into()),
+    }
+}
+
+/// Groups, admission, channels, registration.
+pub(crate) fn start(
+    sh: &Shared,
+    req: &Request,
+    obj: &Arc<ObjectInfo>,
+    plan: Arc<Plan>,
+    fdt: &SessionFdt,
+    origin: Origin,
+) -> Result<Arc<Broadcast>, BroadcastError> {
+    let groups = channel_groups(
+        req,
+        &sh.config().broadcast_groups,
+        sh.config().broadcast_max_groups,
+        &sh.broadcasts.groups_in_use(),
+        plan.channels.len(),
+    )?;
+    let rates = channel_rates(obj, &plan);
+    let total = rates.iter().fold(0u64, |a, r| a.saturating_add(*r));
+    let first = groups
+        .first()
+        .map(|g| g.source.ip())
+        .ok_or_else(|| BroadcastError::BadRequest("a plan without channels".into()))?;
+    admit_rate(sh, obj, first, total)?;
+    let id = format!("{:016x}", rand::random::<u64>());
+    let epoch_ns = sh.now_ns();
+    let setup = Setup {
+        id: &id,
+        obj,
+        plan: &plan,
+        groups: &groups,
+        rates: &rates,
+        fdt_packets: &fdt.packets,
+        epoch_ns,
+    };
+    let channels = start_channels(sh, &setup)?;
+    let end_ns = match origin {
+        Origin::Request { lifetime_s } => Some(epoch_ns.saturating_add((lifetime_s * 1e9) as u64)),
+        Origin::Auto => None,
+    };
+    let b = Arc::new(Broadcast {
+        id,
+        object: obj.clone(),
+        plan,
+        scheme: req.scheme.name().to_string(),
+        width: req.width,
+        m: req.m,
+        max_wait_s: req.max_wait_s,
+        groups,
+        channels,
+        epoch_ns,
+        fdt_xml: fdt.xml.clone(),
+        send_rate_bps: total,
+        automatic: matches!(origin, Origin::Auto),
+        viewers: AtomicU64::new(0),
+        last_viewer_ns: AtomicU64::new(epoch_ns),
+        end_ns,
+    });
+    if let Err(e) = sh.broadcasts.insert(b.clone(), budget_bps(sh)) {
+        stop_channels(&b.channels, sh.now_ns());
+        return Err(e);
+    }
+    sh.metrics
+        .broadcasts_started
+        .fetch_add(1, Ordering::Relaxed);
+    tracing::info!(id = %b.id, object = %obj.rec.name, scheme = %b.scheme, channels = b.channels.len(), "broadcast started");
+    Ok(b)
+}
