@@ -483,3 +483,83 @@ fn labelled_counters<L: EncodeLabelSet>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::metrics::titles::Titles;
+
+    fn scrape() -> String {
+        let snapshot = MetricsSnapshot {
+            sessions_started: 7,
+            member_errors: vec![0, 2],
+            member_failed: vec![false, true],
+            ..MetricsSnapshot::default()
+        };
+        let titles = Titles::new(1);
+        titles.started("a \"quoted\" title");
+        titles.started("b");
+        let families = Families::new();
+        families.auth_failure(AuthFailure::WrongRole);
+        families.upload_failure(UploadFailure::NoSpace);
+        families.upload_bytes.inc_by(100);
+        families.session_start.observe(0.003);
+        let scrape = Scrape {
+            snapshot,
+            titles: titles.counts(std::iter::empty()),
+        };
+        render(scrape, &families)
+    }
+
+    #[test]
+    fn every_family_once_with_help_and_type_and_every_sample_in_one() {
+        let text = scrape();
+        let mut typed = BTreeSet::new();
+        let mut helped = BTreeSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap_or_default();
+                assert!(typed.insert(name.to_string()), "two TYPE lines for {name}");
+            } else if let Some(rest) = line.strip_prefix("# HELP ") {
+                let name = rest.split(' ').next().unwrap_or_default();
+                assert!(helped.insert(name.to_string()), "two HELP lines for {name}");
+            }
+        }
+        assert_eq!(typed, helped);
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s).filter(|f| typed.contains(*f)))
+                .unwrap_or(name);
+            assert!(typed.contains(family), "sample without a family: {line}");
+        }
+    }
+
+    #[test]
+    fn values_and_labels() {
+        let text = scrape();
+        for want in [
+            "isnode_sessions_started_total 7",
+            "isnode_member_errors_total{member=\"1\"} 2",
+            "isnode_member_healthy{member=\"0\"} 1",
+            "isnode_member_healthy{member=\"1\"} 0",
+            "isnode_auth_failures_total{reason=\"wrong_role\"} 1",
+            "isnode_auth_failures_total{reason=\"missing\"} 0",
+            "isnode_upload_failures_total{reason=\"no_space\"} 1",
+            "isnode_upload_bytes_total 100",
+            "isnode_session_start_seconds_bucket{le=\"0.004\"} 1",
+            "isnode_session_start_seconds_count 1",
+            "isnode_title_sessions_total{title=\"a \\\"quoted\\\" title\"} 1",
+            "isnode_title_sessions_total{title=\"other\"} 1",
+            "isnode_sessions_refused_total{limit=\"max_bitrate_bps\"} 0",
+            "isnode_bytes_sent_total{engine=\"gso\"} 0",
+            "# TYPE isnode_sessions_active gauge",
+            "# TYPE isnode_sessions_started_total counter",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in:\n{text}");
+        }
+    }
+}

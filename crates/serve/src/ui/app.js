@@ -154,8 +154,10 @@ function niceMax(v) {
 }
 
 function renderChart(samples, interval) {
-  const W = 800, H = 160, top = 14, bottom = 18, span = 300;
   const chart = $("chart");
+  // Drawn in CSS pixels (the viewBox follows the element's width): text is not stretched.
+  const W = Math.max(200, Math.round(chart.clientWidth || 800)), H = 160, top = 14, bottom = 18, span = 300;
+  chart.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const max = niceMax(Math.max(0, ...samples.map((x) => x.udp_bps + x.http_bps)));
   const now = samples.length ? samples[samples.length - 1].t_s : 0;
   const x = (t) => W - ((now - t) / span) * W;
@@ -235,7 +237,7 @@ function renderSessions(sessions, titles) {
   body.replaceChildren(...sessions.map((s) => {
     const d = duration.get(s.title) || 0;
     const pct = d > 0 ? Math.min(100, (s.position_s / d) * 100) : 0;
-    const st = s.state !== "streaming" ? ["idle", "done"] : s.paused ? ["idle", "paused"] : ["live", "streaming"];
+    const st = s.state !== "streaming" ? ["idle", "done"] : s.paused ? ["idle", "paused"] : ["streaming", "streaming"];
     return el("tr", { "data-session-id": s.id },
       el("td", { class: "mono", title: s.id }, s.id.slice(0, 12)),
       el("td", {}, s.title),
