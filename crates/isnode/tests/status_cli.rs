@@ -22,7 +22,10 @@ fn isnode_status_prints_titles_sessions_and_summary() {
 
     let out = run_ok(&["status", "--server", &server.url()]);
     assert!(out.starts_with("isnode "), "{out}");
-    assert!(out.contains("sessions 1 streaming (1 started, 0 refused)"), "{out}");
+    assert!(
+        out.contains("sessions 1 streaming (1 started, 0 refused)"),
+        "{out}"
+    );
     assert!(out.contains("members 8/8 ok"), "{out}");
     assert!(out.contains("\nTITLES (1)\n"), "{out}");
     let title_row = out
@@ -67,7 +70,10 @@ fn isnode_status_fails_without_a_server() {
 /// dashboard covers the main families.
 #[test]
 fn grafana_dashboard_names_only_exported_metrics() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/grafana-dashboard.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../packaging/grafana-dashboard.json"
+    );
     let text = std::fs::read_to_string(path).expect("packaging/grafana-dashboard.json");
     let dash: serde_json::Value = serde_json::from_str(&text).expect("the dashboard parses");
     let panels = dash["panels"].as_array().expect("panels");
@@ -92,7 +98,10 @@ fn grafana_dashboard_names_only_exported_metrics() {
         .map(str::to_string)
         .collect();
     let unknown: Vec<_> = used.difference(&exported).collect();
-    assert!(unknown.is_empty(), "not exported: {unknown:?}\nexported: {exported:?}");
+    assert!(
+        unknown.is_empty(),
+        "not exported: {unknown:?}\nexported: {exported:?}"
+    );
     for main in [
         "isnode_sessions_active",
         "isnode_bytes_sent_total",
@@ -139,7 +148,8 @@ fn log_format_json_writes_json_lines() {
         assert!(Instant::now() < deadline, "no start line:\n{log}");
         std::thread::sleep(Duration::from_millis(50));
     };
-    let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
     assert_eq!(v["level"], "INFO", "{line}");
     assert_eq!(v["fields"]["message"], "isnode serve started", "{line}");
     assert!(v["fields"]["listen"].is_string(), "{line}");

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 use serve_support::media::{self, Container};
-use serve_support::{command, free_port, try_http, ChildGuard, Server, Vol};
+use serve_support::{command, free_port, ChildGuard, Server, Vol};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
@@ -80,9 +80,9 @@ fn wait_streaming(server: &Server, n: usize) {
     loop {
         let r = server.req("GET", "/v1/status", None);
         let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
-        let streaming = v["sessions"]
-            .as_array()
-            .map_or(0, |s| s.iter().filter(|x| x["state"] == "streaming").count());
+        let streaming = v["sessions"].as_array().map_or(0, |s| {
+            s.iter().filter(|x| x["state"] == "streaming").count()
+        });
         if streaming >= n {
             return;
         }
@@ -115,8 +115,11 @@ impl Driver {
         ));
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let deadline = Instant::now() + Duration::from_secs(30);
-        while try_http(addr, None, "GET", "/status", None, &[]).map(|r| r.status) != Ok(200) {
-            assert!(Instant::now() < deadline, "chromedriver did not answer in 30 s");
+        while !ready(addr) {
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not answer in 30 s"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         Driver {
@@ -124,6 +127,23 @@ impl Driver {
             url: format!("http://127.0.0.1:{port}"),
         }
     }
+}
+
+/// Whether chromedriver's `GET /status` answers 200 (its headers have no space after the
+/// colon, so it is read raw).
+fn ready(addr: SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.ends_with(b"200")
 }
 
 /// A headless Chromium session with a fresh profile.
@@ -139,7 +159,7 @@ async fn browser(driver: &str, profile: &Path) -> Client {
         "--disable-sync",
         "--disable-dev-shm-usage",
         "--autoplay-policy=no-user-gesture-required",
-        "--window-size=1400,1000",
+        "--window-size=1400,1250",
     ]
     .iter()
     .map(|a| a.to_string())
@@ -190,7 +210,8 @@ async fn check_page(c: &Client, server: &Server) -> Result<(), String> {
     c.goto(&format!("{}/", server.url()))
         .await
         .map_err(|e| format!("opening the page: {e}"))?;
-    let rows = "return Array.from(document.querySelectorAll('#sessions tbody tr[data-session-id]'))\
+    let rows =
+        "return Array.from(document.querySelectorAll('#sessions tbody tr[data-session-id]'))\
                 .map(r => r.textContent)";
     let sessions = wait_js(c, rows, 30, "three sessions in the DOM", |v| {
         v.as_array().is_some_and(|a| a.len() == 3)
@@ -234,7 +255,8 @@ async fn play_and_advance(c: &Client, title: &str) -> Result<(), String> {
         .map_err(|e| format!("clicking Play on {title}: {e}"))?;
     let now = "const v = document.getElementById('player'); \
                return {t: v.currentTime, err: v.error ? v.error.message || String(v.error.code) : null, \
-               info: document.getElementById('player-info').textContent, src: v.currentSrc}";
+               info: document.getElementById('player-info').textContent, src: v.currentSrc, \
+               buffered: Array.from({length: v.buffered.length}, (_, i) => [v.buffered.start(i), v.buffered.end(i)])}";
     let started = wait_js(c, now, 40, &format!("{title} playing past 1 s"), |v| {
         v["t"].as_f64().unwrap_or(0.0) > 1.0
     })
@@ -256,7 +278,10 @@ async fn screenshot(c: &Client) -> Result<(), String> {
     if !png.starts_with(b"\x89PNG") {
         return Err("the screenshot is not a PNG".into());
     }
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/artifacts"));
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../target/artifacts"
+    ));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let path = dir.join("status-page.png");
     std::fs::write(&path, png).map_err(|e| format!("{}: {e}", path.display()))

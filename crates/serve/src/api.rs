@@ -312,5 +312,9 @@ async fn delete_session(
 
 async fn metrics(State(sh): Sh) -> Response {
     let text = crate::metrics::expose::render(status::scrape(&sh), &sh.metrics.families);
-    ([(header::CONTENT_TYPE, crate::metrics::expose::CONTENT_TYPE)], text).into_response()
+    (
+        [(header::CONTENT_TYPE, crate::metrics::expose::CONTENT_TYPE)],
+        text,
+    )
+        .into_response()
 }

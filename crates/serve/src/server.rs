@@ -143,7 +143,11 @@ impl Shared {
             repair_requests: load(&m.repair_requests),
             repair_packets: load(&m.repair_packets),
             cache_evictions: load(&cs.evictions),
-            member_failed: m.member_logged.iter().map(|f| f.load(Ordering::Relaxed)).collect(),
+            member_failed: m
+                .member_logged
+                .iter()
+                .map(|f| f.load(Ordering::Relaxed))
+                .collect(),
         }
     }
 }

@@ -262,7 +262,9 @@ impl UringSender {
                 let before = session.packets_sent.fetch_add(packets, Ordering::Relaxed);
                 if before == 0 && session.expiry == crate::registry::Expiry::Keepalive {
                     let now = self.sh.now_ns();
-                    self.sh.metrics.session_first_packet(session.created_ns, now);
+                    self.sh
+                        .metrics
+                        .session_first_packet(session.created_ns, now);
                 }
                 session.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
             }

@@ -70,7 +70,11 @@ pub(crate) fn render(s: &StatusBody) -> String {
         s.cache.evictions,
         s.members.len() - failed,
         s.members.len(),
-        if failed > 0 { " (FAILED: see read errors)" } else { "" },
+        if failed > 0 {
+            " (FAILED: see read errors)"
+        } else {
+            ""
+        },
     );
     titles(&mut o, s);
     sessions(&mut o, s);
@@ -85,7 +89,11 @@ fn titles(o: &mut String, s: &StatusBody) {
         .map(|t| {
             vec![
                 t.name.clone(),
-                if t.content_type.is_empty() { "-".into() } else { t.content_type.clone() },
+                if t.content_type.is_empty() {
+                    "-".into()
+                } else {
+                    t.content_type.clone()
+                },
                 bytes(t.size_bytes),
                 clock(t.duration_s),
                 rate(t.bitrate_bps),
@@ -100,7 +108,9 @@ fn titles(o: &mut String, s: &StatusBody) {
     table(
         o,
         "TITLES",
-        &["NAME", "TYPE", "SIZE", "DURATION", "BITRATE", "SESSIONS", "STATUS"],
+        &[
+            "NAME", "TYPE", "SIZE", "DURATION", "BITRATE", "SESSIONS", "STATUS",
+        ],
         rows,
     );
 }

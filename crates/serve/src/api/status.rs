@@ -31,7 +31,10 @@ const PAGE_CSS: &str = include_str!("../ui/style.css");
 pub(super) fn routes() -> Router<Arc<Shared>> {
     Router::new()
         .route("/v1/status", get(status))
-        .route("/", get(|| async { asset("text/html; charset=utf-8", PAGE_HTML) }))
+        .route(
+            "/",
+            get(|| async { asset("text/html; charset=utf-8", PAGE_HTML) }),
+        )
         .route(
             "/ui/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", PAGE_JS) }),
@@ -59,9 +62,12 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 pub(super) fn scrape(sh: &Shared) -> Scrape {
     let snapshot = sh.snapshot();
     let table = sh.lock_sessions();
-    let live = table
-        .values()
-        .map(|s| (s.object.rec.name.as_str(), s.bytes_sent.load(Ordering::Relaxed)));
+    let live = table.values().map(|s| {
+        (
+            s.object.rec.name.as_str(),
+            s.bytes_sent.load(Ordering::Relaxed),
+        )
+    });
     let titles = sh.metrics.titles.counts(live);
     drop(table);
     Scrape { snapshot, titles }

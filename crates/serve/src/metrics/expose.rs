@@ -143,7 +143,9 @@ impl Families {
         // Every reason is exported from the start (at 0), so that rates and dashboards
         // see the series before the first failure.
         for r in AuthFailure::ALL {
-            let _ = f.auth_failures.get_or_create(&ReasonLabels { reason: r.name() });
+            let _ = f
+                .auth_failures
+                .get_or_create(&ReasonLabels { reason: r.name() });
         }
         for r in UploadFailure::ALL {
             let _ = f
@@ -221,7 +223,11 @@ struct Scalar {
     get: fn(&MetricsSnapshot) -> u64,
 }
 
-const fn counter(name: &'static str, help: &'static str, get: fn(&MetricsSnapshot) -> u64) -> Scalar {
+const fn counter(
+    name: &'static str,
+    help: &'static str,
+    get: fn(&MetricsSnapshot) -> u64,
+) -> Scalar {
     Scalar {
         name,
         help,
@@ -241,10 +247,20 @@ const fn gauge(name: &'static str, help: &'static str, get: fn(&MetricsSnapshot)
 
 /// Every family without labels, once.
 const SCALARS: &[Scalar] = &[
-    gauge("isnode_sessions_active", "Sessions currently streaming", |s| s.sessions_active),
-    counter("isnode_sessions_started", "Sessions admitted", |s| s.sessions_started),
-    gauge("isnode_broadcasts_active", "Broadcasts running", |s| s.broadcasts_active),
-    counter("isnode_broadcasts_started", "Broadcasts started", |s| s.broadcasts_started),
+    gauge(
+        "isnode_sessions_active",
+        "Sessions currently streaming",
+        |s| s.sessions_active,
+    ),
+    counter("isnode_sessions_started", "Sessions admitted", |s| {
+        s.sessions_started
+    }),
+    gauge("isnode_broadcasts_active", "Broadcasts running", |s| {
+        s.broadcasts_active
+    }),
+    counter("isnode_broadcasts_started", "Broadcasts started", |s| {
+        s.broadcasts_started
+    }),
     counter(
         "isnode_broadcast_redirects",
         "Session requests answered with a broadcast (--broadcast auto)",
@@ -290,11 +306,29 @@ const SCALARS: &[Scalar] = &[
         "Requests refused 403: not the session's creator, or a wrong secret or token",
         |s| s.forbidden,
     ),
-    counter("isnode_cache_hits", "Block lookups served from the pool", |s| s.cache_hits),
-    counter("isnode_cache_misses", "Block lookups that read from disk", |s| s.cache_misses),
-    counter("isnode_cache_evictions", "Blocks evicted from the pool", |s| s.cache_evictions),
-    gauge("isnode_cache_bytes", "Bytes of the pool holding blocks", |s| s.cache_bytes),
-    gauge("isnode_cache_pool_bytes", "Size of the block pool", |s| s.cache_pool_bytes),
+    counter(
+        "isnode_cache_hits",
+        "Block lookups served from the pool",
+        |s| s.cache_hits,
+    ),
+    counter(
+        "isnode_cache_misses",
+        "Block lookups that read from disk",
+        |s| s.cache_misses,
+    ),
+    counter(
+        "isnode_cache_evictions",
+        "Blocks evicted from the pool",
+        |s| s.cache_evictions,
+    ),
+    gauge(
+        "isnode_cache_bytes",
+        "Bytes of the pool holding blocks",
+        |s| s.cache_bytes,
+    ),
+    gauge("isnode_cache_pool_bytes", "Size of the block pool", |s| {
+        s.cache_pool_bytes
+    }),
     counter(
         "isnode_cache_read_bytes",
         "Bytes read from the members into the pool",
@@ -311,7 +345,11 @@ const SCALARS: &[Scalar] = &[
         |s| s.packets_skipped,
     ),
     counter("isnode_send_errors", "Failed send calls", |s| s.send_errors),
-    counter("isnode_zerocopy_sends", "io_uring zero-copy sends completed", |s| s.zc_sends),
+    counter(
+        "isnode_zerocopy_sends",
+        "io_uring zero-copy sends completed",
+        |s| s.zc_sends,
+    ),
     counter(
         "isnode_zerocopy_copied",
         "io_uring zero-copy sends the kernel reported as copied",
@@ -403,10 +441,17 @@ impl Collector for SnapshotCollector {
         let refused = Limit::ALL.iter().zip(&s.sessions_refused);
         labelled_counters(
             &mut enc,
-            ("isnode_sessions_refused", "Sessions refused by admission control, by limit"),
+            (
+                "isnode_sessions_refused",
+                "Sessions refused by admission control, by limit",
+            ),
             refused.map(|(l, v)| (LimitLabels { limit: l.name() }, *v)),
         )?;
-        let engines = || EngineKind::ALL.iter().map(|e| EngineLabels { engine: e.name() });
+        let engines = || {
+            EngineKind::ALL
+                .iter()
+                .map(|e| EngineLabels { engine: e.name() })
+        };
         labelled_counters(
             &mut enc,
             ("isnode_packets_sent", "UDP datagrams sent"),
@@ -431,7 +476,10 @@ impl SnapshotCollector {
         labelled_counters(
             enc,
             ("isnode_member_errors", "Failed block reads per member"),
-            s.member_errors.iter().enumerate().map(|(m, v)| (member(m), *v)),
+            s.member_errors
+                .iter()
+                .enumerate()
+                .map(|(m, v)| (member(m), *v)),
         )?;
         let mut fam = enc.encode_descriptor(
             "isnode_member_healthy",

@@ -340,8 +340,15 @@ class TsPlayer {
       if (!resp.ok) throw new Error("segment: " + resp.status);
       sb.appendBuffer(await resp.arrayBuffer());
       await done();
+      this.skipLeadingGap();
     }
     if (!this.aborted && this.ms.readyState === "open") this.ms.endOfStream();
+  }
+  // MPEG-TS timestamps rarely start at 0 (ffmpeg starts at 1.4 s): start where the
+  // buffered media starts, or the playhead waits before a gap for ever.
+  skipLeadingGap() {
+    const b = this.video.buffered;
+    if (b.length && this.video.currentTime < b.start(0)) this.video.currentTime = b.start(0);
   }
   ahead() {
     const b = this.video.buffered;
