@@ -21,9 +21,27 @@ pub(crate) struct Cli {
     /// `volume` otherwise).
     #[arg(skip = crate::serve_flags::VolumeFlag::Default)]
     pub volume_flag: crate::serve_flags::VolumeFlag,
+    /// Log lines on stderr as text or as one JSON object per line (levels: ISNODE_LOG).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = LogFormat::Text,
+        env = "ISNODE_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How log lines are written.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line (timestamp, level, fields, target).
+    Json,
 }
 
 /// Subcommands.
@@ -61,6 +79,26 @@ pub(crate) enum Command {
     /// Show the whole path in a temporary volume of its own (yours is not touched): generate,
     /// ingest, lose a member, serve through lossy relays, repair.
     Demo(DemoArgs),
+    /// Show a server's titles, sessions, broadcasts, members, cache and egress (`GET
+    /// /v1/status`).
+    Status(StatusArgs),
+}
+
+/// `status`.
+#[derive(Args, Debug)]
+pub(crate) struct StatusArgs {
+    /// Control API of the server.
+    #[arg(long, default_value = "http://127.0.0.1:7878")]
+    pub server: String,
+    /// Token with the metrics role (sent as `Authorization: Bearer`).
+    #[arg(long, env = "ISNODE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Redraw every second until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+    /// PEM certificate to trust for an `https://` server (e.g. made by `isnode cert`).
+    #[arg(long)]
+    pub ca_cert: Option<PathBuf>,
 }
 
 /// Volume administration.

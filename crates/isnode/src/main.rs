@@ -20,13 +20,15 @@ fn main() -> ExitCode {
     if matches.value_source("volume") != Some(clap::parser::ValueSource::DefaultValue) {
         cli.volume_flag = serve_flags::VolumeFlag::Given;
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ISNODE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ISNODE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        cli::LogFormat::Text => logs.init(),
+        cli::LogFormat::Json => logs.json().init(),
+    }
     match commands::run(cli) {
         Ok(code) => code,
         Err(err) => {

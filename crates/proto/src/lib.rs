@@ -24,6 +24,7 @@
 //! | `GET /v1/broadcasts`             | —                   | `200` [`broadcast::BroadcastList`] |
 //! | `GET /v1/broadcasts/{id}`        | —                   | `200` [`broadcast::BroadcastInfo`] |
 //! | `DELETE /v1/broadcasts/{id}`     | —                   | `204`                          |
+//! | `GET /v1/status`                 | —                   | `200` [`status::StatusBody`]   |
 //! | any error                        | —                   | `4xx`/`5xx` [`ErrorBody`]      |
 
 //!
@@ -37,6 +38,7 @@ pub mod broadcast;
 pub mod goodbye;
 pub mod keepalive;
 pub mod range;
+pub mod status;
 
 use serde::{Deserialize, Serialize};
 

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use isnode_proto::auth::ValidateSession;
 use isnode_proto::broadcast::{BroadcastInfo, BroadcastList, CreateBroadcast, SessionRedirect};
+use isnode_proto::status::StatusBody;
 use isnode_proto::{
     ControlAnswer, CreateSession, ErrorBody, KeepaliveBody, MediaIndex, ObjectInfo, ObjectList,
     SessionControl, SessionInfo, SessionStatus,
@@ -96,6 +97,7 @@ fn checks() -> BTreeMap<&'static str, Check> {
         ("BroadcastList", round_trip::<BroadcastList>),
         ("SessionRedirect", round_trip::<SessionRedirect>),
         ("ValidateSession", round_trip::<ValidateSession>),
+        ("StatusBody", round_trip::<StatusBody>),
     ])
 }
 

@@ -335,6 +335,18 @@ impl ControlClient {
         Ok(serde_json::from_str(&body)?)
     }
 
+    /// `GET /v1/status`: the server's status snapshot, with `token` (if any) as
+    /// `Authorization: Bearer`.
+    pub fn status(&self, token: Option<&str>) -> anyhow::Result<isnode_proto::status::StatusBody> {
+        let url = format!("{}/v1/status", self.base);
+        let mut req = self.agent.get(&url);
+        if let Some(t) = token {
+            req = req.header("Authorization", &format!("Bearer {t}"));
+        }
+        let body = Self::body("reading the status", 200, req.call()?)?;
+        Ok(serde_json::from_str(&body)?)
+    }
+
     /// `GET /v1/objects/{name}/digests`: the packet digests of codewords `from..from +
     /// count` of `name` (checked: `symbols(sbn)` digests per codeword, in range, in order).
     pub fn digests(

@@ -17,6 +17,7 @@ mod hybrid;
 mod media;
 mod owner;
 mod pool_read;
+mod status;
 #[cfg(test)]
 mod tests;
 
@@ -76,9 +77,11 @@ pub(crate) fn serve(
         let server = ConnServer::new(router(sh.clone()), limits, tls);
         let _ = ready.send(Ok(()));
         let reaper = tokio::spawn(reap(sh.clone()));
+        let sampler = tokio::spawn(status::sample_egress(sh.clone()));
         // Connections still busy 2 s after the stop are dropped.
         server.run(listener, stop, Duration::from_secs(2)).await;
         reaper.abort();
+        sampler.abort();
     });
     // A catalog lookup still running on the blocking pool is not waited for long.
     rt.shutdown_timeout(Duration::from_secs(2));
@@ -111,6 +114,7 @@ fn router(sh: Arc<Shared>) -> Router {
             get(broadcast::get_broadcast).delete(broadcast::delete_broadcast),
         )
         .route("/metrics", get(metrics))
+        .merge(status::routes())
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such resource") })
         .method_not_allowed_fallback(|| async {
             error(
@@ -137,10 +141,19 @@ async fn reap(sh: Arc<Shared>) {
             tracing::info!(%id, "broadcast stopped: at its end, or its viewers have finished");
         }
         let keep_ns = sh.config().session_timeout_ms.saturating_mul(1_000_000);
-        sh.lock_sessions().retain(|_, s| match s.state() {
-            SessionState::Streaming => true,
-            SessionState::Done => now.saturating_sub(s.ended_ns.load(Ordering::Acquire)) < keep_ns,
-            SessionState::Expired | SessionState::Deleted => false,
+        sh.lock_sessions().retain(|_, s| {
+            let keep = match s.state() {
+                SessionState::Streaming => true,
+                SessionState::Done => {
+                    now.saturating_sub(s.ended_ns.load(Ordering::Acquire)) < keep_ns
+                }
+                SessionState::Expired | SessionState::Deleted => false,
+            };
+            if !keep {
+                let bytes = s.bytes_sent.load(Ordering::Relaxed);
+                sh.metrics.titles.retired(&s.object.rec.name, bytes);
+            }
+            keep
         });
     }
 }
@@ -291,7 +304,11 @@ async fn delete_session(
         sh.metrics.forbidden.fetch_add(1, Ordering::Relaxed);
         return e.into_response();
     }
-    match sh.sessions.remove(&id) {
+    let retire = |s: &crate::StreamShared| {
+        let bytes = s.bytes_sent.load(Ordering::Relaxed);
+        sh.metrics.titles.retired(&s.object.rec.name, bytes);
+    };
+    match sh.sessions.remove_with(&id, retire) {
         Some(s) => {
             s.end(SessionState::Deleted, sh.now_ns());
             StatusCode::NO_CONTENT.into_response()
@@ -301,6 +318,10 @@ async fn delete_session(
 }
 
 async fn metrics(State(sh): Sh) -> Response {
-    let text = crate::metrics::render(&sh.snapshot());
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+    let text = crate::metrics::expose::render(status::scrape(&sh), &sh.metrics.families);
+    (
+        [(header::CONTENT_TYPE, crate::metrics::expose::CONTENT_TYPE)],
+        text,
+    )
+        .into_response()
 }

@@ -1,6 +1,15 @@
-//! Server counters and their Prometheus text rendering.
+//! Server counters, their Prometheus exposition ([`expose`], with `prometheus-client`),
+//! the per-title counters ([`titles`]) and the egress samples of the status page
+//! ([`egress`]).
+//!
+//! The data plane's hot counters are plain atomics (one relaxed add each); the families
+//! that carry labels chosen at run time (auth failures, upload failures, the start-up
+//! latency histogram) are `prometheus-client` metrics, atomics as well.
 
-use std::fmt::Write as _;
+pub(crate) mod egress;
+pub(crate) mod expose;
+pub(crate) mod titles;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::Serialize;
@@ -8,6 +17,7 @@ use serde::Serialize;
 use crate::config::ENGINES;
 use crate::EngineKind;
 
+pub use expose::{AuthFailure, UploadFailure};
 pub use isnode_proto::Limit;
 
 /// Live counters, shared by the data plane and the control API.
@@ -46,6 +56,12 @@ pub(crate) struct Metrics {
     pub repair_skipped: AtomicU64,
     pub loss_reports: AtomicU64,
     pub start_bursts: AtomicU64,
+    /// The labelled families (auth, upload, start-up latency).
+    pub families: expose::Families,
+    /// Sessions and bytes per title (a bounded label set).
+    pub titles: titles::Titles,
+    /// Egress over the last minutes, sampled by the API's sampler task.
+    pub egress: egress::EgressRing,
 }
 
 /// A point-in-time copy of the server's counters.
@@ -131,6 +147,10 @@ pub struct MetricsSnapshot {
     pub repair_requests: u64,
     /// Stored packets sent in repair answers.
     pub repair_packets: u64,
+    /// Blocks evicted from the pool.
+    pub cache_evictions: u64,
+    /// Per member: whether a block read from it has failed since the start.
+    pub member_failed: Vec<bool>,
 }
 
 impl MetricsSnapshot {
@@ -181,7 +201,36 @@ impl Metrics {
             repair_skipped: AtomicU64::new(0),
             loss_reports: AtomicU64::new(0),
             start_bursts: AtomicU64::new(0),
+            families: expose::Families::new(),
+            titles: titles::Titles::new(titles::LABELLED_TITLES),
+            egress: egress::EgressRing::new(egress::SAMPLES),
         }
+    }
+
+    /// Counts a failed authentication (the auth layer calls it; `/metrics` shows it as
+    /// `isnode_auth_failures_total{reason}`).
+    #[allow(dead_code)] // called by the auth layer
+    pub(crate) fn auth_failure(&self, reason: AuthFailure) {
+        self.families.auth_failure(reason);
+    }
+
+    /// Counts body bytes stored by an upload (`isnode_upload_bytes_total`).
+    #[allow(dead_code)] // called by the upload route
+    pub(crate) fn upload_bytes(&self, bytes: u64) {
+        self.families.upload_bytes.inc_by(bytes);
+    }
+
+    /// Counts an upload that stored nothing (`isnode_upload_failures_total{reason}`).
+    #[allow(dead_code)] // called by the upload route
+    pub(crate) fn upload_failure(&self, reason: UploadFailure) {
+        self.families.upload_failure(reason);
+    }
+
+    /// Records a unicast session's first packet, `created_ns` after its creation (on the
+    /// server's clock): the start-up latency, validation included.
+    pub(crate) fn session_first_packet(&self, created_ns: u64, now_ns: u64) {
+        let s = now_ns.saturating_sub(created_ns) as f64 / 1e9;
+        self.families.session_start.observe(s);
     }
 
     pub(crate) fn sent(&self, engine: EngineKind, packets: u64, bytes: u64) {
@@ -207,262 +256,4 @@ impl Metrics {
             }
         }
     }
-}
-
-/// Renders a snapshot in the Prometheus text exposition format.
-pub(crate) fn render(s: &MetricsSnapshot) -> String {
-    let mut o = String::new();
-    let mut one = |name: &str, kind: &str, help: &str, v: u64| {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
-    };
-    one(
-        "isnode_sessions_active",
-        "gauge",
-        "Sessions currently streaming.",
-        s.sessions_active,
-    );
-    one(
-        "isnode_sessions_started_total",
-        "counter",
-        "Sessions admitted.",
-        s.sessions_started,
-    );
-    one(
-        "isnode_broadcasts_active",
-        "gauge",
-        "Broadcasts running.",
-        s.broadcasts_active,
-    );
-    one(
-        "isnode_broadcasts_started_total",
-        "counter",
-        "Broadcasts started.",
-        s.broadcasts_started,
-    );
-    one(
-        "isnode_broadcast_redirects_total",
-        "counter",
-        "Session requests answered with a broadcast (--broadcast auto).",
-        s.broadcast_redirects,
-    );
-    one(
-        "isnode_broadcast_packets_sent_total",
-        "counter",
-        "Packets sent on broadcast channels (part of isnode_packets_sent_total).",
-        s.broadcast_packets_sent,
-    );
-    one(
-        "isnode_broadcast_bytes_sent_total",
-        "counter",
-        "UDP payload bytes sent on broadcast channels (part of isnode_bytes_sent_total).",
-        s.broadcast_bytes_sent,
-    );
-    one(
-        "isnode_sessions_expired_total",
-        "counter",
-        "Sessions ended for lack of keepalive.",
-        s.sessions_expired,
-    );
-    one(
-        "isnode_keepalives_udp_total",
-        "counter",
-        "Keepalive datagrams that kept a session alive.",
-        s.keepalives_udp,
-    );
-    one(
-        "isnode_keepalives_refused_total",
-        "counter",
-        "Datagrams on the keepalive port that kept nothing alive.",
-        s.keepalives_refused,
-    );
-    one(
-        "isnode_tokens_sent_total",
-        "counter",
-        "Token datagrams sent to new sessions' destinations (return routability).",
-        s.tokens_sent,
-    );
-    one(
-        "isnode_sessions_unvalidated_total",
-        "counter",
-        "Sessions ended because their destination never echoed the token.",
-        s.sessions_unvalidated,
-    );
-    one(
-        "isnode_forbidden_total",
-        "counter",
-        "Requests refused 403: not the session's creator, or a wrong secret or token.",
-        s.forbidden,
-    );
-    one(
-        "isnode_cache_hits_total",
-        "counter",
-        "Block lookups served from the pool.",
-        s.cache_hits,
-    );
-    one(
-        "isnode_cache_misses_total",
-        "counter",
-        "Block lookups that read from disk.",
-        s.cache_misses,
-    );
-    one(
-        "isnode_cache_bytes",
-        "gauge",
-        "Bytes of the pool holding blocks.",
-        s.cache_bytes,
-    );
-    one(
-        "isnode_cache_pool_bytes",
-        "gauge",
-        "Size of the block pool.",
-        s.cache_pool_bytes,
-    );
-    one(
-        "isnode_cache_read_bytes_total",
-        "counter",
-        "Bytes read from the members into the pool.",
-        s.cache_read_bytes,
-    );
-    one(
-        "isnode_symbols_rebuilt_total",
-        "counter",
-        "Symbols rebuilt from the other members and sent.",
-        s.symbols_rebuilt,
-    );
-    one(
-        "isnode_packets_skipped_total",
-        "counter",
-        "Packets neither readable nor rebuilt.",
-        s.packets_skipped,
-    );
-    one(
-        "isnode_send_errors_total",
-        "counter",
-        "Failed send calls.",
-        s.send_errors,
-    );
-    one(
-        "isnode_zerocopy_sends_total",
-        "counter",
-        "io_uring zero-copy sends completed.",
-        s.zc_sends,
-    );
-    one(
-        "isnode_zerocopy_copied_total",
-        "counter",
-        "io_uring zero-copy sends the kernel reported as copied.",
-        s.zc_copied,
-    );
-    one(
-        "isnode_repair_packets_sent_total",
-        "counter",
-        "Stored repair packets sent.",
-        s.repair_packets_sent,
-    );
-    one(
-        "isnode_repair_packets_skipped_total",
-        "counter",
-        "Stored repair packets not sent: not needed by the client's reported loss.",
-        s.repair_packets_skipped,
-    );
-    one(
-        "isnode_loss_reports_total",
-        "counter",
-        "Loss reports taken from keepalives (datagram version 2 or HTTP body).",
-        s.loss_reports,
-    );
-    one(
-        "isnode_start_bursts_total",
-        "counter",
-        "Sessions admitted with a start-up burst.",
-        s.start_bursts,
-    );
-    one(
-        "isnode_catalog_lookups_active",
-        "gauge",
-        "Catalog lookups of the control API in progress.",
-        s.catalog_lookups_active,
-    );
-    for (name, kind, help, v) in [
-        (
-            "isnode_http_content_requests_total",
-            "counter",
-            "Content GET/HEAD requests answered 200 or 206.",
-            s.http_content_requests,
-        ),
-        (
-            "isnode_http_range_requests_total",
-            "counter",
-            "Content range requests (206).",
-            s.http_range_requests,
-        ),
-        (
-            "isnode_http_bytes_total",
-            "counter",
-            "Body bytes of content and repair answers.",
-            s.http_bytes,
-        ),
-        (
-            "isnode_http_readers_active",
-            "gauge",
-            "Content bodies and repair answers being produced.",
-            s.http_readers_active,
-        ),
-        (
-            "isnode_http_readers_refused_total",
-            "counter",
-            "Content and repair requests refused by --max-content-readers.",
-            s.http_readers_refused,
-        ),
-        (
-            "isnode_repair_requests_total",
-            "counter",
-            "Unicast repair requests answered.",
-            s.repair_requests,
-        ),
-        (
-            "isnode_repair_packets_total",
-            "counter",
-            "Stored packets sent in repair answers.",
-            s.repair_packets,
-        ),
-    ] {
-        one(name, kind, help, v);
-    }
-    let _ = writeln!(
-        o,
-        "# HELP isnode_sessions_refused_total Sessions refused by admission control.\n# TYPE isnode_sessions_refused_total counter"
-    );
-    for (l, v) in Limit::ALL.iter().zip(s.sessions_refused) {
-        let _ = writeln!(
-            o,
-            "isnode_sessions_refused_total{{limit=\"{}\"}} {v}",
-            l.name()
-        );
-    }
-    for (name, help, vals) in [
-        (
-            "isnode_packets_sent_total",
-            "UDP datagrams sent.",
-            &s.packets_sent,
-        ),
-        (
-            "isnode_bytes_sent_total",
-            "UDP payload bytes sent.",
-            &s.bytes_sent,
-        ),
-    ] {
-        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
-        for (e, v) in EngineKind::ALL.iter().zip(vals) {
-            let _ = writeln!(o, "{name}{{engine=\"{}\"}} {v}", e.name());
-        }
-    }
-    let _ = writeln!(
-        o,
-        "# HELP isnode_member_errors_total Failed block reads per member.\n# TYPE isnode_member_errors_total counter"
-    );
-    for (m, v) in s.member_errors.iter().enumerate() {
-        let _ = writeln!(o, "isnode_member_errors_total{{member=\"{m}\"}} {v}");
-    }
-    o
 }

@@ -63,6 +63,8 @@ pub(crate) struct StreamShared {
     pub peer_ip: IpAddr,
     pub send_rate_bps: u64,
     pub start_codeword: u32,
+    /// When it was created (server clock, ns): the start-up latency counts from it.
+    pub created_ns: u64,
     pub next_codeword: AtomicU32,
     pub packets_sent: AtomicU64,
     pub bytes_sent: AtomicU64,
@@ -160,6 +162,7 @@ impl StreamShared {
             fdt_packets: n.fdt_packets,
             dest: n.dest,
             start_codeword: n.start_codeword,
+            created_ns: n.now_ns,
             next_codeword: AtomicU32::new(n.start_codeword),
             packets_sent: AtomicU64::new(0),
             bytes_sent: AtomicU64::new(0),
@@ -337,8 +340,22 @@ impl Registry {
     }
 
     /// Removes and returns the session `id`.
+    #[allow(dead_code)] // kept for callers that count nothing at removal
     pub(crate) fn remove(&self, id: &str) -> Option<Arc<StreamShared>> {
         self.lock().0.remove(id)
+    }
+
+    /// Removes and returns the session `id`; `retire` sees it under the table's lock.
+    pub(crate) fn remove_with(
+        &self,
+        id: &str,
+        retire: impl FnOnce(&StreamShared),
+    ) -> Option<Arc<StreamShared>> {
+        let mut table = self.lock();
+        let s = table.0.remove(id)?;
+        retire(&s);
+        drop(table);
+        Some(s)
     }
 }
 

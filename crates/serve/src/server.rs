@@ -173,6 +173,12 @@ impl Shared {
             http_readers_refused: load(&m.http_readers_refused),
             repair_requests: load(&m.repair_requests),
             repair_packets: load(&m.repair_packets),
+            cache_evictions: load(&cs.evictions),
+            member_failed: m
+                .member_logged
+                .iter()
+                .map(|f| f.load(Ordering::Relaxed))
+                .collect(),
         }
     }
 }

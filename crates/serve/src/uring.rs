@@ -259,7 +259,13 @@ impl UringSender {
         match settled {
             Settled::Sent { packets, bytes } => {
                 self.sh.metrics.sent(EngineKind::UringZc, packets, bytes);
-                session.packets_sent.fetch_add(packets, Ordering::Relaxed);
+                let before = session.packets_sent.fetch_add(packets, Ordering::Relaxed);
+                if before == 0 && session.expiry == crate::registry::Expiry::Keepalive {
+                    let now = self.sh.now_ns();
+                    self.sh
+                        .metrics
+                        .session_first_packet(session.created_ns, now);
+                }
                 session.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
             }
             Settled::Failed(errno) => {

@@ -6,6 +6,7 @@ mod cert;
 mod demo;
 mod ingest;
 mod objects;
+mod status;
 mod stream;
 mod volume;
 
@@ -40,5 +41,6 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Verify(args)) => bench::verify(&args),
         Command::Cert(args) => cert::run(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::Status(args) => status::run(&args),
     }
 }

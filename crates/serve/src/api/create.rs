@@ -281,6 +281,7 @@ pub(super) async fn create_session(
     match admit_and_register(&sh, &req, &obj, &fdt, pacer) {
         Ok(s) => {
             sh.metrics.sessions_started.fetch_add(1, Ordering::Relaxed);
+            sh.metrics.titles.started(&obj.rec.name);
             tracing::info!(id = %s.id, object = %obj.rec.name, dest = %s.dest, "session created");
             tokio::spawn(super::owner::send_tokens(sh.clone(), s.clone()));
             created(&sh, &s, fdt, at)

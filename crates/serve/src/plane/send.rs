@@ -61,8 +61,13 @@ impl Worker {
             m.broadcast_bytes
                 .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
         }
-        a.s.packets_sent
-            .fetch_add(packets, std::sync::atomic::Ordering::Relaxed);
+        let before =
+            a.s.packets_sent
+                .fetch_add(packets, std::sync::atomic::Ordering::Relaxed);
+        if before == 0 && a.s.expiry == crate::registry::Expiry::Keepalive {
+            let m = &self.sh.metrics;
+            m.session_first_packet(a.s.created_ns, self.sh.now_ns());
+        }
         a.s.bytes_sent
             .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
     }

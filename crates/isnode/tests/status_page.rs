@@ -1,0 +1,288 @@
+//! The status page (`GET /`) in a real headless Chromium (Debian's `chromium`), driven
+//! over WebDriver (`chromedriver`, Debian's `chromium-driver`) with `fantoccini`: while
+//! three `isnode play` clients stream, the page lists the three sessions and the titles;
+//! a clicked H.264 MP4 plays in its `<video>` (its `currentTime` advances), and so does an
+//! MPEG-TS title through HLS and Media Source Extensions; a screenshot is kept in
+//! `target/artifacts/status-page.png`.
+//!
+//! A missing `chromium` or `chromedriver` fails the test: `scripts/test` installs them.
+
+mod serve_support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{json, Value};
+use serve_support::media::{self, Container};
+use serve_support::{command, free_port, ChildGuard, Server, Vol};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+#[test]
+fn status_page_shows_live_sessions_and_plays_titles() {
+    for tool in [CHROMIUM, CHROMEDRIVER] {
+        assert!(
+            Path::new(tool).exists(),
+            "{tool} is missing: run scripts/test, which installs Debian's chromium and \
+             chromium-driver"
+        );
+    }
+    let vol = Vol::create(&[]);
+    let mp4 = media::make(vol.dir.path(), Container::Mp4MoovFront, 20);
+    vol.add_file("clip.mp4", &mp4);
+    let ts = media::make(vol.dir.path(), Container::Ts, 20);
+    vol.add_file("clip.ts", &ts);
+    vol.add_ts("long.ts", 2_000_000, 90.0, 3);
+    let server = Server::start(&vol, &[]);
+    let _players: Vec<ChildGuard> = (0..3).map(|i| play(&server, &vol, i)).collect();
+    wait_streaming(&server, 3);
+
+    let profile = vol.path("chromium-profile");
+    let driver = Driver::start(&vol);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    rt.block_on(async {
+        let c = browser(&driver.url, &profile).await;
+        let result = check_page(&c, &server).await;
+        let _ = c.close().await;
+        if let Err(e) = result {
+            panic!("{e}");
+        }
+    });
+}
+
+/// `isnode play long.ts` in the background, killed when dropped.
+fn play(server: &Server, vol: &Vol, i: usize) -> ChildGuard {
+    let out = vol.path(&format!("play-{i}.out"));
+    let log = vol.path(&format!("play-{i}.log"));
+    ChildGuard(Some(
+        command()
+            .args(["play", "long.ts", "--server", &server.url()])
+            .arg("--out")
+            .arg(&out)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("play log"))
+            .spawn()
+            .expect("spawning isnode play"),
+    ))
+}
+
+/// Waits (bounded) until `GET /v1/status` lists `n` streaming sessions.
+fn wait_streaming(server: &Server, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = server.req("GET", "/v1/status", None);
+        let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
+        let streaming = v["sessions"].as_array().map_or(0, |s| {
+            s.iter().filter(|x| x["state"] == "streaming").count()
+        });
+        if streaming >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{n} sessions did not start within 60 s: {}",
+            r.body
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A `chromedriver` child on a free port.
+struct Driver {
+    _child: ChildGuard,
+    url: String,
+}
+
+impl Driver {
+    fn start(vol: &Vol) -> Driver {
+        let port = free_port();
+        let child = ChildGuard(Some(
+            std::process::Command::new(CHROMEDRIVER)
+                .arg(format!("--port={port}"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(vol.path("chromedriver.log")).expect("log"))
+                .spawn()
+                .expect("spawning chromedriver"),
+        ));
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ready(addr) {
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not answer in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Driver {
+            _child: child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+}
+
+/// Whether chromedriver's `GET /status` answers 200 (its headers have no space after the
+/// colon, so it is read raw).
+fn ready(addr: SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.ends_with(b"200")
+}
+
+/// A headless Chromium session with a fresh profile.
+async fn browser(driver: &str, profile: &Path) -> Client {
+    let args = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--autoplay-policy=no-user-gesture-required",
+        "--window-size=1400,1250",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .chain([format!("--user-data-dir={}", profile.display())])
+    .collect::<Vec<_>>();
+    let caps = json!({
+        "browserName": "chrome",
+        "goog:chromeOptions": { "binary": CHROMIUM, "args": args },
+    });
+    let caps = match caps {
+        Value::Object(m) => m,
+        _ => unreachable!("an object literal"),
+    };
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    ClientBuilder::new(connector)
+        .capabilities(caps)
+        .connect(driver)
+        .await
+        .expect("a Chromium session through chromedriver")
+}
+
+/// Evaluates `script` (a function body that returns a value) until `ok` accepts its
+/// value or `secs` pass; the last value.
+async fn wait_js(
+    c: &Client,
+    script: &str,
+    secs: u64,
+    what: &str,
+    ok: impl Fn(&Value) -> bool,
+) -> Result<Value, String> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let v = c
+            .execute(script, vec![])
+            .await
+            .map_err(|e| format!("{what}: {e}"))?;
+        if ok(&v) {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("{what}: not within {secs} s (last: {v})"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn check_page(c: &Client, server: &Server) -> Result<(), String> {
+    c.goto(&format!("{}/", server.url()))
+        .await
+        .map_err(|e| format!("opening the page: {e}"))?;
+    let rows =
+        "return Array.from(document.querySelectorAll('#sessions tbody tr[data-session-id]'))\
+                .map(r => r.textContent)";
+    let sessions = wait_js(c, rows, 30, "three sessions in the DOM", |v| {
+        v.as_array().is_some_and(|a| a.len() == 3)
+    })
+    .await?;
+    for row in sessions.as_array().into_iter().flatten() {
+        let text = row.as_str().unwrap_or_default();
+        if !(text.contains("long.ts") && text.contains("streaming")) {
+            return Err(format!("a session row without its title or state: {text}"));
+        }
+    }
+    let titles = "return Array.from(document.querySelectorAll('#titles tbody tr[data-title]'))\
+                  .map(r => r.dataset.title)";
+    let titles = wait_js(c, titles, 10, "the titles", |v| {
+        v.as_array().is_some_and(|a| a.len() == 3)
+    })
+    .await?;
+    if titles != json!(["clip.mp4", "clip.ts", "long.ts"]) {
+        return Err(format!("titles: {titles}"));
+    }
+    let count = "return document.getElementById('k-sessions').textContent";
+    wait_js(c, count, 10, "the session count", |v| v == "3").await?;
+
+    play_and_advance(c, "clip.mp4").await?;
+    // The egress chart has drawn its samples by now.
+    let paths = "return document.querySelectorAll('#chart path').length";
+    wait_js(c, paths, 10, "the egress chart", |v| v.as_u64() >= Some(1)).await?;
+    screenshot(c).await?;
+    play_and_advance(c, "clip.ts").await
+}
+
+/// Clicks the title's Play button; its `<video>` must play: `currentTime` past 1 s,
+/// then further on.
+async fn play_and_advance(c: &Client, title: &str) -> Result<(), String> {
+    let button = format!("tr[data-title='{title}'] button[data-action='play']");
+    c.find(Locator::Css(&button))
+        .await
+        .map_err(|e| format!("the Play button of {title}: {e}"))?
+        .click()
+        .await
+        .map_err(|e| format!("clicking Play on {title}: {e}"))?;
+    let now = "const v = document.getElementById('player'); \
+               return {t: v.currentTime, err: v.error ? v.error.message || String(v.error.code) : null, \
+               info: document.getElementById('player-info').textContent, src: v.currentSrc, \
+               buffered: Array.from({length: v.buffered.length}, (_, i) => [v.buffered.start(i), v.buffered.end(i)])}";
+    let started = wait_js(c, now, 40, &format!("{title} playing past 1 s"), |v| {
+        v["t"].as_f64().unwrap_or(0.0) > 1.0
+    })
+    .await?;
+    let t1 = started["t"].as_f64().unwrap_or(0.0);
+    wait_js(c, now, 20, &format!("{title} advancing"), |v| {
+        v["t"].as_f64().unwrap_or(0.0) > t1 + 0.5
+    })
+    .await?;
+    Ok(())
+}
+
+/// Saves the page as `target/artifacts/status-page.png`.
+async fn screenshot(c: &Client) -> Result<(), String> {
+    let png = c
+        .screenshot()
+        .await
+        .map_err(|e| format!("screenshot: {e}"))?;
+    if !png.starts_with(b"\x89PNG") {
+        return Err("the screenshot is not a PNG".into());
+    }
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../target/artifacts"
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("status-page.png");
+    std::fs::write(&path, png).map_err(|e| format!("{}: {e}", path.display()))
+}

@@ -1,0 +1,165 @@
+//! `GET /v1/status`: a snapshot of everything the status page (`GET /`) and `isnode
+//! status` show.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ObjectStatus;
+
+/// `200` of `GET /v1/status`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StatusBody {
+    /// The server's version.
+    pub version: String,
+    /// Seconds since the server started.
+    pub uptime_s: u64,
+    /// The send engine in use.
+    pub engine: String,
+    /// Every object of the volume, by name.
+    pub titles: Vec<StatusTitle>,
+    /// Unicast sessions in the session table (streaming, or done and not yet forgotten).
+    pub sessions: Vec<StatusSession>,
+    /// Running broadcasts.
+    pub broadcasts: Vec<StatusBroadcast>,
+    /// The volume's members.
+    pub members: Vec<StatusMember>,
+    /// The block cache.
+    pub cache: StatusCache,
+    /// Seconds each egress sample covers.
+    pub egress_interval_s: u32,
+    /// Egress over the last minutes, oldest first (at most 300 samples).
+    pub egress: Vec<EgressSample>,
+    /// Totals since the start.
+    pub totals: StatusTotals,
+}
+
+/// One title.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StatusTitle {
+    /// Object name.
+    pub name: String,
+    /// Length in bytes.
+    pub size_bytes: u64,
+    /// Playing time, seconds.
+    pub duration_s: f64,
+    /// Media bitrate, bits per second.
+    pub bitrate_bps: u64,
+    /// MIME type (empty if unknown).
+    pub content_type: String,
+    /// `ok`, or `bad` when its catalog rows are impossible (never served).
+    pub status: ObjectStatus,
+    /// Why a `bad` title is bad.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// Streaming unicast sessions of it now.
+    pub sessions: u64,
+}
+
+/// One unicast session.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StatusSession {
+    /// Session id.
+    pub id: String,
+    /// The title it streams.
+    pub title: String,
+    /// `streaming` or `done`.
+    pub state: String,
+    /// Paused by its client, or waiting for its destination to echo the token.
+    pub paused: bool,
+    /// Playing position of the next codeword to send, seconds.
+    pub position_s: f64,
+    /// Send rate, bits per second.
+    pub rate_bps: u64,
+    /// The client's last reported loss rate in [0, 1] (absent before any report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_rate: Option<f64>,
+    /// Where its packets go (`ip:port`).
+    pub peer: String,
+    /// UDP payload bytes sent.
+    pub bytes_sent: u64,
+    /// Seconds since it was created.
+    pub age_s: f64,
+}
+
+/// One broadcast.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StatusBroadcast {
+    /// Broadcast id.
+    pub id: String,
+    /// The title broadcast.
+    pub title: String,
+    /// The scheme's name.
+    pub scheme: String,
+    /// Number of channels.
+    pub channels: u64,
+    /// Session requests answered with it so far.
+    pub viewers: u64,
+    /// Started by the server for demand, not by a request.
+    pub automatic: bool,
+    /// Wire rate of all channels, bits per second.
+    pub send_rate_bps: u64,
+}
+
+/// Whether a member serves.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberHealth {
+    /// No block read from it has failed.
+    Ok,
+    /// A block read from it failed since the start (streams go on from the others).
+    Failed,
+}
+
+/// One member of the volume.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StatusMember {
+    /// Member index.
+    pub member: u32,
+    /// Its health.
+    pub health: MemberHealth,
+    /// Failed block reads.
+    pub read_errors: u64,
+}
+
+/// The block cache.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StatusCache {
+    /// Lookups served from memory.
+    pub hits: u64,
+    /// Lookups that read a block.
+    pub misses: u64,
+    /// Blocks evicted.
+    pub evictions: u64,
+    /// hits / (hits + misses); absent before the first lookup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hit_ratio: Option<f64>,
+    /// Bytes of the pool holding blocks.
+    pub bytes: u64,
+    /// Size of the pool.
+    pub pool_bytes: u64,
+}
+
+/// One egress sample.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct EgressSample {
+    /// Seconds since the server started, at the end of the interval.
+    pub t_s: u64,
+    /// UDP payload rate of sessions and broadcasts, bits per second.
+    pub udp_bps: u64,
+    /// HTTP body rate of content and repair answers, bits per second.
+    pub http_bps: u64,
+}
+
+/// Totals since the start.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StatusTotals {
+    /// Sessions admitted.
+    pub sessions_started: u64,
+    /// Session requests refused by admission control.
+    pub sessions_refused: u64,
+    /// Broadcasts started.
+    pub broadcasts_started: u64,
+    /// UDP payload bytes sent.
+    pub udp_bytes_sent: u64,
+    /// HTTP body bytes of content and repair answers.
+    pub http_bytes_sent: u64,
+}

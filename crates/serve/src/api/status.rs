@@ -1,0 +1,215 @@
+//! The status routes: `GET /v1/status` (a JSON snapshot, docs/protocol.md), the status
+//! page `GET /` with its script and style (embedded in the binary), and the sampler task
+//! that keeps the egress of the last minutes.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use isnode_proto::status::{
+    MemberHealth, StatusBody, StatusBroadcast, StatusCache, StatusMember, StatusSession,
+    StatusTitle, StatusTotals,
+};
+use isnode_proto::ObjectStatus;
+
+use super::{blocking, store_error, Sh};
+use crate::metrics::expose::Scrape;
+use crate::metrics::MetricsSnapshot;
+use crate::{SessionState, Shared};
+
+const PAGE_HTML: &str = include_str!("../ui/index.html");
+const PAGE_JS: &str = include_str!("../ui/app.js");
+const PAGE_CSS: &str = include_str!("../ui/style.css");
+
+/// The status routes (merged into the API's router).
+pub(super) fn routes() -> Router<Arc<Shared>> {
+    Router::new()
+        .route("/v1/status", get(status))
+        .route(
+            "/",
+            get(|| async { asset("text/html; charset=utf-8", PAGE_HTML) }),
+        )
+        .route(
+            "/ui/app.js",
+            get(|| async { asset("text/javascript; charset=utf-8", PAGE_JS) }),
+        )
+        .route(
+            "/ui/style.css",
+            get(|| async { asset("text/css; charset=utf-8", PAGE_CSS) }),
+        )
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// Everything `GET /metrics` encodes: the counters and the per-title series (read under
+/// the session table's lock, as sessions leaving it are counted).
+pub(super) fn scrape(sh: &Shared) -> Scrape {
+    let snapshot = sh.snapshot();
+    let table = sh.lock_sessions();
+    let live = table.values().map(|s| {
+        (
+            s.object.rec.name.as_str(),
+            s.bytes_sent.load(Ordering::Relaxed),
+        )
+    });
+    let titles = sh.metrics.titles.counts(live);
+    drop(table);
+    Scrape { snapshot, titles }
+}
+
+/// Samples the egress every second (`metrics::egress`) until aborted.
+pub(super) async fn sample_egress(sh: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let m = &sh.metrics;
+        let udp: u64 = m.bytes.iter().map(|b| b.load(Ordering::Relaxed)).sum();
+        let http = m.http_bytes.load(Ordering::Relaxed);
+        m.egress.sample(sh.now_ns(), udp, http);
+    }
+}
+
+/// `GET /v1/status`.
+async fn status(State(sh): Sh) -> Response {
+    let listed = match blocking(&sh, |sh| sh.objects.list()).await {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => return store_error(e),
+        Err(r) => return r,
+    };
+    let tsi = sh.objects.tsi();
+    let objects: Vec<isnode_proto::ObjectInfo> = listed.iter().map(|o| o.json(tsi)).collect();
+    Json(body(&sh, objects)).into_response()
+}
+
+fn body(sh: &Shared, objects: Vec<isnode_proto::ObjectInfo>) -> StatusBody {
+    let snap = sh.snapshot();
+    let sessions = sessions(sh);
+    let mut streaming: HashMap<&str, u64> = HashMap::new();
+    for s in sessions.iter().filter(|s| s.state == "streaming") {
+        *streaming.entry(s.title.as_str()).or_default() += 1;
+    }
+    let titles = objects
+        .into_iter()
+        .map(|o| StatusTitle {
+            sessions: streaming.get(o.name.as_str()).copied().unwrap_or(0),
+            name: o.name,
+            size_bytes: o.size_bytes,
+            duration_s: o.duration_s,
+            bitrate_bps: o.bitrate_bps,
+            content_type: o.content_type,
+            status: o.status,
+            problem: o.problem.filter(|_| o.status != ObjectStatus::Ok),
+        })
+        .collect();
+    StatusBody {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        uptime_s: sh.epoch.elapsed().as_secs(),
+        engine: sh.engine.name().to_string(),
+        titles,
+        broadcasts: broadcasts(sh),
+        sessions,
+        members: members(&snap),
+        cache: cache(&snap),
+        egress_interval_s: 1,
+        egress: sh.metrics.egress.samples(),
+        totals: StatusTotals {
+            sessions_started: snap.sessions_started,
+            sessions_refused: snap.sessions_refused.iter().sum(),
+            broadcasts_started: snap.broadcasts_started,
+            udp_bytes_sent: snap.total_bytes(),
+            http_bytes_sent: snap.http_bytes,
+        },
+    }
+}
+
+fn sessions(sh: &Shared) -> Vec<StatusSession> {
+    let now = sh.now_ns();
+    let mut v: Vec<StatusSession> = sh
+        .lock_sessions()
+        .values()
+        .map(|s| {
+            let next = s.next_codeword.load(Ordering::Relaxed);
+            let position_ns = u128::from(next) * u128::from(s.object.codeword_ns());
+            StatusSession {
+                id: s.id.clone(),
+                title: s.object.rec.name.clone(),
+                state: match s.state() {
+                    SessionState::Streaming => "streaming",
+                    _ => "done",
+                }
+                .to_string(),
+                paused: s.paused.load(Ordering::Acquire) || !s.validated.load(Ordering::Acquire),
+                position_s: (position_ns as f64 / 1e9).min(s.object.rec.duration_s.max(0.0)),
+                rate_bps: s.send_rate_bps,
+                loss_rate: s.loss_report().map(|l| f64::from(l.units()) / 10_000.0),
+                peer: s.dest.to_string(),
+                bytes_sent: s.bytes_sent.load(Ordering::Relaxed),
+                age_s: now.saturating_sub(s.created_ns) as f64 / 1e9,
+            }
+        })
+        .collect();
+    v.sort_by(|a, b| a.title.cmp(&b.title).then(a.id.cmp(&b.id)));
+    v
+}
+
+fn broadcasts(sh: &Shared) -> Vec<StatusBroadcast> {
+    sh.broadcasts
+        .list()
+        .iter()
+        .map(|b| StatusBroadcast {
+            id: b.id.clone(),
+            title: b.object.rec.name.clone(),
+            scheme: b.scheme.clone(),
+            channels: b.channels.len() as u64,
+            viewers: b.viewers.load(Ordering::Relaxed),
+            automatic: b.automatic,
+            send_rate_bps: b.send_rate_bps,
+        })
+        .collect()
+}
+
+fn members(snap: &MetricsSnapshot) -> Vec<StatusMember> {
+    snap.member_errors
+        .iter()
+        .zip(&snap.member_failed)
+        .enumerate()
+        .map(|(m, (errors, failed))| StatusMember {
+            member: u32::try_from(m).unwrap_or(u32::MAX),
+            health: if *failed {
+                MemberHealth::Failed
+            } else {
+                MemberHealth::Ok
+            },
+            read_errors: *errors,
+        })
+        .collect()
+}
+
+fn cache(snap: &MetricsSnapshot) -> StatusCache {
+    let lookups = snap.cache_hits + snap.cache_misses;
+    StatusCache {
+        hits: snap.cache_hits,
+        misses: snap.cache_misses,
+        evictions: snap.cache_evictions,
+        hit_ratio: (lookups > 0).then(|| snap.cache_hits as f64 / lookups as f64),
+        bytes: snap.cache_bytes,
+        pool_bytes: snap.cache_pool_bytes,
+    }
+}
