@@ -14,8 +14,10 @@ pub(crate) mod errors;
 mod media;
 mod owner;
 mod pool_read;
+mod remove;
 #[cfg(test)]
 mod tests;
+mod upload;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -25,6 +27,7 @@ use std::time::Duration;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::handler::Handler;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use isnode_proto::{ErrorBody, SessionStatus};
@@ -84,7 +87,13 @@ pub(crate) fn serve(
 fn router(sh: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/objects", get(list_objects))
-        .route("/v1/objects/{name}", get(get_object))
+        .route(
+            "/v1/objects/{name}",
+            get(get_object)
+                // An upload has no body limit: its own progress timeout instead.
+                .put(upload::put_object.layer(axum::extract::DefaultBodyLimit::disable()))
+                .delete(remove::delete_object),
+        )
         .route("/v1/objects/{name}/content", get(content::content))
         .route("/o/{name}", get(content::content))
         .route(

@@ -238,7 +238,24 @@ pub struct ServeArgs {
     /// needs `--tls-cert` and `--tls-key`).
     #[arg(long, conflicts_with = "tls_cert")]
     pub plain_http: bool,
+    /// Uploads (`PUT /v1/objects/{name}`): most bytes the stored objects' segment files may
+    /// take in all (none: only the free space limits); an upload past it is refused (`507`).
+    #[arg(long)]
+    pub max_volume_bytes: Option<u64>,
+    /// Uploads: an upload body that brings no byte for this many milliseconds is cut; so is
+    /// one that brings fewer than `--upload-min-rate-bps` over such a window.
+    #[arg(long, default_value_t = DEFAULT_UPLOAD_STALL_TIMEOUT_MS)]
+    pub upload_stall_timeout_ms: u64,
+    /// Uploads: the slowest accepted body rate, bits per second, averaged over windows of
+    /// `--upload-stall-timeout-ms` (0: only stalls are cut).
+    #[arg(long, default_value_t = DEFAULT_UPLOAD_MIN_RATE_BPS)]
+    pub upload_min_rate_bps: u64,
 }
+
+/// Default `--upload-stall-timeout-ms`.
+pub(crate) const DEFAULT_UPLOAD_STALL_TIMEOUT_MS: u64 = 30_000;
+/// Default `--upload-min-rate-bps` (64 kbit/s).
+pub(crate) const DEFAULT_UPLOAD_MIN_RATE_BPS: u64 = 64_000;
 
 /// Whether the server broadcasts popular titles by itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -305,6 +322,9 @@ impl Default for ServeArgs {
             tls_cert: None,
             tls_key: None,
             plain_http: false,
+            max_volume_bytes: None,
+            upload_stall_timeout_ms: DEFAULT_UPLOAD_STALL_TIMEOUT_MS,
+            upload_min_rate_bps: DEFAULT_UPLOAD_MIN_RATE_BPS,
         }
     }
 }

@@ -409,6 +409,26 @@ impl Catalog {
         Ok(())
     }
 
+    /// Deletes the complete object called `name` (its row; its blocks, media index and
+    /// digests follow by cascade) in one transaction; its TOI, `None` if there is none.
+    pub fn delete_complete(&mut self, name: &str) -> Result<Option<u32>, StoreError> {
+        let tx = self.write_transaction("deleting an object")?;
+        let toi: Option<u32> = tx
+            .query_row(
+                "SELECT toi FROM objects WHERE name = ?1 AND state = 'complete'",
+                [name],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db("deleting an object"))?;
+        if let Some(toi) = toi {
+            tx.execute("DELETE FROM objects WHERE toi = ?1", [toi])
+                .map_err(db("deleting an object"))?;
+        }
+        tx.commit().map_err(db("deleting an object"))?;
+        Ok(toi)
+    }
+
     /// Deletes, in one transaction, those of `tois` that are still `writing`
     /// (an ingest may have committed one since the caller looked); returns the
     /// TOIs actually deleted.

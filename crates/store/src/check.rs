@@ -12,7 +12,7 @@ use crate::io::{AlignedBuf, BlockFile};
 use crate::read::ObjectReader;
 use crate::rows::CatalogEntry;
 use crate::segment::SegmentWriter;
-use crate::volume::{FileLock, LockWait};
+use crate::lock::{FileLock, LockWait};
 use crate::{Layout, StoreError, Volume};
 
 /// How to check.

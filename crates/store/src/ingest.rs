@@ -17,8 +17,9 @@ use isnode_wire::DataPacketId;
 
 use crate::catalog::{BlockRecord, MediaIndexRecord, ObjectRecord, ObjectState, OnNameTaken};
 use crate::segment::SegmentWriter;
-use crate::volume::{FileLock, LockWait};
+use crate::lock::{FileLock, LockWait};
 use crate::{crash, Layout, StoreError, Volume};
+pub use crate::validate::validate_name;
 
 /// What to ingest under which name.
 #[derive(Clone, Debug)]
@@ -33,35 +34,6 @@ pub struct IngestOptions {
     pub replace: bool,
 }
 
-/// Checks an object name: non-empty, at most 255 bytes, no `/`, no `..`, no control characters.
-pub fn validate_name(name: &str) -> Result<(), StoreError> {
-    let bad = |why| {
-        Err(StoreError::BadName {
-            name: name.to_string(),
-            why,
-        })
-    };
-    if name.is_empty() {
-        return bad("the name is empty");
-    }
-    if name.len() > 255 {
-        return bad("the name is longer than 255 bytes");
-    }
-    if name.contains('/') {
-        return bad("the name contains '/'");
-    }
-    if name.contains("..") {
-        return bad("the name contains '..'");
-    }
-    if name.chars().any(char::is_control) {
-        return bad("the name contains control characters");
-    }
-    if name.trim() != name {
-        return bad("the name starts or ends with white space");
-    }
-    Ok(())
-}
-
 /// Ingests exactly `len` bytes from `src` as a new object.
 ///
 /// `progress` is called with the number of bytes consumed so far. On any
@@ -74,13 +46,8 @@ pub fn ingest(
     progress: &mut dyn FnMut(u64),
 ) -> Result<ObjectRecord, StoreError> {
     validate_name(&opts.name)?;
-    crate::rows::check_bitrate(opts.bitrate_bps).map_err(StoreError::BadParams)?;
-    if opts.content_type.len() > crate::rows::MAX_CONTENT_TYPE_LEN {
-        return Err(StoreError::BadParams(format!(
-            "the content type is longer than {} bytes",
-            crate::rows::MAX_CONTENT_TYPE_LEN
-        )));
-    }
+    crate::validate::check_bitrate(opts.bitrate_bps).map_err(StoreError::BadParams)?;
+    crate::validate::check_content_type(&opts.content_type).map_err(StoreError::BadParams)?;
     let params = *vol.params();
     let layout = Layout::new(params, len)?;
     let existing = vol.catalog().complete_toi(&opts.name)?;

@@ -46,7 +46,7 @@ pub(super) fn ingest_path(
             .with_context(|| format!("{} has no usable file name: pass --name", path.display()))?
             .to_string(),
     };
-    isnode_store::ingest::validate_name(&name)?;
+    isnode_store::validate::validate_name(&name)?;
     if let Some(existing_toi) = vol.catalog().complete_toi(&name)? {
         if !args.replace {
             bail!(
