@@ -77,7 +77,11 @@ pub fn run(cfg: &UploadBenchConfig) -> anyhow::Result<UploadReport> {
     for round in 0..cfg.rounds {
         let name = format!("r{round}.ts");
         let t = Instant::now();
-        isnode(&cfg.isnode_exe, &local_vol, &["ingest", &f, "--name", &name])?;
+        isnode(
+            &cfg.isnode_exe,
+            &local_vol,
+            &["ingest", &f, "--name", &name],
+        )?;
         local_s.push(t.elapsed().as_secs_f64());
         let t = Instant::now();
         isnode(

@@ -25,9 +25,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Path, State};
+use axum::handler::Handler;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::handler::Handler;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use isnode_proto::{ErrorBody, SessionStatus};

@@ -273,7 +273,11 @@ impl Objects {
     /// and forgets it; its TOI. Blocks on the catalog.
     pub fn delete(&self, name: &str) -> Result<u32, StoreError> {
         self.lookups_active.fetch_add(1, Ordering::Relaxed);
-        let r = self.vol.lock().unwrap_or_else(|e| e.into_inner()).delete(name);
+        let r = self
+            .vol
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .delete(name);
         self.lookups_active.fetch_sub(1, Ordering::Relaxed);
         let toi = r?;
         self.lock_prepared().retain(|t, _| *t != toi);

@@ -16,10 +16,10 @@ use isnode_wire::digest::DIGEST_LEN;
 use isnode_wire::DataPacketId;
 
 use crate::catalog::{BlockRecord, MediaIndexRecord, ObjectRecord, ObjectState, OnNameTaken};
-use crate::segment::SegmentWriter;
 use crate::lock::{FileLock, LockWait};
-use crate::{crash, Layout, StoreError, Volume};
+use crate::segment::SegmentWriter;
 pub use crate::validate::validate_name;
+use crate::{crash, Layout, StoreError, Volume};
 
 /// What to ingest under which name.
 #[derive(Clone, Debug)]

@@ -63,4 +63,3 @@ impl FileLock {
         drop(self.file);
     }
 }
-

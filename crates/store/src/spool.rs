@@ -201,7 +201,11 @@ pub fn describe(
     let info = isnode_media::probe(file, len)
         .map_err(|e| StoreError::Media(format!("examining the input: {e}")))?;
     let bitrate_bps = match bitrate_bps {
-        Some(0) => return Err(StoreError::BadParams("the bitrate must be greater than 0".into())),
+        Some(0) => {
+            return Err(StoreError::BadParams(
+                "the bitrate must be greater than 0".into(),
+            ))
+        }
         Some(b) => b,
         None => info
             .require_bitrate()
@@ -258,7 +262,11 @@ pub fn volume_bytes(vol: &Volume) -> Result<u64, StoreError> {
             // A bad row counts as nothing: its layout may be impossible.
             let bytes = vol
                 .layout(rec)
-                .map(|l| (0..l.params().members).map(|m| l.segment_len_bytes(m)).sum())
+                .map(|l| {
+                    (0..l.params().members)
+                        .map(|m| l.segment_len_bytes(m))
+                        .sum()
+                })
                 .unwrap_or(0u64);
             sum = sum.saturating_add(bytes);
         }
@@ -280,8 +288,10 @@ pub fn free_bytes(vol: &Volume) -> Result<u64, StoreError> {
     dirs.extend(vol.members().iter().cloned());
     let mut least = u64::MAX;
     for d in dirs {
-        let free = crate::io::free_bytes(&d)
-            .map_err(StoreError::io(format!("reading the free space of {}", d.display())))?;
+        let free = crate::io::free_bytes(&d).map_err(StoreError::io(format!(
+            "reading the free space of {}",
+            d.display()
+        )))?;
         least = least.min(free);
     }
     Ok(least)
@@ -352,7 +362,10 @@ mod tests {
         f.read_to_end(&mut back).unwrap();
         assert_eq!(back, data);
         let short = spool(dir.path(), &mut &data[..], Some(6000), bound, &mut |_| {});
-        assert!(matches!(short, Err(StoreError::Truncated { got: 5000, .. })));
+        assert!(matches!(
+            short,
+            Err(StoreError::Truncated { got: 5000, .. })
+        ));
         let long = spool(dir.path(), &mut &data[..], Some(4000), bound, &mut |_| {});
         assert!(matches!(long, Err(StoreError::BadParams(_))));
         let small = SpoolBound::new(None, 100, u64::MAX);

@@ -14,8 +14,8 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::lock::{FileLock, LockWait};
 use crate::catalog::{BlockRecord, Catalog, ObjectRecord, ObjectState};
+use crate::lock::{FileLock, LockWait};
 use crate::rows::CatalogEntry;
 use crate::{StoreError, VolumeParams};
 

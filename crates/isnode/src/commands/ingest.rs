@@ -108,15 +108,16 @@ fn spool_stdin(vol: &Volume, expected: Option<u64>, max_spool_bytes: u64) -> any
         .with_context(|| format!("reading the free space of {}", tmp.display()))?;
     let bound = SpoolBound::new(expected, max_spool_bytes, free);
     let mut stdin = std::io::stdin().lock();
-    let file = spool::spool(&tmp, &mut stdin, expected, bound, &mut |_| {}).map_err(|e| match e {
-        isnode_store::StoreError::Truncated { got, expected } => {
-            anyhow::anyhow!("stdin upload is truncated: got {got} of {expected} bytes")
-        }
-        isnode_store::StoreError::BadParams(_) if expected.is_some() => anyhow::anyhow!(
-            "stdin upload is longer than --size: got more than {} bytes (stopped reading)",
-            expected.unwrap_or(0)
-        ),
-        e => anyhow::Error::new(e).context("spooling stdin"),
-    })?;
+    let file =
+        spool::spool(&tmp, &mut stdin, expected, bound, &mut |_| {}).map_err(|e| match e {
+            isnode_store::StoreError::Truncated { got, expected } => {
+                anyhow::anyhow!("stdin upload is truncated: got {got} of {expected} bytes")
+            }
+            isnode_store::StoreError::BadParams(_) if expected.is_some() => anyhow::anyhow!(
+                "stdin upload is longer than --size: got more than {} bytes (stopped reading)",
+                expected.unwrap_or(0)
+            ),
+            e => anyhow::Error::new(e).context("spooling stdin"),
+        })?;
     Ok(file)
 }

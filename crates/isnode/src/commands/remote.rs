@@ -34,8 +34,8 @@ pub(super) fn upload(server: &str, args: &IngestArgs) -> anyhow::Result<ExitCode
     let (mut src, len): (Box<dyn Read>, Option<u64>) = if stdin {
         (Box::new(std::io::stdin().lock()), args.size)
     } else {
-        let f = File::open(&args.file)
-            .with_context(|| format!("opening {}", args.file.display()))?;
+        let f =
+            File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
         let len = f
             .metadata()
             .with_context(|| format!("reading the size of {}", args.file.display()))?
@@ -56,7 +56,9 @@ pub(super) fn upload(server: &str, args: &IngestArgs) -> anyhow::Result<ExitCode
         bar: &bar,
     };
     // The server may refuse before the body (412, 507): it answers instead of `100`.
-    let mut req = agent(&args.remote)?.put(&url).header("expect", "100-continue");
+    let mut req = agent(&args.remote)?
+        .put(&url)
+        .header("expect", "100-continue");
     if let Some(len) = len {
         req = req.header("content-length", len.to_string());
     }

@@ -108,10 +108,12 @@ pub(super) async fn put_object(
 
 /// The upload asked for by the path, query and headers, or the `4xx` answer.
 fn parse(name: String, q: PutQuery, headers: &HeaderMap) -> Result<Upload, Response> {
-    isnode_store::validate::validate_name(&name)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
+    isnode_store::validate::validate_name(&name).map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
     if q.bitrate_bps == Some(0) {
-        return Err(error(StatusCode::BAD_REQUEST, "bitrate_bps must be at least 1"));
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "bitrate_bps must be at least 1",
+        ));
     }
     let existing = match headers.get(header::IF_NONE_MATCH).map(|v| v.as_bytes()) {
         None => Existing::Replace,
@@ -387,7 +389,8 @@ mod tests {
     fn a_reader_gives_the_chunks_then_the_end_or_the_cut() {
         let (tx, rx) = mpsc::channel(8);
         for part in [&b"abc"[..], b"", b"defg"] {
-            tx.try_send(Chunk::Data(Bytes::copy_from_slice(part))).unwrap();
+            tx.try_send(Chunk::Data(Bytes::copy_from_slice(part)))
+                .unwrap();
         }
         tx.try_send(Chunk::End).unwrap();
         let mut out = Vec::new();
