@@ -394,6 +394,25 @@ fn uploads_are_byte_identical() {
         .expect("curl is needed by this test: install it (apt-get install curl)");
     assert_eq!(String::from_utf8_lossy(&curl.stdout), "201");
     assert_eq!(cat(&vol, "curl.ts"), t);
+    // With a known length the probe runs once the last byte is in: the same description.
+    let j = get(server.addr, "/v1/objects/curl.ts").json();
+    assert_eq!(
+        (j["bitrate_bps"].as_u64(), j["content_type"].as_str()),
+        (Some(2_000_000), Some("video/mp2t"))
+    );
+    // Bytes whose bitrate cannot be told, without ?bitrate_bps=: 422, nothing kept.
+    for framing in [Framing::Length, Framing::Chunked] {
+        let r = put(
+            server.addr,
+            "/v1/objects/noise",
+            framing,
+            &bytes(3, 100_000),
+            &[],
+        );
+        assert_eq!(r.status, 422, "{}", r.text());
+        assert!(r.text().contains("bitrate_bps"), "{}", r.text());
+        assert_eq!(get(server.addr, "/v1/objects/noise").status, 404);
+    }
     // Replacing: the new version, once complete; If-None-Match: * keeps the old one.
     let b = bytes(2, 200_000);
     let r = put(

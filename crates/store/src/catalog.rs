@@ -409,6 +409,31 @@ impl Catalog {
         Ok(())
     }
 
+    /// Sets the bitrate, playing time and content type of object `toi` while it is
+    /// still `writing` (an upload's, known once its last byte is read).
+    pub fn set_description(
+        &mut self,
+        toi: u32,
+        bitrate_bps: u64,
+        duration_s: f64,
+        content_type: &str,
+    ) -> Result<(), StoreError> {
+        let n = self
+            .conn
+            .execute(
+                "UPDATE objects SET bitrate_bps = ?2, duration_s = ?3, content_type = ?4
+                 WHERE toi = ?1 AND state = 'writing'",
+                params![toi, bitrate_bps as i64, duration_s, content_type],
+            )
+            .map_err(db("describing an object"))?;
+        if n != 1 {
+            return Err(StoreError::Corrupt(format!(
+                "object {toi} is no longer being written"
+            )));
+        }
+        Ok(())
+    }
+
     /// Deletes the complete object called `name` (its row; its blocks, media index and
     /// digests follow by cascade) in one transaction; its TOI, `None` if there is none.
     pub fn delete_complete(&mut self, name: &str) -> Result<Option<u32>, StoreError> {

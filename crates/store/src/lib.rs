@@ -31,7 +31,7 @@ pub mod volume;
 pub use catalog::{MediaIndexRecord, ObjectRecord, ObjectState};
 pub use check::{check, CheckOptions, CheckReport};
 pub use codeword::{BlockError, BlockSource, Readiness, SymbolCheck, Want};
-pub use ingest::{ingest, IngestOptions};
+pub use ingest::{ingest, ingest_then_describe, IngestOptions};
 pub use layout::Layout;
 pub use layout::SymbolLocation;
 pub use params::VolumeParams;

@@ -112,10 +112,7 @@ pub fn spool(
             when: SpoolStage::Announced,
         });
     }
-    let mut file = tempfile::tempfile_in(tmp_dir).map_err(StoreError::io(format!(
-        "creating a spool file in {}",
-        tmp_dir.display()
-    )))?;
+    let mut file = spool_file(tmp_dir)?;
     let copied = copy_bounded(src, &mut file, bound.bytes.saturating_add(1), progress)?;
     if let Some(expected) = expected {
         if copied < expected {
@@ -140,6 +137,15 @@ pub fn spool(
     file.seek(SeekFrom::Start(0))
         .map_err(StoreError::io("rewinding the spool file"))?;
     Ok(file)
+}
+
+/// A new, empty spool file in `tmp_dir`: anonymous (`O_TMPFILE`), gone with its last
+/// descriptor.
+pub fn spool_file(tmp_dir: &Path) -> Result<File, StoreError> {
+    tempfile::tempfile_in(tmp_dir).map_err(StoreError::io(format!(
+        "creating a spool file in {}",
+        tmp_dir.display()
+    )))
 }
 
 /// Copies at most `limit` bytes of `src` to `dst` in large writes; the bytes copied.

@@ -158,22 +158,60 @@ fn precheck(sh: &Shared, up: &Upload) -> Result<(), StoreError> {
 }
 
 /// The blocking side: spool, probe, check the room, ingest.
-fn ingest_upload(
+fn ingest_upload(sh: &Shared, up: &Upload, src: ChunkReader) -> Result<ObjectRecord, StoreError> {
+    let mut vol = Volume::open(sh.objects.root())?;
+    match up.len {
+        Some(len) => ingest_while_spooling(&mut vol, up, src, len),
+        None => spool_then_ingest(sh, &mut vol, up, src),
+    }
+}
+
+/// A body of known length (its room checked already): ingested as it arrives, copied to
+/// a spool at the same time, which is probed once the last byte is in (before the commit).
+fn ingest_while_spooling(
+    vol: &mut Volume,
+    up: &Upload,
+    src: ChunkReader,
+    len: u64,
+) -> Result<ObjectRecord, StoreError> {
+    let mut tee = Tee {
+        src,
+        spool: spool::spool_file(&vol.tmp_dir())?,
+    };
+    let opts = IngestOptions {
+        name: up.name.clone(),
+        // Provisional: the probe at the end gives the real ones.
+        bitrate_bps: up.bitrate_bps.unwrap_or(1),
+        content_type: up.content_type.clone().unwrap_or_default(),
+        replace: up.existing == Existing::Replace,
+    };
+    let copy = tee
+        .spool
+        .try_clone()
+        .map_err(StoreError::io("sharing the spool"))?;
+    let (bitrate_bps, content_type) = (up.bitrate_bps, up.content_type.clone());
+    let mut describe = || spool::describe(&copy, len, bitrate_bps, content_type.clone()).map(Some);
+    isnode_store::ingest_then_describe(vol, &opts, &mut tee, len, &mut |_| {}, &mut describe)
+}
+
+/// A chunked body: spooled whole (bounded by the free space and the quota), probed,
+/// checked against the room, then ingested.
+fn spool_then_ingest(
     sh: &Shared,
+    vol: &mut Volume,
     up: &Upload,
     mut src: ChunkReader,
 ) -> Result<ObjectRecord, StoreError> {
-    let mut vol = Volume::open(sh.objects.root())?;
     let max = sh.args.max_volume_bytes;
-    let bound = SpoolBound::new(up.len, u64::MAX, spool::free_bytes(&vol)?)
-        .within_quota(spool::quota_left(&vol, max)?);
+    let bound = SpoolBound::new(up.len, u64::MAX, spool::free_bytes(vol)?)
+        .within_quota(spool::quota_left(vol, max)?);
     let file = spool::spool(&vol.tmp_dir(), &mut src, up.len, bound, &mut |_| {})?;
     let len = file
         .metadata()
         .map_err(StoreError::io("reading the size of the spool"))?
         .len();
     let described = spool::describe(&file, len, up.bitrate_bps, up.content_type.clone())?;
-    spool::check_room(&vol, len, SpoolNeed::None, max)?;
+    spool::check_room(vol, len, SpoolNeed::None, max)?;
     let opts = IngestOptions {
         name: up.name.clone(),
         bitrate_bps: described.bitrate_bps,
@@ -181,7 +219,21 @@ fn ingest_upload(
         replace: up.existing == Existing::Replace,
     };
     let mut reader = BufReader::with_capacity(INGEST_READ_BYTES, file);
-    isnode_store::ingest(&mut vol, &opts, &mut reader, len, &mut |_| {})
+    isnode_store::ingest(vol, &opts, &mut reader, len, &mut |_| {})
+}
+
+/// The body as the ingest reads it, copied to the spool on the way.
+struct Tee {
+    src: ChunkReader,
+    spool: std::fs::File,
+}
+
+impl Read for Tee {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.src.read(buf)?;
+        std::io::Write::write_all(&mut self.spool, &buf[..n])?;
+        Ok(n)
+    }
 }
 
 /// `201 Created` with the object's JSON and its `Location`.
