@@ -198,8 +198,8 @@ pub struct Described {
 
 /// Probes `len` bytes of `file` (container, bitrate); `bitrate_bps` and `content_type`,
 /// when given, override what probing finds.
-pub fn describe(
-    file: &File,
+pub fn describe<R: isnode_media::ReadAt + ?Sized>(
+    file: &R,
     len: u64,
     bitrate_bps: Option<u64>,
     content_type: Option<String>,
@@ -221,6 +221,113 @@ pub fn describe(
         bitrate_bps,
         content_type: content_type.unwrap_or_else(|| info.content_type.to_string()),
     })
+}
+
+/// What an upload of known length keeps of its bytes for the probe once they are all in:
+/// the first and last [`isnode_media::PROBE_WINDOW`] bytes, in memory, when they are all
+/// the probe of an MPEG-TS (or of an unknown container) reads; a spool of every byte
+/// when the start says MP4 (its `moov` may be anywhere).
+pub struct ProbeCopy {
+    len: u64,
+    tmp_dir: std::path::PathBuf,
+    pos: u64,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    tail_start: u64,
+    spool: Option<File>,
+    decided: bool,
+}
+
+impl ProbeCopy {
+    /// A copy of an input of `len` bytes; a spool, if needed, goes to `tmp_dir`.
+    pub fn new(tmp_dir: &Path, len: u64) -> ProbeCopy {
+        let window = isnode_media::PROBE_WINDOW as u64;
+        let tail_start = len.saturating_sub(window);
+        ProbeCopy {
+            len,
+            tmp_dir: tmp_dir.to_path_buf(),
+            pos: 0,
+            head: Vec::new(),
+            // Bounded: at most PROBE_WINDOW bytes.
+            tail: vec![0u8; usize::try_from(len - tail_start).unwrap_or(0)],
+            tail_start,
+            spool: None,
+            decided: false,
+        }
+    }
+
+    /// Takes the next bytes of the input (past `len`: ignored, the ingest refuses them).
+    pub fn write(&mut self, data: &[u8]) -> Result<(), StoreError> {
+        let start = self.pos;
+        let room = (self.len - start.min(self.len)) as usize;
+        let data = &data[..data.len().min(room)];
+        let window = isnode_media::PROBE_WINDOW as u64;
+        if start < window {
+            let take = usize::try_from(window - start).map_or(data.len(), |w| w.min(data.len()));
+            self.head.extend_from_slice(&data[..take]);
+        }
+        let end = start + data.len() as u64;
+        if end > self.tail_start {
+            let from = start.max(self.tail_start);
+            let src = &data[(from - start) as usize..];
+            let at = (from - self.tail_start) as usize;
+            if let Some(dst) = self.tail.get_mut(at..at + src.len()) {
+                dst.copy_from_slice(src);
+            }
+        }
+        self.pos = end;
+        if let Some(f) = &mut self.spool {
+            return f
+                .write_all(data)
+                .map_err(StoreError::io("writing the spool file"));
+        }
+        if !self.decided && (self.head.len() >= isnode_media::DETECT_LEN || end == self.len) {
+            self.decided = true;
+            let sniff = &self.head[..self.head.len().min(isnode_media::DETECT_LEN)];
+            if isnode_media::detect(sniff) == isnode_media::Container::Mp4 {
+                let mut f = spool_file(&self.tmp_dir)?;
+                // The head holds every byte so far but those of `data` past it.
+                let past = self.head.len() as u64 - start;
+                f.write_all(&self.head)
+                    .and_then(|()| f.write_all(data.get(past as usize..).unwrap_or(&[])))
+                    .map_err(StoreError::io("writing the spool file"))?;
+                self.spool = Some(f);
+            }
+        }
+        Ok(())
+    }
+
+    /// Probes what was kept ([`describe`]).
+    pub fn describe(
+        &self,
+        bitrate_bps: Option<u64>,
+        content_type: Option<String>,
+    ) -> Result<Described, StoreError> {
+        match &self.spool {
+            Some(f) => describe(f, self.len, bitrate_bps, content_type),
+            None => describe(self, self.len, bitrate_bps, content_type),
+        }
+    }
+}
+
+impl isnode_media::ReadAt for ProbeCopy {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        let (from, at) = if offset < self.head.len() as u64 {
+            (&self.head, offset as usize)
+        } else if offset >= self.tail_start && offset < self.len {
+            (&self.tail, (offset - self.tail_start) as usize)
+        } else if offset >= self.len {
+            return Ok(0);
+        } else {
+            return Err(std::io::Error::other(
+                "the probe read bytes the upload did not keep",
+            ));
+        };
+        let src = from.get(at..).unwrap_or(&[]);
+        let n = src.len().min(buf.len());
+        buf[..n].copy_from_slice(&src[..n]);
+        Ok(n)
+    }
 }
 
 /// What limits the room for a new object.
@@ -384,5 +491,29 @@ mod tests {
             })
         ));
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// A probe of the kept head and tail finds what a probe of the whole file finds.
+    #[test]
+    fn a_probe_copy_probes_like_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ts = Vec::new();
+        let cfg = isnode_media::TsGenConfig {
+            bitrate_bps: 8_000_000,
+            duration_s: 10.0,
+            seed: 3,
+        };
+        isnode_media::generate_ts(&cfg, &mut ts).unwrap();
+        let len = ts.len() as u64;
+        for piece in [1000usize, 4096, 333_333, 5 << 20] {
+            let mut copy = ProbeCopy::new(dir.path(), len);
+            for p in ts.chunks(piece) {
+                copy.write(p).unwrap();
+            }
+            assert!(copy.spool.is_none(), "an MPEG-TS is not spooled");
+            let d = copy.describe(None, None).unwrap();
+            assert_eq!(d, describe(&ts, len, None, None).unwrap());
+            assert_eq!(d.bitrate_bps, 8_000_000);
+        }
     }
 }

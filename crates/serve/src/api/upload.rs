@@ -166,18 +166,17 @@ fn ingest_upload(sh: &Shared, up: &Upload, src: ChunkReader) -> Result<ObjectRec
     }
 }
 
-/// A body of known length (its room checked already): ingested as it arrives, copied to
-/// a spool at the same time, which is probed once the last byte is in (before the commit).
+/// A body of known length (its room checked already): ingested as it arrives; what the
+/// probe needs is kept on the way ([`spool::ProbeCopy`]) and probed once the last byte is
+/// in, before the commit.
 fn ingest_while_spooling(
     vol: &mut Volume,
     up: &Upload,
     src: ChunkReader,
     len: u64,
 ) -> Result<ObjectRecord, StoreError> {
-    let mut tee = Tee {
-        src,
-        spool: spool::spool_file(&vol.tmp_dir())?,
-    };
+    let copy = std::cell::RefCell::new(spool::ProbeCopy::new(&vol.tmp_dir(), len));
+    let mut tee = Tee { src, copy: &copy };
     let opts = IngestOptions {
         name: up.name.clone(),
         // Provisional: the probe at the end gives the real ones.
@@ -185,12 +184,11 @@ fn ingest_while_spooling(
         content_type: up.content_type.clone().unwrap_or_default(),
         replace: up.existing == Existing::Replace,
     };
-    let copy = tee
-        .spool
-        .try_clone()
-        .map_err(StoreError::io("sharing the spool"))?;
-    let (bitrate_bps, content_type) = (up.bitrate_bps, up.content_type.clone());
-    let mut describe = || spool::describe(&copy, len, bitrate_bps, content_type.clone()).map(Some);
+    let mut describe = || {
+        copy.borrow()
+            .describe(up.bitrate_bps, up.content_type.clone())
+            .map(Some)
+    };
     isnode_store::ingest_then_describe(vol, &opts, &mut tee, len, &mut |_| {}, &mut describe)
 }
 
@@ -222,16 +220,23 @@ fn spool_then_ingest(
     isnode_store::ingest(vol, &opts, &mut reader, len, &mut |_| {})
 }
 
-/// The body as the ingest reads it, copied to the spool on the way.
-struct Tee {
+/// The body as the ingest reads it, given to the probe's copy on the way.
+struct Tee<'a> {
     src: ChunkReader,
-    spool: std::fs::File,
+    copy: &'a std::cell::RefCell<spool::ProbeCopy>,
 }
 
-impl Read for Tee {
+impl Read for Tee<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.src.read(buf)?;
-        std::io::Write::write_all(&mut self.spool, &buf[..n])?;
+        self.copy
+            .borrow_mut()
+            .write(&buf[..n])
+            // An OS error stays one (a full disk is a 507).
+            .map_err(|e| match e {
+                StoreError::Io { source, .. } => source,
+                e => std::io::Error::other(e),
+            })?;
         Ok(n)
     }
 }
