@@ -24,7 +24,7 @@ use isnode_store::{IngestOptions, ObjectRecord, StoreError, Volume};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use super::{blocking, error, Sh};
+use super::{blocking, error, ApiError, Sh};
 use crate::Shared;
 
 /// Body chunks queued for the ingest thread (a few MiB at most: hyper's chunks are small).
@@ -70,7 +70,7 @@ pub(super) async fn put_object(
 ) -> Response {
     let up = match parse(name, q, &headers) {
         Ok(up) => up,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
     let pre = up.clone();
     match blocking(&sh, move |sh| precheck(sh, &pre)).await {
@@ -107,10 +107,11 @@ pub(super) async fn put_object(
 }
 
 /// The upload asked for by the path, query and headers, or the `4xx` answer.
-fn parse(name: String, q: PutQuery, headers: &HeaderMap) -> Result<Upload, Response> {
-    isnode_store::validate::validate_name(&name).map_err(|e| error(StatusCode::BAD_REQUEST, e))?;
+fn parse(name: String, q: PutQuery, headers: &HeaderMap) -> Result<Upload, ApiError> {
+    isnode_store::validate::validate_name(&name)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     if q.bitrate_bps == Some(0) {
-        return Err(error(
+        return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "bitrate_bps must be at least 1",
         ));
@@ -119,7 +120,7 @@ fn parse(name: String, q: PutQuery, headers: &HeaderMap) -> Result<Upload, Respo
         None => Existing::Replace,
         Some(b"*") => Existing::Refuse,
         Some(_) => {
-            return Err(error(
+            return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "If-None-Match: only `*` is understood (refuse to replace an existing object)",
             ))
@@ -131,7 +132,7 @@ fn parse(name: String, q: PutQuery, headers: &HeaderMap) -> Result<Upload, Respo
             v.to_str()
                 .ok()
                 .and_then(|s| s.parse::<u64>().ok())
-                .ok_or_else(|| error(StatusCode::BAD_REQUEST, "bad Content-Length"))?,
+                .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "bad Content-Length"))?,
         ),
     };
     Ok(Upload {
