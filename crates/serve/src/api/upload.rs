@@ -8,6 +8,8 @@
 //! only once the ingest commits; a body that ends early, is cut or stalls leaves nothing
 //! (the spool has no name, and the ingest removes its rows and files on error, or the
 //! next open does after a crash).
+//!
+//! No fuzz target covers this route yet (the fuzz targets are kept apart, in `fuzz/`).
 
 use std::io::{BufReader, Read};
 use std::pin::Pin;
@@ -263,7 +265,12 @@ async fn created(sh: &Arc<Shared>, rec: ObjectRecord) -> Response {
 fn upload_error(e: StoreError) -> Response {
     let status = match &e {
         e if e.is_no_room() => StatusCode::INSUFFICIENT_STORAGE,
-        StoreError::NameExists(_) => StatusCode::PRECONDITION_FAILED,
+        StoreError::NameExists(name) => {
+            return error(
+                StatusCode::PRECONDITION_FAILED,
+                format!("an object named {name:?} exists (If-None-Match: *)"),
+            )
+        }
         StoreError::BadName { .. } | StoreError::BadParams(_) | StoreError::Truncated { .. } => {
             StatusCode::BAD_REQUEST
         }
