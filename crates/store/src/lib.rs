@@ -101,9 +101,15 @@ pub enum StoreError {
         /// What limits them.
         limit: spool::RoomLimit,
     },
-    /// Probing the input failed (container or bitrate unknown).
-    #[error("{0}")]
-    Media(String),
+    /// Probing the input failed (container or bitrate unknown, or unreadable).
+    #[error("{context}")]
+    Media {
+        /// What was being done.
+        context: String,
+        /// Why it failed.
+        #[source]
+        source: isnode_media::MediaError,
+    },
     /// A codeword lost more symbols than the code can rebuild.
     #[error(
         "object {name:?} codeword {sbn}: only {have} of the {need} symbols needed are readable"

@@ -204,8 +204,10 @@ pub fn describe<R: isnode_media::ReadAt + ?Sized>(
     bitrate_bps: Option<u64>,
     content_type: Option<String>,
 ) -> Result<Described, StoreError> {
-    let info = isnode_media::probe(file, len)
-        .map_err(|e| StoreError::Media(format!("examining the input: {e}")))?;
+    let info = isnode_media::probe(file, len).map_err(|source| StoreError::Media {
+        context: "examining the input".into(),
+        source,
+    })?;
     let bitrate_bps = match bitrate_bps {
         Some(0) => {
             return Err(StoreError::BadParams(
@@ -213,9 +215,10 @@ pub fn describe<R: isnode_media::ReadAt + ?Sized>(
             ))
         }
         Some(b) => b,
-        None => info
-            .require_bitrate()
-            .map_err(|e| StoreError::Media(format!("cannot tell the bitrate: {e}")))?,
+        None => info.require_bitrate().map_err(|source| StoreError::Media {
+            context: "cannot tell the bitrate".into(),
+            source,
+        })?,
     };
     Ok(Described {
         bitrate_bps,

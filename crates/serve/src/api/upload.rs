@@ -274,10 +274,10 @@ fn upload_error(e: StoreError) -> Response {
         StoreError::BadName { .. } | StoreError::BadParams(_) | StoreError::Truncated { .. } => {
             StatusCode::BAD_REQUEST
         }
-        StoreError::Media(_) => {
+        StoreError::Media { .. } => {
             return error(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                format!("{e} (give it: ?bitrate_bps=)"),
+                format!("{} (give it: ?bitrate_bps=)", chain(&e)),
             )
         }
         StoreError::SpoolFull { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -286,7 +286,21 @@ fn upload_error(e: StoreError) -> Response {
         }
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    error(status, e)
+    error(status, chain(&e))
+}
+
+/// An error and its sources, `: `-joined (an I/O error's reason is its source).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !s.contains(&text) {
+            s = format!("{s}: {text}");
+        }
+        next = cause.source();
+    }
+    s
 }
 
 /// The progress an upload body must make.
