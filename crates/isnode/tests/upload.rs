@@ -955,3 +955,29 @@ fn uploaded_media_is_described_like_a_local_ingest() {
         }
     }
 }
+
+/// `DELETE` of an object a broadcast sends: `409`; with `?force=true` the broadcast
+/// stops and the object goes.
+#[test]
+fn delete_refuses_an_object_broadcast_unless_forced() {
+    let ns = serve_support::netns::Netns::with_loopback_multicast();
+    ns.run(|| {
+        let vol = small_vol();
+        vol.add_ts("clip.ts", 2_000_000, 10.0, 7);
+        let server = Server::start(&vol, &[]);
+        let body = r#"{"object": "clip.ts", "scheme": "fast", "max_wait_s": 3.0}"#;
+        let r = server.req("POST", "/v1/broadcasts", Some(body));
+        assert_eq!(r.status, 201, "{}", r.body);
+        let id = r.json()["id"].as_str().unwrap().to_string();
+        let r = delete(server.addr, "/v1/objects/clip.ts");
+        assert_eq!(r.status, 409, "{}", r.text());
+        assert!(r.text().contains("1 broadcast"), "{}", r.text());
+        let r = delete(server.addr, "/v1/objects/clip.ts?force=true");
+        assert_eq!(r.status, 204, "{}", r.text());
+        let b = server.req("GET", &format!("/v1/broadcasts/{id}"), None);
+        assert_eq!(b.status, 404, "the broadcast still runs: {}", b.body);
+        assert_eq!(get(server.addr, "/v1/objects/clip.ts").status, 404);
+        drop(server);
+        assert_only(&vol, &[]);
+    });
+}
