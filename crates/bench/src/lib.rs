@@ -18,4 +18,5 @@ pub mod plot;
 pub mod serve;
 pub mod startup;
 mod udp;
+pub mod upload;
 pub mod verify;

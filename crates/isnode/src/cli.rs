@@ -56,6 +56,9 @@ pub(crate) enum Command {
     Ls(LsArgs),
     /// Write an object's original bytes to stdout, rebuilding lost parts.
     Cat(CatArgs),
+    /// Delete an object (its catalog rows, digests and segment files), locally or on a
+    /// server (`--server`).
+    Rm(RmArgs),
     /// Write a constant-bitrate MPEG-TS test stream.
     GenTs(GenTsArgs),
     /// Serve stored objects: HTTP control API and paced UDP streams of prefabricated packets.
@@ -171,6 +174,38 @@ pub(crate) struct IngestArgs {
     /// is also refused past half the free space of the volume's file system.
     #[arg(long, default_value_t = DEFAULT_MAX_SPOOL_BYTES)]
     pub max_spool_bytes: u64,
+    /// Upload to a server instead of the local volume.
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+}
+
+/// Where a command sends its request when it works on a server's volume.
+#[derive(Args, Debug, Clone, Default)]
+pub(crate) struct RemoteArgs {
+    /// Work on this server's volume over HTTP (`PUT` / `DELETE /v1/objects/NAME`), e.g.
+    /// `http://127.0.0.1:7878`, instead of the local `--volume`.
+    #[arg(long)]
+    pub server: Option<String>,
+    /// Operator token, sent as `Authorization: Bearer TOKEN` (with `--server`).
+    #[arg(long, requires = "server")]
+    pub token: Option<String>,
+    /// Trust only this CA certificate (PEM) for an `https://` server (`isnode cert`).
+    #[arg(long, requires = "server")]
+    pub ca_cert: Option<PathBuf>,
+}
+
+/// `rm`.
+#[derive(Args, Debug)]
+pub(crate) struct RmArgs {
+    /// Object name.
+    pub name: String,
+    /// With `--server`: end the sessions and broadcasts of the object first (without it,
+    /// a server refuses to delete an object in use).
+    #[arg(long, requires = "server")]
+    pub force: bool,
+    /// Delete on a server instead of the local volume.
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 /// `ls`.
@@ -220,6 +255,26 @@ pub(crate) enum BenchCommand {
     /// What packet authentication costs the client: digest vs CRC32C per packet, and
     /// `isnode play` CPU per title GB with and without `--verify-digests`, in one run.
     Verify(VerifyBenchArgs),
+    /// An upload over HTTP (`ingest --server`, loopback) against a local `ingest` of the
+    /// same file, side by side: throughput of each and their ratio.
+    Upload(UploadBenchArgs),
+}
+
+/// `bench upload`.
+#[derive(Args, Debug)]
+pub(crate) struct UploadBenchArgs {
+    /// Bitrate of the title.
+    #[arg(long, default_value_t = 40_000_000)]
+    pub bitrate: u64,
+    /// Playing time of the title, seconds (its size: bitrate × seconds / 8).
+    #[arg(long, default_value_t = 40)]
+    pub seconds: u64,
+    /// Rounds per side (alternating).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// `bench verify`.

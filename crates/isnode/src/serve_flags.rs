@@ -122,6 +122,15 @@ pub(crate) struct ServeFlags {
     /// The share of the bitrate budget broadcasts may take together, percent (default 50).
     #[arg(long)]
     pub broadcast_budget_percent: Option<u32>,
+    /// Uploads: most bytes the stored objects may take in all (default: the free space).
+    #[arg(long)]
+    pub max_volume_bytes: Option<u64>,
+    /// Uploads: a body silent this long is cut (milliseconds; default 30000).
+    #[arg(long)]
+    pub upload_stall_timeout_ms: Option<u64>,
+    /// Uploads: the slowest accepted body rate, bits per second (default 64000; 0: any).
+    #[arg(long)]
+    pub upload_min_rate_bps: Option<u64>,
 }
 
 /// Sets each `config.$field` whose flag was given.
@@ -168,8 +177,8 @@ impl ServeFlags {
             broadcast_max_groups, multicast_ttl, broadcast_mode, broadcast_scheme,
             broadcast_max_wait_s, api_header_timeout_ms, api_idle_timeout_ms,
             shutdown_grace_s, broadcast_default_duration_s, broadcast_max_duration_s,
-            broadcast_budget_percent);
-        overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if,
+            broadcast_budget_percent, upload_stall_timeout_ms, upload_min_rate_bps);
+        overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if, max_volume_bytes,
             api_max_connections, tls_cert, tls_key);
         if flags.plain_http {
             config.plain_http = true;
@@ -252,6 +261,7 @@ mod tests {
             api_max_connections: Some(1),
             tls_cert: Some("c".into()),
             tls_key: Some("k".into()),
+            max_volume_bytes: Some(1),
             ..ServeConfig::default()
         };
         let table: toml::Table = toml::from_str(&every.to_toml()).unwrap();

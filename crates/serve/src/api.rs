@@ -17,9 +17,11 @@ mod hybrid;
 mod media;
 mod owner;
 mod pool_read;
+mod remove;
 mod status;
 #[cfg(test)]
 mod tests;
+mod upload;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -27,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Path, State};
+use axum::handler::Handler;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -90,7 +93,13 @@ pub(crate) fn serve(
 fn router(sh: Arc<Shared>) -> Router {
     Router::new()
         .route("/v1/objects", get(list_objects))
-        .route("/v1/objects/{name}", get(get_object))
+        .route(
+            "/v1/objects/{name}",
+            get(get_object)
+                // An upload has no body limit: its own progress timeout instead.
+                .put(upload::put_object.layer(axum::extract::DefaultBodyLimit::disable()))
+                .delete(remove::delete_object),
+        )
         .route("/v1/objects/{name}/content", get(content::content))
         .route("/o/{name}", get(content::content))
         .route(

@@ -236,6 +236,16 @@ pub struct ServeConfig {
     /// The share of the bitrate budget the broadcasts may take together, percent: the rest
     /// stays for unicast sessions.
     pub broadcast_budget_percent: u32,
+    /// Uploads (`PUT /v1/objects/{name}`): most bytes the stored objects' segment files may
+    /// take in all (none: only the free space limits); an upload past it is refused (`507`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_volume_bytes: Option<u64>,
+    /// Uploads: a body that brings no byte for this many milliseconds is cut; so is one
+    /// that brings fewer than `upload_min_rate_bps` over such a window.
+    pub upload_stall_timeout_ms: u64,
+    /// Uploads: the slowest accepted body rate, bits per second, averaged over windows of
+    /// `upload_stall_timeout_ms` (0: only stalls are cut).
+    pub upload_min_rate_bps: u64,
 }
 
 impl Default for ServeConfig {
@@ -276,6 +286,9 @@ impl Default for ServeConfig {
             broadcast_default_duration_s: DEFAULT_BROADCAST_DURATION_S,
             broadcast_max_duration_s: DEFAULT_BROADCAST_MAX_DURATION_S,
             broadcast_budget_percent: DEFAULT_BROADCAST_BUDGET_PERCENT,
+            max_volume_bytes: None,
+            upload_stall_timeout_ms: DEFAULT_UPLOAD_STALL_TIMEOUT_MS,
+            upload_min_rate_bps: DEFAULT_UPLOAD_MIN_RATE_BPS,
         }
     }
 }
@@ -302,6 +315,10 @@ pub(crate) const DEFAULT_BROADCAST_DURATION_S: f64 = 3600.0;
 pub(crate) const DEFAULT_BROADCAST_MAX_DURATION_S: f64 = 86_400.0;
 /// Default `broadcast_budget_percent`.
 pub(crate) const DEFAULT_BROADCAST_BUDGET_PERCENT: u32 = 50;
+/// Default `upload_stall_timeout_ms`.
+pub(crate) const DEFAULT_UPLOAD_STALL_TIMEOUT_MS: u64 = 30_000;
+/// Default `upload_min_rate_bps` (64 kbit/s).
+pub(crate) const DEFAULT_UPLOAD_MIN_RATE_BPS: u64 = 64_000;
 /// Default `broadcast_scheme`.
 pub const DEFAULT_BROADCAST_SCHEME: &str = "cautious-harmonic";
 /// Default `broadcast_max_wait_s`.
@@ -461,6 +478,12 @@ impl ServeConfig {
                 return bad("plain_http", "cannot be set with tls_cert")
             }
             _ => {}
+        }
+        if self.upload_stall_timeout_ms == 0 {
+            return bad("upload_stall_timeout_ms", "must be above 0");
+        }
+        if self.max_volume_bytes == Some(0) {
+            return bad("max_volume_bytes", "must be above 0");
         }
         if self.shutdown_grace_s > MAX_SHUTDOWN_GRACE_S {
             return bad("shutdown_grace_s", "must be at most 3600");

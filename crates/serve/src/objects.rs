@@ -219,6 +219,7 @@ pub struct SessionFdt {
 /// (SQLite) and may block: call them off the async runtime.
 pub struct Objects {
     vol: Mutex<Volume>,
+    root: PathBuf,
     prepared: Mutex<HashMap<u32, Arc<ObjectInfo>>>,
     params: VolumeParams,
     tsi: u32,
@@ -237,6 +238,7 @@ impl Objects {
         Objects {
             params: *vol.params(),
             tsi: vol.tsi(),
+            root: vol.root().to_path_buf(),
             vol: Mutex::new(vol),
             prepared: Mutex::new(HashMap::new()),
             clock,
@@ -268,8 +270,28 @@ impl Objects {
         self.prepared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The volume's directory (an upload opens the volume there for itself).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Deletes the complete object `name` from the volume (rows, digests, segment files)
+    /// and forgets it; its TOI. Blocks on the catalog.
+    pub fn delete(&self, name: &str) -> Result<u32, StoreError> {
+        self.lookups_active.fetch_add(1, Ordering::Relaxed);
+        let r = self
+            .vol
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .delete(name);
+        self.lookups_active.fetch_sub(1, Ordering::Relaxed);
+        let toi = r?;
+        self.lock_prepared().retain(|t, _| *t != toi);
+        Ok(toi)
+    }
+
     /// Runs `f` on the volume, counted in [`Objects::lookups_active`].
-    fn with_volume<T>(&self, f: impl FnOnce(&Volume) -> T) -> T {
+    pub(crate) fn with_volume<T>(&self, f: impl FnOnce(&Volume) -> T) -> T {
         self.lookups_active.fetch_add(1, Ordering::Relaxed);
         let vol = self.vol.lock().unwrap_or_else(|e| e.into_inner());
         let r = f(&vol);

@@ -409,6 +409,51 @@ impl Catalog {
         Ok(())
     }
 
+    /// Sets the bitrate, playing time and content type of object `toi` while it is
+    /// still `writing` (an upload's, known once its last byte is read).
+    pub fn set_description(
+        &mut self,
+        toi: u32,
+        bitrate_bps: u64,
+        duration_s: f64,
+        content_type: &str,
+    ) -> Result<(), StoreError> {
+        let n = self
+            .conn
+            .execute(
+                "UPDATE objects SET bitrate_bps = ?2, duration_s = ?3, content_type = ?4
+                 WHERE toi = ?1 AND state = 'writing'",
+                params![toi, bitrate_bps as i64, duration_s, content_type],
+            )
+            .map_err(db("describing an object"))?;
+        if n != 1 {
+            return Err(StoreError::Corrupt(format!(
+                "object {toi} is no longer being written"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Deletes the complete object called `name` (its row; its blocks, media index and
+    /// digests follow by cascade) in one transaction; its TOI, `None` if there is none.
+    pub fn delete_complete(&mut self, name: &str) -> Result<Option<u32>, StoreError> {
+        let tx = self.write_transaction("deleting an object")?;
+        let toi: Option<u32> = tx
+            .query_row(
+                "SELECT toi FROM objects WHERE name = ?1 AND state = 'complete'",
+                [name],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db("deleting an object"))?;
+        if let Some(toi) = toi {
+            tx.execute("DELETE FROM objects WHERE toi = ?1", [toi])
+                .map_err(db("deleting an object"))?;
+        }
+        tx.commit().map_err(db("deleting an object"))?;
+        Ok(toi)
+    }
+
     /// Deletes, in one transaction, those of `tois` that are still `writing`
     /// (an ingest may have committed one since the caller looked); returns the
     /// TOIs actually deleted.

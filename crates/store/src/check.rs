@@ -9,10 +9,10 @@ use serde::Serialize;
 use crate::catalog::{BlockRecord, ObjectRecord};
 use crate::codeword::{verify_block, verify_packet, Want};
 use crate::io::{AlignedBuf, BlockFile};
+use crate::lock::{FileLock, LockWait};
 use crate::read::ObjectReader;
 use crate::rows::CatalogEntry;
 use crate::segment::SegmentWriter;
-use crate::volume::{FileLock, LockWait};
 use crate::{Layout, StoreError, Volume};
 
 /// How to check.

@@ -16,8 +16,10 @@ use isnode_wire::digest::DIGEST_LEN;
 use isnode_wire::DataPacketId;
 
 use crate::catalog::{BlockRecord, MediaIndexRecord, ObjectRecord, ObjectState, OnNameTaken};
+use crate::lock::{FileLock, LockWait};
 use crate::segment::SegmentWriter;
-use crate::volume::{FileLock, LockWait};
+use crate::spool::Described;
+pub use crate::validate::validate_name;
 use crate::{crash, Layout, StoreError, Volume};
 
 /// What to ingest under which name.
@@ -33,35 +35,6 @@ pub struct IngestOptions {
     pub replace: bool,
 }
 
-/// Checks an object name: non-empty, at most 255 bytes, no `/`, no `..`, no control characters.
-pub fn validate_name(name: &str) -> Result<(), StoreError> {
-    let bad = |why| {
-        Err(StoreError::BadName {
-            name: name.to_string(),
-            why,
-        })
-    };
-    if name.is_empty() {
-        return bad("the name is empty");
-    }
-    if name.len() > 255 {
-        return bad("the name is longer than 255 bytes");
-    }
-    if name.contains('/') {
-        return bad("the name contains '/'");
-    }
-    if name.contains("..") {
-        return bad("the name contains '..'");
-    }
-    if name.chars().any(char::is_control) {
-        return bad("the name contains control characters");
-    }
-    if name.trim() != name {
-        return bad("the name starts or ends with white space");
-    }
-    Ok(())
-}
-
 /// Ingests exactly `len` bytes from `src` as a new object.
 ///
 /// `progress` is called with the number of bytes consumed so far. On any
@@ -73,14 +46,23 @@ pub fn ingest(
     len: u64,
     progress: &mut dyn FnMut(u64),
 ) -> Result<ObjectRecord, StoreError> {
+    ingest_then_describe(vol, opts, src, len, progress, &mut || Ok(None))
+}
+
+/// [`ingest`], with the bitrate and content type decided once the last byte is read:
+/// `describe` (e.g. a probe of a spool the input was copied to meanwhile) gives them,
+/// replacing those of `opts`, before the object commits. `None`: keep those of `opts`.
+pub fn ingest_then_describe(
+    vol: &mut Volume,
+    opts: &IngestOptions,
+    src: &mut dyn Read,
+    len: u64,
+    progress: &mut dyn FnMut(u64),
+    describe: &mut dyn FnMut() -> Result<Option<Described>, StoreError>,
+) -> Result<ObjectRecord, StoreError> {
     validate_name(&opts.name)?;
-    crate::rows::check_bitrate(opts.bitrate_bps).map_err(StoreError::BadParams)?;
-    if opts.content_type.len() > crate::rows::MAX_CONTENT_TYPE_LEN {
-        return Err(StoreError::BadParams(format!(
-            "the content type is longer than {} bytes",
-            crate::rows::MAX_CONTENT_TYPE_LEN
-        )));
-    }
+    crate::validate::check_bitrate(opts.bitrate_bps).map_err(StoreError::BadParams)?;
+    crate::validate::check_content_type(&opts.content_type).map_err(StoreError::BadParams)?;
     let params = *vol.params();
     let layout = Layout::new(params, len)?;
     let existing = vol.catalog().complete_toi(&opts.name)?;
@@ -122,7 +104,12 @@ pub fn ingest(
         true => OnNameTaken::Replace,
         false => OnNameTaken::Fail,
     };
-    match write_object(vol, &layout, &mut rec, taken, src, progress) {
+    let io = ObjectInput {
+        src,
+        progress,
+        describe,
+    };
+    match write_object(vol, &layout, &mut rec, taken, io) {
         Ok(old) => {
             if let Some(old_toi) = old {
                 vol.remove_object_files(old_toi);
@@ -141,15 +128,27 @@ pub fn ingest(
     }
 }
 
+/// Where an object's bytes come from, who hears of the progress, and what tells its
+/// bitrate and type at the end.
+struct ObjectInput<'a> {
+    src: &'a mut dyn Read,
+    progress: &'a mut dyn FnMut(u64),
+    describe: &'a mut dyn FnMut() -> Result<Option<Described>, StoreError>,
+}
+
 /// Writes, publishes and commits; returns the TOI of a replaced object.
 fn write_object(
     vol: &mut Volume,
     layout: &Layout,
     rec: &mut ObjectRecord,
     taken: OnNameTaken,
-    src: &mut dyn Read,
-    progress: &mut dyn FnMut(u64),
+    io: ObjectInput<'_>,
 ) -> Result<Option<u32>, StoreError> {
+    let ObjectInput {
+        src,
+        progress,
+        describe,
+    } = io;
     let p = *layout.params();
     let e = p.symbol_len as usize;
     let m = p.repair_symbols as usize;
@@ -214,6 +213,9 @@ fn write_object(
         )));
     }
     digests.flush(vol, rec.toi)?;
+    if let Some(d) = describe()? {
+        set_description(vol, rec, d)?;
+    }
     let mut blocks: Vec<BlockRecord> = Vec::new();
     for w in writers {
         blocks.extend(w.finish()?);
@@ -240,6 +242,22 @@ fn write_object(
         .commit_object(rec.toi, crc, &blocks, taken)?;
     crash::point("after-commit");
     Ok(old)
+}
+
+/// Gives the `writing` row of `rec` the bitrate and type found at the end.
+fn set_description(
+    vol: &mut Volume,
+    rec: &mut ObjectRecord,
+    d: Described,
+) -> Result<(), StoreError> {
+    crate::validate::check_bitrate(d.bitrate_bps).map_err(StoreError::BadParams)?;
+    crate::validate::check_content_type(&d.content_type).map_err(StoreError::BadParams)?;
+    rec.bitrate_bps = d.bitrate_bps;
+    rec.duration_s = rec.size_bytes as f64 * 8.0 / d.bitrate_bps as f64;
+    rec.content_type = d.content_type;
+    crate::rows::check_record(rec, vol.params()).map_err(StoreError::BadParams)?;
+    vol.catalog_mut()
+        .set_description(rec.toi, rec.bitrate_bps, rec.duration_s, &rec.content_type)
 }
 
 /// Packet digests of the codewords written, recorded in the catalog a batch at a time

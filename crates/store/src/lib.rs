@@ -17,16 +17,21 @@ mod crash;
 pub mod ingest;
 pub mod io;
 pub mod layout;
+pub(crate) mod lock;
 pub mod params;
 pub mod read;
+#[cfg(test)]
+mod recovery_tests;
 pub mod rows;
 mod segment;
+pub mod spool;
+pub mod validate;
 pub mod volume;
 
 pub use catalog::{MediaIndexRecord, ObjectRecord, ObjectState};
 pub use check::{check, CheckOptions, CheckReport};
 pub use codeword::{BlockError, BlockSource, Readiness, SymbolCheck, Want};
-pub use ingest::{ingest, IngestOptions};
+pub use ingest::{ingest, ingest_then_describe, IngestOptions};
 pub use layout::Layout;
 pub use layout::SymbolLocation;
 pub use params::VolumeParams;
@@ -76,6 +81,35 @@ pub enum StoreError {
         /// Bytes expected.
         expected: u64,
     },
+    /// A spool would pass its bound (nothing was stored).
+    #[error("{}", spool_full_message(*bytes, bound, *when))]
+    SpoolFull {
+        /// Bytes announced or brought.
+        bytes: u64,
+        /// The bound and what sets it.
+        bound: spool::SpoolBound,
+        /// Whether this was known before reading.
+        when: spool::SpoolStage,
+    },
+    /// The object would not fit the volume (nothing was stored).
+    #[error("the object needs {needed_bytes} bytes, more than {limit} ({available_bytes} bytes); nothing was stored")]
+    NoRoom {
+        /// Bytes the object (and its spool) would take.
+        needed_bytes: u64,
+        /// Bytes there are.
+        available_bytes: u64,
+        /// What limits them.
+        limit: spool::RoomLimit,
+    },
+    /// Probing the input failed (container or bitrate unknown, or unreadable).
+    #[error("{context}")]
+    Media {
+        /// What was being done.
+        context: String,
+        /// Why it failed.
+        #[source]
+        source: isnode_media::MediaError,
+    },
     /// A codeword lost more symbols than the code can rebuild.
     #[error(
         "object {name:?} codeword {sbn}: only {have} of the {need} symbols needed are readable"
@@ -119,7 +153,39 @@ pub enum StoreError {
     Wire(#[from] isnode_wire::WireError),
 }
 
+fn spool_full_message(bytes: u64, bound: &spool::SpoolBound, when: spool::SpoolStage) -> String {
+    match when {
+        spool::SpoolStage::Announced => format!(
+            "the announced size {bytes} is more than the spool may hold ({}): {}",
+            bound.bytes,
+            bound.reason.explain()
+        ),
+        spool::SpoolStage::Midway => format!(
+            "the input brought more than {} bytes: {} (nothing was stored)",
+            bound.bytes,
+            bound.reason.explain()
+        ),
+    }
+}
+
 impl StoreError {
+    /// Whether the error means the volume has no room for the object: its free space or
+    /// quota (checked before, or a spool bound), or a file system full while writing.
+    pub fn is_no_room(&self) -> bool {
+        match self {
+            StoreError::NoRoom { .. } => true,
+            StoreError::SpoolFull { bound, .. } => matches!(
+                bound.reason,
+                spool::SpoolLimit::FreeSpace | spool::SpoolLimit::Quota
+            ),
+            StoreError::Io { source, .. } => matches!(
+                source.raw_os_error(),
+                Some(libc::ENOSPC) | Some(libc::EDQUOT)
+            ),
+            _ => false,
+        }
+    }
+
     /// Wraps an I/O error with what was being done.
     pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> StoreError {
         let context = context.into();

@@ -7,13 +7,9 @@ use rusqlite::types::Value;
 use serde::Serialize;
 
 use crate::catalog::{BlockRecord, ObjectRecord, ObjectState};
+pub use crate::validate::{check_bitrate, MAX_BITRATE_BPS, MAX_CONTENT_TYPE_LEN};
 use crate::{Layout, VolumeParams};
 
-/// Largest bitrate an object may have, bits per second (100 Gbit/s): more is not a
-/// media rate, and a value past `i64::MAX` would be stored negative.
-pub const MAX_BITRATE_BPS: u64 = 100_000_000_000;
-/// Longest content type stored, bytes.
-pub const MAX_CONTENT_TYPE_LEN: usize = 255;
 /// Largest accepted difference between a row's `duration_s` and `size * 8 / bitrate`,
 /// relative to the latter (the two are computed once at ingest, with f64).
 const DURATION_TOLERANCE: f64 = 1e-9;
@@ -177,7 +173,7 @@ fn convert(row: &RawObjectRow, volume: &VolumeParams) -> Result<ObjectRecord, St
         .filter(|t| *t != 0)
         .ok_or_else(|| format!("toi = {} is not in 1..=2^32-1 (TOI 0 is the FDT)", row.toi))?;
     let name = text(column(row, "name"), "name")?;
-    crate::ingest::validate_name(&name).map_err(|e| e.to_string())?;
+    crate::validate::validate_name(&name).map_err(|e| e.to_string())?;
     let rec = ObjectRecord {
         toi,
         name,
@@ -208,12 +204,7 @@ fn convert(row: &RawObjectRow, volume: &VolumeParams) -> Result<ObjectRecord, St
 /// The invariants between the fields of a record (types and ranges already hold).
 pub fn check_record(rec: &ObjectRecord, volume: &VolumeParams) -> Result<(), String> {
     check_bitrate(rec.bitrate_bps)?;
-    if rec.content_type.len() > MAX_CONTENT_TYPE_LEN {
-        return Err(format!(
-            "content_type is {} bytes, more than {MAX_CONTENT_TYPE_LEN}",
-            rec.content_type.len()
-        ));
-    }
+    crate::validate::check_content_type(&rec.content_type)?;
     let expected_s = rec.size_bytes as f64 * 8.0 / rec.bitrate_bps as f64;
     let off = (rec.duration_s - expected_s).abs();
     if !rec.duration_s.is_finite() || off > DURATION_TOLERANCE * expected_s.max(1.0) {
@@ -237,19 +228,6 @@ pub fn check_record(rec: &ObjectRecord, volume: &VolumeParams) -> Result<(), Str
         return Err(format!(
             "{} codewords, more than a 24-bit source block number can address",
             rec.codewords
-        ));
-    }
-    Ok(())
-}
-
-/// Refuses a bitrate of 0 or one past [`MAX_BITRATE_BPS`].
-pub fn check_bitrate(bitrate_bps: u64) -> Result<(), String> {
-    if bitrate_bps == 0 {
-        return Err("bitrate_bps is 0 (it must be at least 1)".into());
-    }
-    if bitrate_bps > MAX_BITRATE_BPS {
-        return Err(format!(
-            "bitrate_bps = {bitrate_bps} is more than the largest accepted ({MAX_BITRATE_BPS})"
         ));
     }
     Ok(())

@@ -11,11 +11,11 @@
 //! ```
 
 use std::collections::HashSet;
-use std::fs::{self, File, OpenOptions};
-use std::os::unix::io::AsRawFd;
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::catalog::{BlockRecord, Catalog, ObjectRecord, ObjectState};
+use crate::lock::{FileLock, LockWait};
 use crate::rows::CatalogEntry;
 use crate::{StoreError, VolumeParams};
 
@@ -31,64 +31,6 @@ pub struct Volume {
     tsi: u32,
     uuid: String,
     members: Vec<PathBuf>,
-}
-
-/// Whether taking a lock waits for its holder to release it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LockWait {
-    /// Wait until the lock is free.
-    Block,
-    /// Return at once if another holder has it.
-    Try,
-}
-
-/// An flock on a file, released on drop (and by the kernel if the process dies).
-#[derive(Debug)]
-pub(crate) struct FileLock {
-    file: File,
-    path: PathBuf,
-}
-
-impl FileLock {
-    /// Takes an exclusive lock; `Ok(None)` if another holder has it and `wait` is
-    /// [`LockWait::Try`]. With [`LockWait::Block`] the result is never `Ok(None)`.
-    pub(crate) fn exclusive(path: &Path, wait: LockWait) -> Result<Option<FileLock>, StoreError> {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .map_err(StoreError::io(format!(
-                "opening lock file {}",
-                path.display()
-            )))?;
-        let op = match wait {
-            LockWait::Block => libc::LOCK_EX,
-            LockWait::Try => libc::LOCK_EX | libc::LOCK_NB,
-        };
-        // SAFETY: flock on a valid open descriptor.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                return Ok(None);
-            }
-            return Err(StoreError::Io {
-                context: format!("locking {}", path.display()),
-                source: err,
-            });
-        }
-        Ok(Some(FileLock {
-            file,
-            path: path.to_path_buf(),
-        }))
-    }
-
-    /// Releases the lock and removes the lock file.
-    pub(crate) fn remove(self) {
-        let _ = fs::remove_file(&self.path);
-        drop(self.file);
-    }
 }
 
 impl Volume {
@@ -290,6 +232,18 @@ impl Volume {
             }
         }
         Ok(())
+    }
+
+    /// Deletes the complete object `name`: its catalog rows (block checksums, packet
+    /// digests and media index with it) in one transaction, then its segment files (a
+    /// crash between leaves files no object owns, removed at the next open). Its TOI.
+    pub fn delete(&mut self, name: &str) -> Result<u32, StoreError> {
+        let toi = self
+            .catalog
+            .delete_complete(name)?
+            .ok_or_else(|| StoreError::NotFound(name.to_string()))?;
+        self.remove_object_files(toi);
+        Ok(toi)
     }
 
     pub(crate) fn remove_object_files(&self, toi: u32) {
@@ -514,106 +468,4 @@ fn random_hex(bytes: usize) -> String {
     (0..bytes)
         .map(|_| format!("{:02x}", rand::random::<u8>()))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use std::io::Read;
-    use std::sync::{mpsc, Mutex};
-
-    use super::*;
-    use crate::{crash, IngestOptions};
-
-    fn small_params() -> VolumeParams {
-        VolumeParams {
-            symbol_len: 64,
-            source_symbols: 20,
-            repair_symbols: 4,
-            members: 6,
-            block_len: 4096,
-        }
-    }
-
-    /// A source that, at its first read, says so and waits to be let go.
-    struct Gated {
-        data: Vec<u8>,
-        pos: usize,
-        started: Option<mpsc::Sender<()>>,
-        go: mpsc::Receiver<()>,
-    }
-
-    impl Read for Gated {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            if let Some(started) = self.started.take() {
-                let _ = started.send(());
-                let _ = self.go.recv();
-            }
-            let n = buf.len().min(self.data.len() - self.pos);
-            buf[..n].copy_from_slice(&self.data[self.pos..self.pos + n]);
-            self.pos += n;
-            Ok(n)
-        }
-    }
-
-    /// Defect 1 of issue 7: an ingest that commits between recovery's snapshot of
-    /// `writing` rows and its lock probe must keep its object. Needs the crash-point
-    /// hook, which exists in debug builds only.
-    #[test]
-    #[cfg_attr(
-        not(debug_assertions),
-        ignore = "crash-point hooks exist only in debug builds"
-    )]
-    fn recovery_keeps_an_object_committed_after_its_snapshot() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("vol");
-        drop(Volume::create(&root, small_params(), None).unwrap());
-        let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-        let (started_tx, started_rx) = mpsc::channel();
-        let (go_tx, go_rx) = mpsc::channel();
-        let (done_tx, done_rx) = mpsc::channel();
-        let ingest_root = root.clone();
-        let len = data.len() as u64;
-        let mut src = Gated {
-            data,
-            pos: 0,
-            started: Some(started_tx),
-            go: go_rx,
-        };
-        let ingester = std::thread::spawn(move || {
-            let mut vol = Volume::open(&ingest_root)?;
-            let opts = IngestOptions {
-                name: "fresh".into(),
-                bitrate_bps: 1_000_000,
-                content_type: "application/octet-stream".into(),
-                replace: false,
-            };
-            let r = crate::ingest(&mut vol, &opts, &mut src, len, &mut |_| {});
-            let _ = done_tx.send(());
-            r
-        });
-        // The ingest is now `writing`, holding its lock, blocked on its input.
-        started_rx.recv().unwrap();
-        let opener = std::thread::current().id();
-        let done_rx = Mutex::new(done_rx);
-        let hook = crash::hook::set(move |name| {
-            if name == "recover-snapshot" && std::thread::current().id() == opener {
-                // Let the ingest finish and commit between the snapshot and the probe.
-                let _ = go_tx.send(());
-                let _ = done_rx.lock().unwrap().recv();
-            }
-        });
-        let vol = Volume::open(&root).unwrap();
-        drop(hook);
-        let committed = ingester.join().unwrap().unwrap();
-        let listed = vol
-            .object("fresh")
-            .expect("the committed object was removed");
-        assert_eq!(listed.toi, committed.toi);
-        for m in 0..vol.params().members {
-            let seg = vol.segment_path(m, committed.toi);
-            assert!(seg.is_file(), "{} was removed", seg.display());
-        }
-        let reopened = Volume::open(&root).unwrap();
-        assert_eq!(reopened.object("fresh").unwrap().toi, committed.toi);
-    }
 }

@@ -148,6 +148,23 @@ pub(super) fn startup(args: &crate::cli::StartupBenchArgs) -> anyhow::Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
+/// `bench upload`: the table, and JSON with `--json`.
+pub(super) fn upload(args: &crate::cli::UploadBenchArgs) -> anyhow::Result<ExitCode> {
+    use isnode_bench::upload::{self, UploadBenchConfig};
+    let cfg = UploadBenchConfig {
+        isnode_exe: std::env::current_exe().context("finding the isnode binary")?,
+        bitrate_bps: args.bitrate,
+        seconds: args.seconds,
+        rounds: args.rounds,
+    };
+    let report = upload::run(&cfg).context("running the upload benchmark")?;
+    print!("{}", upload::format_table(&report));
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `bench verify`: the table, and JSON with `--json`.
 pub(super) fn verify(args: &crate::cli::VerifyBenchArgs) -> anyhow::Result<ExitCode> {
     use isnode_bench::verify::{self, VerifyBenchConfig};

@@ -1,11 +1,12 @@
 //! `isnode ingest FILE|-`: probe, then run the prefabrication filter.
 
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::io::BufReader;
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
+use isnode_store::spool::{self, SpoolBound};
 use isnode_store::{IngestOptions, ObjectRecord, Volume};
 
 use crate::cli::IngestArgs;
@@ -30,12 +31,8 @@ pub(super) fn run(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Ingests a file or stdin (`-`) into an open volume.
-pub(super) fn ingest_path(
-    vol: &mut Volume,
-    path: &Path,
-    args: &IngestArgs,
-) -> anyhow::Result<ObjectRecord> {
+/// The object name of `path`: `--name`, or the file's name (required for stdin).
+pub(super) fn object_name(path: &Path, args: &IngestArgs) -> anyhow::Result<String> {
     let stdin = path.as_os_str() == "-";
     let name = match (&args.name, stdin) {
         (Some(n), _) => n.clone(),
@@ -46,7 +43,18 @@ pub(super) fn ingest_path(
             .with_context(|| format!("{} has no usable file name: pass --name", path.display()))?
             .to_string(),
     };
-    isnode_store::ingest::validate_name(&name)?;
+    isnode_store::validate::validate_name(&name)?;
+    Ok(name)
+}
+
+/// Ingests a file or stdin (`-`) into an open volume.
+pub(super) fn ingest_path(
+    vol: &mut Volume,
+    path: &Path,
+    args: &IngestArgs,
+) -> anyhow::Result<ObjectRecord> {
+    let stdin = path.as_os_str() == "-";
+    let name = object_name(path, args)?;
     if let Some(existing_toi) = vol.catalog().complete_toi(&name)? {
         if !args.replace {
             bail!(
@@ -54,7 +62,7 @@ pub(super) fn ingest_path(
             );
         }
     }
-    let mut file = if stdin {
+    let file = if stdin {
         spool_stdin(vol, args.size, args.max_spool_bytes)?
     } else {
         File::open(path).with_context(|| format!("opening {}", path.display()))?
@@ -71,25 +79,17 @@ pub(super) fn ingest_path(
             );
         }
     }
-    let info =
-        isnode_media::probe(&file, len).with_context(|| format!("examining {}", path.display()))?;
-    let bitrate_bps = match args.bitrate {
-        Some(0) => bail!("--bitrate must be greater than 0"),
-        Some(b) => b,
-        None => info
-            .require_bitrate()
-            .with_context(|| format!("cannot tell the bitrate of {}", path.display()))?,
-    };
+    if args.bitrate == Some(0) {
+        bail!("--bitrate must be greater than 0");
+    }
+    let described = spool::describe(&file, len, args.bitrate, args.content_type.clone())
+        .with_context(|| format!("examining {}", path.display()))?;
     let opts = IngestOptions {
         name,
-        bitrate_bps,
-        content_type: args
-            .content_type
-            .clone()
-            .unwrap_or_else(|| info.content_type.to_string()),
+        bitrate_bps: described.bitrate_bps,
+        content_type: described.content_type,
         replace: args.replace,
     };
-    file.seek(SeekFrom::Start(0))?;
     let bar = crate::progress::bytes(len, "ingest");
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let rec = isnode_store::ingest(vol, &opts, &mut reader, len, &mut |done| {
@@ -100,122 +100,24 @@ pub(super) fn ingest_path(
     Ok(rec)
 }
 
-/// The most bytes stdin may bring, and why.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct SpoolBound {
-    bytes: u64,
-    reason: SpoolLimit,
-}
-
-/// What bounds the spool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SpoolLimit {
-    /// `--size`.
-    Size,
-    /// `--max-spool-bytes`.
-    Flag,
-    /// Half the free space of the volume's file system (the object's segments need the rest).
-    FreeSpace,
-}
-
-/// The spool bound from `--size`, `--max-spool-bytes` and the free bytes (pure).
-fn spool_bound(size: Option<u64>, max_spool_bytes: u64, free_bytes: u64) -> SpoolBound {
-    let by_free = SpoolBound {
-        bytes: free_bytes / 2,
-        reason: SpoolLimit::FreeSpace,
-    };
-    let asked = match size {
-        Some(bytes) => SpoolBound {
-            bytes,
-            reason: SpoolLimit::Size,
-        },
-        None => SpoolBound {
-            bytes: max_spool_bytes,
-            reason: SpoolLimit::Flag,
-        },
-    };
-    if asked.bytes.min(max_spool_bytes) <= by_free.bytes {
-        SpoolBound {
-            bytes: asked.bytes.min(max_spool_bytes),
-            reason: if asked.bytes <= max_spool_bytes {
-                asked.reason
-            } else {
-                SpoolLimit::Flag
-            },
-        }
-    } else {
-        by_free
-    }
-}
-
-/// Free bytes (for an unprivileged user) of the file system holding `dir`.
-fn free_bytes(dir: &Path) -> anyhow::Result<u64> {
-    isnode_store::io::free_bytes(dir)
-        .with_context(|| format!("reading the free space of {}", dir.display()))
-}
-
-/// Copies stdin into an anonymous file in the volume (gone on error or if we crash),
-/// refusing more than `--size`, `--max-spool-bytes` or half the free space.
+/// Copies stdin into the volume's spool ([`isnode_store::spool`]: gone on error or if we
+/// crash), refusing more than `--size`, `--max-spool-bytes` or half the free space.
 fn spool_stdin(vol: &Volume, expected: Option<u64>, max_spool_bytes: u64) -> anyhow::Result<File> {
-    let bound = spool_bound(expected, max_spool_bytes, free_bytes(&vol.tmp_dir())?);
-    if expected.is_some_and(|e| e > bound.bytes) {
-        bail!(
-            "--size {} is more than the spool may hold ({}): {}",
-            expected.unwrap_or(0),
-            bound.bytes,
-            explain(bound.reason)
-        );
-    }
-    let mut file =
-        tempfile::tempfile_in(vol.tmp_dir()).context("creating a spool file for stdin")?;
-    let stdin = std::io::stdin().lock();
-    let copied = std::io::copy(&mut stdin.take(bound.bytes.saturating_add(1)), &mut file)
-        .context("reading stdin")?;
-    if let Some(expected) = expected {
-        if copied < expected {
-            bail!("stdin upload is truncated: got {copied} of {expected} bytes");
-        }
-        if copied > expected {
-            bail!(
-                "stdin upload is longer than --size: got more than {expected} bytes (stopped reading)"
-            );
-        }
-    }
-    if copied > bound.bytes {
-        bail!(
-            "stdin brought more than {} bytes: {} (nothing was stored)",
-            bound.bytes,
-            explain(bound.reason)
-        );
-    }
+    let tmp = vol.tmp_dir();
+    let free = isnode_store::io::free_bytes(&tmp)
+        .with_context(|| format!("reading the free space of {}", tmp.display()))?;
+    let bound = SpoolBound::new(expected, max_spool_bytes, free);
+    let mut stdin = std::io::stdin().lock();
+    let file =
+        spool::spool(&tmp, &mut stdin, expected, bound, &mut |_| {}).map_err(|e| match e {
+            isnode_store::StoreError::Truncated { got, expected } => {
+                anyhow::anyhow!("stdin upload is truncated: got {got} of {expected} bytes")
+            }
+            isnode_store::StoreError::BadParams(_) if expected.is_some() => anyhow::anyhow!(
+                "stdin upload is longer than --size: got more than {} bytes (stopped reading)",
+                expected.unwrap_or(0)
+            ),
+            e => anyhow::Error::new(e).context("spooling stdin"),
+        })?;
     Ok(file)
-}
-
-fn explain(reason: SpoolLimit) -> &'static str {
-    match reason {
-        SpoolLimit::Size => "the --size given",
-        SpoolLimit::Flag => "the --max-spool-bytes limit; raise it, or give --size",
-        SpoolLimit::FreeSpace => {
-            "half the free space of the volume's file system (the object's segments need the rest)"
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_spool_takes_the_smallest_bound() {
-        let b = spool_bound(None, 1000, 10_000);
-        assert_eq!((b.bytes, b.reason), (1000, SpoolLimit::Flag));
-        let b = spool_bound(None, 1000, 1000);
-        assert_eq!((b.bytes, b.reason), (500, SpoolLimit::FreeSpace));
-        let b = spool_bound(Some(300), 1000, 10_000);
-        assert_eq!((b.bytes, b.reason), (300, SpoolLimit::Size));
-        let b = spool_bound(Some(3000), 1000, 10_000);
-        assert_eq!((b.bytes, b.reason), (1000, SpoolLimit::Flag));
-        let b = spool_bound(Some(3000), 10_000, 4000);
-        assert_eq!((b.bytes, b.reason), (2000, SpoolLimit::FreeSpace));
-    }
 }

@@ -6,6 +6,7 @@ mod cert;
 mod demo;
 mod ingest;
 mod objects;
+mod remote;
 mod status;
 mod stream;
 mod volume;
@@ -20,7 +21,14 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Volume(VolumeCommand::Create(args)) => volume::create(&cli.volume, &args),
         Command::Volume(VolumeCommand::Check(args)) => volume::check(&cli.volume, &args),
-        Command::Ingest(args) => ingest::run(&cli.volume, &args),
+        Command::Ingest(args) => match &args.remote.server {
+            Some(server) => remote::upload(server, &args),
+            None => ingest::run(&cli.volume, &args),
+        },
+        Command::Rm(args) => match &args.remote.server {
+            Some(server) => remote::remove(server, &args),
+            None => objects::rm(&cli.volume, &args),
+        },
         Command::Ls(args) => objects::ls(&cli.volume, &args),
         Command::Cat(args) => objects::cat(&cli.volume, &args),
         Command::GenTs(args) => objects::gen_ts(&args),
@@ -39,6 +47,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Load(args)) => bench::load(&args),
         Command::Bench(BenchCommand::Startup(args)) => bench::startup(&args),
         Command::Bench(BenchCommand::Verify(args)) => bench::verify(&args),
+        Command::Bench(BenchCommand::Upload(args)) => bench::upload(&args),
         Command::Cert(args) => cert::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Status(args) => status::run(&args),

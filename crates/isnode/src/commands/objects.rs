@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use isnode_store::{CatalogEntry, ObjectReader, Volume};
 
-use crate::cli::{CatArgs, GenTsArgs, LsArgs};
+use crate::cli::{CatArgs, GenTsArgs, LsArgs, RmArgs};
 
 /// `ls`.
 pub(super) fn ls(root: &Path, args: &LsArgs) -> anyhow::Result<ExitCode> {
@@ -57,6 +57,16 @@ fn entry_json(e: &CatalogEntry) -> serde_json::Result<serde_json::Value> {
         }
     }
     Ok(v)
+}
+
+/// `rm NAME` on the local volume.
+pub(super) fn rm(root: &Path, args: &RmArgs) -> anyhow::Result<ExitCode> {
+    let mut vol = Volume::open(root).with_context(|| format!("opening {}", root.display()))?;
+    let toi = vol
+        .delete(&args.name)
+        .with_context(|| format!("deleting {:?}", args.name))?;
+    println!("deleted {:?} (TOI {toi})", args.name);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `cat NAME`: the original bytes to stdout; damage is repaired on the fly and reported on stderr.

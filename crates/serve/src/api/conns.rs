@@ -275,6 +275,24 @@ impl http_body::Body for GuardedBody {
     }
 }
 
+/// Who watches the pace of a request body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BodyPace {
+    /// The connection: whole within the header timeout, evictable meanwhile.
+    HeaderTimeout,
+    /// The handler (an upload, `PUT`: its own progress timeout, `api::upload`).
+    Handler,
+}
+
+impl BodyPace {
+    fn of(method: &axum::http::Method) -> BodyPace {
+        match *method {
+            axum::http::Method::PUT => BodyPace::Handler,
+            _ => BodyPace::HeaderTimeout,
+        }
+    }
+}
+
 /// A request body that tells its connection when it has been received whole.
 struct ReceivedBody {
     inner: Incoming,
@@ -282,8 +300,8 @@ struct ReceivedBody {
 }
 
 impl ReceivedBody {
-    fn new(inner: Incoming, state: Arc<ConnState>) -> ReceivedBody {
-        let receiving = !http_body::Body::is_end_stream(&inner);
+    fn new(inner: Incoming, state: Arc<ConnState>, pace: BodyPace) -> ReceivedBody {
+        let receiving = pace == BodyPace::HeaderTimeout && !http_body::Body::is_end_stream(&inner);
         state.receiving.store(receiving, Ordering::Release);
         ReceivedBody { inner, state }
     }
@@ -524,7 +542,8 @@ impl ConnServer {
             let busy = Busy::start(st.clone(), clock);
             req.extensions_mut().insert(ConnectInfo(peer));
             let mut router = router.clone();
-            let req = req.map(|b| Body::new(ReceivedBody::new(b, st.clone())));
+            let pace = BodyPace::of(req.method());
+            let req = req.map(|b| Body::new(ReceivedBody::new(b, st.clone(), pace)));
             async move {
                 let resp = tower_service::Service::call(&mut router, req).await;
                 resp.map(|r| {

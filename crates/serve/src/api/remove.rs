@@ -1,0 +1,115 @@
+//! `DELETE /v1/objects/{name}` (docs/protocol.md, "Delete"): refused (`409`) while
+//! sessions or broadcasts use the object, unless `?force=true` ends them first.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use isnode_store::StoreError;
+use serde::Deserialize;
+
+use super::{blocking, error, store_error, Sh};
+use crate::registry::{SessionState, StreamShared};
+use crate::Shared;
+
+/// The query of a delete.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct DeleteQuery {
+    /// End the sessions and broadcasts of the object first.
+    #[serde(default)]
+    force: bool,
+}
+
+/// What uses an object now.
+struct Users {
+    sessions: Vec<Arc<StreamShared>>,
+    broadcasts: Vec<String>,
+}
+
+impl Users {
+    fn of(sh: &Shared, toi: u32) -> Users {
+        let sessions = sh
+            .lock_sessions()
+            .values()
+            .filter(|s| s.object.rec.toi == toi && s.state() == SessionState::Streaming)
+            .cloned()
+            .collect();
+        let broadcasts = sh
+            .broadcasts
+            .list()
+            .into_iter()
+            .filter(|b| b.object.rec.toi == toi)
+            .map(|b| b.id.clone())
+            .collect();
+        Users {
+            sessions,
+            broadcasts,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.sessions.is_empty() && self.broadcasts.is_empty()
+    }
+
+    /// Ends every session and broadcast.
+    fn end(self, sh: &Shared) {
+        let now = sh.now_ns();
+        for s in self.sessions {
+            sh.sessions.remove(&s.id);
+            s.end(SessionState::Deleted, now);
+        }
+        for id in self.broadcasts {
+            sh.broadcasts.remove(&id, now);
+        }
+    }
+}
+
+/// `DELETE /v1/objects/{name}[?force=true]`: `204` once the row, digests and segment
+/// files are gone.
+pub(super) async fn delete_object(
+    State(sh): Sh,
+    Path(name): Path<String>,
+    Query(q): Query<DeleteQuery>,
+) -> Response {
+    let lookup = name.clone();
+    let toi = match blocking(&sh, move |sh| sh.objects.get(&lookup)).await {
+        Ok(Ok(o)) => Some(o.rec.toi),
+        // An object whose rows are impossible has no user: it can go.
+        Ok(Err(StoreError::BadObject { .. })) => None,
+        Ok(Err(e)) => return store_error(e),
+        Err(r) => return r,
+    };
+    if let Some(toi) = toi {
+        let users = Users::of(&sh, toi);
+        if !users.is_empty() {
+            if !q.force {
+                return error(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "object {name:?} is in use by {} session(s) and {} broadcast(s); \
+                         ?force=true ends them first",
+                        users.sessions.len(),
+                        users.broadcasts.len()
+                    ),
+                );
+            }
+            tracing::info!(
+                %name,
+                sessions = users.sessions.len(),
+                broadcasts = users.broadcasts.len(),
+                "ending the users of a deleted object"
+            );
+            users.end(&sh);
+        }
+    }
+    let gone = name.clone();
+    match blocking(&sh, move |sh| sh.objects.delete(&gone)).await {
+        Ok(Ok(toi)) => {
+            tracing::info!(%name, toi, "object deleted");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(Err(e)) => store_error(e),
+        Err(r) => r,
+    }
+}

@@ -1,0 +1,503 @@
+//! `PUT /v1/objects/{name}`: an upload into the same crash-safe ingest as `isnode ingest`
+//! (docs/protocol.md, "Upload").
+//!
+//! The body (`Content-Length` or chunked) is read here, on the runtime, at the client's
+//! pace and under its own progress timeout ([`Pace`]); its chunks go through a bounded
+//! channel to a blocking thread that spools them ([`isnode_store::spool`]: an anonymous
+//! file, gone if the server dies), probes the spool and ingests it. The object is visible
+//! only once the ingest commits; a body that ends early, is cut or stalls leaves nothing
+//! (the spool has no name, and the ingest removes its rows and files on error, or the
+//! next open does after a crash).
+//!
+//! No fuzz target covers this route yet (the fuzz targets are kept apart, in `fuzz/`).
+
+use std::io::{BufReader, Read};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use isnode_store::spool::{self, SpoolBound, SpoolNeed};
+use isnode_store::{IngestOptions, ObjectRecord, StoreError, Volume};
+use serde::Deserialize;
+use tokio::sync::mpsc;
+
+use super::{blocking, error, ApiError, Sh};
+use crate::Shared;
+
+/// Body chunks queued for the ingest thread (a few MiB at most: hyper's chunks are small).
+const QUEUED_CHUNKS: usize = 64;
+/// Read buffer of the ingest over the spool.
+const INGEST_READ_BYTES: usize = 1 << 20;
+
+/// The query of an upload.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct PutQuery {
+    /// Overrides the probed bitrate.
+    bitrate_bps: Option<u64>,
+    /// Overrides the probed content type.
+    content_type: Option<String>,
+}
+
+/// What to do with an object of the same name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Existing {
+    /// Replace it (atomically, when the upload commits).
+    Replace,
+    /// Refuse the upload (`If-None-Match: *`): `412`.
+    Refuse,
+}
+
+/// One upload as asked.
+#[derive(Clone, Debug)]
+struct Upload {
+    name: String,
+    len: Option<u64>,
+    existing: Existing,
+    bitrate_bps: Option<u64>,
+    content_type: Option<String>,
+}
+
+/// `PUT /v1/objects/{name}`.
+pub(super) async fn put_object(
+    State(sh): Sh,
+    Path(name): Path<String>,
+    Query(q): Query<PutQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let up = match parse(name, q, &headers) {
+        Ok(up) => up,
+        Err(e) => return e.into_response(),
+    };
+    let pre = up.clone();
+    match blocking(&sh, move |sh| precheck(sh, &pre)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return upload_error(e),
+        Err(r) => return r,
+    }
+    let (tx, rx) = mpsc::channel(QUEUED_CHUNKS);
+    let job = {
+        let (sh, up) = (sh.clone(), up.clone());
+        tokio::task::spawn_blocking(move || ingest_upload(&sh, &up, ChunkReader::new(rx)))
+    };
+    let fed = feed(body, tx, Pace::of(&sh)).await;
+    // The ingest has cleaned up (or committed) before anything is answered.
+    let done = job.await;
+    match (fed, done) {
+        (Fed::Cut(status, why), _) => {
+            tracing::info!(name = %up.name, "upload cut, nothing kept: {why}");
+            let mut r = error(status, why);
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            r
+        }
+        (_, Ok(Ok(rec))) => created(&sh, rec).await,
+        (_, Ok(Err(e))) => {
+            tracing::info!(name = %up.name, "upload refused, nothing kept: {e}");
+            upload_error(e)
+        }
+        (_, Err(e)) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the upload's ingest failed: {e}"),
+        ),
+    }
+}
+
+/// The upload asked for by the path, query and headers, or the `4xx` answer.
+fn parse(name: String, q: PutQuery, headers: &HeaderMap) -> Result<Upload, ApiError> {
+    isnode_store::validate::validate_name(&name)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
+    if q.bitrate_bps == Some(0) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bitrate_bps must be at least 1",
+        ));
+    }
+    let existing = match headers.get(header::IF_NONE_MATCH).map(|v| v.as_bytes()) {
+        None => Existing::Replace,
+        Some(b"*") => Existing::Refuse,
+        Some(_) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "If-None-Match: only `*` is understood (refuse to replace an existing object)",
+            ))
+        }
+    };
+    let len = match headers.get(header::CONTENT_LENGTH) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "bad Content-Length"))?,
+        ),
+    };
+    Ok(Upload {
+        name,
+        len,
+        existing,
+        bitrate_bps: q.bitrate_bps,
+        content_type: q.content_type,
+    })
+}
+
+/// Before a byte of the body is read: `412` for a name taken under `If-None-Match: *`,
+/// and `507` when the announced length would not fit.
+fn precheck(sh: &Shared, up: &Upload) -> Result<(), StoreError> {
+    sh.objects.with_volume(|vol| {
+        if up.existing == Existing::Refuse && vol.catalog().complete_toi(&up.name)?.is_some() {
+            return Err(StoreError::NameExists(up.name.clone()));
+        }
+        match up.len {
+            Some(len) => {
+                spool::check_room(vol, len, SpoolNeed::ToSpool, sh.config().max_volume_bytes)
+            }
+            None => Ok(()),
+        }
+    })
+}
+
+/// The blocking side: spool, probe, check the room, ingest.
+fn ingest_upload(sh: &Shared, up: &Upload, src: ChunkReader) -> Result<ObjectRecord, StoreError> {
+    let mut vol = Volume::open(sh.objects.root())?;
+    match up.len {
+        Some(len) => ingest_while_spooling(&mut vol, up, src, len),
+        None => spool_then_ingest(sh, &mut vol, up, src),
+    }
+}
+
+/// A body of known length (its room checked already): ingested as it arrives; what the
+/// probe needs is kept on the way ([`spool::ProbeCopy`]) and probed once the last byte is
+/// in, before the commit.
+fn ingest_while_spooling(
+    vol: &mut Volume,
+    up: &Upload,
+    src: ChunkReader,
+    len: u64,
+) -> Result<ObjectRecord, StoreError> {
+    let copy = std::cell::RefCell::new(spool::ProbeCopy::new(&vol.tmp_dir(), len));
+    let mut tee = Tee { src, copy: &copy };
+    let opts = IngestOptions {
+        name: up.name.clone(),
+        // Provisional: the probe at the end gives the real ones.
+        bitrate_bps: up.bitrate_bps.unwrap_or(1),
+        content_type: up.content_type.clone().unwrap_or_default(),
+        replace: up.existing == Existing::Replace,
+    };
+    let mut describe = || {
+        copy.borrow()
+            .describe(up.bitrate_bps, up.content_type.clone())
+            .map(Some)
+    };
+    isnode_store::ingest_then_describe(vol, &opts, &mut tee, len, &mut |_| {}, &mut describe)
+}
+
+/// A chunked body: spooled whole (bounded by the free space and the quota), probed,
+/// checked against the room, then ingested.
+fn spool_then_ingest(
+    sh: &Shared,
+    vol: &mut Volume,
+    up: &Upload,
+    mut src: ChunkReader,
+) -> Result<ObjectRecord, StoreError> {
+    let max = sh.config().max_volume_bytes;
+    let bound = SpoolBound::new(up.len, u64::MAX, spool::free_bytes(vol)?)
+        .within_quota(spool::quota_left(vol, max)?);
+    let file = spool::spool(&vol.tmp_dir(), &mut src, up.len, bound, &mut |_| {})?;
+    let len = file
+        .metadata()
+        .map_err(StoreError::io("reading the size of the spool"))?
+        .len();
+    let described = spool::describe(&file, len, up.bitrate_bps, up.content_type.clone())?;
+    spool::check_room(vol, len, SpoolNeed::None, max)?;
+    let opts = IngestOptions {
+        name: up.name.clone(),
+        bitrate_bps: described.bitrate_bps,
+        content_type: described.content_type,
+        replace: up.existing == Existing::Replace,
+    };
+    let mut reader = BufReader::with_capacity(INGEST_READ_BYTES, file);
+    isnode_store::ingest(vol, &opts, &mut reader, len, &mut |_| {})
+}
+
+/// The body as the ingest reads it, given to the probe's copy on the way.
+struct Tee<'a> {
+    src: ChunkReader,
+    copy: &'a std::cell::RefCell<spool::ProbeCopy>,
+}
+
+impl Read for Tee<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.src.read(buf)?;
+        self.copy
+            .borrow_mut()
+            .write(&buf[..n])
+            // An OS error stays one (a full disk is a 507).
+            .map_err(|e| match e {
+                StoreError::Io { source, .. } => source,
+                e => std::io::Error::other(e),
+            })?;
+        Ok(n)
+    }
+}
+
+/// `201 Created` with the object's JSON and its `Location`.
+async fn created(sh: &Arc<Shared>, rec: ObjectRecord) -> Response {
+    let name = rec.name.clone();
+    tracing::info!(name = %rec.name, toi = rec.toi, size_bytes = rec.size_bytes, "object uploaded");
+    match blocking(sh, move |sh| sh.objects.get(&name)).await {
+        Ok(Ok(o)) => {
+            let mut r = (StatusCode::CREATED, Json(o.json())).into_response();
+            if let Ok(v) = HeaderValue::from_str(&format!("/v1/objects/{}", o.rec.name)) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            r
+        }
+        Ok(Err(e)) => super::store_error(e),
+        Err(r) => r,
+    }
+}
+
+/// The answer to an upload the store refused.
+fn upload_error(e: StoreError) -> Response {
+    let status = match &e {
+        e if e.is_no_room() => StatusCode::INSUFFICIENT_STORAGE,
+        StoreError::NameExists(name) => {
+            return error(
+                StatusCode::PRECONDITION_FAILED,
+                format!("an object named {name:?} exists (If-None-Match: *)"),
+            )
+        }
+        StoreError::BadName { .. } | StoreError::BadParams(_) | StoreError::Truncated { .. } => {
+            StatusCode::BAD_REQUEST
+        }
+        StoreError::Media { .. } => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("{} (give it: ?bitrate_bps=)", chain(&e)),
+            )
+        }
+        StoreError::SpoolFull { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        StoreError::Io { source, .. } if source.kind() == std::io::ErrorKind::UnexpectedEof => {
+            StatusCode::BAD_REQUEST
+        }
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, chain(&e))
+}
+
+/// An error and its sources, `: `-joined (an I/O error's reason is its source).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !s.contains(&text) {
+            s = format!("{s}: {text}");
+        }
+        next = cause.source();
+    }
+    s
+}
+
+/// The progress an upload body must make.
+#[derive(Clone, Copy, Debug)]
+struct Pace {
+    /// No byte for this long: cut. Also the window of the rate.
+    stall: Duration,
+    /// Fewest bits per second over a window.
+    min_rate_bps: u64,
+}
+
+impl Pace {
+    fn of(sh: &Shared) -> Pace {
+        Pace {
+            stall: Duration::from_millis(sh.config().upload_stall_timeout_ms.max(1)),
+            min_rate_bps: sh.config().upload_min_rate_bps,
+        }
+    }
+
+    /// Whether `bytes` brought in `waited` (one full window) are too few.
+    fn too_slow(&self, bytes: u64, waited: Duration) -> bool {
+        let bits = u128::from(bytes) * 8 * 1000;
+        bits < u128::from(self.min_rate_bps) * waited.as_millis()
+    }
+}
+
+/// How feeding the body ended.
+#[derive(Debug)]
+enum Fed {
+    /// The whole body went to the ingest.
+    Complete,
+    /// The ingest stopped taking chunks (it failed: its error is the answer).
+    Stopped,
+    /// The body failed, stalled or trickled: cut, with this answer.
+    Cut(StatusCode, String),
+}
+
+/// A message to the ingest thread.
+enum Chunk {
+    Data(Bytes),
+    /// The body ended whole.
+    End,
+}
+
+/// Reads the body at the client's pace into the channel; time spent waiting for the
+/// ingest (a full channel) does not count against the client.
+async fn feed(mut body: Body, tx: mpsc::Sender<Chunk>, pace: Pace) -> Fed {
+    let (mut window_bytes, mut waited) = (0u64, Duration::ZERO);
+    loop {
+        let t0 = Instant::now();
+        let next = std::future::poll_fn(|cx| http_body::Body::poll_frame(Pin::new(&mut body), cx));
+        let frame = match tokio::time::timeout(pace.stall, next).await {
+            Err(_) => {
+                return Fed::Cut(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the upload brought no byte for {} ms (upload_stall_timeout_ms)",
+                        pace.stall.as_millis()
+                    ),
+                )
+            }
+            Ok(None) => {
+                return match tx.send(Chunk::End).await {
+                    Ok(()) => Fed::Complete,
+                    Err(_) => Fed::Stopped,
+                }
+            }
+            Ok(Some(Err(e))) => {
+                return Fed::Cut(StatusCode::BAD_REQUEST, format!("reading the upload: {e}"))
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        waited += t0.elapsed();
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        window_bytes += data.len() as u64;
+        if waited >= pace.stall {
+            if pace.too_slow(window_bytes, waited) {
+                return Fed::Cut(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the upload brought {window_bytes} bytes in {} ms, less than {} bit/s \
+                         (upload_min_rate_bps)",
+                        waited.as_millis(),
+                        pace.min_rate_bps
+                    ),
+                );
+            }
+            (window_bytes, waited) = (0, Duration::ZERO);
+        }
+        if tx.send(Chunk::Data(data)).await.is_err() {
+            return Fed::Stopped;
+        }
+    }
+}
+
+/// The body's chunks as a blocking [`Read`]: an error if the channel closes before
+/// [`Chunk::End`] (the body was cut, or the request dropped).
+struct ChunkReader {
+    rx: mpsc::Receiver<Chunk>,
+    current: Bytes,
+    ended: bool,
+}
+
+impl ChunkReader {
+    fn new(rx: mpsc::Receiver<Chunk>) -> ChunkReader {
+        ChunkReader {
+            rx,
+            current: Bytes::new(),
+            ended: false,
+        }
+    }
+
+    /// Copies from the current chunk and those already queued, without waiting.
+    fn drain_into(&mut self, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        loop {
+            let take = self.current.len().min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(&self.current.split_to(take));
+            n += take;
+            if n == buf.len() || self.ended {
+                return n;
+            }
+            match self.rx.try_recv() {
+                Ok(Chunk::Data(b)) => self.current = b,
+                Ok(Chunk::End) => self.ended = true,
+                Err(_) => return n,
+            }
+        }
+    }
+}
+
+impl Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if buf.is_empty() {
+                return Ok(0);
+            }
+            if !self.current.is_empty() {
+                return Ok(self.drain_into(buf));
+            }
+            if self.ended {
+                return Ok(0);
+            }
+            match self.rx.blocking_recv() {
+                Some(Chunk::Data(b)) => self.current = b,
+                Some(Chunk::End) => self.ended = true,
+                None => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the upload was cut before its end",
+                    ))
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reader_gives_the_chunks_then_the_end_or_the_cut() {
+        let (tx, rx) = mpsc::channel(8);
+        for part in [&b"abc"[..], b"", b"defg"] {
+            tx.try_send(Chunk::Data(Bytes::copy_from_slice(part)))
+                .unwrap();
+        }
+        tx.try_send(Chunk::End).unwrap();
+        let mut out = Vec::new();
+        ChunkReader::new(rx).read_to_end(&mut out).unwrap();
+        assert_eq!(out, b"abcdefg");
+
+        let (tx, rx) = mpsc::channel(8);
+        tx.try_send(Chunk::Data(Bytes::from_static(b"xy"))).unwrap();
+        drop(tx);
+        let mut out = Vec::new();
+        let err = ChunkReader::new(rx).read_to_end(&mut out).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn the_pace_cuts_a_trickle_not_a_flow() {
+        let pace = Pace {
+            stall: Duration::from_secs(1),
+            min_rate_bps: 8000,
+        };
+        assert!(pace.too_slow(999, Duration::from_secs(1)));
+        assert!(!pace.too_slow(1000, Duration::from_secs(1)));
+        let none = Pace {
+            min_rate_bps: 0,
+            ..pace
+        };
+        assert!(!none.too_slow(0, Duration::from_secs(5)));
+    }
+}
