@@ -215,13 +215,11 @@ impl Metrics {
     }
 
     /// Counts body bytes stored by an upload (`isnode_upload_bytes_total`).
-    #[allow(dead_code)] // called by the upload route
     pub(crate) fn upload_bytes(&self, bytes: u64) {
         self.families.upload_bytes.inc_by(bytes);
     }
 
     /// Counts an upload that stored nothing (`isnode_upload_failures_total{reason}`).
-    #[allow(dead_code)] // called by the upload route
     pub(crate) fn upload_failure(&self, reason: UploadFailure) {
         self.families.upload_failure(reason);
     }

@@ -27,6 +27,7 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use super::{blocking, error, ApiError, Sh};
+use crate::metrics::UploadFailure;
 use crate::Shared;
 
 /// Body chunks queued for the ingest thread (a few MiB at most: hyper's chunks are small).
@@ -62,8 +63,32 @@ struct Upload {
     content_type: Option<String>,
 }
 
-/// `PUT /v1/objects/{name}`.
+/// `PUT /v1/objects/{name}`; counted in `isnode_upload_bytes_total` and, when nothing
+/// was stored, `isnode_upload_failures_total{reason}`.
 pub(super) async fn put_object(
+    state: Sh,
+    name: Path<String>,
+    q: Query<PutQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let sh = state.0.clone();
+    let r = store_upload(state, name, q, headers, body).await;
+    let failure = match r.status() {
+        s if s.is_success() => None,
+        StatusCode::REQUEST_TIMEOUT => Some(UploadFailure::TooSlow),
+        StatusCode::INSUFFICIENT_STORAGE => Some(UploadFailure::NoSpace),
+        StatusCode::PRECONDITION_FAILED | StatusCode::CONFLICT => Some(UploadFailure::Conflict),
+        s if s.is_client_error() => Some(UploadFailure::Invalid),
+        _ => Some(UploadFailure::Internal),
+    };
+    if let Some(reason) = failure {
+        sh.metrics.upload_failure(reason);
+    }
+    r
+}
+
+async fn store_upload(
     State(sh): Sh,
     Path(name): Path<String>,
     Query(q): Query<PutQuery>,
@@ -96,7 +121,10 @@ pub(super) async fn put_object(
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
             r
         }
-        (_, Ok(Ok(rec))) => created(&sh, rec).await,
+        (_, Ok(Ok(rec))) => {
+            sh.metrics.upload_bytes(rec.size_bytes);
+            created(&sh, rec).await
+        }
         (_, Ok(Err(e))) => {
             tracing::info!(name = %up.name, "upload refused, nothing kept: {e}");
             upload_error(e)
