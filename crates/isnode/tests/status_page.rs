@@ -37,6 +37,23 @@ fn status_page_shows_live_sessions_and_plays_titles() {
     let ts = media::make(vol.dir.path(), Container::Ts, 20);
     vol.add_file("clip.ts", &ts);
     vol.add_ts("long.ts", 2_000_000, 90.0, 3);
+    // A file to drop on the page: a real MPEG-TS (the upload probes its bitrate).
+    let dropped = vol.path("dropped.ts");
+    let out = command()
+        .args([
+            "gen-ts",
+            "--bitrate",
+            "2000000",
+            "--duration",
+            "1",
+            "--seed",
+            "9",
+        ])
+        .arg(&dropped)
+        .output()
+        .expect("running isnode gen-ts");
+    assert!(out.status.success(), "gen-ts: {out:?}");
+    let dropped = std::fs::read(&dropped).expect("reading the file to drop");
     let server = Server::start(&vol, &[]);
     let _players: Vec<ChildGuard> = (0..3).map(|i| play(&server, &vol, i)).collect();
     wait_streaming(&server, 3);
@@ -49,7 +66,7 @@ fn status_page_shows_live_sessions_and_plays_titles() {
         .expect("a tokio runtime");
     rt.block_on(async {
         let c = browser(&driver.url, &profile).await;
-        let result = check_page(&c, &server).await;
+        let result = check_page(&c, &server, &dropped).await;
         let _ = c.close().await;
         if let Err(e) = result {
             panic!("{e}");
@@ -206,7 +223,7 @@ async fn wait_js(
     }
 }
 
-async fn check_page(c: &Client, server: &Server) -> Result<(), String> {
+async fn check_page(c: &Client, server: &Server, dropped: &[u8]) -> Result<(), String> {
     c.goto(&format!("{}/", server.url()))
         .await
         .map_err(|e| format!("opening the page: {e}"))?;
@@ -240,7 +257,78 @@ async fn check_page(c: &Client, server: &Server) -> Result<(), String> {
     let paths = "return document.querySelectorAll('#chart path').length";
     wait_js(c, paths, 10, "the egress chart", |v| v.as_u64() >= Some(1)).await?;
     screenshot(c).await?;
-    play_and_advance(c, "clip.ts").await
+    play_and_advance(c, "clip.ts").await?;
+    upload_by_drop(c, server, dropped).await
+}
+
+/// Types the operator token into the page, drops a file on the drop zone (a real `drop`
+/// event carrying a `File`, as a browser makes one), waits for the page to report the
+/// upload, and checks the stored object byte for byte through `/o/NAME`.
+async fn upload_by_drop(c: &Client, server: &Server, bytes: &[u8]) -> Result<(), String> {
+    let token = std::env::var("ISNODE_TEST_OPERATOR_TOKEN").unwrap_or_else(|_| "t".into());
+    let field = c
+        .find(Locator::Id("token"))
+        .await
+        .map_err(|e| format!("the token field: {e}"))?;
+    field
+        .send_keys(&token)
+        .await
+        .map_err(|e| format!("typing the token: {e}"))?;
+    c.find(Locator::Css("#token-form button[type='submit']"))
+        .await
+        .map_err(|e| format!("the token button: {e}"))?
+        .click()
+        .await
+        .map_err(|e| format!("using the token: {e}"))?;
+    let drop = "const bytes = Uint8Array.from(arguments[0]); \
+                const dt = new DataTransfer(); \
+                dt.items.add(new File([bytes], 'dropped.ts', {type: 'video/mp2t'})); \
+                const zone = document.getElementById('drop'); \
+                zone.dispatchEvent(new DragEvent('dragenter', {dataTransfer: dt, bubbles: true, cancelable: true})); \
+                zone.dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true})); \
+                return true";
+    c.execute(drop, vec![json!(bytes)])
+        .await
+        .map_err(|e| format!("dropping a file: {e}"))?;
+    let done = "return document.body.dataset.lastUpload || null";
+    let last = wait_js(c, done, 60, "the upload's answer", |v| v.is_string()).await?;
+    if last != json!("dropped.ts:201") {
+        return Err(format!("the dropped upload answered {last}"));
+    }
+    let got = get_bytes(server.addr, "/o/dropped.ts")?;
+    if got != bytes {
+        return Err(format!(
+            "/o/dropped.ts: {} bytes, not the {} dropped (or different bytes)",
+            got.len(),
+            bytes.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The body of `GET path` (HTTP/1.1, `Connection: close`), which must answer 200.
+fn get_bytes(addr: SocketAddr, path: &str) -> Result<Vec<u8>, String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).map_err(|e| format!("connecting: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("sending: {e}"))?;
+    let mut all = Vec::new();
+    s.read_to_end(&mut all)
+        .map_err(|e| format!("reading: {e}"))?;
+    let head_end = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or("no end of the answer's head")?;
+    let head = String::from_utf8_lossy(&all[..head_end]);
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("GET {path}: {head}"));
+    }
+    Ok(all[head_end + 4..].to_vec())
 }
 
 /// Clicks the title's Play button; its `<video>` must play: `currentTime` past 1 s,
