@@ -351,16 +351,28 @@ pub enum Limit {
     MaxBitrateBps,
     /// The block pool (`--cache-size-bytes`) cannot hold every session's working set.
     CacheSizeBytes,
-    /// Concurrent sessions per client IP address (`--max-sessions-per-client`).
+    /// Concurrent sessions per client (`--max-sessions-per-client`; an IPv4 address, an
+    /// IPv6 /64).
     MaxSessionsPerClient,
+    /// Sessions in all under the `sendfile` engine, one socket each
+    /// (`--max-sendfile-sessions`, by default from the open files limit).
+    MaxSendfileSessions,
+    /// Sessions awaiting their token's echo, in all (`--max-unvalidated-sessions`).
+    MaxUnvalidatedSessions,
+    /// Sessions awaiting their token's echo per client (`--max-unvalidated-per-client`;
+    /// an IPv4 address, an IPv6 /64).
+    MaxUnvalidatedPerClient,
 }
 
 impl Limit {
     /// All limits, in metrics order.
-    pub const ALL: [Limit; 3] = [
+    pub const ALL: [Limit; 6] = [
         Limit::MaxBitrateBps,
         Limit::CacheSizeBytes,
         Limit::MaxSessionsPerClient,
+        Limit::MaxSendfileSessions,
+        Limit::MaxUnvalidatedSessions,
+        Limit::MaxUnvalidatedPerClient,
     ];
 
     /// The name used in the API and in metrics.
@@ -369,6 +381,9 @@ impl Limit {
             Limit::MaxBitrateBps => "max_bitrate_bps",
             Limit::CacheSizeBytes => "cache_size_bytes",
             Limit::MaxSessionsPerClient => "max_sessions_per_client",
+            Limit::MaxSendfileSessions => "max_sendfile_sessions",
+            Limit::MaxUnvalidatedSessions => "max_unvalidated_sessions",
+            Limit::MaxUnvalidatedPerClient => "max_unvalidated_per_client",
         }
     }
 
@@ -378,6 +393,9 @@ impl Limit {
             Limit::MaxBitrateBps => 0,
             Limit::CacheSizeBytes => 1,
             Limit::MaxSessionsPerClient => 2,
+            Limit::MaxSendfileSessions => 3,
+            Limit::MaxUnvalidatedSessions => 4,
+            Limit::MaxUnvalidatedPerClient => 5,
         }
     }
 }

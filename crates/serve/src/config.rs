@@ -24,6 +24,13 @@ pub const DEFAULT_API_HEADER_TIMEOUT_MS: u64 = 10_000;
 /// Default `--api-idle-timeout-ms`: a kept-alive connection without a request for 60 s
 /// is closed.
 pub const DEFAULT_API_IDLE_TIMEOUT_MS: u64 = 60_000;
+/// Default `--api-write-timeout-ms`: a response body without progress for 30 s is dropped
+/// (above the 10 s a body may wait for its blocks).
+pub const DEFAULT_API_WRITE_TIMEOUT_MS: u64 = 30_000;
+/// Default `--max-unvalidated-sessions`.
+pub const DEFAULT_MAX_UNVALIDATED_SESSIONS: u32 = 4096;
+/// Default `--max-unvalidated-per-client`.
+pub const DEFAULT_MAX_UNVALIDATED_PER_CLIENT: u32 = 32;
 /// Most control API connections by default (fewer if the open files limit leaves fewer).
 pub const DEFAULT_API_MAX_CONNECTIONS: usize = 4096;
 /// Default playing time of the start-up burst, milliseconds.
@@ -238,6 +245,26 @@ pub struct ServeArgs {
     /// needs `--tls-cert` and `--tls-key`).
     #[arg(long, conflicts_with = "tls_cert")]
     pub plain_http: bool,
+    /// A response body that makes no progress (no byte taken by the client) for this many
+    /// milliseconds is dropped with its connection, releasing what it held (a content
+    /// reader's place). At the connection cap, a connection whose response has made no
+    /// progress for the header timeout may be evicted.
+    #[arg(long, default_value_t = DEFAULT_API_WRITE_TIMEOUT_MS)]
+    pub api_write_timeout_ms: u64,
+    /// Most sessions at once under the `sendfile` engine, which holds a socket for each
+    /// (default: half of the descriptors the open files limit leaves after the rest of the
+    /// data plane, at most 4096; the API's connection cap gets the rest). More: `503` with
+    /// `limit: max_sendfile_sessions`. Other engines ignore it.
+    #[arg(long)]
+    pub max_sendfile_sessions: Option<u64>,
+    /// Most sessions awaiting their token's echo, in all (they take no bitrate budget, pool
+    /// nor disk reads until then). More: `503` with `limit: max_unvalidated_sessions`.
+    #[arg(long, default_value_t = DEFAULT_MAX_UNVALIDATED_SESSIONS)]
+    pub max_unvalidated_sessions: u32,
+    /// Most sessions awaiting their token's echo per client (an IPv4 address, an IPv6
+    /// /64). More: `503` with `limit: max_unvalidated_per_client`.
+    #[arg(long, default_value_t = DEFAULT_MAX_UNVALIDATED_PER_CLIENT)]
+    pub max_unvalidated_per_client: u32,
 }
 
 /// Whether the server broadcasts popular titles by itself.
@@ -305,6 +332,10 @@ impl Default for ServeArgs {
             tls_cert: None,
             tls_key: None,
             plain_http: false,
+            api_write_timeout_ms: DEFAULT_API_WRITE_TIMEOUT_MS,
+            max_sendfile_sessions: None,
+            max_unvalidated_sessions: DEFAULT_MAX_UNVALIDATED_SESSIONS,
+            max_unvalidated_per_client: DEFAULT_MAX_UNVALIDATED_PER_CLIENT,
         }
     }
 }

@@ -50,6 +50,11 @@ pub use config::{
     DEFAULT_EGRESS_CAPACITY_BPS, DEFAULT_MAX_CONTENT_READERS, DEFAULT_MAX_SESSIONS_PER_CLIENT,
     EGRESS_BUDGET_PERCENT, ENGINES,
 };
+pub use config::{
+    DEFAULT_API_WRITE_TIMEOUT_MS, DEFAULT_MAX_UNVALIDATED_PER_CLIENT,
+    DEFAULT_MAX_UNVALIDATED_SESSIONS,
+};
+pub use fd_budget::DEFAULT_MAX_SENDFILE_SESSIONS;
 pub use metrics::{Limit, MetricsSnapshot};
 pub use server::{run, start, ServeError, ServerHandle};
 

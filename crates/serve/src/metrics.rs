@@ -25,7 +25,7 @@ pub(crate) struct Metrics {
     pub tokens_sent: AtomicU64,
     pub sessions_unvalidated: AtomicU64,
     pub forbidden: AtomicU64,
-    pub refused: [AtomicU64; 3],
+    pub refused: [AtomicU64; Limit::ALL.len()],
     pub packets: [AtomicU64; ENGINES],
     pub bytes: [AtomicU64; ENGINES],
     pub send_errors: AtomicU64,
@@ -79,7 +79,7 @@ pub struct MetricsSnapshot {
     /// Requests refused `403`: not the session's creator, or without its secret or token.
     pub forbidden: u64,
     /// Refusals per limit: `max_bitrate_bps`, `cache_size_bytes`, `max_sessions_per_client`.
-    pub sessions_refused: [u64; 3],
+    pub sessions_refused: [u64; Limit::ALL.len()],
     /// Packets sent per engine, in [`EngineKind::ALL`]'s order: gso, uring-zc, sendmmsg,
     /// traditional, sendfile.
     pub packets_sent: [u64; ENGINES],
