@@ -131,6 +131,21 @@ pub(crate) struct ServeFlags {
     /// Uploads: the slowest accepted body rate, bits per second (default 64000; 0: any).
     #[arg(long)]
     pub upload_min_rate_bps: Option<u64>,
+    /// A response the client stops reading for this long is dropped (milliseconds; default
+    /// 30000).
+    #[arg(long)]
+    pub api_write_timeout_ms: Option<u64>,
+    /// Most sessions at once under the sendfile engine (one socket each; default from the
+    /// open files limit).
+    #[arg(long)]
+    pub max_sendfile_sessions: Option<u64>,
+    /// Most sessions awaiting their token's echo, in all (default 4096).
+    #[arg(long)]
+    pub max_unvalidated_sessions: Option<u32>,
+    /// Most sessions awaiting their token's echo per client (IPv4 address, IPv6 /64;
+    /// default 32).
+    #[arg(long)]
+    pub max_unvalidated_per_client: Option<u32>,
 }
 
 /// Sets each `config.$field` whose flag was given.
@@ -177,8 +192,10 @@ impl ServeFlags {
             broadcast_max_groups, multicast_ttl, broadcast_mode, broadcast_scheme,
             broadcast_max_wait_s, api_header_timeout_ms, api_idle_timeout_ms,
             shutdown_grace_s, broadcast_default_duration_s, broadcast_max_duration_s,
-            broadcast_budget_percent, upload_stall_timeout_ms, upload_min_rate_bps);
+            broadcast_budget_percent, upload_stall_timeout_ms, upload_min_rate_bps,
+            api_write_timeout_ms, max_unvalidated_sessions, max_unvalidated_per_client);
         overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if, max_volume_bytes,
+            max_sendfile_sessions,
             api_max_connections, tls_cert, tls_key);
         if flags.plain_http {
             config.plain_http = true;
@@ -262,6 +279,7 @@ mod tests {
             tls_cert: Some("c".into()),
             tls_key: Some("k".into()),
             max_volume_bytes: Some(1),
+            max_sendfile_sessions: Some(1),
             ..ServeConfig::default()
         };
         let table: toml::Table = toml::from_str(&every.to_toml()).unwrap();

@@ -816,12 +816,11 @@ fn serve_admission_per_client() {
             "1",
         ],
     );
-    // Nobody listens at the port: the sessions wait for their token's echo (3 s), and
-    // count against the limit meanwhile.
+    // A streaming (validated) session counts against the limit; sessions awaiting their
+    // token's echo do not (they have limits of their own: lockout.rs).
+    let sock = udp(std::net::Ipv4Addr::LOCALHOST.into(), 0).unwrap();
+    let first = server.open_session("pc.ts", &sock);
     let body = json!({"object": "pc.ts", "port": 40009}).to_string();
-    let first = server.req("POST", "/v1/sessions", Some(&body));
-    assert_eq!(first.status, 201, "{}", first.body);
-    server.remember(&first);
     let second = server.req("POST", "/v1/sessions", Some(&body));
     assert_eq!(second.status, 503, "{}", second.body);
     assert_eq!(
@@ -842,7 +841,7 @@ fn serve_admission_per_client() {
         &[],
     );
     assert_eq!(other.status, 201, "another client address: {}", other.body);
-    let id = first.json()["id"].as_str().unwrap().to_string();
+    let id = first["id"].as_str().unwrap().to_string();
     assert_eq!(server.session_req("DELETE", &id, "", None).status, 204);
     let third = server.req("POST", "/v1/sessions", Some(&body));
     assert_eq!(third.status, 201, "after DELETE: {}", third.body);
@@ -868,14 +867,13 @@ fn serve_admission_cache_size() {
     vol.add_ts("one.ts", 2_000_000, 3.0, 53);
     vol.add_ts("two.ts", 2_000_000, 3.0, 54);
     let server = Server::start(&vol, &["--cache-size", &(16u64 << 20).to_string()]);
-    let a1 = server.post_session("one.ts", 40009);
-    assert_eq!(a1.status, 201, "{}", a1.body);
-    let a2 = server.post_session("one.ts", 40010);
-    assert_eq!(
-        a2.status, 201,
-        "a second viewer of the same title shares its blocks: {}",
-        a2.body
-    );
+    // Streaming (validated) sessions hold their blocks; sessions awaiting their echo hold
+    // none.
+    let s1 = udp(std::net::Ipv4Addr::LOCALHOST.into(), 0).unwrap();
+    let s2 = udp(std::net::Ipv4Addr::LOCALHOST.into(), 0).unwrap();
+    server.open_session("one.ts", &s1);
+    // A second viewer of the same title shares its blocks.
+    server.open_session("one.ts", &s2);
     let b = server.post_session("two.ts", 40011);
     assert_eq!(b.status, 503, "{}", b.body);
     assert_eq!(b.json()["limit"], "cache_size_bytes", "{}", b.body);

@@ -359,19 +359,31 @@ pub enum Limit {
     MaxBitrateBps,
     /// The block pool (`--cache-size-bytes`) cannot hold every session's working set.
     CacheSizeBytes,
-    /// Concurrent sessions per client IP address (`--max-sessions-per-client`).
+    /// Concurrent sessions per client (`--max-sessions-per-client`; an IPv4 address, an
+    /// IPv6 /64).
     MaxSessionsPerClient,
     /// The broadcasts' share of the bitrate budget (`--broadcast-budget-percent`), in bits
     /// per second: broadcasts cannot take the unicast sessions' part.
     BroadcastBudgetBps,
+    /// Sessions in all under the `sendfile` engine, one socket each
+    /// (`--max-sendfile-sessions`, by default from the open files limit).
+    MaxSendfileSessions,
+    /// Sessions awaiting their token's echo, in all (`--max-unvalidated-sessions`).
+    MaxUnvalidatedSessions,
+    /// Sessions awaiting their token's echo per client (`--max-unvalidated-per-client`;
+    /// an IPv4 address, an IPv6 /64).
+    MaxUnvalidatedPerClient,
 }
 
 impl Limit {
     /// All limits, in metrics order.
-    pub const ALL: [Limit; 4] = [
+    pub const ALL: [Limit; 7] = [
         Limit::MaxBitrateBps,
         Limit::CacheSizeBytes,
         Limit::MaxSessionsPerClient,
+        Limit::MaxSendfileSessions,
+        Limit::MaxUnvalidatedSessions,
+        Limit::MaxUnvalidatedPerClient,
         Limit::BroadcastBudgetBps,
     ];
 
@@ -382,6 +394,9 @@ impl Limit {
             Limit::CacheSizeBytes => "cache_size_bytes",
             Limit::MaxSessionsPerClient => "max_sessions_per_client",
             Limit::BroadcastBudgetBps => "broadcast_budget_bps",
+            Limit::MaxSendfileSessions => "max_sendfile_sessions",
+            Limit::MaxUnvalidatedSessions => "max_unvalidated_sessions",
+            Limit::MaxUnvalidatedPerClient => "max_unvalidated_per_client",
         }
     }
 
@@ -391,7 +406,10 @@ impl Limit {
             Limit::MaxBitrateBps => 0,
             Limit::CacheSizeBytes => 1,
             Limit::MaxSessionsPerClient => 2,
-            Limit::BroadcastBudgetBps => 3,
+            Limit::MaxSendfileSessions => 3,
+            Limit::MaxUnvalidatedSessions => 4,
+            Limit::MaxUnvalidatedPerClient => 5,
+            Limit::BroadcastBudgetBps => 6,
         }
     }
 }

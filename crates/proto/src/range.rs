@@ -20,7 +20,10 @@
 //! - None of the range-specs satisfiable (first-pos at or past the end, a zero suffix, an
 //!   empty representation): [`RangeRequest::Unsatisfiable`] (`416`).
 //! - Otherwise the satisfiable ones, in the order asked, each clipped to the length
-//!   ([`RangeRequest::Partial`]); unsatisfiable ones among them are dropped.
+//!   ([`RangeRequest::Partial`]); unsatisfiable ones among them are dropped. If any two of
+//!   them overlap, they are all coalesced (RFC 9110 §14.2 allows it): sorted and merged, so
+//!   that no byte is sent twice and a body never holds more than the representation (before,
+//!   `bytes=0-,0-,...` asked for the object 16 times under one reader).
 
 use std::ops::Range;
 
@@ -34,7 +37,8 @@ pub const MAX_RANGE_HEADER_BYTES: usize = 1024;
 pub enum RangeRequest {
     /// The whole representation (no header, or a unit other than bytes): `200`.
     Full,
-    /// These byte ranges (non-empty, each within the length, in the order asked): `206`.
+    /// These byte ranges (non-empty, each within the length, in the order asked, none
+    /// overlapping another): `206`.
     Partial(Vec<Range<u64>>),
     /// No range-spec is satisfiable: `416` with `Content-Range: bytes */LEN`.
     Unsatisfiable,
@@ -95,9 +99,34 @@ pub fn parse_range(header: Option<&[u8]>, len: u64) -> RangeRequest {
     let ranges: Vec<Range<u64>> = specs.iter().filter_map(|s| resolve(s, len)).collect();
     if ranges.is_empty() {
         RangeRequest::Unsatisfiable
+    } else if overlapping(&ranges) {
+        RangeRequest::Partial(coalesce(ranges))
     } else {
         RangeRequest::Partial(ranges)
     }
+}
+
+/// Whether two of the (non-empty) ranges share a byte.
+fn overlapping(ranges: &[Range<u64>]) -> bool {
+    let mut sorted: Vec<&Range<u64>> = ranges.iter().collect();
+    sorted.sort_unstable_by_key(|r| r.start);
+    sorted.windows(2).any(|w| match w {
+        [a, b] => b.start < a.end,
+        _ => false,
+    })
+}
+
+/// The ranges sorted and merged where they overlap or touch.
+fn coalesce(mut ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
+    ranges.sort_unstable_by_key(|r| r.start);
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
 }
 
 fn is_token(s: &str) -> bool {
@@ -234,7 +263,13 @@ mod tests {
         );
         assert_eq!(
             p("bytes=0-0, ,-1,500-", 1000),
-            RangeRequest::Partial(vec![0..1, 999..1000, 500..1000])
+            RangeRequest::Partial(vec![0..1, 500..1000]),
+            "-1 lies within 500-: coalesced"
+        );
+        assert_eq!(
+            p("bytes=500-599,0-9", 1000),
+            RangeRequest::Partial(vec![500..600, 0..10]),
+            "disjoint ranges keep the order asked"
         );
         assert_eq!(
             p("bytes=2000-3000,10-19", 1000),
@@ -282,6 +317,22 @@ mod tests {
         ));
     }
 
+    /// `bytes=0-,0-,...` (16 times) asked for the whole object 16 times under one reader
+    /// (issue 21): overlapping ranges are merged, so no body exceeds the object.
+    #[test]
+    fn overlapping_ranges_never_multiply_the_object() {
+        let spec = vec!["0-"; MAX_RANGES].join(",");
+        assert_eq!(
+            p(&format!("bytes={spec}"), 1000),
+            RangeRequest::Partial(vec![0..1000])
+        );
+        assert_eq!(
+            p("bytes=10-19,15-29,-5,30-30", 1000),
+            RangeRequest::Partial(vec![10..31, 995..1000]),
+            "overlapping and touching ranges merged, sorted"
+        );
+    }
+
     #[test]
     fn validators() {
         let tag = object_etag(7, 0x1a2b_3c4d);
@@ -300,7 +351,10 @@ mod tests {
     proptest! {
         #[test]
         fn any_header_never_panics(raw in proptest::collection::vec(any::<u8>(), 0..200), len in any::<u64>()) {
-            let _ = parse_range(Some(&raw), len);
+            if let RangeRequest::Partial(r) = parse_range(Some(&raw), len) {
+                let total: u64 = r.iter().map(|r| r.end - r.start).sum();
+                prop_assert!(total <= len);
+            }
             let _ = if_none_match(&raw, "\"a\"");
         }
 
@@ -352,7 +406,16 @@ mod tests {
                 RangeRequest::Partial(v) => {
                     let bytes: Vec<Vec<u8>> =
                         v.iter().map(|r| body[r.start as usize..r.end as usize].to_vec()).collect();
-                    prop_assert_eq!(bytes, expect);
+                    let total: usize = expect.iter().map(Vec::len).sum();
+                    if total <= len as usize && !overlapping(&v) && bytes.len() == expect.len() {
+                        prop_assert_eq!(bytes, expect);
+                    } else {
+                        // Overlapping specs: coalesced, every byte asked for once, in order.
+                        prop_assert!(!overlapping(&v));
+                        prop_assert!(v.windows(2).all(|w| w[0].end < w[1].start));
+                        let sent: usize = bytes.iter().map(Vec::len).sum();
+                        prop_assert!(sent as u64 <= len);
+                    }
                 }
                 RangeRequest::Unsatisfiable => prop_assert!(expect.is_empty()),
                 other => prop_assert!(false, "{:?}", other),

@@ -14,7 +14,7 @@
 //! the default budget).
 
 use std::collections::HashSet;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::Ordering;
 
 use isnode_store::Layout;
@@ -35,6 +35,8 @@ pub(crate) struct Limits {
     pub burst_headroom_bps: u64,
     /// The block pool's bound on working sets (`None`: the engine does not use the pool).
     pub pool: Option<PoolLimit>,
+    /// Most sessions in all (`sendfile`: the sockets the descriptor budget holds).
+    pub max_sessions: Option<u64>,
 }
 
 /// The block pool as admission sees it.
@@ -76,20 +78,92 @@ pub(crate) struct Refusal {
     pub reason: String,
 }
 
+/// The client a per-client limit counts an address against: an IPv4 address itself, an
+/// IPv6 address's /64 (one subscriber's prefix: its hosts may take any address in it).
+pub(crate) fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(Ipv6Addr::from(prefix))
+            }
+        },
+        v4 => v4,
+    }
+}
+
+/// The limits of sessions whose destination has not echoed its token yet.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UnvalidatedLimits {
+    /// Most such sessions in all.
+    pub max_sessions: u32,
+    /// Most such sessions per client ([`client_key`]).
+    pub max_per_client: u32,
+}
+
+/// Admits one more session awaiting its echo from `new` beside the clients of those
+/// awaiting theirs (`waiting`), or says which limit refuses it. Such sessions take no
+/// bitrate budget nor pool (they are admitted against those at the echo): only these.
+pub(crate) fn admit_unvalidated(
+    limits: &UnvalidatedLimits,
+    waiting: &[IpAddr],
+    new: IpAddr,
+) -> Result<(), Refusal> {
+    if waiting.len() >= limits.max_sessions as usize {
+        return Err(Refusal {
+            limit: Limit::MaxUnvalidatedSessions,
+            value: u64::from(limits.max_sessions),
+            reason: format!(
+                "{} sessions already await their token's echo",
+                waiting.len()
+            ),
+        });
+    }
+    let key = client_key(new);
+    let mine = waiting.iter().filter(|ip| client_key(**ip) == key).count();
+    if mine >= limits.max_per_client as usize {
+        return Err(Refusal {
+            limit: Limit::MaxUnvalidatedPerClient,
+            value: u64::from(limits.max_per_client),
+            reason: format!("{key} already has {mine} sessions awaiting their token's echo"),
+        });
+    }
+    Ok(())
+}
+
 /// Admits `new` beside the streaming sessions `active`, or says which limit refuses it.
-/// Checked in order: sessions per client, bitrate, block pool.
+/// Checked in order: sessions per client ([`client_key`]), total sessions, bitrate, block
+/// pool.
 pub(crate) fn admit(
     limits: &Limits,
     active: &[Demand<'_>],
     new: &Demand<'_>,
 ) -> Result<(), Refusal> {
-    let mine = active.iter().filter(|s| s.peer_ip == new.peer_ip).count();
+    let key = client_key(new.peer_ip);
+    let mine = active
+        .iter()
+        .filter(|s| client_key(s.peer_ip) == key)
+        .count();
     if mine >= limits.max_sessions_per_client as usize {
         return Err(Refusal {
             limit: Limit::MaxSessionsPerClient,
             value: u64::from(limits.max_sessions_per_client),
-            reason: format!("{} already has {mine} sessions", new.peer_ip),
+            reason: format!("{key} already has {mine} sessions"),
         });
+    }
+    if let Some(max) = limits.max_sessions {
+        if active.len() as u64 >= max {
+            return Err(Refusal {
+                limit: Limit::MaxSendfileSessions,
+                value: max,
+                reason: format!(
+                    "{} sessions already: the sendfile engine's socket budget \
+                     (--max-sendfile-sessions)",
+                    active.len()
+                ),
+            });
+        }
     }
     let used = active
         .iter()
@@ -141,6 +215,7 @@ pub(crate) fn limits(sh: &Shared) -> Limits {
             lookahead_codewords: LOOKAHEAD_CODEWORDS,
             cache_size_bytes: sh.config().cache_size_bytes,
         }),
+        max_sessions: sh.sendfile_sessions,
     }
 }
 
@@ -212,6 +287,7 @@ mod tests {
             max_bitrate_bps: u64::MAX,
             burst_headroom_bps: u64::MAX,
             pool: None,
+            max_sessions: None,
         }
     }
 
@@ -223,6 +299,63 @@ mod tests {
             layout: l,
             codeword,
         }
+    }
+
+    #[test]
+    fn per_client_limits_count_an_ipv6_64_as_one_client() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(client_key(a), client_key(b));
+        assert_ne!(client_key(a), client_key(c));
+        let v4: IpAddr = "10.0.0.1".parse().unwrap();
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert_eq!(client_key(mapped), v4);
+        assert_ne!(client_key("10.0.0.2".parse().unwrap()), client_key(v4));
+        // Sessions of one /64 count together (issue 21: one /64 held the whole budget).
+        let l = layout(10);
+        let mut s1 = demand(&l, 1, 1, 1, 0);
+        s1.peer_ip = a;
+        let mut new = demand(&l, 1, 1, 1, 0);
+        new.peer_ip = b;
+        let limits = Limits {
+            max_sessions_per_client: 1,
+            ..unlimited()
+        };
+        let r = admit(&limits, &[s1], &new).unwrap_err();
+        assert_eq!(r.limit, Limit::MaxSessionsPerClient);
+        new.peer_ip = c;
+        assert!(admit(&limits, &[s1], &new).is_ok());
+    }
+
+    #[test]
+    fn sessions_awaiting_their_echo_have_limits_of_their_own() {
+        let limits = UnvalidatedLimits {
+            max_sessions: 3,
+            max_per_client: 2,
+        };
+        let a: IpAddr = "2001:db8::1".parse().unwrap();
+        let a2: IpAddr = "2001:db8::2".parse().unwrap();
+        let b: IpAddr = "10.0.0.1".parse().unwrap();
+        assert!(admit_unvalidated(&limits, &[a], a2).is_ok());
+        let r = admit_unvalidated(&limits, &[a, a2], a).unwrap_err();
+        assert_eq!((r.limit, r.value), (Limit::MaxUnvalidatedPerClient, 2));
+        assert!(admit_unvalidated(&limits, &[a, a2], b).is_ok());
+        let r = admit_unvalidated(&limits, &[a, a2, b], b).unwrap_err();
+        assert_eq!((r.limit, r.value), (Limit::MaxUnvalidatedSessions, 3));
+    }
+
+    #[test]
+    fn the_sendfile_socket_budget_bounds_the_sessions() {
+        let l = layout(10);
+        let a = [demand(&l, 1, 1, 1, 0), demand(&l, 2, 1, 1, 0)];
+        let limits = Limits {
+            max_sessions: Some(2),
+            ..unlimited()
+        };
+        let r = admit(&limits, &a, &demand(&l, 3, 1, 1, 0)).unwrap_err();
+        assert_eq!((r.limit, r.value), (Limit::MaxSendfileSessions, 2));
+        assert!(admit(&limits, &a[..1], &demand(&l, 3, 1, 1, 0)).is_ok());
     }
 
     #[test]
@@ -297,7 +430,7 @@ mod tests {
             let l = layout(4);
             let act: Vec<Demand> = active.iter().map(|&(p, r)| demand(&l, p, r, 1, 0)).collect();
             let nd = demand(&l, new.0, new.1, 1, 0);
-            let limits = Limits { max_sessions_per_client: max_per_client, max_bitrate_bps: max_bitrate, burst_headroom_bps: 0, pool: None };
+            let limits = Limits { max_sessions_per_client: max_per_client, max_bitrate_bps: max_bitrate, burst_headroom_bps: 0, pool: None, max_sessions: None };
             let mine = active.iter().filter(|(p, _)| *p == new.0).count();
             let used: u64 = active.iter().map(|(_, r)| r).sum();
             let expect = mine < max_per_client as usize && used + new.1 <= max_bitrate;
@@ -344,6 +477,7 @@ mod tests {
                 max_bitrate_bps: max_bitrate,
                 burst_headroom_bps: 0,
                 pool: Some(PoolLimit { slots, reserve_slots: 2, lookahead_codewords: 3, cache_size_bytes: 1 }),
+                max_sessions: None,
             };
             if admit(&limits, &act, &nd).is_ok() {
                 prop_assert!(admit(&limits, &sub, &nd).is_ok());

@@ -246,6 +246,22 @@ pub struct ServeConfig {
     /// Uploads: the slowest accepted body rate, bits per second, averaged over windows of
     /// `upload_stall_timeout_ms` (0: only stalls are cut).
     pub upload_min_rate_bps: u64,
+    /// A response body that makes no progress (no byte taken by the client) for this many
+    /// milliseconds is dropped with its connection, releasing what it held (a content
+    /// reader's place). At the connection cap, a connection whose response has made no
+    /// progress for the header timeout may be evicted.
+    pub api_write_timeout_ms: u64,
+    /// Most sessions at once under the `sendfile` engine, which holds a socket for each
+    /// (default: half of the descriptors the open files limit leaves after the rest of the
+    /// data plane, at most 4096). More: `503` with `limit: max_sendfile_sessions`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_sendfile_sessions: Option<u64>,
+    /// Most sessions awaiting their token's echo, in all (they take no bitrate budget, pool
+    /// nor disk reads until then). More: `503` with `limit: max_unvalidated_sessions`.
+    pub max_unvalidated_sessions: u32,
+    /// Most sessions awaiting their token's echo per client (an IPv4 address, an IPv6 /64).
+    /// More: `503` with `limit: max_unvalidated_per_client`.
+    pub max_unvalidated_per_client: u32,
 }
 
 impl Default for ServeConfig {
@@ -289,6 +305,10 @@ impl Default for ServeConfig {
             max_volume_bytes: None,
             upload_stall_timeout_ms: DEFAULT_UPLOAD_STALL_TIMEOUT_MS,
             upload_min_rate_bps: DEFAULT_UPLOAD_MIN_RATE_BPS,
+            api_write_timeout_ms: DEFAULT_API_WRITE_TIMEOUT_MS,
+            max_sendfile_sessions: None,
+            max_unvalidated_sessions: DEFAULT_MAX_UNVALIDATED_SESSIONS,
+            max_unvalidated_per_client: DEFAULT_MAX_UNVALIDATED_PER_CLIENT,
         }
     }
 }
@@ -315,6 +335,13 @@ pub(crate) const DEFAULT_BROADCAST_DURATION_S: f64 = 3600.0;
 pub(crate) const DEFAULT_BROADCAST_MAX_DURATION_S: f64 = 86_400.0;
 /// Default `broadcast_budget_percent`.
 pub(crate) const DEFAULT_BROADCAST_BUDGET_PERCENT: u32 = 50;
+/// Default `api_write_timeout_ms`: a response body without progress for 30 s is dropped
+/// (above the 10 s a body may wait for its blocks).
+pub const DEFAULT_API_WRITE_TIMEOUT_MS: u64 = 30_000;
+/// Default `max_unvalidated_sessions`.
+pub const DEFAULT_MAX_UNVALIDATED_SESSIONS: u32 = 4096;
+/// Default `max_unvalidated_per_client`.
+pub const DEFAULT_MAX_UNVALIDATED_PER_CLIENT: u32 = 32;
 /// Default `upload_stall_timeout_ms`.
 pub(crate) const DEFAULT_UPLOAD_STALL_TIMEOUT_MS: u64 = 30_000;
 /// Default `upload_min_rate_bps` (64 kbit/s).
@@ -467,6 +494,12 @@ impl ServeConfig {
         }
         if self.api_idle_timeout_ms == 0 {
             return bad("api_idle_timeout_ms", "must be above 0");
+        }
+        if self.api_write_timeout_ms == 0 {
+            return bad("api_write_timeout_ms", "must be above 0");
+        }
+        if self.max_sendfile_sessions == Some(0) {
+            return bad("max_sendfile_sessions", "must be at least 1");
         }
         if self.api_max_connections == Some(0) {
             return bad("api_max_connections", "must be at least 1");

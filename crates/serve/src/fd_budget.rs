@@ -1,6 +1,7 @@
 //! The descriptor budget, reserved at start: the data plane's needs (the segment files of
 //! every object, kept open; its threads' rings and sockets; a spare for sessions and
-//! objects added later) come first, and the control API's connection cap is what is left.
+//! objects added later; with the `sendfile` engine, a connected socket per session) come
+//! first, and the control API's connection cap is what is left.
 //! A server whose open files limit cannot hold the data plane's needs and a minimum of
 //! API connections refuses to start.
 
@@ -8,13 +9,16 @@
 /// send sockets, wake-ups).
 pub(crate) const PER_THREAD_FDS: u64 = 8;
 /// Spare descriptors of the data plane: objects ingested after the start, the sockets of
-/// `sendfile` sessions and broadcasts, the keepalive socket, the catalog.
+/// broadcasts, the keepalive socket, the catalog.
 pub(crate) const DATA_PLANE_SPARE_FDS: u64 = 256;
 /// Descriptors of the control API besides its connections (listener, runtime, catalog
 /// lookups on the blocking pool).
 pub(crate) const API_OVERHEAD_FDS: u64 = 32;
 /// Fewest API connections a server starts with.
 pub(crate) const MIN_API_CONNECTIONS: u64 = 16;
+/// Most `sendfile` sessions by default (fewer if the open files limit leaves fewer: half
+/// of what the data plane's other needs leave, the other half for API connections).
+pub const DEFAULT_MAX_SENDFILE_SESSIONS: u64 = 4096;
 
 /// What the budget is computed from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +35,8 @@ pub(crate) struct FdNeeds {
     pub threads: u64,
     /// Whether each thread keeps its own (buffered) copy of the segment files.
     pub per_thread_files: PerThreadFiles,
+    /// Sockets of sessions (`sendfile`: one connected socket per session; 0 otherwise).
+    pub session_sockets: u64,
 }
 
 /// Whether the engine keeps per-thread segment files besides the shared ones.
@@ -54,6 +60,25 @@ impl FdNeeds {
             .saturating_mul(copies)
             .saturating_add(self.threads.saturating_mul(PER_THREAD_FDS))
             .saturating_add(DATA_PLANE_SPARE_FDS)
+            .saturating_add(self.session_sockets)
+    }
+
+    /// The sessions the `sendfile` engine may hold a socket for: `asked`, or by default
+    /// half of what the rest of the data plane and the API's minimum leave (at most
+    /// [`DEFAULT_MAX_SENDFILE_SESSIONS`]). The caller puts it in `session_sockets`.
+    pub(crate) fn sendfile_sessions(&self, asked: Option<u64>) -> u64 {
+        let without = FdNeeds {
+            session_sockets: 0,
+            ..*self
+        };
+        asked.unwrap_or_else(|| {
+            let reserved = self
+                .in_use
+                .saturating_add(without.data_plane())
+                .saturating_add(API_OVERHEAD_FDS)
+                .saturating_add(MIN_API_CONNECTIONS);
+            (self.limit.saturating_sub(reserved) / 2).min(DEFAULT_MAX_SENDFILE_SESSIONS)
+        })
     }
 
     /// The API connection cap: `asked` (or [`crate::DEFAULT_API_MAX_CONNECTIONS`]) if the
@@ -68,14 +93,16 @@ impl FdNeeds {
         if left < MIN_API_CONNECTIONS {
             return Err(format!(
                 "the open files limit ({}) cannot hold the data plane's {} descriptors \
-                 ({} objects x {} members kept open, {} threads, {} spare), the {} in use \
-                 and {MIN_API_CONNECTIONS} API connections: raise it to at least {need} (ulimit -n)",
+                 ({} objects x {} members kept open, {} threads, {} spare, {} session \
+                 sockets), the {} in use and {MIN_API_CONNECTIONS} API connections: raise \
+                 it to at least {need} (ulimit -n)",
                 self.limit,
                 self.data_plane(),
                 self.objects,
                 self.members,
                 self.threads,
                 DATA_PLANE_SPARE_FDS,
+                self.session_sockets,
                 self.in_use,
             ));
         }
@@ -136,6 +163,7 @@ mod tests {
             members: 8,
             threads: 2,
             per_thread_files: PerThreadFiles::No,
+            session_sockets: 0,
         }
     }
 
@@ -163,5 +191,37 @@ mod tests {
         let e = n.api_connections(None).unwrap_err();
         assert!(e.contains("raise it to at least"), "{e}");
         assert!(e.contains("100 objects x 8 members"), "{e}");
+    }
+
+    /// The `sendfile` engine's session sockets are in the budget (issue 21: they were not,
+    /// and past about 256 sessions with the API at its cap socket creation failed).
+    #[test]
+    fn sendfile_session_sockets_are_reserved() {
+        let mut n = needs(1 << 16);
+        n.per_thread_files = PerThreadFiles::Yes;
+        let sessions = n.sendfile_sessions(None);
+        assert_eq!(sessions, DEFAULT_MAX_SENDFILE_SESSIONS);
+        n.session_sockets = sessions;
+        let api = n.api_connections(None).unwrap() as u64;
+        let total = n.in_use + n.data_plane() + API_OVERHEAD_FDS + api;
+        assert!(
+            total <= n.limit,
+            "{total} descriptors under a limit of {}",
+            n.limit
+        );
+        assert!(n.data_plane() >= sessions + DATA_PLANE_SPARE_FDS);
+        // A small limit: half of what is left each.
+        let mut small = needs(2048);
+        let s = small.sendfile_sessions(None);
+        assert!(s > 0 && s < 1024, "{s}");
+        small.session_sockets = s;
+        let api = small.api_connections(None).unwrap() as u64;
+        assert!(api >= s, "{api} API connections, {s} sessions");
+        assert!(small.in_use + small.data_plane() + API_OVERHEAD_FDS + api <= 2048);
+        // Asked for: as asked (and too many refuse to start).
+        assert_eq!(small.sendfile_sessions(Some(100)), 100);
+        small.session_sockets = 5000;
+        let e = small.api_connections(None).unwrap_err();
+        assert!(e.contains("5000 session sockets"), "{e}");
     }
 }

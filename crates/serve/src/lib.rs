@@ -54,6 +54,11 @@ pub use config::{
     DEFAULT_EGRESS_CAPACITY_BPS, DEFAULT_MAX_CONTENT_READERS, DEFAULT_MAX_SESSIONS_PER_CLIENT,
     DEFAULT_SHUTDOWN_GRACE_S, EGRESS_BUDGET_PERCENT, ENGINES,
 };
+pub use config::{
+    DEFAULT_API_WRITE_TIMEOUT_MS, DEFAULT_MAX_UNVALIDATED_PER_CLIENT,
+    DEFAULT_MAX_UNVALIDATED_SESSIONS,
+};
+pub use fd_budget::DEFAULT_MAX_SENDFILE_SESSIONS;
 pub use lifecycle::{run, Drained};
 pub use metrics::{Limit, MetricsSnapshot};
 pub use server::{start, ServeError, ServerHandle};

@@ -44,6 +44,8 @@ pub(crate) enum Control {
     Pause,
     /// Send again.
     Resume,
+    /// The destination echoed its token: start sending, with this start-up burst.
+    Start(crate::pacer::StartBurst),
 }
 
 /// Most control requests waiting for the data plane per session (more are refused).
@@ -79,10 +81,12 @@ pub(crate) struct StreamShared {
     controls_pending: AtomicBool,
     /// The client's last loss report in units of 1/10 000 ([`NO_LOSS_REPORT`] before any).
     pub loss_units: AtomicU32,
-    /// The send rate during the start-up burst (`send_rate_bps` without one).
-    pub burst_rate_bps: u64,
-    /// When the start-up burst ends (0 without one): admission counts `burst_rate_bps` until.
-    pub burst_until_ns: u64,
+    /// The send rate during the start-up burst (`send_rate_bps` without one); before the
+    /// token's echo, the rate the burst would have (the factor the client wants).
+    pub burst_rate_bps: AtomicU64,
+    /// When the start-up burst ends (0 without one, or before the echo): admission counts
+    /// `burst_rate_bps` until.
+    pub burst_until_ns: AtomicU64,
     /// Stored repair packets sent.
     pub repair_sent: AtomicU64,
     /// Stored repair packets skipped by adaptive repair.
@@ -173,8 +177,8 @@ impl StreamShared {
             controls: Mutex::new(Vec::new()),
             controls_pending: AtomicBool::new(false),
             loss_units: AtomicU32::new(NO_LOSS_REPORT),
-            burst_rate_bps: n.burst.map_or(0, |b| b.0),
-            burst_until_ns: n.burst.map_or(0, |b| b.1),
+            burst_rate_bps: AtomicU64::new(n.burst.map_or(0, |b| b.0)),
+            burst_until_ns: AtomicU64::new(n.burst.map_or(0, |b| b.1)),
             repair_sent: AtomicU64::new(0),
             repair_skipped: AtomicU64::new(0),
             validated: AtomicBool::new(n.validated),
@@ -186,11 +190,27 @@ impl StreamShared {
     /// The extra rate of the start-up burst at `now_ns` (beyond the plain send rate): what
     /// it draws on the burst headroom (see `crate::admission`); 0 once it is over.
     pub(crate) fn burst_extra_bps(&self, now_ns: u64) -> u64 {
-        if now_ns < self.burst_until_ns {
-            self.burst_rate_bps.saturating_sub(self.send_rate_bps)
+        if now_ns < self.burst_until_ns.load(Ordering::Acquire) {
+            self.burst_rate_bps
+                .load(Ordering::Acquire)
+                .saturating_sub(self.send_rate_bps)
         } else {
             0
         }
+    }
+
+    /// The start-up burst factor the client wants (1: none), before the echo.
+    pub(crate) fn wanted_burst_factor(&self) -> u32 {
+        let rate = self.burst_rate_bps.load(Ordering::Acquire);
+        u32::try_from(rate / self.send_rate_bps.max(1))
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// Counts a start-up burst of `rate_bps` until `until_ns` (from the echo).
+    pub(crate) fn start_burst(&self, rate_bps: u64, until_ns: u64) {
+        self.burst_rate_bps.store(rate_bps, Ordering::Release);
+        self.burst_until_ns.store(until_ns, Ordering::Release);
     }
 
     /// Takes a loss report from a keepalive.

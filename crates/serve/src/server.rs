@@ -56,6 +56,8 @@ pub(crate) struct Shared {
     /// Set by SIGTERM: new sessions, broadcasts and uploads are refused (`api/drain.rs`).
     pub draining: AtomicBool,
     pub workers: Vec<std::sync::mpsc::SyncSender<plane::PlaneMsg>>,
+    /// Whether a wake-up is queued for each data-plane thread ([`plane::wake`]).
+    pub wakes_queued: Vec<AtomicBool>,
     pub next_worker: AtomicUsize,
     /// Engine in use (uring-zc falls back to gso where io_uring is unavailable).
     pub engine: EngineKind,
@@ -71,6 +73,8 @@ pub(crate) struct Shared {
     pub token_socket: std::net::UdpSocket,
     /// The running broadcasts.
     pub broadcasts: crate::broadcast::Broadcasts,
+    /// Most sessions the `sendfile` engine may hold a socket for (`None`: another engine).
+    pub sendfile_sessions: Option<u64>,
 }
 
 impl Shared {
@@ -93,6 +97,8 @@ impl Shared {
         new.api_max_connections = old.api_max_connections;
         new.api_header_timeout_ms = old.api_header_timeout_ms;
         new.api_idle_timeout_ms = old.api_idle_timeout_ms;
+        new.api_write_timeout_ms = old.api_write_timeout_ms;
+        new.max_sendfile_sessions = old.max_sendfile_sessions;
         new.tls_cert.clone_from(&old.tls_cert);
         new.tls_key.clone_from(&old.tls_key);
         new.plain_http = old.plain_http;
@@ -111,9 +117,7 @@ impl Shared {
     /// Wakes every data-plane thread, so that control requests just queued on a session
     /// apply at once (a full queue means the thread is awake anyway).
     pub(crate) fn wake_data_plane(&self) {
-        for w in &self.workers {
-            let _ = w.try_send(plane::PlaneMsg::Wake);
-        }
+        plane::wake(&self.workers, &self.wakes_queued);
     }
 
     pub(crate) fn now_ns(&self) -> u64 {
@@ -315,12 +319,13 @@ fn spawn_workers(
 
 /// The control API's connection limits: the cap from the descriptors the data plane
 /// leaves ([`fd_budget`]), the timeouts from the flags.
+/// Also the sessions the `sendfile` engine may hold a socket for (`None`: another engine).
 fn api_limits(
     config: &ServeConfig,
     vol: &isnode_store::Volume,
     threads: usize,
     engine: EngineKind,
-) -> Result<api::ConnLimits, ServeError> {
+) -> Result<(api::ConnLimits, Option<u64>), ServeError> {
     let limit = fd_budget::raise_open_files_limit();
     let needs = fd_budget::FdNeeds {
         limit,
@@ -332,26 +337,39 @@ fn api_limits(
             EngineKind::Sendfile => fd_budget::PerThreadFiles::Yes,
             _ => fd_budget::PerThreadFiles::No,
         },
+        session_sockets: 0,
+    };
+    let sendfile_sessions = (engine == EngineKind::Sendfile)
+        .then(|| needs.sendfile_sessions(config.max_sendfile_sessions));
+    let needs = fd_budget::FdNeeds {
+        session_sockets: sendfile_sessions.unwrap_or(0),
+        ..needs
     };
     let max_connections = needs
         .api_connections(config.api_max_connections)
         .map_err(ServeError::Config)?;
-    if config.api_header_timeout_ms == 0 || config.api_idle_timeout_ms == 0 {
+    if config.api_header_timeout_ms == 0
+        || config.api_idle_timeout_ms == 0
+        || config.api_write_timeout_ms == 0
+    {
         return Err(ServeError::Config(
-            "--api-header-timeout-ms and --api-idle-timeout-ms must be above 0".into(),
+            "--api-header-timeout-ms, --api-idle-timeout-ms and --api-write-timeout-ms must be above 0".into(),
         ));
     }
     tracing::debug!(
         limit,
         data_plane = needs.data_plane(),
         max_connections,
+        ?sendfile_sessions,
         "descriptor budget"
     );
-    Ok(api::ConnLimits {
+    let limits = api::ConnLimits {
         max_connections,
         header_timeout_ns: config.api_header_timeout_ms.saturating_mul(1_000_000),
         idle_timeout_ns: config.api_idle_timeout_ms.saturating_mul(1_000_000),
-    })
+        write_timeout_ns: config.api_write_timeout_ms.saturating_mul(1_000_000),
+    };
+    Ok((limits, sendfile_sessions))
 }
 
 /// The TLS acceptor of `--tls-cert` and `--tls-key`, if given; an error if plain HTTP
@@ -391,7 +409,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .clamp(1, 256);
     let (engine, read_io) = io_choices(config);
-    let limits = api_limits(config, &vol, threads, engine)?;
+    let (limits, sendfile_sessions) = api_limits(config, &vol, threads, engine)?;
     multicast_options(config)?;
     let residency = match engine {
         EngineKind::Sendfile => Residency::OnUse,
@@ -424,6 +442,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         shutdown: AtomicBool::new(false),
         draining: AtomicBool::new(false),
         workers: senders,
+        wakes_queued: (0..threads).map(|_| AtomicBool::new(false)).collect(),
         next_worker: AtomicUsize::new(0),
         engine,
         read_io,
@@ -432,6 +451,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         keepalive_port,
         token_socket,
         broadcasts: crate::broadcast::Broadcasts::default(),
+        sendfile_sessions,
     });
     let api_tls = tls.clone();
     let mut handle = ServerHandle {

@@ -136,6 +136,47 @@ pub fn check(
     Ok(report)
 }
 
+/// Codewords whose digest rows are read at once by [`check_digest_rows`].
+const DIGEST_ROWS_AT_ONCE: u32 = 1024;
+
+/// An object with packet digests must have one row per codeword, each of its encoding
+/// symbols' digests ([`StoreError::BadObject`] otherwise: a client would ask for the
+/// missing ones again and again).
+fn check_digest_rows(vol: &Volume, rec: &ObjectRecord, layout: &Layout) -> Result<(), StoreError> {
+    let catalog = vol.catalog();
+    if !catalog.has_digests(rec.toi)? {
+        return Ok(());
+    }
+    let bad = |problem: String| StoreError::BadObject {
+        name: rec.name.clone(),
+        problem,
+    };
+    let codewords = layout.codewords();
+    let mut from = 0u32;
+    while from < codewords {
+        let count = DIGEST_ROWS_AT_ONCE.min(codewords - from);
+        let mut expect = from..from + count;
+        for (sbn, row) in catalog.digests(rec.toi, from, count)? {
+            let Some(want) = expect.next() else { break };
+            if sbn != want {
+                return Err(bad(format!("no packet digests for codeword {want}")));
+            }
+            let len = layout.encoding_symbols(sbn) as usize * isnode_wire::digest::DIGEST_LEN;
+            if row.len() != len {
+                return Err(bad(format!(
+                    "the packet digests of codeword {sbn} are {} bytes, not {len}",
+                    row.len()
+                )));
+            }
+        }
+        if let Some(missing) = expect.next() {
+            return Err(bad(format!("no packet digests for codeword {missing}")));
+        }
+        from += count;
+    }
+    Ok(())
+}
+
 fn check_object(
     vol: &mut Volume,
     rec: &ObjectRecord,
@@ -146,6 +187,7 @@ fn check_object(
     let members = layout.params().members;
     let blocks = match vol.blocks(rec, &layout).and_then(|b| {
         vol.media_index(rec)?;
+        check_digest_rows(vol, rec, &layout)?;
         Ok(b)
     }) {
         Ok(b) => b,

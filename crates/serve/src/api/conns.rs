@@ -10,6 +10,10 @@
 //!   connection's accept or from the first byte of a later request.
 //! - An **idle timeout**: a kept-alive connection without a request for this long is
 //!   closed.
+//! - A **write timeout**: a response body the client takes no byte of for this long is
+//!   dropped with its connection (releasing a content reader's place and its buffers); at
+//!   the cap, a connection whose response has made no progress for the header timeout may
+//!   be evicted like an idle one.
 //!
 //! What a connection may still do is decided by [`deadline_ns`] (pure) from its
 //! [`ConnState`], which the connection's byte stream ([`Watched`]), its requests and their
@@ -31,6 +35,10 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
+/// Most bytes a connection buffers each way (hyper's read and write buffers): request heads
+/// fit (a target of 8 KiB, header fields of 16 KiB: `errors.rs`), and a client that does
+/// not read holds this and one chunk of its answer, not the answer.
+const CONN_BUF_BYTES: usize = 64 * 1024;
 /// Longest wait of the accept loop for an evicted connection to close.
 const EVICTION_WAIT: Duration = Duration::from_secs(1);
 
@@ -43,6 +51,8 @@ pub(crate) struct ConnLimits {
     pub header_timeout_ns: u64,
     /// A connection without a request for this long is closed, nanoseconds.
     pub idle_timeout_ns: u64,
+    /// A response body without progress for this long is dropped, nanoseconds.
+    pub write_timeout_ns: u64,
 }
 
 /// What one connection is doing, shared by its byte stream, its requests and the
@@ -63,6 +73,11 @@ pub(crate) struct ConnState {
     request_since_ns: AtomicU64,
     /// The request in service is still receiving its body (the client's pace).
     receiving: AtomicBool,
+    /// A response (head or body) is being sent (the client's pace).
+    responding: AtomicBool,
+    /// When the response being sent started or last had bytes taken by the socket,
+    /// nanoseconds.
+    progress_ns: AtomicU64,
     /// Chosen to make room for a new connection: it closes.
     evicted: AtomicBool,
     /// Wakes the connection's task to close it.
@@ -88,18 +103,26 @@ pub(crate) struct ConnPhase {
     pub request_since_ns: u64,
     /// Whether the request in service is still receiving its body.
     pub receiving: bool,
+    /// Whether a response is being sent.
+    pub responding: bool,
+    /// When the response being sent started or last made progress.
+    pub progress_ns: u64,
 }
 
 /// When the connection must be closed if nothing changes; `None` while a request is in
-/// service (its body received). A new connection has the header timeout from its accept
-/// to send its first request head; afterwards the idle timeout runs from the last
-/// response, and the header timeout from the first byte of the next head; a request's
-/// body must arrive within the header timeout from the end of its head.
+/// service (its body received, its answer not started). A new connection has the header
+/// timeout from its accept to send its first request head; afterwards the idle timeout
+/// runs from the last response, and the header timeout from the first byte of the next
+/// head; a request's body must arrive within the header timeout from the end of its head;
+/// a response must make progress within the write timeout.
 pub(crate) fn deadline_ns(p: ConnPhase, limits: &ConnLimits) -> Option<u64> {
     if p.busy > 0 {
+        if p.receiving {
+            return Some(p.request_since_ns.saturating_add(limits.header_timeout_ns));
+        }
         return p
-            .receiving
-            .then(|| p.request_since_ns.saturating_add(limits.header_timeout_ns));
+            .responding
+            .then(|| p.progress_ns.saturating_add(limits.write_timeout_ns));
     }
     if p.served == 0 {
         return Some(p.accepted_ns.saturating_add(limits.header_timeout_ns));
@@ -120,6 +143,8 @@ impl ConnState {
             head_since_ns: AtomicU64::new(0),
             request_since_ns: AtomicU64::new(0),
             receiving: AtomicBool::new(false),
+            responding: AtomicBool::new(false),
+            progress_ns: AtomicU64::new(0),
             evicted: AtomicBool::new(false),
             kill: Notify::new(),
             closed: Notify::new(),
@@ -135,6 +160,8 @@ impl ConnState {
             head_since_ns: self.head_since_ns.load(Ordering::Acquire),
             request_since_ns: self.request_since_ns.load(Ordering::Acquire),
             receiving: self.receiving.load(Ordering::Acquire),
+            responding: self.responding.load(Ordering::Acquire),
+            progress_ns: self.progress_ns.load(Ordering::Acquire),
         }
     }
 
@@ -143,10 +170,22 @@ impl ConnState {
         self.busy.load(Ordering::Acquire) == 0
     }
 
-    /// True if it may be evicted: no request in service, or one still receiving its body
-    /// (nothing done for it yet).
-    fn is_evictable(&self) -> bool {
-        self.is_idle() || self.receiving.load(Ordering::Acquire)
+    /// True if it may be evicted at `now_ns`: no request in service, one still receiving
+    /// its body (nothing done for it yet), or one whose response has made no progress for
+    /// `stall_ns` (a client that does not read).
+    fn is_evictable(&self, now_ns: u64, stall_ns: u64) -> bool {
+        let stalled = || {
+            self.responding.load(Ordering::Acquire)
+                && now_ns.saturating_sub(self.progress_ns.load(Ordering::Acquire)) >= stall_ns
+        };
+        self.is_idle() || self.receiving.load(Ordering::Acquire) || stalled()
+    }
+
+    /// Notes that the socket took response bytes at `now_ns`.
+    fn progressed(&self, now_ns: u64) {
+        if self.responding.load(Ordering::Relaxed) {
+            self.progress_ns.store(now_ns, Ordering::Release);
+        }
     }
 }
 
@@ -169,8 +208,19 @@ impl Busy {
     }
 }
 
+impl Busy {
+    /// The response has started: its progress is timed from now.
+    fn responding(&self) {
+        self.state
+            .progress_ns
+            .store(self.clock.now_ns(), Ordering::Release);
+        self.state.responding.store(true, Ordering::Release);
+    }
+}
+
 impl Drop for Busy {
     fn drop(&mut self) {
+        self.state.responding.store(false, Ordering::Release);
         self.state
             .idle_since_ns
             .store(self.clock.now_ns(), Ordering::Release);
@@ -225,7 +275,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            this.state.progressed(this.clock.now_ns());
+        }
+        r
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -241,7 +296,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            this.state.progressed(this.clock.now_ns());
+        }
+        r
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -368,17 +428,18 @@ impl Conns {
         self.lock().len()
     }
 
-    /// Makes room for one more connection under `cap`.
+    /// Makes room for one more connection under `cap` at `now_ns` (a response without
+    /// progress for `stall_ns` counts as evictable).
     /// Connections still holding their descriptor count until their task has closed
     /// them, so the open connections never exceed `cap` but for the one being admitted.
-    fn admit(&self, cap: usize) -> Admit {
+    fn admit(&self, cap: usize, now_ns: u64, stall_ns: u64) -> Admit {
         let table = self.lock();
         if table.len() < cap {
             return Admit::Serve;
         }
         let victim = table
             .values()
-            .find(|c| c.is_evictable() && !c.evicted.load(Ordering::Acquire));
+            .find(|c| c.is_evictable(now_ns, stall_ns) && !c.evicted.load(Ordering::Acquire));
         match victim {
             Some(v) => {
                 v.evicted.store(true, Ordering::Release);
@@ -477,7 +538,8 @@ impl ConnServer {
     /// Serves a new connection if the cap allows, after the connection evicted for it
     /// has closed (bounded): the descriptors in use never grow past the cap plus one.
     async fn admit(&self, tcp: tokio::net::TcpStream, peer: SocketAddr) {
-        match self.conns.admit(self.limits.max_connections) {
+        let (now, stall) = (self.clock.now_ns(), self.limits.header_timeout_ns);
+        match self.conns.admit(self.limits.max_connections, now, stall) {
             Admit::Serve => {}
             Admit::Evicted(victim) => {
                 let _ = tokio::time::timeout(EVICTION_WAIT, victim.closed.notified()).await;
@@ -546,6 +608,7 @@ impl ConnServer {
             let req = req.map(|b| Body::new(ReceivedBody::new(b, st.clone(), pace)));
             async move {
                 let resp = tower_service::Service::call(&mut router, req).await;
+                busy.responding();
                 resp.map(|r| {
                     r.map(|b| {
                         Body::new(GuardedBody {
@@ -558,6 +621,7 @@ impl ConnServer {
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .header_read_timeout(None)
+            .max_buf_size(CONN_BUF_BYTES)
             .serve_connection(TokioIo::new(io), svc);
         tokio::pin!(conn);
         loop {
@@ -601,6 +665,7 @@ mod tests {
             max_connections: 2,
             header_timeout_ns: 5 * S,
             idle_timeout_ns: 30 * S,
+            write_timeout_ns: 20 * S,
         }
     }
 
@@ -613,6 +678,8 @@ mod tests {
             head_since_ns: 0,
             request_since_ns: 0,
             receiving: false,
+            responding: false,
+            progress_ns: 0,
         }
     }
 
@@ -638,6 +705,40 @@ mod tests {
     }
 
     #[test]
+    fn a_response_must_make_progress_within_the_write_timeout() {
+        let mut p = phase();
+        p.busy = 1;
+        p.served = 1;
+        p.request_since_ns = 300 * S;
+        p.responding = true;
+        p.progress_ns = 301 * S;
+        assert_eq!(deadline_ns(p, &limits()), Some(321 * S));
+        p.progress_ns = 350 * S;
+        assert_eq!(deadline_ns(p, &limits()), Some(370 * S));
+    }
+
+    #[test]
+    fn at_the_cap_a_connection_whose_response_stalls_is_evicted() {
+        let conns = Conns::default();
+        let clock = Clock(Instant::now());
+        let a = Arc::new(ConnState::new(1));
+        let ia = conns.insert(a.clone());
+        let busy = Busy::start(a.clone(), clock);
+        busy.responding();
+        a.progress_ns.store(10 * S, Ordering::Release);
+        // Progress 4 s ago: not stalled for 5 s.
+        assert!(matches!(conns.admit(1, 14 * S, 5 * S), Admit::Refuse));
+        assert!(matches!(conns.admit(1, 15 * S, 5 * S), Admit::Evicted(v) if Arc::ptr_eq(&v, &a)));
+        // Its bytes taken by the socket: progress again.
+        a.evicted.store(false, Ordering::Release);
+        a.progressed(15 * S);
+        assert!(matches!(conns.admit(1, 16 * S, 5 * S), Admit::Refuse));
+        drop(busy);
+        assert!(!a.responding.load(Ordering::Acquire));
+        conns.remove(ia);
+    }
+
+    #[test]
     fn a_kept_alive_connection_has_the_idle_timeout_then_the_header_timeout() {
         let mut p = phase();
         p.served = 3;
@@ -659,31 +760,31 @@ mod tests {
         let b = Arc::new(ConnState::new(2));
         let ia = conns.insert(a.clone());
         let ib = conns.insert(b.clone());
-        assert!(matches!(conns.admit(3), Admit::Serve));
+        assert!(matches!(conns.admit(3, 0, u64::MAX), Admit::Serve));
         let busy_a = Busy::start(a.clone(), clock);
-        assert!(matches!(conns.admit(2), Admit::Evicted(v) if Arc::ptr_eq(&v, &b)));
+        assert!(matches!(conns.admit(2, 0, u64::MAX), Admit::Evicted(v) if Arc::ptr_eq(&v, &b)));
         assert!(!a.evicted.load(Ordering::Acquire));
         // b still holds its descriptor until it has closed: a is busy, nothing to evict.
-        assert!(matches!(conns.admit(2), Admit::Refuse));
+        assert!(matches!(conns.admit(2, 0, u64::MAX), Admit::Refuse));
         conns.remove(ib);
-        assert!(matches!(conns.admit(2), Admit::Serve));
+        assert!(matches!(conns.admit(2, 0, u64::MAX), Admit::Serve));
         let c = Arc::new(ConnState::new(3));
         let ic = conns.insert(c.clone());
-        assert!(matches!(conns.admit(2), Admit::Evicted(v) if Arc::ptr_eq(&v, &c)));
+        assert!(matches!(conns.admit(2, 0, u64::MAX), Admit::Evicted(v) if Arc::ptr_eq(&v, &c)));
         conns.remove(ic);
         let d = Arc::new(ConnState::new(4));
         conns.insert(d.clone());
         let _busy_d = Busy::start(d.clone(), clock);
         // A request still receiving its body (at the client's pace) may be evicted...
         d.receiving.store(true, Ordering::Release);
-        assert!(matches!(conns.admit(2), Admit::Evicted(v) if Arc::ptr_eq(&v, &d)));
+        assert!(matches!(conns.admit(2, 0, u64::MAX), Admit::Evicted(v) if Arc::ptr_eq(&v, &d)));
         // ...one whose body is in may not.
         d.receiving.store(false, Ordering::Release);
         d.evicted.store(false, Ordering::Release);
-        assert!(matches!(conns.admit(2), Admit::Refuse));
+        assert!(matches!(conns.admit(2, 0, u64::MAX), Admit::Refuse));
         // Once a's response has ended, it is the one evicted (the oldest idle).
         drop(busy_a);
-        assert!(matches!(conns.admit(2), Admit::Evicted(v) if Arc::ptr_eq(&v, &a)));
+        assert!(matches!(conns.admit(2, 0, u64::MAX), Admit::Evicted(v) if Arc::ptr_eq(&v, &a)));
         assert_eq!(conns.open(), 2);
         conns.remove(ia);
     }

@@ -121,6 +121,7 @@ pub(super) async fn control_session(
     match c.control {
         Control::Pause => s.paused.store(true, Ordering::Release),
         Control::Resume => s.paused.store(false, Ordering::Release),
+        Control::Start(_) => {}
         Control::Seek(_) => {}
     }
     tracing::info!(id = %s.id, control = ?c.control, "session control");

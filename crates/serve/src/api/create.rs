@@ -1,5 +1,11 @@
 //! `POST /v1/sessions`: parse the request, look the object up (off the runtime), admit
 //! over a snapshot of the sessions (the pure [`admit`]), register with a re-check.
+//!
+//! A session that must wait for its token's echo takes no bitrate budget, pool nor
+//! start-up burst headroom until then: at creation it is checked against the limits of
+//! such sessions ([`admit_unvalidated`]) and against what the streaming sessions leave (so
+//! that a refusal comes early), and admitted for real, with its burst, at the echo
+//! ([`admit_at_echo`]). The data plane reads nothing for it before.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -16,7 +22,10 @@ use isnode_proto::{CreateSession, FecInfo, SessionInfo};
 use super::common::{object_and_fdt, refuse};
 use super::media::{locate, Located};
 use super::{ApiError, Sh};
-use crate::admission::{admit, demand, limits, start_burst_factor, Demand, Refusal};
+use crate::admission::{
+    admit, admit_unvalidated, demand, limits, start_burst_factor, Demand, Refusal,
+    UnvalidatedLimits,
+};
 use crate::config::ValidateDestination;
 use crate::objects::{ObjectInfo, SessionFdt};
 use crate::pacer::{Pacer, PacerConfig, StartBurst};
@@ -94,6 +103,57 @@ fn pacer(sh: &Shared, obj: &ObjectInfo, start_codeword: u32) -> Result<Pacer, Ap
     Pacer::new(cfg, sh.now_ns()).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))
 }
 
+/// Whether `s` streams (or waits for nothing): what admission counts.
+fn is_validated(s: &StreamShared) -> bool {
+    s.validated.load(Ordering::Acquire)
+}
+
+/// The sessions and broadcast channels admission counts at `now`: those validated, and
+/// the extra rate of their bursts in progress.
+fn counted(sh: &Shared, snap: &Snapshot, now: u64) -> (Vec<Arc<StreamShared>>, u64) {
+    let streaming: Vec<Arc<StreamShared>> = snap
+        .sessions
+        .iter()
+        .filter(|s| is_validated(s))
+        .cloned()
+        .chain(sh.broadcasts.channels())
+        .collect();
+    let bursting = streaming
+        .iter()
+        .fold(0u64, |sum, s| sum.saturating_add(s.burst_extra_bps(now)));
+    (streaming, bursting)
+}
+
+/// The start-up burst factor a client wants (1: none).
+fn wanted_factor(sh: &Shared, no_start_burst: bool) -> u32 {
+    if no_start_burst || sh.config().start_burst_ms == 0 {
+        1
+    } else {
+        sh.config().start_burst_factor
+    }
+}
+
+/// Admits session `s` at its token's echo over the streaming sessions; its start-up burst
+/// factor (1: none).
+pub(super) fn admit_at_echo(sh: &Shared, s: &StreamShared) -> Result<u32, Refusal> {
+    let now = sh.now_ns();
+    let snap = sh.sessions.snapshot();
+    let (streaming, bursting) = counted(sh, &snap, now);
+    let active: Vec<Demand> = streaming
+        .iter()
+        .filter(|o| o.id != s.id)
+        .map(|o| demand(o))
+        .collect();
+    let limits = limits(sh);
+    admit(&limits, &active, &demand(s))?;
+    Ok(start_burst_factor(
+        &limits,
+        bursting,
+        s.send_rate_bps,
+        s.wanted_burst_factor(),
+    ))
+}
+
 /// Admits the session over `snap`, without any lock held; the start-up burst factor the
 /// budget leaves it (1: none).
 fn admit_over(
@@ -103,18 +163,23 @@ fn admit_over(
     obj: &ObjectInfo,
 ) -> Result<u32, Refusal> {
     let now = sh.now_ns();
-    // Broadcast channels draw on the same budget and pool.
-    let channels = sh.broadcasts.channels();
-    let active: Vec<Demand> = snap
-        .sessions
-        .iter()
-        .chain(channels.iter())
-        .map(|s| demand(s))
-        .collect();
-    let bursting = snap
-        .sessions
-        .iter()
-        .fold(0u64, |sum, s| sum.saturating_add(s.burst_extra_bps(now)));
+    // Broadcast channels draw on the same budget and pool; sessions awaiting their echo
+    // do not (they have limits of their own).
+    let (streaming, bursting) = counted(sh, snap, now);
+    let active: Vec<Demand> = streaming.iter().map(|s| demand(s)).collect();
+    if sh.config().validate_destination == ValidateDestination::Token {
+        let waiting: Vec<IpAddr> = snap
+            .sessions
+            .iter()
+            .filter(|s| !is_validated(s) && s.state() == crate::SessionState::Streaming)
+            .map(|s| s.peer_ip)
+            .collect();
+        let ulimits = UnvalidatedLimits {
+            max_sessions: sh.config().max_unvalidated_sessions,
+            max_per_client: sh.config().max_unvalidated_per_client,
+        };
+        admit_unvalidated(&ulimits, &waiting, req.dest.ip())?;
+    }
     let new = Demand {
         peer_ip: req.dest.ip(),
         send_rate_bps: obj.send_rate_bps,
@@ -124,11 +189,7 @@ fn admit_over(
     };
     let limits = limits(sh);
     admit(&limits, &active, &new)?;
-    let wanted = if req.no_start_burst || sh.config().start_burst_ms == 0 {
-        1
-    } else {
-        sh.config().start_burst_factor
-    };
+    let wanted = wanted_factor(sh, req.no_start_burst);
     Ok(start_burst_factor(
         &limits,
         bursting,
@@ -167,10 +228,18 @@ fn admit_and_register(
     for _ in 0..REGISTER_ATTEMPTS {
         let snap = sh.sessions.snapshot();
         let factor = admit_over(sh, &snap, req, obj).map_err(|r| refuse(sh, r))?;
-        let (mut pacer, burst) = with_burst(sh, &pacer, obj.send_rate_bps, factor);
         let validate = sh.config().validate_destination == ValidateDestination::Token;
+        let (mut pacer, burst) = match validate {
+            false => with_burst(sh, &pacer, obj.send_rate_bps, factor),
+            // Nothing is sent until the destination echoes the token (`owner.rs`); the
+            // burst is decided and counted then (its wanted rate kept, not counted).
+            true => {
+                let wanted = wanted_factor(sh, req.no_start_burst);
+                let rate = obj.send_rate_bps.saturating_mul(u64::from(wanted));
+                (pacer.clone(), Some((rate, 0)))
+            }
+        };
         if validate {
-            // Nothing is sent until the destination echoes the token (`owner.rs`).
             pacer.pause(sh.now_ns());
         }
         let mut pacer = Some(pacer);
@@ -206,7 +275,7 @@ fn admit_and_register(
         };
         match sh.sessions.register(&snap, make, new_id, hand_over) {
             Ok(s) => {
-                if burst.is_some() {
+                if burst.is_some_and(|(_, until)| until > 0) {
                     sh.metrics.start_bursts.fetch_add(1, Ordering::Relaxed);
                 }
                 return Ok(s);

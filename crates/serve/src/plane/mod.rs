@@ -20,8 +20,8 @@ mod sendfile;
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,8 +77,20 @@ pub(crate) enum PlaneMsg {
     /// A session to serve (boxed: the queue's slots stay small for the wake-ups).
     New(Box<NewSession>),
     /// Control requests are queued on one of its sessions (a validation's resume, a seek,
-    /// a pause): apply them now rather than after the loop's sleep.
+    /// a pause): apply them now rather than after the loop's sleep. At most one is queued
+    /// per thread ([`wake`]), so wake-ups never fill the queue new sessions come by.
     Wake,
+}
+
+/// Wakes each data-plane thread whose queue holds no wake-up yet (`queued`, one flag per
+/// thread, cleared by the thread when it takes the wake-up): however many control
+/// requests come, a thread's queue holds at most one wake-up.
+pub(crate) fn wake(workers: &[SyncSender<PlaneMsg>], queued: &[AtomicBool]) {
+    for (w, q) in workers.iter().zip(queued) {
+        if !q.swap(true, Ordering::AcqRel) && w.try_send(PlaneMsg::Wake).is_err() {
+            q.store(false, Ordering::Release);
+        }
+    }
 }
 
 pub(crate) use schedule::Schedule;
@@ -196,8 +208,9 @@ fn run(sh: Arc<Shared>, index: usize, rx: Receiver<PlaneMsg>) {
     while !w.sh.shutdown.load(Ordering::Acquire) {
         w.reader.poll();
         for msg in rx.try_iter().take(MAX_NEW_PER_TURN) {
-            if let PlaneMsg::New(ns) = msg {
-                sessions.push(w.admit(*ns));
+            match msg {
+                PlaneMsg::New(ns) => sessions.push(w.admit(*ns)),
+                PlaneMsg::Wake => w.woken(),
             }
         }
         w.serve(&mut sessions);
@@ -221,7 +234,8 @@ fn run(sh: Arc<Shared>, index: usize, rx: Receiver<PlaneMsg>) {
         }
         match rx.recv_timeout(wait) {
             Ok(PlaneMsg::New(ns)) => sessions.push(w.admit(*ns)),
-            Ok(PlaneMsg::Wake) | Err(RecvTimeoutError::Timeout) => {}
+            Ok(PlaneMsg::Wake) => w.woken(),
+            Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
     }
@@ -278,6 +292,13 @@ impl Worker {
             files: sendfile::SegmentFiles::default(),
             index,
             sh,
+        }
+    }
+
+    /// The thread took its wake-up: the next control request queues another.
+    fn woken(&self) {
+        if let Some(q) = self.sh.wakes_queued.get(self.index) {
+            q.store(false, Ordering::Release);
         }
     }
 
@@ -460,7 +481,8 @@ impl Worker {
         let mut budget = self.reader.room().min(limit);
         let demand = LazyDemand::new(&self.sh.positions);
         'sessions: for a in sessions.iter_mut() {
-            if a.pacer.is_done() {
+            // Nothing is read for a session whose destination has not echoed its token.
+            if a.pacer.is_done() || !a.s.validated.load(Ordering::Acquire) {
                 continue;
             }
             let c = a.pacer.codeword();
@@ -501,6 +523,7 @@ fn apply_controls(a: &mut Active, now: u64) {
         match c {
             Control::Pause => a.pacer.pause(now),
             Control::Resume => a.pacer.resume(now),
+            Control::Start(burst) => a.pacer.start(burst, now),
             Control::Seek(codeword) => {
                 if let Err(e) = a.pacer.seek(codeword, now) {
                     tracing::warn!(id = %a.s.id, "seek refused by the pacer: {e}");
@@ -540,6 +563,32 @@ fn code_for(codes: &mut HashMap<u32, Code>, k: u32, n: u32) -> Option<&Code> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// However many control requests wake the threads, a thread's queue holds at most one
+    /// wake-up, and a new session still finds room (issue 21: wake-ups filled the queue and
+    /// session creation answered 503 "data plane busy").
+    #[test]
+    fn wake_ups_never_fill_the_queue_of_new_sessions() {
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        let queued = [AtomicBool::new(false)];
+        let workers = [tx];
+        for _ in 0..1000 {
+            wake(&workers, &queued);
+        }
+        assert_eq!(rx.try_iter().count(), 1, "one wake-up queued");
+        // Taken: the next request queues one again.
+        queued[0].store(false, Ordering::Release);
+        wake(&workers, &queued);
+        wake(&workers, &queued);
+        assert_eq!(rx.try_iter().count(), 1);
+        // A full queue: the flag is not left set (the next wake-up is tried again).
+        queued[0].store(false, Ordering::Release);
+        for _ in 0..4 {
+            workers[0].try_send(PlaneMsg::Wake).unwrap();
+        }
+        wake(&workers, &queued);
+        assert!(!queued[0].load(Ordering::Acquire));
+    }
 
     #[test]
     fn a_backed_off_session_does_not_wake_the_loop_early() {

@@ -84,6 +84,14 @@ impl Schedule {
         }
     }
 
+    /// Starts a session after its token's echo, with `burst` (a channel ignores it).
+    pub(crate) fn start(&mut self, burst: crate::pacer::StartBurst, now_ns: u64) {
+        if let Schedule::Session(p) = self {
+            *p = p.clone().with_start_burst(burst);
+            p.resume(now_ns);
+        }
+    }
+
     /// Seeks a session (a channel refuses).
     pub(crate) fn seek(&mut self, codeword: u32, now_ns: u64) -> Result<(), PacerError> {
         match self {

@@ -15,7 +15,9 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::{Active, Sent, Worker, LOOKAHEAD_CODEWORDS};
 use crate::net;
@@ -31,10 +33,28 @@ const MAX_OPEN_FILES: usize = 4096;
 /// the kernel has evicted since is advised again).
 const MAX_ADVISED: usize = 1 << 16;
 
-/// One thread's open segment files, by (TOI, member); `None`: could not be opened.
+/// First wait before a segment file that could not be opened is tried again (doubling
+/// after each failure, up to [`OPEN_RETRY_MAX`]).
+const OPEN_RETRY_FIRST: Duration = Duration::from_millis(100);
+/// Longest wait between two tries of a segment file that cannot be opened.
+const OPEN_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// A segment file, open or not (yet).
+enum Opened {
+    File(File),
+    /// The last open failed; tried again from `retry_at`, then after twice `backoff`.
+    Failed {
+        retry_at: Instant,
+        backoff: Duration,
+    },
+}
+
+/// One thread's open segment files, by (TOI, member). A file that could not be opened
+/// (descriptors exhausted for a moment, a member being replaced) is tried again with
+/// backoff, not remembered as missing: its member is served degraded only meanwhile.
 #[derive(Default)]
 pub(super) struct SegmentFiles {
-    files: HashMap<(u32, u32), Option<File>>,
+    files: HashMap<(u32, u32), Opened>,
     /// Blocks (TOI, member, block) whose reading ahead was asked for: each is asked once,
     /// however many sessions pass it (asking again costs a page-cache walk of the block).
     advised: HashSet<(u32, u32, u64)>,
@@ -43,16 +63,37 @@ pub(super) struct SegmentFiles {
 impl SegmentFiles {
     /// The segment file of `member` of `obj`, opened (buffered) on first use.
     fn get(&mut self, obj: &ObjectInfo, member: u32) -> Option<&File> {
-        if self.files.len() >= MAX_OPEN_FILES && !self.files.contains_key(&(obj.rec.toi, member)) {
+        let path = obj.seg_paths.get(member as usize)?;
+        self.open((obj.rec.toi, member), path, Instant::now())
+    }
+
+    /// The file `key` at `path`, opened on first use or once its retry time has come.
+    fn open(&mut self, key: (u32, u32), path: &Path, now: Instant) -> Option<&File> {
+        if self.files.len() >= MAX_OPEN_FILES && !self.files.contains_key(&key) {
             self.files.clear();
         }
-        self.files
-            .entry((obj.rec.toi, member))
-            .or_insert_with(|| {
-                let path = obj.seg_paths.get(member as usize)?;
-                File::open(path).ok()
-            })
-            .as_ref()
+        let slot = self.files.entry(key).or_insert(Opened::Failed {
+            retry_at: now,
+            backoff: Duration::ZERO,
+        });
+        if let Opened::Failed { retry_at, backoff } = *slot {
+            if now >= retry_at {
+                *slot = match File::open(path) {
+                    Ok(f) => Opened::File(f),
+                    Err(_) => {
+                        let backoff = (backoff * 2).clamp(OPEN_RETRY_FIRST, OPEN_RETRY_MAX);
+                        Opened::Failed {
+                            retry_at: now + backoff,
+                            backoff,
+                        }
+                    }
+                };
+            }
+        }
+        match slot {
+            Opened::File(f) => Some(f),
+            Opened::Failed { .. } => None,
+        }
     }
 
     /// Asks the kernel to start reading block `block` of `member`'s segment file of `obj`
@@ -102,7 +143,10 @@ impl Worker {
     pub(super) fn advise_ahead(&mut self, sessions: &mut [Active]) {
         for a in sessions.iter_mut() {
             let c = a.pacer.codeword();
-            if a.pacer.is_done() || a.read_ahead_at == Some(c) {
+            if a.pacer.is_done()
+                || a.read_ahead_at == Some(c)
+                || !a.s.validated.load(std::sync::atomic::Ordering::Acquire)
+            {
                 continue;
             }
             a.read_ahead_at = Some(c);
@@ -190,4 +234,43 @@ fn sendfile_all(
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A segment file that could not be opened (issue 21: it was remembered as missing, its
+    /// member served degraded until the table was cleared) is opened once it can be, after
+    /// a bounded backoff; and not retried on every burst meanwhile.
+    #[test]
+    fn a_failed_open_is_retried_with_backoff() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("seg");
+        let mut files = SegmentFiles::default();
+        let t0 = Instant::now();
+        assert!(files.open((1, 0), &path, t0).is_none());
+        std::fs::write(&path, b"blocks").unwrap();
+        // Within the first backoff: not tried again.
+        assert!(files
+            .open((1, 0), &path, t0 + OPEN_RETRY_FIRST / 2)
+            .is_none());
+        // After it: opened.
+        assert!(files.open((1, 0), &path, t0 + OPEN_RETRY_FIRST).is_some());
+        // The backoff doubles while the file stays missing, up to its bound.
+        let gone = dir.path().join("gone");
+        let mut at = t0;
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            assert!(files.open((2, 0), &gone, at).is_none());
+            let Some(Opened::Failed { retry_at, .. }) = files.files.get(&(2, 0)) else {
+                panic!("a failed open is recorded");
+            };
+            waits.push(*retry_at - at);
+            at = *retry_at;
+        }
+        assert_eq!(waits[0], OPEN_RETRY_FIRST);
+        assert_eq!(waits[1], OPEN_RETRY_FIRST * 2);
+        assert_eq!(*waits.last().unwrap(), OPEN_RETRY_MAX);
+    }
 }
