@@ -14,6 +14,7 @@ pub(crate) mod errors;
 mod media;
 mod owner;
 mod pool_read;
+mod roles;
 #[cfg(test)]
 mod tests;
 
@@ -188,7 +189,7 @@ async fn blocking<T: Send + 'static>(
         })
 }
 
-async fn list_objects(State(sh): Sh) -> Response {
+async fn list_objects(_: roles::Viewer, State(sh): Sh) -> Response {
     match blocking(&sh, |sh| sh.objects.list()).await {
         Ok(Ok(v)) => Json(
             v.iter()
@@ -201,7 +202,7 @@ async fn list_objects(State(sh): Sh) -> Response {
     }
 }
 
-async fn get_object(State(sh): Sh, Path(name): Path<String>) -> Response {
+async fn get_object(_: roles::Viewer, State(sh): Sh, Path(name): Path<String>) -> Response {
     match blocking(&sh, move |sh| sh.objects.get(&name)).await {
         Ok(Ok(o)) => Json(o.json()).into_response(),
         Ok(Err(e)) => store_error(e),
@@ -209,7 +210,7 @@ async fn get_object(State(sh): Sh, Path(name): Path<String>) -> Response {
     }
 }
 
-async fn get_session(State(sh): Sh, Path(id): Path<String>) -> Response {
+async fn get_session(_: roles::Viewer, State(sh): Sh, Path(id): Path<String>) -> Response {
     let Some(s) = sh.sessions.find(&id) else {
         return error(StatusCode::NOT_FOUND, format!("no session {id:?}"));
     };
@@ -293,7 +294,7 @@ async fn delete_session(
     }
 }
 
-async fn metrics(State(sh): Sh) -> Response {
+async fn metrics(_: roles::MetricsReader, State(sh): Sh) -> Response {
     let text = crate::metrics::render(&sh.snapshot());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

@@ -238,6 +238,18 @@ pub struct ServeArgs {
     /// needs `--tls-cert` and `--tls-key`).
     #[arg(long, conflicts_with = "tls_cert")]
     pub plain_http: bool,
+    /// The role token file (default: `tokens.json` in the volume, made by `isnode token
+    /// add`). Once it exists, operator and metrics routes need a token, on loopback too.
+    #[arg(long)]
+    pub tokens_file: Option<PathBuf>,
+    /// Viewer routes answer requests without a token (`false`: a viewer token is needed,
+    /// as `Authorization: Bearer` or `?token=` on content and HLS URLs).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub anonymous_viewers: bool,
+    /// Serve operator and metrics routes without a token file on a non-loopback address
+    /// (refused at start otherwise); logged with a warning.
+    #[arg(long)]
+    pub insecure_open_operator_routes: bool,
 }
 
 /// Whether the server broadcasts popular titles by itself.
@@ -305,6 +317,9 @@ impl Default for ServeArgs {
             tls_cert: None,
             tls_key: None,
             plain_http: false,
+            tokens_file: None,
+            anonymous_viewers: true,
+            insecure_open_operator_routes: false,
         }
     }
 }

@@ -25,6 +25,7 @@ pub(crate) struct Metrics {
     pub tokens_sent: AtomicU64,
     pub sessions_unvalidated: AtomicU64,
     pub forbidden: AtomicU64,
+    pub auth_failures: [AtomicU64; AUTH_FAILURE_REASONS.len()],
     pub refused: [AtomicU64; 3],
     pub packets: [AtomicU64; ENGINES],
     pub bytes: [AtomicU64; ENGINES],
@@ -78,6 +79,8 @@ pub struct MetricsSnapshot {
     pub sessions_unvalidated: u64,
     /// Requests refused `403`: not the session's creator, or without its secret or token.
     pub forbidden: u64,
+    /// Role-token refusals per reason, in [`AUTH_FAILURE_REASONS`]' order.
+    pub auth_failures: [u64; AUTH_FAILURE_REASONS.len()],
     /// Refusals per limit: `max_bitrate_bps`, `cache_size_bytes`, `max_sessions_per_client`.
     pub sessions_refused: [u64; 3],
     /// Packets sent per engine, in [`EngineKind::ALL`]'s order: gso, uring-zc, sendmmsg,
@@ -133,6 +136,18 @@ pub struct MetricsSnapshot {
     pub repair_packets: u64,
 }
 
+/// Reasons of role-token refusals (the `reason` label of `isnode_auth_failures_total`).
+pub const AUTH_FAILURE_REASONS: [&str; 3] = ["missing", "unknown", "wrong_role"];
+
+impl Metrics {
+    /// Counts a role-token refusal of reason `i` (an index into [`AUTH_FAILURE_REASONS`]).
+    pub(crate) fn count_auth_failure(&self, i: usize) {
+        if let Some(c) = self.auth_failures.get(i) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 impl MetricsSnapshot {
     /// Packets sent by all engines.
     pub fn total_packets(&self) -> u64 {
@@ -160,6 +175,7 @@ impl Metrics {
             tokens_sent: AtomicU64::new(0),
             sessions_unvalidated: AtomicU64::new(0),
             forbidden: AtomicU64::new(0),
+            auth_failures: Default::default(),
             refused: Default::default(),
             packets: Default::default(),
             bytes: Default::default(),
@@ -439,6 +455,13 @@ pub(crate) fn render(s: &MetricsSnapshot) -> String {
             "isnode_sessions_refused_total{{limit=\"{}\"}} {v}",
             l.name()
         );
+    }
+    let _ = writeln!(
+        o,
+        "# HELP isnode_auth_failures_total Requests refused for a missing, unknown or too weak role token.\n# TYPE isnode_auth_failures_total counter"
+    );
+    for (reason, v) in AUTH_FAILURE_REASONS.iter().zip(s.auth_failures) {
+        let _ = writeln!(o, "isnode_auth_failures_total{{reason=\"{reason}\"}} {v}");
     }
     for (name, help, vals) in [
         (

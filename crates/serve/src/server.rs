@@ -68,6 +68,48 @@ pub(crate) struct Shared {
     pub token_socket: std::net::UdpSocket,
     /// The running broadcasts.
     pub broadcasts: crate::broadcast::Broadcasts,
+    /// The role tokens in force (`None`: no token file); swapped by [`reload_tokens`].
+    pub tokens: std::sync::RwLock<Option<Arc<crate::auth::TokenStore>>>,
+    /// The token file [`reload_tokens`] reads.
+    pub tokens_path: std::path::PathBuf,
+}
+
+/// Reads the token file again and puts it in force at once (revoked tokens are refused
+/// from the next request); a missing or broken file is refused and the old tokens kept.
+pub(crate) fn reload_tokens(sh: &Shared) -> Result<(), crate::auth::TokenError> {
+    let store = crate::auth::TokenStore::load(&sh.tokens_path)?.ok_or_else(|| {
+        crate::auth::TokenError::Usage(format!(
+            "token file {} is missing: the old tokens are kept",
+            sh.tokens_path.display()
+        ))
+    })?;
+    let n = store.records().len();
+    *sh.tokens.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(store));
+    tracing::info!(tokens = n, path = %sh.tokens_path.display(), "token file reloaded");
+    Ok(())
+}
+
+/// The token file of `args` on `volume_dir`, read; an error if a non-loopback server would
+/// have open operator routes without `--insecure-open-operator-routes`.
+fn load_tokens(
+    volume_dir: &Path,
+    args: &ServeArgs,
+) -> Result<(std::path::PathBuf, Option<Arc<crate::auth::TokenStore>>), ServeError> {
+    let path = crate::auth::tokens_path(volume_dir, args.tokens_file.as_deref());
+    let store =
+        crate::auth::TokenStore::load(&path).map_err(|e| ServeError::Config(e.to_string()))?;
+    if store.is_none() && !args.listen.ip().is_loopback() {
+        if !args.insecure_open_operator_routes {
+            return Err(ServeError::Config(format!(
+                "no token file at {} on the non-loopback address {}: make one with `isnode \
+                 token add`, or open the operator routes with --insecure-open-operator-routes",
+                path.display(),
+                args.listen
+            )));
+        }
+        tracing::warn!(listen = %args.listen, "operator and metrics routes are open to anyone (--insecure-open-operator-routes)");
+    }
+    Ok((path, store.map(Arc::new)))
 }
 
 impl Shared {
@@ -116,6 +158,7 @@ impl Shared {
             tokens_sent: load(&m.tokens_sent),
             sessions_unvalidated: load(&m.sessions_unvalidated),
             forbidden: load(&m.forbidden),
+            auth_failures: std::array::from_fn(|i| load(&m.auth_failures[i])),
             sessions_refused: std::array::from_fn(|i| load(&m.refused[i])),
             packets_sent: std::array::from_fn(|i| load(&m.packets[i])),
             bytes_sent: std::array::from_fn(|i| load(&m.bytes[i])),
@@ -157,6 +200,11 @@ pub struct ServerHandle {
 }
 
 impl ServerHandle {
+    /// Reloads the token file ([`reload_tokens`]): what SIGHUP does.
+    pub fn reload_tokens(&self) -> Result<(), crate::auth::TokenError> {
+        reload_tokens(&self.shared)
+    }
+
     /// The address the control API listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
@@ -359,6 +407,7 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
     };
     let cache = Cache::with_residency(slots, block_len, residency);
     let tls = tls_acceptor(args)?;
+    let (tokens_path, tokens) = load_tokens(volume_dir, args)?;
     let (std_listener, local_addr) = bind(args.listen)?;
     let keepalive_sock = keepalive::bind(local_addr).map_err(io_error(&format!(
         "binding the keepalive port on {}",
@@ -391,6 +440,8 @@ pub fn start(volume_dir: &Path, args: &ServeArgs) -> Result<ServerHandle, ServeE
         keepalive_port,
         token_socket,
         broadcasts: crate::broadcast::Broadcasts::default(),
+        tokens: std::sync::RwLock::new(tokens),
+        tokens_path,
     });
     let api_tls = tls.clone();
     let mut handle = ServerHandle {

@@ -285,7 +285,11 @@ fn start_channels(sh: &Shared, st: &Setup<'_>) -> Result<Vec<Arc<SessionShared>>
 }
 
 /// `POST /v1/broadcasts`.
-pub(super) async fn create_broadcast(State(sh): Sh, body: Bytes) -> Response {
+pub(super) async fn create_broadcast(
+    _: super::roles::Operator,
+    State(sh): Sh,
+    body: Bytes,
+) -> Response {
     let req = match parse(&sh, &body) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
@@ -535,13 +539,17 @@ async fn start_auto(
 }
 
 /// `GET /v1/broadcasts`.
-pub(super) async fn list_broadcasts(State(sh): Sh) -> Response {
+pub(super) async fn list_broadcasts(_: super::roles::Viewer, State(sh): Sh) -> Response {
     let broadcasts = sh.broadcasts.list().iter().map(|b| info(&sh, b)).collect();
     Json(BroadcastList { broadcasts }).into_response()
 }
 
 /// `GET /v1/broadcasts/{id}`.
-pub(super) async fn get_broadcast(State(sh): Sh, Path(id): Path<String>) -> Response {
+pub(super) async fn get_broadcast(
+    _: super::roles::Viewer,
+    State(sh): Sh,
+    Path(id): Path<String>,
+) -> Response {
     match sh.broadcasts.get(&id) {
         Some(b) => Json(info(&sh, &b)).into_response(),
         None => error(StatusCode::NOT_FOUND, format!("no broadcast {id:?}")),
@@ -549,7 +557,11 @@ pub(super) async fn get_broadcast(State(sh): Sh, Path(id): Path<String>) -> Resp
 }
 
 /// `DELETE /v1/broadcasts/{id}`.
-pub(super) async fn delete_broadcast(State(sh): Sh, Path(id): Path<String>) -> Response {
+pub(super) async fn delete_broadcast(
+    _: super::roles::Operator,
+    State(sh): Sh,
+    Path(id): Path<String>,
+) -> Response {
     match sh.broadcasts.remove(&id, sh.now_ns()) {
         Some(_) => StatusCode::NO_CONTENT.into_response(),
         None => error(StatusCode::NOT_FOUND, format!("no broadcast {id:?}")),

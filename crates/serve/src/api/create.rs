@@ -323,6 +323,7 @@ pub(super) async fn object_and_fdt(
 }
 
 pub(super) async fn create_session(
+    _: super::roles::Viewer,
     State(sh): Sh,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: Bytes,
