@@ -7,6 +7,7 @@ mod demo;
 mod ingest;
 mod objects;
 mod stream;
+mod token;
 mod volume;
 
 use std::process::ExitCode;
@@ -33,6 +34,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Startup(args)) => bench::startup(&args),
         Command::Bench(BenchCommand::Verify(args)) => bench::verify(&args),
         Command::Cert(args) => cert::run(&args),
+        Command::Token(cmd) => token::run(&cli.volume, &cmd),
         Command::Demo(args) => demo::run(&args),
     }
 }
