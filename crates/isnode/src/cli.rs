@@ -79,6 +79,9 @@ pub(crate) enum Command {
     /// Make a self-signed certificate and key (PEM) for `serve --tls-cert/--tls-key` and
     /// `play --ca-cert` (tests and demos; use a real CA's certificate in production).
     Cert(CertArgs),
+    /// Role tokens of `serve` (the token file: `tokens.json` in the volume by default).
+    #[command(subcommand)]
+    Token(TokenCommand),
     /// Show the whole path in a temporary volume of its own (yours is not touched): generate,
     /// ingest, lose a member, serve through lossy relays, repair.
     Demo(DemoArgs),
@@ -476,6 +479,49 @@ pub(crate) struct CertArgs {
     /// localhost, 127.0.0.1 and ::1).
     #[arg(long = "name")]
     pub names: Vec<String>,
+}
+
+/// `token`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum TokenCommand {
+    /// Make a new token and print it (once: only its hash is kept).
+    Add(TokenAddArgs),
+    /// Show the tokens: names, roles, creation.
+    List(TokenFileArgs),
+    /// Remove a token (a running server refuses it after its reload, SIGHUP).
+    Revoke(TokenRevokeArgs),
+}
+
+/// Where the token file is.
+#[derive(Args, Debug)]
+pub(crate) struct TokenFileArgs {
+    /// The token file (default: `tokens.json` in the volume directory).
+    #[arg(long)]
+    pub tokens_file: Option<PathBuf>,
+}
+
+/// `token add`.
+#[derive(Args, Debug)]
+pub(crate) struct TokenAddArgs {
+    /// A role of the token (repeatable).
+    #[arg(long = "role", value_enum, required = true)]
+    pub roles: Vec<isnode_serve::auth::Role>,
+    /// The token's name (default: `token-` and its creation time).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Where the token file is.
+    #[command(flatten)]
+    pub file: TokenFileArgs,
+}
+
+/// `token revoke`.
+#[derive(Args, Debug)]
+pub(crate) struct TokenRevokeArgs {
+    /// The token's name.
+    pub name: String,
+    /// Where the token file is.
+    #[command(flatten)]
+    pub file: TokenFileArgs,
 }
 
 /// `demo`.

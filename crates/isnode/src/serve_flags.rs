@@ -146,6 +146,15 @@ pub(crate) struct ServeFlags {
     /// default 32).
     #[arg(long)]
     pub max_unvalidated_per_client: Option<u32>,
+    /// The role token file (default: tokens.json in the volume; `isnode token add`).
+    #[arg(long)]
+    pub tokens_file: Option<PathBuf>,
+    /// Whether viewer routes answer without a token (default true).
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub anonymous_viewers: Option<bool>,
+    /// Serve operator and metrics routes without a token file off loopback (logged).
+    #[arg(long)]
+    pub insecure_open_operator_routes: bool,
 }
 
 /// Sets each `config.$field` whose flag was given.
@@ -193,12 +202,16 @@ impl ServeFlags {
             broadcast_max_wait_s, api_header_timeout_ms, api_idle_timeout_ms,
             shutdown_grace_s, broadcast_default_duration_s, broadcast_max_duration_s,
             broadcast_budget_percent, upload_stall_timeout_ms, upload_min_rate_bps,
-            api_write_timeout_ms, max_unvalidated_sessions, max_unvalidated_per_client);
+            api_write_timeout_ms, max_unvalidated_sessions, max_unvalidated_per_client,
+            anonymous_viewers);
         overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if, max_volume_bytes,
-            max_sendfile_sessions,
+            max_sendfile_sessions, tokens_file,
             api_max_connections, tls_cert, tls_key);
         if flags.plain_http {
             config.plain_http = true;
+        }
+        if flags.insecure_open_operator_routes {
+            config.insecure_open_operator_routes = true;
         }
     }
 }
@@ -280,6 +293,7 @@ mod tests {
             tls_key: Some("k".into()),
             max_volume_bytes: Some(1),
             max_sendfile_sessions: Some(1),
+            tokens_file: Some("t".into()),
             ..ServeConfig::default()
         };
         let table: toml::Table = toml::from_str(&every.to_toml()).unwrap();

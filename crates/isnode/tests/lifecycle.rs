@@ -206,3 +206,52 @@ fn sighup_keeps_the_running_config_when_the_file_is_broken() {
         );
     });
 }
+
+#[test]
+fn sighup_with_a_revoked_token_refuses_it_at_once_and_keeps_sessions() {
+    let vol = Vol::create(&[]);
+    let original = vol.add_ts("t.ts", 2_000_000, 5.0, 6);
+    let root = vol.root.to_str().unwrap();
+    let token = run_ok(&[
+        "token", "add", "--volume", root, "--role", "metrics", "--name", "grafana",
+    ]);
+    let token = token.trim().to_string();
+    assert_eq!(token.len(), 64, "{token:?}");
+    let server = Server::start(&vol, &[]);
+    let bearer = format!("Bearer {token}");
+    let scrape = || {
+        http(
+            server.addr,
+            None,
+            "GET",
+            "/metrics",
+            None,
+            &[("Authorization", &bearer)],
+        )
+        .status
+    };
+    assert_eq!(scrape(), 200);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    std::thread::scope(|s| {
+        let client = s.spawn(|| play_all(&server, &vol, "t.ts", 1, deadline));
+        wait_sessions(&server, 1.0, Duration::from_secs(20));
+        run_ok(&["token", "revoke", "--volume", root, "grafana"]);
+        assert_eq!(scrape(), 200, "revoked in the file, not yet reloaded");
+        signal(&server, libc::SIGHUP);
+        let by = Instant::now() + Duration::from_secs(10);
+        while scrape() != 401 {
+            assert!(
+                Instant::now() < by,
+                "still accepted:\n{}",
+                server.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let played = client.join().unwrap();
+        assert!(played[0].status.success(), "{}", played[0].log);
+        assert!(
+            played[0].bytes() == original,
+            "output differs after the reload"
+        );
+    });
+}

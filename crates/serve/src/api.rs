@@ -18,6 +18,7 @@ mod media;
 mod owner;
 mod pool_read;
 mod remove;
+mod roles;
 mod status;
 #[cfg(test)]
 mod tests;
@@ -217,7 +218,7 @@ async fn blocking<T: Send + 'static>(
         })
 }
 
-async fn list_objects(State(sh): Sh) -> Response {
+async fn list_objects(_: roles::Viewer, State(sh): Sh) -> Response {
     match blocking(&sh, |sh| sh.objects.list()).await {
         Ok(Ok(v)) => Json(
             v.iter()
@@ -230,7 +231,7 @@ async fn list_objects(State(sh): Sh) -> Response {
     }
 }
 
-async fn get_object(State(sh): Sh, Path(name): Path<String>) -> Response {
+async fn get_object(_: roles::Viewer, State(sh): Sh, Path(name): Path<String>) -> Response {
     match blocking(&sh, move |sh| sh.objects.get(&name)).await {
         Ok(Ok(o)) => Json(o.json()).into_response(),
         Ok(Err(e)) => store_error(e),
@@ -238,7 +239,7 @@ async fn get_object(State(sh): Sh, Path(name): Path<String>) -> Response {
     }
 }
 
-async fn get_session(State(sh): Sh, Path(id): Path<String>) -> Response {
+async fn get_session(_: roles::Viewer, State(sh): Sh, Path(id): Path<String>) -> Response {
     let Some(s) = sh.sessions.find(&id) else {
         return error(StatusCode::NOT_FOUND, format!("no session {id:?}"));
     };
@@ -326,7 +327,7 @@ async fn delete_session(
     }
 }
 
-async fn metrics(State(sh): Sh) -> Response {
+async fn metrics(_: roles::MetricsReader, State(sh): Sh) -> Response {
     let text = crate::metrics::expose::render(status::scrape(&sh), &sh.metrics.families);
     (
         [(header::CONTENT_TYPE, crate::metrics::expose::CONTENT_TYPE)],

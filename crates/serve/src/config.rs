@@ -262,6 +262,16 @@ pub struct ServeConfig {
     /// Most sessions awaiting their token's echo per client (an IPv4 address, an IPv6 /64).
     /// More: `503` with `limit: max_unvalidated_per_client`.
     pub max_unvalidated_per_client: u32,
+    /// The role token file (default: `tokens.json` in the volume, made by `isnode token
+    /// add`). Once it exists, operator and metrics routes need a token, on loopback too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens_file: Option<PathBuf>,
+    /// Viewer routes answer requests without a token (`false`: a viewer token is needed,
+    /// as `Authorization: Bearer` or `?token=` on content and HLS URLs).
+    pub anonymous_viewers: bool,
+    /// Serve operator and metrics routes without a token file on a non-loopback address
+    /// (refused at start otherwise); logged with a warning.
+    pub insecure_open_operator_routes: bool,
 }
 
 impl Default for ServeConfig {
@@ -309,6 +319,9 @@ impl Default for ServeConfig {
             max_sendfile_sessions: None,
             max_unvalidated_sessions: DEFAULT_MAX_UNVALIDATED_SESSIONS,
             max_unvalidated_per_client: DEFAULT_MAX_UNVALIDATED_PER_CLIENT,
+            tokens_file: None,
+            anonymous_viewers: true,
+            insecure_open_operator_routes: false,
         }
     }
 }
@@ -555,6 +568,11 @@ impl ServeConfig {
         check(
             "api_max_connections",
             self.api_max_connections != new.api_max_connections,
+        );
+        check("tokens_file", self.tokens_file != new.tokens_file);
+        check(
+            "insecure_open_operator_routes",
+            self.insecure_open_operator_routes != new.insecure_open_operator_routes,
         );
         check("tls_cert", self.tls_cert != new.tls_cert);
         check("tls_key", self.tls_key != new.tls_key);

@@ -27,6 +27,7 @@
 
 mod admission;
 mod api;
+pub mod auth;
 pub mod broadcast;
 pub mod cache;
 mod config;

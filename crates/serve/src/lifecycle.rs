@@ -1,7 +1,7 @@
 //! The server as a service: SIGTERM drains (nothing new admitted, running sessions and
 //! broadcasts go on up to `shutdown_grace_s`, then the clients left are told with a goodbye
 //! datagram), a second SIGTERM stops at once, SIGHUP reloads the configuration (a broken
-//! one is refused and the running one kept), and systemd hears of each step (`sd_notify`:
+//! one is refused and the running one kept) and the role tokens, and systemd hears of each step (`sd_notify`:
 //! READY, RELOADING, STOPPING) when it started the server as `Type=notify`.
 
 use std::path::Path;
@@ -75,6 +75,12 @@ impl ServerHandle {
     /// kept their running value.
     pub fn reload(&self, config: ServeConfig) -> Vec<&'static str> {
         self.shared.reload_config(config)
+    }
+
+    /// Whether role tokens are in force (a token file was read).
+    pub fn has_tokens(&self) -> bool {
+        let tokens = self.shared.tokens.read();
+        tokens.map(|t| t.is_some()).unwrap_or(true)
     }
 
     /// The configuration in force.
@@ -197,6 +203,15 @@ fn apply_reload(handle: &ServerHandle, reload: &impl Fn() -> anyhow::Result<Serv
         Err(e) => {
             tracing::error!("reload refused, running configuration kept: {e:#}");
             eprintln!("isnode serve: reload refused, running configuration kept: {e:#}");
+        }
+    }
+    match handle.reload_tokens() {
+        Ok(()) => eprintln!("isnode serve: tokens reloaded"),
+        // No token file before and none now: nothing to reload.
+        Err(_) if !handle.has_tokens() => {}
+        Err(e) => {
+            tracing::error!("token reload refused, the old tokens kept: {e}");
+            eprintln!("isnode serve: token reload refused, the old tokens kept: {e}");
         }
     }
     notify(&[sd_notify::NotifyState::Ready]);

@@ -207,11 +207,15 @@ impl Metrics {
         }
     }
 
-    /// Counts a failed authentication (the auth layer calls it; `/metrics` shows it as
-    /// `isnode_auth_failures_total{reason}`).
-    #[allow(dead_code)] // called by the auth layer
+    /// Counts a failed authentication (`isnode_auth_failures_total{reason}`).
     pub(crate) fn auth_failure(&self, reason: AuthFailure) {
         self.families.auth_failure(reason);
+    }
+
+    /// Failed authentications of `reason` so far.
+    #[cfg(test)]
+    pub(crate) fn auth_failures(&self, reason: AuthFailure) -> u64 {
+        self.families.auth_failures(reason)
     }
 
     /// Counts body bytes stored by an upload (`isnode_upload_bytes_total`).

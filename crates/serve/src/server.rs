@@ -75,6 +75,48 @@ pub(crate) struct Shared {
     pub broadcasts: crate::broadcast::Broadcasts,
     /// Most sessions the `sendfile` engine may hold a socket for (`None`: another engine).
     pub sendfile_sessions: Option<u64>,
+    /// The role tokens in force (`None`: no token file); swapped by [`reload_tokens`].
+    pub tokens: std::sync::RwLock<Option<Arc<crate::auth::TokenStore>>>,
+    /// The token file [`reload_tokens`] reads.
+    pub tokens_path: std::path::PathBuf,
+}
+
+/// Reads the token file again and puts it in force at once (revoked tokens are refused
+/// from the next request); a missing or broken file is refused and the old tokens kept.
+pub(crate) fn reload_tokens(sh: &Shared) -> Result<(), crate::auth::TokenError> {
+    let store = crate::auth::TokenStore::load(&sh.tokens_path)?.ok_or_else(|| {
+        crate::auth::TokenError::Usage(format!(
+            "token file {} is missing: the old tokens are kept",
+            sh.tokens_path.display()
+        ))
+    })?;
+    let n = store.records().len();
+    *sh.tokens.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(store));
+    tracing::info!(tokens = n, path = %sh.tokens_path.display(), "token file reloaded");
+    Ok(())
+}
+
+/// The token file of `config` on `volume_dir`, read; an error if a non-loopback server would
+/// have open operator routes without `--insecure-open-operator-routes`.
+fn load_tokens(
+    volume_dir: &Path,
+    config: &ServeConfig,
+) -> Result<(std::path::PathBuf, Option<Arc<crate::auth::TokenStore>>), ServeError> {
+    let path = crate::auth::tokens_path(volume_dir, config.tokens_file.as_deref());
+    let store =
+        crate::auth::TokenStore::load(&path).map_err(|e| ServeError::Config(e.to_string()))?;
+    if store.is_none() && !config.listen.ip().is_loopback() {
+        if !config.insecure_open_operator_routes {
+            return Err(ServeError::Config(format!(
+                "no token file at {} on the non-loopback address {}: make one with `isnode \
+                 token add`, or open the operator routes with --insecure-open-operator-routes",
+                path.display(),
+                config.listen
+            )));
+        }
+        tracing::warn!(listen = %config.listen, "operator and metrics routes are open to anyone (--insecure-open-operator-routes)");
+    }
+    Ok((path, store.map(Arc::new)))
 }
 
 impl Shared {
@@ -99,6 +141,8 @@ impl Shared {
         new.api_idle_timeout_ms = old.api_idle_timeout_ms;
         new.api_write_timeout_ms = old.api_write_timeout_ms;
         new.max_sendfile_sessions = old.max_sendfile_sessions;
+        new.tokens_file.clone_from(&old.tokens_file);
+        new.insecure_open_operator_routes = old.insecure_open_operator_routes;
         new.tls_cert.clone_from(&old.tls_cert);
         new.tls_key.clone_from(&old.tls_key);
         new.plain_http = old.plain_http;
@@ -198,6 +242,11 @@ pub struct ServerHandle {
 }
 
 impl ServerHandle {
+    /// Reloads the token file ([`reload_tokens`]): what SIGHUP does.
+    pub fn reload_tokens(&self) -> Result<(), crate::auth::TokenError> {
+        reload_tokens(&self.shared)
+    }
+
     /// The address the control API listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
@@ -417,6 +466,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
     };
     let cache = Cache::with_residency(slots, block_len, residency);
     let tls = tls_acceptor(config)?;
+    let (tokens_path, tokens) = load_tokens(volume_dir, config)?;
     let (std_listener, local_addr) = bind(config.listen)?;
     let keepalive_sock = keepalive::bind(local_addr).map_err(io_error(&format!(
         "binding the keepalive port on {}",
@@ -452,6 +502,8 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         token_socket,
         broadcasts: crate::broadcast::Broadcasts::default(),
         sendfile_sessions,
+        tokens: std::sync::RwLock::new(tokens),
+        tokens_path,
     });
     let api_tls = tls.clone();
     let mut handle = ServerHandle {

@@ -9,6 +9,7 @@ mod objects;
 mod remote;
 mod status;
 mod stream;
+mod token;
 mod volume;
 
 use std::process::ExitCode;
@@ -49,6 +50,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Verify(args)) => bench::verify(&args),
         Command::Bench(BenchCommand::Upload(args)) => bench::upload(&args),
         Command::Cert(args) => cert::run(&args),
+        Command::Token(cmd) => token::run(&cli.volume, &cmd),
         Command::Demo(args) => demo::run(&args),
         Command::Status(args) => status::run(&args),
     }

@@ -26,7 +26,11 @@ pub(super) fn info(sh: &Shared, b: &Broadcast) -> BroadcastInfo {
 }
 
 /// `POST /v1/broadcasts`.
-pub(super) async fn create_broadcast(State(sh): Sh, body: Bytes) -> Response {
+pub(super) async fn create_broadcast(
+    _: super::roles::Operator,
+    State(sh): Sh,
+    body: Bytes,
+) -> Response {
     let req = match parse(&settings(&sh.config()), &body) {
         Ok(r) => r,
         Err(e) => return broadcast_error(&sh, e).into_response(),
@@ -57,13 +61,17 @@ pub(super) async fn create_broadcast(State(sh): Sh, body: Bytes) -> Response {
 }
 
 /// `GET /v1/broadcasts`.
-pub(super) async fn list_broadcasts(State(sh): Sh) -> Response {
+pub(super) async fn list_broadcasts(_: super::roles::Viewer, State(sh): Sh) -> Response {
     let broadcasts = sh.broadcasts.list().iter().map(|b| info(&sh, b)).collect();
     Json(BroadcastList { broadcasts }).into_response()
 }
 
 /// `GET /v1/broadcasts/{id}`.
-pub(super) async fn get_broadcast(State(sh): Sh, Path(id): Path<String>) -> Response {
+pub(super) async fn get_broadcast(
+    _: super::roles::Viewer,
+    State(sh): Sh,
+    Path(id): Path<String>,
+) -> Response {
     match sh.broadcasts.get(&id) {
         Some(b) => Json(info(&sh, &b)).into_response(),
         None => error(StatusCode::NOT_FOUND, format!("no broadcast {id:?}")),
@@ -71,7 +79,11 @@ pub(super) async fn get_broadcast(State(sh): Sh, Path(id): Path<String>) -> Resp
 }
 
 /// `DELETE /v1/broadcasts/{id}`.
-pub(super) async fn delete_broadcast(State(sh): Sh, Path(id): Path<String>) -> Response {
+pub(super) async fn delete_broadcast(
+    _: super::roles::Operator,
+    State(sh): Sh,
+    Path(id): Path<String>,
+) -> Response {
     match sh.broadcasts.remove(&id, sh.now_ns()) {
         Some(_) => StatusCode::NO_CONTENT.into_response(),
         None => error(StatusCode::NOT_FOUND, format!("no broadcast {id:?}")),

@@ -35,6 +35,7 @@ const BODY_QUEUE_CHUNKS: usize = 2;
 
 /// `GET`/`HEAD` of an object's original bytes.
 pub(super) async fn content(
+    _: super::roles::Viewer,
     State(sh): Sh,
     method: Method,
     Path(name): Path<String>,
@@ -337,6 +338,7 @@ const MAX_REPAIR_ESIS: usize = 255;
 /// `GET /v1/objects/{name}/codewords/{sbn}/packets?esi=A,B,...`: stored packets of one
 /// codeword, each prefixed by its 2-byte big-endian length.
 pub(super) async fn packets(
+    _: super::roles::Viewer,
     State(sh): Sh,
     Path((name, sbn)): Path<(String, String)>,
     RawQuery(query): RawQuery,

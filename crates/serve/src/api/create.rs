@@ -321,6 +321,7 @@ fn created(sh: &Shared, s: &StreamShared, fdt: SessionFdt, at: Option<Located>) 
 }
 
 pub(super) async fn create_session(
+    _: super::roles::Viewer,
     State(sh): Sh,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: Bytes,

@@ -48,6 +48,7 @@ pub(super) struct DigestQuery {
 }
 
 pub(super) async fn digests(
+    _: super::roles::Viewer,
     State(sh): Sh,
     Path(name): Path<String>,
     Query(q): Query<DigestQuery>,

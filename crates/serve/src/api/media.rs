@@ -188,7 +188,11 @@ fn object_playlist(obj: &ObjectInfo) -> Result<String, ApiError> {
 }
 
 /// `GET /v1/objects/{name}/index.m3u8`.
-pub(super) async fn get_playlist(State(sh): Sh, Path(name): Path<String>) -> Response {
+pub(super) async fn get_playlist(
+    _: super::roles::Viewer,
+    State(sh): Sh,
+    Path(name): Path<String>,
+) -> Response {
     let obj = match blocking(&sh, move |sh| sh.objects.get(&name)).await {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return store_error(e),
@@ -205,7 +209,11 @@ pub(super) async fn get_playlist(State(sh): Sh, Path(name): Path<String>) -> Res
 }
 
 /// `GET /v1/objects/{name}/index`.
-pub(super) async fn get_index(State(sh): Sh, Path(name): Path<String>) -> Response {
+pub(super) async fn get_index(
+    _: super::roles::Viewer,
+    State(sh): Sh,
+    Path(name): Path<String>,
+) -> Response {
     let obj = match blocking(&sh, move |sh| sh.objects.get(&name)).await {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return store_error(e),

@@ -236,3 +236,5 @@ fn keepalives_carry_loss_reports() {
     assert_eq!(status_of().reported_loss_units, Some(123));
     assert!(server.metrics().loss_reports >= 2);
 }
+
+mod roles;

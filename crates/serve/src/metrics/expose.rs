@@ -163,6 +163,15 @@ impl Families {
             .inc();
     }
 
+    #[cfg(test)]
+    pub(crate) fn auth_failures(&self, reason: AuthFailure) -> u64 {
+        self.auth_failures
+            .get_or_create(&ReasonLabels {
+                reason: reason.name(),
+            })
+            .get()
+    }
+
     pub(crate) fn upload_failure(&self, reason: UploadFailure) {
         self.upload_failures
             .get_or_create(&ReasonLabels {

@@ -1,0 +1,186 @@
+//! The role checks of every route, in one place: handlers take a [`Viewer`], an
+//! [`Operator`] or a [`MetricsReader`] argument (docs/protocol.md, "Authentication").
+//!
+//! - No token file: operator and metrics routes are open (the server refuses to start
+//!   like that off loopback unless told so); viewer routes are open unless
+//!   `--anonymous-viewers false` (then every viewer request is `401`).
+//! - A token file: operator and metrics routes need a token with that role. Viewer routes
+//!   take anonymous requests while anonymous viewers are allowed; a token sent is checked.
+//! - `401` for no or an unknown token, `403` for a token without the role; JSON bodies that
+//!   name the role. The token is `Authorization: Bearer TOKEN`, or `?token=TOKEN` on
+//!   viewer routes (players that cannot send headers).
+
+use std::sync::Arc;
+
+use super::ApiError;
+use crate::auth::Role;
+use crate::metrics::AuthFailure;
+use crate::Shared;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+
+/// A request allowed on a viewer route.
+pub(super) struct Viewer;
+/// A request holding the operator role.
+pub(super) struct Operator;
+/// A request holding the metrics role.
+pub(super) struct MetricsReader;
+
+/// The token of the request: `Authorization: Bearer`, else `?token=` where `query_ok`.
+fn token_of(parts: &Parts, query_ok: bool) -> Option<String> {
+    let bearer = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    if bearer.is_some() || !query_ok {
+        return bearer.map(str::to_string);
+    }
+    parts.uri.query().and_then(|q| {
+        q.split('&')
+            .find_map(|kv| kv.strip_prefix("token="))
+            .map(str::to_string)
+    })
+}
+
+/// Whether the request may use a route of `role`.
+pub(super) fn check(sh: &Shared, parts: &Parts, role: Role) -> Result<(), ApiError> {
+    let store = sh.tokens.read().unwrap_or_else(|e| e.into_inner()).clone();
+    let token = token_of(parts, role == Role::Viewer);
+    let anonymous_ok = match role {
+        Role::Viewer => sh.config().anonymous_viewers,
+        Role::Operator | Role::Metrics => store.is_none(),
+    };
+    let Some(token) = token else {
+        if anonymous_ok {
+            return Ok(());
+        }
+        return Err(fail(sh, Failure::Missing, role));
+    };
+    let Some(store) = store else {
+        // No token file: no token is known.
+        return match anonymous_ok {
+            true => Ok(()),
+            false => Err(fail(sh, Failure::Unknown, role)),
+        };
+    };
+    match store.lookup(&token) {
+        None => Err(fail(sh, Failure::Unknown, role)),
+        Some(r) if r.has(role) => Ok(()),
+        Some(_) => Err(fail(sh, Failure::WrongRole, role)),
+    }
+}
+
+/// Why a request was refused (its index in `metrics::AUTH_FAILURE_REASONS`).
+#[derive(Clone, Copy)]
+enum Failure {
+    /// No token sent.
+    Missing,
+    /// A token that is not in the file.
+    Unknown,
+    /// A token without the route's role.
+    WrongRole,
+}
+
+fn fail(sh: &Shared, why: Failure, role: Role) -> ApiError {
+    sh.metrics.auth_failure(match why {
+        Failure::Missing => AuthFailure::Missing,
+        Failure::Unknown => AuthFailure::Unknown,
+        Failure::WrongRole => AuthFailure::WrongRole,
+    });
+    let r = role.name();
+    match why {
+        Failure::Missing => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            format!("this route needs a token with the {r} role (Authorization: Bearer TOKEN)"),
+        ),
+        Failure::Unknown => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            format!("unknown token: this route needs a token with the {r} role"),
+        ),
+        Failure::WrongRole => ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("the token lacks the {r} role this route needs"),
+        ),
+    }
+}
+
+macro_rules! role_extractor {
+    ($t:ty, $role:expr) => {
+        impl FromRequestParts<Arc<Shared>> for $t {
+            type Rejection = ApiError;
+
+            async fn from_request_parts(
+                parts: &mut Parts,
+                sh: &Arc<Shared>,
+            ) -> Result<Self, ApiError> {
+                check(sh, parts, $role).map(|()| Self)
+            }
+        }
+    };
+}
+
+role_extractor!(Viewer, Role::Viewer);
+role_extractor!(Operator, Role::Operator);
+role_extractor!(MetricsReader, Role::Metrics);
+
+/// Who may use a route.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Rule {
+    /// Needs a token with this role (viewer routes: unless anonymous viewers are allowed).
+    Role(Role),
+    /// Checked by the session's creator address and secret (`owner.rs`), not by a role.
+    SessionOwner,
+    /// Anyone (the status page itself; its data needs `metrics`).
+    Public,
+}
+
+/// Every route (method, path) and its rule: the role table of docs/protocol.md. Routes
+/// others add later are listed with their rule already (`PUT`/`DELETE` objects,
+/// `/v1/status`, `GET /`). The table test (`api/tests/roles.rs`) checks every route
+/// the router answers against it.
+#[cfg(test)]
+pub(super) const ROUTES: &[(&str, &str, Rule)] = &[
+    ("GET", "/v1/objects", Rule::Role(Role::Viewer)),
+    ("GET", "/v1/objects/{name}", Rule::Role(Role::Viewer)),
+    ("PUT", "/v1/objects/{name}", Rule::Role(Role::Operator)),
+    ("DELETE", "/v1/objects/{name}", Rule::Role(Role::Operator)),
+    (
+        "GET",
+        "/v1/objects/{name}/content",
+        Rule::Role(Role::Viewer),
+    ),
+    ("GET", "/o/{name}", Rule::Role(Role::Viewer)),
+    (
+        "GET",
+        "/v1/objects/{name}/codewords/{sbn}/packets",
+        Rule::Role(Role::Viewer),
+    ),
+    (
+        "GET",
+        "/v1/objects/{name}/digests",
+        Rule::Role(Role::Viewer),
+    ),
+    ("GET", "/v1/objects/{name}/index", Rule::Role(Role::Viewer)),
+    (
+        "GET",
+        "/v1/objects/{name}/index.m3u8",
+        Rule::Role(Role::Viewer),
+    ),
+    ("POST", "/v1/sessions", Rule::Role(Role::Viewer)),
+    ("GET", "/v1/sessions/{id}", Rule::Role(Role::Viewer)),
+    ("DELETE", "/v1/sessions/{id}", Rule::SessionOwner),
+    ("POST", "/v1/sessions/{id}/keepalive", Rule::SessionOwner),
+    ("POST", "/v1/sessions/{id}/validate", Rule::SessionOwner),
+    ("POST", "/v1/sessions/{id}/control", Rule::SessionOwner),
+    ("POST", "/v1/broadcasts", Rule::Role(Role::Operator)),
+    ("GET", "/v1/broadcasts", Rule::Role(Role::Viewer)),
+    ("GET", "/v1/broadcasts/{id}", Rule::Role(Role::Viewer)),
+    ("DELETE", "/v1/broadcasts/{id}", Rule::Role(Role::Operator)),
+    ("GET", "/metrics", Rule::Role(Role::Metrics)),
+    ("GET", "/v1/status", Rule::Role(Role::Metrics)),
+    ("GET", "/", Rule::Public),
+];

@@ -1,0 +1,174 @@
+//! Every route × {no token, unknown token, each role} → its status, with and without
+//! anonymous viewers; a revoked token is refused once the file is reloaded.
+
+use super::*;
+use crate::api::roles::{Rule, ROUTES};
+use crate::auth::{Role, TokenStore};
+use crate::metrics::AuthFailure;
+
+/// The tokens of a test server, one per role, and one with every role.
+struct Tokens {
+    viewer: String,
+    operator: String,
+    metrics: String,
+}
+
+fn with_tokens(dir: &tempfile::TempDir) -> Tokens {
+    let mut s = TokenStore::default();
+    let t = Tokens {
+        viewer: s.add("v", &[Role::Viewer], 0).unwrap(),
+        operator: s.add("o", &[Role::Operator], 0).unwrap(),
+        metrics: s.add("m", &[Role::Metrics], 0).unwrap(),
+    };
+    s.save(&dir.path().join(crate::auth::DEFAULT_TOKENS_FILE))
+        .unwrap();
+    t
+}
+
+fn server_with(dir: &tempfile::TempDir, anonymous_viewers: bool) -> ServerHandle {
+    let args = ServeConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        cache_size_bytes: 2 << 20,
+        threads: Some(1),
+        min_dest_port: 1,
+        validate_destination: crate::ValidateDestination::Off,
+        anonymous_viewers,
+        ..ServeConfig::default()
+    };
+    start(dir.path(), &args).unwrap()
+}
+
+/// A concrete request path for a route pattern.
+fn concrete(path: &str) -> String {
+    path.replace("{name}", "a.ts")
+        .replace("{sbn}", "0")
+        .replace("{id}", "nosuch")
+}
+
+/// Whether a status means the role check let the request through.
+fn passed(status: u16) -> bool {
+    status != 401 && status != 403
+}
+
+/// Whether the route exists yet: others add the ones listed ahead of their handlers.
+fn routed(addr: SocketAddr, method: &str, path: &str) -> bool {
+    let (status, body) = http(addr, method, path, "").unwrap();
+    !(status == 405 || status == 404 && body.contains("no such resource"))
+}
+
+#[test]
+fn every_route_answers_each_token_as_its_rule_says() {
+    for anonymous_viewers in [true, false] {
+        let dir = volume();
+        let t = with_tokens(&dir);
+        let server = server_with(&dir, anonymous_viewers);
+        let addr = server.local_addr();
+        let unknown = "ab".repeat(32);
+        let mut checked = 0;
+        for &(method, pattern, rule) in ROUTES {
+            let path = concrete(pattern);
+            // Broadcast creation with an empty body is a 400 after the check: no stream.
+            if !routed(addr, method, &path) {
+                continue;
+            }
+            checked += 1;
+            let cases: [(&str, Option<Role>); 5] = [
+                ("", None),
+                (&unknown, None),
+                (&t.viewer, Some(Role::Viewer)),
+                (&t.operator, Some(Role::Operator)),
+                (&t.metrics, Some(Role::Metrics)),
+            ];
+            for (i, (token, holds)) in cases.iter().enumerate() {
+                let (status, body) = http_as(addr, method, &path, "", token).unwrap();
+                let want_pass = match rule {
+                    Rule::Public | Rule::SessionOwner => true,
+                    Rule::Role(r) if i == 0 => r == Role::Viewer && anonymous_viewers,
+                    Rule::Role(r) => *holds == Some(r),
+                };
+                let ctx =
+                    format!("{method} {path} case {i} anon {anonymous_viewers}: {status} {body}");
+                if let Rule::SessionOwner = rule {
+                    // The session check: no such session, whatever the token.
+                    assert_eq!(status, 404, "{ctx}");
+                    continue;
+                }
+                assert_eq!(passed(status), want_pass, "{ctx}");
+                if !want_pass {
+                    let want = if i < 2 { 401 } else { 403 };
+                    assert_eq!(status, want, "{ctx}");
+                    assert!(body.contains("\"error\""), "{ctx}");
+                    if let Rule::Role(r) = rule {
+                        assert!(body.contains(r.name()), "names the role: {ctx}");
+                    }
+                }
+            }
+        }
+        assert!(checked >= 18, "routes checked: {checked}");
+        let m = &server.shared.metrics;
+        for why in [
+            AuthFailure::Missing,
+            AuthFailure::Unknown,
+            AuthFailure::WrongRole,
+        ] {
+            assert!(m.auth_failures(why) > 0, "{why:?} not counted");
+        }
+    }
+}
+
+#[test]
+fn without_a_token_file_operator_routes_stay_open_on_loopback() {
+    let dir = volume();
+    let server = server(&dir);
+    let (status, _) = http(server.local_addr(), "GET", "/metrics", "").unwrap();
+    assert_eq!(status, 200);
+    let (status, _) = http(server.local_addr(), "DELETE", "/v1/broadcasts/x", "").unwrap();
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn the_token_query_parameter_opens_content() {
+    let dir = volume();
+    let t = with_tokens(&dir);
+    let server = server_with(&dir, false);
+    let addr = server.local_addr();
+    let (status, _) = http(addr, "GET", "/o/a.ts", "").unwrap();
+    assert_eq!(status, 401);
+    let (status, _) = http(addr, "GET", &format!("/o/a.ts?token={}", t.viewer), "").unwrap();
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn a_revoked_token_is_refused_after_reload_and_a_broken_file_keeps_the_old_ones() {
+    let dir = volume();
+    let t = with_tokens(&dir);
+    let server = server_with(&dir, true);
+    let addr = server.local_addr();
+    let (status, _) = http_as(addr, "GET", "/metrics", "", &t.metrics).unwrap();
+    assert_eq!(status, 200);
+    let path = dir.path().join(crate::auth::DEFAULT_TOKENS_FILE);
+    let mut s = TokenStore::load(&path).unwrap().unwrap();
+    assert!(s.revoke("m"));
+    s.save(&path).unwrap();
+    server.reload_tokens().unwrap();
+    let (status, _) = http_as(addr, "GET", "/metrics", "", &t.metrics).unwrap();
+    assert_eq!(status, 401);
+    std::fs::write(&path, "{ broken").unwrap();
+    assert!(server.reload_tokens().is_err());
+    let (status, _) = http_as(addr, "DELETE", "/v1/broadcasts/x", "", &t.operator).unwrap();
+    assert_eq!(status, 404, "the old tokens are kept");
+}
+
+#[test]
+fn off_loopback_without_a_token_file_the_server_refuses_to_start() {
+    let dir = volume();
+    let args = ServeConfig {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        plain_http: true,
+        threads: Some(1),
+        cache_size_bytes: 2 << 20,
+        ..ServeConfig::default()
+    };
+    let err = start(dir.path(), &args).err().expect("refused");
+    assert!(err.to_string().contains("token"), "{err}");
+}
