@@ -62,7 +62,7 @@ pub(crate) enum Command {
     /// Write a constant-bitrate MPEG-TS test stream.
     GenTs(GenTsArgs),
     /// Serve stored objects: HTTP control API and paced UDP streams of prefabricated packets.
-    Serve(crate::serve_flags::ServeFlags),
+    Serve(Box<crate::serve_flags::ServeFlags>),
     /// Check a configuration file, or print the commented default one.
     #[command(subcommand)]
     Config(crate::serve_flags::ConfigCommand),
