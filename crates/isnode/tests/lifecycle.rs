@@ -215,6 +215,10 @@ fn sighup_with_a_revoked_token_refuses_it_at_once_and_keeps_sessions() {
     let token = run_ok(&[
         "token", "add", "--volume", root, "--role", "metrics", "--name", "grafana",
     ]);
+    let watcher = run_ok(&[
+        "token", "add", "--volume", root, "--role", "metrics", "--name", "watcher",
+    ]);
+    let watcher = format!("Bearer {}", watcher.trim());
     let token = token.trim().to_string();
     assert_eq!(token.len(), 64, "{token:?}");
     let server = Server::start(&vol, &[]);
@@ -234,7 +238,28 @@ fn sighup_with_a_revoked_token_refuses_it_at_once_and_keeps_sessions() {
     let deadline = Instant::now() + Duration::from_secs(60);
     std::thread::scope(|s| {
         let client = s.spawn(|| play_all(&server, &vol, "t.ts", 1, deadline));
-        wait_sessions(&server, 1.0, Duration::from_secs(20));
+        // Streaming (read with the other metrics token, which stays).
+        let by = Instant::now() + Duration::from_secs(20);
+        loop {
+            let r = http(
+                server.addr,
+                None,
+                "GET",
+                "/metrics",
+                None,
+                &[("Authorization", &watcher)],
+            );
+            assert_eq!(r.status, 200, "{}", r.body);
+            if r.body.contains("isnode_sessions_active 1") {
+                break;
+            }
+            assert!(
+                Instant::now() < by,
+                "no session streaming:\n{}",
+                server.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         run_ok(&["token", "revoke", "--volume", root, "grafana"]);
         assert_eq!(scrape(), 200, "revoked in the file, not yet reloaded");
         signal(&server, libc::SIGHUP);

@@ -68,6 +68,7 @@ impl Users {
 /// `DELETE /v1/objects/{name}[?force=true]`: `204` once the row, digests and segment
 /// files are gone.
 pub(super) async fn delete_object(
+    _: super::roles::Operator,
     State(sh): Sh,
     Path(name): Path<String>,
     Query(q): Query<DeleteQuery>,

@@ -87,7 +87,7 @@ pub(super) async fn sample_egress(sh: Arc<Shared>) {
 }
 
 /// `GET /v1/status`.
-async fn status(State(sh): Sh) -> Response {
+async fn status(_: super::roles::MetricsReader, State(sh): Sh) -> Response {
     let listed = match blocking(&sh, |sh| sh.objects.list()).await {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => return store_error(e),

@@ -66,6 +66,7 @@ struct Upload {
 /// `PUT /v1/objects/{name}`; counted in `isnode_upload_bytes_total` and, when nothing
 /// was stored, `isnode_upload_failures_total{reason}`.
 pub(super) async fn put_object(
+    _: super::roles::Operator,
     state: Sh,
     name: Path<String>,
     q: Query<PutQuery>,
