@@ -1,8 +1,9 @@
 //! The server as a service: SIGTERM drains (nothing new admitted, running sessions and
 //! broadcasts go on up to `shutdown_grace_s`, then the clients left are told with a goodbye
 //! datagram), a second SIGTERM stops at once, SIGHUP reloads the configuration (a broken
-//! one is refused and the running one kept) and the role tokens, and systemd hears of each step (`sd_notify`:
-//! READY, RELOADING, STOPPING) when it started the server as `Type=notify`.
+//! one is refused and the running one kept) and the role tokens, and systemd hears of each
+//! step (`sd_notify`: READY, RELOADING, STOPPING) when it started the server as
+//! `Type=notify`.
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
