@@ -426,6 +426,13 @@ fn start_server_with(
                 .then_some("--plain-http")
                 .as_slice(),
         )
+        // ... and without role tokens: the bench is its only client (a binary from before
+        // tokens knows no such flag and opens them anyway).
+        .args(
+            (!listen.ip().is_loopback() && serve_knows(exe, "--insecure-open-operator-routes"))
+                .then_some("--insecure-open-operator-routes")
+                .as_slice(),
+        )
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())

@@ -77,6 +77,8 @@ pub(crate) struct Shared {
     pub sendfile_sessions: Option<u64>,
     /// The role tokens in force (`None`: no token file); swapped by [`reload_tokens`].
     pub tokens: std::sync::RwLock<Option<Arc<crate::auth::TokenStore>>>,
+    /// Failed authentications per client, which slow it down (`api/roles.rs`).
+    pub auth_throttle: std::sync::Mutex<crate::auth::throttle::Throttle>,
     /// The token file [`reload_tokens`] reads.
     pub tokens_path: std::path::PathBuf,
 }
@@ -503,6 +505,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         broadcasts: crate::broadcast::Broadcasts::default(),
         sendfile_sessions,
         tokens: std::sync::RwLock::new(tokens),
+        auth_throttle: std::sync::Mutex::new(crate::auth::throttle::Throttle::default()),
         tokens_path,
     });
     let api_tls = tls.clone();

@@ -9,6 +9,9 @@
 //! - `401` for no or an unknown token, `403` for a token without the role; JSON bodies that
 //!   name the role. The token is `Authorization: Bearer TOKEN`, or `?token=TOKEN` on
 //!   viewer routes (players that cannot send headers).
+//! - A client (IPv4 address, IPv6 /64) that failed too often ([`crate::auth::throttle`]:
+//!   a burst of 10, then one a second) is answered `429` with `Retry-After`, its token not
+//!   even looked at.
 
 use std::sync::Arc;
 
@@ -16,9 +19,10 @@ use super::ApiError;
 use crate::auth::Role;
 use crate::metrics::AuthFailure;
 use crate::Shared;
-use axum::extract::FromRequestParts;
+use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 
 /// A request allowed on a viewer route.
 pub(super) struct Viewer;
@@ -45,8 +49,66 @@ fn token_of(parts: &Parts, query_ok: bool) -> Option<String> {
     })
 }
 
+/// The client the request counts against: its IPv4 address or IPv6 /64 (none when the
+/// connection's address is unknown: in-process callers).
+fn client_of(parts: &Parts) -> Option<std::net::IpAddr> {
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<std::net::SocketAddr>>()?;
+    Some(crate::admission::client_key(peer.0.ip()))
+}
+
+/// A refused request: its error, and how long to wait for a client slowed down.
+pub(super) struct Refusal {
+    error: ApiError,
+    retry_after_s: Option<u64>,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let mut r = self.error.into_response();
+        if let Some(s) = self.retry_after_s {
+            if let Ok(v) = header::HeaderValue::from_str(&s.to_string()) {
+                r.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        r
+    }
+}
+
 /// Whether the request may use a route of `role`.
-pub(super) fn check(sh: &Shared, parts: &Parts, role: Role) -> Result<(), ApiError> {
+pub(super) fn check(sh: &Shared, parts: &Parts, role: Role) -> Result<(), Refusal> {
+    // An anonymous viewer is not slowed down (it may share its address with a guesser).
+    let anonymous = token_of(parts, role == Role::Viewer).is_none();
+    if anonymous && role == Role::Viewer && sh.config().anonymous_viewers {
+        return Ok(());
+    }
+    let client = client_of(parts);
+    let now = sh.now_ns();
+    let lock = || sh.auth_throttle.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(wait_s) = client.and_then(|c| lock().wait_s(c, now)) {
+        sh.metrics.auth_failure(AuthFailure::Throttled);
+        return Err(Refusal {
+            error: ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("too many failed authentications from this address: retry in {wait_s} s"),
+            ),
+            retry_after_s: Some(wait_s),
+        });
+    }
+    check_token(sh, parts, role).map_err(|error| {
+        if let Some(c) = client {
+            lock().failed(c, now);
+        }
+        Refusal {
+            error,
+            retry_after_s: None,
+        }
+    })
+}
+
+/// Whether the request's token (or its absence) allows `role`.
+fn check_token(sh: &Shared, parts: &Parts, role: Role) -> Result<(), ApiError> {
     let store = sh.tokens.read().unwrap_or_else(|e| e.into_inner()).clone();
     let token = token_of(parts, role == Role::Viewer);
     let anonymous_ok = match role {
@@ -110,12 +172,12 @@ fn fail(sh: &Shared, why: Failure, role: Role) -> ApiError {
 macro_rules! role_extractor {
     ($t:ty, $role:expr) => {
         impl FromRequestParts<Arc<Shared>> for $t {
-            type Rejection = ApiError;
+            type Rejection = Refusal;
 
             async fn from_request_parts(
                 parts: &mut Parts,
                 sh: &Arc<Shared>,
-            ) -> Result<Self, ApiError> {
+            ) -> Result<Self, Refusal> {
                 check(sh, parts, $role).map(|()| Self)
             }
         }

@@ -4,6 +4,8 @@
 //! The file is JSON (`{"tokens": [{"name", "roles", "sha256", "created_unix_s"}]}`),
 //! written atomically (temp file, fsync, rename) with mode 0600.
 
+pub(crate) mod throttle;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 

@@ -81,6 +81,8 @@ fn every_route_answers_each_token_as_its_rule_says() {
             ];
             for (i, (token, holds)) in cases.iter().enumerate() {
                 let (status, body) = http_as(addr, method, &path, "", token).unwrap();
+                // This test fails on purpose far more than a client may: not slowed here.
+                server.shared.auth_throttle.lock().unwrap().clear();
                 let want_pass = match rule {
                     Rule::Public | Rule::SessionOwner => true,
                     Rule::Role(r) if i == 0 => r == Role::Viewer && anonymous_viewers,
@@ -171,4 +173,28 @@ fn off_loopback_without_a_token_file_the_server_refuses_to_start() {
     };
     let err = start(dir.path(), &args).err().expect("refused");
     assert!(err.to_string().contains("token"), "{err}");
+}
+
+#[test]
+fn failed_authentications_are_slowed_down_with_429() {
+    let dir = volume();
+    let t = with_tokens(&dir);
+    let server = server_with(&dir, true);
+    let addr = server.local_addr();
+    let unknown = "cd".repeat(32);
+    for i in 0..crate::auth::throttle::BURST {
+        let (status, _) = http_as(addr, "GET", "/metrics", "", &unknown).unwrap();
+        assert_eq!(status, 401, "failure {i}");
+    }
+    // The next try is refused before its token is looked at, even a good one.
+    let (status, body) = http_as(addr, "GET", "/metrics", "", &t.metrics).unwrap();
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("retry in"), "{body}");
+    assert_eq!(
+        server.shared.metrics.auth_failures(AuthFailure::Throttled),
+        1
+    );
+    // Anonymous viewer routes are not slowed by it.
+    let (status, body) = http(addr, "GET", "/v1/objects", "").unwrap();
+    assert_eq!(status, 200, "{body}");
 }
