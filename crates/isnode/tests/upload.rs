@@ -660,20 +660,7 @@ fn a_quota_refuses_with_507_and_changes_nothing() {
     server = Server::start(&vol, &["--max-volume-bytes", &quota]);
     let before = files(&vol.root);
     let big = bytes(4, 1_000_000);
-    for framing in [Framing::Length, Framing::Chunked] {
-        let r = put(
-            server.addr,
-            "/v1/objects/big?bitrate_bps=1000000",
-            framing,
-            &big,
-            &[],
-        );
-        assert_eq!(r.status, 507, "{framing:?}: {}", r.text());
-        assert!(r.text().contains("max_volume_bytes"), "{}", r.text());
-        settle(&vol);
-        assert_eq!(files(&vol.root), before);
-        assert_only(&vol, &["keep"]);
-    }
+    refused_with_507(&server, &vol, &big, "max_volume_bytes", &before);
     // Within the quota it goes in.
     let small = bytes(5, 150_000);
     let r = put(
@@ -685,6 +672,32 @@ fn a_quota_refuses_with_507_and_changes_nothing() {
     );
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(cat(&vol, "small"), small);
+}
+
+/// `PUT big` with a known length and chunked: each `507` naming `why`, and the volume left
+/// as it was (`before`: its files; only `keep` stored).
+#[track_caller]
+fn refused_with_507(
+    server: &Server,
+    vol: &Vol,
+    big: &[u8],
+    why: &str,
+    before: &BTreeMap<PathBuf, u64>,
+) {
+    for framing in [Framing::Length, Framing::Chunked] {
+        let r = put(
+            server.addr,
+            "/v1/objects/big?bitrate_bps=1000000",
+            framing,
+            big,
+            &[],
+        );
+        assert_eq!(r.status, 507, "{framing:?}: {}", r.text());
+        assert!(r.text().contains(why), "{}", r.text());
+        settle(vol);
+        assert_eq!(&files(&vol.root), before);
+        assert_only(vol, &["keep"]);
+    }
 }
 
 /// Unmounts a tmpfs when dropped.
@@ -746,20 +759,7 @@ fn a_full_disk_refuses_with_507_and_changes_nothing() {
     );
     let before = files(&vol.root);
     let big = bytes(8, 6_000_000);
-    for framing in [Framing::Length, Framing::Chunked] {
-        let r = put(
-            server.addr,
-            "/v1/objects/big?bitrate_bps=1000000",
-            framing,
-            &big,
-            &[],
-        );
-        assert_eq!(r.status, 507, "{framing:?}: {}", r.text());
-        assert!(r.text().contains("free space"), "{}", r.text());
-        settle(&vol);
-        assert_eq!(files(&vol.root), before);
-        assert_only(&vol, &["keep"]);
-    }
+    refused_with_507(&server, &vol, &big, "free space", &before);
     let small = bytes(9, 300_000);
     let r = put(
         server.addr,
