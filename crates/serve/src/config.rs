@@ -547,39 +547,41 @@ impl ServeConfig {
         })
     }
 
-    /// The settings whose change needs a restart and that differ between `self` (running)
-    /// and `new` (just read): a reload keeps the running values of these.
-    pub fn restart_only_changes(&self, new: &ServeConfig) -> Vec<&'static str> {
-        let mut changed = Vec::new();
-        let mut check = |key: &'static str, differs: bool| {
-            if differs {
-                changed.push(key);
-            }
-        };
-        check("volume", self.volume != new.volume);
-        check("listen", self.listen != new.listen);
-        check("engine", self.engine != new.engine);
-        check(
-            "cache_size_bytes",
-            self.cache_size_bytes != new.cache_size_bytes,
+    /// Gives `new` (just read) the running value of every setting that needs a restart, and
+    /// returns the names of those whose value differed (a reload reports them).
+    pub fn keep_restart_only(&self, new: &mut ServeConfig) -> Vec<&'static str> {
+        let mut kept = Vec::new();
+        macro_rules! keep {
+            ($($field:ident),* $(,)?) => {
+                $(
+                    if self.$field != new.$field {
+                        kept.push(stringify!($field));
+                        new.$field.clone_from(&self.$field);
+                    }
+                )*
+            };
+        }
+        keep!(
+            volume,
+            listen,
+            engine,
+            cache_size_bytes,
+            threads,
+            read_io,
+            api_max_connections,
+            api_header_timeout_ms,
+            api_idle_timeout_ms,
+            api_write_timeout_ms,
+            max_sendfile_sessions,
+            tokens_file,
+            insecure_open_operator_routes,
+            tls_cert,
+            tls_key,
+            plain_http,
+            multicast_ttl,
+            multicast_if,
         );
-        check("threads", self.threads != new.threads);
-        check("read_io", self.read_io != new.read_io);
-        check(
-            "api_max_connections",
-            self.api_max_connections != new.api_max_connections,
-        );
-        check("tokens_file", self.tokens_file != new.tokens_file);
-        check(
-            "insecure_open_operator_routes",
-            self.insecure_open_operator_routes != new.insecure_open_operator_routes,
-        );
-        check("tls_cert", self.tls_cert != new.tls_cert);
-        check("tls_key", self.tls_key != new.tls_key);
-        check("plain_http", self.plain_http != new.plain_http);
-        check("multicast_ttl", self.multicast_ttl != new.multicast_ttl);
-        check("multicast_if", self.multicast_if != new.multicast_if);
-        changed
+        kept
     }
 }
 
@@ -670,11 +672,13 @@ mod tests {
     #[test]
     fn restart_only_settings_are_named() {
         let a = ServeConfig::default();
-        let b = ServeConfig {
+        let mut b = ServeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9)),
             max_sessions_per_client: 3,
             ..ServeConfig::default()
         };
-        assert_eq!(a.restart_only_changes(&b), vec!["listen"]);
+        assert_eq!(a.keep_restart_only(&mut b), vec!["listen"]);
+        assert_eq!(b.listen, a.listen, "the running value is kept");
+        assert_eq!(b.max_sessions_per_client, 3, "a reloadable value applies");
     }
 }

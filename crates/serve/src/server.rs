@@ -131,25 +131,7 @@ impl Shared {
     /// returns the names of those that differed (a reload reports them).
     pub(crate) fn reload_config(&self, mut new: ServeConfig) -> Vec<&'static str> {
         let old = self.config();
-        let kept = old.restart_only_changes(&new);
-        new.volume.clone_from(&old.volume);
-        new.listen = old.listen;
-        new.engine = old.engine;
-        new.cache_size_bytes = old.cache_size_bytes;
-        new.threads = old.threads;
-        new.read_io = old.read_io;
-        new.api_max_connections = old.api_max_connections;
-        new.api_header_timeout_ms = old.api_header_timeout_ms;
-        new.api_idle_timeout_ms = old.api_idle_timeout_ms;
-        new.api_write_timeout_ms = old.api_write_timeout_ms;
-        new.max_sendfile_sessions = old.max_sendfile_sessions;
-        new.tokens_file.clone_from(&old.tokens_file);
-        new.insecure_open_operator_routes = old.insecure_open_operator_routes;
-        new.tls_cert.clone_from(&old.tls_cert);
-        new.tls_key.clone_from(&old.tls_key);
-        new.plain_http = old.plain_http;
-        new.multicast_ttl = old.multicast_ttl;
-        new.multicast_if.clone_from(&old.multicast_if);
+        let kept = old.keep_restart_only(&mut new);
         self.config.store(Arc::new(new));
         kept
     }
