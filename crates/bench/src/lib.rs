@@ -14,6 +14,7 @@ pub mod cputime;
 pub mod load;
 mod netns;
 pub mod peers;
+pub mod placement;
 pub mod plot;
 pub mod serve;
 pub mod startup;

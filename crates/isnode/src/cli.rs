@@ -261,6 +261,43 @@ pub(crate) enum BenchCommand {
     /// An upload over HTTP (`ingest --server`, loopback) against a local `ingest` of the
     /// same file, side by side: throughput of each and their ratio.
     Upload(UploadBenchArgs),
+    /// A seeded simulation of a cluster of edges under a Zipf workload (no network): the load
+    /// balance of rendezvous placement with replicated hot titles, origin traffic, and the
+    /// titles a failure, a return and a join move against the ideal 1/N.
+    Placement(PlacementBenchArgs),
+}
+
+/// `bench placement`.
+#[derive(Args, Debug)]
+pub(crate) struct PlacementBenchArgs {
+    /// Cluster sizes to simulate (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![10, 100, 1000])]
+    pub nodes: Vec<usize>,
+    /// Most replicas of a hot title to try (comma-separated; 1 = the owner alone).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 4, 16, 64])]
+    pub max_replicas: Vec<usize>,
+    /// Requests per node (the run's requests: this × nodes).
+    #[arg(long, default_value_t = 1000)]
+    pub requests_per_node: u64,
+    /// Titles per node (at least 1000 titles in all).
+    #[arg(long, default_value_t = 100)]
+    pub titles_per_node: usize,
+    /// A title is hot past this fraction of one node's fair share of the requests.
+    #[arg(long, default_value_t = 0.25)]
+    pub hot_share_of_node: f64,
+    /// Load bound: a node past this multiple of the mean load passes requests on down the
+    /// title's ranking (consistent hashing with bounded loads); 0 switches it off.
+    #[arg(long, default_value_t = 1.1)]
+    pub load_bound: f64,
+    /// Seed of the simulation.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Also draw max/mean against the cluster size as an SVG to this file.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
 }
 
 /// `bench upload`.

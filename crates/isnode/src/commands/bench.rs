@@ -183,6 +183,51 @@ pub(super) fn verify(args: &crate::cli::VerifyBenchArgs) -> anyhow::Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
+/// `bench placement`: the table, JSON with `--json`, the SVG with `--plot`.
+pub(super) fn placement(args: &crate::cli::PlacementBenchArgs) -> anyhow::Result<ExitCode> {
+    use isnode_bench::placement::{self, PlacementBenchConfig};
+    anyhow::ensure!(
+        args.nodes.iter().all(|&n| (1..=10_000).contains(&n)),
+        "--nodes: each size must be 1 to 10000"
+    );
+    anyhow::ensure!(
+        args.max_replicas.iter().all(|&r| r >= 1),
+        "--max-replicas: each must be at least 1"
+    );
+    anyhow::ensure!(
+        args.hot_share_of_node > 0.0,
+        "--hot-share-of-node must be above 0"
+    );
+    anyhow::ensure!(
+        args.load_bound == 0.0 || args.load_bound >= 1.0,
+        "--load-bound must be 0 (off) or at least 1"
+    );
+    anyhow::ensure!(
+        (1..=100_000).contains(&args.requests_per_node)
+            && (1..=1000).contains(&args.titles_per_node),
+        "--requests-per-node must be 1 to 100000 and --titles-per-node 1 to 1000"
+    );
+    let cfg = PlacementBenchConfig {
+        nodes: args.nodes.clone(),
+        max_replicas: args.max_replicas.clone(),
+        requests_per_node: args.requests_per_node,
+        titles_per_node: args.titles_per_node,
+        hot_share_of_node: args.hot_share_of_node,
+        load_bound: (args.load_bound > 0.0).then_some(args.load_bound),
+        seed: args.seed,
+    };
+    let report = placement::run(&cfg);
+    print!("{}", placement::format_table(&report));
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+    }
+    if let Some(path) = &args.plot {
+        std::fs::write(path, placement::plot_balance(&report))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Writes a benchmark's report as JSON to `path`, with the command line that made it.
 fn write_json(path: &std::path::Path, report: &impl serde::Serialize) -> anyhow::Result<()> {
     let json = serde_json::json!({
