@@ -17,6 +17,7 @@ pub mod peers;
 pub mod placement;
 pub mod plot;
 pub mod serve;
+pub mod soak;
 pub mod startup;
 mod udp;
 pub mod upload;

@@ -265,6 +265,43 @@ pub(crate) enum BenchCommand {
     /// balance of rendezvous placement with replicated hot titles, origin traffic, and the
     /// titles a failure, a return and a join move against the ideal 1/N.
     Placement(PlacementBenchArgs),
+    /// A long run of churn against one server (clients start, seek, pause, stop and time out;
+    /// titles are uploaded and deleted; broadcasts start and stop): the server's RSS, open
+    /// descriptors and threads every second, their drift, and the errors (root: it runs in a
+    /// network namespace of its own).
+    Soak(SoakBenchArgs),
+}
+
+/// `bench soak`.
+#[derive(Args, Debug)]
+pub(crate) struct SoakBenchArgs {
+    /// Length of the run, minutes (fractions allowed).
+    #[arg(long, default_value_t = 30.0)]
+    pub minutes: f64,
+    /// Clients kept running.
+    #[arg(long, default_value_t = 20)]
+    pub sessions: usize,
+    /// Titles ingested before the start.
+    #[arg(long, default_value_t = 4)]
+    pub titles: usize,
+    /// Playing time of each title, seconds.
+    #[arg(long, default_value_t = 60)]
+    pub title_seconds: u64,
+    /// Bitrate of each title.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub bitrate: u64,
+    /// Seed of the churn.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the report (every sample) as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Also draw the samples as SVGs (soak-rss.svg, soak-fds.svg) into this directory.
+    #[arg(long)]
+    pub plots: Option<PathBuf>,
+    /// Exit 1 when the run had errors or its drift exceeded the bounds.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// `bench placement`.

@@ -228,6 +228,55 @@ pub(super) fn placement(args: &crate::cli::PlacementBenchArgs) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
+/// `bench soak`: progress on stderr, the summary, JSON and plots; with `--check`, exit 1
+/// unless the run was clean.
+pub(super) fn soak(args: &crate::cli::SoakBenchArgs) -> anyhow::Result<ExitCode> {
+    use isnode_bench::soak::{self, SoakConfig};
+    anyhow::ensure!(
+        args.minutes > 0.0 && args.minutes <= 24.0 * 60.0,
+        "--minutes must be above 0 and at most a day"
+    );
+    anyhow::ensure!(
+        (1..=2000).contains(&args.sessions),
+        "--sessions must be 1 to 2000"
+    );
+    anyhow::ensure!(
+        (1..=100).contains(&args.titles),
+        "--titles must be 1 to 100"
+    );
+    anyhow::ensure!(
+        (4..=3600).contains(&args.title_seconds),
+        "--title-seconds must be 4 to 3600"
+    );
+    let cfg = SoakConfig {
+        isnode_exe: std::env::current_exe().context("finding the isnode binary")?,
+        seconds: args.minutes * 60.0,
+        sessions: args.sessions,
+        titles: args.titles,
+        title_s: args.title_seconds,
+        bitrate_bps: args.bitrate,
+        seed: args.seed,
+    };
+    let report = soak::run(&cfg, &mut |m| eprintln!("soak: {m}")).context("running the soak")?;
+    print!("{}", soak::format_table(&report));
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+    }
+    if let Some(dir) = &args.plots {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let (rss, fds) = soak::plots(&report);
+        for (name, svg) in [("soak-rss.svg", rss), ("soak-fds.svg", fds)] {
+            let path = dir.join(name);
+            std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    Ok(if args.check && !report.clean() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 /// Writes a benchmark's report as JSON to `path`, with the command line that made it.
 fn write_json(path: &std::path::Path, report: &impl serde::Serialize) -> anyhow::Result<()> {
     let json = serde_json::json!({
