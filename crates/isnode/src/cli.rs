@@ -399,6 +399,10 @@ pub(crate) struct StartupBenchArgs {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Run the clients from this isnode binary instead of this one (the server stays this
+    /// one): an older client's start-up side by side with this one's.
+    #[arg(long)]
+    pub client_exe: Option<PathBuf>,
 }
 
 /// `bench load`.

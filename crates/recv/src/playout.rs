@@ -9,6 +9,9 @@
 //! than [`UNDERRUN_TOLERANCE`]): the schedule slides by the lateness, as a player that stalls
 //! and resumes. Unpaced playout (`--as-fast-as-possible`) writes each piece as it arrives.
 //! A lost piece is written as zeros, so the output keeps its length and positions.
+//! The output is flushed whenever the writer would wait (for its next due time, or for the
+//! next piece), so buffered output (stdout, `--out FILE`) never holds back bytes a player
+//! could already have: the first bytes reach it as soon as they are released.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -196,6 +199,8 @@ fn run(out: &mut dyn Write, config: PlayoutConfig, pieces: Consumer) -> io::Resu
                     let wake = deadline.map_or(due, |d| due.min(d));
                     let now = Instant::now();
                     if wake > now {
+                        // What is written is due: the player gets it before we wait.
+                        out.flush()?;
                         std::thread::sleep(wake - now);
                     }
                 }
@@ -229,6 +234,11 @@ fn run(out: &mut dyn Write, config: PlayoutConfig, pieces: Consumer) -> io::Resu
             stats.bytes_written += n as u64;
         }
         pieces.played(total);
+        if pieces.is_drained() {
+            // Nothing else is here yet: hand the player what it has instead of holding it in
+            // the output buffer until the buffer fills (the first bytes, above all).
+            out.flush()?;
+        }
     }
     stats.per_second_bitrate_bps = bins.bitrates();
     Ok(stats)

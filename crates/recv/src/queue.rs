@@ -132,6 +132,11 @@ impl Consumer {
     pub fn played(&self, bytes: u64) {
         self.queued.fetch_sub(bytes, Ordering::AcqRel);
     }
+
+    /// Whether no piece waits (every byte sent was played out).
+    pub fn is_drained(&self) -> bool {
+        self.queued.load(Ordering::Acquire) == 0
+    }
 }
 
 /// An unbounded queue fed by a plain channel (tests, and callers that bound it themselves).

@@ -127,8 +127,13 @@ pub(super) fn load(args: &crate::cli::LoadBenchArgs) -> anyhow::Result<ExitCode>
 /// `bench startup`: the table, and JSON with `--json`.
 pub(super) fn startup(args: &crate::cli::StartupBenchArgs) -> anyhow::Result<ExitCode> {
     use isnode_bench::startup::{self, Mode, StartupBenchConfig};
+    let isnode_exe = std::env::current_exe().context("finding the isnode binary")?;
     let cfg = StartupBenchConfig {
-        isnode_exe: std::env::current_exe().context("finding the isnode binary")?,
+        client_exe: args
+            .client_exe
+            .clone()
+            .unwrap_or_else(|| isnode_exe.clone()),
+        isnode_exe,
         engine: args.engine.clone(),
         bitrates_bps: args.bitrates.clone(),
         modes: args
