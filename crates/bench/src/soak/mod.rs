@@ -57,6 +57,8 @@ pub struct SoakConfig {
 pub struct Actions {
     /// Clients started (including seeks and restarts).
     pub sessions_started: u64,
+    /// Clients refused by admission (`503` naming a limit): counted, not errors.
+    pub sessions_refused: u64,
     /// Clients killed (vanished without a word).
     pub stops: u64,
     /// Seeks (a client killed and started again elsewhere).
