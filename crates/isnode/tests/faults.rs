@@ -181,17 +181,23 @@ fn a_slow_member_makes_no_stream_invalid() {
         .map(|(i, t)| (*t, vol.add_ts(t, 3_000_000, 5.0, 190 + i as u64)))
         .collect();
     let mount = mount_under_member(&vol, FAULTY, 19);
-    mount.set(Plan::all(FaultKind::Delay { delay_ms: 200 }));
-    for (label, flags) in [
-        ("without hedging", &["--hedge-after-ms", "0"][..]),
-        ("with hedging", &[][..]),
+    let slow = Plan::all(FaultKind::Delay { delay_ms: 200 });
+    for (label, plan, flags) in [
+        ("no fault", Plan::pass(), &[][..]),
+        (
+            "slow, without hedging",
+            slow.clone(),
+            &["--hedge-after-ms", "0"][..],
+        ),
+        ("slow, with hedging", slow, &[][..]),
     ] {
+        mount.set(plan);
         let mut args = vec!["--cache-size", "33554432"];
         args.extend_from_slice(flags);
         let server = Server::start(&vol, &args);
         let clients: Vec<(&str, String)> = titles
             .iter()
-            .map(|t| (*t, format!("slow-{}-{t}", flags.len())))
+            .map(|t| (*t, format!("slow-{}-{t}", label.len())))
             .collect();
         let stats = play_all(&server, &vol, &clients, &sources, &[]);
         let m = server.metrics();

@@ -510,7 +510,6 @@ impl SnapshotCollector {
             let labels = member(m);
             ConstGauge::new(i64::from(!*failed)).encode(fam.encode_family(&labels)?)?;
         }
-        drop(fam);
         let mut fam = enc.encode_descriptor(
             "isnode_member_slow",
             "1 while the member's reads are slower than hedge_after_ms (its reads are hedged)",
