@@ -251,3 +251,36 @@ fn flipped_bits_become_erasures() {
     assert!(errors > 0.0, "no checksum mismatch counted:\n{}", m.0);
     drop(server);
 }
+
+/// Short reads from one member (every read answers fewer bytes than asked): the server
+/// reads the rest, every client's output is identical, and a short read is no error.
+#[test]
+fn short_reads_are_completed() {
+    let vol = Vol::create(&["--block-size", "65536"]);
+    let a = vol.add_ts("a.ts", 4_000_000, 4.0, 210);
+    let mount = mount_under_member(&vol, FAULTY, 21);
+    mount.set(on_segments(FaultKind::Short));
+    let server = Server::start(&vol, &["--cache-size", "33554432"]);
+    let clients: Vec<(&str, String)> = (0..2).map(|i| ("a.ts", format!("short-{i}"))).collect();
+    play_all(
+        &server,
+        &vol,
+        &clients,
+        &[("a.ts", a)],
+        &["--as-fast-as-possible"],
+    );
+    let f = mount.stats();
+    let m = server.metrics();
+    println!("fault file system: {f:?}");
+    assert!(f.short > 0, "no read was short: {f:?}");
+    assert_eq!(
+        m.get(&format!(
+            "isnode_member_errors_total{{member=\"{FAULTY}\"}}"
+        )),
+        0.0,
+        "a short read is not an error:\n{}",
+        m.0
+    );
+    assert_eq!(status_health(&server, FAULTY), "ok");
+    drop(server);
+}
