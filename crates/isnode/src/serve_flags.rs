@@ -44,6 +44,13 @@ pub(crate) struct ServeFlags {
     /// What to send for a failed member's packets (default rebuild).
     #[arg(long, value_enum)]
     pub degraded: Option<Degraded>,
+    /// Block read errors in a row that mark a member failed (default 5; 0: never).
+    #[arg(long)]
+    pub member_fail_errors: Option<u32>,
+    /// Rebuild from the other members rather than wait for a read slower than this
+    /// (milliseconds; default 50; 0: never hedge).
+    #[arg(long)]
+    pub hedge_after_ms: Option<u64>,
     /// A session without keepalive for this long ends (milliseconds; default 5000).
     #[arg(long)]
     pub session_timeout_ms: Option<u64>,
@@ -195,7 +202,8 @@ impl ServeFlags {
     fn overlay(&self, config: &mut ServeConfig) {
         let flags = self.clone();
         overlay!(config, flags; listen, engine, cache_size_bytes, egress_capacity_bps,
-            max_sessions_per_client, degraded, session_timeout_ms, validate_timeout_ms,
+            max_sessions_per_client, degraded, member_fail_errors, hedge_after_ms,
+            session_timeout_ms, validate_timeout_ms,
             validate_destination, min_dest_port, read_io, max_content_readers,
             start_burst_factor, start_burst_ms, broadcast_groups, broadcast_port,
             broadcast_max_groups, multicast_ttl, broadcast_mode, broadcast_scheme,

@@ -103,9 +103,13 @@ pub struct StatusBroadcast {
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum MemberHealth {
-    /// No block read from it has failed.
+    /// Serving.
     Ok,
-    /// A block read from it failed since the start (streams go on from the others).
+    /// Its reads are slower than the server's hedging bound (`hedge_after_ms`): streams
+    /// rebuild its symbols from the others rather than wait.
+    Slow,
+    /// Marked failed after repeated read errors: not read any more, its symbols rebuilt
+    /// from the others (streams go on).
     Failed,
 }
 

@@ -169,6 +169,13 @@ pub struct ServeConfig {
     pub threads: Option<usize>,
     /// What to send for a failed member's packets.
     pub degraded: Degraded,
+    /// A member is marked failed (not read any more, rebuilt from the others) after this
+    /// many block read errors in a row (0: never).
+    pub member_fail_errors: u32,
+    /// Hedged reads: a member read slower than this (milliseconds) makes the member slow,
+    /// and a burst whose block is waited for this long is rebuilt from the other members
+    /// instead (0: never hedge).
+    pub hedge_after_ms: u64,
     /// A session without keepalive for this long ends by itself (milliseconds).
     pub session_timeout_ms: u64,
     /// A new session streams only once its destination has echoed the token datagram sent
@@ -274,6 +281,11 @@ pub struct ServeConfig {
     pub insecure_open_operator_routes: bool,
 }
 
+/// Default of `member_fail_errors`: block read errors in a row that fail a member.
+const DEFAULT_MEMBER_FAIL_ERRORS: u32 = 5;
+/// Default of `hedge_after_ms`: a read slower than this is hedged (milliseconds).
+const DEFAULT_HEDGE_AFTER_MS: u64 = 50;
+
 impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
@@ -286,6 +298,8 @@ impl Default for ServeConfig {
             max_sessions_per_client: DEFAULT_MAX_SESSIONS_PER_CLIENT,
             threads: None,
             degraded: Degraded::Rebuild,
+            member_fail_errors: DEFAULT_MEMBER_FAIL_ERRORS,
+            hedge_after_ms: DEFAULT_HEDGE_AFTER_MS,
             session_timeout_ms: DEFAULT_SESSION_TIMEOUT_MS,
             validate_timeout_ms: DEFAULT_VALIDATE_TIMEOUT_MS,
             validate_destination: ValidateDestination::Token,
@@ -444,6 +458,12 @@ impl ServeConfig {
         }
         if self.max_content_readers == 0 {
             return bad("max_content_readers", "must be at least 1");
+        }
+        if self.member_fail_errors > 1_000_000 {
+            return bad("member_fail_errors", "must be at most 1000000 (0: never)");
+        }
+        if self.hedge_after_ms > 60_000 {
+            return bad("hedge_after_ms", "must be at most 60000 (0: never hedge)");
         }
         self.validate_broadcast()?;
         self.validate_api()

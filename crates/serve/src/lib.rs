@@ -34,6 +34,7 @@ mod config;
 mod fd_budget;
 mod keepalive;
 mod lifecycle;
+mod member_health;
 pub mod metrics;
 pub mod net;
 pub mod objects;

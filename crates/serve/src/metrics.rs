@@ -20,6 +20,9 @@ use crate::EngineKind;
 pub use expose::{AuthFailure, UploadFailure};
 pub use isnode_proto::Limit;
 
+/// A burst sent later than this after its due time counts as late (`bursts_late`).
+pub(crate) const LATE_BURST_NS: u64 = 100_000_000;
+
 /// Live counters, shared by the data plane and the control API.
 #[derive(Debug)]
 pub(crate) struct Metrics {
@@ -41,6 +44,10 @@ pub(crate) struct Metrics {
     pub send_errors: AtomicU64,
     pub member_errors: Vec<AtomicU64>,
     pub member_logged: Vec<AtomicBool>,
+    /// Each member's health (failed, slow) from its reads.
+    pub health: crate::member_health::MemberHealth,
+    /// Bursts sent later than [`LATE_BURST_NS`] after their due time.
+    pub bursts_late: AtomicU64,
     pub symbols_rebuilt: AtomicU64,
     pub packets_skipped: AtomicU64,
     pub zc_sends: AtomicU64,
@@ -149,8 +156,16 @@ pub struct MetricsSnapshot {
     pub repair_packets: u64,
     /// Blocks evicted from the pool.
     pub cache_evictions: u64,
-    /// Per member: whether a block read from it has failed since the start.
+    /// Per member: whether it is marked failed (after `member_fail_errors` read errors
+    /// in a row; not read any more, rebuilt from the others).
     pub member_failed: Vec<bool>,
+    /// Per member: whether its reads are slow now (longer than `hedge_after_ms`).
+    pub member_slow: Vec<bool>,
+    /// Bursts whose codeword was rebuilt from the other members instead of waiting for a
+    /// slow member's read (hedged reads).
+    pub reads_hedged: u64,
+    /// Bursts sent more than 100 ms after their due time.
+    pub bursts_late: u64,
 }
 
 impl MetricsSnapshot {
@@ -186,6 +201,8 @@ impl Metrics {
             send_errors: AtomicU64::new(0),
             member_errors: (0..members).map(|_| AtomicU64::new(0)).collect(),
             member_logged: (0..members).map(|_| AtomicBool::new(false)).collect(),
+            health: crate::member_health::MemberHealth::new(members),
+            bursts_late: AtomicU64::new(0),
             symbols_rebuilt: AtomicU64::new(0),
             packets_skipped: AtomicU64::new(0),
             zc_sends: AtomicU64::new(0),
@@ -244,7 +261,8 @@ impl Metrics {
         self.refused[limit.index()].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a failed read on `member`; logs the first one of each member.
+    /// Counts a failed read on `member`; logs the first one of each member (the member is
+    /// marked failed after repeated errors: `member_health.rs`).
     pub(crate) fn member_error(&self, member: u32, why: &str) {
         if let Some(c) = self.member_errors.get(member as usize) {
             c.fetch_add(1, Ordering::Relaxed);
@@ -253,7 +271,7 @@ impl Metrics {
             if !l.swap(true, Ordering::Relaxed) {
                 tracing::error!(
                     member,
-                    "member failed while serving, streams continue from the other members: {why}"
+                    "block read failed on member {member}, streams continue from the other members: {why}"
                 );
             }
         }

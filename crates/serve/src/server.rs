@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::cache::{Cache, Residency};
+use crate::member_health::MemberState;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::objects::Objects;
 use crate::registry::{Registry, SessionState, SessionTable};
@@ -206,11 +207,14 @@ impl Shared {
             repair_requests: load(&m.repair_requests),
             repair_packets: load(&m.repair_packets),
             cache_evictions: load(&cs.evictions),
-            member_failed: m
-                .member_logged
-                .iter()
-                .map(|f| f.load(Ordering::Relaxed))
+            member_failed: (0..m.health.members() as u32)
+                .map(|i| m.health.is_failed(i))
                 .collect(),
+            member_slow: (0..m.health.members() as u32)
+                .map(|i| m.health.state(i, self.now_ns()) == MemberState::Slow)
+                .collect(),
+            reads_hedged: load(&m.health.hedged),
+            bursts_late: load(&m.bursts_late),
         }
     }
 }

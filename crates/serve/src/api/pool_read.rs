@@ -93,7 +93,7 @@ impl PoolRead {
         let reader = Reader::new(
             &sh.cache,
             ReadIo::Sync,
-            Box::new(move |key, why| failures.metrics.member_error(key.member, why)),
+            Box::new(move |key, why| failures.member_read_failed(key.member, why)),
         );
         let p = obj.layout.params();
         let max_symbols = (p.source_symbols + p.repair_symbols) as usize;

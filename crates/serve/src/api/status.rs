@@ -188,12 +188,14 @@ fn broadcasts(sh: &Shared) -> Vec<StatusBroadcast> {
 fn members(snap: &MetricsSnapshot) -> Vec<StatusMember> {
     snap.member_errors
         .iter()
-        .zip(&snap.member_failed)
+        .zip(snap.member_failed.iter().zip(&snap.member_slow))
         .enumerate()
-        .map(|(m, (errors, failed))| StatusMember {
+        .map(|(m, (errors, (failed, slow)))| StatusMember {
             member: u32::try_from(m).unwrap_or(u32::MAX),
             health: if *failed {
                 MemberHealth::Failed
+            } else if *slow {
+                MemberHealth::Slow
             } else {
                 MemberHealth::Ok
             },

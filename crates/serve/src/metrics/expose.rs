@@ -353,6 +353,16 @@ const SCALARS: &[Scalar] = &[
         "Packets neither readable nor rebuilt",
         |s| s.packets_skipped,
     ),
+    counter(
+        "isnode_reads_hedged",
+        "Bursts rebuilt from the other members instead of waiting for a slow member",
+        |s| s.reads_hedged,
+    ),
+    counter(
+        "isnode_bursts_late",
+        "Bursts sent more than 100 ms after their due time",
+        |s| s.bursts_late,
+    ),
     counter("isnode_send_errors", "Failed send calls", |s| s.send_errors),
     counter(
         "isnode_zerocopy_sends",
@@ -492,13 +502,23 @@ impl SnapshotCollector {
         )?;
         let mut fam = enc.encode_descriptor(
             "isnode_member_healthy",
-            "1 while no block read from the member has failed since the start, else 0",
+            "1 while the member serves, 0 once marked failed after repeated read errors",
             None,
             MetricType::Gauge,
         )?;
         for (m, failed) in s.member_failed.iter().enumerate() {
             let labels = member(m);
             ConstGauge::new(i64::from(!*failed)).encode(fam.encode_family(&labels)?)?;
+        }
+        let mut fam = enc.encode_descriptor(
+            "isnode_member_slow",
+            "1 while the member's reads are slower than hedge_after_ms (its reads are hedged)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (m, slow) in s.member_slow.iter().enumerate() {
+            let labels = member(m);
+            ConstGauge::new(i64::from(*slow)).encode(fam.encode_family(&labels)?)?;
         }
         Ok(())
     }
@@ -553,6 +573,7 @@ mod tests {
             sessions_started: 7,
             member_errors: vec![0, 2],
             member_failed: vec![false, true],
+            member_slow: vec![true, false],
             ..MetricsSnapshot::default()
         };
         let titles = Titles::new(1);
@@ -603,6 +624,8 @@ mod tests {
             "isnode_member_errors_total{member=\"1\"} 2",
             "isnode_member_healthy{member=\"0\"} 1",
             "isnode_member_healthy{member=\"1\"} 0",
+            "isnode_member_slow{member=\"0\"} 1",
+            "isnode_member_slow{member=\"1\"} 0",
             "isnode_auth_failures_total{reason=\"wrong_role\"} 1",
             "isnode_auth_failures_total{reason=\"missing\"} 0",
             "isnode_upload_failures_total{reason=\"no_space\"} 1",

@@ -12,7 +12,8 @@ use isnode_wire::{build_data_packet, DataPacketId};
 
 use super::demand::LazyDemand;
 use super::{Active, Sent, Worker};
-use crate::cache::{BlockKey, FetchError, Pinned};
+use crate::cache::{BlockKey, Cache, FetchError, Pinned};
+use crate::member_health::MemberHealth;
 use crate::objects::ObjectInfo;
 use crate::pacer::Burst;
 use crate::reader::Reader;
@@ -35,13 +36,26 @@ impl Rebuild {
     }
 }
 
+/// Whether a rebuild is a hedge: the member whose block is not waited for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Hedge {
+    /// Not a hedge: a block could not be read.
+    No,
+    /// This member is slow: its blocks not in memory count as missing.
+    Member(u32),
+}
+
 /// The blocks of one object, from the pool through this thread's reader (one pin per
-/// member kept for the codeword being read).
+/// member kept for the codeword being read). Blocks of a failed member, and of the hedged
+/// member, that are not in memory count as missing (never read, never waited for).
 struct PoolBlocks<'a> {
     reader: &'a mut Reader,
     obj: &'a ObjectInfo,
     demand: &'a LazyDemand<'a>,
     pins: Vec<Option<(u64, Pinned)>>,
+    health: &'a MemberHealth,
+    cache: &'a Cache,
+    hedge: Hedge,
 }
 
 impl BlockSource for PoolBlocks<'_> {
@@ -57,6 +71,12 @@ impl BlockSource for PoolBlocks<'_> {
                 member,
                 block,
             };
+            let skip = self.hedge == Hedge::Member(member) || self.health.is_failed(member);
+            if skip && !self.cache.contains(&key) {
+                return Err(BlockError::Unreadable(format!(
+                    "member {member} not read (failed or slow)"
+                )));
+            }
             match self.reader.fetch(key, self.obj, self.demand) {
                 Ok(pin) => *held = Some((block, pin)),
                 Err(FetchError::Busy) | Err(FetchError::Full) => return Err(BlockError::Pending),
@@ -75,14 +95,22 @@ impl BlockSource for PoolBlocks<'_> {
 impl Worker {
     /// Sends (or skips, by `--degraded` or when the code cannot rebuild them) the packets
     /// of a burst whose block cannot be read.
-    pub(super) fn degraded(&mut self, a: &Active, obj: &Arc<ObjectInfo>, b: &Burst) -> Sent {
+    pub(super) fn degraded(
+        &mut self,
+        a: &Active,
+        obj: &Arc<ObjectInfo>,
+        b: &Burst,
+        hedge: Hedge,
+    ) -> Sent {
         if self.sh.config().degraded == Degraded::SendAvailable {
             self.skipped(b.len());
             return Sent::Yes;
         }
-        match self.rebuild_codeword(obj, b.sbn) {
+        match self.rebuild_codeword(obj, b.sbn, hedge) {
             Ok(Readiness::Pending) => return Sent::Later,
             Ok(Readiness::Ready) => {}
+            // A hedge that cannot rebuild waits for the slow read instead.
+            Err(_) if hedge != Hedge::No => return Sent::Later,
             Err(why) => {
                 tracing::warn!(
                     toi = obj.rec.toi,
@@ -116,6 +144,10 @@ impl Worker {
             .metrics
             .symbols_rebuilt
             .fetch_add(u64::from(b.len()), Ordering::Relaxed);
+        if hedge != Hedge::No {
+            let hedged = &self.sh.metrics.health.hedged;
+            hedged.fetch_add(1, Ordering::Relaxed);
+        }
         self.send_built(a, b, len, p);
         Sent::Yes
     }
@@ -132,6 +164,7 @@ impl Worker {
         &mut self,
         obj: &Arc<ObjectInfo>,
         sbn: u32,
+        hedge: Hedge,
     ) -> Result<Readiness, isnode_store::StoreError> {
         if self.rebuild.done == Some((obj.rec.toi, sbn)) {
             return Ok(Readiness::Ready);
@@ -143,6 +176,9 @@ impl Worker {
             obj,
             demand: &demand,
             pins: (0..obj.layout.params().members).map(|_| None).collect(),
+            health: &self.sh.metrics.health,
+            cache: &self.sh.cache,
+            hedge,
         };
         let target = Target {
             layout: &obj.layout,

@@ -32,6 +32,7 @@ use self::degraded::Rebuild;
 use self::demand::{LazyDemand, Positions};
 use self::send::Mode;
 use crate::cache::BlockKey;
+use crate::metrics::LATE_BURST_NS;
 use crate::net::{self, RawAddr};
 use crate::pacer::{blocks_of, RepairCounts, Step};
 use crate::reader::{Prefetch, Reader, QUEUE_DEPTH};
@@ -107,6 +108,9 @@ struct Active {
     read_ahead_at: Option<u32>,
     /// Not before this time (ns): its last burst had to wait for a block.
     retry_at_ns: u64,
+    /// Since when (ns) its next step has been waiting for a block (0: it is not waiting);
+    /// waited longer than `hedge_after_ms`, the block's member is slow ([`hedge`]).
+    waiting_since_ns: u64,
     /// State of the baseline engine (`traditional` only).
     baseline: Option<Box<Baseline>>,
     /// The loss report the pacer's repair limit was last set from.
@@ -275,11 +279,15 @@ impl Worker {
             _ => sh.read_io,
         };
         let fail_sh = sh.clone();
+        let ok_sh = sh.clone();
         let reader = Reader::new(
             &sh.cache,
             read_io,
-            Box::new(move |key: &BlockKey, why| fail_sh.metrics.member_error(key.member, why)),
-        );
+            Box::new(move |key: &BlockKey, why| fail_sh.member_read_failed(key.member, why)),
+        )
+        .on_ok(Box::new(move |key: &BlockKey, latency| {
+            ok_sh.member_read_ok(key.member, latency)
+        }));
         Worker {
             mode,
             reader,
@@ -313,6 +321,7 @@ impl Worker {
             pacer: ns.pacer,
             read_ahead_at: None,
             retry_at_ns: 0,
+            waiting_since_ns: 0,
             baseline,
             applied_loss: None,
             repair_counted: RepairCounts::default(),
@@ -377,6 +386,8 @@ impl Worker {
             let Some(step) = a.pacer.peek(now + PACING_SLACK_NS) else {
                 break;
             };
+            let due = a.pacer.next_due().unwrap_or(now);
+            let burst = matches!(step, Step::Burst(_));
             let sent = match step {
                 Step::Fdt { .. } => {
                     self.send_fdt(a);
@@ -391,7 +402,15 @@ impl Worker {
             };
             if sent == Sent::Later {
                 a.retry_at_ns = now + RETRY_BACKOFF_NS;
+                if a.waiting_since_ns == 0 {
+                    a.waiting_since_ns = now.max(1);
+                }
                 break;
+            }
+            a.waiting_since_ns = 0;
+            if burst && now > due.saturating_add(LATE_BURST_NS) {
+                let late = &self.sh.metrics.bursts_late;
+                late.fetch_add(1, Ordering::Relaxed);
             }
             a.pacer.advance(now);
         }
@@ -498,7 +517,7 @@ impl Worker {
                     member,
                     block,
                 };
-                if self.sh.cache.contains(&key) {
+                if self.sh.cache.contains(&key) || !self.may_read_ahead(member) {
                     continue;
                 }
                 if budget == 0 {
@@ -514,6 +533,20 @@ impl Worker {
             }
         }
         self.reader.poll();
+    }
+}
+
+impl Worker {
+    /// Whether read-ahead may start a read of `member`: never for a failed member, and
+    /// for the hedged (slow) member only while none of its reads is in flight here (one
+    /// probe at a time tells when it is fast again).
+    fn may_read_ahead(&self, member: u32) -> bool {
+        let health = &self.sh.metrics.health;
+        if health.is_failed(member) {
+            return false;
+        }
+        health.hedged_member(self.sh.now_ns()) != Some(member)
+            || self.reader.in_flight_of(member) == 0
     }
 }
 

@@ -5,6 +5,7 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::ops::Range;
 
+use super::degraded::Hedge;
 use super::demand::LazyDemand;
 use super::{Active, Dest, Sent, Worker};
 use crate::cache::{BlockKey, FetchError, Pinned};
@@ -131,12 +132,19 @@ impl Worker {
             member: b.member,
             block: b.block,
         };
+        if !self.sh.cache.contains(&key) {
+            match self.read_or_rebuild(a, b.member) {
+                ReadOrRebuild::Read => {}
+                ReadOrRebuild::Rebuild => return self.degraded(a, &obj, b, Hedge::No),
+                ReadOrRebuild::Hedge => return self.degraded(a, &obj, b, Hedge::Member(b.member)),
+            }
+        }
         let demand = LazyDemand::new(&self.sh.positions);
-        // A failed read has gone to `member_error` through the reader's callback.
+        // A failed read has gone to `member_read_failed` through the reader's callback.
         let pin = match self.reader.fetch(key, &*obj, &demand) {
             Ok(pin) => pin,
             Err(FetchError::Failed(_)) | Err(FetchError::Unavailable(_)) => {
-                return self.degraded(a, &obj, b);
+                return self.degraded(a, &obj, b, Hedge::No);
             }
             Err(FetchError::Busy) | Err(FetchError::Full) => return Sent::Later,
         };
@@ -184,6 +192,48 @@ impl Worker {
         match net::send_mmsg(sock, &dest.raw, &pin.bytes()[range], seg) {
             Ok(()) => self.count(a, EngineKind::Sendmmsg, packets, bytes),
             Err(e) => self.send_error(&e),
+        }
+    }
+}
+
+/// How a burst whose block is not in memory gets its packets.
+enum ReadOrRebuild {
+    /// Read the block (or wait for its read).
+    Read,
+    /// The member is failed: rebuild from the others.
+    Rebuild,
+    /// The member is slow: rebuild from the others rather than wait.
+    Hedge,
+}
+
+impl Worker {
+    /// [`ReadOrRebuild`] for a burst of `a` from `member` whose block is not in memory. A
+    /// session that has waited `hedge_after_ms` for it makes the member slow
+    /// (`member_health.rs`); the one slow member's bursts are hedged (unless the server
+    /// sends only what is available, which would drop them instead).
+    fn read_or_rebuild(&self, a: &Active, member: u32) -> ReadOrRebuild {
+        let health = &self.sh.metrics.health;
+        if health.is_failed(member) {
+            return ReadOrRebuild::Rebuild;
+        }
+        let Some(bound) = self.sh.hedge_after() else {
+            return ReadOrRebuild::Read;
+        };
+        if self.sh.config().degraded == crate::Degraded::SendAvailable {
+            return ReadOrRebuild::Read;
+        }
+        let now = self.sh.now_ns();
+        let waited_ns = match a.waiting_since_ns {
+            0 => 0,
+            since => now.saturating_sub(since),
+        };
+        if u128::from(waited_ns) >= bound.as_nanos() {
+            health.mark_slow(member, now);
+        }
+        if health.hedged_member(now) == Some(member) {
+            ReadOrRebuild::Hedge
+        } else {
+            ReadOrRebuild::Read
         }
     }
 }

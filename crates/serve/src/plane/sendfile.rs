@@ -175,7 +175,7 @@ impl Worker {
         let len = b.len() as usize * p;
         let offset = obj.layout.block_offset(b.block) + u64::from(b.first_in_block) * p as u64;
         let (Some(conn), Some(file)) = (&a.dest_for(b).conn, self.files.get(&obj, b.member)) else {
-            return self.degraded(a, &obj, b);
+            return self.degraded(a, &obj, b, super::degraded::Hedge::No);
         };
         match sendfile_all(conn, file, offset, len) {
             Ok(()) => {
@@ -192,7 +192,7 @@ impl Worker {
                 self.sh
                     .metrics
                     .member_error(b.member, &format!("{at}: block {}: {why}", b.block));
-                self.degraded(a, &obj, b)
+                self.degraded(a, &obj, b, super::degraded::Hedge::No)
             }
         }
     }

@@ -131,7 +131,7 @@ function renderCards(s) {
   const box = $("members");
   box.className = "sub members";
   box.replaceChildren(...s.members.map((m) => el("span", {
-    class: "member" + (m.health === "ok" ? "" : " failed"),
+    class: "member" + (m.health === "ok" ? "" : m.health === "slow" ? " slow" : " failed"),
     title: `member ${m.member}: ${m.health}, ${m.read_errors} read errors`,
     "data-health": m.health,
   })));

@@ -1,0 +1,238 @@
+//! The health of each volume member as the data plane sees it, from its block reads:
+//!
+//! - **failed** after `member_fail_errors` read errors in a row (I/O errors, checksum
+//!   mismatches; a successful read of the member starts the count again). A failed member
+//!   is not read any more: its symbols are rebuilt from the other members
+//!   (`plane/degraded.rs`) until the server restarts. It becomes failed once, logged once
+//!   (a warning naming the member), through [`Shared::member_failed`], the one place a
+//!   member's state changes.
+//! - **slow** for [`SLOW_HOLD_NS`] after one of its reads took longer than
+//!   `hedge_after_ms`, or a session waited that long for one of its blocks. While one
+//!   member (and only one, none failed) is slow, a burst whose block of that member is not
+//!   in memory is *hedged*: its codeword is rebuilt from the other members instead of
+//!   waiting, and read-ahead keeps at most one read of it in flight per thread (a probe
+//!   that tells when it is fast again).
+//!
+//! The decisions are pure functions ([`fails_after`], [`hedge_member`]) over a snapshot of
+//! the states; the counters are atomics shared by every data-plane thread.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::Shared;
+
+/// How long a member stays slow after its last slow read (or wait).
+pub(crate) const SLOW_HOLD_NS: u64 = 1_000_000_000;
+
+/// A member's state in the data plane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemberState {
+    /// Read as usual.
+    Ok,
+    /// Its reads are slow: hedged ([`hedge_member`]).
+    Slow,
+    /// Not read: rebuilt from the others.
+    Failed,
+}
+
+/// One member's counters.
+#[derive(Debug, Default)]
+struct Slot {
+    errors_in_a_row: AtomicU32,
+    failed: AtomicBool,
+    slow_until_ns: AtomicU64,
+}
+
+/// Every member's health (shared by the data-plane threads and the control API).
+#[derive(Debug)]
+pub(crate) struct MemberHealth {
+    slots: Vec<Slot>,
+    /// Bursts whose codeword was rebuilt instead of waiting for a slow member.
+    pub hedged: AtomicU64,
+}
+
+/// Whether `errors_in_a_row` read errors make a member failed (`threshold` 0: never).
+pub(crate) fn fails_after(errors_in_a_row: u32, threshold: u32) -> bool {
+    threshold > 0 && errors_in_a_row >= threshold
+}
+
+/// The member whose reads are hedged now, from every member's state: the one slow member
+/// when exactly one is slow and none is failed (the code rebuilds one member's symbols; a
+/// failed member already takes that margin, and several slow members mean a slow
+/// machine, which rebuilding would only load more).
+pub(crate) fn hedge_member(states: impl Iterator<Item = MemberState>) -> Option<u32> {
+    let mut slow = None;
+    for (m, s) in states.enumerate() {
+        match s {
+            MemberState::Failed => return None,
+            MemberState::Slow if slow.is_some() => return None,
+            MemberState::Slow => slow = Some(m as u32),
+            MemberState::Ok => {}
+        }
+    }
+    slow
+}
+
+impl MemberHealth {
+    /// `members` members, all ok.
+    pub(crate) fn new(members: u32) -> MemberHealth {
+        MemberHealth {
+            slots: (0..members).map(|_| Slot::default()).collect(),
+            hedged: AtomicU64::new(0),
+        }
+    }
+
+    /// Number of members.
+    pub(crate) fn members(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// `member`'s state at `now_ns`.
+    pub(crate) fn state(&self, member: u32, now_ns: u64) -> MemberState {
+        let Some(s) = self.slots.get(member as usize) else {
+            return MemberState::Failed;
+        };
+        if s.failed.load(Ordering::Acquire) {
+            MemberState::Failed
+        } else if s.slow_until_ns.load(Ordering::Relaxed) > now_ns {
+            MemberState::Slow
+        } else {
+            MemberState::Ok
+        }
+    }
+
+    /// Whether `member` is failed.
+    pub(crate) fn is_failed(&self, member: u32) -> bool {
+        self.state(member, 0) == MemberState::Failed
+    }
+
+    /// The member hedged now ([`hedge_member`]).
+    pub(crate) fn hedged_member(&self, now_ns: u64) -> Option<u32> {
+        hedge_member((0..self.slots.len() as u32).map(|m| self.state(m, now_ns)))
+    }
+
+    /// A read of `member` succeeded after `latency`; a latency above `hedge_after` (if
+    /// hedging is on) makes it slow.
+    pub(crate) fn read_ok(
+        &self,
+        member: u32,
+        latency: Duration,
+        hedge_after: Option<Duration>,
+        now_ns: u64,
+    ) {
+        let Some(s) = self.slots.get(member as usize) else {
+            return;
+        };
+        s.errors_in_a_row.store(0, Ordering::Relaxed);
+        if hedge_after.is_some_and(|b| latency > b) {
+            self.mark_slow(member, now_ns);
+        }
+    }
+
+    /// `member` is slow from now on (for [`SLOW_HOLD_NS`]).
+    pub(crate) fn mark_slow(&self, member: u32, now_ns: u64) {
+        if let Some(s) = self.slots.get(member as usize) {
+            s.slow_until_ns
+                .fetch_max(now_ns.saturating_add(SLOW_HOLD_NS), Ordering::Relaxed);
+        }
+    }
+
+    /// A read of `member` failed; true if that made it failed (once per member).
+    fn read_failed(&self, member: u32, threshold: u32) -> bool {
+        let Some(s) = self.slots.get(member as usize) else {
+            return false;
+        };
+        let in_a_row = s.errors_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
+        fails_after(in_a_row, threshold) && !s.failed.swap(true, Ordering::AcqRel)
+    }
+}
+
+impl Shared {
+    /// A block read of `member` failed (`why`): counted, and past `member_fail_errors` in a
+    /// row the member is failed ([`Shared::member_failed`]).
+    pub(crate) fn member_read_failed(&self, member: u32, why: &str) {
+        self.metrics.member_error(member, why);
+        let threshold = self.config().member_fail_errors;
+        if self.metrics.health.read_failed(member, threshold) {
+            self.member_failed(member, why);
+        }
+    }
+
+    /// A block read of `member` succeeded after `latency`.
+    pub(crate) fn member_read_ok(&self, member: u32, latency: Duration) {
+        let hedge_after = self.hedge_after();
+        let now = self.now_ns();
+        self.metrics
+            .health
+            .read_ok(member, latency, hedge_after, now);
+    }
+
+    /// The hedging bound (`hedge_after_ms`; `None`: hedging off).
+    pub(crate) fn hedge_after(&self) -> Option<Duration> {
+        let ms = self.config().hedge_after_ms;
+        (ms > 0).then(|| Duration::from_millis(ms))
+    }
+
+    /// The one place where a member becomes failed (called once per member): says so.
+    /// Its reads stop and its symbols are rebuilt from the other members from now on.
+    /// Persisting the state (the catalog's member state, so that `volume check`, a restart
+    /// and `volume rebuild` know) is to be connected here.
+    pub(crate) fn member_failed(&self, member: u32, why: &str) {
+        tracing::warn!(
+            member,
+            errors_in_a_row = self.config().member_fail_errors,
+            "member {member} marked failed after repeated read errors; its symbols are rebuilt \
+             from the other members from now on (last error: {why})"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use MemberState::*;
+
+    #[test]
+    fn a_member_fails_after_the_threshold_in_a_row() {
+        assert!(!fails_after(4, 5));
+        assert!(fails_after(5, 5));
+        assert!(!fails_after(1000, 0), "0 turns it off");
+        let h = MemberHealth::new(3);
+        for _ in 0..4 {
+            assert!(!h.read_failed(1, 5));
+        }
+        // A success starts the count again.
+        h.read_ok(1, Duration::ZERO, None, 0);
+        for _ in 0..4 {
+            assert!(!h.read_failed(1, 5));
+        }
+        assert!(h.read_failed(1, 5), "the fifth in a row");
+        assert!(!h.read_failed(1, 5), "failed once only");
+        assert_eq!(h.state(1, 0), Failed);
+        assert_eq!(h.state(0, 0), Ok);
+        assert_eq!(h.state(9, 0), Failed, "no such member");
+    }
+
+    #[test]
+    fn a_slow_read_makes_the_member_slow_for_a_while() {
+        let h = MemberHealth::new(4);
+        let bound = Some(Duration::from_millis(50));
+        h.read_ok(2, Duration::from_millis(10), bound, 1_000);
+        assert_eq!(h.state(2, 1_000), Ok);
+        h.read_ok(2, Duration::from_millis(200), bound, 1_000);
+        assert_eq!(h.state(2, 1_000), Slow);
+        assert_eq!(h.hedged_member(1_000), Some(2));
+        assert_eq!(h.state(2, 1_000 + SLOW_HOLD_NS), Ok, "no longer");
+        h.read_ok(3, Duration::from_secs(9), None, 0);
+        assert_eq!(h.state(3, 0), Ok, "hedging off");
+    }
+
+    #[test]
+    fn only_a_single_slow_member_with_none_failed_is_hedged() {
+        assert_eq!(hedge_member([Ok, Ok, Ok].into_iter()), None);
+        assert_eq!(hedge_member([Ok, Slow, Ok].into_iter()), Some(1));
+        assert_eq!(hedge_member([Slow, Slow, Ok].into_iter()), None);
+        assert_eq!(hedge_member([Ok, Slow, Failed].into_iter()), None);
+        assert_eq!(hedge_member([Failed, Ok].into_iter()), None);
+    }
+}
