@@ -20,6 +20,11 @@ pub struct PlayConfig {
     /// Base URL of the server's control API.
     pub server: String,
 
+    /// Further servers (the rest of `--server A,B,...`): a session whose server is lost
+    /// resumes on the same server or the next of the list, round robin; each must serve the
+    /// same stream (same TSI, TOI, parameters and packet digests), else it is refused.
+    pub failover_servers: Vec<String>,
+
     /// Trust the certificates of this PEM file (instead of the public roots) for an
     /// `https://` server: a self-signed server's certificate (`isnode cert`).
     pub ca_cert: Option<PathBuf>,
@@ -225,11 +230,31 @@ impl PlayConfig {
         ))
     }
 
+    /// Every server of `--server`, the first one first.
+    pub fn servers(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.server.as_str())
+            .chain(self.failover_servers.iter().map(String::as_str))
+    }
+
+    /// A client of `server` (one of [`PlayConfig::servers`]) trusting `--ca-cert`.
+    pub fn control_of(
+        &self,
+        server: &str,
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<crate::control::ControlClient> {
+        Ok(crate::control::ControlClient::with_tls(
+            server,
+            timeout,
+            self.tls()?,
+        ))
+    }
+
     /// The configuration with every option at its default, for `name`.
     pub fn new(name: impl Into<String>) -> PlayConfig {
         PlayConfig {
             name: name.into(),
             server: "http://127.0.0.1:7878".into(),
+            failover_servers: Vec::new(),
             ca_cert: None,
             out: None,
             stats_json: None,

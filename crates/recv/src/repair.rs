@@ -395,6 +395,10 @@ pub fn codeword_time(rx: &Receiver, bitrate_bps: u64) -> Duration {
 pub struct Repair {
     rl: RepairLoop,
     fetcher: Fetcher,
+    /// The object repaired.
+    object: String,
+    /// Each request's random back-off bound.
+    backoff: Duration,
     /// The receive loop's time origin (what `Receiver::push` is given is relative to it).
     epoch: Instant,
 }
@@ -413,8 +417,19 @@ impl Repair {
         Repair {
             rl: RepairLoop::new(codeword_time),
             fetcher: Fetcher::start(base, object, backoff, tls),
+            object: object.to_string(),
+            backoff,
             epoch,
         }
+    }
+
+    /// Sends the requests from now on to the server at `base` (a session resumed on
+    /// another server); a request still out to the old one is given up by its deadline.
+    pub fn retarget(&mut self, base: &str, tls: ureq::tls::TlsConfig) {
+        let new = Fetcher::start(base, &self.object, self.backoff, tls);
+        let old = std::mem::replace(&mut self.fetcher, new);
+        // Its thread may be in a request to the lost server: not waited for here.
+        std::thread::spawn(move || drop(old));
     }
 
     fn take_answer(&mut self, rx: &mut Receiver, a: Answer) {
