@@ -314,7 +314,11 @@ impl Resume for SessionResumer<'_> {
             }
             Err(e) => {
                 let base = self.servers.get(at).map_or("", |s| s.base.as_str());
-                tracing::info!("resuming at codeword {from} on {base}: {e:#}");
+                if e.downcast_ref::<StreamMismatch>().is_some() {
+                    tracing::warn!("resuming at codeword {from} on {base}: {e:#}");
+                } else {
+                    tracing::info!("resuming at codeword {from} on {base}: {e:#}");
+                }
                 self.current = (at + 1) % n;
                 self.failed_in_round += 1;
                 if self.failed_in_round >= n {

@@ -414,16 +414,21 @@ fn receive(
             return Ok(EndReason::Complete);
         }
         let idle = now - last_datagram;
+        let resumable = limits.resume_after.is_some() && resume.is_some();
+        // A server shutting down may be restarting, or others may serve: its goodbye is
+        // final only when the session cannot resume, or has not for --timeout-s.
+        if feed.goodbye.is_some()
+            && (!resumable || idle >= limits.idle_timeout || feed.rx.saw_last_codeword())
+        {
+            return Ok(EndReason::ServerShutdown);
+        }
         if idle >= limits.idle_timeout {
             return Ok(EndReason::Timeout);
-        }
-        if feed.goodbye.is_some() {
-            return Ok(EndReason::ServerShutdown);
         }
         if let (Some(after), Some(r)) = (limits.resume_after, resume.as_deref_mut()) {
             let due = resuming.next_try.is_none_or(|t| now >= t);
             // A new session gets its own --timeout-s.
-            if idle >= after
+            if (idle >= after || feed.goodbye.is_some())
                 && !feed.rx.saw_last_codeword()
                 && due
                 && resuming.attempt(r, feed, now, last_datagram)
@@ -482,6 +487,7 @@ impl Resuming {
         match r.resume(from, booked.as_deref()) {
             Resumed::NewSession { id, server, moved } => {
                 feed.session_id = Some(id);
+                feed.goodbye = None;
                 feed.fetch_from(&server, moved);
                 feed.counts.resumes += 1;
                 self.gap_from = Some(self.gap_from.unwrap_or(last));
@@ -510,6 +516,9 @@ impl Resuming {
     fn bridged(&mut self, at: Instant, counts: &mut LoopCounts) {
         if let Some(from) = self.gap_from.take() {
             counts.longest_gap = counts.longest_gap.max(at - from);
+            if counts.gaps.len() < super::stats::MAX_RESUME_GAPS {
+                counts.gaps.push(at - from);
+            }
         }
     }
 }
