@@ -202,9 +202,16 @@ fn ten_viewers_and_five_broadcast_receivers_ride_through_kill_9_and_sigterm() {
             let gaps = p.stats["resume_gaps_ms"].as_array().unwrap();
             gaps_ms.extend(gaps.iter().map(|g| g.as_u64().unwrap()));
         }
-        let mut repaired = 0;
+        let (mut repaired, mut late) = (0, Vec::new());
         for (i, p) in broadcast.iter().enumerate() {
-            assert!(p.status.success(), "receiver {i}: {}\n{}", p.status, p.log);
+            // Codewords the gap delayed are late (exit 1 says so); none may be lost.
+            assert!(
+                p.status.success() || p.status.code() == Some(1),
+                "receiver {i}: {}\n{}",
+                p.status,
+                p.log
+            );
+            late.push(p.stats["max_late_s"].as_f64().unwrap());
             assert!(
                 p.bytes() == original,
                 "receiver {i}: output differs: {}",
@@ -217,7 +224,8 @@ fn ten_viewers_and_five_broadcast_receivers_ride_through_kill_9_and_sigterm() {
         eprintln!(
             "restart gap over {UNICAST} clients, 2 restarts (kill -9, SIGTERM): p50 {} ms, \
              p99 {} ms, max {} ms ({gaps_ms:?}); broadcast receivers: {repaired} codewords \
-             repaired over HTTP, every output identical",
+             repaired over HTTP, latest codeword per receiver {late:?} s, every output \
+             identical",
             quantile(&gaps_ms, 0.5),
             quantile(&gaps_ms, 0.99),
             gaps_ms.last().unwrap()
@@ -304,11 +312,21 @@ fn a_server_with_another_stream_of_the_title_is_refused() {
         p.log
     );
     assert!(p.log.contains("another stream"), "{}", p.log);
+    assert_eq!(p.stats["resumes"], 0, "it resumed on C:\n{}", p.log);
+    // What came before the loss, then zeros for the codewords it cut short.
     let out = p.bytes();
     assert!(
-        !out.is_empty() && out.len() < original.len() && original.starts_with(&out),
-        "the output is not a prefix of the title ({} of {} bytes)",
-        out.len(),
-        original.len()
+        !out.is_empty() && out.len() < original.len(),
+        "{} bytes",
+        out.len()
+    );
+    let wrong = out
+        .iter()
+        .zip(&original)
+        .filter(|(o, t)| o != t && **o != 0);
+    assert_eq!(
+        wrong.count(),
+        0,
+        "bytes that are neither the title's nor zeros"
     );
 }
