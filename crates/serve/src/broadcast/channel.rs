@@ -27,11 +27,9 @@ pub struct ChannelPacer {
     channel: usize,
     layout: Layout,
     max_burst: u32,
-    /// When τ-time `origin` is, ns on the caller's clock (the broadcast's epoch, τ = 0, for
-    /// a broadcast started here; the restart for one restored at its phase).
-    epoch_ns: u64,
-    /// The τ-time at `epoch_ns`.
-    origin: Ratio,
+    /// The broadcast's time origin (τ = 0), ns on the caller's clock: negative for a
+    /// broadcast restored after a restart whose epoch is before the clock's zero.
+    epoch_ns: i64,
     /// The codeword being sent, and its pacer.
     current: Option<(Transmission, Pacer)>,
     /// When the FDT last went out (`None`: never).
@@ -59,8 +57,7 @@ impl ChannelPacer {
             channel,
             layout,
             max_burst,
-            epoch_ns,
-            origin: Ratio::ZERO,
+            epoch_ns: i64::try_from(epoch_ns).unwrap_or(i64::MAX),
             current: None,
             fdt_sent_ns: None,
         };
@@ -82,24 +79,26 @@ impl ChannelPacer {
         let title = &c.plan.title;
         // elapsed · b / (k·E·8) τ, exactly.
         let den = i128::from(title.codeword_payload_bytes) * 8 * 1_000_000_000;
-        c.origin = Ratio::new(
+        let now = Ratio::new(
             i128::from(elapsed_ns) * i128::from(title.bitrate_bps.max(1)),
             den.max(1),
         );
-        c.load(c.origin)?;
+        let (now_ns, elapsed_ns) = (i128::from(now_ns), i128::from(elapsed_ns));
+        c.epoch_ns = i64::try_from(now_ns - elapsed_ns).unwrap_or(i64::MIN);
+        c.load(now)?;
         Ok(c)
     }
 
     /// The time on the caller's clock of τ-time `t`.
     fn ns_at(&self, t: Ratio) -> u64 {
         let title = &self.plan.title;
-        let t = t - self.origin;
         // t · (k·E·8 / b) seconds.
         let num =
             t.numer().max(0) as u128 * u128::from(title.codeword_payload_bytes) * 8 * 1_000_000_000;
         let den = t.denom().max(1) as u128 * u128::from(title.bitrate_bps.max(1));
-        self.epoch_ns
-            .saturating_add(u64::try_from(num / den).unwrap_or(u64::MAX))
+        let since_epoch = i128::try_from(num / den).unwrap_or(i128::MAX);
+        let at = i128::from(self.epoch_ns).saturating_add(since_epoch);
+        u64::try_from(at.max(0)).unwrap_or(u64::MAX)
     }
 
     /// Makes the first transmission starting at or after `t` the current one.
