@@ -155,6 +155,24 @@ fn ten_viewers_and_five_broadcast_receivers_ride_through_kill_9_and_sigterm() {
         .to_string();
         let r = first.req("POST", "/v1/broadcasts", Some(&body));
         assert_eq!(r.status, 201, "{}", r.body);
+        let id = r.json()["id"].as_str().expect("id").to_string();
+        let elapsed_s = |tag: &str| {
+            let r = try_http(
+                addr,
+                None,
+                "GET",
+                &format!("/v1/broadcasts/{id}"),
+                None,
+                &[],
+            );
+            let r = r.unwrap_or_else(|e| panic!("{tag}: {e}"));
+            assert_eq!(
+                r.status, 200,
+                "{tag}: the broadcast is not running: {}",
+                r.body
+            );
+            r.json()["elapsed_s"].as_f64().expect("elapsed_s")
+        };
         let deadline = Instant::now() + Duration::from_secs(100);
         let mut restarted = None;
         let (unicast, broadcast) = std::thread::scope(|s| {
@@ -173,9 +191,16 @@ fn ten_viewers_and_five_broadcast_receivers_ride_through_kill_9_and_sigterm() {
                 .collect();
             wait_sessions(addr, UNICAST as f64, Duration::from_secs(20));
             std::thread::sleep(Duration::from_secs(2));
+            let before_s = elapsed_s("before the kill");
             signal(first.pid(), libc::SIGKILL);
             std::thread::sleep(Duration::from_millis(200));
             let mut second = serve_dir_on(&vol.root, vol, addr, "after-kill", &extra);
+            // The same broadcast, its timetable's clock run on through the gap.
+            let after_s = elapsed_s("after the restart");
+            assert!(
+                after_s > before_s + 0.2,
+                "elapsed {before_s} s, then {after_s} s"
+            );
             // Every client back on the restarted server before it is stopped.
             wait_sessions(addr, UNICAST as f64, Duration::from_secs(20));
             std::thread::sleep(Duration::from_secs(2));
@@ -183,6 +208,7 @@ fn ten_viewers_and_five_broadcast_receivers_ride_through_kill_9_and_sigterm() {
             let status = second.wait_until(Instant::now() + Duration::from_secs(20), "serve");
             assert!(status.success(), "serve after SIGTERM: {status}");
             restarted = Some(serve_dir_on(&vol.root, vol, addr, "after-term", &extra));
+            assert!(elapsed_s("after SIGTERM and restart") > after_s + 2.0);
             let join = |h: Vec<std::thread::ScopedJoinHandle<'_, Played>>| {
                 h.into_iter().map(|r| r.join().unwrap()).collect::<Vec<_>>()
             };

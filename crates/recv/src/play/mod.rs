@@ -21,6 +21,10 @@
 //! unless `--keep-length`. What the server announces is checked against
 //! [`crate::limits`] first; the queue to playout is bounded ([`crate::queue`]).
 //!
+//! A server lost mid-stream (quiet for `--resume-after-ms`, or its goodbye) is ridden
+//! through by `resume`: a new session at the first codeword not delivered, on the same
+//! server or the next of `--server A,B,...`, checked to carry the same stream.
+//!
 //! Inside: `args` (the command line, [`PlayConfig`]), `session` (the session as received,
 //! [`SessionSetup`], and the receive loop), `stats` (what is reported, [`PlayStats`]),
 //! `http` (`--http`: the stream served to a local player, [`HttpServe`]).

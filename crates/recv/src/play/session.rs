@@ -635,6 +635,22 @@ pub(super) fn run_session(
 mod tests {
     use super::*;
 
+    /// Resume attempts back off from 200 ms, doubling to 2 s, each with up to half again
+    /// of random jitter: the clients of one restarted server spread out.
+    #[test]
+    fn resume_backoff_doubles_with_jitter() {
+        for (failures, base_ms) in [(1, 400), (2, 800), (3, 1600), (4, 2000), (9, 2000)] {
+            let waits: Vec<_> = (0..64).map(|_| backoff(failures)).collect();
+            let base = Duration::from_millis(base_ms);
+            assert!(
+                waits.iter().all(|w| *w >= base && *w <= base.mul_f64(1.5)),
+                "{failures}: {waits:?}"
+            );
+            let distinct: std::collections::HashSet<_> = waits.iter().collect();
+            assert!(distinct.len() > 32, "{failures}: no jitter: {waits:?}");
+        }
+    }
+
     #[test]
     fn source_filter_compares_ips_of_any_port() {
         let server = SourceFilter::ip([127, 0, 0, 1].into());
