@@ -95,9 +95,10 @@ pub(crate) struct PlayArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     pub(crate) timeout_s: f64,
 
-    /// After this many milliseconds without a datagram, ask the server whether it still
-    /// streams the session; if not (restarted, unreachable), open a new session at the first
-    /// codeword not delivered, with back-off, until --timeout-s (0: never).
+    /// After this many milliseconds without a datagram (at once after the server's
+    /// goodbye), ask the server whether it still streams the session; if not (restarted,
+    /// unreachable), open a new session at the first codeword not delivered, on it or the
+    /// next of --server A,B, with back-off and jitter, until --timeout-s (0: never).
     #[arg(long, value_name = "MS", default_value_t = isnode_recv::config::DEFAULT_RESUME_AFTER_MS)]
     pub(crate) resume_after_ms: u64,
 

@@ -71,10 +71,11 @@ pub struct PlayConfig {
     /// stops with an error, the output ending after what was received.
     pub timeout_s: f64,
 
-    /// After this many milliseconds without a datagram (before the last codeword), ask the
-    /// server whether it still streams the session, and if not (restarted, unreachable)
-    /// open a new session at the first codeword not delivered (0: never; the session then
-    /// ends after `timeout_s`).
+    /// After this many milliseconds without a datagram (before the last codeword; at once
+    /// after the server's goodbye), ask the server whether it still streams the session,
+    /// and if not (restarted, unreachable) open a new session at the first codeword not
+    /// delivered, on it or the next of `failover_servers` (0: never; the session then ends
+    /// after `timeout_s`).
     pub resume_after_ms: u64,
 
     /// Stop after this many seconds (wall clock, from the start) in any case, output and
