@@ -24,9 +24,18 @@ pub(crate) struct PlayArgs {
     /// Name of the object to play.
     pub(crate) name: String,
 
-    /// Base URL of the server's control API.
-    #[arg(long, default_value = "http://127.0.0.1:7878")]
-    pub(crate) server: String,
+    /// Base URL of the server's control API; a comma-separated list `A,B,...` names
+    /// replicas: a session whose server is lost resumes on the same server or the next one
+    /// of the list, round robin (each must serve the same stream: docs/protocol.md,
+    /// "Resuming on another server").
+    #[arg(
+        long,
+        value_name = "URL[,URL...]",
+        value_delimiter = ',',
+        num_args = 1,
+        default_value = "http://127.0.0.1:7878"
+    )]
+    pub(crate) server: Vec<String>,
 
     /// Trust the certificates of this PEM file (instead of the public roots) for an
     /// `https://` server: a self-signed server's certificate (`isnode cert`).
@@ -86,9 +95,10 @@ pub(crate) struct PlayArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     pub(crate) timeout_s: f64,
 
-    /// After this many milliseconds without a datagram, ask the server whether it still
-    /// streams the session; if not (restarted, unreachable), open a new session at the first
-    /// codeword not delivered, with back-off, until --timeout-s (0: never).
+    /// After this many milliseconds without a datagram (at once after the server's
+    /// goodbye), ask the server whether it still streams the session; if not (restarted,
+    /// unreachable), open a new session at the first codeword not delivered, on it or the
+    /// next of --server A,B, with back-off and jitter, until --timeout-s (0: never).
     #[arg(long, value_name = "MS", default_value_t = isnode_recv::config::DEFAULT_RESUME_AFTER_MS)]
     pub(crate) resume_after_ms: u64,
 
@@ -195,9 +205,12 @@ pub(crate) struct PlayArgs {
 impl PlayArgs {
     /// The client's configuration.
     pub(crate) fn into_config(self) -> PlayConfig {
+        let mut servers = self.server.into_iter().filter(|s| !s.trim().is_empty());
+        let server = servers.next().unwrap_or_default();
         PlayConfig {
             name: self.name,
-            server: self.server,
+            server,
+            failover_servers: servers.collect(),
             ca_cert: self.ca_cert,
             out: self.out,
             stats_json: self.stats_json,
@@ -302,6 +315,7 @@ mod tests {
             Some(AcceptFrom::Ip("10.0.0.7".parse().unwrap()))
         );
         assert_eq!(a.window_codewords, 32);
+        assert_eq!(a.server, ["http://[::1]:9"]);
         assert_eq!(a.impair.burst, Some(3.0));
         assert!(a.as_fast_as_possible);
         assert_eq!(a.out.as_deref(), Some(Path::new("-")));
@@ -311,6 +325,15 @@ mod tests {
         assert!(help.contains("--session-port"), "{help}");
         assert!(help.contains("isnode relay --listen"), "{help}");
         assert!(help.contains("--accept-from RELAY_IP"), "{help}");
+    }
+
+    #[test]
+    fn server_lists_split_into_the_first_and_the_failovers() {
+        let c = parse(&["play", "m", "--server", "http://a:1,http://b:2,c:3"]).into_config();
+        assert_eq!(c.server, "http://a:1");
+        assert_eq!(c.failover_servers, ["http://b:2", "c:3"]);
+        let c = parse(&["play", "m", "--server", "http://a:1"]).into_config();
+        assert!(c.failover_servers.is_empty());
     }
 
     #[test]

@@ -20,6 +20,11 @@ pub struct PlayConfig {
     /// Base URL of the server's control API.
     pub server: String,
 
+    /// Further servers (the rest of `--server A,B,...`): a session whose server is lost
+    /// resumes on the same server or the next of the list, round robin; each must serve the
+    /// same stream (same TSI, TOI, parameters and packet digests), else it is refused.
+    pub failover_servers: Vec<String>,
+
     /// Trust the certificates of this PEM file (instead of the public roots) for an
     /// `https://` server: a self-signed server's certificate (`isnode cert`).
     pub ca_cert: Option<PathBuf>,
@@ -66,10 +71,11 @@ pub struct PlayConfig {
     /// stops with an error, the output ending after what was received.
     pub timeout_s: f64,
 
-    /// After this many milliseconds without a datagram (before the last codeword), ask the
-    /// server whether it still streams the session, and if not (restarted, unreachable)
-    /// open a new session at the first codeword not delivered (0: never; the session then
-    /// ends after `timeout_s`).
+    /// After this many milliseconds without a datagram (before the last codeword; at once
+    /// after the server's goodbye), ask the server whether it still streams the session,
+    /// and if not (restarted, unreachable) open a new session at the first codeword not
+    /// delivered, on it or the next of `failover_servers` (0: never; the session then ends
+    /// after `timeout_s`).
     pub resume_after_ms: u64,
 
     /// Stop after this many seconds (wall clock, from the start) in any case, output and
@@ -225,11 +231,31 @@ impl PlayConfig {
         ))
     }
 
+    /// Every server of `--server`, the first one first.
+    pub fn servers(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.server.as_str())
+            .chain(self.failover_servers.iter().map(String::as_str))
+    }
+
+    /// A client of `server` (one of [`PlayConfig::servers`]) trusting `--ca-cert`.
+    pub fn control_of(
+        &self,
+        server: &str,
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<crate::control::ControlClient> {
+        Ok(crate::control::ControlClient::with_tls(
+            server,
+            timeout,
+            self.tls()?,
+        ))
+    }
+
     /// The configuration with every option at its default, for `name`.
     pub fn new(name: impl Into<String>) -> PlayConfig {
         PlayConfig {
             name: name.into(),
             server: "http://127.0.0.1:7878".into(),
+            failover_servers: Vec::new(),
             ca_cert: None,
             out: None,
             stats_json: None,

@@ -80,6 +80,11 @@ impl DigestBook {
         self.rows.contains_key(&sbn)
     }
 
+    /// Codeword `sbn`'s digests, if in the book.
+    pub fn get(&self, sbn: u32) -> Option<&[u8]> {
+        self.rows.get(&sbn).map(|r| &r[..])
+    }
+
     /// The first codeword of `range` whose digests are missing, if any.
     pub fn first_missing(&self, range: Range<u32>) -> Option<u32> {
         range.into_iter().find(|s| !self.rows.contains_key(s))

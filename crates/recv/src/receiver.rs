@@ -475,6 +475,11 @@ impl Receiver {
         }
     }
 
+    /// The digests booked for codeword `sbn` (None without authentication or not booked).
+    pub fn digests_of(&self, sbn: u32) -> Option<&[u8]> {
+        self.digests.as_ref()?.get(sbn)
+    }
+
     /// The first codeword from the release point up to `ahead` codewords on whose digests
     /// are missing (None without authentication, or none missing): what to fetch next.
     pub fn digests_missing(&self, ahead: u32) -> Option<u32> {

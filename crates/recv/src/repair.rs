@@ -235,6 +235,32 @@ fn path_segment(name: &str) -> String {
     out
 }
 
+/// [`fetch`], asked again every [`RETRY_PAUSE`] while the server cannot be reached (a
+/// restart's gap), for at most [`MAX_REPAIR_WAIT`]; an answer of the server, even an error
+/// status, is final.
+fn fetch_riding_through(
+    agent: &ureq::Agent,
+    base: &str,
+    object: &str,
+    r: &Request,
+) -> (anyhow::Result<Vec<Vec<u8>>>, u64) {
+    let started = std::time::Instant::now();
+    loop {
+        let got = fetch(agent, base, object, r);
+        let unreachable = got
+            .0
+            .as_ref()
+            .is_err_and(|e| e.downcast_ref::<ureq::Error>().is_some());
+        if !unreachable || started.elapsed() + RETRY_PAUSE > MAX_REPAIR_WAIT {
+            return got;
+        }
+        std::thread::sleep(RETRY_PAUSE);
+    }
+}
+
+/// The pause between two tries of a repair request whose server cannot be reached.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
 /// The repair request of `r` on the server at `base`, its answer split and verified.
 fn fetch(
     agent: &ureq::Agent,
@@ -336,7 +362,7 @@ impl Fetcher {
                 if max_ms > 0 {
                     std::thread::sleep(Duration::from_millis(rand::random_range(0..max_ms)));
                 }
-                let (packets, bytes) = fetch(&agent, &base, &object, &r);
+                let (packets, bytes) = fetch_riding_through(&agent, &base, &object, &r);
                 if ans_tx
                     .send(Answer {
                         sbn: r.sbn,
@@ -395,6 +421,10 @@ pub fn codeword_time(rx: &Receiver, bitrate_bps: u64) -> Duration {
 pub struct Repair {
     rl: RepairLoop,
     fetcher: Fetcher,
+    /// The object repaired.
+    object: String,
+    /// Each request's random back-off bound.
+    backoff: Duration,
     /// The receive loop's time origin (what `Receiver::push` is given is relative to it).
     epoch: Instant,
 }
@@ -413,8 +443,19 @@ impl Repair {
         Repair {
             rl: RepairLoop::new(codeword_time),
             fetcher: Fetcher::start(base, object, backoff, tls),
+            object: object.to_string(),
+            backoff,
             epoch,
         }
+    }
+
+    /// Sends the requests from now on to the server at `base` (a session resumed on
+    /// another server); a request still out to the old one is given up by its deadline.
+    pub fn retarget(&mut self, base: &str, tls: ureq::tls::TlsConfig) {
+        let new = Fetcher::start(base, &self.object, self.backoff, tls);
+        let old = std::mem::replace(&mut self.fetcher, new);
+        // Its thread may be in a request to the lost server: not waited for here.
+        std::thread::spawn(move || drop(old));
     }
 
     fn take_answer(&mut self, rx: &mut Receiver, a: Answer) {

@@ -488,7 +488,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         failure: std::sync::OnceLock::new(),
         keepalive_port,
         token_socket,
-        broadcasts: crate::broadcast::Broadcasts::default(),
+        broadcasts: crate::broadcast::Broadcasts::kept_in(volume_dir),
         sendfile_sessions,
         tokens: std::sync::RwLock::new(tokens),
         auth_throttle: std::sync::Mutex::new(crate::auth::throttle::Throttle::default()),
@@ -504,6 +504,8 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         api_stop: None,
     };
     handle.workers = spawn_workers(&shared, queues)?;
+    // Before the API answers: a receiver asking at once finds its broadcast.
+    crate::broadcast::start::restore(&shared, volume_dir);
     let sh = shared.clone();
     handle.workers.push(
         std::thread::Builder::new()

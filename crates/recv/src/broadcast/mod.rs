@@ -40,6 +40,8 @@ const GRACE_S: f64 = 2.0;
 const MAX_READS_PER_PASS: usize = 256;
 /// Longest wait for a datagram before the schedule is looked at again.
 const POLL_TIMEOUT: Duration = Duration::from_millis(10);
+/// After the schedule, incomplete codewords are repaired over HTTP for at most this long.
+const REPAIR_REST_S: f64 = 10.0;
 /// A codeword completed later than its playing time's end by more than this is late.
 const LATE_TOLERANCE_S: f64 = 0.05;
 
@@ -109,6 +111,9 @@ pub struct BroadcastStats {
     pub cpu_s: f64,
     /// What the injected impairment did.
     pub impair: ImpairStats,
+    /// The unicast repair over HTTP of codewords the broadcast did not complete by their
+    /// playing time (a lost server's gap, heavy loss), unless `--no-repair`.
+    pub repair: crate::repair::RepairStats,
 }
 
 impl BroadcastStats {
@@ -209,6 +214,7 @@ pub fn play_described(
     let mut out = crate::playout::open_output(args.out.as_deref())?;
     let cpu0 = thread_cpu_s();
     let mut run = Run::new(&tp, arrived, args.broadcast_repair);
+    run.unicast = unicast_repair(args, info, arrived)?;
     let deadline = (tp.end_s + GRACE_S).min(args.max_seconds.max(0.0));
     loop {
         let now_s = arrived.elapsed().as_secs_f64();
@@ -228,6 +234,9 @@ pub fn play_described(
     // Cut short by --max-seconds: the output ends with what was played (unless
     // --keep-length); at the plan's end what is missing is lost and written as zeros.
     let cut_short = !rx.is_complete() && arrived.elapsed().as_secs_f64() > args.max_seconds;
+    if !cut_short {
+        run.repair_rest(&mut rx, &mut *out, args.max_seconds)?;
+    }
     if !cut_short || args.cut_short() == CutShort::KeepLength {
         rx.finish();
         run.write(&mut rx, &mut *out)?;
@@ -263,12 +272,34 @@ pub fn play_described(
         bytes_out: run.bytes_out,
         cpu_s: thread_cpu_s() - cpu0,
         impair: impair.stats(),
+        repair: run.unicast.as_ref().map(|r| r.stats()).unwrap_or_default(),
     };
     if let Some(p) = &args.stats_json {
         std::fs::write(p, serde_json::to_vec_pretty(&stats)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(stats)
+}
+
+/// The unicast repair of a broadcast receiver from `--server` (None with `--no-repair`):
+/// a codeword given up at its playing time asks the server for its missing symbols.
+fn unicast_repair(
+    args: &PlayConfig,
+    info: &BroadcastInfo,
+    arrived: Instant,
+) -> anyhow::Result<Option<crate::repair::Repair>> {
+    if args.no_repair {
+        return Ok(None);
+    }
+    // The output is a file, not a player: a codeword is held back as long as a repair may
+    // take (a restart's gap), late rather than lost.
+    Ok(Some(crate::repair::Repair::start(
+        (&args.server, args.tls()?),
+        &info.object.name,
+        Duration::from_millis(args.repair_backoff_ms),
+        crate::repair::MAX_REPAIR_WAIT,
+        arrived,
+    )))
 }
 
 /// Packet authentication of a broadcast receiver (`crate::digests`), when the title has
@@ -438,6 +469,8 @@ struct Run {
     max_at_once: usize,
     /// A packet went missing: every channel joined from now on adds its repair group.
     lossy: bool,
+    /// Completes over HTTP what the broadcast did not by a codeword's playing time.
+    unicast: Option<crate::repair::Repair>,
 }
 
 impl Run {
@@ -454,7 +487,38 @@ impl Run {
             max_late_s: 0.0,
             max_at_once: 0,
             lossy: false,
+            unicast: None,
         }
+    }
+
+    /// After the schedule: the codewords still incomplete are repaired over HTTP (all
+    /// given up now: their repair is asked for one after the other), for at most
+    /// [`REPAIR_REST_S`] and within `--max-seconds`.
+    fn repair_rest(
+        &mut self,
+        rx: &mut Receiver,
+        out: &mut dyn Write,
+        max_seconds: f64,
+    ) -> anyhow::Result<()> {
+        if self.unicast.is_none() {
+            return Ok(());
+        }
+        let until_s = (self.arrived.elapsed().as_secs_f64() + REPAIR_REST_S).min(max_seconds);
+        rx.give_up_before(u32::MAX);
+        while !rx.is_complete() && self.arrived.elapsed().as_secs_f64() < until_s {
+            self.write(rx, out)?;
+            let waiting = self
+                .unicast
+                .as_mut()
+                .is_some_and(|r| r.wait(rx, Duration::from_millis(20)));
+            if !waiting && !rx.is_complete() {
+                self.write(rx, out)?;
+                if !self.unicast.as_mut().is_some_and(|r| r.holds(rx)) {
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Joins the channels due and leaves those done (all their codewords released) or past
@@ -565,7 +629,13 @@ impl Run {
         if playing >= 2.0 {
             rx.give_up_before(playing as u32 - 1);
         }
-        while let Some(o) = rx.poll_output() {
+        loop {
+            if self.unicast.as_mut().is_some_and(|r| r.holds(rx)) {
+                break;
+            }
+            let Some(o) = rx.poll_output() else {
+                break;
+            };
             let now_s = self.arrived.elapsed().as_secs_f64();
             match &o {
                 Output::Data { bytes, .. } => out.write_all(bytes)?,

@@ -21,6 +21,10 @@
 //! unless `--keep-length`. What the server announces is checked against
 //! [`crate::limits`] first; the queue to playout is bounded ([`crate::queue`]).
 //!
+//! A server lost mid-stream (quiet for `--resume-after-ms`, or its goodbye) is ridden
+//! through by `resume`: a new session at the first codeword not delivered, on the same
+//! server or the next of `--server A,B,...`, checked to carry the same stream.
+//!
 //! Inside: `args` (the command line, [`PlayConfig`]), `session` (the session as received,
 //! [`SessionSetup`], and the receive loop), `stats` (what is reported, [`PlayStats`]),
 //! `http` (`--http`: the stream served to a local player, [`HttpServe`]).
@@ -109,19 +113,15 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
     };
     let local = socket.local_addr()?;
     let port = args.session_port.unwrap_or(local.port());
-    let control = Arc::new(args.control(Duration::from_secs(10))?);
-    let source = source_filter(args.accept_from, &control)?;
+    let source = source_filter(args)?;
     // The receive buffer is grown before the request: the server's start-up burst arrives
     // at once, faster than the stream's rate, before the receive loop runs.
     crate::net::grow_recv_buffer(&socket, RECV_BUFFER_BYTES);
     let requested = Instant::now();
-    let opened = control.open(&isnode_proto::CreateSession {
-        object: args.name.clone(),
-        port,
-        start_codeword: args.start_codeword,
-        start_at_s: args.start_at,
-        no_start_burst: args.no_start_burst,
-    })?;
+    let (rotated, control, opened) = open_first(args, port)?;
+    // From here on the server that answered is the first of the list.
+    let args = &rotated;
+    let first = 0;
     let info = match opened {
         crate::control::Opened::Session(info) => *info,
         crate::control::Opened::Broadcast(b) => {
@@ -174,8 +174,23 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
         info.loss_reports.then(|| loss.clone()),
     );
     let resume_source = source.clone();
+    let servers = args
+        .servers()
+        .map(|base| {
+            Ok(resume::Server {
+                base: base.to_string(),
+                control: Arc::new(args.control_of(base, RESUME_CONTROL_TIMEOUT)?),
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut resumer = resume::SessionResumer {
-        control: Arc::new(args.control(RESUME_CONTROL_TIMEOUT)?),
+        servers,
+        current: first,
+        failed_in_round: 0,
+        stream: {
+            use crate::control::SessionInfoExt;
+            info.params()?
+        },
         socket: &socket,
         source: &resume_source,
         object: args.name.clone(),
@@ -184,6 +199,7 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
         held: Some(resume::Held {
             info: info.clone(),
             keepalive,
+            server: first,
         }),
         reported: Reported::default(),
     };
@@ -213,8 +229,10 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
         )
     });
     let (held, reported) = resumer.finish();
-    let last = held.as_ref().unwrap_or(&info);
-    if let Err(e) = control.delete_session(&last.id, &last.secret) {
+    let (last, last_control) = held
+        .as_ref()
+        .map_or((&info, &control), |(info, control)| (info, control));
+    if let Err(e) = last_control.delete_session(&last.id, &last.secret) {
         tracing::warn!("could not delete session {}: {e:#}", last.id);
     }
     let mut stats = result?;
@@ -362,16 +380,63 @@ pub fn play_session(
     Ok(stats)
 }
 
-/// The sources a session takes datagrams from: `--accept-from`, by default the server's IP.
-fn source_filter(
-    accept_from: Option<AcceptFrom>,
-    control: &ControlClient,
-) -> anyhow::Result<SourceFilter> {
-    Ok(match accept_from {
+/// The sources a session takes datagrams from: `--accept-from`, by default the IPs of the
+/// servers of `--server` (a session may resume on any of them; a failover server whose
+/// address does not resolve now is left out, said in the log).
+fn source_filter(args: &PlayConfig) -> anyhow::Result<SourceFilter> {
+    Ok(match args.accept_from {
         Some(AcceptFrom::Any) => SourceFilter::Any,
         Some(AcceptFrom::Ip(ip)) => SourceFilter::ip(ip),
-        None => SourceFilter::ip(control.server_addr()?.ip()),
+        None => {
+            let first = args.control(RESUME_CONTROL_TIMEOUT)?.server_addr()?.ip();
+            let mut ips = vec![first];
+            for base in &args.failover_servers {
+                match args.control_of(base, RESUME_CONTROL_TIMEOUT)?.server_addr() {
+                    Ok(a) if !ips.contains(&a.ip()) => ips.push(a.ip()),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!("failover server {base}: {e:#}"),
+                }
+            }
+            SourceFilter::Ips(ips)
+        }
     })
+}
+
+/// Asks the servers of `--server` for the session, in order, until one answers (a server
+/// unreachable or refusing is passed over when there are others): the index of the one
+/// that answered first and the others after it in their round-robin order, its client, and
+/// its answer.
+fn open_first(
+    args: &PlayConfig,
+    port: u16,
+) -> anyhow::Result<(PlayConfig, Arc<ControlClient>, crate::control::Opened)> {
+    let req = isnode_proto::CreateSession {
+        object: args.name.clone(),
+        port,
+        start_codeword: args.start_codeword,
+        start_at_s: args.start_at,
+        no_start_burst: args.no_start_burst,
+    };
+    let mut last = None;
+    for (i, base) in args.servers().enumerate() {
+        let control = Arc::new(args.control_of(base, Duration::from_secs(10))?);
+        match control.open(&req) {
+            Ok(opened) => {
+                let mut all: Vec<String> = args.servers().map(str::to_string).collect();
+                all.rotate_left(i);
+                let mut rotated = args.clone();
+                rotated.server = all.remove(0);
+                rotated.failover_servers = all;
+                return Ok((rotated, control, opened));
+            }
+            Err(e) if args.failover_servers.is_empty() => return Err(e),
+            Err(e) => {
+                tracing::warn!("{base}: {e:#}");
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("no server")))
 }
 
 /// `out` without the first `skip` bytes written to it (a start at an access point inside

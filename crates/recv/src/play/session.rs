@@ -18,7 +18,7 @@ use crate::queue::{self, Producer};
 use crate::receiver::{verify_fdt, FdtCheck, Receiver, ReceiverConfig, Release, SessionParams};
 use crate::repair::{self, Repair};
 
-use super::resume::{Resume, Resumed};
+use super::resume::{Moved, Resume, Resumed};
 use super::stats::{assemble, EndReason, LoopCounts, PlayStats, PlayTimes};
 use crate::config::{CutShort, PlayConfig};
 
@@ -227,9 +227,44 @@ struct Feed<'a> {
     session_id: Option<String>,
     /// Set when the server's goodbye datagram came.
     goodbye: Option<isnode_proto::goodbye::GoodbyeReason>,
+    /// The object's name (digests and repairs of a resumed session are asked for it).
+    object: String,
+    /// `--ca-cert`, for the clients of a resumed session's server.
+    ca_cert: Option<std::path::PathBuf>,
 }
 
 impl Feed<'_> {
+    /// A resumed session streams from `server`: packet digests are fetched from it when it
+    /// is another server or the fetcher gave up during the gap, and repairs go to it when
+    /// it is another server.
+    fn fetch_from(&mut self, server: &str, moved: Moved) {
+        let tls = match crate::control::tls_config(self.ca_cert.as_deref()) {
+            Ok(tls) => tls,
+            Err(e) => {
+                tracing::warn!("the resumed session's server {server}: {e:#}");
+                return;
+            }
+        };
+        let restart_digests = self
+            .digests
+            .as_ref()
+            .is_some_and(|d| moved == Moved::OtherServer || d.gave_up().is_some());
+        if restart_digests {
+            let control = crate::control::ControlClient::with_tls(
+                server,
+                Duration::from_secs(10),
+                tls.clone(),
+            );
+            let params = self.rx.params();
+            let symbols = symbols_of(*self.rx.partition(), params.repair_symbols);
+            let fetcher = DigestFetcher::start(control.into(), self.object.clone(), symbols);
+            self.digests = Some(fetcher);
+        }
+        if let (Moved::OtherServer, Some(r)) = (moved, &mut self.repair) {
+            r.retarget(server, tls);
+        }
+    }
+
     /// Takes the packets of one receive (a datagram coalesced by `UDP_GRO` is several):
     /// filters, impairs and pushes each, and hands what it releases to the playout thread at
     /// once (so the release point is always current).
@@ -379,16 +414,21 @@ fn receive(
             return Ok(EndReason::Complete);
         }
         let idle = now - last_datagram;
+        let resumable = limits.resume_after.is_some() && resume.is_some();
+        // A server shutting down may be restarting, or others may serve: its goodbye is
+        // final only when the session cannot resume, or has not for --timeout-s.
+        if feed.goodbye.is_some()
+            && (!resumable || idle >= limits.idle_timeout || feed.rx.saw_last_codeword())
+        {
+            return Ok(EndReason::ServerShutdown);
+        }
         if idle >= limits.idle_timeout {
             return Ok(EndReason::Timeout);
-        }
-        if feed.goodbye.is_some() {
-            return Ok(EndReason::ServerShutdown);
         }
         if let (Some(after), Some(r)) = (limits.resume_after, resume.as_deref_mut()) {
             let due = resuming.next_try.is_none_or(|t| now >= t);
             // A new session gets its own --timeout-s.
-            if idle >= after
+            if (idle >= after || feed.goodbye.is_some())
                 && !feed.rx.saw_last_codeword()
                 && due
                 && resuming.attempt(r, feed, now, last_datagram)
@@ -442,9 +482,13 @@ impl Resuming {
         now: Instant,
         last: Instant,
     ) -> bool {
-        match r.resume(feed.rx.next_release()) {
-            Resumed::NewSession(id) => {
+        let from = feed.rx.next_release();
+        let booked = feed.rx.digests_of(from).map(<[u8]>::to_vec);
+        match r.resume(from, booked.as_deref()) {
+            Resumed::NewSession { id, server, moved } => {
                 feed.session_id = Some(id);
+                feed.goodbye = None;
+                feed.fetch_from(&server, moved);
                 feed.counts.resumes += 1;
                 self.gap_from = Some(self.gap_from.unwrap_or(last));
                 self.failures = 0;
@@ -453,6 +497,11 @@ impl Resuming {
             }
             Resumed::StillStreaming => {
                 self.next_try = Some(now + RESUME_BACKOFF_MIN);
+                false
+            }
+            Resumed::TryNext => {
+                // The next server at once (a little jitter spreads the clients).
+                self.next_try = Some(now + RESUME_BACKOFF_MIN.mul_f64(rand::random::<f64>() / 4.0));
                 false
             }
             Resumed::NotYet => {
@@ -467,6 +516,9 @@ impl Resuming {
     fn bridged(&mut self, at: Instant, counts: &mut LoopCounts) {
         if let Some(from) = self.gap_from.take() {
             counts.longest_gap = counts.longest_gap.max(at - from);
+            if counts.gaps.len() < super::stats::MAX_RESUME_GAPS {
+                counts.gaps.push(at - from);
+            }
         }
     }
 }
@@ -540,6 +592,8 @@ pub(super) fn run_session(
         loss,
         session_id: setup.session_id.clone(),
         goodbye: None,
+        object: setup.object.clone(),
+        ca_cert: args.ca_cert.clone(),
     };
     let writer = playout::spawn(out, playout_config, to_play)?;
     let end_reason = receive(socket, &mut feed, limits, requested, resume)?;
@@ -580,6 +634,22 @@ pub(super) fn run_session(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Resume attempts back off from 200 ms, doubling to 2 s, each with up to half again
+    /// of random jitter: the clients of one restarted server spread out.
+    #[test]
+    fn resume_backoff_doubles_with_jitter() {
+        for (failures, base_ms) in [(1, 400), (2, 800), (3, 1600), (4, 2000), (9, 2000)] {
+            let waits: Vec<_> = (0..64).map(|_| backoff(failures)).collect();
+            let base = Duration::from_millis(base_ms);
+            assert!(
+                waits.iter().all(|w| *w >= base && *w <= base.mul_f64(1.5)),
+                "{failures}: {waits:?}"
+            );
+            let distinct: std::collections::HashSet<_> = waits.iter().collect();
+            assert!(distinct.len() > 32, "{failures}: no jitter: {waits:?}");
+        }
+    }
 
     #[test]
     fn source_filter_compares_ips_of_any_port() {

@@ -84,6 +84,9 @@ pub struct PlayStats {
     pub resumes: u32,
     /// The longest gap without a datagram that a resume bridged, milliseconds.
     pub longest_resume_gap_ms: u64,
+    /// Each gap a resume bridged, milliseconds, in order (the first
+    /// [`MAX_RESUME_GAPS`] of them).
+    pub resume_gaps_ms: Vec<u64>,
     /// Whether packets were checked against the server's digests (`isnode_wire::digest`).
     pub authenticated: bool,
     /// Packets whose digest did not match (forged, or corrupt past their CRC): dropped.
@@ -262,8 +265,11 @@ pub(super) struct PlayTimes {
     pub(super) end_reason: EndReason,
 }
 
+/// Most gaps listed in [`PlayStats::resume_gaps_ms`].
+pub(super) const MAX_RESUME_GAPS: usize = 64;
+
 /// What the receive loop counted before the receive core.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct LoopCounts {
     /// Datagrams taken from the socket.
     pub(super) received: u64,
@@ -273,6 +279,8 @@ pub(super) struct LoopCounts {
     pub(super) resumes: u32,
     /// The longest time without a datagram that a resume bridged.
     pub(super) longest_gap: Duration,
+    /// Each gap a resume bridged (the first [`MAX_RESUME_GAPS`]).
+    pub(super) gaps: Vec<Duration>,
 }
 
 /// The statistics of a finished session.
@@ -302,6 +310,7 @@ pub(super) fn assemble(
         packets_wrong_source: counts.wrong_source,
         resumes: counts.resumes,
         longest_resume_gap_ms: counts.longest_gap.as_millis() as u64,
+        resume_gaps_ms: counts.gaps.iter().map(|g| g.as_millis() as u64).collect(),
         packets_valid: core.packets_valid,
         packets_lost: core.packets_lost,
         packets_missed: core.packets_missed,

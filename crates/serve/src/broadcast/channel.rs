@@ -27,8 +27,9 @@ pub struct ChannelPacer {
     channel: usize,
     layout: Layout,
     max_burst: u32,
-    /// The broadcast's time origin (τ = 0), ns on the caller's clock.
-    epoch_ns: u64,
+    /// The broadcast's time origin (τ = 0), ns on the caller's clock: negative for a
+    /// broadcast restored after a restart whose epoch is before the clock's zero.
+    epoch_ns: i64,
     /// The codeword being sent, and its pacer.
     current: Option<(Transmission, Pacer)>,
     /// When the FDT last went out (`None`: never).
@@ -56,11 +57,35 @@ impl ChannelPacer {
             channel,
             layout,
             max_burst,
-            epoch_ns,
+            epoch_ns: i64::try_from(epoch_ns).unwrap_or(i64::MAX),
             current: None,
             fdt_sent_ns: None,
         };
         c.load(Ratio::ZERO)?;
+        Ok(c)
+    }
+
+    /// Channel `channel` of `plan` whose timetable started `elapsed_ns` before `now_ns` (a
+    /// broadcast restored at its phase after a restart): it goes on with the first
+    /// transmission starting at or after now, at the time the timetable gives it.
+    pub fn resumed(
+        plan: Arc<Plan>,
+        channel: usize,
+        layout: Layout,
+        max_burst: u32,
+        (now_ns, elapsed_ns): (u64, u64),
+    ) -> Result<ChannelPacer, PacerError> {
+        let mut c = ChannelPacer::new(plan, channel, layout, max_burst, now_ns)?;
+        let title = &c.plan.title;
+        // elapsed · b / (k·E·8) τ, exactly.
+        let den = i128::from(title.codeword_payload_bytes) * 8 * 1_000_000_000;
+        let now = Ratio::new(
+            i128::from(elapsed_ns) * i128::from(title.bitrate_bps.max(1)),
+            den.max(1),
+        );
+        let (now_ns, elapsed_ns) = (i128::from(now_ns), i128::from(elapsed_ns));
+        c.epoch_ns = i64::try_from(now_ns - elapsed_ns).unwrap_or(i64::MIN);
+        c.load(now)?;
         Ok(c)
     }
 
@@ -71,8 +96,9 @@ impl ChannelPacer {
         let num =
             t.numer().max(0) as u128 * u128::from(title.codeword_payload_bytes) * 8 * 1_000_000_000;
         let den = t.denom().max(1) as u128 * u128::from(title.bitrate_bps.max(1));
-        self.epoch_ns
-            .saturating_add(u64::try_from(num / den).unwrap_or(u64::MAX))
+        let since_epoch = i128::try_from(num / den).unwrap_or(i128::MAX);
+        let at = i128::from(self.epoch_ns).saturating_add(since_epoch);
+        u64::try_from(at.max(0)).unwrap_or(u64::MAX)
     }
 
     /// Makes the first transmission starting at or after `t` the current one.
@@ -211,6 +237,40 @@ mod tests {
             ch.advance(due);
         }
         (sent, fdts)
+    }
+
+    /// A channel restored after a restart at its phase sends what the uninterrupted channel
+    /// sends from the first transmission starting after the restart on, at the same times
+    /// (shifted to the restarted clock).
+    #[test]
+    fn a_restored_channel_keeps_the_phase_of_its_timetable() {
+        let plan = plan_of(Scheme::CautiousHarmonic, 12, 3);
+        for c in 0..plan.channels.len() {
+            let horizon_ns = 30_000_000_000;
+            let mut whole = ChannelPacer::new(plan.clone(), c, layout(12), 8, 0).expect("ch");
+            let (sent, _) = run(&mut whole, horizon_ns);
+            // Restarted 7.3 s into the broadcast, its clock at 1 s then.
+            let (elapsed_ns, now_ns) = (7_300_000_000u64, 1_000_000_000u64);
+            let mut again =
+                ChannelPacer::resumed(plan.clone(), c, layout(12), 8, (now_ns, elapsed_ns))
+                    .expect("resumed");
+            let (resent, _) = run(&mut again, horizon_ns - elapsed_ns + now_ns);
+            let first = plan
+                .next_transmission(c, Ratio::new(73, 10))
+                .expect("a later transmission");
+            let from_ns = (first.start.to_f64() * 1e9).round() as u64;
+            let expected: Vec<_> = sent
+                .iter()
+                .filter(|(_, _, at)| *at + 1 >= from_ns)
+                .map(|&(sbn, esi, at)| (sbn, esi, at - elapsed_ns + now_ns))
+                .collect();
+            assert!(!expected.is_empty(), "channel {c}");
+            assert_eq!(resent.len(), expected.len(), "channel {c}");
+            for (r, e) in resent.iter().zip(&expected) {
+                assert_eq!((r.0, r.1), (e.0, e.1), "channel {c}");
+                assert!(r.2.abs_diff(e.2) <= 1, "channel {c}: {r:?} vs {e:?}");
+            }
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! are the data plane's, ended by [`Broadcasts::remove`] like a deleted session.
 
 pub mod channel;
+pub mod durable;
 pub mod groups;
 pub(crate) mod policy;
 pub(crate) mod request;
@@ -75,8 +76,13 @@ pub(crate) struct Broadcast {
     pub groups: Vec<ChannelGroups>,
     /// Each channel's data-plane entry.
     pub channels: Vec<Arc<StreamShared>>,
-    /// The timetable's origin on the server's clock (ns).
+    /// The timetable's origin on the server's clock (ns): its epoch (τ = 0) for a broadcast
+    /// started here, the restart for one restored ([`durable`]).
     pub epoch_ns: u64,
+    /// How long the timetable had run at `epoch_ns` (0 unless restored), ns.
+    pub elapsed_at_epoch_ns: u64,
+    /// The epoch as wall-clock time (unix, ns): what is kept across a restart.
+    pub epoch_unix_ns: u64,
     pub fdt_xml: String,
     /// Wire rate of all channels.
     pub send_rate_bps: u64,
@@ -111,6 +117,29 @@ impl Broadcast {
         self.end_ns.is_some_and(|end| now_ns >= end) || self.idle(now_ns)
     }
 
+    /// How long its timetable has run at `now_ns` (server clock), ns.
+    pub(crate) fn elapsed_ns(&self, now_ns: u64) -> u64 {
+        now_ns
+            .saturating_sub(self.epoch_ns)
+            .saturating_add(self.elapsed_at_epoch_ns)
+    }
+
+    /// What is kept of it across a restart; `None` for an automatic broadcast.
+    pub(crate) fn kept(&self, now_ns: u64, now_unix_ns: u64) -> Option<durable::Kept> {
+        let end_ns = self.end_ns.filter(|_| !self.automatic)?;
+        Some(durable::Kept {
+            id: self.id.clone(),
+            object: self.object.rec.name.clone(),
+            scheme: self.scheme.clone(),
+            width: self.width,
+            m: self.m,
+            max_wait_s: self.max_wait_s,
+            channels: self.groups.iter().map(|g| (g.source, g.repair)).collect(),
+            epoch_unix_ns: self.epoch_unix_ns,
+            end_unix_ns: now_unix_ns.saturating_add(end_ns.saturating_sub(now_ns)),
+        })
+    }
+
     /// The groups it uses.
     pub(crate) fn group_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.groups
@@ -127,9 +156,40 @@ pub(crate) struct Broadcasts {
     auto_plans: Mutex<HashMap<u32, Arc<Plan>>>,
     /// The titles whose automatic broadcast a request is starting.
     auto_starts: AutoStarts,
+    /// The directory the broadcasts started by request are kept in ([`durable`]; None:
+    /// not kept).
+    kept_in: Option<std::path::PathBuf>,
+    /// Orders the writes of the kept broadcasts.
+    saving: Mutex<()>,
 }
 
 impl Broadcasts {
+    /// An empty table whose broadcasts started by request are kept in `dir`.
+    pub(crate) fn kept_in(dir: &std::path::Path) -> Broadcasts {
+        Broadcasts {
+            kept_in: Some(dir.to_path_buf()),
+            ..Broadcasts::default()
+        }
+    }
+
+    /// Rewrites the kept broadcasts (those started by request that run now); a failure is
+    /// logged (the broadcasts run on, not kept).
+    pub(crate) fn save(&self, now_ns: u64) {
+        let Some(dir) = &self.kept_in else {
+            return;
+        };
+        let _order = self.saving.lock().unwrap_or_else(|e| e.into_inner());
+        let now_unix_ns = durable::unix_now_ns();
+        let kept: Vec<_> = self
+            .list()
+            .iter()
+            .filter_map(|b| b.kept(now_ns, now_unix_ns))
+            .collect();
+        if let Err(e) = durable::write(dir, &kept) {
+            tracing::error!("keeping the broadcasts for a restart: {e}");
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Broadcast>>> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -232,10 +292,14 @@ impl Broadcasts {
     pub(crate) fn remove(&self, id: &str, now_ns: u64) -> Option<Arc<Broadcast>> {
         let b = self.lock().remove(id)?;
         stop_channels(&b.channels, now_ns);
+        if !b.automatic {
+            self.save(now_ns);
+        }
         Some(b)
     }
 
-    /// Stops every broadcast (server shutdown).
+    /// Stops every broadcast (server shutdown; the kept ones stay kept, to start again with
+    /// the server).
     pub(crate) fn clear(&self, now_ns: u64) {
         let all: Vec<_> = self.lock().drain().map(|(_, b)| b).collect();
         for b in all {

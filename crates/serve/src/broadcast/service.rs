@@ -122,7 +122,7 @@ pub(crate) fn describe(b: &Broadcast, now_ns: u64, ttl: u8) -> BroadcastInfo {
         plan: summary(plan),
         channels,
         send_rate_bps: b.send_rate_bps,
-        elapsed_s: now_ns.saturating_sub(b.epoch_ns) as f64 / 1e9,
+        elapsed_s: b.elapsed_ns(now_ns) as f64 / 1e9,
         remaining_s: b.end_ns.map(|end| end.saturating_sub(now_ns) as f64 / 1e9),
         ttl,
         fdt_xml: b.fdt_xml.clone(),

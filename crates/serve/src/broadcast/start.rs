@@ -109,6 +109,22 @@ struct Setup<'a> {
     rates: &'a [u64],
     fdt_packets: &'a [Vec<u8>],
     epoch_ns: u64,
+    /// How long the timetable had run at `epoch_ns` (0 for a new broadcast), ns.
+    elapsed_ns: u64,
+}
+
+/// Where a broadcast's timetable stands when it starts.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Phase {
+    /// At its beginning: a new broadcast.
+    New,
+    /// Restored after a restart ([`super::durable`]): kept as `id`, its timetable
+    /// `elapsed_ns` in, its epoch at unix time `epoch_unix_ns`.
+    Restored {
+        id: String,
+        elapsed_ns: u64,
+        epoch_unix_ns: u64,
+    },
 }
 
 /// Starts the channels on the data plane; ends those started if one cannot be.
@@ -135,12 +151,12 @@ fn start_channel(
     rate_bps: u64,
 ) -> Result<Arc<StreamShared>, String> {
     let obj = st.obj;
-    let pacer = ChannelPacer::new(
+    let pacer = ChannelPacer::resumed(
         st.plan.clone(),
         c,
         obj.layout.clone(),
         obj.max_burst(),
-        st.epoch_ns,
+        (st.epoch_ns, st.elapsed_ns),
     )
     .map_err(|e| format!("channel {c}: {e}"))?;
     let s = Arc::new(StreamShared::new(NewStreamShared {
@@ -188,6 +204,37 @@ pub(crate) fn start(
         &sh.broadcasts.groups_in_use(),
         plan.channels.len(),
     )?;
+    let what = Launch {
+        req,
+        obj,
+        fdt,
+        origin,
+        groups,
+        phase: Phase::New,
+    };
+    launch(sh, what, plan)
+}
+
+/// A broadcast about to start, its groups chosen.
+struct Launch<'a> {
+    req: &'a Request,
+    obj: &'a Arc<ObjectInfo>,
+    fdt: &'a SessionFdt,
+    origin: Origin,
+    groups: Vec<ChannelGroups>,
+    phase: Phase,
+}
+
+/// Admission, channels, registration; a broadcast started by request is kept for a restart.
+fn launch(sh: &Shared, l: Launch<'_>, plan: Arc<Plan>) -> Result<Arc<Broadcast>, BroadcastError> {
+    let Launch {
+        req,
+        obj,
+        fdt,
+        origin,
+        groups,
+        phase,
+    } = l;
     let rates = channel_rates(obj, &plan);
     let total = rates.iter().fold(0u64, |a, r| a.saturating_add(*r));
     let first = groups
@@ -195,8 +242,19 @@ pub(crate) fn start(
         .map(|g| g.source.ip())
         .ok_or_else(|| BroadcastError::BadRequest("a plan without channels".into()))?;
     admit_rate(sh, obj, first, total)?;
-    let id = format!("{:016x}", rand::random::<u64>());
     let epoch_ns = sh.now_ns();
+    let (id, elapsed_ns, epoch_unix_ns) = match phase {
+        Phase::New => (
+            format!("{:016x}", rand::random::<u64>()),
+            0,
+            super::durable::unix_now_ns(),
+        ),
+        Phase::Restored {
+            id,
+            elapsed_ns,
+            epoch_unix_ns,
+        } => (id, elapsed_ns, epoch_unix_ns),
+    };
     let setup = Setup {
         id: &id,
         obj,
@@ -205,6 +263,7 @@ pub(crate) fn start(
         rates: &rates,
         fdt_packets: &fdt.packets,
         epoch_ns,
+        elapsed_ns,
     };
     let channels = start_channels(sh, &setup)?;
     let end_ns = match origin {
@@ -222,6 +281,8 @@ pub(crate) fn start(
         groups,
         channels,
         epoch_ns,
+        elapsed_at_epoch_ns: elapsed_ns,
+        epoch_unix_ns,
         fdt_xml: fdt.xml.clone(),
         send_rate_bps: total,
         automatic: matches!(origin, Origin::Auto),
@@ -233,9 +294,102 @@ pub(crate) fn start(
         stop_channels(&b.channels, sh.now_ns());
         return Err(e);
     }
+    if !b.automatic {
+        sh.broadcasts.save(sh.now_ns());
+    }
     sh.metrics
         .broadcasts_started
         .fetch_add(1, Ordering::Relaxed);
     tracing::info!(id = %b.id, object = %obj.rec.name, scheme = %b.scheme, channels = b.channels.len(), "broadcast started");
     Ok(b)
+}
+
+/// Starts again the broadcasts kept in the volume directory `dir` ([`super::durable`]) at
+/// the phase of their timetable now; those that ended meanwhile are dropped. What cannot
+/// start (object gone, groups taken, admission) is logged and dropped.
+pub(crate) fn restore(sh: &Shared, dir: &std::path::Path) {
+    let kept = match super::durable::read(dir) {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::error!("the kept broadcasts are not restored: {e}");
+            return;
+        }
+    };
+    for k in &kept {
+        match restore_one(sh, k) {
+            Ok(Some(b)) => tracing::info!(
+                id = %b.id, object = %k.object,
+                elapsed_s = b.elapsed_at_epoch_ns as f64 / 1e9,
+                "broadcast restored at its phase"
+            ),
+            Ok(None) => tracing::info!(id = %k.id, "kept broadcast ended meanwhile"),
+            Err(e) => {
+                tracing::warn!(id = %k.id, object = %k.object, "kept broadcast not restored: {e}")
+            }
+        }
+    }
+    sh.broadcasts.save(sh.now_ns());
+}
+
+/// One kept broadcast started again; `None` if it has ended.
+fn restore_one(
+    sh: &Shared,
+    k: &super::durable::Kept,
+) -> Result<Option<Arc<Broadcast>>, BroadcastError> {
+    let Some((elapsed_ns, remaining_ns)) = super::durable::phase(k, super::durable::unix_now_ns())
+    else {
+        return Ok(None);
+    };
+    let unavailable = |e: isnode_store::StoreError| BroadcastError::Unavailable(e.to_string());
+    let obj = sh.objects.get(&k.object).map_err(unavailable)?;
+    let fdt = sh.objects.session_fdt(&obj).map_err(unavailable)?;
+    let scheme = Scheme::parse(&k.scheme, SchemeParams::from_options(k.width, k.m))
+        .map_err(|e| BroadcastError::BadRequest(e.to_string()))?;
+    let plan = Arc::new(super::service::make_plan(&obj, scheme, k.max_wait_s)?);
+    if plan.channels.len() != k.channels.len() {
+        return Err(BroadcastError::BadRequest(format!(
+            "{} channels kept, the plan has {}",
+            k.channels.len(),
+            plan.channels.len()
+        )));
+    }
+    let in_use = sh.broadcasts.groups_in_use();
+    let groups: Vec<ChannelGroups> = k
+        .channels
+        .iter()
+        .map(|&(source, repair)| ChannelGroups { source, repair })
+        .collect();
+    if let Some(g) = groups
+        .iter()
+        .flat_map(|g| [g.source.ip(), g.repair.ip()])
+        .find(|g| in_use.contains(g))
+    {
+        return Err(BroadcastError::Conflict(format!("group {g} is in use")));
+    }
+    let req = Request {
+        object: k.object.clone(),
+        scheme,
+        width: k.width,
+        m: k.m,
+        max_wait_s: k.max_wait_s,
+        groups: None,
+        family: Family::V4,
+        port: groups.first().map_or(1, |g| g.source.port()),
+        end: End::Default,
+    };
+    let what = Launch {
+        req: &req,
+        obj: &obj,
+        fdt: &fdt,
+        origin: Origin::Request {
+            lifetime_s: remaining_ns as f64 / 1e9,
+        },
+        groups,
+        phase: Phase::Restored {
+            id: k.id.clone(),
+            elapsed_ns,
+            epoch_unix_ns: k.epoch_unix_ns,
+        },
+    };
+    launch(sh, what, plan).map(Some)
 }
