@@ -62,9 +62,10 @@ fuzz_target!(|data: &[u8]| {
             0 | 1 => Some(packet.clone()),
             2 => None,
             3 => {
-                let at = usize::from(action) * 7 % packet.len();
-                packet[at] ^= 1 << (action % 8);
-                Some(packet.clone())
+                let mut flipped = packet.clone();
+                let at = usize::from(action) * 7 % flipped.len();
+                flipped[at] ^= 1 << (action % 8);
+                Some(flipped)
             }
             _ => {
                 let take = usize::from(action >> 3).min(rest.len());
