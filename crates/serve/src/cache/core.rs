@@ -35,6 +35,16 @@ pub(crate) enum SlotState {
     Ready,
 }
 
+/// A deliberate bug, to show that the simulation (`sim` tests) catches it.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mutation {
+    /// The core as it is.
+    None,
+    /// Eviction ignores pins: a pinned ready slot is reused first.
+    EvictPinned,
+}
+
 /// An evictable slot's place in the order: farthest next use (absolute ns, `u64::MAX`
 /// for never), then least recent use, then slot.
 type Score = (u64, Reverse<u64>, u32);
@@ -88,6 +98,8 @@ pub(crate) struct CacheCore {
     failed: HashMap<BlockKey, (u64, String)>,
     retry_after_ns: u64,
     tick: u64,
+    #[cfg(test)]
+    mutation: Mutation,
 }
 
 impl CacheCore {
@@ -115,7 +127,15 @@ impl CacheCore {
             failed: HashMap::new(),
             retry_after_ns,
             tick: 0,
+            #[cfg(test)]
+            mutation: Mutation::None,
         }
+    }
+
+    /// Plants `mutation` (tests only).
+    #[cfg(test)]
+    pub(crate) fn mutate(&mut self, mutation: Mutation) {
+        self.mutation = mutation;
     }
 
     /// Number of slots.
@@ -210,6 +230,10 @@ impl CacheCore {
         }
         let slot = self.victim(now_ns, demand).ok_or(FetchError::Full)?;
         let meta = &mut self.slots[slot as usize];
+        #[cfg(test)]
+        if self.mutation == Mutation::EvictPinned {
+            meta.pins = 0;
+        }
         assert_eq!(meta.pins, 0, "victim slot {slot} is pinned");
         assert!(meta.scored.is_none(), "victim slot {slot} still evictable");
         let evicted = meta.key.take();
@@ -294,6 +318,13 @@ impl CacheCore {
     /// scored (see the module's doc). A loading or pinned slot is never chosen. Takes the
     /// chosen slot out of the evictable set.
     fn victim(&mut self, now_ns: u64, demand: &dyn Demand) -> Option<u32> {
+        #[cfg(test)]
+        if self.mutation == Mutation::EvictPinned {
+            let pinned = self.slots.iter().position(|m| m.pins > 0);
+            if let Some(i) = pinned {
+                return Some(i as u32);
+            }
+        }
         if let Some(slot) = self.free.pop() {
             return Some(slot);
         }
