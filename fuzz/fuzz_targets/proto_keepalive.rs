@@ -18,7 +18,8 @@ fuzz_target!(|data: &[u8]| {
         }
         // The datagram the fields make with KEY: the same bytes up to the MAC, authentic
         // with KEY; the fuzzed one is authentic exactly when its MAC is that one.
-        let back = keepalive_datagram(k.id, &KEY, k.counter, k.loss).expect("an accepted id can be sent");
+        let back =
+            keepalive_datagram(k.id, &KEY, k.counter, k.loss).expect("an accepted id can be sent");
         assert_eq!(&back[..32], &data[..32]);
         let again = parse_keepalive(&back).expect("a made datagram parses");
         assert!(again.authentic(&KEY));

@@ -13,6 +13,7 @@ mod create;
 mod digests;
 mod drain;
 pub(crate) mod errors;
+pub mod fuzzing;
 mod hybrid;
 mod media;
 mod owner;

@@ -48,6 +48,8 @@ mod tls;
 mod uring;
 
 pub use api::errors::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
+#[doc(hidden)]
+pub use api::fuzzing;
 pub use config::{
     BroadcastMode, ConfigError, Degraded, EngineKind, ReadIo, ServeConfig, ValidateDestination,
     DEFAULT_API_HEADER_TIMEOUT_MS, DEFAULT_API_IDLE_TIMEOUT_MS, DEFAULT_API_MAX_CONNECTIONS,

@@ -39,20 +39,20 @@ pub(crate) const FDT_EVERY: u32 = 8;
 const REGISTER_ATTEMPTS: usize = 16;
 
 /// A well-formed request.
-struct Request {
+pub(super) struct Request {
     object: String,
     /// Always the HTTP peer's own address.
-    dest: SocketAddr,
-    start_codeword: u32,
+    pub(super) dest: SocketAddr,
+    pub(super) start_codeword: u32,
     /// `start_at_s`, checked finite and not negative; mapped once the object is known.
-    start_at_s: Option<f64>,
+    pub(super) start_at_s: Option<f64>,
     /// The client asked for no start-up burst.
     no_start_burst: bool,
 }
 
 /// Parses the body; packets only ever go to the HTTP peer's own address, at a port not
 /// below `min_port`.
-fn parse(body: &[u8], peer: SocketAddr, min_port: u16) -> Result<Request, ApiError> {
+pub(super) fn parse(body: &[u8], peer: SocketAddr, min_port: u16) -> Result<Request, ApiError> {
     let req: CreateSession = serde_json::from_slice(body)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("malformed request: {e}")))?;
     if req.port == 0 || req.port < min_port {

@@ -55,11 +55,11 @@ enum Existing {
 
 /// One upload as asked.
 #[derive(Clone, Debug)]
-struct Upload {
-    name: String,
-    len: Option<u64>,
+pub(super) struct Upload {
+    pub(super) name: String,
+    pub(super) len: Option<u64>,
     existing: Existing,
-    bitrate_bps: Option<u64>,
+    pub(super) bitrate_bps: Option<u64>,
     content_type: Option<String>,
 }
 
@@ -138,7 +138,7 @@ async fn store_upload(
 }
 
 /// The upload asked for by the path, query and headers, or the `4xx` answer.
-fn parse(name: String, q: PutQuery, headers: &HeaderMap) -> Result<Upload, ApiError> {
+pub(super) fn parse(name: String, q: PutQuery, headers: &HeaderMap) -> Result<Upload, ApiError> {
     isnode_store::validate::validate_name(&name)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))?;
     if q.bitrate_bps == Some(0) {

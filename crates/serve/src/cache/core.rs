@@ -2,10 +2,27 @@
 //! pinned or being read, which reads failed recently, and which slot to reuse. Driven by
 //! the caller's clock (`now_ns`) and the caller's reads; no memory, no files, no locks, so
 //! a simulation can drive it with a virtual clock (`sim` tests).
+//!
+//! Choosing a victim costs O(log n) amortised, not a walk of every slot (issue 21: the
+//! walk ran under the lock HTTP readers share): empty slots are on a free list; the
+//! evictable slots (ready, unpinned) are in an ordered set keyed by when each is next
+//! needed, as last scored, `now + next_use` (sessions play at stream speed, so that time
+//! stays right until a session starts, seeks, pauses or stops). A slot becoming evictable
+//! is scored at the next miss; each miss rescores [`REFRESH_PER_MISS`] slots in turn (a
+//! clock hand), so every score is refreshed within `slots / REFRESH_PER_MISS` misses; and
+//! the candidate is rescored before it is taken: it is taken only if its fresh score is
+//! still the farthest in the set, otherwise it goes back and the next is tried (at most
+//! [`REFRESH_PER_MISS`] times). With scores unchanged since they were taken (positions
+//! and clock fixed) the choice is exactly the full walk's (a property test checks this).
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
 
 use super::{BlockKey, Demand, FetchError};
+
+/// Slots rescored per miss (the clock hand's step), and the most candidates rescored
+/// before one is taken.
+pub(crate) const REFRESH_PER_MISS: u32 = 16;
 
 /// What a slot holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,6 +35,20 @@ pub(crate) enum SlotState {
     Ready,
 }
 
+/// A deliberate bug, to show that the simulation (`sim` tests) catches it.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mutation {
+    /// The core as it is.
+    None,
+    /// Eviction ignores pins: a pinned ready slot is reused first.
+    EvictPinned,
+}
+
+/// An evictable slot's place in the order: farthest next use (absolute ns, `u64::MAX`
+/// for never), then least recent use, then slot.
+type Score = (u64, Reverse<u64>, u32);
+
 #[derive(Debug)]
 struct SlotMeta {
     key: Option<BlockKey>,
@@ -26,6 +57,10 @@ struct SlotMeta {
     last_use: u64,
     /// Live pins (sends or rebuilds using the bytes).
     pins: u32,
+    /// Its entry in the evictable set, if there.
+    scored: Option<Score>,
+    /// On the list of slots to score at the next miss.
+    queued: bool,
 }
 
 /// The answer of [`CacheCore::begin`].
@@ -50,10 +85,21 @@ pub(crate) enum CoreLookup {
 pub(crate) struct CacheCore {
     index: HashMap<BlockKey, u32>,
     slots: Vec<SlotMeta>,
+    /// Empty slots.
+    free: Vec<u32>,
+    /// Ready, unpinned slots that were scored, by score.
+    evictable: BTreeSet<Score>,
+    /// Slots that became evictable since the last miss (scored then).
+    unscored: Vec<u32>,
+    /// The next slot the refresh hand rescores.
+    hand: u32,
+    ready: u32,
     /// Blocks whose read failed, with when (ns) and why: retried after `retry_after_ns`.
     failed: HashMap<BlockKey, (u64, String)>,
     retry_after_ns: u64,
     tick: u64,
+    #[cfg(test)]
+    mutation: Mutation,
 }
 
 impl CacheCore {
@@ -68,12 +114,28 @@ impl CacheCore {
                     state: SlotState::Empty,
                     last_use: 0,
                     pins: 0,
+                    scored: None,
+                    queued: false,
                 })
                 .collect(),
+            // Popped from the end: the lowest slot first.
+            free: (0..slots).rev().collect(),
+            evictable: BTreeSet::new(),
+            unscored: Vec::new(),
+            hand: 0,
+            ready: 0,
             failed: HashMap::new(),
             retry_after_ns,
             tick: 0,
+            #[cfg(test)]
+            mutation: Mutation::None,
         }
+    }
+
+    /// Plants `mutation` (tests only).
+    #[cfg(test)]
+    pub(crate) fn mutate(&mut self, mutation: Mutation) {
+        self.mutation = mutation;
     }
 
     /// Number of slots.
@@ -83,10 +145,7 @@ impl CacheCore {
 
     /// Slots holding ready blocks.
     pub(crate) fn ready_slots(&self) -> u32 {
-        self.slots
-            .iter()
-            .filter(|s| s.state == SlotState::Ready)
-            .count() as u32
+        self.ready
     }
 
     /// The state of `slot` and the block it holds.
@@ -110,6 +169,9 @@ impl CacheCore {
             "pinning slot {slot}: not ready"
         );
         meta.pins += 1;
+        if let Some(score) = meta.scored.take() {
+            self.evictable.remove(&score);
+        }
     }
 
     /// Drops one pin of `slot`.
@@ -117,6 +179,10 @@ impl CacheCore {
         let meta = &mut self.slots[slot as usize];
         assert!(meta.pins > 0, "unbalanced unpin of slot {slot}");
         meta.pins -= 1;
+        if meta.pins == 0 && !meta.queued {
+            meta.queued = true;
+            self.unscored.push(slot);
+        }
     }
 
     /// The slot of `key` if it is ready, pinned for the caller (counts no hit).
@@ -162,10 +228,18 @@ impl CacheCore {
             }
             self.failed.remove(&key);
         }
-        let slot = self.victim(demand).ok_or(FetchError::Full)?;
+        let slot = self.victim(now_ns, demand).ok_or(FetchError::Full)?;
         let meta = &mut self.slots[slot as usize];
+        #[cfg(test)]
+        if self.mutation == Mutation::EvictPinned {
+            meta.pins = 0;
+        }
         assert_eq!(meta.pins, 0, "victim slot {slot} is pinned");
+        assert!(meta.scored.is_none(), "victim slot {slot} still evictable");
         let evicted = meta.key.take();
+        if meta.state == SlotState::Ready {
+            self.ready -= 1;
+        }
         meta.key = Some(key);
         meta.state = SlotState::Loading;
         if let Some(old) = evicted {
@@ -197,6 +271,7 @@ impl CacheCore {
         match outcome {
             Ok(()) => {
                 meta.state = SlotState::Ready;
+                self.ready += 1;
                 self.touch(slot);
                 self.pin(slot);
                 Ok(())
@@ -204,6 +279,7 @@ impl CacheCore {
             Err(why) => {
                 meta.state = SlotState::Empty;
                 meta.key = None;
+                self.free.push(slot);
                 self.index.remove(&key);
                 self.failed.insert(key, (now_ns, why.clone()));
                 Err(FetchError::Failed(why))
@@ -211,11 +287,82 @@ impl CacheCore {
         }
     }
 
+    /// `slot`'s score at `now_ns`, if it is evictable (ready and unpinned).
+    fn score(&self, slot: u32, now_ns: u64, demand: &dyn Demand) -> Option<Score> {
+        let meta = &self.slots[slot as usize];
+        if meta.state != SlotState::Ready || meta.pins != 0 {
+            return None;
+        }
+        let key = meta.key?;
+        let at_ns = demand
+            .next_use(key.toi, key.member, key.block)
+            .map_or(u64::MAX, |d| now_ns.saturating_add(d));
+        Some((at_ns, Reverse(meta.last_use), slot))
+    }
+
+    /// Puts `slot` in the evictable set with its score at `now_ns` (or takes it out if it
+    /// is not evictable).
+    fn rescore(&mut self, slot: u32, now_ns: u64, demand: &dyn Demand) {
+        if let Some(old) = self.slots[slot as usize].scored.take() {
+            self.evictable.remove(&old);
+        }
+        let fresh = self.score(slot, now_ns, demand);
+        if let Some(score) = fresh {
+            self.evictable.insert(score);
+        }
+        self.slots[slot as usize].scored = fresh;
+    }
+
     /// Chooses a slot to (re)use: empty first, then the unpinned ready block whose next use
-    /// is farthest (never needed counts as infinitely far; ties by least recent use).
-    /// A loading or pinned slot is never chosen.
-    fn victim(&self, demand: &dyn Demand) -> Option<u32> {
-        let mut best: Option<(u32, (u64, std::cmp::Reverse<u64>))> = None;
+    /// is farthest (never needed counts as infinitely far; ties by least recent use), as
+    /// scored (see the module's doc). A loading or pinned slot is never chosen. Takes the
+    /// chosen slot out of the evictable set.
+    fn victim(&mut self, now_ns: u64, demand: &dyn Demand) -> Option<u32> {
+        #[cfg(test)]
+        if self.mutation == Mutation::EvictPinned {
+            let pinned = self.slots.iter().position(|m| m.pins > 0);
+            if let Some(i) = pinned {
+                return Some(i as u32);
+            }
+        }
+        if let Some(slot) = self.free.pop() {
+            return Some(slot);
+        }
+        for slot in std::mem::take(&mut self.unscored) {
+            self.slots[slot as usize].queued = false;
+            self.rescore(slot, now_ns, demand);
+        }
+        let n = self.slots();
+        for _ in 0..REFRESH_PER_MISS.min(n) {
+            let slot = self.hand;
+            self.hand = (self.hand + 1) % n;
+            if self.slots[slot as usize].scored.is_some() {
+                self.rescore(slot, now_ns, demand);
+            }
+        }
+        for _ in 0..REFRESH_PER_MISS {
+            let (_, _, slot) = self.evictable.pop_last()?;
+            self.slots[slot as usize].scored = None;
+            let Some(fresh) = self.score(slot, now_ns, demand) else {
+                continue;
+            };
+            if self.evictable.last().is_none_or(|next| fresh >= *next) {
+                return Some(slot);
+            }
+            self.evictable.insert(fresh);
+            self.slots[slot as usize].scored = Some(fresh);
+        }
+        let (_, _, slot) = self.evictable.pop_last()?;
+        self.slots[slot as usize].scored = None;
+        Some(slot)
+    }
+
+    /// The choice of a full walk of every slot (the policy before issue 21), for tests:
+    /// an empty slot (any), else the unpinned ready block of farthest next use, ties by
+    /// least recent use.
+    #[cfg(test)]
+    pub(crate) fn victim_by_walk(&self, demand: &dyn Demand) -> Option<u32> {
+        let mut best: Option<(u32, (u64, Reverse<u64>))> = None;
         for (i, meta) in self.slots.iter().enumerate() {
             if meta.state == SlotState::Empty {
                 return Some(i as u32);
@@ -227,11 +374,197 @@ impl CacheCore {
             let distance = demand
                 .next_use(key.toi, key.member, key.block)
                 .unwrap_or(u64::MAX);
-            let score = (distance, std::cmp::Reverse(meta.last_use));
+            let score = (distance, Reverse(meta.last_use));
             if best.as_ref().is_none_or(|(_, b)| score > *b) {
                 best = Some((i as u32, score));
             }
         }
         best.map(|(i, _)| i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A fixed next use per block (a frozen board of positions).
+    struct Table(Vec<Option<u64>>);
+
+    impl Demand for Table {
+        fn next_use(&self, _toi: u32, _member: u32, block: u64) -> Option<u64> {
+            *self.0.get(block as usize % self.0.len()).unwrap_or(&None)
+        }
+    }
+
+    fn key(block: u64) -> BlockKey {
+        BlockKey {
+            toi: 1,
+            member: 0,
+            block,
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// Look block n up (a miss reads it, the read completing at once or failing).
+        Get(u64, bool),
+        /// Drop the oldest pin.
+        Unpin,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0u64..64, prop::bool::weighted(0.1)).prop_map(|(b, f)| Op::Get(b, f)),
+            2 => Just(Op::Unpin),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// With the positions and the clock fixed, every victim is the one the full walk
+        /// of every slot chose (an empty slot when there is one).
+        #[test]
+        fn victim_equals_the_full_walk_when_positions_hold(
+            slots in 1u32..24,
+            table in prop::collection::vec(prop::option::of(0u64..1_000_000), 64),
+            ops in prop::collection::vec(op(), 1..300),
+        ) {
+            let demand = Table(table);
+            let now_ns = 5_000;
+            let mut core = CacheCore::new(slots, 1);
+            let mut pins: std::collections::VecDeque<u32> = Default::default();
+            for op in ops {
+                match op {
+                    Op::Unpin => {
+                        if let Some(slot) = pins.pop_front() {
+                            core.unpin(slot);
+                        }
+                    }
+                    Op::Get(block, fails) => {
+                        let expect = core.victim_by_walk(&demand);
+                        let expect_empty = expect
+                            .is_some_and(|s| core.slot(s).0 == SlotState::Empty);
+                        match core.begin(key(block), now_ns, &demand) {
+                            Ok(CoreLookup::Ready(slot)) => pins.push_back(slot),
+                            Ok(CoreLookup::Loading) => unreachable!("reads complete at once"),
+                            Ok(CoreLookup::Load { slot, evicted }) => {
+                                if expect_empty {
+                                    prop_assert!(!evicted, "an empty slot was free");
+                                } else {
+                                    prop_assert_eq!(Some(slot), expect);
+                                }
+                                let outcome = if fails { Err("x".into()) } else { Ok(()) };
+                                if core.finish(slot, key(block), outcome, now_ns).is_ok() {
+                                    pins.push_back(slot);
+                                }
+                            }
+                            Err(FetchError::Full) => prop_assert_eq!(expect, None),
+                            Err(FetchError::Unavailable(_)) => {}
+                            Err(e) => prop_assert!(false, "{e}"),
+                        }
+                    }
+                }
+                let ready = (0..slots).filter(|&s| core.slot(s).0 == SlotState::Ready).count();
+                prop_assert_eq!(core.ready_slots() as usize, ready);
+            }
+        }
+    }
+
+    /// Positions moving under it (every miss sees another board): the victim is always
+    /// unpinned, an empty slot when there is one, and never a loading slot.
+    #[test]
+    fn victim_is_valid_while_positions_move() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut core = CacheCore::new(32, 1);
+        let mut pins = Vec::new();
+        for step in 0..20_000u64 {
+            let table = Table(
+                (0..64)
+                    .map(|_| (next(4) != 0).then(|| next(1 << 30)))
+                    .collect(),
+            );
+            if next(3) == 0 && !pins.is_empty() {
+                let i = next(pins.len() as u64) as usize;
+                core.unpin(pins.swap_remove(i));
+                continue;
+            }
+            let before: Vec<_> = (0..32).map(|s| core.slot(s)).collect();
+            let any_empty = before.iter().any(|s| s.0 == SlotState::Empty);
+            match core.begin(key(next(128)), step, &table) {
+                Ok(CoreLookup::Ready(slot)) => pins.push(slot),
+                Ok(CoreLookup::Load { slot, .. }) => {
+                    let (state, _, pinned) = before[slot as usize];
+                    assert_eq!(pinned, 0, "step {step}: a pinned victim");
+                    assert_ne!(state, SlotState::Loading, "step {step}: a loading victim");
+                    assert!(!any_empty || state == SlotState::Empty, "step {step}");
+                    let k = core.slot(slot).1.unwrap();
+                    core.finish(slot, k, Ok(()), step).unwrap();
+                    pins.push(slot);
+                }
+                Ok(CoreLookup::Loading) => unreachable!("reads complete at once"),
+                Err(FetchError::Full) => {
+                    assert!(
+                        before.iter().all(|s| s.2 > 0),
+                        "step {step}: full with room"
+                    );
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    /// Micro-bench (issue 21): the cost of one victim choice with 65,536 ready, unpinned
+    /// slots, the full walk against the ordered set. Run:
+    /// `cargo test -p isnode-serve --release --lib cache::core::tests::victim_bench -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a measurement, run by hand"]
+    fn victim_bench() {
+        const SLOTS: u32 = 65_536;
+        const MISSES: u64 = 2_000;
+        // Sessions every 4096 blocks: a block's next use is its distance to the one below.
+        struct Every;
+        impl Demand for Every {
+            fn next_use(&self, _: u32, _: u32, block: u64) -> Option<u64> {
+                (block % 8192 < 6000).then_some((block % 4096) * 1_000)
+            }
+        }
+        let mut core = CacheCore::new(SLOTS, 1);
+        for b in 0..u64::from(SLOTS) {
+            let Ok(CoreLookup::Load { slot, .. }) = core.begin(key(b), 0, &Every) else {
+                panic!("fill");
+            };
+            core.finish(slot, key(b), Ok(()), 0).unwrap();
+            core.unpin(slot);
+        }
+        let (mut walk_ns, mut set_ns) = (0u128, 0u128);
+        for i in 0..MISSES {
+            let t = Instant::now();
+            std::hint::black_box(core.victim_by_walk(&Every));
+            walk_ns += t.elapsed().as_nanos();
+            let b = u64::from(SLOTS) + i;
+            let t = Instant::now();
+            let r = core.begin(key(b), i, &Every);
+            set_ns += t.elapsed().as_nanos();
+            let Ok(CoreLookup::Load { slot, .. }) = r else {
+                panic!("miss");
+            };
+            core.finish(slot, key(b), Ok(()), i).unwrap();
+            core.unpin(slot);
+        }
+        println!(
+            "victim choice, {SLOTS} slots: full walk {} ns, ordered set (whole miss) {} ns",
+            walk_ns / u128::from(MISSES),
+            set_ns / u128::from(MISSES)
+        );
     }
 }

@@ -12,6 +12,8 @@
 //! pinned. Eviction prefers, in order: empty slots, blocks no active session will need
 //! again, then the block whose next use is farthest away (interval caching: a block
 //! between two sessions of the same title stays for the follower).
+//! Choosing costs O(log n) amortised under the lock, not a walk of every slot: the
+//! evictable slots are kept ordered by their last scored next use (see [`core`]).
 
 pub(crate) mod core;
 #[cfg(test)]

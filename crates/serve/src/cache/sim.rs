@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use proptest::prelude::*;
 
-use super::core::{CacheCore, CoreLookup, SlotState};
+use super::core::{CacheCore, CoreLookup, Mutation, SlotState};
 use super::{BlockKey, Demand, FetchError};
 
 const RETRY_NS: u64 = 2_000_000_000;
@@ -51,6 +51,16 @@ struct World {
 }
 
 fn simulate(seed: u64, slots: u32, sessions: usize, fail_every: u64) -> (u64, u64) {
+    simulate_mutated(seed, slots, sessions, fail_every, Mutation::None)
+}
+
+fn simulate_mutated(
+    seed: u64,
+    slots: u32,
+    sessions: usize,
+    fail_every: u64,
+    mutation: Mutation,
+) -> (u64, u64) {
     let mut rng = seed;
     let mut next = move |n: u64| {
         // xorshift64*: deterministic per seed.
@@ -60,6 +70,7 @@ fn simulate(seed: u64, slots: u32, sessions: usize, fail_every: u64) -> (u64, u6
         rng % n.max(1)
     };
     let mut core = CacheCore::new(slots, RETRY_NS);
+    core.mutate(mutation);
     let mut w = World {
         memory: vec![None; slots as usize],
         ..World::default()
@@ -178,6 +189,25 @@ fn followers_hit_what_their_leader_loaded() {
     let (hits, reads) = simulate(7, 2 * BLOCKS as u32, 8, 0);
     assert_eq!(reads, 2 * BLOCKS, "one read per distinct block");
     assert_eq!(hits, 8 * BLOCKS);
+}
+
+/// A deliberately broken core (eviction ignoring pins, the pins then lost) is caught by
+/// the simulation's model of the pool's memory: a pinned slot reused, or its bytes changed.
+#[test]
+fn eviction_ignoring_pins_is_caught() {
+    let caught = std::panic::catch_unwind(|| {
+        simulate_mutated(7, 6, 8, 0, Mutation::EvictPinned);
+    });
+    let payload = caught.expect_err("the broken invariant went unnoticed");
+    let why = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(
+        why.contains("a pinned slot reused") || why.contains("pinned bytes changed"),
+        "caught for another reason: {why}"
+    );
 }
 
 proptest! {
