@@ -44,6 +44,8 @@ mod reader;
 mod registry;
 pub mod repair_policy;
 mod server;
+#[cfg(test)]
+mod sim;
 mod tls;
 mod uring;
 

@@ -1,0 +1,118 @@
+//! The simulation's seeds, and planted bugs it must catch.
+//!
+//! `seeds` runs seeds 1..=200 (`ISNODE_SIM_SEEDS=N` for 1..=N, `ISNODE_SIM_SEED=S` for
+//! seed S alone, `ISNODE_SIM_SESSIONS=N` sessions per seed, default 200).
+
+use super::{run, SimConfig, SimMutation, SimReport, Violation};
+
+const DEFAULT_SEEDS: u64 = 200;
+const DEFAULT_SESSIONS: usize = 200;
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+    )
+}
+
+fn sessions() -> usize {
+    env_u64("ISNODE_SIM_SESSIONS").map_or(DEFAULT_SESSIONS, |n| n as usize)
+}
+
+fn run_seed(seed: u64, mutation: SimMutation) -> Result<SimReport, Violation> {
+    run(SimConfig {
+        seed,
+        sessions: sessions(),
+        mutation,
+    })
+}
+
+#[test]
+fn seeds() {
+    let seeds: Vec<u64> = match env_u64("ISNODE_SIM_SEED") {
+        Some(s) => vec![s],
+        None => (1..=env_u64("ISNODE_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS)).collect(),
+    };
+    let mut total = SimReport::default();
+    for &seed in &seeds {
+        match run_seed(seed, SimMutation::None) {
+            Ok(r) => add(&mut total, &r),
+            Err(v) => panic!("{v}"),
+        }
+    }
+    eprintln!(
+        "simulation: {} seeds, {} sessions each: {total:?}",
+        seeds.len(),
+        sessions()
+    );
+    assert!(
+        total.admitted > 0 && total.refused > 0,
+        "admission both ways"
+    );
+    assert!(total.net_lost > 0 && total.net_corrupt > 0 && total.strays > 0);
+    assert!(
+        total.block_faults > 0 && total.skipped_bursts > 0,
+        "disk faults hit"
+    );
+    assert!(total.seeks > 0 && total.pauses > 0 && total.stops > 0);
+}
+
+fn add(t: &mut SimReport, r: &SimReport) {
+    t.admitted += r.admitted;
+    t.refused += r.refused;
+    t.packets_sent += r.packets_sent;
+    t.bytes_played += r.bytes_played;
+    t.blocks_read += r.blocks_read;
+    t.block_faults += r.block_faults;
+    t.net_lost += r.net_lost;
+    t.net_corrupt += r.net_corrupt;
+    t.duplicated += r.duplicated;
+    t.strays += r.strays;
+    t.pauses += r.pauses;
+    t.seeks += r.seeks;
+    t.stops += r.stops;
+    t.skipped_bursts += r.skipped_bursts;
+    t.end_ns = t.end_ns.max(r.end_ns);
+}
+
+/// The same seed gives the same run (what makes a printed seed a replay).
+#[test]
+fn a_seed_replays_exactly() {
+    let a = format!("{:?}", run_seed(7, SimMutation::None).expect("seed 7"));
+    let b = format!("{:?}", run_seed(7, SimMutation::None).expect("seed 7"));
+    assert_eq!(a, b);
+}
+
+/// Runs seeds with `mutation` until one fails; returns its violation.
+fn first_caught(mutation: SimMutation) -> Violation {
+    for seed in 1..=20 {
+        if let Err(v) = run_seed(seed, mutation) {
+            eprintln!("{mutation:?} caught: {v}");
+            assert!(v.to_string().contains("replay: ISNODE_SIM_SEED="));
+            return v;
+        }
+    }
+    panic!("{mutation:?} went unnoticed over 20 seeds");
+}
+
+#[test]
+fn eviction_ignoring_pins_is_caught() {
+    let v = first_caught(SimMutation::EvictPinned);
+    assert!(v.what.contains("pinned block was overwritten"), "{v}");
+}
+
+#[test]
+fn a_network_beyond_the_code_is_caught() {
+    let v = first_caught(SimMutation::NetworkOverBudget);
+    assert!(
+        v.what.contains("lost codeword") || v.what.contains("client output ends"),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_cache_that_skips_the_block_check_is_caught() {
+    let v = first_caught(SimMutation::SkipBlockCheck);
+    assert!(v.what.contains("not the stored packet"), "{v}");
+}
