@@ -13,7 +13,7 @@ use super::Rng;
 use crate::admission::{self, Limits, PoolLimit};
 use crate::cache::core::{CacheCore, CoreLookup, Mutation};
 use crate::cache::{BlockKey, Demand, FetchError};
-use crate::pacer::{codewords_in_block, send_rate_bps, Burst, Pacer, PacerConfig, Step};
+use crate::pacer::{blocks_of, codewords_in_block, send_rate_bps, Burst, Pacer, PacerConfig, Step};
 use crate::plane::LOOKAHEAD_CODEWORDS;
 
 const TICK_NS: u64 = 1_000_000;
@@ -145,6 +145,8 @@ struct Session {
     send_rate_bps: u64,
     /// Packets sent this tick, delivered at its end.
     batch: Vec<Vec<u8>>,
+    /// The codeword whose read-ahead was done.
+    read_ahead_at: Option<u32>,
 }
 
 /// A read in flight: the slot it fills, the block, what the disk returns.
@@ -197,6 +199,18 @@ pub(crate) fn run(cfg: SimConfig) -> Result<SimReport, Violation> {
 struct Positions<'a> {
     objs: &'a [Obj],
     at: Vec<(u32, u32)>,
+}
+
+/// The playing sessions' positions.
+fn positions<'a>(objs: &'a [Obj], sessions: &[Session]) -> Positions<'a> {
+    Positions {
+        objs,
+        at: sessions
+            .iter()
+            .filter(|s| s.phase == Phase::Playing)
+            .filter_map(|s| Some((objs[s.obj].toi, s.pacer.as_ref()?.codeword())))
+            .collect(),
+    }
 }
 
 impl Demand for Positions<'_> {
@@ -278,6 +292,7 @@ impl World {
         for i in 0..self.sessions.len() {
             self.drive(i)?;
             self.deliver(i)?;
+            self.check_playout(i)?;
         }
         self.check_global()
     }
@@ -346,6 +361,7 @@ impl World {
         if self.rng.one_in(600) {
             return self.viewer_event(i);
         }
+        self.read_ahead(i);
         self.send_due(i)?;
         let done = self.sessions[i].pacer.as_ref().is_some_and(Pacer::is_done);
         if done {
@@ -413,6 +429,7 @@ impl World {
         s.paused_ns = 0;
         s.paused_at = s.pacer.as_ref().filter(|p| p.is_paused()).map(|_| now);
         s.sent_bytes = 0;
+        s.read_ahead_at = None;
         Ok(())
     }
 
@@ -493,15 +510,7 @@ impl World {
             member: b.member,
             block: b.block,
         };
-        let positions = Positions {
-            objs: &self.objs,
-            at: self
-                .sessions
-                .iter()
-                .filter(|s| s.phase == Phase::Playing)
-                .filter_map(|s| Some((self.objs[s.obj].toi, s.pacer.as_ref()?.codeword())))
-                .collect(),
-        };
+        let positions = positions(&self.objs, &self.sessions);
         match self.core.begin(key, self.now_ns, &positions) {
             Ok(CoreLookup::Ready(slot)) => {
                 self.transmit(i, b, slot, key)?;
@@ -512,24 +521,7 @@ impl World {
             }
             Ok(CoreLookup::Loading) | Err(FetchError::Busy) | Err(FetchError::Full) => Ok(false),
             Ok(CoreLookup::Load { slot, .. }) => {
-                // The read overwrites the buffer from now on.
-                self.memory[slot as usize] = None;
-                let slow = self.rng.one_in(20);
-                let delay = if slow {
-                    self.rng.range(20_000_000, 80_000_000)
-                } else {
-                    self.rng.range(200_000, 2_000_000)
-                };
-                let result = self.objs[obj_i].read_block(b.member, b.block, &mut self.rng);
-                self.report.blocks_read += 1;
-                self.seq += 1;
-                let read = Read {
-                    slot,
-                    key,
-                    obj: obj_i,
-                    result,
-                };
-                self.reads.insert((self.now_ns + delay, self.seq), read);
+                self.start_read(slot, key, obj_i);
                 Ok(false)
             }
             Err(FetchError::Unavailable(_)) => {
@@ -539,6 +531,64 @@ impl World {
                 Ok(true)
             }
             Err(FetchError::Failed(e)) => Err(format!("begin never reads, yet: {e}")),
+        }
+    }
+
+    /// Starts the read of `key` into `slot` (the disk's answer is decided now, delivered
+    /// after its latency).
+    fn start_read(&mut self, slot: u32, key: BlockKey, obj_i: usize) {
+        // The read overwrites the buffer from now on.
+        self.memory[slot as usize] = None;
+        let delay = if self.rng.one_in(20) {
+            self.rng.range(20_000_000, 80_000_000)
+        } else {
+            self.rng.range(200_000, 2_000_000)
+        };
+        let result = self.objs[obj_i].read_block(key.member, key.block, &mut self.rng);
+        self.report.blocks_read += 1;
+        self.seq += 1;
+        let read = Read {
+            slot,
+            key,
+            obj: obj_i,
+            result,
+        };
+        self.reads.insert((self.now_ns + delay, self.seq), read);
+    }
+
+    /// The data plane's read-ahead: once per codeword, the blocks of the session's next
+    /// `LOOKAHEAD_CODEWORDS` codewords not in memory are read.
+    fn read_ahead(&mut self, i: usize) {
+        let s = &self.sessions[i];
+        let Some(c) = s
+            .pacer
+            .as_ref()
+            .filter(|p| !p.is_done())
+            .map(Pacer::codeword)
+        else {
+            return;
+        };
+        if s.read_ahead_at == Some(c) {
+            return;
+        }
+        let obj_i = s.obj;
+        let toi = self.objs[obj_i].toi;
+        let mut complete = true;
+        for (member, block) in blocks_of(&self.objs[obj_i].layout, c..c + LOOKAHEAD_CODEWORDS) {
+            let key = BlockKey { toi, member, block };
+            if self.core.contains(&key) {
+                continue;
+            }
+            let positions = positions(&self.objs, &self.sessions);
+            match self.core.begin(key, self.now_ns, &positions) {
+                Ok(CoreLookup::Load { slot, .. }) => self.start_read(slot, key, obj_i),
+                Ok(CoreLookup::Ready(slot)) => self.core.unpin(slot),
+                Ok(CoreLookup::Loading) | Err(FetchError::Unavailable(_)) => {}
+                Err(_) => complete = false,
+            }
+        }
+        if complete {
+            self.sessions[i].read_ahead_at = Some(c);
         }
     }
 
@@ -626,6 +676,7 @@ fn new_session(id: usize, of: usize, objs: &[Obj], rng: &mut Rng) -> Session {
         sent_bytes: 0,
         send_rate_bps: 0,
         batch: Vec::new(),
+        read_ahead_at: None,
     }
 }
 

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use isnode_recv::receiver::Output;
 
-use super::{Close, Phase, SimMutation, World};
+use super::{Close, Phase, SimMutation, World, BITRATE_BPS};
+
+/// The client's start-up buffer: the playout of a range begins this long after it starts.
+const PLAYOUT_DELAY_NS: u64 = 500_000_000;
 
 impl World {
     /// Whether the network may take one more symbol of codeword `sbn` from session `i`.
@@ -185,11 +188,37 @@ impl World {
         for (slot, key) in self.pins.values() {
             match &self.memory[*slot as usize] {
                 Some((held, _)) if held == key => {}
-                other => return Err(format!(
+                other => {
+                    return Err(format!(
                     "a pinned block was overwritten: slot {slot} pinned for {key:?} now holds {:?}",
                     other.as_ref().map(|(k, _)| k)
-                )),
+                ))
+                }
             }
+        }
+        Ok(())
+    }
+
+    /// The playout deadline: a playing client has every byte its playout (started
+    /// [`PLAYOUT_DELAY_NS`] after the range, at the media bitrate, stopped while paused)
+    /// has reached.
+    pub(super) fn check_playout(&self, i: usize) -> Result<(), String> {
+        let s = &self.sessions[i];
+        let (Phase::Playing, Some(rx)) = (s.phase, s.rx.as_ref()) else {
+            return Ok(());
+        };
+        let start = rx.output_start();
+        let len = self.objs[s.obj].layout.transfer_len() - start;
+        let playing_ns =
+            (self.now_ns - s.seg_start_ns - s.paused_ns).saturating_sub(PLAYOUT_DELAY_NS);
+        let due = u128::from(playing_ns) * u128::from(BITRATE_BPS) / 8_000_000_000;
+        let due = u64::try_from(due).unwrap_or(u64::MAX).min(len);
+        if s.out_next - start < due {
+            return Err(format!(
+                "session {i}: playout deadline missed: the client has {} bytes of its range, \
+                 {due} are due",
+                s.out_next - start
+            ));
         }
         Ok(())
     }
