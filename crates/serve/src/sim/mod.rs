@@ -49,7 +49,7 @@ mod store;
 mod tests;
 mod world;
 
-pub(crate) use world::{run, SimConfig, SimMutation, SimReport, Violation};
+pub(crate) use world::{replay_command, run, SimConfig, SimMutation, SimReport, Violation};
 
 /// xorshift64*: deterministic per seed, no dependency.
 pub(crate) struct Rng(u64);

@@ -1,9 +1,10 @@
 //! The simulation's seeds, and planted bugs it must catch.
 //!
 //! `seeds` runs seeds 1..=200 (`ISNODE_SIM_SEEDS=N` for 1..=N, `ISNODE_SIM_SEED=S` for
-//! seed S alone, `ISNODE_SIM_SESSIONS=N` sessions per seed, default 200).
+//! seed S alone, `ISNODE_SIM_SESSIONS=N` sessions per seed, default 200,
+//! `ISNODE_SIM_MUTATION=Name` with a planted bug).
 
-use super::{run, SimConfig, SimMutation, SimReport, Violation};
+use super::{replay_command, run, SimConfig, SimMutation, SimReport, Violation};
 
 const DEFAULT_SEEDS: u64 = 200;
 const DEFAULT_SESSIONS: usize = 200;
@@ -28,15 +29,46 @@ fn run_seed(seed: u64, mutation: SimMutation) -> Result<SimReport, Violation> {
     })
 }
 
+/// `ISNODE_SIM_MUTATION`: a planted bug by name, to replay a mutation test's seed.
+fn mutation() -> SimMutation {
+    let all = [
+        SimMutation::None,
+        SimMutation::EvictPinned,
+        SimMutation::NetworkOverBudget,
+        SimMutation::SkipBlockCheck,
+        SimMutation::SendEarly,
+        SimMutation::StuckReader,
+    ];
+    let Ok(name) = std::env::var("ISNODE_SIM_MUTATION") else {
+        return SimMutation::None;
+    };
+    all.into_iter()
+        .find(|m| format!("{m:?}") == name)
+        .unwrap_or_else(|| panic!("ISNODE_SIM_MUTATION={name:?}: one of {all:?}"))
+}
+
 #[test]
 fn seeds() {
     let seeds: Vec<u64> = match env_u64("ISNODE_SIM_SEED") {
         Some(s) => vec![s],
         None => (1..=env_u64("ISNODE_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS)).collect(),
     };
+    let mutation = mutation();
     let mut total = SimReport::default();
     for &seed in &seeds {
-        match run_seed(seed, SimMutation::None) {
+        let cfg = SimConfig {
+            seed,
+            sessions: sessions(),
+            mutation,
+        };
+        // A panic in the code under test names its seed too.
+        let outcome = std::panic::catch_unwind(|| run(cfg)).unwrap_or_else(|_| {
+            panic!(
+                "simulation seed {seed} panicked\n  replay: {}",
+                replay_command(&cfg)
+            )
+        });
+        match outcome {
             Ok(r) => add(&mut total, &r),
             Err(v) => panic!("{v}"),
         }
@@ -46,16 +78,18 @@ fn seeds() {
         seeds.len(),
         sessions()
     );
-    assert!(
-        total.admitted > 0 && total.refused > 0,
-        "admission both ways"
-    );
-    assert!(total.net_lost > 0 && total.net_corrupt > 0 && total.strays > 0);
-    assert!(
-        total.block_faults > 0 && total.skipped_bursts > 0,
-        "disk faults hit"
-    );
-    assert!(total.seeks > 0 && total.pauses > 0 && total.stops > 0);
+    if seeds.len() > 1 {
+        assert!(
+            total.admitted > 0 && total.refused > 0,
+            "admission both ways"
+        );
+        assert!(total.net_lost > 0 && total.net_corrupt > 0 && total.strays > 0);
+        assert!(
+            total.block_faults > 0 && total.skipped_bursts > 0,
+            "disk faults hit"
+        );
+        assert!(total.seeks > 0 && total.pauses > 0 && total.stops > 0);
+    }
 }
 
 fn add(t: &mut SimReport, r: &SimReport) {
@@ -89,7 +123,11 @@ fn first_caught(mutation: SimMutation) -> Violation {
     for seed in 1..=20 {
         if let Err(v) = run_seed(seed, mutation) {
             eprintln!("{mutation:?} caught: {v}");
-            assert!(v.to_string().contains("replay: ISNODE_SIM_SEED="));
+            let replay = format!("ISNODE_SIM_MUTATION={mutation:?} ISNODE_SIM_SEED={seed} ");
+            assert!(v.to_string().contains(&replay), "{v}");
+            // The replay breaks the same invariant at the same moment.
+            let again = run_seed(seed, mutation).expect_err("the replay passed");
+            assert_eq!((again.now_ns, &again.what), (v.now_ns, &v.what));
             return v;
         }
     }
@@ -115,4 +153,16 @@ fn a_network_beyond_the_code_is_caught() {
 fn a_cache_that_skips_the_block_check_is_caught() {
     let v = first_caught(SimMutation::SkipBlockCheck);
     assert!(v.what.contains("not the stored packet"), "{v}");
+}
+
+#[test]
+fn a_send_engine_ahead_of_its_pacer_is_caught() {
+    let v = first_caught(SimMutation::SendEarly);
+    assert!(v.what.contains("above its rate"), "{v}");
+}
+
+#[test]
+fn a_stalled_reader_misses_the_playout_deadline() {
+    let v = first_caught(SimMutation::StuckReader);
+    assert!(v.what.contains("playout deadline missed"), "{v}");
 }

@@ -52,6 +52,10 @@ pub(crate) enum SimMutation {
     NetworkOverBudget,
     /// Loaded blocks are not checked against their CRC32C.
     SkipBlockCheck,
+    /// The send engine sends what the pacer has due 200 ms from now.
+    SendEarly,
+    /// The reader stalls: every read takes a second more.
+    StuckReader,
 }
 
 /// One run.
@@ -88,21 +92,33 @@ pub(crate) struct SimReport {
 /// A broken invariant: where and what, and how to replay it.
 #[derive(Clone, Debug)]
 pub(crate) struct Violation {
-    pub seed: u64,
+    pub cfg: SimConfig,
     pub now_ns: u64,
     pub what: String,
+}
+
+/// The one command that replays `cfg`.
+pub(crate) fn replay_command(cfg: &SimConfig) -> String {
+    let bug = match cfg.mutation {
+        SimMutation::None => String::new(),
+        m => format!("ISNODE_SIM_MUTATION={m:?} "),
+    };
+    format!(
+        "{bug}ISNODE_SIM_SEED={} ISNODE_SIM_SESSIONS={} cargo test -p isnode-serve --lib \
+         sim::tests::seeds -- --nocapture",
+        cfg.seed, cfg.sessions
+    )
 }
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "simulation seed {} broke an invariant at {} ms: {}\n  replay: \
-             ISNODE_SIM_SEED={} cargo test -p isnode-serve --lib sim::tests::seeds -- --nocapture",
-            self.seed,
+            "simulation seed {} broke an invariant at {} ms: {}\n  replay: {}",
+            self.cfg.seed,
             self.now_ns / 1_000_000,
             self.what,
-            self.seed
+            replay_command(&self.cfg)
         )
     }
 }
@@ -274,7 +290,7 @@ impl World {
 
     fn violation(&self, what: String) -> Violation {
         Violation {
-            seed: self.cfg.seed,
+            cfg: self.cfg,
             now_ns: self.now_ns,
             what,
         }
@@ -477,13 +493,13 @@ impl World {
             let Some(pacer) = self.sessions[i].pacer.as_mut() else {
                 return Ok(());
             };
-            let due = pacer.next_due();
-            let Some(step) = pacer.peek(now) else {
+            let early_ns = match self.cfg.mutation {
+                SimMutation::SendEarly => 200_000_000,
+                _ => 0,
+            };
+            let Some(step) = pacer.peek(now + early_ns) else {
                 return Ok(());
             };
-            if due.is_some_and(|d| d > now) {
-                return Err(format!("session {i}: a step handed out before it is due"));
-            }
             let burst = match step {
                 Step::Fdt { .. } => {
                     pacer.advance();
@@ -543,6 +559,9 @@ impl World {
             self.rng.range(20_000_000, 80_000_000)
         } else {
             self.rng.range(200_000, 2_000_000)
+        } + match self.cfg.mutation {
+            SimMutation::StuckReader => 1_000_000_000,
+            _ => 0,
         };
         let result = self.objs[obj_i].read_block(key.member, key.block, &mut self.rng);
         self.report.blocks_read += 1;
