@@ -141,7 +141,7 @@ impl Obj {
     /// blocks, each only where every codeword keeps `reserve` symbols of its budget.
     pub(super) fn plan_faults(&mut self, rng: &mut Rng, reserve: u32) {
         let members = self.layout.params().members;
-        if rng.below(4) == 0 {
+        if rng.below(3) == 0 {
             let member = rng.below(u64::from(members)) as u32;
             let blocks = self.layout.member_blocks(member);
             let all_fit = (0..blocks).all(|b| {

@@ -85,9 +85,10 @@ fn seeds() {
         );
         assert!(total.net_lost > 0 && total.net_corrupt > 0 && total.strays > 0);
         assert!(
-            total.block_faults > 0 && total.skipped_bursts > 0,
+            total.block_faults > 0 && total.rebuilt_bursts > 0,
             "disk faults hit"
         );
+        assert!(total.lost_members > 0, "members lost");
         assert!(total.seeks > 0 && total.pauses > 0 && total.stops > 0);
     }
 }
@@ -106,7 +107,9 @@ fn add(t: &mut SimReport, r: &SimReport) {
     t.pauses += r.pauses;
     t.seeks += r.seeks;
     t.stops += r.stops;
-    t.skipped_bursts += r.skipped_bursts;
+    t.rebuilt_bursts += r.rebuilt_bursts;
+    t.planted_block_faults += r.planted_block_faults;
+    t.lost_members += r.lost_members;
     t.end_ns = t.end_ns.max(r.end_ns);
 }
 

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use isnode_recv::receiver::{Receiver, ReceiverConfig};
 use isnode_store::VolumeParams;
 
-use super::store::Obj;
+use super::store::{DiskFault, Obj};
 use super::Rng;
 use crate::admission::{self, Limits, PoolLimit};
 use crate::cache::core::{CacheCore, CoreLookup, Mutation};
@@ -85,7 +85,9 @@ pub(crate) struct SimReport {
     pub pauses: u64,
     pub seeks: u64,
     pub stops: u64,
-    pub skipped_bursts: u64,
+    pub rebuilt_bursts: u64,
+    pub planted_block_faults: u64,
+    pub lost_members: u64,
     pub end_ns: u64,
 }
 
@@ -248,9 +250,12 @@ impl World {
         let mut objs: Vec<Obj> = (0..OBJECTS)
             .map(|i| Obj::new(params(), 1 + i, rng.range(600, 40_000), &mut rng))
             .collect();
+        let mut report = SimReport::default();
         for o in &mut objs {
-            // Keep one symbol of every codeword for the network to take.
-            o.plan_faults(&mut rng, 1);
+            o.plan_faults(&mut rng, 0);
+            report.planted_block_faults += o.faults.len() as u64;
+            let members = o.faults.values().filter(|f| **f == DiskFault::LostMember);
+            report.lost_members += u64::from(members.count() > 0);
         }
         let mut core = CacheCore::new(SLOTS, RETRY_NS);
         if cfg.mutation == SimMutation::EvictPinned {
@@ -284,7 +289,7 @@ impl World {
             seq: 0,
             sessions,
             limits,
-            report: SimReport::default(),
+            report,
         }
     }
 
@@ -540,12 +545,8 @@ impl World {
                 self.start_read(slot, key, obj_i);
                 Ok(false)
             }
-            Err(FetchError::Unavailable(_)) => {
-                // The block is unreadable: its packets are not sent (the client's FEC
-                // covers them; the fault plan kept them within m).
-                self.report.skipped_bursts += 1;
-                Ok(true)
-            }
+            // The block is unreadable: the degraded path rebuilds its packets.
+            Err(FetchError::Unavailable(_)) => self.send_rebuilt(i, b),
             Err(FetchError::Failed(e)) => Err(format!("begin never reads, yet: {e}")),
         }
     }
@@ -613,29 +614,41 @@ impl World {
 
     /// Sends the packets of `b` from `slot`'s buffer, checking each against the store.
     fn transmit(&mut self, i: usize, b: &Burst, slot: u32, key: BlockKey) -> Result<(), String> {
-        let obj = &self.objs[self.sessions[i].obj];
-        let plen = obj.layout.params().packet_len() as usize;
+        let plen = self.objs[self.sessions[i].obj].layout.params().packet_len() as usize;
         let Some((held, bytes)) = &self.memory[slot as usize] else {
             return Err(format!("slot {slot} handed out for {key:?} holds nothing"));
         };
         if *held != key {
             return Err(format!("slot {slot} handed out for {key:?} holds {held:?}"));
         }
-        for (n, esi) in b.esis.clone().enumerate() {
-            let at = (b.first_in_block as usize + n) * plen;
-            let sent = bytes.get(at..at + plen).ok_or("a burst past its block")?;
+        let at = b.first_in_block as usize * plen;
+        let packets = bytes
+            .get(at..at + b.len() as usize * plen)
+            .ok_or("a burst past its block")?
+            .chunks(plen)
+            .map(<[u8]>::to_vec)
+            .collect();
+        self.send_packets(i, b, packets)
+    }
+
+    /// Sends `packets` (those of burst `b`), checking each against the store and the
+    /// session's rate.
+    fn send_packets(&mut self, i: usize, b: &Burst, packets: Vec<Vec<u8>>) -> Result<(), String> {
+        let obj = &self.objs[self.sessions[i].obj];
+        let plen = obj.layout.params().packet_len() as usize;
+        for (sent, esi) in packets.into_iter().zip(b.esis.clone()) {
             let stored = obj
                 .packets
                 .get(b.sbn as usize)
                 .and_then(|cw| cw.get(esi as usize))
                 .ok_or("a burst of a symbol the object lacks")?;
-            if sent != stored.as_slice() {
+            if sent != *stored {
                 return Err(format!(
                     "session {i} sent a packet that is not the stored packet (toi {}, sbn {}, esi {esi})",
                     obj.toi, b.sbn
                 ));
             }
-            self.sessions[i].batch.push(sent.to_vec());
+            self.sessions[i].batch.push(sent);
         }
         let s = &mut self.sessions[i];
         s.sent_bytes += (b.len() as usize * plen) as u64;
@@ -700,3 +713,4 @@ fn new_session(id: usize, of: usize, objs: &[Obj], rng: &mut Rng) -> Session {
 }
 
 mod client;
+mod degraded;

@@ -12,18 +12,18 @@ use super::{Close, Phase, SimMutation, World, BITRATE_BPS};
 const PLAYOUT_DELAY_NS: u64 = 500_000_000;
 
 impl World {
-    /// Whether the network may take one more symbol of codeword `sbn` from session `i`.
+    /// Whether the network may take one more symbol of codeword `sbn` from session `i`:
+    /// the server rebuilds what the disk lost (the degraded path), so the client's code
+    /// covers the network's losses alone.
     fn budget_left(&self, i: usize, sbn: u32) -> bool {
         let s = &self.sessions[i];
-        let obj = &self.objs[s.obj];
-        let m = obj.layout.params().repair_symbols;
-        let disk = obj.disk_lost.get(sbn as usize).copied().unwrap_or(m);
+        let m = self.objs[s.obj].layout.params().repair_symbols;
         let net = s.net_lost.get(&sbn).copied().unwrap_or(0);
         let cap = match self.cfg.mutation {
             SimMutation::NetworkOverBudget => m + 1,
             _ => m,
         };
-        disk + net < cap
+        net < cap
     }
 
     /// Whether the network takes this packet (lost or corrupted), within the budget.
