@@ -14,6 +14,9 @@
 //!   the bursts it says when it says;
 //! - the cache's state machine ([`crate::cache::core::CacheCore`]: lookup, victim choice
 //!   by next use, pins, failed-block memory), with next use from the sessions' positions;
+//! - the degraded path's rebuild: an unreadable block's packets rebuilt from the other
+//!   members' blocks in the pool by `isnode_store::codeword::read_codeword` and framed by
+//!   `isnode_wire::build_data_packet` (as `plane::degraded` does);
 //! - the client's receive core ([`isnode_recv::receiver::Receiver`]: CRC, reorder,
 //!   Reed-Solomon decode, in-order release), one per played range.
 //!
@@ -23,23 +26,26 @@
 //! tick's batch, stray packets of another session, CRC-invalid forgeries), the send
 //! engine (a burst is sent at once from the slot and keeps its pin 0–3 ms, like a
 //! zero-copy send in flight), and viewers' behaviour (when sessions start, pause, seek,
-//! stop). A block the disk cannot give is skipped by the session (what the client's FEC
-//! covers); the degraded path, hedged reads, broadcast channels, start-up bursts,
-//! adaptive repair and the FDT's bytes are not simulated.
+//! stop), and the degraded path's driver (which blocks to pin, when to retry). Member
+//! health, hedged reads, broadcast channels, start-up bursts, adaptive repair, token echo,
+//! unicast repair and the FDT's bytes are not simulated.
 //!
-//! **Fault budget** (as VOPR keeps one good copy): per codeword and session, the symbols
-//! lost on disk (counted when the fault plan is made) plus those the network drops or
-//! corrupts never exceed m; so every codeword must decode.
+//! **Fault budget** (as VOPR keeps one good copy): the disk faults never make more than m
+//! symbols of a codeword unreadable (so the server rebuilds every block), and the network
+//! never takes more than m symbols of a codeword from one client (so it decodes every
+//! codeword).
 //!
-//! **Invariants**, checked after every step: every packet sent is byte-equal to the
-//! stored packet of its session's object for that SBN and ESI; no session sends faster
-//! than its send rate allows (bytes sent since its start or seek, less paused time, within
-//! one burst and one codeword of `send_rate × time`); the admitted sessions' rates stay
-//! within the bitrate budget; no block is overwritten while a send pins it (a shadow of
-//! the pool's memory, independent of the core's counters); the ready slots stay within
-//! the pool; every admitted session ends before the virtual deadline and every pin is
-//! released; every client's output is in order, byte-identical to the object, with no
-//! lost range, and reaches at least the codewords the server finished sending.
+//! **Invariants**, checked after every step: every packet sent (read or rebuilt) is
+//! byte-equal to the stored packet of its session's object for that SBN and ESI; no
+//! session sends faster than its send rate allows (bytes sent since its start or seek,
+//! less paused time, within one burst and one codeword of `send_rate × time`); the
+//! admitted sessions' rates stay within the bitrate budget; no block is overwritten while
+//! a send pins it (a shadow of the pool's memory, independent of the core's counters); the
+//! ready slots stay within the pool; every client's output is in order, byte-identical to
+//! the object, with no lost range, reaches at least the codewords the server finished
+//! sending, and keeps ahead of its playout (500 ms after the range starts, at the media
+//! bitrate); every admitted session ends before the virtual deadline and every pin is
+//! released.
 //!
 //! Run: `cargo test -p isnode-serve --lib sim::` (200 seeds); more seeds with
 //! `ISNODE_SIM_SEEDS=5000`; replay one with `ISNODE_SIM_SEED=S` (see docs/simulation.md).

@@ -38,6 +38,7 @@ fn mutation() -> SimMutation {
         SimMutation::SkipBlockCheck,
         SimMutation::SendEarly,
         SimMutation::StuckReader,
+        SimMutation::DegradedSkips,
     ];
     let Ok(name) = std::env::var("ISNODE_SIM_MUTATION") else {
         return SimMutation::None;
@@ -168,4 +169,13 @@ fn a_send_engine_ahead_of_its_pacer_is_caught() {
 fn a_stalled_reader_misses_the_playout_deadline() {
     let v = first_caught(SimMutation::StuckReader);
     assert!(v.what.contains("playout deadline missed"), "{v}");
+}
+
+#[test]
+fn a_degraded_path_that_skips_is_caught() {
+    let v = first_caught(SimMutation::DegradedSkips);
+    assert!(
+        v.what.contains("lost codeword") || v.what.contains("client output ends"),
+        "{v}"
+    );
 }

@@ -56,6 +56,8 @@ pub(crate) enum SimMutation {
     SendEarly,
     /// The reader stalls: every read takes a second more.
     StuckReader,
+    /// The degraded path skips an unreadable block's packets instead of rebuilding them.
+    DegradedSkips,
 }
 
 /// One run.
@@ -546,6 +548,9 @@ impl World {
                 Ok(false)
             }
             // The block is unreadable: the degraded path rebuilds its packets.
+            Err(FetchError::Unavailable(_)) if self.cfg.mutation == SimMutation::DegradedSkips => {
+                Ok(true)
+            }
             Err(FetchError::Unavailable(_)) => self.send_rebuilt(i, b),
             Err(FetchError::Failed(e)) => Err(format!("begin never reads, yet: {e}")),
         }
