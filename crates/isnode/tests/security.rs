@@ -228,15 +228,39 @@ fn another_address_cannot_delete_or_steer_a_session() {
     let attempts: Vec<(std::net::IpAddr, (&str, &str), &str, String, Option<&str>)> = vec![
         (LO2, (SECRET, &secret), "DELETE", path(""), None),
         (LO2, (SECRET, &secret), "POST", path("/keepalive"), None),
-        (LO2, (SECRET, &secret), "POST", path("/control"), Some(&pause)),
-        (LO2, (SECRET, &secret), "POST", path("/validate"), Some(&token)),
+        (
+            LO2,
+            (SECRET, &secret),
+            "POST",
+            path("/control"),
+            Some(&pause),
+        ),
+        (
+            LO2,
+            (SECRET, &secret),
+            "POST",
+            path("/validate"),
+            Some(&token),
+        ),
         (LO1, ("", ""), "DELETE", path(""), None),
         (LO1, (SECRET, &wrong), "DELETE", path(""), None),
-        (LO1, (SECRET, &wrong), "POST", path("/control"), Some(&pause)),
+        (
+            LO1,
+            (SECRET, &wrong),
+            "POST",
+            path("/control"),
+            Some(&pause),
+        ),
         (LO1, ("", ""), "POST", path("/keepalive"), None),
         // The secret no longer rides `Authorization` (role tokens only).
         (LO1, ("Authorization", &bearer), "DELETE", path(""), None),
-        (LO1, ("Authorization", &bearer), "POST", path("/keepalive"), None),
+        (
+            LO1,
+            ("Authorization", &bearer),
+            "POST",
+            path("/keepalive"),
+            None,
+        ),
     ];
     for (from, (name, value), method, p, body) in &attempts {
         let auth = (name, value);

@@ -327,9 +327,7 @@ impl ControlClient {
     /// already forgot is not an error.
     pub fn delete_session(&self, id: &str, secret: &str) -> anyhow::Result<()> {
         let url = format!("{}/v1/sessions/{id}", self.base);
-        let resp = self
-            .session_req(self.agent.delete(&url), secret)
-            .call()?;
+        let resp = self.session_req(self.agent.delete(&url), secret).call()?;
         if resp.status().as_u16() == 404 {
             return Ok(());
         }

@@ -81,10 +81,15 @@ pub(crate) fn serve(
         let _ = ready.send(Ok(()));
         let reaper = tokio::spawn(reap(sh.clone()));
         let sampler = tokio::spawn(status::sample_egress(sh.clone()));
+        let last_use = tokio::spawn(write_last_use(sh.clone()));
         // Connections still busy 2 s after the stop are dropped.
         server.run(listener, stop, Duration::from_secs(2)).await;
         reaper.abort();
         sampler.abort();
+        last_use.abort();
+        // The last uses since the last write.
+        let sh = sh.clone();
+        let _ = tokio::task::spawn_blocking(move || sh.flush_last_use()).await;
     });
     // A catalog lookup still running on the blocking pool is not waited for long.
     rt.shutdown_timeout(Duration::from_secs(2));
@@ -110,7 +115,11 @@ impl Routes {
     }
 
     /// Adds `methods` at `path`.
-    pub(super) fn route(mut self, path: &'static str, methods: MethodRouter<Arc<Shared>>) -> Routes {
+    pub(super) fn route(
+        mut self,
+        path: &'static str,
+        methods: MethodRouter<Arc<Shared>>,
+    ) -> Routes {
         #[cfg(test)]
         self.paths.push(path);
         self.router = self.router.route(path, methods);
@@ -172,6 +181,18 @@ fn router(sh: Arc<Shared>) -> Router {
         ))
         .layer(axum::middleware::from_fn(errors::limits_and_json_errors))
         .with_state(sh)
+}
+
+/// Writes the tokens' last uses beside the token file every
+/// [`crate::auth::last_use::FLUSH_INTERVAL_S`] (when they changed), off the runtime.
+async fn write_last_use(sh: Arc<Shared>) {
+    let every = Duration::from_secs(crate::auth::last_use::FLUSH_INTERVAL_S);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tick.tick().await;
+        let sh = sh.clone();
+        let _ = tokio::task::spawn_blocking(move || sh.flush_last_use()).await;
+    }
 }
 
 /// Forgets ended sessions: expired and deleted ones at once, done ones after the timeout.

@@ -18,11 +18,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::{ConnectInfo, FromRequestParts, Path};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::extract::State;
 use isnode_proto::auth::{
     keys_equal, parse_key_hex, parse_session_secret, token_datagram, ValidateSession,
     SESSION_SECRET_HEADER,
@@ -88,19 +88,26 @@ impl IntoResponse for NotOwned {
 
 /// Whether a request from `peer` with `headers` may act on `s`: from the creating
 /// address, with its secret.
-fn authorize(s: &StreamShared, peer: Option<SocketAddr>, headers: &HeaderMap) -> Result<(), NotOwned> {
+fn authorize(
+    s: &StreamShared,
+    peer: Option<SocketAddr>,
+    headers: &HeaderMap,
+) -> Result<(), NotOwned> {
     let Some(owner) = s.owner else {
         return Err(NotOwned::Forbidden(
             "a broadcast channel is steered by its broadcast",
         ));
     };
-    let from_creator =
-        peer.is_some_and(|p| p.ip().to_canonical() == s.peer_ip.to_canonical());
+    let from_creator = peer.is_some_and(|p| p.ip().to_canonical() == s.peer_ip.to_canonical());
     if !from_creator {
-        return Err(NotOwned::Forbidden("only the session's creator may do this"));
+        return Err(NotOwned::Forbidden(
+            "only the session's creator may do this",
+        ));
     }
     let sent = headers.get(SESSION_SECRET_HEADER);
-    let secret = sent.and_then(|v| v.to_str().ok()).and_then(parse_session_secret);
+    let secret = sent
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_session_secret);
     match (secret, sent) {
         (Some(k), _) if keys_equal(&k, &owner.secret) => Ok(()),
         (Some(_), _) => Err(NotOwned::Forbidden("wrong session secret")),
@@ -119,7 +126,11 @@ fn authorize(s: &StreamShared, peer: Option<SocketAddr>, headers: &HeaderMap) ->
 
 /// The session of the request's `{id}` in the `wanted` state if the request may act on
 /// it; counted in `isnode_forbidden_total` when it may not.
-async fn extract(parts: &mut Parts, sh: &Arc<Shared>, wanted: Wanted) -> Result<Arc<StreamShared>, NotOwned> {
+async fn extract(
+    parts: &mut Parts,
+    sh: &Arc<Shared>,
+    wanted: Wanted,
+) -> Result<Arc<StreamShared>, NotOwned> {
     let Path(id) = Path::<String>::from_request_parts(parts, sh)
         .await
         .map_err(NotOwned::BadPath)?;
@@ -130,7 +141,10 @@ async fn extract(parts: &mut Parts, sh: &Arc<Shared>, wanted: Wanted) -> Result<
     let Some(s) = s else {
         return Err(NotOwned::NoSession { id, wanted });
     };
-    let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
     authorize(&s, peer, &parts.headers).inspect_err(|_| {
         sh.metrics.forbidden.fetch_add(1, Ordering::Relaxed);
     })?;
@@ -141,7 +155,9 @@ impl FromRequestParts<Arc<Shared>> for OwnedSession {
     type Rejection = NotOwned;
 
     async fn from_request_parts(parts: &mut Parts, sh: &Arc<Shared>) -> Result<Self, NotOwned> {
-        extract(parts, sh, Wanted::Streaming).await.map(OwnedSession)
+        extract(parts, sh, Wanted::Streaming)
+            .await
+            .map(OwnedSession)
     }
 }
 

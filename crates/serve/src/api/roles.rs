@@ -131,9 +131,19 @@ fn check_token(sh: &Shared, parts: &Parts, role: Role) -> Result<(), ApiError> {
     };
     match store.lookup(&token) {
         None => Err(fail(sh, Failure::Unknown, role)),
-        Some(r) if r.has(role) => Ok(()),
+        Some(r) if r.has(role) => {
+            sh.last_use.touch(&r.sha256, unix_now_s());
+            Ok(())
+        }
         Some(_) => Err(fail(sh, Failure::WrongRole, role)),
     }
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+fn unix_now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Why a request was refused (its index in `metrics::AUTH_FAILURE_REASONS`).

@@ -61,7 +61,13 @@ fn http_as(
     token: &str,
 ) -> std::io::Result<(u16, String)> {
     let auth = (!token.is_empty()).then(|| format!("Bearer {token}"));
-    http_with(addr, method, path, body, &[("Authorization", auth.as_deref())])
+    http_with(
+        addr,
+        method,
+        path,
+        body,
+        &[("Authorization", auth.as_deref())],
+    )
 }
 
 /// [`http`] with a session's secret (`Isnode-Session-Secret`; none if empty).
@@ -260,4 +266,65 @@ fn keepalives_carry_loss_reports() {
     assert!(server.metrics().loss_reports >= 2);
 }
 
+/// The session routes take the session's secret in `Isnode-Session-Secret` only (the
+/// [`super::owner::OwnedSession`] check): not in `Authorization`, not a wrong or malformed
+/// one; each refusal is a counted `403` saying what is wrong, and an unknown session `404`.
+#[test]
+fn session_routes_take_the_secret_in_its_own_header() {
+    let dir = volume();
+    let server = server(&dir);
+    let addr = server.local_addr();
+    let (status, body) = http(
+        addr,
+        "POST",
+        "/v1/sessions",
+        r#"{"object":"a.ts","port":9}"#,
+    )
+    .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let info: isnode_proto::SessionInfo = serde_json::from_str(&body).unwrap();
+    let keepalive = format!("/v1/sessions/{}/keepalive", info.id);
+    let bearer = format!("Bearer {}", info.secret);
+    let wrong = "0".repeat(32);
+    let upper = info.secret.to_uppercase();
+    let refused: [(&str, &str, &str); 4] = [
+        ("Authorization", &bearer, "Isnode-Session-Secret"),
+        ("Isnode-Session-Secret", &wrong, "wrong session secret"),
+        ("Isnode-Session-Secret", &upper, "32 lowercase"),
+        ("X-Other", "1", "Isnode-Session-Secret"),
+    ];
+    for (i, (name, value, says)) in refused.iter().enumerate() {
+        let (status, body) =
+            http_with(addr, "POST", &keepalive, "", &[(name, Some(value))]).unwrap();
+        assert_eq!(status, 403, "{name}: {body}");
+        assert!(body.contains(says), "{name}: {body}");
+        assert_eq!(server.metrics().forbidden, i as u64 + 1);
+    }
+    let owner = |method, path: &str| http_owner(addr, method, path, "", &info.secret).unwrap();
+    assert_eq!(owner("POST", &keepalive).0, 204);
+    // Not validated yet (validation is off here: streaming at once), so a control is taken.
+    let control = format!("/v1/sessions/{}/control", info.id);
+    let (status, body) = http_owner(
+        addr,
+        "POST",
+        &control,
+        r#"{"action":"pause"}"#,
+        &info.secret,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = owner("POST", "/v1/sessions/0123456789abcdef/keepalive");
+    assert_eq!(
+        (status, body.contains("no streaming session")),
+        (404, true),
+        "{body}"
+    );
+    let session = format!("/v1/sessions/{}", info.id);
+    assert_eq!(owner("DELETE", &session).0, 204);
+    let (status, body) = owner("DELETE", &session);
+    assert_eq!((status, body.contains("no session")), (404, true), "{body}");
+    assert_eq!(server.metrics().forbidden, 4, "404s are not refusals");
+}
+
 mod roles;
+mod upload_room;

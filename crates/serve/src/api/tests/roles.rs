@@ -127,7 +127,10 @@ fn the_table_lists_every_route_of_the_real_router() {
     router_paths.sort_unstable();
     assert_eq!(router_paths.len(), built.len(), "a path added twice");
     router_paths.dedup();
-    assert_eq!(router_paths, table_paths, "the router's paths and the table's");
+    assert_eq!(
+        router_paths, table_paths,
+        "the router's paths and the table's"
+    );
 
     // Closed: nothing runs past the role checks (no upload, delete or stream).
     let dir = volume();
@@ -150,7 +153,11 @@ fn the_table_lists_every_route_of_the_real_router() {
             if status != 405 {
                 answered += 1;
             }
-            assert_eq!(status != 405, listed, "the router and the table differ: {ctx}");
+            assert_eq!(
+                status != 405,
+                listed,
+                "the router and the table differ: {ctx}"
+            );
         }
     }
     assert_eq!(answered, ROUTES.len(), "routes the router answers");
