@@ -225,7 +225,14 @@ fn another_address_cannot_delete_or_steer_a_session() {
     let token = json!({"token": "0".repeat(32)}).to_string();
     const SECRET: &str = "Isnode-Session-Secret";
     // (from, header, method, path, body): every one must be refused with 403.
-    let attempts: Vec<(std::net::IpAddr, (&str, &str), &str, String, Option<&str>)> = vec![
+    type Attempt<'a> = (
+        std::net::IpAddr,
+        (&'a str, &'a str),
+        &'a str,
+        String,
+        Option<&'a str>,
+    );
+    let attempts: Vec<Attempt> = vec![
         (LO2, (SECRET, &secret), "DELETE", path(""), None),
         (LO2, (SECRET, &secret), "POST", path("/keepalive"), None),
         (
