@@ -243,3 +243,27 @@ fn failed_authentications_are_slowed_down_with_429() {
     let (status, body) = http(addr, "GET", "/v1/objects", "").unwrap();
     assert_eq!(status, 200, "{body}");
 }
+
+#[test]
+fn a_token_s_use_is_recorded_and_written_beside_the_token_file() {
+    let dir = volume();
+    let t = with_tokens(&dir);
+    let server = server_with(&dir, true);
+    let addr = server.local_addr();
+    let store = server.shared.tokens.read().unwrap().clone().unwrap();
+    let hash = |name: &str| store.find(name).unwrap().sha256.clone();
+    let (status, _) = http_as(addr, "GET", "/metrics", "", &t.metrics).unwrap();
+    assert_eq!(status, 200);
+    // A refused use (wrong role) is not a use.
+    let (status, _) = http_as(addr, "GET", "/metrics", "", &t.viewer).unwrap();
+    assert_eq!(status, 403);
+    assert!(server.shared.last_use.get(&hash("m")).is_some());
+    assert_eq!(server.shared.last_use.get(&hash("v")), None);
+    let side = crate::auth::last_use::side_path(&server.shared.tokens_path);
+    assert!(!side.exists(), "not written on the request path");
+    // Written at shutdown (and every FLUSH_INTERVAL_S while running).
+    server.shutdown();
+    let times = crate::auth::last_use::read(&side).unwrap();
+    assert!(times.contains_key(&hash("m")), "{times:?}");
+    assert!(!times.contains_key(&hash("v")) && !times.contains_key(&hash("o")));
+}
