@@ -189,8 +189,8 @@ pub(crate) struct RemoteArgs {
     /// `http://127.0.0.1:7878`, instead of the local `--volume`.
     #[arg(long)]
     pub server: Option<String>,
-    /// Operator token, sent as `Authorization: Bearer TOKEN` (with `--server`).
-    #[arg(long, requires = "server")]
+    /// Operator token, sent as `Authorization: Bearer TOKEN` (used with `--server` only).
+    #[arg(long, env = "ISNODE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Trust only this CA certificate (PEM) for an `https://` server (`isnode cert`).
     #[arg(long, requires = "server")]
@@ -564,7 +564,7 @@ pub(crate) struct CertArgs {
 pub(crate) enum TokenCommand {
     /// Make a new token and print it (once: only its hash is kept).
     Add(TokenAddArgs),
-    /// Show the tokens: names, roles, creation.
+    /// Show the tokens: names, roles, creation and last use.
     List(TokenFileArgs),
     /// Remove a token (a running server refuses it after its reload, SIGHUP).
     Revoke(TokenRevokeArgs),

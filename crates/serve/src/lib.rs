@@ -45,6 +45,7 @@ mod registry;
 pub mod repair_policy;
 mod server;
 mod tls;
+mod uploads;
 mod uring;
 
 pub use api::errors::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};

@@ -82,6 +82,10 @@ pub(crate) struct Shared {
     pub auth_throttle: std::sync::Mutex<crate::auth::throttle::Throttle>,
     /// The token file [`reload_tokens`] reads.
     pub tokens_path: std::path::PathBuf,
+    /// When each token was last used (written beside the token file by the API's writer).
+    pub last_use: crate::auth::last_use::LastUse,
+    /// The quota room held by the uploads under way (`uploads.rs`).
+    pub uploads: Arc<crate::uploads::Uploads>,
 }
 
 /// Reads the token file again and puts it in force at once (revoked tokens are refused
@@ -123,6 +127,23 @@ fn load_tokens(
 }
 
 impl Shared {
+    /// Writes the tokens' last uses beside the token file if they changed (blocking); a
+    /// failure is logged and retried at the next call.
+    pub(crate) fn flush_last_use(&self) {
+        let tokens = self
+            .tokens
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(tokens) = tokens else {
+            return;
+        };
+        let path = crate::auth::last_use::side_path(&self.tokens_path);
+        if let Err(e) = self.last_use.flush(&path, &tokens) {
+            tracing::warn!("writing the tokens' last uses: {e}");
+        }
+    }
+
     /// The configuration in force (cheap: an atomic load; hold it only briefly).
     pub(crate) fn config(&self) -> arc_swap::Guard<Arc<ServeConfig>> {
         self.config.load()
@@ -492,7 +513,11 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         sendfile_sessions,
         tokens: std::sync::RwLock::new(tokens),
         auth_throttle: std::sync::Mutex::new(crate::auth::throttle::Throttle::default()),
+        last_use: crate::auth::last_use::LastUse::load(&crate::auth::last_use::side_path(
+            &tokens_path,
+        )),
         tokens_path,
+        uploads: Arc::default(),
     });
     let api_tls = tls.clone();
     let mut handle = ServerHandle {

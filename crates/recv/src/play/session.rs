@@ -588,7 +588,13 @@ pub(super) fn run_session(
     let repair = (!args.no_repair && setup.session_id.is_some()).then(|| {
         let backoff = Duration::from_millis(args.repair_backoff_ms);
         let cw = repair::codeword_time(&rx, setup.bitrate_bps);
-        Repair::start((&args.server, tls), &setup.object, backoff, cw, requested)
+        Repair::start(
+            (&args.server, tls, args.token.as_deref()),
+            &setup.object,
+            backoff,
+            cw,
+            requested,
+        )
     });
     let mut feed = Feed {
         rx,

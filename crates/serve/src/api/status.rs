@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use isnode_proto::status::{
     MemberHealth, StatusBody, StatusBroadcast, StatusCache, StatusMember, StatusSession,
     StatusTitle, StatusTotals,
@@ -27,10 +27,9 @@ const PAGE_HTML: &str = include_str!("../ui/index.html");
 const PAGE_JS: &str = include_str!("../ui/app.js");
 const PAGE_CSS: &str = include_str!("../ui/style.css");
 
-/// The status routes (merged into the API's router).
-pub(super) fn routes() -> Router<Arc<Shared>> {
-    Router::new()
-        .route("/v1/status", get(status))
+/// `r` with the status routes added.
+pub(super) fn routes(r: super::Routes) -> super::Routes {
+    r.route("/v1/status", get(status))
         .route(
             "/",
             get(|| async { asset("text/html; charset=utf-8", PAGE_HTML) }),
