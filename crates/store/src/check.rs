@@ -50,6 +50,8 @@ pub struct CheckReport {
     pub blocks: u64,
     /// Packets verified.
     pub packets: u64,
+    /// The catalog's state of every member (ok, failed, rebuilding with its progress).
+    pub member_states: Vec<crate::MemberState>,
     /// Problems with member directories themselves.
     pub member_problems: Vec<String>,
     /// Whether the member directories were recreated in this run.
@@ -84,8 +86,7 @@ impl CheckReport {
     }
 }
 
-/// The flock a repairing check holds (`DIR/repair.lock`): repairs are serialized.
-const REPAIR_LOCK_FILE: &str = "repair.lock";
+use crate::rebuild::REPAIR_LOCK_FILE;
 
 /// Checks (and with `opts.repair`, repairs) every object of the volume.
 pub fn check(
@@ -100,6 +101,7 @@ pub fn check(
         false => None,
     };
     let mut report = CheckReport {
+        member_states: vol.member_states()?,
         members_repaired: opts.repair,
         ..CheckReport::default()
     };

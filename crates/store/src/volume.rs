@@ -287,6 +287,21 @@ impl Volume {
         &mut self.catalog
     }
 
+    /// The catalog's state of every member, by index (ok, failed, rebuilding).
+    pub fn member_states(&self) -> Result<Vec<crate::MemberState>, StoreError> {
+        self.catalog.member_states()
+    }
+
+    /// Records the state of `member` in the catalog, in one transaction (the server marks
+    /// a member failed after repeated read errors; a rebuild moves it on).
+    pub fn set_member_state(
+        &mut self,
+        member: u32,
+        state: &crate::MemberState,
+    ) -> Result<(), StoreError> {
+        self.catalog.set_member_state(member, state)
+    }
+
     /// Complete objects, by TOI, valid ones only (bad ones: [`Volume::entries`]).
     pub fn objects(&self) -> Result<Vec<ObjectRecord>, StoreError> {
         self.catalog.objects(ObjectState::Complete)
