@@ -214,7 +214,7 @@ fn rebuild_object(
 ) -> Result<Option<u64>, StoreError> {
     let layout = vol.layout(rec)?;
     let packet_len = u64::from(layout.params().packet_len());
-    let tmp = vol.tmp_segment_path(member, rec.toi);
+    let tmp = vol.rebuild_segment_path(member, rec.toi);
     let written = layout.segment_len_bytes(member);
     let decoded = (|| -> Result<Option<Vec<crate::catalog::BlockRecord>>, StoreError> {
         let mut writer = SegmentWriter::create(&tmp, member, &layout)?;
