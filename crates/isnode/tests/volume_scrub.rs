@@ -78,7 +78,7 @@ fn a_flipped_byte_is_named_then_repaired() {
     assert_eq!(r["objects"], 2);
     let bytes_read = r["bytes_read"].as_u64().unwrap();
     eprintln!(
-        "scrub rate: {bytes_read} bytes in {elapsed_s:.2} s = {:.1} MB/s (debug build)",
+        "scrub rate: {bytes_read} bytes in {elapsed_s:.2} s = {:.1} MB/s (test build)",
         bytes_read as f64 / elapsed_s / 1e6
     );
     // Every codeword's parity was re-encoded and compared.
@@ -149,12 +149,7 @@ fn a_missing_member_is_named_and_its_state_shows_in_check() {
     // The repair recreates the member, rebuilds both objects and sets it ok.
     let repair = isnode(&vol, &["volume", "check", "--repair"]);
     assert!(repair.status.success(), "{}", text(&repair));
-    let check = run_ok(&[
-        "volume",
-        "check",
-        "--volume",
-        vol.root.to_str().unwrap(),
-    ]);
+    let check = run_ok(&["volume", "check", "--volume", vol.root.to_str().unwrap()]);
     assert!(check.contains("member 2: ok"), "{check}");
     assert_eq!(scrub(&vol, &[]).0, Some(0));
 }
