@@ -153,3 +153,39 @@ fn a_missing_member_is_named_and_its_state_shows_in_check() {
     assert!(check.contains("member 2: ok"), "{check}");
     assert_eq!(scrub(&vol, &[]).0, Some(0));
 }
+
+#[test]
+fn serve_scrubs_in_the_background_and_reports_it() {
+    let vol = Vol::create(SHAPE);
+    let a = vol.add_ts("a.ts", 1_000_000, 4.0, 5);
+    flip(&vol.root.join("members/0/objects/1.seg"), 100);
+    let server = serve_support::Server::start(&vol, &["--scrub-rate-bps", "200000000"]);
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    let scrub = loop {
+        let status = server.req("GET", "/v1/status", None).json();
+        let scrub = status["scrub"].clone();
+        if scrub["passes"].as_u64().unwrap_or(0) >= 1 {
+            assert_eq!(status["members"][0]["state"], "ok", "{status:#}");
+            break scrub;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no background scrub pass finished: {scrub}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(scrub["enabled"], true, "{scrub}");
+    assert!(scrub["bad_blocks"].as_u64().unwrap() >= 1, "{scrub}");
+    assert_eq!(scrub["damaged_objects"], 1, "{scrub}");
+    let m = server.metrics();
+    assert!(m.get("isnode_scrub_passes_total") >= 1.0);
+    assert!(m.get("isnode_scrub_bad_blocks_total") >= 1.0);
+    assert!(m.get("isnode_scrub_read_bytes_total") > 0.0);
+    assert!(
+        server.log_text().contains("scrub found damage"),
+        "{}",
+        server.log_text()
+    );
+    drop(server);
+    assert_eq!(cat(&vol, "a.ts"), a);
+}

@@ -151,6 +151,8 @@ pub struct MetricsSnapshot {
     pub cache_evictions: u64,
     /// Per member: whether a block read from it has failed since the start.
     pub member_failed: Vec<bool>,
+    /// The background scrub (`scrub_rate_bps`).
+    pub scrub: crate::scrub::ScrubSnapshot,
 }
 
 impl MetricsSnapshot {

@@ -81,6 +81,8 @@ pub(crate) struct Shared {
     pub auth_throttle: std::sync::Mutex<crate::auth::throttle::Throttle>,
     /// The token file [`reload_tokens`] reads.
     pub tokens_path: std::path::PathBuf,
+    /// The background scrub's progress and findings (`scrub.rs`).
+    pub scrub: crate::scrub::ScrubState,
 }
 
 /// Reads the token file again and puts it in force at once (revoked tokens are refused
@@ -206,6 +208,7 @@ impl Shared {
             repair_requests: load(&m.repair_requests),
             repair_packets: load(&m.repair_packets),
             cache_evictions: load(&cs.evictions),
+            scrub: self.scrub.snapshot(),
             member_failed: m
                 .member_logged
                 .iter()
@@ -489,6 +492,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         tokens: std::sync::RwLock::new(tokens),
         auth_throttle: std::sync::Mutex::new(crate::auth::throttle::Throttle::default()),
         tokens_path,
+        scrub: crate::scrub::ScrubState::default(),
     });
     let api_tls = tls.clone();
     let mut handle = ServerHandle {
@@ -506,6 +510,13 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
             .name("isnode-keepalive".into())
             .spawn(move || keepalive::run(sh, keepalive_sock))
             .map_err(io_error("starting the keepalive thread"))?,
+    );
+    let sh = shared.clone();
+    handle.workers.push(
+        std::thread::Builder::new()
+            .name("isnode-scrub".into())
+            .spawn(move || crate::scrub::run(sh))
+            .map_err(io_error("starting the scrub thread"))?,
     );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();

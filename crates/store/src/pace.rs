@@ -142,26 +142,31 @@ pub const COMFORTABLE_SLACK_MS: u64 = 2_000;
 pub const CRITICAL_SLACK_MS: u64 = 250;
 
 /// The rate background work may use under `load`, from its configured `base_rate_bps`:
-/// all of it without viewers; nothing while a stream is late or session reads wait (they
-/// go first); otherwise in proportion to the smallest slack between
-/// [`CRITICAL_SLACK_MS`] (nothing) and [`COMFORTABLE_SLACK_MS`] (all).
+/// all of it without viewers; nothing while a stream is late; otherwise in proportion to
+/// the smallest slack between [`CRITICAL_SLACK_MS`] (nothing) and
+/// [`COMFORTABLE_SLACK_MS`] (all), and a quarter of that while session reads are going on
+/// (they go first, the background work still moves on).
 pub fn paced_rate_bps(base_rate_bps: u64, load: ViewerLoad) -> u64 {
     if load.streams == 0 {
         return base_rate_bps;
     }
-    if load.late_streams > 0 || load.session_reads > 0 {
+    if load.late_streams > 0 {
         return 0;
     }
     let slack = load.min_slack_ms.unwrap_or(COMFORTABLE_SLACK_MS);
-    if slack >= COMFORTABLE_SLACK_MS {
-        return base_rate_bps;
+    let by_slack = if slack >= COMFORTABLE_SLACK_MS {
+        base_rate_bps
+    } else if slack <= CRITICAL_SLACK_MS {
+        0
+    } else {
+        let span = (COMFORTABLE_SLACK_MS - CRITICAL_SLACK_MS) as u128;
+        let part = (slack - CRITICAL_SLACK_MS) as u128;
+        (u128::from(base_rate_bps) * part / span) as u64
+    };
+    match load.session_reads {
+        0 => by_slack,
+        _ => by_slack / 4,
     }
-    if slack <= CRITICAL_SLACK_MS {
-        return 0;
-    }
-    let span = (COMFORTABLE_SLACK_MS - CRITICAL_SLACK_MS) as u128;
-    let part = (slack - CRITICAL_SLACK_MS) as u128;
-    (u128::from(base_rate_bps) * part / span) as u64
 }
 
 #[cfg(test)]
@@ -213,7 +218,7 @@ mod tests {
             session_reads: 2,
             ..calm
         };
-        assert_eq!(paced_rate_bps(base, reading), 0);
+        assert_eq!(paced_rate_bps(base, reading), base / 4);
     }
 
     #[test]
