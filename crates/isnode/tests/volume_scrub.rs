@@ -150,7 +150,7 @@ fn a_missing_member_is_named_and_its_state_shows_in_check() {
     let repair = isnode(&vol, &["volume", "check", "--repair"]);
     assert!(repair.status.success(), "{}", text(&repair));
     let check = run_ok(&["volume", "check", "--volume", vol.root.to_str().unwrap()]);
-    assert!(check.contains("member 2: ok"), "{check}");
+    assert!(check.contains("member states: all ok"), "{check}");
     assert_eq!(scrub(&vol, &[]).0, Some(0));
 }
 

@@ -87,8 +87,16 @@ fn print_report(r: &CheckReport) {
         "checked {} objects, {} blocks, {} packets",
         r.objects, r.blocks, r.packets
     );
+    // Only members not ok are named (a line naming a member means it needs care).
+    let mut all_ok = true;
     for (m, state) in r.member_states.iter().enumerate() {
-        println!("  member {m}: {state}");
+        if *state != isnode_store::MemberState::Ok {
+            all_ok = false;
+            println!("  member {m}: {state}");
+        }
+    }
+    if all_ok {
+        println!("  member states: all ok");
     }
     for p in &r.member_problems {
         println!(
