@@ -43,6 +43,7 @@ mod plane;
 mod reader;
 mod registry;
 pub mod repair_policy;
+pub mod scrub;
 mod server;
 mod tls;
 mod uploads;
