@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::common::{process_cpu_s, ServerChild};
+use crate::common::{process_cpu_s, with_session_secret, ServerChild};
 use crate::udp::{enable_gro, packets_in, recv_gro};
 use isnode_store::{IngestOptions, Volume, VolumeParams};
 use serde::{Deserialize, Serialize};
@@ -282,9 +282,8 @@ fn run_engine(
 
     stop.store(true, Ordering::Relaxed);
     for s in &ids {
-        let _ = ureq::delete(format!("{base}/v1/sessions/{}", s.id))
-            .header("Authorization", format!("Bearer {}", s.secret))
-            .call();
+        let req = ureq::delete(format!("{base}/v1/sessions/{}", s.id));
+        let _ = with_session_secret(req, &s.secret).call();
     }
     let _ = keep.join();
     receivers.stop();
@@ -597,10 +596,8 @@ fn keep_alive(
                         let _ = sock.send_to(&d, to);
                     }
                     _ => {
-                        let _ = agent
-                            .post(format!("{base}/v1/sessions/{id}/keepalive"))
-                            .header("Authorization", format!("Bearer {secret}"))
-                            .send_empty();
+                        let req = agent.post(format!("{base}/v1/sessions/{id}/keepalive"));
+                        let _ = with_session_secret(req, secret).send_empty();
                     }
                 }
             }

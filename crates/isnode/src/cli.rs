@@ -114,6 +114,38 @@ pub(crate) enum VolumeCommand {
     Create(CreateArgs),
     /// Verify every block and packet; exit non-zero while damage remains.
     Check(CheckArgs),
+    /// Read everything and verify every block's CRC32C, every packet's CRC32C and digest,
+    /// and every codeword's parity; report per member and per object; exit 1 on damage.
+    Scrub(ScrubArgs),
+    /// Rebuild a replaced (empty or new) member from the others; resumable after a crash,
+    /// and safe while `serve` runs on the volume.
+    Rebuild(RebuildArgs),
+}
+
+/// `volume scrub`.
+#[derive(Args, Debug)]
+pub(crate) struct ScrubArgs {
+    /// Read at most this many bits per second from the members (default: as fast as they go).
+    #[arg(long)]
+    pub rate_bps: Option<u64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `volume rebuild`.
+#[derive(Args, Debug)]
+pub(crate) struct RebuildArgs {
+    /// The member to rebuild (its index, as `volume create` printed).
+    #[arg(long)]
+    pub member: u32,
+    /// Read at most this many bits per second from the other members (default: as fast as
+    /// they go).
+    #[arg(long)]
+    pub rate_bps: Option<u64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `volume create`.
@@ -189,8 +221,8 @@ pub(crate) struct RemoteArgs {
     /// `http://127.0.0.1:7878`, instead of the local `--volume`.
     #[arg(long)]
     pub server: Option<String>,
-    /// Operator token, sent as `Authorization: Bearer TOKEN` (with `--server`).
-    #[arg(long, requires = "server")]
+    /// Operator token, sent as `Authorization: Bearer TOKEN` (used with `--server` only).
+    #[arg(long, env = "ISNODE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Trust only this CA certificate (PEM) for an `https://` server (`isnode cert`).
     #[arg(long, requires = "server")]
@@ -564,7 +596,7 @@ pub(crate) struct CertArgs {
 pub(crate) enum TokenCommand {
     /// Make a new token and print it (once: only its hash is kept).
     Add(TokenAddArgs),
-    /// Show the tokens: names, roles, creation.
+    /// Show the tokens: names, roles, creation and last use.
     List(TokenFileArgs),
     /// Remove a token (a running server refuses it after its reload, SIGHUP).
     Revoke(TokenRevokeArgs),

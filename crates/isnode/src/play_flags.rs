@@ -42,6 +42,11 @@ pub(crate) struct PlayArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) ca_cert: Option<PathBuf>,
 
+    /// Role token sent with every request (`Authorization: Bearer TOKEN`): a server closed
+    /// to anonymous viewers needs one with the viewer role (`isnode token add`).
+    #[arg(long, env = "ISNODE_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+
     /// Write the object's bytes to FILE (`-` for stdout); without it they are only counted.
     /// Unrecoverable codewords are written as zeros; a session cut short (server gone,
     /// --max-seconds) ends the output after what was received (see --keep-length).
@@ -212,6 +217,7 @@ impl PlayArgs {
             server,
             failover_servers: servers.collect(),
             ca_cert: self.ca_cert,
+            token: self.token,
             out: self.out,
             stats_json: self.stats_json,
             impair: self.impair,

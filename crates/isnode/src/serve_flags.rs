@@ -162,6 +162,10 @@ pub(crate) struct ServeFlags {
     /// Serve operator and metrics routes without a token file off loopback (logged).
     #[arg(long)]
     pub insecure_open_operator_routes: bool,
+    /// Background scrub: most bits per second read from the members, paced by the
+    /// viewers (default 0: off).
+    #[arg(long)]
+    pub scrub_rate_bps: Option<u64>,
 }
 
 /// Sets each `config.$field` whose flag was given.
@@ -211,7 +215,7 @@ impl ServeFlags {
             shutdown_grace_s, broadcast_default_duration_s, broadcast_max_duration_s,
             broadcast_budget_percent, upload_stall_timeout_ms, upload_min_rate_bps,
             api_write_timeout_ms, max_unvalidated_sessions, max_unvalidated_per_client,
-            anonymous_viewers);
+            anonymous_viewers, scrub_rate_bps);
         overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if, max_volume_bytes,
             max_sendfile_sessions, tokens_file,
             api_max_connections, tls_cert, tls_key);

@@ -395,16 +395,17 @@ fn os_errors_are_reported_once() {
     let out = unchanged(&v, &keep, || v.run(&ingest_args(d, &["--bitrate", "1000"])));
     let dir_msg = out.fails_with(&["Is a directory"]).stderr;
 
-    // A member directory gone: the ingest cannot write its segment.
-    let aside = v.dir.path().join("member-2-aside");
-    std::fs::rename(v.member(2), &aside).unwrap();
+    // A member's tmp directory gone (the member itself present, so not a degraded
+    // write): the ingest cannot write its segment.
+    let aside = v.dir.path().join("member-2-tmp-aside");
+    std::fs::rename(v.member(2).join("tmp"), &aside).unwrap();
     let input = v.input("ok.bin", &common::random_bytes(10, 3000));
     let i = input.to_str().unwrap();
     let member_msg = v
         .run(&ingest_args(i, &["--bitrate", "1000"]))
         .fails_with(&["members/2"])
         .stderr;
-    std::fs::rename(&aside, v.member(2)).unwrap();
+    std::fs::rename(&aside, v.member(2).join("tmp")).unwrap();
     v.assert_no_orphans();
 
     for (msg, os) in [(&dir_msg, "(os error 21)"), (&member_msg, "(os error 2)")] {

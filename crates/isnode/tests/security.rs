@@ -218,27 +218,63 @@ fn another_address_cannot_delete_or_steer_a_session() {
     let info = server.open_session("clip.ts", &sock);
     let id = info["id"].as_str().unwrap().to_string();
     let secret = info["secret"].as_str().unwrap().to_string();
+    let wrong = "0".repeat(32);
     let bearer = format!("Bearer {secret}");
-    let wrong = format!("Bearer {}", "0".repeat(32));
     let path = |suffix: &str| format!("/v1/sessions/{id}{suffix}");
     let pause = json!({"action": "pause"}).to_string();
     let token = json!({"token": "0".repeat(32)}).to_string();
-    // (from, Authorization, method, path, body): every one must be refused with 403.
-    let attempts: Vec<(std::net::IpAddr, &str, &str, String, Option<&str>)> = vec![
-        (LO2, &bearer, "DELETE", path(""), None),
-        (LO2, &bearer, "POST", path("/keepalive"), None),
-        (LO2, &bearer, "POST", path("/control"), Some(&pause)),
-        (LO2, &bearer, "POST", path("/validate"), Some(&token)),
-        (LO1, "", "DELETE", path(""), None),
-        (LO1, &wrong, "DELETE", path(""), None),
-        (LO1, &wrong, "POST", path("/control"), Some(&pause)),
-        (LO1, "", "POST", path("/keepalive"), None),
+    const SECRET: &str = "Isnode-Session-Secret";
+    // (from, header, method, path, body): every one must be refused with 403.
+    type Attempt<'a> = (
+        std::net::IpAddr,
+        (&'a str, &'a str),
+        &'a str,
+        String,
+        Option<&'a str>,
+    );
+    let attempts: Vec<Attempt> = vec![
+        (LO2, (SECRET, &secret), "DELETE", path(""), None),
+        (LO2, (SECRET, &secret), "POST", path("/keepalive"), None),
+        (
+            LO2,
+            (SECRET, &secret),
+            "POST",
+            path("/control"),
+            Some(&pause),
+        ),
+        (
+            LO2,
+            (SECRET, &secret),
+            "POST",
+            path("/validate"),
+            Some(&token),
+        ),
+        (LO1, ("", ""), "DELETE", path(""), None),
+        (LO1, (SECRET, &wrong), "DELETE", path(""), None),
+        (
+            LO1,
+            (SECRET, &wrong),
+            "POST",
+            path("/control"),
+            Some(&pause),
+        ),
+        (LO1, ("", ""), "POST", path("/keepalive"), None),
+        // The secret no longer rides `Authorization` (role tokens only).
+        (LO1, ("Authorization", &bearer), "DELETE", path(""), None),
+        (
+            LO1,
+            ("Authorization", &bearer),
+            "POST",
+            path("/keepalive"),
+            None,
+        ),
     ];
-    for (from, auth, method, p, body) in &attempts {
-        let headers: Vec<(&str, &str)> = if auth.is_empty() {
+    for (from, (name, value), method, p, body) in &attempts {
+        let auth = (name, value);
+        let headers: Vec<(&str, &str)> = if name.is_empty() {
             vec![]
         } else {
-            vec![("Authorization", auth)]
+            vec![(*name, *value)]
         };
         let r = http(server.addr, Some(*from), method, p, *body, &headers);
         assert_eq!(

@@ -298,7 +298,7 @@ fn assert_only(vol: &Vol, names: &[&str]) {
     assert!(rows.iter().all(|(_, s)| s == "complete"), "rows: {rows:?}");
     let segs: Vec<PathBuf> = files(&vol.root)
         .into_keys()
-        .filter(|p| !p.ends_with("MEMBER") && !p.ends_with("lock"))
+        .filter(|p| !p.ends_with("MEMBER") && !p.ends_with("lock") && !p.ends_with("repair.lock"))
         .collect();
     assert_eq!(
         segs.len(),

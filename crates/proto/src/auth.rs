@@ -4,8 +4,10 @@
 //! - **Secret.** `POST /v1/sessions` answers with a per-session secret
 //!   ([`crate::SessionInfo::secret`], 16 random bytes as 32 lowercase hexadecimal digits).
 //!   Keepalives, controls, validation and `DELETE` of the session are taken only from the
-//!   creating IP address and with the secret: `Authorization: Bearer <secret>` over HTTP,
-//!   as the key of the MAC of a keepalive datagram ([`crate::keepalive`], version 4).
+//!   creating IP address and with the secret: the header [`SESSION_SECRET_HEADER`]
+//!   (`Isnode-Session-Secret: <secret>`) over HTTP, as the key of the MAC of a keepalive
+//!   datagram ([`crate::keepalive`], version 4). `Authorization: Bearer` carries role
+//!   tokens only.
 //! - **Return routability.** The server streams nothing until the destination has proved
 //!   that it receives: it sends a [`TOKEN_DATAGRAM_LEN`]-byte token datagram to the
 //!   session's destination (from its keepalive port), and the client echoes the token with
@@ -89,10 +91,15 @@ pub fn keys_equal(a: &Key, b: &Key) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The secret of an `Authorization: Bearer <secret>` header value; `None` otherwise.
-pub fn parse_bearer(value: &str) -> Option<Key> {
-    let rest = value.strip_prefix("Bearer ")?;
-    parse_key_hex(rest.trim())
+/// The HTTP header that carries a session's secret on the session routes (keepalive,
+/// validate, control, delete): `Isnode-Session-Secret: <32 lowercase hexadecimal digits>`.
+/// Header names are case-insensitive; this is the lowercase form HTTP/2 sends.
+pub const SESSION_SECRET_HEADER: &str = "isnode-session-secret";
+
+/// The secret of an [`SESSION_SECRET_HEADER`] value: exactly 32 lowercase hexadecimal
+/// digits (spaces or tabs around them ignored, as HTTP allows); `None` otherwise.
+pub fn parse_session_secret(value: &str) -> Option<Key> {
+    parse_key_hex(value.trim_matches([' ', '\t']))
 }
 
 #[cfg(test)]
@@ -117,7 +124,7 @@ mod tests {
     }
 
     #[test]
-    fn keys_in_hex_and_bearer_headers() {
+    fn keys_in_hex_and_session_secret_headers() {
         let key: Key = std::array::from_fn(|i| 0xf0 | i as u8);
         let hex = key_hex(&key);
         assert_eq!(hex, "f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff");
@@ -125,8 +132,11 @@ mod tests {
         assert_eq!(parse_key_hex(&hex.to_uppercase()), None);
         assert_eq!(parse_key_hex(&hex[..30]), None);
         assert_eq!(parse_key_hex("zz"), None);
-        assert_eq!(parse_bearer(&format!("Bearer {hex}")), Some(key));
-        assert_eq!(parse_bearer(&format!("Basic {hex}")), None);
+        assert_eq!(parse_session_secret(&hex), Some(key));
+        assert_eq!(parse_session_secret(&format!(" {hex}\t")), Some(key));
+        assert_eq!(parse_session_secret(&format!("Bearer {hex}")), None);
+        assert_eq!(parse_session_secret(&hex.to_uppercase()), None);
+        assert_eq!(parse_session_secret(&format!("{hex}0")), None);
         assert!(keys_equal(&key, &key));
         let mut other = key;
         other[15] ^= 1;

@@ -30,6 +30,32 @@ pub struct StatusBody {
     pub egress: Vec<EgressSample>,
     /// Totals since the start.
     pub totals: StatusTotals,
+    /// The background scrub (`scrub_rate_bps`); absent from older servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrub: Option<StatusScrub>,
+}
+
+/// The background scrub's progress and findings.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StatusScrub {
+    /// Whether it is on (`scrub_rate_bps` above 0).
+    pub enabled: bool,
+    /// The rate in force now, paced by the viewers, bits per second.
+    pub rate_bps: u64,
+    /// Passes finished over the whole volume.
+    pub passes: u64,
+    /// Bytes of the pass in progress read so far.
+    pub pass_done_bytes: u64,
+    /// Bytes the pass in progress reads in all.
+    pub pass_total_bytes: u64,
+    /// Bytes read, in all.
+    pub bytes_read: u64,
+    /// Bad blocks found, in all passes.
+    pub bad_blocks: u64,
+    /// Bad packets found, in all passes.
+    pub bad_packets: u64,
+    /// Objects with damage in the last finished pass.
+    pub damaged_objects: u64,
 }
 
 /// One title.
@@ -122,6 +148,16 @@ pub struct StatusMember {
     pub health: MemberHealth,
     /// Failed block reads.
     pub read_errors: u64,
+    /// The catalog's state of the member: `ok`, `failed` or `rebuilding` (absent from older
+    /// servers, or when the catalog could not be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// `failed`: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `rebuilding`: bytes rebuilt so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuilt_bytes: Option<u64>,
 }
 
 /// The block cache.

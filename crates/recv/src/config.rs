@@ -29,6 +29,10 @@ pub struct PlayConfig {
     /// `https://` server: a self-signed server's certificate (`isnode cert`).
     pub ca_cert: Option<PathBuf>,
 
+    /// Role token sent with every request to the server (`Authorization: Bearer`): a
+    /// server closed to anonymous viewers needs one with the viewer role.
+    pub token: Option<String>,
+
     /// Write the object's bytes to FILE (`-` for stdout); without it they are only counted.
     /// Unrecoverable codewords are written as zeros; a session cut short (server gone,
     /// --max-seconds) ends the output after what was received (see --keep-length).
@@ -224,11 +228,10 @@ impl PlayConfig {
         &self,
         timeout: std::time::Duration,
     ) -> anyhow::Result<crate::control::ControlClient> {
-        Ok(crate::control::ControlClient::with_tls(
-            &self.server,
-            timeout,
-            self.tls()?,
-        ))
+        Ok(
+            crate::control::ControlClient::with_tls(&self.server, timeout, self.tls()?)
+                .with_token(self.token.as_deref()),
+        )
     }
 
     /// Every server of `--server`, the first one first.
@@ -257,6 +260,7 @@ impl PlayConfig {
             server: "http://127.0.0.1:7878".into(),
             failover_servers: Vec::new(),
             ca_cert: None,
+            token: None,
             out: None,
             stats_json: None,
             impair: ImpairConfig {

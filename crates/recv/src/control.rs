@@ -4,7 +4,7 @@ use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
-use isnode_proto::auth::{key_hex, Key, ValidateSession};
+use isnode_proto::auth::{key_hex, Key, ValidateSession, SESSION_SECRET_HEADER};
 
 use crate::receiver::SessionParams;
 
@@ -87,16 +87,22 @@ pub enum Opened {
     Broadcast(Box<isnode_proto::broadcast::BroadcastInfo>),
 }
 
-/// A blocking HTTP client of one server's control API.
+/// A blocking HTTP client of one server's control API. A role token given
+/// ([`ControlClient::with_token`]) goes with every request as `Authorization: Bearer`;
+/// a session's secret goes with that session's requests as `Isnode-Session-Secret`.
 pub struct ControlClient {
     agent: ureq::Agent,
     base: String,
+    /// `Authorization` header value of the role token (`Bearer TOKEN`), if any.
+    bearer: Option<String>,
 }
 
 impl std::fmt::Debug for ControlClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
         f.debug_struct("ControlClient")
             .field("base", &self.base)
+            .field("token", &self.bearer.as_ref().map(|_| "(set)"))
             .finish_non_exhaustive()
     }
 }
@@ -113,6 +119,7 @@ impl ControlClient {
         ControlClient {
             agent,
             base: base_url(server),
+            bearer: None,
         }
     }
 
@@ -128,7 +135,31 @@ impl ControlClient {
         ControlClient {
             agent,
             base: base_url(server),
+            bearer: None,
         }
+    }
+
+    /// The client sending the role token `token` (`Authorization: Bearer`) with every
+    /// request (`None` or an empty token: none).
+    pub fn with_token(mut self, token: Option<&str>) -> ControlClient {
+        self.bearer = token
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(|t| format!("Bearer {t}"));
+        self
+    }
+
+    /// A request with the role token, if any.
+    fn req<B>(&self, r: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.bearer {
+            Some(b) => r.header("Authorization", b),
+            None => r,
+        }
+    }
+
+    /// A request of session routes: the role token, if any, and the session's `secret`.
+    fn session_req<B>(&self, r: ureq::RequestBuilder<B>, secret: &str) -> ureq::RequestBuilder<B> {
+        self.req(r).header(SESSION_SECRET_HEADER, secret)
     }
 
     /// Turns a response into its body, or an error that quotes the server's reason.
@@ -210,8 +241,7 @@ impl ControlClient {
     pub fn open(&self, req: &isnode_proto::CreateSession) -> anyhow::Result<Opened> {
         let url = format!("{}/v1/sessions", self.base);
         let resp = self
-            .agent
-            .post(&url)
+            .req(self.agent.post(&url))
             .send_json(req)
             .with_context(|| format!("POST {url}"))?;
         if resp.status().as_u16() == 200 {
@@ -240,10 +270,7 @@ impl ControlClient {
         loss_rate: Option<f64>,
     ) -> anyhow::Result<bool> {
         let url = format!("{}/v1/sessions/{id}/keepalive", self.base);
-        let req = self
-            .agent
-            .post(&url)
-            .header("Authorization", bearer(secret));
+        let req = self.session_req(self.agent.post(&url), secret);
         let resp = match loss_rate {
             Some(loss_rate) => req.send_json(isnode_proto::KeepaliveBody { loss_rate })?,
             None => req.send_empty()?,
@@ -263,9 +290,7 @@ impl ControlClient {
             token: key_hex(token),
         };
         let resp = self
-            .agent
-            .post(&url)
-            .header("Authorization", bearer(&info.secret))
+            .session_req(self.agent.post(&url), &info.secret)
             .send_json(&body)
             .with_context(|| format!("POST {url}"))?;
         if resp.status().as_u16() == 403 {
@@ -302,11 +327,7 @@ impl ControlClient {
     /// already forgot is not an error.
     pub fn delete_session(&self, id: &str, secret: &str) -> anyhow::Result<()> {
         let url = format!("{}/v1/sessions/{id}", self.base);
-        let resp = self
-            .agent
-            .delete(&url)
-            .header("Authorization", bearer(secret))
-            .call()?;
+        let resp = self.session_req(self.agent.delete(&url), secret).call()?;
         if resp.status().as_u16() == 404 {
             return Ok(());
         }
@@ -317,7 +338,7 @@ impl ControlClient {
     /// (`Ok(false)`: it does not know it, or the session has ended).
     pub fn session_streaming(&self, id: &str) -> anyhow::Result<bool> {
         let url = format!("{}/v1/sessions/{id}", self.base);
-        let resp = self.agent.get(&url).call()?;
+        let resp = self.req(self.agent.get(&url)).call()?;
         if resp.status().as_u16() == 404 {
             return Ok(false);
         }
@@ -330,19 +351,16 @@ impl ControlClient {
     /// `GET /v1/broadcasts`: the running broadcasts.
     pub fn broadcasts(&self) -> anyhow::Result<isnode_proto::broadcast::BroadcastList> {
         let url = format!("{}/v1/broadcasts", self.base);
-        let resp = self.agent.get(&url).call()?;
+        let resp = self.req(self.agent.get(&url)).call()?;
         let body = Self::body("listing the broadcasts", 200, resp)?;
         Ok(serde_json::from_str(&body)?)
     }
 
-    /// `GET /v1/status`: the server's status snapshot, with `token` (if any) as
-    /// `Authorization: Bearer`.
-    pub fn status(&self, token: Option<&str>) -> anyhow::Result<isnode_proto::status::StatusBody> {
+    /// `GET /v1/status`: the server's status snapshot (the role token needs the metrics
+    /// role on a server with a token file).
+    pub fn status(&self) -> anyhow::Result<isnode_proto::status::StatusBody> {
         let url = format!("{}/v1/status", self.base);
-        let mut req = self.agent.get(&url);
-        if let Some(t) = token {
-            req = req.header("Authorization", &format!("Bearer {t}"));
-        }
+        let req = self.req(self.agent.get(&url));
         let body = Self::body("reading the status", 200, req.call()?)?;
         Ok(serde_json::from_str(&body)?)
     }
@@ -361,8 +379,7 @@ impl ControlClient {
             self.base
         );
         let mut resp = self
-            .agent
-            .get(&url)
+            .req(self.agent.get(&url))
             .call()
             .with_context(|| format!("GET {url}"))?;
         if resp.status().as_u16() != 200 {
@@ -385,7 +402,7 @@ impl ControlClient {
     /// `GET /v1/objects/{name}`.
     pub fn object(&self, name: &str) -> anyhow::Result<ObjectInfo> {
         let url = format!("{}/v1/objects/{name}", self.base);
-        let resp = self.agent.get(&url).call()?;
+        let resp = self.req(self.agent.get(&url)).call()?;
         let body = Self::body("reading the object", 200, resp)?;
         Ok(serde_json::from_str(&body)?)
     }
@@ -422,11 +439,6 @@ impl ControlClient {
 /// Most token datagrams a client echoes before giving up (see
 /// [`ControlClient::await_token_and_validate`]).
 pub const MAX_TOKEN_TRIES: usize = 8;
-
-/// The `Authorization` header value carrying a session's secret.
-fn bearer(secret: &str) -> String {
-    format!("Bearer {secret}")
-}
 
 /// The TLS settings of a client of the control API: the certificates of the PEM file
 /// `ca_cert` as the only trusted roots (a self-signed server: `isnode cert`), or the

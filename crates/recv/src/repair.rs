@@ -239,7 +239,7 @@ fn path_segment(name: &str) -> String {
 /// restart's gap), for at most [`MAX_REPAIR_WAIT`]; an answer of the server, even an error
 /// status, is final.
 fn fetch_riding_through(
-    agent: &ureq::Agent,
+    agent: (&ureq::Agent, Option<&str>),
     base: &str,
     object: &str,
     r: &Request,
@@ -263,7 +263,7 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 /// The repair request of `r` on the server at `base`, its answer split and verified.
 fn fetch(
-    agent: &ureq::Agent,
+    (agent, bearer): (&ureq::Agent, Option<&str>),
     base: &str,
     object: &str,
     r: &Request,
@@ -275,28 +275,28 @@ fn fetch(
         r.sbn,
         esis.join(",")
     );
-    let got = agent
-        .get(&url)
-        .call()
-        .context("repair request")
-        .and_then(|mut resp| {
-            let status = resp.status().as_u16();
-            // A packet is at most 2 + 28 + 65 535 bytes: bound the body by what was asked.
-            let limit = r.esis.len() as u64 * (2 + 65_600);
-            let body = resp
-                .body_mut()
-                .with_config()
-                .limit(limit)
-                .read_to_vec()
-                .context("reading the repair answer")?;
-            if status != 200 {
-                bail!(
-                    "server answered {status}: {}",
-                    String::from_utf8_lossy(&body)
-                );
-            }
-            Ok(body)
-        });
+    let mut req = agent.get(&url);
+    if let Some(b) = bearer {
+        req = req.header("Authorization", b);
+    }
+    let got = req.call().context("repair request").and_then(|mut resp| {
+        let status = resp.status().as_u16();
+        // A packet is at most 2 + 28 + 65 535 bytes: bound the body by what was asked.
+        let limit = r.esis.len() as u64 * (2 + 65_600);
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(limit)
+            .read_to_vec()
+            .context("reading the repair answer")?;
+        if status != 200 {
+            bail!(
+                "server answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        Ok(body)
+    });
     match got {
         Ok(body) => {
             let n = body.len() as u64;
@@ -340,13 +340,14 @@ pub struct Fetcher {
 impl Fetcher {
     /// Starts the thread for `object` on the server at `base`; each request waits a random
     /// back-off uniform in `[0, backoff)` first.
-    /// HTTPS requests use `tls`.
+    /// HTTPS requests use `tls`; the role `token`, if any, goes as `Authorization: Bearer`.
     pub fn start(
-        base: &str,
+        (base, token): (&str, Option<&str>),
         object: &str,
         backoff: Duration,
         tls: ureq::tls::TlsConfig,
     ) -> Fetcher {
+        let bearer = token.map(|t| format!("Bearer {t}"));
         let (req_tx, req_rx) = mpsc::channel::<Request>();
         let (ans_tx, ans_rx) = mpsc::channel::<Answer>();
         let agent = ureq::Agent::config_builder()
@@ -362,7 +363,8 @@ impl Fetcher {
                 if max_ms > 0 {
                     std::thread::sleep(Duration::from_millis(rand::random_range(0..max_ms)));
                 }
-                let (packets, bytes) = fetch_riding_through(&agent, &base, &object, &r);
+                let (packets, bytes) =
+                    fetch_riding_through((&agent, bearer.as_deref()), &base, &object, &r);
                 if ans_tx
                     .send(Answer {
                         sbn: r.sbn,
@@ -425,6 +427,8 @@ pub struct Repair {
     object: String,
     /// Each request's random back-off bound.
     backoff: Duration,
+    /// The role token the requests carry, if any.
+    token: Option<String>,
     /// The receive loop's time origin (what `Receiver::push` is given is relative to it).
     epoch: Instant,
 }
@@ -432,9 +436,10 @@ pub struct Repair {
 impl Repair {
     /// Repairs `object` from the server at `base`: each request after a random back-off in
     /// `[0, backoff)`, a codeword held back at most its playing time `codeword_time`
-    /// (bounded by [`MIN_REPAIR_WAIT`] and [`MAX_REPAIR_WAIT`]). HTTPS requests use `tls`.
+    /// (bounded by [`MIN_REPAIR_WAIT`] and [`MAX_REPAIR_WAIT`]). HTTPS requests use `tls`,
+    /// and carry the role `token`, if any.
     pub fn start(
-        (base, tls): (&str, ureq::tls::TlsConfig),
+        (base, tls, token): (&str, ureq::tls::TlsConfig, Option<&str>),
         object: &str,
         backoff: Duration,
         codeword_time: Duration,
@@ -442,9 +447,10 @@ impl Repair {
     ) -> Repair {
         Repair {
             rl: RepairLoop::new(codeword_time),
-            fetcher: Fetcher::start(base, object, backoff, tls),
+            fetcher: Fetcher::start((base, token), object, backoff, tls),
             object: object.to_string(),
             backoff,
+            token: token.map(str::to_string),
             epoch,
         }
     }
@@ -452,7 +458,12 @@ impl Repair {
     /// Sends the requests from now on to the server at `base` (a session resumed on
     /// another server); a request still out to the old one is given up by its deadline.
     pub fn retarget(&mut self, base: &str, tls: ureq::tls::TlsConfig) {
-        let new = Fetcher::start(base, &self.object, self.backoff, tls);
+        let new = Fetcher::start(
+            (base, self.token.as_deref()),
+            &self.object,
+            self.backoff,
+            tls,
+        );
         let old = std::mem::replace(&mut self.fetcher, new);
         // Its thread may be in a request to the lost server: not waited for here.
         std::thread::spawn(move || drop(old));

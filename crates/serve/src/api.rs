@@ -25,16 +25,15 @@ mod status;
 mod tests;
 mod upload;
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{Path, State};
 use axum::handler::Handler;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::{Json, Router};
 use isnode_proto::{ErrorBody, SessionStatus};
 use isnode_store::StoreError;
@@ -83,17 +82,55 @@ pub(crate) fn serve(
         let _ = ready.send(Ok(()));
         let reaper = tokio::spawn(reap(sh.clone()));
         let sampler = tokio::spawn(status::sample_egress(sh.clone()));
+        let last_use = tokio::spawn(write_last_use(sh.clone()));
         // Connections still busy 2 s after the stop are dropped.
         server.run(listener, stop, Duration::from_secs(2)).await;
         reaper.abort();
         sampler.abort();
+        last_use.abort();
+        // The last uses since the last write.
+        let sh = sh.clone();
+        let _ = tokio::task::spawn_blocking(move || sh.flush_last_use()).await;
     });
     // A catalog lookup still running on the blocking pool is not waited for long.
     rt.shutdown_timeout(Duration::from_secs(2));
 }
 
-fn router(sh: Arc<Shared>) -> Router {
-    Router::new()
+/// The routes as they are added: [`Routes::route`] is the only way into the router, and
+/// the table test (`api/tests/roles.rs`) checks what it recorded against
+/// [`roles::ROUTES`] (every path in the table, every method of a path in the table).
+pub(super) struct Routes {
+    router: Router<Arc<Shared>>,
+    /// The paths added, in order.
+    #[cfg(test)]
+    paths: Vec<&'static str>,
+}
+
+impl Routes {
+    fn new() -> Routes {
+        Routes {
+            router: Router::new(),
+            #[cfg(test)]
+            paths: Vec::new(),
+        }
+    }
+
+    /// Adds `methods` at `path`.
+    pub(super) fn route(
+        mut self,
+        path: &'static str,
+        methods: MethodRouter<Arc<Shared>>,
+    ) -> Routes {
+        #[cfg(test)]
+        self.paths.push(path);
+        self.router = self.router.route(path, methods);
+        self
+    }
+}
+
+/// Every route of the API (each one's role check is in its handler: [`roles`]).
+fn routes() -> Routes {
+    let r = Routes::new()
         .route("/v1/objects", get(list_objects))
         .route(
             "/v1/objects/{name}",
@@ -124,8 +161,13 @@ fn router(sh: Arc<Shared>) -> Router {
             "/v1/broadcasts/{id}",
             get(broadcast::get_broadcast).delete(broadcast::delete_broadcast),
         )
-        .route("/metrics", get(metrics))
-        .merge(status::routes())
+        .route("/metrics", get(metrics));
+    status::routes(r)
+}
+
+fn router(sh: Arc<Shared>) -> Router {
+    routes()
+        .router
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such resource") })
         .method_not_allowed_fallback(|| async {
             error(
@@ -140,6 +182,18 @@ fn router(sh: Arc<Shared>) -> Router {
         ))
         .layer(axum::middleware::from_fn(errors::limits_and_json_errors))
         .with_state(sh)
+}
+
+/// Writes the tokens' last uses beside the token file every
+/// [`crate::auth::last_use::FLUSH_INTERVAL_S`] (when they changed), off the runtime.
+async fn write_last_use(sh: Arc<Shared>) {
+    let every = Duration::from_secs(crate::auth::last_use::FLUSH_INTERVAL_S);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tick.tick().await;
+        let sh = sh.clone();
+        let _ = tokio::task::spawn_blocking(move || sh.flush_last_use()).await;
+    }
 }
 
 /// Forgets ended sessions: expired and deleted ones at once, done ones after the timeout.
@@ -266,10 +320,8 @@ async fn get_session(_: roles::Viewer, State(sh): Sh, Path(id): Path<String>) ->
 /// [`isnode_proto::KeepaliveBody`] carrying the client's loss report (a `loss_rate` in
 /// [0, 1]; anything else is a `400` and changes nothing).
 async fn keepalive(
+    owner::OwnedSession(s): owner::OwnedSession,
     State(sh): Sh,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
     let loss = if body.is_empty() {
@@ -288,43 +340,29 @@ async fn keepalive(
             Err(e) => return error(StatusCode::BAD_REQUEST, format!("malformed keepalive: {e}")),
         }
     };
-    match owner::owned(&sh, &id, peer, &headers) {
-        Ok(s) => {
-            s.last_keepalive_ns.store(sh.now_ns(), Ordering::Release);
-            if let Some(loss) = loss {
-                s.report_loss(loss);
-                sh.metrics.loss_reports.fetch_add(1, Ordering::Relaxed);
-            }
-            StatusCode::NO_CONTENT.into_response()
-        }
-        Err(e) => e.into_response(),
+    s.last_keepalive_ns.store(sh.now_ns(), Ordering::Release);
+    if let Some(loss) = loss {
+        s.report_loss(loss);
+        sh.metrics.loss_reports.fetch_add(1, Ordering::Relaxed);
     }
+    StatusCode::NO_CONTENT.into_response()
 }
 
 /// `DELETE /v1/sessions/{id}`: by its creator, with its secret.
 async fn delete_session(
+    owner::OwnedSessionAnyState(s): owner::OwnedSessionAnyState,
     State(sh): Sh,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
 ) -> Response {
-    let Some(s) = sh.sessions.find(&id) else {
-        return error(StatusCode::NOT_FOUND, format!("no session {id:?}"));
-    };
-    if let Err(e) = owner::authorize(&s, peer, &headers) {
-        sh.metrics.forbidden.fetch_add(1, Ordering::Relaxed);
-        return e.into_response();
-    }
     let retire = |s: &crate::StreamShared| {
         let bytes = s.bytes_sent.load(Ordering::Relaxed);
         sh.metrics.titles.retired(&s.object.rec.name, bytes);
     };
-    match sh.sessions.remove_with(&id, retire) {
+    match sh.sessions.remove_with(&s.id, retire) {
         Some(s) => {
             s.end(SessionState::Deleted, sh.now_ns());
             StatusCode::NO_CONTENT.into_response()
         }
-        None => error(StatusCode::NOT_FOUND, format!("no session {id:?}")),
+        None => error(StatusCode::NOT_FOUND, format!("no session {:?}", s.id)),
     }
 }
 

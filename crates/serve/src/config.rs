@@ -279,6 +279,9 @@ pub struct ServeConfig {
     /// Serve operator and metrics routes without a token file on a non-loopback address
     /// (refused at start otherwise); logged with a warning.
     pub insecure_open_operator_routes: bool,
+    /// Background scrub: the most bits per second it reads from the members, slowed down
+    /// by the viewers (0: off). Passes run back to back, a minute apart.
+    pub scrub_rate_bps: u64,
 }
 
 /// Default of `member_fail_errors`: block read errors in a row that fail a member.
@@ -336,9 +339,13 @@ impl Default for ServeConfig {
             tokens_file: None,
             anonymous_viewers: true,
             insecure_open_operator_routes: false,
+            scrub_rate_bps: 0,
         }
     }
 }
+
+/// The largest `scrub_rate_bps` (1 Tbit/s: past any disk).
+pub(crate) const MAX_SCRUB_RATE_BPS: u64 = 1_000_000_000_000;
 
 /// Whether the server broadcasts popular titles by itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
@@ -553,6 +560,9 @@ impl ServeConfig {
         }
         if self.shutdown_grace_s > MAX_SHUTDOWN_GRACE_S {
             return bad("shutdown_grace_s", "must be at most 3600");
+        }
+        if self.scrub_rate_bps > MAX_SCRUB_RATE_BPS {
+            return bad("scrub_rate_bps", "must be at most 1000000000000 (1 Tbit/s)");
         }
         Ok(())
     }

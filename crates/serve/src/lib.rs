@@ -43,10 +43,12 @@ mod plane;
 mod reader;
 mod registry;
 pub mod repair_policy;
+pub mod scrub;
 mod server;
 #[cfg(test)]
 mod sim;
 mod tls;
+mod uploads;
 mod uring;
 
 pub use api::errors::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};

@@ -137,6 +137,13 @@ impl MemberHealth {
         }
     }
 
+    /// Marks `member` failed (the catalog says so at start); true if it was not before.
+    pub(crate) fn mark_failed(&self, member: u32) -> bool {
+        self.slots
+            .get(member as usize)
+            .is_some_and(|s| !s.failed.swap(true, Ordering::AcqRel))
+    }
+
     /// A read of `member` failed; true if that made it failed (once per member).
     fn read_failed(&self, member: u32, threshold: u32) -> bool {
         let Some(s) = self.slots.get(member as usize) else {
@@ -174,9 +181,9 @@ impl Shared {
     }
 
     /// The one place where a member becomes failed (called once per member): says so.
-    /// Its reads stop and its symbols are rebuilt from the other members from now on.
-    /// Persisting the state (the catalog's member state, so that `volume check`, a restart
-    /// and `volume rebuild` know) is to be connected here.
+    /// Its reads stop and its symbols are rebuilt from the other members from now on. The
+    /// catalog learns it too (so that `volume check`, `volume rebuild` and a restart know),
+    /// written by [`record_member_failures`], off the data plane.
     pub(crate) fn member_failed(&self, member: u32, why: &str) {
         tracing::warn!(
             member,
@@ -184,7 +191,57 @@ impl Shared {
             "member {member} marked failed after repeated read errors; its symbols are rebuilt \
              from the other members from now on (last error: {why})"
         );
+        let reason = format!(
+            "{} read errors in a row: {why}",
+            self.config().member_fail_errors
+        );
+        self.member_failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((member, reason));
     }
+}
+
+/// How often [`record_member_failures`] looks for members to record.
+const RECORD_EVERY: Duration = Duration::from_millis(200);
+
+/// The thread that writes members marked failed into the catalog (each once: marking is
+/// once per member), with a catalog connection of its own, so that no SQLite write happens
+/// on the data plane. A member the catalog already calls failed or rebuilding keeps that
+/// state (a rebuild under way records its own progress). Runs until the server stops, then
+/// writes what is left.
+pub(crate) fn record_member_failures(sh: std::sync::Arc<Shared>, root: std::path::PathBuf) {
+    loop {
+        let stopping = sh.shutdown.load(Ordering::Acquire);
+        let pending: Vec<(u32, String)> =
+            std::mem::take(&mut *sh.member_failures.lock().unwrap_or_else(|e| e.into_inner()));
+        for (member, reason) in pending {
+            if let Err(e) = record_failed(&root, member, reason) {
+                tracing::warn!("recording member {member} as failed in the catalog: {e}");
+            }
+        }
+        if stopping {
+            return;
+        }
+        std::thread::sleep(RECORD_EVERY);
+    }
+}
+
+fn record_failed(
+    root: &std::path::Path,
+    member: u32,
+    reason: String,
+) -> Result<(), isnode_store::StoreError> {
+    let mut vol = isnode_store::Volume::open(root)?;
+    let states = vol.member_states()?;
+    if matches!(
+        states.get(member as usize),
+        Some(isnode_store::MemberState::Ok)
+    ) {
+        vol.set_member_state(member, &isnode_store::MemberState::Failed { reason })?;
+        tracing::info!(member, "member {member} recorded as failed in the catalog");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

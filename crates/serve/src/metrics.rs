@@ -166,6 +166,8 @@ pub struct MetricsSnapshot {
     pub reads_hedged: u64,
     /// Bursts sent more than 100 ms after their due time.
     pub bursts_late: u64,
+    /// The background scrub (`scrub_rate_bps`).
+    pub scrub: crate::scrub::ScrubSnapshot,
 }
 
 impl MetricsSnapshot {

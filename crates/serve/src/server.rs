@@ -82,6 +82,15 @@ pub(crate) struct Shared {
     pub auth_throttle: std::sync::Mutex<crate::auth::throttle::Throttle>,
     /// The token file [`reload_tokens`] reads.
     pub tokens_path: std::path::PathBuf,
+    /// When each token was last used (written beside the token file by the API's writer).
+    pub last_use: crate::auth::last_use::LastUse,
+    /// The quota room held by the uploads under way (`uploads.rs`).
+    pub uploads: Arc<crate::uploads::Uploads>,
+    /// The background scrub's progress and findings (`scrub.rs`).
+    pub scrub: crate::scrub::ScrubState,
+    /// Members marked failed, waiting to be written into the catalog
+    /// (`member_health::record_member_failures`).
+    pub member_failures: std::sync::Mutex<Vec<(u32, String)>>,
 }
 
 /// Reads the token file again and puts it in force at once (revoked tokens are refused
@@ -123,6 +132,23 @@ fn load_tokens(
 }
 
 impl Shared {
+    /// Writes the tokens' last uses beside the token file if they changed (blocking); a
+    /// failure is logged and retried at the next call.
+    pub(crate) fn flush_last_use(&self) {
+        let tokens = self
+            .tokens
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(tokens) = tokens else {
+            return;
+        };
+        let path = crate::auth::last_use::side_path(&self.tokens_path);
+        if let Err(e) = self.last_use.flush(&path, &tokens) {
+            tracing::warn!("writing the tokens' last uses: {e}");
+        }
+    }
+
     /// The configuration in force (cheap: an atomic load; hold it only briefly).
     pub(crate) fn config(&self) -> arc_swap::Guard<Arc<ServeConfig>> {
         self.config.load()
@@ -207,6 +233,7 @@ impl Shared {
             repair_requests: load(&m.repair_requests),
             repair_packets: load(&m.repair_packets),
             cache_evictions: load(&cs.evictions),
+            scrub: self.scrub.snapshot(),
             member_failed: (0..m.health.members() as u32)
                 .map(|i| m.health.is_failed(i))
                 .collect(),
@@ -439,6 +466,14 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         .map_err(|e| ServeError::Config(e.to_string()))?;
     let vol = isnode_store::Volume::open_or_create(volume_dir)?;
     let params = *vol.params();
+    // Members the catalog calls failed are not read (their symbols come from the others).
+    let failed_in_catalog: Vec<u32> = vol
+        .member_states()?
+        .iter()
+        .enumerate()
+        .filter(|(_, st)| matches!(st, isnode_store::MemberState::Failed { .. }))
+        .map(|(m, _)| m as u32)
+        .collect();
     let block_len = params.block_len as usize;
     let slots = pool_slots(config, params.members, block_len)?;
     let threads = config
@@ -492,7 +527,13 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         sendfile_sessions,
         tokens: std::sync::RwLock::new(tokens),
         auth_throttle: std::sync::Mutex::new(crate::auth::throttle::Throttle::default()),
+        last_use: crate::auth::last_use::LastUse::load(&crate::auth::last_use::side_path(
+            &tokens_path,
+        )),
         tokens_path,
+        uploads: Arc::default(),
+        scrub: crate::scrub::ScrubState::default(),
+        member_failures: std::sync::Mutex::default(),
     });
     let api_tls = tls.clone();
     let mut handle = ServerHandle {
@@ -512,6 +553,24 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
             .name("isnode-keepalive".into())
             .spawn(move || keepalive::run(sh, keepalive_sock))
             .map_err(io_error("starting the keepalive thread"))?,
+    );
+    for &m in &failed_in_catalog {
+        shared.metrics.health.mark_failed(m);
+        tracing::warn!(member = m, "member {m} is failed in the catalog: not read (rebuild it with `isnode volume rebuild --member {m}`)");
+    }
+    let (sh, root) = (shared.clone(), volume_dir.to_path_buf());
+    handle.workers.push(
+        std::thread::Builder::new()
+            .name("isnode-members".into())
+            .spawn(move || crate::member_health::record_member_failures(sh, root))
+            .map_err(io_error("starting the member-state thread"))?,
+    );
+    let sh = shared.clone();
+    handle.workers.push(
+        std::thread::Builder::new()
+            .name("isnode-scrub".into())
+            .spawn(move || crate::scrub::run(sh))
+            .map_err(io_error("starting the scrub thread"))?,
     );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();

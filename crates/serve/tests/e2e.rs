@@ -72,7 +72,7 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> (u16,
     http_as(addr, method, path, body, "")
 }
 
-/// [`http`] with `Authorization: Bearer <secret>` (a session's secret; none if empty).
+/// [`http`] with `Isnode-Session-Secret: <secret>` (a session's secret; none if empty).
 fn http_as(
     addr: SocketAddr,
     method: &str,
@@ -86,7 +86,7 @@ fn http_as(
     let auth = if secret.is_empty() {
         String::new()
     } else {
-        format!("Authorization: Bearer {secret}\r\n")
+        format!("Isnode-Session-Secret: {secret}\r\n")
     };
     write!(
         s,

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use rusqlite::types::Value;
 
+use crate::members::MemberState;
 use crate::rows::{
     validate_object, CatalogEntry, RawBlockRow, RawMediaIndex, RawObjectRow, OBJECT_COLUMNS,
 };
@@ -195,6 +196,8 @@ impl Catalog {
             .map_err(db("creating the schema"))?;
         tx.execute_batch(DIGEST_SCHEMA)
             .map_err(db("creating the schema"))?;
+        tx.execute_batch(crate::members::MEMBER_STATE_SCHEMA)
+            .map_err(db("creating the schema"))?;
         let kv = [
             ("format_version", FORMAT_VERSION.to_string()),
             ("uuid", uuid.to_string()),
@@ -240,6 +243,9 @@ impl Catalog {
         cat.conn
             .execute_batch(DIGEST_SCHEMA)
             .map_err(db("adding the packet digest table"))?;
+        cat.conn
+            .execute_batch(crate::members::MEMBER_STATE_SCHEMA)
+            .map_err(db("adding the member state table"))?;
         Ok(cat)
     }
 
@@ -310,6 +316,97 @@ impl Catalog {
             .collect()
     }
 
+    /// The state of every member, by index (a member without a row is ok).
+    pub fn member_states(&self) -> Result<Vec<MemberState>, StoreError> {
+        let members = self.params()?.members;
+        crate::members::read_all(&self.conn, members)
+    }
+
+    /// The state of one member.
+    pub fn member_state(&self, member: u32) -> Result<MemberState, StoreError> {
+        let members = self.params()?.members;
+        check_member(member, members)?;
+        crate::members::read_one(&self.conn, member, members)
+    }
+
+    /// Records the state of one member (one transaction).
+    pub fn set_member_state(&mut self, member: u32, state: &MemberState) -> Result<(), StoreError> {
+        check_member(member, self.params()?.members)?;
+        let ctx = "recording a member state";
+        let tx = self.write_transaction(ctx)?;
+        crate::members::write(&tx, member, state)?;
+        tx.commit().map_err(db(ctx))
+    }
+
+    /// The objects whose segment on `member` a degraded ingest did not write, by TOI.
+    pub fn missing_segments(&self, member: u32) -> Result<Vec<u32>, StoreError> {
+        let ctx = "reading missing segments";
+        let mut q = self
+            .conn
+            .prepare("SELECT toi FROM missing_segments WHERE member = ?1 ORDER BY toi")
+            .map_err(db(ctx))?;
+        let rows = q.query_map([member], |r| r.get(0)).map_err(db(ctx))?;
+        rows.collect::<Result<Vec<u32>, _>>().map_err(db(ctx))
+    }
+
+    /// Ends a rebuild of `member`: sets it ok in one transaction, unless a degraded ingest
+    /// committed an object without it meanwhile (then `false`: rebuild those first).
+    pub fn finish_rebuild(&mut self, member: u32) -> Result<bool, StoreError> {
+        let ctx = "ending a rebuild";
+        let tx = self.write_transaction(ctx)?;
+        let left: bool = tx
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM missing_segments WHERE member = ?1)",
+                [member],
+                |r| r.get(0),
+            )
+            .map_err(db(ctx))?;
+        if left {
+            return Ok(false);
+        }
+        crate::members::write(&tx, member, &MemberState::Ok)?;
+        tx.commit().map_err(db(ctx))?;
+        Ok(true)
+    }
+
+    /// After a rebuild wrote `member`'s segment of object `toi` (synced): its block
+    /// checksums and the member's new progress, in one transaction. An object deleted
+    /// meanwhile gets no rows (the progress is recorded all the same); returns whether
+    /// the object is still there.
+    pub fn record_rebuilt_segment(
+        &mut self,
+        toi: u32,
+        member: u32,
+        blocks: &[BlockRecord],
+        progress: &MemberState,
+    ) -> Result<bool, StoreError> {
+        let ctx = "recording a rebuilt segment";
+        let tx = self.write_transaction(ctx)?;
+        let present: bool = tx
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM objects WHERE toi = ?1 AND state = 'complete')",
+                [toi],
+                |r| r.get(0),
+            )
+            .map_err(db(ctx))?;
+        if present {
+            tx.execute(
+                "DELETE FROM blocks WHERE toi = ?1 AND member = ?2",
+                params![toi, member],
+            )
+            .map_err(db(ctx))?;
+            insert_blocks(&tx, toi, blocks)?;
+        }
+        tx.execute(
+            "DELETE FROM missing_segments WHERE toi = ?1 AND member = ?2",
+            params![toi, member],
+        )
+        .map_err(db(ctx))?;
+        crate::members::write(&tx, member, progress)?;
+        tx.commit().map_err(db(ctx))?;
+        Ok(present)
+    }
+
     /// Records a new object in state `writing` and returns its TOI.
     pub fn begin_object(&mut self, rec: &ObjectRecord) -> Result<u32, StoreError> {
         self.conn
@@ -342,13 +439,19 @@ impl Catalog {
     /// checksums, its final CRC, and the removal of the complete object of the same name
     /// if `taken` says so (whichever it is now: another `--replace` ingest may have
     /// replaced the one there at the start); returns that object's TOI.
+    ///
+    /// `missing` lists the members a degraded ingest did not write (their block checksums
+    /// are in `blocks` all the same, computed from the blocks a rebuild will write): each
+    /// gets a `missing_segments` row, and is marked failed unless it already is.
     pub fn commit_object(
         &mut self,
         toi: u32,
         content_crc32c: u32,
         blocks: &[BlockRecord],
         taken: OnNameTaken,
+        missing: &[u32],
     ) -> Result<Option<u32>, StoreError> {
+        let members = self.params()?.members;
         let tx = self.write_transaction("committing an object")?;
         let name: String = tx
             .query_row(
@@ -380,6 +483,9 @@ impl Catalog {
             params![toi, content_crc32c],
         )
         .map_err(db("committing an object"))?;
+        for &member in missing {
+            record_missing(&tx, toi, &name, member, members)?;
+        }
         tx.commit().map_err(db("committing an object"))?;
         Ok(old)
     }
@@ -398,6 +504,11 @@ impl Catalog {
         )
         .map_err(db("updating block checksums"))?;
         insert_blocks(&tx, toi, blocks)?;
+        tx.execute(
+            "DELETE FROM missing_segments WHERE toi = ?1 AND member = ?2",
+            params![toi, member],
+        )
+        .map_err(db("updating block checksums"))?;
         tx.commit().map_err(db("updating block checksums"))
     }
 
@@ -682,6 +793,17 @@ impl Catalog {
     }
 }
 
+/// Refuses a member index the volume does not have.
+fn check_member(member: u32, members: u32) -> Result<(), StoreError> {
+    if member < members {
+        return Ok(());
+    }
+    Err(StoreError::BadParams(format!(
+        "member {member}: the volume has members 0..{}",
+        members.saturating_sub(1)
+    )))
+}
+
 /// Refuses a volume of another format version, saying what to do about it.
 fn check_format_version(catalog: &Path, version: u32) -> Result<(), StoreError> {
     let volume = catalog.parent().unwrap_or(catalog).display();
@@ -724,6 +846,29 @@ fn state_of(stored: &str) -> ObjectState {
     } else {
         ObjectState::Writing
     }
+}
+
+/// Records that object `toi` was committed without `member`'s segment, and marks the
+/// member failed if it is ok (a rebuild in progress sees the row before it ends).
+fn record_missing(
+    tx: &Transaction<'_>,
+    toi: u32,
+    name: &str,
+    member: u32,
+    members: u32,
+) -> Result<(), StoreError> {
+    check_member(member, members)?;
+    let ctx = "recording a segment not written";
+    tx.execute(
+        "INSERT OR IGNORE INTO missing_segments (toi, member) VALUES (?1, ?2)",
+        params![toi, member],
+    )
+    .map_err(db(ctx))?;
+    if crate::members::read_one(tx, member, members)? == MemberState::Ok {
+        let reason = format!("object {name:?} (TOI {toi}) was written without this member");
+        crate::members::write(tx, member, &MemberState::Failed { reason })?;
+    }
+    Ok(())
 }
 
 fn insert_blocks(tx: &Transaction<'_>, toi: u32, blocks: &[BlockRecord]) -> Result<(), StoreError> {

@@ -50,6 +50,8 @@ pub struct CheckReport {
     pub blocks: u64,
     /// Packets verified.
     pub packets: u64,
+    /// The catalog's state of every member (ok, failed, rebuilding with its progress).
+    pub member_states: Vec<crate::MemberState>,
     /// Problems with member directories themselves.
     pub member_problems: Vec<String>,
     /// Whether the member directories were recreated in this run.
@@ -84,8 +86,7 @@ impl CheckReport {
     }
 }
 
-/// The flock a repairing check holds (`DIR/repair.lock`): repairs are serialized.
-const REPAIR_LOCK_FILE: &str = "repair.lock";
+use crate::rebuild::REPAIR_LOCK_FILE;
 
 /// Checks (and with `opts.repair`, repairs) every object of the volume.
 pub fn check(
@@ -100,6 +101,7 @@ pub fn check(
         false => None,
     };
     let mut report = CheckReport {
+        member_states: vol.member_states()?,
         members_repaired: opts.repair,
         ..CheckReport::default()
     };
@@ -133,7 +135,23 @@ pub fn check(
             }
         }
     }
+    if opts.repair && !report.damaged() {
+        mark_verified_members_ok(vol, &mut report)?;
+    }
     Ok(report)
+}
+
+/// After a repair that left no damage, every segment of every member was verified (or
+/// rewritten): a member failed or left `rebuilding` is ok again, unless a degraded ingest
+/// committed without it meanwhile (it stays as it is for the next repair or rebuild).
+fn mark_verified_members_ok(vol: &mut Volume, report: &mut CheckReport) -> Result<(), StoreError> {
+    for (m, state) in report.member_states.iter_mut().enumerate() {
+        if state.is_degraded() && vol.catalog_mut().finish_rebuild(m as u32)? {
+            tracing::info!(member = m, "member verified after repair: ok");
+            *state = crate::MemberState::Ok;
+        }
+    }
+    Ok(())
 }
 
 /// Codewords whose digest rows are read at once by [`check_digest_rows`].
@@ -419,7 +437,7 @@ fn rebuild_segment(
     if !vol.member_identity_present(member) {
         vol.prepare_member(member)?;
     }
-    let tmp = vol.tmp_segment_path(member, rec.toi);
+    let tmp = vol.rebuild_segment_path(member, rec.toi);
     let mut writer = SegmentWriter::create(&tmp, member, layout)?;
     let mut reader = ObjectReader::for_record(vol, rec.clone())?;
     for sbn in 0..layout.codewords() {

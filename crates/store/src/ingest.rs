@@ -152,8 +152,15 @@ fn write_object(
     let p = *layout.params();
     let e = p.symbol_len as usize;
     let m = p.repair_symbols as usize;
+    let skipped = skipped_member(vol)?;
     let mut writers = (0..p.members)
-        .map(|member| SegmentWriter::create(&vol.tmp_segment_path(member, rec.toi), member, layout))
+        .map(|member| {
+            let path = vol.tmp_segment_path(member, rec.toi);
+            match skipped == Some(member) {
+                true => Ok(SegmentWriter::phantom(&path, member, layout)),
+                false => SegmentWriter::create(&path, member, layout),
+            }
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let mut source = vec![0u8; p.source_symbols as usize * e];
     let mut repair = vec![0u8; m * e];
@@ -221,13 +228,18 @@ fn write_object(
         blocks.extend(w.finish()?);
     }
     crash::point("before-rename");
-    for member in 0..p.members {
+    for member in (0..p.members).filter(|m| skipped != Some(*m)) {
         let from = vol.tmp_segment_path(member, rec.toi);
         let to = vol.segment_path(member, rec.toi);
         fs::rename(&from, &to).map_err(StoreError::io(format!("publishing {}", to.display())))?;
         crash::point("rename");
     }
-    for member in vol.members() {
+    let written = vol
+        .members()
+        .iter()
+        .enumerate()
+        .filter(|(m, _)| skipped != Some(*m as u32));
+    for (_, member) in written {
         for dir in ["objects", "tmp"] {
             let d = member.join(dir);
             crate::io::sync_dir(&d).map_err(StoreError::io(format!("syncing {}", d.display())))?;
@@ -239,9 +251,39 @@ fn write_object(
     rec.content_crc32c = crc;
     let old = vol
         .catalog_mut()
-        .commit_object(rec.toi, crc, &blocks, taken)?;
+        .commit_object(rec.toi, crc, &blocks, taken, skipped.as_slice())?;
     crash::point("after-commit");
     Ok(old)
+}
+
+/// The member a degraded ingest leaves out: the one failed in the catalog or whose
+/// directory is gone (its identity file missing), if any. More than one such member is
+/// refused: the code rebuilds the loss of one member only.
+fn skipped_member(vol: &Volume) -> Result<Option<u32>, StoreError> {
+    let states = vol.member_states()?;
+    let out: Vec<u32> = (0..vol.params().members)
+        .filter(|m| {
+            let failed = matches!(
+                states.get(*m as usize),
+                Some(crate::MemberState::Failed { .. })
+            );
+            failed || !vol.member_identity_present(*m)
+        })
+        .collect();
+    match out.as_slice() {
+        [] => Ok(None),
+        [one] => {
+            tracing::warn!(
+                member = one,
+                "member failed or missing: writing the others, the member's segment is left for `isnode volume rebuild`"
+            );
+            Ok(Some(*one))
+        }
+        many => Err(StoreError::BadParams(format!(
+            "members {many:?} are failed or missing: the code survives the loss of one member \
+             only, so nothing is written (rebuild them with `isnode volume rebuild --member N`)"
+        ))),
+    }
 }
 
 /// Gives the `writing` row of `rec` the bitrate and type found at the end.

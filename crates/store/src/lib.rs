@@ -18,14 +18,19 @@ pub mod ingest;
 pub mod io;
 pub mod layout;
 pub(crate) mod lock;
+pub mod members;
+pub mod pace;
 pub mod params;
 pub mod read;
+pub mod rebuild;
 #[cfg(test)]
 mod recovery_tests;
 pub mod rows;
+pub mod scrub;
 mod segment;
 pub mod spool;
 pub mod validate;
+pub mod verify;
 pub mod volume;
 
 pub use catalog::{MediaIndexRecord, ObjectRecord, ObjectState};
@@ -34,9 +39,12 @@ pub use codeword::{BlockError, BlockSource, Readiness, SymbolCheck, Want};
 pub use ingest::{ingest, ingest_then_describe, IngestOptions};
 pub use layout::Layout;
 pub use layout::SymbolLocation;
+pub use members::MemberState;
 pub use params::VolumeParams;
 pub use read::{DiskBlocks, ObjectReader, ReadStats};
+pub use rebuild::{rebuild_member, RebuildReport};
 pub use rows::{BadObject, CatalogEntry};
+pub use scrub::{scrub, ScrubReport};
 pub use volume::Volume;
 
 /// Everything that can go wrong in the store, with enough context to act on.

@@ -11,9 +11,10 @@ use crate::catalog::BlockRecord;
 use crate::io::{AlignedBuf, BlockFile};
 use crate::{Layout, StoreError};
 
-/// Appends packets to one segment file, block by block.
+/// Appends packets to one segment file, block by block; or, for a member a degraded
+/// ingest does not write, only computes the blocks' checksums (no file).
 pub(crate) struct SegmentWriter {
-    file: BlockFile,
+    file: Option<BlockFile>,
     path: PathBuf,
     member: u32,
     buf: AlignedBuf,
@@ -31,12 +32,22 @@ impl SegmentWriter {
         member: u32,
         layout: &Layout,
     ) -> Result<SegmentWriter, StoreError> {
-        let p = layout.params();
         let file = BlockFile::create(path).map_err(StoreError::io(format!(
             "creating segment {}",
             path.display()
         )))?;
-        Ok(SegmentWriter {
+        Ok(Self::new(Some(file), path, member, layout))
+    }
+
+    /// A writer of no file: the packets are framed (for their digests) and the blocks
+    /// checksummed (for the catalog), as [`SegmentWriter::create`] would write them.
+    pub(crate) fn phantom(path: &Path, member: u32, layout: &Layout) -> SegmentWriter {
+        Self::new(None, path, member, layout)
+    }
+
+    fn new(file: Option<BlockFile>, path: &Path, member: u32, layout: &Layout) -> SegmentWriter {
+        let p = layout.params();
+        SegmentWriter {
             file,
             path: path.to_path_buf(),
             member,
@@ -46,7 +57,7 @@ impl SegmentWriter {
             packets_per_block: p.packets_per_block() as usize,
             packet_len: p.packet_len() as usize,
             records: Vec::new(),
-        })
+        }
     }
 
     /// Frames `symbol` as the packet `id` into the next slot; the packet's digest.
@@ -66,13 +77,14 @@ impl SegmentWriter {
     fn flush_block(&mut self) -> Result<(), StoreError> {
         let crc32c = crc32c::crc32c(self.buf.as_slice());
         let offset = self.block * self.buf.len() as u64;
-        self.file
-            .write_block(&self.buf, offset)
-            .map_err(StoreError::io(format!(
-                "writing block {} of {}",
-                self.block,
-                self.path.display()
-            )))?;
+        if let Some(file) = &self.file {
+            file.write_block(&self.buf, offset)
+                .map_err(StoreError::io(format!(
+                    "writing block {} of {}",
+                    self.block,
+                    self.path.display()
+                )))?;
+        }
         self.records.push(BlockRecord {
             member: self.member,
             block: self.block,
@@ -90,9 +102,10 @@ impl SegmentWriter {
         if self.slot > 0 {
             self.flush_block()?;
         }
-        self.file
-            .sync()
-            .map_err(StoreError::io(format!("syncing {}", self.path.display())))?;
+        if let Some(file) = &self.file {
+            file.sync()
+                .map_err(StoreError::io(format!("syncing {}", self.path.display())))?;
+        }
         Ok(self.records)
     }
 }

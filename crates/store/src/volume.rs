@@ -21,6 +21,8 @@ use crate::{StoreError, VolumeParams};
 
 const CATALOG_FILE: &str = "catalog.sqlite";
 const MEMBER_ID_FILE: &str = "MEMBER";
+/// Suffix of a segment being rebuilt in `MEMBER/tmp` (`TOI.rebuild`).
+const REBUILD_SUFFIX: &str = ".rebuild";
 
 /// An open volume.
 #[derive(Debug)]
@@ -215,10 +217,21 @@ impl Volume {
                 let _ = fs::remove_file(entry.path());
             }
         }
+        // A repair or rebuild running in another process owns its `.rebuild` files.
+        // Held to the end, so none starts meanwhile.
+        let repair_lock = FileLock::exclusive(
+            &self.root.join(crate::rebuild::REPAIR_LOCK_FILE),
+            LockWait::Try,
+        )?;
+        let repairing = repair_lock.is_none();
         // Finished objects have their files in objects/; only live ingests in tmp/.
         for member in &self.members {
             for (dir, keep) in [("objects", &live), ("tmp", &writing)] {
                 for entry in dir_entries(&member.join(dir)) {
+                    let name = entry.file_name();
+                    if repairing && name.to_str().is_some_and(|n| n.ends_with(REBUILD_SUFFIX)) {
+                        continue;
+                    }
                     let toi = entry
                         .file_name()
                         .to_str()
@@ -250,6 +263,7 @@ impl Volume {
         for m in 0..self.params.members {
             let _ = fs::remove_file(self.segment_path(m, toi));
             let _ = fs::remove_file(self.tmp_segment_path(m, toi));
+            let _ = fs::remove_file(self.rebuild_segment_path(m, toi));
         }
     }
 
@@ -285,6 +299,21 @@ impl Volume {
 
     pub(crate) fn catalog_mut(&mut self) -> &mut Catalog {
         &mut self.catalog
+    }
+
+    /// The catalog's state of every member, by index (ok, failed, rebuilding).
+    pub fn member_states(&self) -> Result<Vec<crate::MemberState>, StoreError> {
+        self.catalog.member_states()
+    }
+
+    /// Records the state of `member` in the catalog, in one transaction (the server marks
+    /// a member failed after repeated read errors; a rebuild moves it on).
+    pub fn set_member_state(
+        &mut self,
+        member: u32,
+        state: &crate::MemberState,
+    ) -> Result<(), StoreError> {
+        self.catalog.set_member_state(member, state)
     }
 
     /// Complete objects, by TOI, valid ones only (bad ones: [`Volume::entries`]).
@@ -361,6 +390,14 @@ impl Volume {
         self.members[member as usize]
             .join("tmp")
             .join(format!("{toi}.seg"))
+    }
+
+    /// Where a repair or rebuild writes `member`'s segment of `toi` before renaming it
+    /// into place (kept by recovery while the repair lock is held).
+    pub(crate) fn rebuild_segment_path(&self, member: u32, toi: u32) -> PathBuf {
+        self.members[member as usize]
+            .join("tmp")
+            .join(format!("{toi}{REBUILD_SUFFIX}"))
     }
 
     pub(crate) fn ingest_lock_path(&self, toi: u32) -> PathBuf {

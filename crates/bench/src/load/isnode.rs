@@ -12,7 +12,7 @@ use isnode_store::{IngestOptions, Volume, VolumeParams};
 
 use super::receivers::{set_udp_gro, Conn};
 use super::{Net, Title};
-use crate::common::ServerChild;
+use crate::common::{with_session_secret, ServerChild};
 use crate::udp::{server_ip, set_int_option};
 
 /// Receive buffer asked for each session's socket.
@@ -250,9 +250,8 @@ impl IsnodeServer {
         let body = isnode_proto::auth::ValidateSession {
             token: isnode_proto::auth::key_hex(&token),
         };
-        let resp = (self.agent)
-            .post(format!("{}/v1/sessions/{id}/validate", self.base))
-            .header("Authorization", format!("Bearer {secret}"))
+        let req = (self.agent).post(format!("{}/v1/sessions/{id}/validate", self.base));
+        let resp = with_session_secret(req, secret)
             .send_json(&body)
             .context("validating a session")?;
         anyhow::ensure!(
@@ -270,13 +269,8 @@ impl IsnodeServer {
             secret = l.iter().find(|x| x.id == id).map(|x| x.secret.clone());
             l.retain(|x| x.id != id);
         }
-        let _ = (self.agent)
-            .delete(format!("{}/v1/sessions/{id}", self.base))
-            .header(
-                "Authorization",
-                format!("Bearer {}", secret.unwrap_or_default()),
-            )
-            .call();
+        let req = (self.agent).delete(format!("{}/v1/sessions/{id}", self.base));
+        let _ = with_session_secret(req, &secret.unwrap_or_default()).call();
     }
 }
 
@@ -348,10 +342,8 @@ fn send_keepalive(agent: &ureq::Agent, base: &str, s: &Live) {
             }
         }
         Keepalive::Http => {
-            let _ = agent
-                .post(format!("{base}/v1/sessions/{}/keepalive", s.id))
-                .header("Authorization", format!("Bearer {}", s.secret))
-                .send_empty();
+            let req = agent.post(format!("{base}/v1/sessions/{}/keepalive", s.id));
+            let _ = with_session_secret(req, &s.secret).send_empty();
         }
     }
 }

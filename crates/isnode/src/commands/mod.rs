@@ -22,6 +22,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Volume(VolumeCommand::Create(args)) => volume::create(&cli.volume, &args),
         Command::Volume(VolumeCommand::Check(args)) => volume::check(&cli.volume, &args),
+        Command::Volume(VolumeCommand::Scrub(args)) => volume::scrub(&cli.volume, &args),
+        Command::Volume(VolumeCommand::Rebuild(args)) => volume::rebuild(&cli.volume, &args),
         Command::Ingest(args) => match &args.remote.server {
             Some(server) => remote::upload(server, &args),
             None => ingest::run(&cli.volume, &args),

@@ -13,9 +13,10 @@ use crate::cli::StatusArgs;
 pub(crate) fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     let tls = isnode_recv::control::tls_config(args.ca_cert.as_deref())?;
     let client =
-        isnode_recv::control::ControlClient::with_tls(&args.server, Duration::from_secs(5), tls);
+        isnode_recv::control::ControlClient::with_tls(&args.server, Duration::from_secs(5), tls)
+            .with_token(args.token.as_deref());
     loop {
-        let status = client.status(args.token.as_deref())?;
+        let status = client.status()?;
         let text = render(&status);
         let mut out = std::io::stdout().lock();
         if args.watch {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use isnode_serve::auth::{tokens_path, TokenStore};
+use isnode_serve::auth::{last_use, tokens_path, TokenStore};
 
 use crate::cli::{TokenAddArgs, TokenCommand, TokenFileArgs, TokenRevokeArgs};
 
@@ -51,18 +51,58 @@ fn add(volume: &Path, a: &TokenAddArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn list(volume: &Path, f: &TokenFileArgs) -> anyhow::Result<ExitCode> {
-    let store = load(&path_of(volume, f))?;
-    println!("{:<24} {:<26} created_unix_s", "name", "roles");
+    let path = path_of(volume, f);
+    let store = load(&path)?;
+    // Written by the server (at most a minute late): a missing or broken one says "never".
+    let used = last_use::read(&last_use::side_path(&path)).unwrap_or_else(|e| {
+        eprintln!("isnode token: last uses unknown: {e}");
+        Default::default()
+    });
+    print!("{}", table(&store, &used));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The token list: name, roles, creation and last use (UTC; "never" for an unused token).
+fn table(store: &TokenStore, used: &std::collections::HashMap<String, u64>) -> String {
+    let mut out = format!(
+        "{:<24} {:<26} {:<21} last_used\n",
+        "name", "roles", "created"
+    );
     for r in store.records() {
         let roles: Vec<&str> = r.roles.iter().map(|r| r.name()).collect();
-        println!(
-            "{:<24} {:<26} {}",
+        let last = used
+            .get(&r.sha256)
+            .map_or_else(|| "never".to_string(), |&s| utc(s));
+        out.push_str(&format!(
+            "{:<24} {:<26} {:<21} {last}\n",
             r.name,
             roles.join(","),
-            r.created_unix_s
-        );
+            utc(r.created_unix_s)
+        ));
     }
-    Ok(ExitCode::SUCCESS)
+    out
+}
+
+/// `unix_s` as a UTC date and time, `YYYY-MM-DD HH:MM:SSZ` (the proleptic Gregorian
+/// calendar, from days since the epoch: H. Hinnant's `civil_from_days`).
+fn utc(unix_s: u64) -> String {
+    let days = (unix_s / 86_400) as i64;
+    let secs = unix_s % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 fn revoke(volume: &Path, a: &TokenRevokeArgs) -> anyhow::Result<ExitCode> {
@@ -77,4 +117,35 @@ fn revoke(volume: &Path, a: &TokenRevokeArgs) -> anyhow::Result<ExitCode> {
         a.name
     );
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use isnode_serve::auth::Role;
+
+    #[test]
+    fn dates_are_utc() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00Z");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00Z");
+        assert_eq!(utc(1_795_740_472), "2026-11-27 00:47:52Z");
+    }
+
+    #[test]
+    fn the_list_shows_creation_and_last_use_or_never() {
+        let mut store = TokenStore::default();
+        store.add("ops", &[Role::Operator], 0).unwrap();
+        store.add("tv", &[Role::Viewer], 86_400).unwrap();
+        let used = [(store.find("tv").unwrap().sha256.clone(), 90_061)].into();
+        let text = table(&store, &used);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("created") && lines[0].contains("last_used"));
+        assert!(
+            lines[1].starts_with("ops") && lines[1].ends_with("never"),
+            "{text}"
+        );
+        assert!(lines[1].contains("1970-01-01 00:00:00Z"), "{text}");
+        assert!(lines[2].contains("1970-01-02 00:00:00Z"), "{text}");
+        assert!(lines[2].ends_with("1970-01-02 01:01:01Z"), "{text}");
+    }
 }

@@ -1,12 +1,19 @@
-//! `isnode volume create|check`.
+//! `isnode volume create|check|scrub|rebuild`.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use isnode_store::{CheckOptions, CheckReport, Volume, VolumeParams};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
 
-use crate::cli::{CheckArgs, CreateArgs};
+use isnode_store::pace::{Pace, Throttle, Unpaced};
+use isnode_store::rebuild::RebuildProgress;
+use isnode_store::scrub::ScrubProgress;
+use isnode_store::{CheckOptions, CheckReport, ScrubReport, Volume, VolumeParams};
+
+use crate::cli::{CheckArgs, CreateArgs, RebuildArgs, ScrubArgs};
 
 /// `volume create`.
 pub(super) fn create(root: &Path, args: &CreateArgs) -> anyhow::Result<ExitCode> {
@@ -80,6 +87,17 @@ fn print_report(r: &CheckReport) {
         "checked {} objects, {} blocks, {} packets",
         r.objects, r.blocks, r.packets
     );
+    // Only members not ok are named (a line naming a member means it needs care).
+    let mut all_ok = true;
+    for (m, state) in r.member_states.iter().enumerate() {
+        if *state != isnode_store::MemberState::Ok {
+            all_ok = false;
+            println!("  member {m}: {state}");
+        }
+    }
+    if all_ok {
+        println!("  member states: all ok");
+    }
     for p in &r.member_problems {
         println!(
             "  {p}{}",
@@ -118,4 +136,162 @@ fn print_report(r: &CheckReport) {
             }
         );
     }
+}
+
+/// The pace of `--rate-bps`: a fixed rate, or none.
+fn pace_of(rate_bps: Option<u64>) -> Box<dyn Pace> {
+    match rate_bps {
+        Some(rate) if rate > 0 => Box::new(Throttle::new(rate, Arc::new(AtomicBool::new(false)))),
+        _ => Box::new(Unpaced),
+    }
+}
+
+/// `volume scrub`: exit status 0 when clean, 1 when damage was found.
+pub(super) fn scrub(root: &Path, args: &ScrubArgs) -> anyhow::Result<ExitCode> {
+    let vol = Volume::open(root).with_context(|| format!("opening {}", root.display()))?;
+    let bar = crate::progress::bytes(0, "scrub");
+    let mut pace = pace_of(args.rate_bps);
+    let started = Instant::now();
+    let report = isnode_store::scrub(&vol, pace.as_mut(), &mut |p: ScrubProgress<'_>| {
+        bar.set_length(p.bytes_total);
+        bar.set_position(p.bytes_done);
+    })
+    .context("scrubbing the volume")?;
+    bar.finish_and_clear();
+    let elapsed_s = started.elapsed().as_secs_f64();
+    if args.json {
+        let v = serde_json::json!({ "report": report, "elapsed_s": elapsed_s });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print_scrub(&report, elapsed_s);
+    }
+    Ok(if report.damaged() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn print_scrub(r: &ScrubReport, elapsed_s: f64) {
+    println!(
+        "scrubbed {} objects, {} codewords, {} bytes in {elapsed_s:.1} s ({:.1} MB/s)",
+        r.objects,
+        r.codewords,
+        r.bytes_read,
+        r.bytes_read as f64 / elapsed_s.max(1e-9) / 1e6
+    );
+    println!(
+        "{:>6}  {:<10} {:>8} {:>8} {:>9} {:>8} {:>8} {:>7} {:>7}",
+        "member", "state", "blocks", "bad", "packets", "missing", "corrupt", "digest", "parity"
+    );
+    for m in &r.members {
+        let state = m.state.as_ref().map_or("?", |s| s.name());
+        println!(
+            "{:>6}  {:<10} {:>8} {:>8} {:>9} {:>8} {:>8} {:>7} {:>7}",
+            m.member,
+            state,
+            m.blocks,
+            m.bad_blocks,
+            m.packets,
+            m.missing_packets,
+            m.corrupt_packets,
+            m.digest_mismatches,
+            m.parity_mismatches
+        );
+    }
+    println!(
+        "{:<24} {:>6} {:>9} {:>7} {:>10} {:>11} {:>6}",
+        "object", "toi", "codewords", "parity", "bad blocks", "bad packets", "lost"
+    );
+    for o in &r.object_results {
+        println!(
+            "{:<24} {:>6} {:>9} {:>7} {:>10} {:>11} {:>6}",
+            o.object,
+            o.toi,
+            o.codewords,
+            o.parity_checked,
+            o.bad_blocks,
+            o.bad_packets,
+            o.unrecoverable_codewords
+        );
+        for f in &o.findings {
+            let mut at = format!("member {}", f.member);
+            if let Some(b) = f.block {
+                at.push_str(&format!(" block {b}"));
+            }
+            if let (Some(sbn), Some(esi)) = (f.sbn, f.esi) {
+                at.push_str(&format!(" codeword {sbn} symbol {esi}"));
+            }
+            println!("  object {:?} {at}: {}", o.object, f.problem);
+        }
+    }
+    for p in &r.member_problems {
+        println!("  {p}");
+    }
+    for b in &r.bad_objects {
+        println!(
+            "  BAD ROW: object {:?} (TOI {}): {}",
+            b.object, b.toi, b.problem
+        );
+    }
+    if r.stopped {
+        println!("  stopped before the end");
+    }
+    println!(
+        "  {}",
+        if r.damaged() {
+            "DAMAGE FOUND (repair: `isnode volume check --repair`, or `isnode volume rebuild --member N` for a replaced member)"
+        } else {
+            "clean"
+        }
+    );
+}
+
+/// `volume rebuild --member N`.
+pub(super) fn rebuild(root: &Path, args: &RebuildArgs) -> anyhow::Result<ExitCode> {
+    let mut vol = Volume::open(root).with_context(|| format!("opening {}", root.display()))?;
+    if args.member >= vol.params().members {
+        anyhow::bail!(
+            "member {}: the volume has members 0..{}",
+            args.member,
+            vol.params().members - 1
+        );
+    }
+    let state = vol.catalog().member_state(args.member)?;
+    let start = isnode_store::rebuild::plan_start(&state);
+    if start.done_toi > 0 {
+        eprintln!(
+            "resuming the rebuild of member {}: objects up to TOI {} done ({} bytes)",
+            args.member, start.done_toi, start.done_bytes
+        );
+    }
+    let bar = crate::progress::bytes(0, &format!("rebuild member {}", args.member));
+    let mut pace = pace_of(args.rate_bps);
+    let started = Instant::now();
+    let report = isnode_store::rebuild_member(
+        &mut vol,
+        args.member,
+        pace.as_mut(),
+        &mut |p: RebuildProgress<'_>| {
+            bar.set_length(p.bytes_total);
+            bar.set_position(p.bytes_done);
+        },
+    )
+    .with_context(|| format!("rebuilding member {}", args.member))?;
+    bar.finish_and_clear();
+    let elapsed_s = started.elapsed().as_secs_f64();
+    if args.json {
+        let v = serde_json::json!({ "report": report, "elapsed_s": elapsed_s });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "member {}: {} objects, {} bytes rebuilt in {elapsed_s:.1} s ({:.1} MB/s); state {}",
+            report.member,
+            report.objects_rebuilt,
+            report.bytes_written,
+            report.bytes_written as f64 / elapsed_s.max(1e-9) / 1e6,
+            report.state
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

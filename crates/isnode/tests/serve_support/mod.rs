@@ -392,7 +392,6 @@ impl Server {
             .get(id)
             .cloned()
             .unwrap_or_default();
-        let auth = format!("Bearer {secret}");
         let path = format!("/v1/sessions/{id}{suffix}");
         http(
             self.addr,
@@ -400,7 +399,7 @@ impl Server {
             method,
             &path,
             body,
-            &[("Authorization", &auth)],
+            &[("Isnode-Session-Secret", &secret)],
         )
     }
 

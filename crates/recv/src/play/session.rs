@@ -268,7 +268,11 @@ impl Feed<'_> {
     /// Takes the packets of one receive (a datagram coalesced by `UDP_GRO` is several):
     /// filters, impairs and pushes each, and hands what it releases to the playout thread at
     /// once (so the release point is always current).
-    fn take(&mut self, batch: &mut Batch, n: usize, at: Duration) {
+    /// Takes the `n` datagrams of `batch`; true if one of them was a packet of this stream
+    /// (what keeps the session alive: a datagram of another stream, as a refused server's,
+    /// or a stray one does not).
+    fn take(&mut self, batch: &mut Batch, n: usize, at: Duration) -> bool {
+        let mut ours = false;
         for i in 0..n {
             self.counts.received += 1;
             if !self.source.accepts(batch.source(i)) {
@@ -289,14 +293,25 @@ impl Feed<'_> {
             if verdict == Some(Verdict::Drop) {
                 continue;
             }
-            if let crate::receiver::PacketClass::Symbol { sbn, .. } = self.rx.push(packet, at) {
+            use crate::receiver::PacketClass;
+            let class = self.rx.push(packet, at);
+            if let PacketClass::Symbol { sbn, .. } = class {
                 self.max_sbn = self.max_sbn.max(Some(sbn));
             }
+            ours |= matches!(
+                class,
+                PacketClass::Symbol { .. }
+                    | PacketClass::Redundant
+                    | PacketClass::Duplicate
+                    | PacketClass::Fdt
+                    | PacketClass::Unverified
+            );
             self.drain();
         }
         if let Some(f) = &mut self.digests {
             f.pump(&mut self.rx, self.digests_ahead);
         }
+        ours
     }
 
     /// Hands released pieces to the playout thread while its queue has room.
@@ -440,11 +455,11 @@ fn receive(
             return Ok(EndReason::EndOfStream);
         }
         let n = batch.recv(socket).context("receiving")?;
-        if n > 0 {
-            last_datagram = Instant::now();
+        let arrived = Instant::now();
+        if feed.take(&mut batch, n, arrived - requested) {
+            last_datagram = arrived;
             resuming.bridged(last_datagram, &mut feed.counts);
         }
-        feed.take(&mut batch, n, last_datagram - requested);
         if n == 0 {
             feed.drain(); // repair answers come in while the stream is quiet too
         }
@@ -573,7 +588,13 @@ pub(super) fn run_session(
     let repair = (!args.no_repair && setup.session_id.is_some()).then(|| {
         let backoff = Duration::from_millis(args.repair_backoff_ms);
         let cw = repair::codeword_time(&rx, setup.bitrate_bps);
-        Repair::start((&args.server, tls), &setup.object, backoff, cw, requested)
+        Repair::start(
+            (&args.server, tls, args.token.as_deref()),
+            &setup.object,
+            backoff,
+            cw,
+            requested,
+        )
     });
     let mut feed = Feed {
         rx,

@@ -3,12 +3,11 @@
 //! data-plane thread, which is woken ([`crate::Shared::wake_data_plane`]) and applies it
 //! to the session's pacer on its next turn.
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use isnode_proto::{ControlAnswer, SessionControl};
@@ -81,17 +80,12 @@ fn check(s: &StreamShared, req: SessionControl) -> Result<Checked, ApiError> {
     }
 }
 
+/// `POST /v1/sessions/{id}/control`: by the session's creator, with its secret.
 pub(super) async fn control_session(
+    super::owner::OwnedSession(s): super::owner::OwnedSession,
     State(sh): Sh,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let s = match super::owner::owned(&sh, &id, peer, &headers) {
-        Ok(s) => s,
-        Err(e) => return e.into_response(),
-    };
     if !s.validated.load(Ordering::Acquire) {
         return ApiError::new(
             StatusCode::CONFLICT,

@@ -3,7 +3,7 @@
 //! of byte ranges of the content, MPEG-TS only), and the mapping of a time to a place to
 //! start from ([`locate`]), shared by session creation and seek.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -20,8 +20,21 @@ pub(crate) const MIN_SEGMENT_S: f64 = 2.0;
 pub(crate) const MAX_SEGMENT_S: f64 = 6.0;
 /// The segment URI of a playlist: the content, relative to the playlist's URL. The query
 /// (ignored by the server) gives the URI an extension: ffmpeg's HLS demuxer refuses a
-/// segment URL that has none of its known media extensions.
+/// segment URL that has none of its known media extensions (so `ext=.ts` stays last).
 pub(crate) const SEGMENT_URI: &str = "content?ext=.ts";
+
+/// The segment URI of a playlist asked for with `?token=` (`query` is the playlist
+/// request's): the token carried onto the segments, which a player fetches without
+/// headers, so that a server closed to anonymous viewers still plays. A token that is not
+/// plain hexadecimal is not one the server knows and is not echoed.
+fn segment_uri(query: Option<&str>) -> String {
+    let token = super::roles::query_token(query)
+        .filter(|t| !t.is_empty() && t.len() <= 128 && t.bytes().all(|b| b.is_ascii_hexdigit()));
+    match token {
+        Some(t) => format!("content?token={t}&ext=.ts"),
+        None => SEGMENT_URI.to_string(),
+    }
+}
 /// The container name the catalog records for MPEG-TS.
 const MPEG_TS: &str = "mpeg-ts";
 
@@ -165,8 +178,8 @@ pub(crate) fn playlist(uri: &str, segments: &[Segment]) -> String {
     m
 }
 
-/// The object's playlist, or why it has none (a 4xx).
-fn object_playlist(obj: &ObjectInfo) -> Result<String, ApiError> {
+/// The object's playlist with segments at `uri`, or why it has none (a 4xx).
+fn object_playlist(obj: &ObjectInfo, uri: &str) -> Result<String, ApiError> {
     let name = &obj.rec.name;
     let Some(media) = &obj.media else {
         return Err(ApiError::new(
@@ -184,21 +197,22 @@ fn object_playlist(obj: &ObjectInfo) -> Result<String, ApiError> {
         ));
     }
     let segs = segments(&media.points, obj.rec.size_bytes, obj.rec.duration_s);
-    Ok(playlist(SEGMENT_URI, &segs))
+    Ok(playlist(uri, &segs))
 }
 
-/// `GET /v1/objects/{name}/index.m3u8`.
+/// `GET /v1/objects/{name}/index.m3u8` (its `?token=`, if any, carried onto the segments).
 pub(super) async fn get_playlist(
     _: super::roles::Viewer,
     State(sh): Sh,
     Path(name): Path<String>,
+    RawQuery(query): RawQuery,
 ) -> Response {
     let obj = match blocking(&sh, move |sh| sh.objects.get(&name)).await {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return store_error(e),
         Err(r) => return r,
     };
-    match object_playlist(&obj) {
+    match object_playlist(&obj, &segment_uri(query.as_deref())) {
         Ok(text) => (
             [(header::CONTENT_TYPE, "application/vnd.apple.mpegurl")],
             text,
@@ -285,6 +299,21 @@ mod tests {
         assert_eq!(durs, [2.0, 2.0, 9.0, 2.0, 2.0]);
         assert_eq!(segs[2].offset_bytes, 800);
         assert!(playlist("c", &segs).contains("#EXT-X-TARGETDURATION:9\n"));
+    }
+
+    #[test]
+    fn a_playlist_asked_for_with_a_token_carries_it_onto_its_segments() {
+        let t = "0f".repeat(32);
+        assert_eq!(segment_uri(None), SEGMENT_URI);
+        assert_eq!(segment_uri(Some("x=1")), SEGMENT_URI);
+        let uri = segment_uri(Some(&format!("x=1&token={t}")));
+        assert_eq!(uri, format!("content?token={t}&ext=.ts"));
+        // The extension stays last (ffmpeg's check), and nothing else is echoed.
+        assert!(uri.ends_with(".ts"));
+        assert_eq!(segment_uri(Some("token=%0A%23EXT")), SEGMENT_URI);
+        assert_eq!(segment_uri(Some("token=")), SEGMENT_URI);
+        let segs = segments(&[], 1000, 4.0);
+        assert!(playlist(&uri, &segs).contains(&format!("\ncontent?token={t}&ext=.ts\n")));
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Sessions belong to their creator, and stream only to a destination that proved it
 //! listens (`isnode_proto::auth`; docs/protocol.md, "Sessions" and "Return routability").
 //!
-//! - [`authorize`]: keepalive, control, validation and delete are taken only from the
-//!   creating IP address and with the session's secret (`Authorization: Bearer`); `403`
-//!   otherwise (`404` for no such session, so an id alone tells nothing more).
+//! - [`OwnedSession`] (a streaming session) and [`OwnedSessionAnyState`] (one that may
+//!   have ended: `DELETE`): the extractors of the session routes. Keepalive, control,
+//!   validation and delete are taken only from the creating IP address and with the
+//!   session's secret (`Isnode-Session-Secret`); `403` otherwise (`404` for no such
+//!   session, so an id alone tells nothing more). Their rejection is [`NotOwned`].
 //! - [`send_tokens`]: a new session's pacer starts paused; the token datagram goes to the
 //!   destination at once and again at growing intervals; [`validate_session`] takes the
 //!   echo and resumes the pacer. Without an echo within `--validate-timeout-ms` the
@@ -16,11 +18,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::State;
+use axum::extract::{ConnectInfo, FromRequestParts, Path};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use isnode_proto::auth::{
-    keys_equal, parse_bearer, parse_key_hex, token_datagram, ValidateSession,
+    keys_equal, parse_key_hex, parse_session_secret, token_datagram, ValidateSession,
+    SESSION_SECRET_HEADER,
 };
 
 use super::{ApiError, Sh};
@@ -32,53 +37,138 @@ use crate::{SessionState, Shared, StreamShared};
 /// session waits (a lost datagram costs the client one gap, not the session).
 const TOKEN_GAPS_MS: [u64; 5] = [100, 200, 400, 800, 1600];
 
-/// Whether the request may act on `s`: from the creating address, with its secret.
-pub(super) fn authorize(
-    s: &StreamShared,
-    peer: SocketAddr,
-    headers: &HeaderMap,
-) -> Result<(), ApiError> {
-    let forbidden = |why: &str| ApiError::new(StatusCode::FORBIDDEN, why);
-    let Some(owner) = s.owner else {
-        return Err(forbidden("a broadcast channel is steered by its broadcast"));
-    };
-    if peer.ip().to_canonical() != s.peer_ip.to_canonical() {
-        return Err(forbidden("only the session's creator may do this"));
+/// The streaming session of the route's `{id}`, the request being from its creator with
+/// its secret.
+pub(super) struct OwnedSession(pub(super) Arc<StreamShared>);
+
+/// The session of the route's `{id}` in any state (streaming or ended, not yet
+/// forgotten), the request being from its creator with its secret.
+pub(super) struct OwnedSessionAnyState(pub(super) Arc<StreamShared>);
+
+/// Which sessions a route acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Wanted {
+    /// Streaming sessions only (`404 no streaming session` for an ended one).
+    Streaming,
+    /// Any session the table still holds (`404 no session` otherwise).
+    AnyState,
+}
+
+/// Why a session route refused a request.
+#[derive(Debug)]
+pub(super) enum NotOwned {
+    /// No such session (in the wanted state): `404`.
+    NoSession {
+        /// The id asked for.
+        id: String,
+        /// The state asked for.
+        wanted: Wanted,
+    },
+    /// The route's path did not give a session id (its own answer).
+    BadPath(axum::extract::rejection::PathRejection),
+    /// Not the creator, or not its secret: `403` saying which.
+    Forbidden(&'static str),
+}
+
+impl IntoResponse for NotOwned {
+    fn into_response(self) -> Response {
+        match self {
+            NotOwned::NoSession { id, wanted } => {
+                let which = match wanted {
+                    Wanted::Streaming => "no streaming session",
+                    Wanted::AnyState => "no session",
+                };
+                ApiError::new(StatusCode::NOT_FOUND, format!("{which} {id:?}")).into_response()
+            }
+            NotOwned::BadPath(e) => e.into_response(),
+            NotOwned::Forbidden(why) => ApiError::new(StatusCode::FORBIDDEN, why).into_response(),
+        }
     }
-    let secret = headers
-        .get(header::AUTHORIZATION)
+}
+
+/// Whether a request from `peer` with `headers` may act on `s`: from the creating
+/// address, with its secret.
+fn authorize(
+    s: &StreamShared,
+    peer: Option<SocketAddr>,
+    headers: &HeaderMap,
+) -> Result<(), NotOwned> {
+    let Some(owner) = s.owner else {
+        return Err(NotOwned::Forbidden(
+            "a broadcast channel is steered by its broadcast",
+        ));
+    };
+    let from_creator = peer.is_some_and(|p| p.ip().to_canonical() == s.peer_ip.to_canonical());
+    if !from_creator {
+        return Err(NotOwned::Forbidden(
+            "only the session's creator may do this",
+        ));
+    }
+    let sent = headers.get(SESSION_SECRET_HEADER);
+    let secret = sent
         .and_then(|v| v.to_str().ok())
-        .and_then(parse_bearer);
-    match secret {
-        Some(k) if keys_equal(&k, &owner.secret) => Ok(()),
-        Some(_) => Err(forbidden("wrong session secret")),
-        None => Err(forbidden(
-            "the session's secret is missing (Authorization: Bearer <secret>)",
+        .and_then(parse_session_secret);
+    match (secret, sent) {
+        (Some(k), _) if keys_equal(&k, &owner.secret) => Ok(()),
+        (Some(_), _) => Err(NotOwned::Forbidden("wrong session secret")),
+        (None, Some(_)) => Err(NotOwned::Forbidden(
+            "Isnode-Session-Secret must be the session's secret: 32 lowercase hexadecimal digits",
+        )),
+        (None, None) if headers.contains_key(header::AUTHORIZATION) => Err(NotOwned::Forbidden(
+            "the session's secret is missing: it goes in Isnode-Session-Secret \
+             (Authorization carries role tokens only)",
+        )),
+        (None, None) => Err(NotOwned::Forbidden(
+            "the session's secret is missing (Isnode-Session-Secret: <secret>)",
         )),
     }
 }
 
-/// The streaming session `id` if the request may act on it; the error answer otherwise.
-pub(super) fn owned(
-    sh: &Shared,
-    id: &str,
-    peer: SocketAddr,
-    headers: &HeaderMap,
-) -> Result<Arc<StreamShared>, ApiError> {
+/// The session of the request's `{id}` in the `wanted` state if the request may act on
+/// it; counted in `isnode_forbidden_total` when it may not.
+async fn extract(
+    parts: &mut Parts,
+    sh: &Arc<Shared>,
+    wanted: Wanted,
+) -> Result<Arc<StreamShared>, NotOwned> {
+    let Path(id) = Path::<String>::from_request_parts(parts, sh)
+        .await
+        .map_err(NotOwned::BadPath)?;
     let s = sh
         .sessions
-        .find(id)
-        .filter(|s| s.state() == SessionState::Streaming)
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("no streaming session {id:?}"),
-            )
-        })?;
-    authorize(&s, peer, headers).inspect_err(|_| {
+        .find(&id)
+        .filter(|s| wanted == Wanted::AnyState || s.state() == SessionState::Streaming);
+    let Some(s) = s else {
+        return Err(NotOwned::NoSession { id, wanted });
+    };
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    authorize(&s, peer, &parts.headers).inspect_err(|_| {
         sh.metrics.forbidden.fetch_add(1, Ordering::Relaxed);
     })?;
     Ok(s)
+}
+
+impl FromRequestParts<Arc<Shared>> for OwnedSession {
+    type Rejection = NotOwned;
+
+    async fn from_request_parts(parts: &mut Parts, sh: &Arc<Shared>) -> Result<Self, NotOwned> {
+        extract(parts, sh, Wanted::Streaming)
+            .await
+            .map(OwnedSession)
+    }
+}
+
+impl FromRequestParts<Arc<Shared>> for OwnedSessionAnyState {
+    type Rejection = NotOwned;
+
+    async fn from_request_parts(parts: &mut Parts, sh: &Arc<Shared>) -> Result<Self, NotOwned> {
+        extract(parts, sh, Wanted::AnyState)
+            .await
+            .map(OwnedSessionAnyState)
+    }
 }
 
 /// Admits `s` at its token's echo (its bitrate, pool and burst counted from now) and
@@ -147,16 +237,10 @@ pub(super) async fn send_tokens(sh: Arc<Shared>, s: Arc<StreamShared>) {
 
 /// `POST /v1/sessions/{id}/validate`: the echo of the token; the stream starts.
 pub(super) async fn validate_session(
+    OwnedSession(s): OwnedSession,
     State(sh): Sh,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let s = match owned(&sh, &id, peer, &headers) {
-        Ok(s) => s,
-        Err(e) => return e.into_response(),
-    };
     let token = serde_json::from_slice::<ValidateSession>(&body)
         .ok()
         .and_then(|v| parse_key_hex(&v.token));

@@ -42,11 +42,12 @@ fn token_of(parts: &Parts, query_ok: bool) -> Option<String> {
     if bearer.is_some() || !query_ok {
         return bearer.map(str::to_string);
     }
-    parts.uri.query().and_then(|q| {
-        q.split('&')
-            .find_map(|kv| kv.strip_prefix("token="))
-            .map(str::to_string)
-    })
+    query_token(parts.uri.query()).map(str::to_string)
+}
+
+/// The `token=` parameter of a request's query (as sent: tokens are hexadecimal).
+pub(super) fn query_token(query: Option<&str>) -> Option<&str> {
+    query?.split('&').find_map(|kv| kv.strip_prefix("token="))
 }
 
 /// The client the request counts against: its IPv4 address or IPv6 /64 (none when the
@@ -130,9 +131,19 @@ fn check_token(sh: &Shared, parts: &Parts, role: Role) -> Result<(), ApiError> {
     };
     match store.lookup(&token) {
         None => Err(fail(sh, Failure::Unknown, role)),
-        Some(r) if r.has(role) => Ok(()),
+        Some(r) if r.has(role) => {
+            sh.last_use.touch(&r.sha256, unix_now_s());
+            Ok(())
+        }
         Some(_) => Err(fail(sh, Failure::WrongRole, role)),
     }
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+fn unix_now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Why a request was refused (its index in `metrics::AUTH_FAILURE_REASONS`).
@@ -200,10 +211,9 @@ pub(super) enum Rule {
     Public,
 }
 
-/// Every route (method, path) and its rule: the role table of docs/protocol.md. Routes
-/// others add later are listed with their rule already (`PUT`/`DELETE` objects,
-/// `/v1/status`, `GET /`). The table test (`api/tests/roles.rs`) checks every route
-/// the router answers against it.
+/// Every route (method, path) and its rule: the role table of docs/protocol.md. The
+/// table tests (`api/tests/roles.rs`) check it against the real router (the paths it was
+/// built with, and the methods each answers) and every route against each token.
 #[cfg(test)]
 pub(super) const ROUTES: &[(&str, &str, Rule)] = &[
     ("GET", "/v1/objects", Rule::Role(Role::Viewer)),
@@ -245,4 +255,6 @@ pub(super) const ROUTES: &[(&str, &str, Rule)] = &[
     ("GET", "/metrics", Rule::Role(Role::Metrics)),
     ("GET", "/v1/status", Rule::Role(Role::Metrics)),
     ("GET", "/", Rule::Public),
+    ("GET", "/ui/app.js", Rule::Public),
+    ("GET", "/ui/style.css", Rule::Public),
 ];

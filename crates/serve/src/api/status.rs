@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use isnode_proto::status::{
     MemberHealth, StatusBody, StatusBroadcast, StatusCache, StatusMember, StatusSession,
     StatusTitle, StatusTotals,
@@ -27,10 +27,9 @@ const PAGE_HTML: &str = include_str!("../ui/index.html");
 const PAGE_JS: &str = include_str!("../ui/app.js");
 const PAGE_CSS: &str = include_str!("../ui/style.css");
 
-/// The status routes (merged into the API's router).
-pub(super) fn routes() -> Router<Arc<Shared>> {
-    Router::new()
-        .route("/v1/status", get(status))
+/// `r` with the status routes added.
+pub(super) fn routes(r: super::Routes) -> super::Routes {
+    r.route("/v1/status", get(status))
         .route(
             "/",
             get(|| async { asset("text/html; charset=utf-8", PAGE_HTML) }),
@@ -88,14 +87,23 @@ pub(super) async fn sample_egress(sh: Arc<Shared>) {
 
 /// `GET /v1/status`.
 async fn status(_: super::roles::MetricsReader, State(sh): Sh) -> Response {
-    let listed = match blocking(&sh, |sh| sh.objects.list()).await {
+    let read = blocking(&sh, |sh| {
+        let states = sh.objects.with_volume(|v| v.member_states());
+        sh.objects.list().map(|l| (l, states))
+    });
+    let (listed, states) = match read.await {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => return store_error(e),
         Err(r) => return r,
     };
     let tsi = sh.objects.tsi();
     let objects: Vec<isnode_proto::ObjectInfo> = listed.iter().map(|o| o.json(tsi)).collect();
-    Json(body(&sh, objects)).into_response()
+    let mut body = body(&sh, objects);
+    match states {
+        Ok(states) => add_member_states(&mut body.members, &states),
+        Err(e) => tracing::warn!("status: reading the member states: {e}"),
+    }
+    Json(body).into_response()
 }
 
 fn body(sh: &Shared, objects: Vec<isnode_proto::ObjectInfo>) -> StatusBody {
@@ -126,6 +134,7 @@ fn body(sh: &Shared, objects: Vec<isnode_proto::ObjectInfo>) -> StatusBody {
         broadcasts: broadcasts(sh),
         sessions,
         members: members(&snap),
+        scrub: Some(scrub(sh, &snap)),
         cache: cache(&snap),
         egress_interval_s: 1,
         egress: sh.metrics.egress.samples(),
@@ -200,8 +209,40 @@ fn members(snap: &MetricsSnapshot) -> Vec<StatusMember> {
                 MemberHealth::Ok
             },
             read_errors: *errors,
+            state: None,
+            reason: None,
+            rebuilt_bytes: None,
         })
         .collect()
+}
+
+/// Adds the catalog's state of each member.
+fn add_member_states(members: &mut [StatusMember], states: &[isnode_store::MemberState]) {
+    for (m, state) in members.iter_mut().zip(states) {
+        m.state = Some(state.name().to_string());
+        match state {
+            isnode_store::MemberState::Failed { reason } => m.reason = Some(reason.clone()),
+            isnode_store::MemberState::Rebuilding { done_bytes, .. } => {
+                m.rebuilt_bytes = Some(*done_bytes)
+            }
+            isnode_store::MemberState::Ok => {}
+        }
+    }
+}
+
+fn scrub(sh: &Shared, snap: &MetricsSnapshot) -> isnode_proto::status::StatusScrub {
+    let s = &snap.scrub;
+    isnode_proto::status::StatusScrub {
+        enabled: sh.config().scrub_rate_bps > 0,
+        rate_bps: s.rate_bps,
+        passes: s.passes,
+        pass_done_bytes: s.pass_done_bytes,
+        pass_total_bytes: s.pass_total_bytes,
+        bytes_read: s.bytes_read,
+        bad_blocks: s.bad_blocks,
+        bad_packets: s.bad_packets,
+        damaged_objects: s.damaged_objects,
+    }
 }
 
 fn cache(snap: &MetricsSnapshot) -> StatusCache {

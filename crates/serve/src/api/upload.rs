@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 
 use super::{blocking, error, ApiError, Sh};
 use crate::metrics::UploadFailure;
+use crate::uploads::Reservation;
 use crate::Shared;
 
 /// Body chunks queued for the ingest thread (a few MiB at most: hyper's chunks are small).
@@ -63,6 +64,21 @@ pub(super) struct Upload {
     content_type: Option<String>,
 }
 
+/// Counts an upload whose request ended before its answer (the client went away, or
+/// the connection was reset, and the request was dropped) as `disconnected`.
+struct Unanswered<'a> {
+    sh: &'a Shared,
+    answered: bool,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.sh.metrics.upload_failure(UploadFailure::Disconnected);
+        }
+    }
+}
+
 /// `PUT /v1/objects/{name}`; counted in `isnode_upload_bytes_total` and, when nothing
 /// was stored, `isnode_upload_failures_total{reason}`.
 pub(super) async fn put_object(
@@ -74,8 +90,14 @@ pub(super) async fn put_object(
     body: Body,
 ) -> Response {
     let sh = state.0.clone();
+    let mut watch = Unanswered {
+        sh: &sh,
+        answered: false,
+    };
     let r = store_upload(state, name, q, headers, body).await;
+    watch.answered = true;
     let failure = match r.status() {
+        _ if r.extensions().get::<Disconnected>().is_some() => Some(UploadFailure::Disconnected),
         s if s.is_success() => None,
         StatusCode::REQUEST_TIMEOUT => Some(UploadFailure::TooSlow),
         StatusCode::INSUFFICIENT_STORAGE => Some(UploadFailure::NoSpace),
@@ -101,25 +123,25 @@ async fn store_upload(
         Err(e) => return e.into_response(),
     };
     let pre = up.clone();
-    match blocking(&sh, move |sh| precheck(sh, &pre)).await {
-        Ok(Ok(())) => {}
+    let room = match blocking(&sh, move |sh| precheck(sh, &pre)).await {
+        Ok(Ok(room)) => room,
         Ok(Err(e)) => return upload_error(e),
         Err(r) => return r,
-    }
+    };
     let (tx, rx) = mpsc::channel(QUEUED_CHUNKS);
     let job = {
         let (sh, up) = (sh.clone(), up.clone());
-        tokio::task::spawn_blocking(move || ingest_upload(&sh, &up, ChunkReader::new(rx)))
+        // The room is given back as the ingest ends (its object then counts itself).
+        tokio::task::spawn_blocking(move || ingest_upload(&sh, &up, ChunkReader::new(rx), room))
     };
     let fed = feed(body, tx, Pace::of(&sh)).await;
     // The ingest has cleaned up (or committed) before anything is answered.
     let done = job.await;
     match (fed, done) {
-        (Fed::Cut(status, why), _) => {
-            tracing::info!(name = %up.name, "upload cut, nothing kept: {why}");
-            let mut r = error(status, why);
-            r.headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        (Fed::Cut(status, why), _) => cut(&up, status, why),
+        (Fed::Gone(why), _) => {
+            let mut r = cut(&up, StatusCode::BAD_REQUEST, why);
+            r.extensions_mut().insert(Disconnected);
             r
         }
         (_, Ok(Ok(rec))) => {
@@ -135,6 +157,19 @@ async fn store_upload(
             format!("the upload's ingest failed: {e}"),
         ),
     }
+}
+
+/// Marks the answer to an upload whose body broke off (`disconnected` in the metrics).
+#[derive(Clone, Copy, Debug)]
+struct Disconnected;
+
+/// The answer to an upload cut before its end: nothing was kept, the connection closes.
+fn cut(up: &Upload, status: StatusCode, why: String) -> Response {
+    tracing::info!(name = %up.name, "upload cut, nothing kept: {why}");
+    let mut r = error(status, why);
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
 }
 
 /// The upload asked for by the path, query and headers, or the `4xx` answer.
@@ -176,27 +211,39 @@ pub(super) fn parse(name: String, q: PutQuery, headers: &HeaderMap) -> Result<Up
 }
 
 /// Before a byte of the body is read: `412` for a name taken under `If-None-Match: *`,
-/// and `507` when the announced length would not fit.
-fn precheck(sh: &Shared, up: &Upload) -> Result<(), StoreError> {
+/// and `507` when the announced length would not fit the free space or the quota; the
+/// quota room the upload holds meanwhile ([`crate::uploads`]: nothing yet for a body of
+/// unknown length).
+fn precheck(sh: &Shared, up: &Upload) -> Result<Reservation, StoreError> {
     sh.objects.with_volume(|vol| {
         if up.existing == Existing::Refuse && vol.catalog().complete_toi(&up.name)?.is_some() {
             return Err(StoreError::NameExists(up.name.clone()));
         }
-        match up.len {
-            Some(len) => {
-                spool::check_room(vol, len, SpoolNeed::ToSpool, sh.config().max_volume_bytes)
-            }
-            None => Ok(()),
+        let stored = match up.len {
+            Some(len) => spool::stored_bytes(*vol.params(), len)?,
+            None => 0,
+        };
+        let room = sh
+            .uploads
+            .reserve(vol, &up.name, stored, sh.config().max_volume_bytes)?;
+        if let Some(len) = up.len {
+            spool::check_room(vol, len, SpoolNeed::ToSpool, None)?;
         }
+        Ok(room)
     })
 }
 
 /// The blocking side: spool, probe, check the room, ingest.
-fn ingest_upload(sh: &Shared, up: &Upload, src: ChunkReader) -> Result<ObjectRecord, StoreError> {
+fn ingest_upload(
+    sh: &Shared,
+    up: &Upload,
+    src: ChunkReader,
+    room: Reservation,
+) -> Result<ObjectRecord, StoreError> {
     let mut vol = Volume::open(sh.objects.root())?;
     match up.len {
         Some(len) => ingest_while_spooling(&mut vol, up, src, len),
-        None => spool_then_ingest(sh, &mut vol, up, src),
+        None => spool_then_ingest(sh, &mut vol, up, src, &room),
     }
 }
 
@@ -226,24 +273,32 @@ fn ingest_while_spooling(
     isnode_store::ingest_then_describe(vol, &opts, &mut tee, len, &mut |_| {}, &mut describe)
 }
 
-/// A chunked body: spooled whole (bounded by the free space and the quota), probed,
-/// checked against the room, then ingested.
+/// A chunked body: spooled whole (bounded by the free space and the quota, its quota
+/// room reserved as it arrives), probed, checked against the room, then ingested.
 fn spool_then_ingest(
     sh: &Shared,
     vol: &mut Volume,
     up: &Upload,
-    mut src: ChunkReader,
+    src: ChunkReader,
+    room: &Reservation,
 ) -> Result<ObjectRecord, StoreError> {
     let max = sh.config().max_volume_bytes;
     let bound = SpoolBound::new(up.len, u64::MAX, spool::free_bytes(vol)?)
         .within_quota(spool::quota_left(vol, max)?);
-    let file = spool::spool(&vol.tmp_dir(), &mut src, up.len, bound, &mut |_| {})?;
+    let tmp = vol.tmp_dir();
+    let mut src = Reserving::new(src, &*vol, room, max);
+    let spooled = spool::spool(&tmp, &mut src, up.len, bound, &mut |_| {});
+    let file = match (spooled, src.refused.take()) {
+        (_, Some(over)) => return Err(over),
+        (r, None) => r?,
+    };
     let len = file
         .metadata()
         .map_err(StoreError::io("reading the size of the spool"))?
         .len();
     let described = spool::describe(&file, len, up.bitrate_bps, up.content_type.clone())?;
-    spool::check_room(vol, len, SpoolNeed::None, max)?;
+    room.resize(vol, spool::stored_bytes(*vol.params(), len)?, max)?;
+    spool::check_room(vol, len, SpoolNeed::None, None)?;
     let opts = IngestOptions {
         name: up.name.clone(),
         bitrate_bps: described.bitrate_bps,
@@ -252,6 +307,59 @@ fn spool_then_ingest(
     };
     let mut reader = BufReader::with_capacity(INGEST_READ_BYTES, file);
     isnode_store::ingest(vol, &opts, &mut reader, len, &mut |_| {})
+}
+
+/// A body of unknown length grows its reservation every this many bytes.
+const RESERVE_STEP_BYTES: u64 = 8 << 20;
+
+/// A body of unknown length, its quota room reserved as it arrives (every
+/// [`RESERVE_STEP_BYTES`], and whole at its end): once what has arrived does not fit, the
+/// read fails and `refused` says why.
+struct Reserving<'a> {
+    src: ChunkReader,
+    vol: &'a Volume,
+    room: &'a Reservation,
+    max: Option<u64>,
+    read_bytes: u64,
+    next_at: u64,
+    refused: Option<StoreError>,
+}
+
+impl<'a> Reserving<'a> {
+    fn new(src: ChunkReader, vol: &'a Volume, room: &'a Reservation, max: Option<u64>) -> Self {
+        Reserving {
+            src,
+            vol,
+            room,
+            max,
+            read_bytes: 0,
+            next_at: RESERVE_STEP_BYTES,
+            refused: None,
+        }
+    }
+
+    /// Reserves the room of what has arrived; the next time is a step further.
+    fn reserve_arrived(&mut self) -> Result<(), StoreError> {
+        let stored = spool::stored_bytes(*self.vol.params(), self.read_bytes)?;
+        self.room.resize(self.vol, stored, self.max)?;
+        self.next_at = self.read_bytes.saturating_add(RESERVE_STEP_BYTES);
+        Ok(())
+    }
+}
+
+impl Read for Reserving<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.src.read(buf)?;
+        self.read_bytes += n as u64;
+        if self.read_bytes >= self.next_at && n > 0 {
+            if let Err(e) = self.reserve_arrived() {
+                let text = e.to_string();
+                self.refused = Some(e);
+                return Err(std::io::Error::other(text));
+            }
+        }
+        Ok(n)
+    }
 }
 
 /// The body as the ingest reads it, given to the probe's copy on the way.
@@ -365,8 +473,10 @@ enum Fed {
     Complete,
     /// The ingest stopped taking chunks (it failed: its error is the answer).
     Stopped,
-    /// The body failed, stalled or trickled: cut, with this answer.
+    /// The body stalled or trickled: cut, with this answer.
     Cut(StatusCode, String),
+    /// The body broke off (the client went away, the connection was reset): why.
+    Gone(String),
 }
 
 /// A message to the ingest thread.
@@ -399,9 +509,7 @@ async fn feed(mut body: Body, tx: mpsc::Sender<Chunk>, pace: Pace) -> Fed {
                     Err(_) => Fed::Stopped,
                 }
             }
-            Ok(Some(Err(e))) => {
-                return Fed::Cut(StatusCode::BAD_REQUEST, format!("reading the upload: {e}"))
-            }
+            Ok(Some(Err(e))) => return Fed::Gone(format!("reading the upload: {e}")),
             Ok(Some(Ok(frame))) => frame,
         };
         waited += t0.elapsed();

@@ -2,8 +2,10 @@
 //! token file only as SHA-256 hashes and compared in constant time.
 //!
 //! The file is JSON (`{"tokens": [{"name", "roles", "sha256", "created_unix_s"}]}`),
-//! written atomically (temp file, fsync, rename) with mode 0600.
+//! written atomically (temp file, fsync, rename) with mode 0600. When each token was last
+//! used is kept beside it by the server ([`last_use`]).
 
+pub mod last_use;
 pub(crate) mod throttle;
 
 use std::io::Write;

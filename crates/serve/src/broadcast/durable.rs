@@ -62,7 +62,8 @@ pub enum DurableError {
     Invalid(String),
 }
 
-/// Writes `kept` to `dir`/[`FILE`] durably (temporary file, fsync, rename, directory fsync).
+/// Writes `kept` to `dir`/[`FILE`] durably (temporary file, fsync, rename, directory fsync);
+/// with nothing to keep, the file is removed (a volume without kept broadcasts has none).
 pub fn write(dir: &Path, kept: &[Kept]) -> Result<(), DurableError> {
     let path = dir.join(FILE);
     let tmp = dir.join(format!("{FILE}.tmp"));
@@ -70,6 +71,16 @@ pub fn write(dir: &Path, kept: &[Kept]) -> Result<(), DurableError> {
         let what = format!("{what} {}", path.display());
         move |e| DurableError::Io(what, e)
     };
+    if kept.is_empty() {
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io("removing")(e)),
+        }
+        return std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io("syncing the directory of"));
+    }
     let body = serde_json::to_vec_pretty(&KeptFile {
         version: VERSION,
         broadcasts: kept.to_vec(),

@@ -363,6 +363,46 @@ const SCALARS: &[Scalar] = &[
         "Bursts sent more than 100 ms after their due time",
         |s| s.bursts_late,
     ),
+    counter(
+        "isnode_scrub_passes",
+        "Background scrub passes finished over the whole volume",
+        |s| s.scrub.passes,
+    ),
+    counter(
+        "isnode_scrub_read_bytes",
+        "Bytes the background scrub read from the members",
+        |s| s.scrub.bytes_read,
+    ),
+    gauge(
+        "isnode_scrub_pass_done_bytes",
+        "Bytes of the background scrub's pass in progress read so far",
+        |s| s.scrub.pass_done_bytes,
+    ),
+    gauge(
+        "isnode_scrub_pass_total_bytes",
+        "Bytes the background scrub's pass in progress reads in all",
+        |s| s.scrub.pass_total_bytes,
+    ),
+    gauge(
+        "isnode_scrub_rate_bps",
+        "The background scrub's rate now, paced by the viewers (bits per second)",
+        |s| s.scrub.rate_bps,
+    ),
+    counter(
+        "isnode_scrub_bad_blocks",
+        "Blocks the background scrub found failing their checksum or unreadable",
+        |s| s.scrub.bad_blocks,
+    ),
+    counter(
+        "isnode_scrub_bad_packets",
+        "Packets the background scrub found missing, corrupt, or differing from digest or parity",
+        |s| s.scrub.bad_packets,
+    ),
+    gauge(
+        "isnode_scrub_damaged_objects",
+        "Objects with damage in the background scrub's last finished pass",
+        |s| s.scrub.damaged_objects,
+    ),
     counter("isnode_send_errors", "Failed send calls", |s| s.send_errors),
     counter(
         "isnode_zerocopy_sends",

@@ -50,12 +50,6 @@ fn passed(status: u16) -> bool {
     status != 401 && status != 403
 }
 
-/// Whether the route exists yet: others add the ones listed ahead of their handlers.
-fn routed(addr: SocketAddr, method: &str, path: &str) -> bool {
-    let (status, body) = http(addr, method, path, "").unwrap();
-    !(status == 405 || status == 404 && body.contains("no such resource"))
-}
-
 #[test]
 fn every_route_answers_each_token_as_its_rule_says() {
     for anonymous_viewers in [true, false] {
@@ -64,14 +58,8 @@ fn every_route_answers_each_token_as_its_rule_says() {
         let server = server_with(&dir, anonymous_viewers);
         let addr = server.local_addr();
         let unknown = "ab".repeat(32);
-        let mut checked = 0;
         for &(method, pattern, rule) in ROUTES {
             let path = concrete(pattern);
-            // Broadcast creation with an empty body is a 400 after the check: no stream.
-            if !routed(addr, method, &path) {
-                continue;
-            }
-            checked += 1;
             let cases: [(&str, Option<Role>); 5] = [
                 ("", None),
                 (&unknown, None),
@@ -80,16 +68,21 @@ fn every_route_answers_each_token_as_its_rule_says() {
                 (&t.metrics, Some(Role::Metrics)),
             ];
             for (i, (token, holds)) in cases.iter().enumerate() {
+                // Broadcast creation with an empty body is a 400 after the check: no stream.
                 let (status, body) = http_as(addr, method, &path, "", token).unwrap();
                 // This test fails on purpose far more than a client may: not slowed here.
                 server.shared.auth_throttle.lock().unwrap().clear();
+                let ctx =
+                    format!("{method} {path} case {i} anon {anonymous_viewers}: {status} {body}");
+                assert!(
+                    status != 405 && !(status == 404 && body.contains("no such resource")),
+                    "a route of the table the router does not have: {ctx}"
+                );
                 let want_pass = match rule {
                     Rule::Public | Rule::SessionOwner => true,
                     Rule::Role(r) if i == 0 => r == Role::Viewer && anonymous_viewers,
                     Rule::Role(r) => *holds == Some(r),
                 };
-                let ctx =
-                    format!("{method} {path} case {i} anon {anonymous_viewers}: {status} {body}");
                 if let Rule::SessionOwner = rule {
                     // The session check: no such session, whatever the token.
                     assert_eq!(status, 404, "{ctx}");
@@ -106,7 +99,6 @@ fn every_route_answers_each_token_as_its_rule_says() {
                 }
             }
         }
-        assert!(checked >= 18, "routes checked: {checked}");
         let m = &server.shared.metrics;
         for why in [
             AuthFailure::Missing,
@@ -116,6 +108,59 @@ fn every_route_answers_each_token_as_its_rule_says() {
             assert!(m.auth_failures(why) > 0, "{why:?} not counted");
         }
     }
+}
+
+/// Methods a route may answer (`HEAD` comes with `GET`).
+const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];
+
+/// The table is the router's: every path the router was built with is in the table and
+/// every table path in the router; of each path, the router answers exactly the methods
+/// the table lists (the others are `405`). A route added without its line in the table,
+/// or a method added to a path, fails here.
+#[test]
+fn the_table_lists_every_route_of_the_real_router() {
+    let built = crate::api::routes().paths;
+    let mut table_paths: Vec<&str> = ROUTES.iter().map(|r| r.1).collect();
+    table_paths.sort_unstable();
+    table_paths.dedup();
+    let mut router_paths = built.clone();
+    router_paths.sort_unstable();
+    assert_eq!(router_paths.len(), built.len(), "a path added twice");
+    router_paths.dedup();
+    assert_eq!(
+        router_paths, table_paths,
+        "the router's paths and the table's"
+    );
+
+    // Closed: nothing runs past the role checks (no upload, delete or stream).
+    let dir = volume();
+    with_tokens(&dir);
+    let server = server_with(&dir, false);
+    let addr = server.local_addr();
+    let mut answered = 0;
+    for pattern in &built {
+        for method in METHODS {
+            let path = concrete(pattern);
+            let (status, body) = http(addr, method, &path, "").unwrap();
+            server.shared.auth_throttle.lock().unwrap().clear();
+            let listed = ROUTES.iter().any(|r| r.0 == method && r.1 == *pattern);
+            let ctx = format!("{method} {path}: {status} {body}");
+            assert_ne!(status, 0, "{ctx}");
+            assert!(
+                !(status == 404 && body.contains("no such resource")),
+                "{ctx}"
+            );
+            if status != 405 {
+                answered += 1;
+            }
+            assert_eq!(
+                status != 405,
+                listed,
+                "the router and the table differ: {ctx}"
+            );
+        }
+    }
+    assert_eq!(answered, ROUTES.len(), "routes the router answers");
 }
 
 #[test]
@@ -197,4 +242,28 @@ fn failed_authentications_are_slowed_down_with_429() {
     // Anonymous viewer routes are not slowed by it.
     let (status, body) = http(addr, "GET", "/v1/objects", "").unwrap();
     assert_eq!(status, 200, "{body}");
+}
+
+#[test]
+fn a_token_s_use_is_recorded_and_written_beside_the_token_file() {
+    let dir = volume();
+    let t = with_tokens(&dir);
+    let server = server_with(&dir, true);
+    let addr = server.local_addr();
+    let store = server.shared.tokens.read().unwrap().clone().unwrap();
+    let hash = |name: &str| store.find(name).unwrap().sha256.clone();
+    let (status, _) = http_as(addr, "GET", "/metrics", "", &t.metrics).unwrap();
+    assert_eq!(status, 200);
+    // A refused use (wrong role) is not a use.
+    let (status, _) = http_as(addr, "GET", "/metrics", "", &t.viewer).unwrap();
+    assert_eq!(status, 403);
+    assert!(server.shared.last_use.get(&hash("m")).is_some());
+    assert_eq!(server.shared.last_use.get(&hash("v")), None);
+    let side = crate::auth::last_use::side_path(&server.shared.tokens_path);
+    assert!(!side.exists(), "not written on the request path");
+    // Written at shutdown (and every FLUSH_INTERVAL_S while running).
+    server.shutdown();
+    let times = crate::auth::last_use::read(&side).unwrap();
+    assert!(times.contains_key(&hash("m")), "{times:?}");
+    assert!(!times.contains_key(&hash("v")) && !times.contains_key(&hash("o")));
 }

@@ -1,0 +1,223 @@
+//! Background scrub (`scrub_rate_bps`, 0: off): a thread that runs the store's scrub
+//! ([`isnode_store::scrub`]) over the whole volume again and again, paced by the viewers.
+//!
+//! Its reads go through a token bucket whose rate is [`paced_rate_bps`] of the
+//! configured rate and of what the server sees of its viewers, sampled every
+//! [`SAMPLE_MS`] ms: the streams in the session table, a packet skipped since the last
+//! sample (a stream that missed its block: the scrub stops until none is), and the
+//! session block reads since the last sample (cache misses: the scrub slows to a
+//! quarter, its reads yield to the sessions'). The data plane does not export each
+//! stream's slack yet, so `min_slack_ms` stays unknown here (treated as comfortable).
+//!
+//! Between passes it waits [`PASS_PAUSE_S`] s. Progress and findings are counters of
+//! [`ScrubState`], in the metrics (`isnode_scrub_*`) and `GET /v1/status` (`scrub`).
+
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use isnode_store::pace::{paced_rate_bps, Pace, TokenBucket, ViewerLoad};
+
+use crate::registry::SessionState;
+use crate::server::Shared;
+
+/// How often the viewers' load is sampled, milliseconds.
+pub(crate) const SAMPLE_MS: u64 = 100;
+/// Pause between two passes, seconds.
+pub(crate) const PASS_PAUSE_S: u64 = 60;
+
+/// The background scrub's counters (all zero while it is off).
+#[derive(Debug, Default)]
+pub(crate) struct ScrubState {
+    /// Passes finished.
+    pub passes: AtomicU64,
+    /// Bytes read from the members, in all.
+    pub bytes_read: AtomicU64,
+    /// Bytes of the pass in progress done, and its total.
+    pub pass_done_bytes: AtomicU64,
+    pub pass_total_bytes: AtomicU64,
+    /// The rate in force now (after pacing by the viewers), bits per second.
+    pub rate_bps: AtomicU64,
+    /// Bad blocks and bad packets found, in all passes.
+    pub bad_blocks: AtomicU64,
+    pub bad_packets: AtomicU64,
+    /// Objects with damage in the last finished pass.
+    pub damaged_objects: AtomicU64,
+}
+
+/// A point-in-time copy of [`ScrubState`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ScrubSnapshot {
+    /// Passes finished.
+    pub passes: u64,
+    /// Bytes read, in all.
+    pub bytes_read: u64,
+    /// Bytes of the pass in progress done.
+    pub pass_done_bytes: u64,
+    /// Bytes of the pass in progress in all.
+    pub pass_total_bytes: u64,
+    /// The paced rate in force, bits per second.
+    pub rate_bps: u64,
+    /// Bad blocks found, in all passes.
+    pub bad_blocks: u64,
+    /// Bad packets found, in all passes.
+    pub bad_packets: u64,
+    /// Objects with damage in the last finished pass.
+    pub damaged_objects: u64,
+}
+
+impl ScrubState {
+    /// A copy of the counters.
+    pub(crate) fn snapshot(&self) -> ScrubSnapshot {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ScrubSnapshot {
+            passes: l(&self.passes),
+            bytes_read: l(&self.bytes_read),
+            pass_done_bytes: l(&self.pass_done_bytes),
+            pass_total_bytes: l(&self.pass_total_bytes),
+            rate_bps: l(&self.rate_bps),
+            bad_blocks: l(&self.bad_blocks),
+            bad_packets: l(&self.bad_packets),
+            damaged_objects: l(&self.damaged_objects),
+        }
+    }
+}
+
+/// The thread's body: passes while the server runs (idle while `scrub_rate_bps` is 0).
+pub(crate) fn run(sh: Arc<Shared>) {
+    let root = sh.objects.root().to_path_buf();
+    while !sh.shutdown.load(Ordering::Acquire) {
+        if sh.config().scrub_rate_bps == 0 {
+            sh.scrub.rate_bps.store(0, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_secs(1));
+            continue;
+        }
+        let pause = match pass(&sh, &root) {
+            Ok(ControlFlow::Break(())) => return,
+            Ok(ControlFlow::Continue(())) => Duration::from_secs(PASS_PAUSE_S),
+            Err(e) => {
+                tracing::warn!("background scrub: {e}");
+                Duration::from_secs(PASS_PAUSE_S)
+            }
+        };
+        if isnode_store::pace::sleep_unless_stopped(pause, &sh.shutdown).is_break() {
+            return;
+        }
+    }
+}
+
+/// One pass over the volume; `Break` when the server stops.
+fn pass(sh: &Shared, root: &std::path::Path) -> Result<ControlFlow<()>, isnode_store::StoreError> {
+    let vol = isnode_store::Volume::open(root)?;
+    let mut pace = ViewerPace::new(sh);
+    let state = &sh.scrub;
+    let report = isnode_store::scrub(&vol, &mut pace, &mut |p| {
+        state.pass_done_bytes.store(p.bytes_done, Ordering::Relaxed);
+        state
+            .pass_total_bytes
+            .store(p.bytes_total, Ordering::Relaxed);
+    })?;
+    state
+        .bytes_read
+        .fetch_add(report.bytes_read, Ordering::Relaxed);
+    let bad_blocks: u64 = report.members.iter().map(|m| m.bad_blocks).sum();
+    let bad_packets: u64 = report.object_results.iter().map(|o| o.bad_packets).sum();
+    state.bad_blocks.fetch_add(bad_blocks, Ordering::Relaxed);
+    state.bad_packets.fetch_add(bad_packets, Ordering::Relaxed);
+    if report.stopped {
+        // Stopped by the server's end, or by a reload that set the rate to 0.
+        return Ok(match sh.shutdown.load(Ordering::Acquire) {
+            true => ControlFlow::Break(()),
+            false => ControlFlow::Continue(()),
+        });
+    }
+    let damaged = report.object_results.iter().filter(|o| o.damaged()).count() as u64;
+    state.damaged_objects.store(damaged, Ordering::Relaxed);
+    state.passes.fetch_add(1, Ordering::Relaxed);
+    if report.damaged() {
+        for o in report.object_results.iter().filter(|o| o.damaged()) {
+            for f in &o.findings {
+                tracing::warn!(object = %o.object, member = f.member, block = ?f.block, "scrub: {}", f.problem);
+            }
+        }
+        for p in &report.member_problems {
+            tracing::warn!("scrub: {p}");
+        }
+        tracing::warn!("scrub found damage: repair with `isnode volume check --repair`");
+    } else {
+        tracing::info!(
+            objects = report.objects,
+            bytes = report.bytes_read,
+            "scrub pass clean"
+        );
+    }
+    Ok(ControlFlow::Continue(()))
+}
+
+/// The pace of the background scrub: the configured rate scaled by the viewers' load.
+struct ViewerPace<'a> {
+    sh: &'a Shared,
+    bucket: TokenBucket,
+    sampled: Option<Instant>,
+    skipped: u64,
+    misses: u64,
+}
+
+impl<'a> ViewerPace<'a> {
+    fn new(sh: &'a Shared) -> ViewerPace<'a> {
+        ViewerPace {
+            sh,
+            bucket: TokenBucket::new(0),
+            sampled: None,
+            skipped: sh.metrics.packets_skipped.load(Ordering::Relaxed),
+            misses: sh.cache.stats().misses.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Samples the viewers' load (at most every [`SAMPLE_MS`]) and sets the bucket's rate.
+    fn sample(&mut self, now: Instant) {
+        if self
+            .sampled
+            .is_some_and(|t| now.duration_since(t) < Duration::from_millis(SAMPLE_MS))
+        {
+            return;
+        }
+        self.sampled = Some(now);
+        let skipped = self.sh.metrics.packets_skipped.load(Ordering::Relaxed);
+        let misses = self.sh.cache.stats().misses.load(Ordering::Relaxed);
+        let streams = self
+            .sh
+            .lock_sessions()
+            .values()
+            .filter(|s| s.state() == SessionState::Streaming)
+            .count();
+        let load = ViewerLoad {
+            streams: u32::try_from(streams).unwrap_or(u32::MAX),
+            min_slack_ms: None,
+            session_reads: u32::try_from(misses.saturating_sub(self.misses)).unwrap_or(u32::MAX),
+            late_streams: u32::from(skipped > self.skipped),
+        };
+        (self.skipped, self.misses) = (skipped, misses);
+        let rate = paced_rate_bps(self.sh.config().scrub_rate_bps, load);
+        self.bucket.set_rate(rate);
+        self.sh.scrub.rate_bps.store(rate, Ordering::Relaxed);
+    }
+}
+
+impl Pace for ViewerPace<'_> {
+    fn pace(&mut self, bytes: u64) -> ControlFlow<()> {
+        loop {
+            if self.sh.shutdown.load(Ordering::Acquire) || self.sh.config().scrub_rate_bps == 0 {
+                return ControlFlow::Break(());
+            }
+            let now = Instant::now();
+            self.sample(now);
+            if let Some(wait) = self.bucket.take(now, bytes) {
+                return isnode_store::pace::sleep_unless_stopped(wait, &self.sh.shutdown);
+            }
+            // Rate 0 (a stream is late): wait for the next sample.
+            std::thread::sleep(Duration::from_millis(SAMPLE_MS));
+        }
+    }
+}
