@@ -9,7 +9,9 @@
 //!   data packets) and laid out in segment-file blocks by the real [`isnode_store::Layout`];
 //!   each block's CRC32C is what the catalog holds, checked on load by the real
 //!   `isnode_store::codeword::verify_block` (as `cache::BlockCache` does);
-//! - admission ([`crate::admission::admit`]: per client /64, bitrate budget, block pool);
+//! - admission: [`crate::admission::admit_unvalidated`] for a request awaiting its token's
+//!   echo (some never echo), then [`crate::admission::admit`] at the echo (per client and
+//!   /64, bitrate budget, block pool);
 //! - one [`crate::pacer::Pacer`] per session (start, pause, resume, seek, stop), sending
 //!   the bursts it says when it says;
 //! - the cache's state machine ([`crate::cache::core::CacheCore`]: lookup, victim choice
@@ -27,8 +29,9 @@
 //! engine (a burst is sent at once from the slot and keeps its pin 0–3 ms, like a
 //! zero-copy send in flight), and viewers' behaviour (when sessions start, pause, seek,
 //! stop), and the degraded path's driver (which blocks to pin, when to retry). Member
-//! health, hedged reads, broadcast channels, start-up bursts, adaptive repair, token echo,
-//! unicast repair and the FDT's bytes are not simulated.
+//! health, hedged reads, broadcast channels, start-up bursts, adaptive repair, unicast
+//! repair, CRC-valid forgeries (they need packet authentication) and the FDT's bytes are
+//! not simulated.
 //!
 //! **Fault budget** (as VOPR keeps one good copy): the disk faults never make more than m
 //! symbols of a codeword unreadable (so the server rebuilds every block), and the network

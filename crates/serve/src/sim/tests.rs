@@ -91,12 +91,15 @@ fn seeds() {
         );
         assert!(total.lost_members > 0, "members lost");
         assert!(total.seeks > 0 && total.pauses > 0 && total.stops > 0);
+        assert!(total.never_echoed > 0, "sessions that never echo");
     }
 }
 
 fn add(t: &mut SimReport, r: &SimReport) {
     t.admitted += r.admitted;
     t.refused += r.refused;
+    t.refused_unvalidated += r.refused_unvalidated;
+    t.never_echoed += r.never_echoed;
     t.packets_sent += r.packets_sent;
     t.bytes_played += r.bytes_played;
     t.blocks_read += r.blocks_read;

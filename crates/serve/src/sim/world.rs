@@ -10,7 +10,7 @@ use isnode_store::VolumeParams;
 
 use super::store::{DiskFault, Obj};
 use super::Rng;
-use crate::admission::{self, Limits, PoolLimit};
+use crate::admission::{self, Limits, PoolLimit, UnvalidatedLimits};
 use crate::cache::core::{CacheCore, CoreLookup, Mutation};
 use crate::cache::{BlockKey, Demand, FetchError};
 use crate::pacer::{blocks_of, codewords_in_block, send_rate_bps, Burst, Pacer, PacerConfig, Step};
@@ -29,6 +29,13 @@ const DEADLINE_NS: u64 = 600_000_000_000;
 const OBJECTS: u32 = 4;
 /// Concurrent sessions the bitrate budget holds.
 const BUDGET_SESSIONS: u64 = 16;
+/// Sessions awaiting their token's echo: in all and per client.
+const UNVALIDATED: UnvalidatedLimits = UnvalidatedLimits {
+    max_sessions: 24,
+    max_per_client: 4,
+};
+/// A session not echoed by then is dropped.
+const ECHO_TIMEOUT_NS: u64 = 2_000_000_000;
 
 /// The volume: E = 64, k = 8, m = 4, 3 members (4 + 4 source, 4 repair), 4 KiB blocks.
 fn params() -> VolumeParams {
@@ -76,6 +83,8 @@ pub(crate) struct SimConfig {
 pub(crate) struct SimReport {
     pub admitted: u64,
     pub refused: u64,
+    pub refused_unvalidated: u64,
+    pub never_echoed: u64,
     pub packets_sent: u64,
     pub bytes_played: u64,
     pub blocks_read: u64,
@@ -130,8 +139,14 @@ impl fmt::Display for Violation {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Waiting,
+    /// Asked, not yet echoed its token: takes no budget, causes no reads.
+    Awaiting {
+        expires_ns: u64,
+    },
     Playing,
-    Paused { resume_ns: u64 },
+    Paused {
+        resume_ns: u64,
+    },
     Ended,
 }
 
@@ -167,6 +182,8 @@ struct Session {
     batch: Vec<Vec<u8>>,
     /// The codeword whose read-ahead was done.
     read_ahead_at: Option<u32>,
+    /// When the client echoes its token (after the request, then absolute); `None`: never.
+    echo_ns: Option<u64>,
 }
 
 /// A read in flight: the slot it fills, the block, what the disk returns.
@@ -367,8 +384,17 @@ impl World {
         let s = &self.sessions[i];
         match s.phase {
             Phase::Ended => return Ok(()),
-            Phase::Waiting if s.start_ns <= self.now_ns => return self.start(i),
+            Phase::Waiting if s.start_ns <= self.now_ns => return self.request(i),
             Phase::Waiting => return Ok(()),
+            Phase::Awaiting { .. } if s.echo_ns.is_some_and(|at| at <= self.now_ns) => {
+                return self.start(i)
+            }
+            Phase::Awaiting { expires_ns } if expires_ns <= self.now_ns => {
+                self.report.never_echoed += 1;
+                self.sessions[i].phase = Phase::Ended;
+                return Ok(());
+            }
+            Phase::Awaiting { .. } => return Ok(()),
             Phase::Paused { resume_ns } if resume_ns <= self.now_ns => {
                 let now = self.now_ns;
                 let s = &mut self.sessions[i];
@@ -395,6 +421,31 @@ impl World {
         Ok(())
     }
 
+    /// A session request: admitted to await its token's echo, or refused.
+    fn request(&mut self, i: usize) -> Result<(), String> {
+        let waiting: Vec<IpAddr> = self
+            .sessions
+            .iter()
+            .filter(|s| matches!(s.phase, Phase::Awaiting { .. }))
+            .map(|s| s.peer_ip)
+            .collect();
+        let s = &mut self.sessions[i];
+        match admission::admit_unvalidated(&UNVALIDATED, &waiting, s.peer_ip) {
+            Ok(()) => {
+                s.phase = Phase::Awaiting {
+                    expires_ns: self.now_ns + ECHO_TIMEOUT_NS,
+                };
+                s.echo_ns = s.echo_ns.map(|after| self.now_ns + after);
+            }
+            Err(_) => {
+                self.report.refused_unvalidated += 1;
+                s.phase = Phase::Ended;
+            }
+        }
+        Ok(())
+    }
+
+    /// The token's echo: admitted against the budget and the pool, or refused.
     fn start(&mut self, i: usize) -> Result<(), String> {
         let now = self.now_ns;
         let active: Vec<admission::Demand<'_>> = self
@@ -714,6 +765,7 @@ fn new_session(id: usize, of: usize, objs: &[Obj], rng: &mut Rng) -> Session {
         send_rate_bps: 0,
         batch: Vec::new(),
         read_ahead_at: None,
+        echo_ns: (!rng.one_in(8)).then(|| rng.range(1_000_000, 30_000_000)),
     }
 }
 

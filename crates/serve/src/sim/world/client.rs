@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use isnode_recv::receiver::Output;
 
-use super::{Close, Phase, SimMutation, World, BITRATE_BPS};
+use super::{Close, Phase, SimMutation, World, BITRATE_BPS, UNVALIDATED};
+use crate::admission::client_key;
 
 /// The client's start-up buffer: the playout of a range begins this long after it starts.
 const PLAYOUT_DELAY_NS: u64 = 500_000_000;
@@ -182,6 +183,7 @@ impl World {
                 self.limits.max_bitrate_bps
             ));
         }
+        self.check_unvalidated()?;
         if self.core.ready_slots() > self.core.slots() {
             return Err("more ready blocks than the pool holds".into());
         }
@@ -219,6 +221,26 @@ impl World {
                  {due} are due",
                 s.out_next - start
             ));
+        }
+        Ok(())
+    }
+
+    /// Sessions awaiting their echo stay within their own limits.
+    fn check_unvalidated(&self) -> Result<(), String> {
+        let waiting: Vec<_> = self
+            .sessions
+            .iter()
+            .filter(|s| matches!(s.phase, Phase::Awaiting { .. }))
+            .map(|s| client_key(s.peer_ip))
+            .collect();
+        if waiting.len() > UNVALIDATED.max_sessions as usize {
+            return Err(format!("{} sessions await their echo", waiting.len()));
+        }
+        for key in &waiting {
+            let n = waiting.iter().filter(|k| *k == key).count();
+            if n > UNVALIDATED.max_per_client as usize {
+                return Err(format!("{n} sessions of {key} await their echo"));
+            }
         }
         Ok(())
     }
