@@ -246,11 +246,10 @@ impl PlayConfig {
         server: &str,
         timeout: std::time::Duration,
     ) -> anyhow::Result<crate::control::ControlClient> {
-        Ok(crate::control::ControlClient::with_tls(
-            server,
-            timeout,
-            self.tls()?,
-        ))
+        Ok(
+            crate::control::ControlClient::with_tls(server, timeout, self.tls()?)
+                .with_token(self.token.as_deref()),
+        )
     }
 
     /// The configuration with every option at its default, for `name`.

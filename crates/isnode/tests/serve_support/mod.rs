@@ -258,7 +258,8 @@ impl Server {
                     panic!("isnode serve exited at start:\n{text}");
                 }
                 if let Ok(r) = try_http(addr, None, "GET", "/v1/objects", None, &[]) {
-                    if r.status == 200 {
+                    // 401: answering, and closed to anonymous viewers.
+                    if r.status == 200 || r.status == 401 {
                         return server;
                     }
                 }

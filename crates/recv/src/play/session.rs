@@ -231,6 +231,8 @@ struct Feed<'a> {
     object: String,
     /// `--ca-cert`, for the clients of a resumed session's server.
     ca_cert: Option<std::path::PathBuf>,
+    /// The role token of `--token`, carried by the digest requests of a resumed session.
+    token: Option<String>,
 }
 
 impl Feed<'_> {
@@ -254,7 +256,8 @@ impl Feed<'_> {
                 server,
                 Duration::from_secs(10),
                 tls.clone(),
-            );
+            )
+            .with_token(self.token.as_deref());
             let params = self.rx.params();
             let symbols = symbols_of(*self.rx.partition(), params.repair_symbols);
             let fetcher = DigestFetcher::start(control.into(), self.object.clone(), symbols);
@@ -615,6 +618,7 @@ pub(super) fn run_session(
         goodbye: None,
         object: setup.object.clone(),
         ca_cert: args.ca_cert.clone(),
+        token: args.token.clone(),
     };
     let writer = playout::spawn(out, playout_config, to_play)?;
     let end_reason = receive(socket, &mut feed, limits, requested, resume)?;
