@@ -12,16 +12,7 @@ use std::time::{Duration, Instant};
 use serve_support::*;
 
 /// Small codewords and blocks, so that a few seconds of video fill many blocks.
-const SHAPE: &[&str] = &[
-    "--members",
-    "4",
-    "--source-symbols",
-    "12",
-    "--repair-symbols",
-    "4",
-    "--block-size",
-    "65536",
-];
+const SHAPE: &[&str] = serve_support::SMALL_SHAPE;
 /// Clients per phase.
 const CLIENTS: usize = 6;
 /// Bitrate of each title.

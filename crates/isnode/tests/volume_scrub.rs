@@ -12,16 +12,7 @@ use serde_json::Value;
 use serve_support::{command, run_ok, Vol};
 
 /// Small codewords and blocks, so that a few seconds of video fill many blocks.
-const SHAPE: &[&str] = &[
-    "--members",
-    "4",
-    "--source-symbols",
-    "12",
-    "--repair-symbols",
-    "4",
-    "--block-size",
-    "65536",
-];
+const SHAPE: &[&str] = serve_support::SMALL_SHAPE;
 
 fn isnode(vol: &Vol, args: &[&str]) -> Output {
     command()

@@ -21,6 +21,19 @@ pub(crate) mod media;
 pub(crate) mod netns;
 pub(crate) mod planned;
 
+/// `volume create` flags for small codewords and blocks (4 members, k = 12, m = 4, 64 KiB
+/// blocks), so that a few seconds of video fill many blocks.
+pub(crate) const SMALL_SHAPE: &[&str] = &[
+    "--members",
+    "4",
+    "--source-symbols",
+    "12",
+    "--repair-symbols",
+    "4",
+    "--block-size",
+    "65536",
+];
+
 /// The binary under test.
 pub(crate) fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_isnode")

@@ -13,7 +13,6 @@
 //! the token file are dropped at the next write.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -62,7 +61,6 @@ pub fn read(path: &Path) -> Result<HashMap<String, u64>, TokenError> {
 /// Writes `times` to `path` atomically (temporary file, fsync, rename, directory fsync),
 /// mode 0600.
 fn write(path: &Path, times: HashMap<String, u64>) -> Result<(), TokenError> {
-    use std::os::unix::fs::OpenOptionsExt;
     let io = |context, source| TokenError::Io {
         context,
         path: path.to_path_buf(),
@@ -72,23 +70,7 @@ fn write(path: &Path, times: HashMap<String, u64>) -> Result<(), TokenError> {
         last_used_unix_s: times,
     })
     .map_err(|e| io("encoding", std::io::Error::other(e)))?;
-    let tmp = path.with_extension("json.tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| io("creating the temporary file for", e))?;
-    f.write_all(&text).map_err(|e| io("writing", e))?;
-    f.sync_all().map_err(|e| io("syncing", e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io("renaming onto", e))?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| io("syncing the directory of", e))?;
-    }
-    Ok(())
+    super::write_private(path, &text).map_err(|(what, e)| io(what, e))
 }
 
 #[derive(Default)]

@@ -8,7 +8,6 @@
 pub mod last_use;
 pub(crate) mod throttle;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -186,7 +185,6 @@ impl TokenStore {
     /// Writes the store to `path` atomically (temp file, fsync, rename, directory fsync),
     /// mode 0600.
     pub fn save(&self, path: &Path) -> Result<(), TokenError> {
-        use std::os::unix::fs::OpenOptionsExt;
         let io = |context, source| TokenError::Io {
             context,
             path: path.to_path_buf(),
@@ -197,23 +195,7 @@ impl TokenStore {
         };
         let text = serde_json::to_vec_pretty(&file)
             .map_err(|e| io("encoding", std::io::Error::other(e)))?;
-        let tmp = path.with_extension("json.tmp");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| io("creating the temporary file for", e))?;
-        f.write_all(&text).map_err(|e| io("writing", e))?;
-        f.sync_all().map_err(|e| io("syncing", e))?;
-        std::fs::rename(&tmp, path).map_err(|e| io("renaming onto", e))?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| io("syncing the directory of", e))?;
-        }
-        Ok(())
+        write_private(path, &text).map_err(|(what, e)| io(what, e))
     }
 
     /// The tokens, in the file's order.
@@ -294,3 +276,30 @@ pub fn tokens_path(volume_dir: &Path, configured: Option<&Path>) -> PathBuf {
 
 #[cfg(test)]
 mod tests;
+
+/// Writes `bytes` to `path` with mode 0600, atomically and durably (a temporary file beside
+/// it, fsync, rename, directory fsync); on failure, the step that failed and its error.
+pub(crate) fn write_private(
+    path: &std::path::Path,
+    bytes: &[u8],
+) -> Result<(), (&'static str, std::io::Error)> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let tmp = path.with_extension("json.tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| ("creating the temporary file for", e))?;
+    f.write_all(bytes).map_err(|e| ("writing", e))?;
+    f.sync_all().map_err(|e| ("syncing", e))?;
+    std::fs::rename(&tmp, path).map_err(|e| ("renaming onto", e))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| ("syncing the directory of", e))?;
+    }
+    Ok(())
+}
