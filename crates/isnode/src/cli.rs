@@ -331,6 +331,10 @@ pub(crate) struct SoakBenchArgs {
     /// Also draw the samples as SVGs (soak-rss.svg, soak-fds.svg) into this directory.
     #[arg(long)]
     pub plots: Option<PathBuf>,
+    /// The server's block pool, bytes (default: the server's, 256 MiB). Its pages become
+    /// resident as slots are first used: a short run with a large pool measures that warm-up.
+    #[arg(long)]
+    pub cache_size_bytes: Option<u64>,
     /// Exit 1 when the run had errors or its drift exceeded the bounds.
     #[arg(long)]
     pub check: bool,

@@ -181,6 +181,11 @@ impl Churn {
             ])
             // Every client comes from 127.0.0.1: the per-client limit would refuse them.
             .args(["--max-sessions-per-client", "100000"])
+            .args(
+                cfg.cache_size_bytes
+                    .map(|b| vec!["--cache-size-bytes".to_string(), b.to_string()])
+                    .unwrap_or_default(),
+            )
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("server.log"))?)
             .spawn()

@@ -50,6 +50,10 @@ pub struct SoakConfig {
     pub bitrate_bps: u64,
     /// Seed of the churn.
     pub seed: u64,
+    /// The server's block pool (`--cache-size-bytes`); `None`: its default (256 MiB). The
+    /// pool's pages become resident as slots are first used, so a short soak with the
+    /// default pool measures that warm-up; a small pool is warm within the first half.
+    pub cache_size_bytes: Option<u64>,
 }
 
 /// What the churn did.

@@ -261,6 +261,7 @@ pub(super) fn soak(args: &crate::cli::SoakBenchArgs) -> anyhow::Result<ExitCode>
         title_s: args.title_seconds,
         bitrate_bps: args.bitrate,
         seed: args.seed,
+        cache_size_bytes: args.cache_size_bytes,
     };
     let report = soak::run(&cfg, &mut |m| eprintln!("soak: {m}")).context("running the soak")?;
     print!("{}", soak::format_table(&report));
