@@ -6,32 +6,14 @@
 mod serve_support;
 
 use std::path::PathBuf;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use serve_support::{command, ChildGuard, Server, Vol};
+use serve_support::{command, isnode, text, ChildGuard, Server, Vol};
 
 /// Small codewords and blocks, so that a few seconds of video fill many blocks.
 const SHAPE: &[&str] = serve_support::SMALL_SHAPE;
-
-fn isnode(vol: &Vol, args: &[&str]) -> Output {
-    command()
-        .arg("--volume")
-        .arg(&vol.root)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("running isnode {args:?}: {e}"))
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 #[track_caller]
 fn assert_scrub_clean(vol: &Vol) {

@@ -5,32 +5,13 @@
 
 mod serve_support;
 
-use std::process::{Output, Stdio};
 use std::time::Instant;
 
 use serde_json::Value;
-use serve_support::{command, run_ok, Vol};
+use serve_support::{isnode, run_ok, text, Vol};
 
 /// Small codewords and blocks, so that a few seconds of video fill many blocks.
 const SHAPE: &[&str] = serve_support::SMALL_SHAPE;
-
-fn isnode(vol: &Vol, args: &[&str]) -> Output {
-    command()
-        .arg("--volume")
-        .arg(&vol.root)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("running isnode {args:?}: {e}"))
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 /// Runs `volume scrub --json`; its exit code and report.
 fn scrub(vol: &Vol, extra: &[&str]) -> (Option<i32>, Value) {

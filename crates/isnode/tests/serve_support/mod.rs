@@ -68,6 +68,26 @@ pub(crate) fn run_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs `isnode --volume VOL ARGS...` to its end, whatever its outcome.
+pub(crate) fn isnode(vol: &Vol, args: &[&str]) -> std::process::Output {
+    command()
+        .arg("--volume")
+        .arg(&vol.root)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("running isnode {args:?}: {e}"))
+}
+
+/// A command's stdout then stderr, as text (for failure messages).
+pub(crate) fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// A child process killed (and reaped) when dropped.
 pub(crate) struct ChildGuard(pub Option<Child>);
 

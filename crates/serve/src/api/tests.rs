@@ -113,6 +113,19 @@ fn http_with(
     Ok((status, rest.to_string()))
 }
 
+/// Creates a session of `a.ts` to port 9 and returns its description (201 asserted).
+fn create_session(addr: SocketAddr) -> isnode_proto::SessionInfo {
+    let (status, body) = http(
+        addr,
+        "POST",
+        "/v1/sessions",
+        r#"{"object":"a.ts","port":9}"#,
+    )
+    .expect("POST /v1/sessions");
+    assert_eq!(status, 201, "{body}");
+    serde_json::from_str(&body).expect("a SessionInfo")
+}
+
 /// Issues a request on its own thread; the answer comes on the channel.
 fn request(
     addr: SocketAddr,
@@ -145,15 +158,7 @@ fn a_locked_catalog_does_not_stall_metrics_or_keepalives() {
     let dir = volume();
     let server = server(&dir);
     let addr = server.local_addr();
-    let (status, body) = http(
-        addr,
-        "POST",
-        "/v1/sessions",
-        r#"{"object":"a.ts","port":9}"#,
-    )
-    .unwrap();
-    assert_eq!(status, 201, "{body}");
-    let info = serde_json::from_str::<isnode_proto::SessionInfo>(&body).unwrap();
+    let info = create_session(addr);
     let (id, secret) = (info.id, info.secret);
 
     let held = server.shared.objects.lock_volume();
@@ -208,15 +213,7 @@ fn keepalives_carry_loss_reports() {
     let dir = volume();
     let server = server(&dir);
     let addr = server.local_addr();
-    let (status, body) = http(
-        addr,
-        "POST",
-        "/v1/sessions",
-        r#"{"object":"a.ts","port":9}"#,
-    )
-    .expect("POST /v1/sessions");
-    assert_eq!(status, 201, "{body}");
-    let info: isnode_proto::SessionInfo = serde_json::from_str(&body).unwrap();
+    let info = create_session(addr);
     assert!(info.loss_reports);
     let keepalive = format!("/v1/sessions/{}/keepalive", info.id);
     let status_of = || {
@@ -274,15 +271,7 @@ fn session_routes_take_the_secret_in_its_own_header() {
     let dir = volume();
     let server = server(&dir);
     let addr = server.local_addr();
-    let (status, body) = http(
-        addr,
-        "POST",
-        "/v1/sessions",
-        r#"{"object":"a.ts","port":9}"#,
-    )
-    .unwrap();
-    assert_eq!(status, 201, "{body}");
-    let info: isnode_proto::SessionInfo = serde_json::from_str(&body).unwrap();
+    let info = create_session(addr);
     let keepalive = format!("/v1/sessions/{}/keepalive", info.id);
     let bearer = format!("Bearer {}", info.secret);
     let wrong = "0".repeat(32);
