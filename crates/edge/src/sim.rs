@@ -188,51 +188,17 @@ pub fn title_name(i: usize) -> String {
     format!("title-{i:06}.mp4")
 }
 
-/// A decayed request counter per title, shared by every router.
+/// Exponentially decayed counters, one per index (a title's requests, a node's bytes served),
+/// and their total, on the clock of request numbers.
 #[derive(Debug)]
-struct Rates {
+struct Decayed {
     decay_per_request: f64,
     counts: Vec<(f64, u64)>,
     total: (f64, u64),
 }
 
-impl Rates {
-    fn new(titles: usize, window_requests: f64) -> Self {
-        Self {
-            decay_per_request: (-1.0 / window_requests.max(1.0)).exp(),
-            counts: vec![(0.0, 0); titles],
-            total: (0.0, 0),
-        }
-    }
-    fn decayed(&self, (c, at): (f64, u64), now: u64) -> f64 {
-        c * self.decay_per_request.powf((now - at.min(now)) as f64)
-    }
-    /// Counts one request for `title` at request `now`; returns the title's share of requests.
-    fn record(&mut self, title: usize, now: u64) -> f64 {
-        let Some(slot) = self.counts.get(title).copied() else {
-            return 0.0;
-        };
-        let c = self.decayed(slot, now) + 1.0;
-        let t = self.decayed(self.total, now) + 1.0;
-        self.counts[title] = (c, now);
-        self.total = (t, now);
-        c / t
-    }
-}
-
-/// How far past its replicas a request may walk down a title's ranking to find a node under
-/// the load bound.
-const SPILL_DEPTH: usize = 16;
-
-/// Each node's decayed count of bytes served: the load its health probe reports.
-#[derive(Debug)]
-struct Loads {
-    decay_per_request: f64,
-    counts: Vec<(f64, u64)>,
-    total: (f64, u64),
-}
-
-impl Loads {
+impl Decayed {
+    /// Counters that decay by e over `window_requests` requests.
     fn new(window_requests: f64) -> Self {
         Self {
             decay_per_request: (-1.0 / window_requests.max(1.0)).exp(),
@@ -243,21 +209,34 @@ impl Loads {
     fn at(&self, (c, at): (f64, u64), now: u64) -> f64 {
         c * self.decay_per_request.powf((now - at.min(now)) as f64)
     }
-    fn record(&mut self, node: usize, amount: f64, now: u64) {
-        if self.counts.len() <= node {
-            self.counts.resize(node + 1, (0.0, 0));
+    /// Adds `amount` to counter `i` at request `now`; returns its share of the total.
+    fn record(&mut self, i: usize, amount: f64, now: u64) -> f64 {
+        if self.counts.len() <= i {
+            self.counts.resize(i + 1, (0.0, 0));
         }
-        let c = self.at(self.counts[node], now) + amount;
-        self.counts[node] = (c, now);
-        self.total = (self.at(self.total, now) + amount, now);
+        let c = self.at(self.counts[i], now) + amount;
+        let t = self.at(self.total, now) + amount;
+        self.counts[i] = (c, now);
+        self.total = (t, now);
+        if t > 0.0 {
+            c / t
+        } else {
+            0.0
+        }
     }
-    fn of(&self, node: usize, now: u64) -> f64 {
-        self.counts.get(node).map_or(0.0, |&c| self.at(c, now))
+    /// Counter `i` at request `now`.
+    fn of(&self, i: usize, now: u64) -> f64 {
+        self.counts.get(i).map_or(0.0, |&c| self.at(c, now))
     }
-    fn mean(&self, now: u64, live: usize) -> f64 {
-        self.at(self.total, now) / live.max(1) as f64
+    /// The total at request `now` over `n` counters.
+    fn mean(&self, now: u64, n: usize) -> f64 {
+        self.at(self.total, now) / n.max(1) as f64
     }
 }
+
+/// How far past its replicas a request may walk down a title's ranking to find a node under
+/// the load bound.
+const SPILL_DEPTH: usize = 16;
 
 /// The cluster being simulated.
 struct Cluster {
@@ -318,7 +297,8 @@ pub fn run(config: &SimConfig) -> SimReport {
     let cache_bytes =
         (library_bytes as f64 * config.cache_share / config.nodes.max(1) as f64) as u64;
     let mut cluster = Cluster::new(config.nodes, cache_bytes);
-    let mut rates = Rates::new(config.titles, config.rate_window_requests);
+    // Title rates are shared by every router; node loads are what health probes report.
+    let mut rates = Decayed::new(config.rate_window_requests);
     let mut rng = Rng::new(config.seed);
     let mut events: Vec<(u64, Event)> = config
         .events
@@ -335,7 +315,7 @@ pub fn run(config: &SimConfig) -> SimReport {
     // loaded nodes), cached and dropped when membership changes.
     let depth = config.replication.max_replicas.max(1) + SPILL_DEPTH;
     let mut tops: HashMap<usize, Vec<usize>> = HashMap::new();
-    let mut loads = Loads::new(config.load_window_requests);
+    let mut loads = Decayed::new(config.load_window_requests);
     for now in 0..config.requests {
         while let Some(&(at, event)) = events.get(next_event) {
             if at > now {
@@ -346,7 +326,7 @@ pub fn run(config: &SimConfig) -> SimReport {
             next_event += 1;
         }
         let title = zipf.pick(rng.unit());
-        let share = rates.record(title, now);
+        let share = rates.record(title, 1.0, now);
         let r = config.replication.replicas(share, cluster.live_count());
         if let Some(slot) = replicas_of.get_mut(title) {
             *slot = r;
