@@ -21,6 +21,7 @@ pub(crate) mod lock;
 pub mod members;
 pub mod pace;
 pub mod params;
+pub mod prefetch;
 pub mod read;
 pub mod rebuild;
 #[cfg(test)]
@@ -41,7 +42,7 @@ pub use layout::Layout;
 pub use layout::SymbolLocation;
 pub use members::MemberState;
 pub use params::VolumeParams;
-pub use read::{DiskBlocks, ObjectReader, ReadStats};
+pub use read::{DiskBlocks, ObjectReader, ReadOrder, ReadStats};
 pub use rebuild::{rebuild_member, RebuildReport};
 pub use rows::{BadObject, CatalogEntry};
 pub use scrub::{scrub, ScrubReport};
