@@ -54,9 +54,13 @@ pub struct FillSpec {
     pub bitrate_bps: u64,
     /// MIME type.
     pub content_type: String,
-    /// The origin's ETag of the version being filled.
+    /// The origin's ETag of the version being filled (at most [`MAX_ETAG_LEN`] bytes; an
+    /// empty one never matches, so such a fill never resumes).
     pub origin_etag: String,
 }
+
+/// Longest origin ETag accepted, bytes.
+pub const MAX_ETAG_LEN: usize = 1024;
 
 /// A `filling` object as the catalog holds it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -134,6 +138,7 @@ enum Health {
 /// every process), the segment writers, and the codewords pushed since the last commit.
 pub struct Fill {
     rec: ObjectRecord,
+    origin_etag: String,
     layout: Layout,
     lock: FileLock,
     tsi: u32,
@@ -250,7 +255,11 @@ impl Fill {
             .collect::<Result<Vec<_>, _>>()
             .and_then(|writers| sync_object_dirs(vol).map(|()| writers));
         match created {
-            Ok(writers) => Ok(Self::new(vol, rec, layout, lock, writers, 0)),
+            Ok(writers) => {
+                let mut fill = Self::new(vol, rec, layout, lock, writers, 0);
+                fill.origin_etag = spec.origin_etag.clone();
+                Ok(fill)
+            }
             Err(e) => {
                 let _ = vol.catalog_mut().delete_fill(rec.toi);
                 vol.remove_object_files(rec.toi);
@@ -282,6 +291,7 @@ impl Fill {
             .collect::<Result<Vec<_>, _>>()?;
         sync_object_dirs(vol)?;
         let mut fill = Self::new(vol, rec, layout, lock, writers, front);
+        fill.origin_etag = row.etag;
         fill.reread_committed(vol)?;
         tracing::info!(name = %fill.rec.name, toi = fill.rec.toi, front, "resuming a fill");
         Ok(fill)
@@ -300,6 +310,7 @@ impl Fill {
         Fill {
             crc: rec.content_crc32c,
             rec,
+            origin_etag: String::new(),
             lock,
             tsi: vol.tsi(),
             uuid: vol.uuid().to_string(),
@@ -354,9 +365,20 @@ impl Fill {
         &self.layout
     }
 
+    /// The origin's ETag of the version being filled.
+    pub fn origin_etag(&self) -> &str {
+        &self.origin_etag
+    }
+
     /// The durable front: codewords committed.
     pub fn front_codewords(&self) -> u32 {
         self.front
+    }
+
+    /// Codewords pushed whole (encoded and written), committed or not: the front the next
+    /// [`Fill::commit`] makes durable.
+    pub fn pushed_codewords(&self) -> u32 {
+        self.encoded
     }
 
     /// Bytes of content in the committed codewords (readers may be given `0..front_bytes`).
@@ -559,7 +581,14 @@ enum Begun {
 fn check_spec(spec: &FillSpec) -> Result<(), StoreError> {
     crate::validate::validate_name(&spec.name)?;
     crate::validate::check_bitrate(spec.bitrate_bps).map_err(StoreError::BadParams)?;
-    crate::validate::check_content_type(&spec.content_type).map_err(StoreError::BadParams)
+    crate::validate::check_content_type(&spec.content_type).map_err(StoreError::BadParams)?;
+    if spec.origin_etag.len() > MAX_ETAG_LEN {
+        return Err(StoreError::BadParams(format!(
+            "an origin ETag of {} bytes (at most {MAX_ETAG_LEN})",
+            spec.origin_etag.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Whether a filling object is the version `spec` describes (same ETag and size).

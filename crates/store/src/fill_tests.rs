@@ -210,6 +210,8 @@ fn the_front_moves_only_at_commits_and_by_whole_codewords() {
     f.push(&mut vol, &bytes[..2000]).unwrap();
     assert_eq!(f.next_byte_offset(), 2000);
     assert_eq!(f.front_codewords(), 0);
+    assert_eq!(f.pushed_codewords(), 1);
+    assert_eq!(f.origin_etag(), "e");
     assert_eq!(vol.filling("t").unwrap().unwrap().front_codewords, 0);
     assert_eq!(f.commit(&mut vol).unwrap(), 1);
     assert_eq!(f.front_bytes(), 1280);
@@ -350,7 +352,9 @@ fn a_dropped_fill_resumes_from_its_durable_front() {
     assert_eq!(fo.front_codewords, 2);
     let mut f = Fill::begin_or_resume(&mut vol, &spec("b", bytes.len(), "e1")).unwrap();
     assert_eq!(f.toi(), toi);
+    assert_eq!(f.origin_etag(), "e1");
     assert_eq!(f.front_codewords(), 2);
+    assert_eq!(f.pushed_codewords(), 2);
     assert_eq!(f.next_byte_offset(), f.layout().codeword_offset(2));
     push_rest(&mut vol, &mut f, &bytes, &[777], 3);
     let b = f.finish(&mut vol).unwrap();
@@ -401,6 +405,16 @@ fn a_finished_fill_replaces_the_complete_object_of_its_name() {
     assert_eq!(vol.object("t").unwrap().toi, new.toi);
     assert!(!vol.segment_path(0, old.toi).exists());
     assert_eq!(read_all(&vol, "t"), new_bytes);
+}
+
+#[test]
+fn an_overlong_etag_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut vol = new_volume(dir.path());
+    let long = "x".repeat(crate::fill::MAX_ETAG_LEN + 1);
+    let err = Fill::begin_or_resume(&mut vol, &spec("t", 100, &long)).unwrap_err();
+    assert!(matches!(err, StoreError::BadParams(_)), "{err}");
+    assert!(vol.filling("t").unwrap().is_none());
 }
 
 #[test]
@@ -653,4 +667,75 @@ fn eviction_takes_the_least_recently_used_unpinned_origin_objects() {
         vol.eviction_candidates(u64::MAX).unwrap()[0].stored_bytes,
         stored
     );
+}
+
+#[test]
+fn check_verifies_the_committed_blocks_of_a_filling_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut vol = new_volume(dir.path());
+    let bytes = data(20 * 64 * 4, 15);
+    let mut f = Fill::begin_or_resume(&mut vol, &spec("t", bytes.len(), "e")).unwrap();
+    f.push(&mut vol, &bytes[..3000]).unwrap();
+    f.commit(&mut vol).unwrap();
+    let report = crate::check(&mut vol, crate::CheckOptions::default(), &mut |_| {}).unwrap();
+    assert!(!report.damaged(), "{report:?}");
+    assert_eq!(report.filling.len(), 1);
+    assert_eq!(report.filling[0].front_codewords, 2);
+    assert_eq!(report.filling[0].codewords, 4);
+    // One block per member holds committed packets (8 of 44).
+    assert_eq!(report.filling[0].blocks, 6);
+    // Damage a committed packet of member 1.
+    let path = vol.segment_path(1, f.toi());
+    let mut file = std::fs::read(&path).unwrap();
+    file[100] ^= 1;
+    std::fs::write(&path, file).unwrap();
+    let report = crate::check(&mut vol, crate::CheckOptions::default(), &mut |_| {}).unwrap();
+    assert!(report.damaged());
+    assert_eq!(report.damage.len(), 1);
+    assert_eq!(
+        (report.damage[0].member, report.damage[0].bad_blocks),
+        (1, 1)
+    );
+    drop(f);
+}
+
+#[test]
+fn recovery_removes_a_dead_ingest_and_keeps_a_filling_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("vol");
+    let mut vol = Volume::create(&root, params(), None).unwrap();
+    let bytes = data(5000, 16);
+    let mut f = Fill::begin_or_resume(&mut vol, &spec("t", bytes.len(), "e")).unwrap();
+    f.push(&mut vol, &bytes[..2600]).unwrap();
+    f.commit(&mut vol).unwrap();
+    let toi = f.toi();
+    drop(f);
+    // A dead ingest: a `writing` row and a file in tmp/, no lock held.
+    let dead = ObjectRecord {
+        state: ObjectState::Writing,
+        toi: 0,
+        name: "dead".into(),
+        ..vol.filling("t").unwrap().unwrap().record
+    };
+    let dead_toi = vol.catalog_mut().begin_object(&dead).unwrap();
+    let tmp = vol.members()[0].join("tmp").join(format!("{dead_toi}.seg"));
+    std::fs::write(&tmp, b"x").unwrap();
+    drop(vol);
+    let vol = Volume::open(&root).unwrap();
+    assert!(!tmp.exists());
+    assert!(vol
+        .catalog()
+        .entries(ObjectState::Writing)
+        .unwrap()
+        .is_empty());
+    let fo = vol.filling("t").unwrap().unwrap();
+    assert_eq!((fo.record.toi, fo.front_codewords), (toi, 2));
+    for m in 0..params().members {
+        assert!(vol.segment_path(m, toi).is_file());
+    }
+    // The volume's bytes count the filling object at its full size.
+    let full = crate::spool::stored_bytes(params(), bytes.len() as u64).unwrap();
+    assert_eq!(crate::spool::volume_bytes(&vol).unwrap(), full);
+    let got = read_committed(&vol, "t");
+    assert_eq!(got, bytes[..got.len()]);
 }
