@@ -739,3 +739,62 @@ fn recovery_removes_a_dead_ingest_and_keeps_a_filling_object() {
     let got = read_committed(&vol, "t");
     assert_eq!(got, bytes[..got.len()]);
 }
+
+/// A reader in another thread (its own volume handle) reads the blocks holding committed
+/// packets while the fill rewrites the straddling ones: every block read after its row
+/// verifies against that row, and the committed bytes are the object's.
+#[test]
+fn blocks_read_during_rewrites_verify_against_the_rows_read_before() {
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("vol");
+    let mut vol = Volume::create(&root, params(), None).unwrap();
+    let bytes = data(20 * 64 * 40, 17);
+    let mut f = Fill::begin_or_resume(&mut vol, &spec("t", bytes.len(), "e")).unwrap();
+    f.push(&mut vol, &bytes[..1280]).unwrap();
+    f.commit(&mut vol).unwrap();
+    let toi = f.toi();
+    let done = Arc::new(AtomicBool::new(false));
+    let reader_done = done.clone();
+    let reader_root = root.clone();
+    let reader = std::thread::spawn(move || {
+        let vol = Volume::open(&reader_root).unwrap();
+        let p = *vol.params();
+        let mut verified = 0u64;
+        for _ in 0..200_000 {
+            let finished = reader_done.load(Ordering::SeqCst);
+            let Some(fo) = vol.filling("t").unwrap() else {
+                break;
+            };
+            for (m, rows) in vol.fill_blocks(&fo).unwrap().iter().enumerate() {
+                let file = std::fs::File::open(vol.segment_path(m as u32, toi)).unwrap();
+                let row = rows.last().unwrap();
+                let mut block = vec![0u8; p.block_len as usize];
+                file.read_exact_at(&mut block, u64::from(p.block_len) * row.block)
+                    .unwrap();
+                verify_fill_block(&p, row, &block).unwrap();
+                verified += 1;
+            }
+            if finished {
+                break;
+            }
+        }
+        verified
+    });
+    let mut at = 1280;
+    while at < bytes.len() {
+        let end = (at + 300).min(bytes.len());
+        f.push(&mut vol, &bytes[at..end]).unwrap();
+        f.commit(&mut vol).unwrap();
+        at = end;
+    }
+    done.store(true, Ordering::SeqCst);
+    let verified = reader.join().unwrap();
+    assert!(verified > 0);
+    let got = read_committed(&vol, "t");
+    assert_eq!(got, bytes[..got.len()]);
+    f.finish(&mut vol).unwrap();
+    assert_eq!(read_all(&vol, "t"), bytes);
+}
