@@ -200,6 +200,46 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+    /// A fill dropped after a random push (what was not committed is lost) and resumed,
+    /// with other chunk sizes, still writes what one ingest writes.
+    #[test]
+    fn a_fill_dropped_anywhere_resumes_to_what_one_ingest_writes(
+        len in 1usize..9000,
+        chunks in proptest::collection::vec(1usize..3000, 1..6),
+        resumed_chunks in proptest::collection::vec(1usize..3000, 1..6),
+        commit_every in 1usize..3,
+        drop_after in 0usize..8,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut vol = new_volume(dir.path());
+        let bytes = data(len, len as u32);
+        let a = ingest(&mut vol, "a", &bytes);
+        let mut f = Fill::begin_or_resume(&mut vol, &spec("b", len, "e1")).unwrap();
+        let mut at = 0;
+        for (i, c) in chunks.iter().cycle().enumerate() {
+            if at >= len || i == drop_after {
+                break;
+            }
+            let end = (at + c).min(len);
+            f.push(&mut vol, &bytes[at..end]).unwrap();
+            at = end;
+            if (i + 1) % commit_every == 0 {
+                f.commit(&mut vol).unwrap();
+            }
+        }
+        let front = f.front_codewords();
+        drop(f);
+        let mut f = Fill::begin_or_resume(&mut vol, &spec("b", len, "e1")).unwrap();
+        prop_assert_eq!(f.front_codewords(), front);
+        prop_assert_eq!(f.next_byte_offset(), f.front_bytes());
+        push_rest(&mut vol, &mut f, &bytes, &resumed_chunks, commit_every);
+        let b = f.finish(&mut vol).unwrap();
+        assert_same_as_ingest(&vol, &a, &b, &bytes);
+    }
+}
+
 #[test]
 fn the_front_moves_only_at_commits_and_by_whole_codewords() {
     let dir = tempfile::tempdir().unwrap();
