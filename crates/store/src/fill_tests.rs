@@ -505,7 +505,14 @@ fn a_degraded_fill_resumes_and_writes_what_a_degraded_ingest_writes() {
         vol.catalog().missing_segments(2).unwrap(),
         vec![a.toi, b.toi]
     );
+    // A rebuild writes member 2's segment: then every packet is the ingest's.
+    crate::rebuild_member(&mut vol, 2, &mut crate::pace::Unpaced, &mut |_| {}).unwrap();
+    assert_eq!(vol.member_states().unwrap()[2], crate::MemberState::Ok);
+    assert_eq!(packets(&vol, &a), packets(&vol, &b));
+    let report = crate::check(&mut vol, crate::CheckOptions::default(), &mut |_| {}).unwrap();
+    assert!(!report.damaged(), "{report:?}");
     // Two members out: refused.
+    vol.set_member_state(2, &failed).unwrap();
     vol.set_member_state(3, &failed).unwrap();
     let err = Fill::begin_or_resume(&mut vol, &spec("c", 100, "e")).unwrap_err();
     assert!(matches!(err, StoreError::BadParams(_)), "{err}");
