@@ -6,7 +6,9 @@
 //! member holds more symbols of a codeword than the code can rebuild
 //! ([`layout`]). Ingest ([`ingest`]) writes them once; reading ([`read`])
 //! verifies every packet's CRC32C and decodes around missing or damaged
-//! ones; [`check`] verifies and repairs.
+//! ones; [`check`] verifies and repairs. A title filled from an origin is written
+//! incrementally with a durable fill front ([`fill`]), and the volume keeps the
+//! bookkeeping of a cache of that origin ([`cache`]).
 //!
 //! On-disk format: `docs/format.md`.
 
