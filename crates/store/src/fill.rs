@@ -4,7 +4,7 @@
 //! A fill records the object at once in state `filling` (with the origin's ETag) and
 //! writes its segment files where a complete object's are (`MEMBER/objects/TOI.seg`), so
 //! that readers find them. Bytes are pushed in order ([`Fill::push`]); each full codeword
-//! is encoded, framed and written exactly as [`crate::ingest`] writes it (same packets,
+//! is encoded, framed and written exactly as [`crate::ingest()`] writes it (same packets,
 //! same places). [`Fill::commit`] makes what was pushed durable: the segment files are
 //! synced, then one catalog transaction records the new codewords' block checksums and
 //! packet digests and advances the **fill front** (codewords committed). Only codewords
