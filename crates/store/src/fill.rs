@@ -184,6 +184,9 @@ impl Fill {
     /// the others (degraded, as an ingest: that member's segment is recorded missing at
     /// [`Fill::finish`], for `volume rebuild`); two or more: [`StoreError::BadParams`]. A
     /// complete object of the same name is left alone until [`Fill::finish`] replaces it.
+    ///
+    /// Blocking I/O: a resume reads the committed codewords back once (they give the
+    /// content CRC32C and the time index), so its cost grows with the front.
     pub fn begin_or_resume(vol: &mut Volume, spec: &FillSpec) -> Result<Fill, StoreError> {
         match Self::begin(vol, spec, Resume::IfSame)? {
             Begun::Fill(fill) => Ok(*fill),
@@ -495,6 +498,10 @@ impl Fill {
     /// straddling the front written whole), then one catalog transaction with the block
     /// checksums and packet digests of the new codewords and the new front. Returns the new
     /// front. Bytes of a codeword not yet complete stay in memory (not durable).
+    ///
+    /// Cost: each member's partial block is written whole (up to members × block_len bytes)
+    /// and every segment and the catalog are synced; commit every few MiB or fraction of a
+    /// second rather than after every small push.
     pub fn commit(&mut self, vol: &mut Volume) -> Result<u32, StoreError> {
         self.usable(vol)?;
         if self.encoded == self.front {
