@@ -41,7 +41,7 @@ use crate::io::{AlignedBuf, BlockFile};
 use crate::lock::{FileLock, LockWait};
 use crate::rows::CatalogEntry;
 use crate::segment::SegmentWriter;
-use crate::{crash, Layout, ObjectReader, StoreError, Volume, VolumeParams};
+use crate::{crash, Layout, ObjectReader, ReadOrder, StoreError, Volume, VolumeParams};
 
 /// What to fill: the object as the origin describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -354,7 +354,7 @@ impl Fill {
     /// Reads codewords `0..front` back through the read path: feeds the time index and
     /// checks the CRC32C recorded at the last commit.
     fn reread_committed(&mut self, vol: &Volume) -> Result<(), StoreError> {
-        let mut reader = ObjectReader::for_record(vol, self.rec.clone())?;
+        let mut reader = ObjectReader::for_record(vol, self.rec.clone(), ReadOrder::Any)?;
         let mut crc = 0u32;
         for sbn in 0..self.front {
             reader.read_codeword(sbn, Want::Source)?;
@@ -703,7 +703,7 @@ pub(crate) fn reframe_block(
     let packet_len = params.packet_len() as usize;
     let first = next_packet - next_packet % u64::from(params.packets_per_block());
     let mut buf = vec![0u8; params.block_len as usize];
-    let mut reader = ObjectReader::for_record(vol, rec.clone())?;
+    let mut reader = ObjectReader::for_record(vol, rec.clone(), ReadOrder::Any)?;
     for sbn in (0..front).rev() {
         let run = layout.member_run(sbn, member);
         if run.first_packet + run.esis.len() as u64 <= first {

@@ -293,7 +293,8 @@ fn read_committed(vol: &Volume, name: &str) -> Vec<u8> {
             verify_fill_block(&p, r, &file[s..s + p.block_len as usize]).unwrap();
         }
     }
-    let mut reader = ObjectReader::for_record(vol, fo.record.clone()).unwrap();
+    let mut reader =
+        ObjectReader::for_record(vol, fo.record.clone(), crate::ReadOrder::Any).unwrap();
     let mut out = Vec::new();
     for sbn in 0..fo.front_codewords {
         reader.read_codeword(sbn, Want::Source).unwrap();
