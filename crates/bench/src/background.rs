@@ -4,13 +4,13 @@
 //! background work (its own scrub, `isnode volume rebuild`) run in a control group
 //! ([`crate::cgroup`]) that reads the disk holding the volume at most at `disk_read_bps`
 //! and holds at most `memory_bytes` of memory, so that their reads really wait for a slow
-//! disk. `clients` paced `isnode play` clients (outside the group), one per title, play
-//! their titles to the end in each phase:
+//! disk. `clients` paced `isnode play` clients (outside the group), one per title, started
+//! a second apart, play their titles to the end in each phase:
 //!
 //! 1. alone;
 //! 2. during the server's background scrub (`--scrub-rate-bps`, paced by the viewers);
 //! 3. during `isnode volume rebuild` of a removed member (paced by the viewers through
-//!    `VOLUME/run/viewer-pace.json`), started a second after the clients.
+//!    `VOLUME/run/viewer-pace.json`), started once every client has started.
 //!
 //! Each phase counts the valid streams (no underrun, every full second at 95 % of the
 //! bitrate or more), the server's late bursts, the clients' underruns, the smallest
@@ -96,12 +96,18 @@ pub struct BackgroundReport {
     pub rebuild_alone_mb_s: f64,
 }
 
-/// Members of the volume, and the one rebuilt.
-const MEMBERS: u32 = 6;
+/// The clients start this far apart (viewers arrive one by one: each start reads a block of
+/// every member at once, which a slow disk takes a while to serve).
+const CLIENT_SPACING: Duration = Duration::from_secs(1);
+
+/// The member rebuilt (of the volume's default members).
 const REBUILT: u32 = 1;
 
 /// Runs the benchmark.
-pub fn run(cfg: &BackgroundConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<BackgroundReport> {
+pub fn run(
+    cfg: &BackgroundConfig,
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<BackgroundReport> {
     if cfg.clients == 0 || cfg.title_s == 0 {
         bail!("nothing to measure: give clients and a title length");
     }
@@ -114,7 +120,11 @@ pub fn run(cfg: &BackgroundConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Re
         disk_read_bps: Some(cfg.disk_read_bps),
         memory_bytes: Some(cfg.memory_bytes),
     };
-    let group = Cgroup::create(&format!("isnode-bench-{}", std::process::id()), limits, &vol)?;
+    let group = Cgroup::create(
+        &format!("isnode-bench-{}", std::process::id()),
+        limits,
+        &vol,
+    )?;
     let mut rows = Vec::new();
     progress("alone");
     rows.push(phase(cfg, &group, &vol, &titles, Phase::Alone)?);
@@ -173,10 +183,13 @@ fn isnode(exe: &Path, args: &[&str]) -> anyhow::Result<String> {
 }
 
 /// One MPEG-TS title per client (`isnode gen-ts`), ingested; their names and bytes.
-fn make_titles(cfg: &BackgroundConfig, vol: &Path, work: &Path) -> anyhow::Result<Vec<(String, PathBuf)>> {
+fn make_titles(
+    cfg: &BackgroundConfig,
+    vol: &Path,
+    work: &Path,
+) -> anyhow::Result<Vec<(String, PathBuf)>> {
     let v = vol.display().to_string();
-    let members = MEMBERS.to_string();
-    isnode(&cfg.isnode_exe, &["volume", "create", "--volume", &v, "--members", &members])?;
+    isnode(&cfg.isnode_exe, &["volume", "create", "--volume", &v])?;
     (0..cfg.clients)
         .map(|i| {
             let name = format!("bg{i}.ts");
@@ -184,8 +197,23 @@ fn make_titles(cfg: &BackgroundConfig, vol: &Path, work: &Path) -> anyhow::Resul
             let f = file.display().to_string();
             let seed = (cfg.seed + i as u64).to_string();
             let (rate, secs) = (cfg.bitrate_bps.to_string(), cfg.title_s.to_string());
-            isnode(&cfg.isnode_exe, &["gen-ts", "--bitrate", &rate, "--duration", &secs, "--seed", &seed, &f])?;
-            isnode(&cfg.isnode_exe, &["ingest", "--volume", &v, "--name", &name, &f])?;
+            isnode(
+                &cfg.isnode_exe,
+                &[
+                    "gen-ts",
+                    "--bitrate",
+                    &rate,
+                    "--duration",
+                    &secs,
+                    "--seed",
+                    &seed,
+                    &f,
+                ],
+            )?;
+            isnode(
+                &cfg.isnode_exe,
+                &["ingest", "--volume", &v, "--name", &name, &f],
+            )?;
             Ok((name, file))
         })
         .collect()
@@ -214,20 +242,27 @@ fn phase(
     let before = Metrics::get(&base)?;
     let started = Instant::now();
     let work = vol.parent().context("the volume's directory")?;
-    let clients: Vec<Client> = titles
-        .iter()
-        .enumerate()
-        .map(|(i, (name, _))| Client::start(cfg, &base, name, &work.join(format!("c{i}"))))
-        .collect::<anyhow::Result<_>>()?;
     let mut watch = SlackWatch::default();
+    let mut clients = Vec::new();
+    for (i, (name, _)) in titles.iter().enumerate() {
+        if i > 0 {
+            std::thread::sleep(CLIENT_SPACING);
+            watch.sample(&base);
+        }
+        clients.push(Client::start(
+            cfg,
+            &base,
+            name,
+            &work.join(format!("c{i}")),
+        )?);
+    }
     let mut rebuild_run = None;
     let deadline = Instant::now() + Duration::from_secs(cfg.title_s * 3 + 60);
-    let mut clients = clients;
     while clients.iter_mut().any(|c| c.running()) {
         if Instant::now() > deadline {
             bail!("{}: the clients did not end in time", which.name());
         }
-        if which == Phase::Rebuild && rebuild_run.is_none() && started.elapsed() > Duration::from_secs(1) {
+        if which == Phase::Rebuild && rebuild_run.is_none() {
             remove_member(vol)?;
             rebuild_run = Some(rebuild(cfg, group, vol)?);
         }
@@ -269,14 +304,27 @@ fn start_server(
     vol: &Path,
     extra: &[&str],
 ) -> anyhow::Result<(ServerChild, String)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let listen = format!("127.0.0.1:{port}");
     let child = group
         .command(&cfg.isnode_exe)
-        .args(["--volume", &vol.display().to_string(), "serve", "--listen", &listen])
+        .args([
+            "--volume",
+            &vol.display().to_string(),
+            "serve",
+            "--listen",
+            &listen,
+        ])
         .args(["--engine", "gso"])
         .args(["--cache-size", &cfg.cache_size_bytes.to_string()])
-        .args(["--max-bitrate", "1000000000000", "--max-sessions-per-client", "100000"])
+        .args([
+            "--max-bitrate",
+            "1000000000000",
+            "--max-sessions-per-client",
+            "100000",
+        ])
         .args(extra)
         .env_remove("ISNODE_BUFFERED_IO")
         .stdin(Stdio::null())
@@ -343,7 +391,12 @@ struct Client {
 }
 
 impl Client {
-    fn start(cfg: &BackgroundConfig, base: &str, name: &str, prefix: &Path) -> anyhow::Result<Client> {
+    fn start(
+        cfg: &BackgroundConfig,
+        base: &str,
+        name: &str,
+        prefix: &Path,
+    ) -> anyhow::Result<Client> {
         let out = prefix.with_extension("out");
         let stats = prefix.with_extension("json");
         let child = Command::new(&cfg.isnode_exe)
@@ -354,7 +407,7 @@ impl Client {
             .args(["--max-seconds", &(cfg.title_s * 2 + 30).to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(prefix.with_extension("stderr"))?)
             .spawn()
             .context("starting isnode play")?;
         Ok(Client {
@@ -378,7 +431,11 @@ impl Client {
 
     /// (valid stream, underruns, output identical to `source`).
     fn outcome(&self, bitrate_bps: u64, source: &Path) -> anyhow::Result<(bool, u64, bool)> {
-        let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(&self.stats).context("a client's statistics")?)?;
+        let log = std::fs::read_to_string(self.out.with_extension("stderr")).unwrap_or_default();
+        let stats: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(&self.stats)
+                .with_context(|| format!("a client's statistics; its log:\n{log}"))?,
+        )?;
         let identical = std::fs::read(&self.out).ok() == std::fs::read(source).ok();
         let underruns = stats["underruns"].as_u64().unwrap_or(u64::MAX);
         Ok((is_valid(&stats, bitrate_bps), underruns, identical))
@@ -421,7 +478,8 @@ impl Metrics {
             .context("GET /metrics")?
             .body_mut()
             .read_to_string()?;
-        let m = |name| crate::load::metric(&text, name).with_context(|| format!("{name} in /metrics"));
+        let m =
+            |name| crate::load::metric(&text, name).with_context(|| format!("{name} in /metrics"));
         Ok(Metrics {
             late_bursts: m("isnode_bursts_late_total")?,
             pool_read: m("isnode_cache_read_bytes_total")?,
@@ -468,7 +526,15 @@ pub fn format_table(r: &BackgroundReport) -> String {
     );
     s.push_str(&format!(
         "{:<18} {:>6} {:>9} {:>10} {:>9} {:>13} {:>12} {:>14} {:>15}\n",
-        "phase", "valid", "identical", "late bursts", "underruns", "min slack ms", "late samples", "serve MB/s", "background MB/s"
+        "phase",
+        "valid",
+        "identical",
+        "late bursts",
+        "underruns",
+        "min slack ms",
+        "late samples",
+        "serve MB/s",
+        "background MB/s"
     ));
     for x in &r.rows {
         s.push_str(&format!(
@@ -485,6 +551,9 @@ pub fn format_table(r: &BackgroundReport) -> String {
             x.background_mb_s.map_or("-".into(), |m| format!("{m:.2}")),
         ));
     }
-    s.push_str(&format!("rebuild alone (no server): {:.2} MB/s\n", r.rebuild_alone_mb_s));
+    s.push_str(&format!(
+        "rebuild alone (no server): {:.2} MB/s\n",
+        r.rebuild_alone_mb_s
+    ));
     s
 }

@@ -332,9 +332,11 @@ pub(crate) struct BackgroundBenchArgs {
     /// Most memory of the server and the background work, page cache included, bytes.
     #[arg(long, default_value_t = 256 << 20)]
     pub memory_limit: u64,
-    /// The server's block pool, bytes (small, so that its reads go to the disk).
-    #[arg(long, default_value_t = 16 << 20)]
-    pub cache_size_bytes: u64,
+    /// The server's block pool, bytes (default: 12 MiB per client and 16 MiB, what
+    /// admission asks for; each client plays its own title, so every block is read from
+    /// the disk once whatever the pool).
+    #[arg(long)]
+    pub cache_size_bytes: Option<u64>,
     /// The background scrub's rate cap, bits per second.
     #[arg(long, default_value_t = 800_000_000)]
     pub scrub_rate_bps: u64,

@@ -194,7 +194,8 @@ fn a_rebuild_runs_while_serve_streams_the_volume() {
     assert!(playback["streams"].as_u64() >= Some(1), "{status}");
     assert!(playback["min_slack_ms"].is_i64(), "{status}");
     let pace: Value = serde_json::from_slice(
-        &std::fs::read(vol.root.join("run/viewer-pace.json")).expect("the server's viewer-pace.json"),
+        &std::fs::read(vol.root.join("run/viewer-pace.json"))
+            .expect("the server's viewer-pace.json"),
     )
     .unwrap();
     assert!(pace["streams"].as_u64() >= Some(1), "{pace}");
@@ -282,14 +283,27 @@ fn a_rebuild_onto_a_full_disk_fails_cleanly_and_resumes_with_room() {
     let files = segment_files(&member_dir);
     let recorded: Vec<String> = (1..=done_toi).map(|t| format!("objects/{t}.seg")).collect();
     assert!(done_toi < 3, "the disk should fill before the end: {state}");
-    assert_eq!(files, recorded, "segments on the full member (done_toi {done_toi})");
+    assert_eq!(
+        files, recorded,
+        "segments on the full member (done_toi {done_toi})"
+    );
     // `volume check` finds nothing but the segments the rebuild has not reached yet
     // (recoverable through the code): no loss, no bad row, nothing else.
     let check = text(&isnode(&vol, &["volume", "check"]));
-    assert!(!check.contains("DATA LOSS") && !check.contains("BAD ROW"), "{check}");
-    for line in check.lines().filter(|l| l.trim_start().starts_with("object")) {
-        let not_reached = (done_toi + 1..=3).any(|t| line.contains(&format!("members/1/objects/{t}.seg")));
-        assert!(not_reached, "volume check found more than the missing segments:\n{check}");
+    assert!(
+        !check.contains("DATA LOSS") && !check.contains("BAD ROW"),
+        "{check}"
+    );
+    for line in check
+        .lines()
+        .filter(|l| l.trim_start().starts_with("object"))
+    {
+        let not_reached =
+            (done_toi + 1..=3).any(|t| line.contains(&format!("members/1/objects/{t}.seg")));
+        assert!(
+            not_reached,
+            "volume check found more than the missing segments:\n{check}"
+        );
     }
     for (name, bytes) in &objects {
         assert_cat(&vol, name, bytes);
@@ -297,7 +311,10 @@ fn a_rebuild_onto_a_full_disk_fails_cleanly_and_resumes_with_room() {
     // Room made: the rebuild resumes after the last object recorded and completes.
     disk.resize("8m");
     let (report, stderr) = rebuild(&vol, 1, &[]);
-    assert!(stderr.contains("resuming the rebuild of member 1"), "{stderr}");
+    assert!(
+        stderr.contains("resuming the rebuild of member 1"),
+        "{stderr}"
+    );
     assert_eq!(report["report"]["start"]["done_toi"], done_toi);
     assert_eq!(member_state(&vol, 1)["state"], "ok");
     assert_scrub_clean(&vol);

@@ -301,9 +301,18 @@ pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Resu
         false => (args.clients, args.bitrate, args.title_seconds),
     };
     anyhow::ensure!((1..=500).contains(&clients), "--clients must be 1 to 500");
-    anyhow::ensure!((4..=3600).contains(&title_s), "--title-seconds must be 4 to 3600");
-    anyhow::ensure!(args.disk_read_limit >= 1 << 20, "--disk-read-limit must be at least 1 MiB/s");
-    anyhow::ensure!(args.memory_limit >= 32 << 20, "--memory-limit must be at least 32 MiB");
+    anyhow::ensure!(
+        (4..=3600).contains(&title_s),
+        "--title-seconds must be 4 to 3600"
+    );
+    anyhow::ensure!(
+        args.disk_read_limit >= 1 << 20,
+        "--disk-read-limit must be at least 1 MiB/s"
+    );
+    anyhow::ensure!(
+        args.memory_limit >= 32 << 20,
+        "--memory-limit must be at least 32 MiB"
+    );
     let cfg = BackgroundConfig {
         isnode_exe: std::env::current_exe().context("finding the isnode binary")?,
         clients,
@@ -311,7 +320,9 @@ pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Resu
         title_s,
         disk_read_bps: args.disk_read_limit,
         memory_bytes: args.memory_limit,
-        cache_size_bytes: args.cache_size_bytes,
+        cache_size_bytes: args
+            .cache_size_bytes
+            .unwrap_or((clients as u64 * 12 + 16) << 20),
         scrub_rate_bps: args.scrub_rate_bps,
         dir: args.dir.clone(),
         seed: args.seed,
