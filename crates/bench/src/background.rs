@@ -73,7 +73,8 @@ pub struct PhaseRow {
     pub late_samples: u64,
     /// What the server's members read into its pool, MB/s over the phase.
     pub serve_read_mb_s: f64,
-    /// The background work's rate, MB/s (scrub: read; rebuild: written), while serving.
+    /// The background work's rate, MB/s, while serving: the scrub's reads over its first
+    /// pass (then it pauses a minute), the rebuild's writes over its run.
     pub background_mb_s: Option<f64>,
 }
 
@@ -272,7 +273,7 @@ fn phase(
     let elapsed_s = started.elapsed().as_secs_f64();
     let after = Metrics::get(&base)?;
     let background_mb_s = match (which, rebuild_run) {
-        (Phase::Scrub, _) => Some((after.scrub_read - before.scrub_read) as f64 / elapsed_s / 1e6),
+        (Phase::Scrub, _) => Some(watch.scrub_mb_s()),
         (Phase::Rebuild, Some(r)) => Some(r.wait_mb_s()?),
         _ => None,
     };
@@ -468,7 +469,6 @@ fn is_valid(stats: &serde_json::Value, bitrate_bps: u64) -> bool {
 struct Metrics {
     late_bursts: u64,
     pool_read: u64,
-    scrub_read: u64,
 }
 
 impl Metrics {
@@ -483,16 +483,33 @@ impl Metrics {
         Ok(Metrics {
             late_bursts: m("isnode_bursts_late_total")?,
             pool_read: m("isnode_cache_read_bytes_total")?,
-            scrub_read: m("isnode_scrub_read_bytes_total")?,
         })
     }
 }
 
-/// The smallest playback slack and the late samples seen in the server's status.
-#[derive(Debug, Default)]
+/// The smallest playback slack and the late samples seen in the server's status, and the
+/// background scrub's progress.
+#[derive(Debug)]
 struct SlackWatch {
+    started: Instant,
     min_slack_ms: Option<i64>,
     late_samples: u64,
+    /// The scrub's first pass: its bytes and seconds, once it finished.
+    scrub_pass: Option<(u64, f64)>,
+    /// The scrub's bytes read so far in its first pass (while it runs).
+    scrub_done: u64,
+}
+
+impl Default for SlackWatch {
+    fn default() -> SlackWatch {
+        SlackWatch {
+            started: Instant::now(),
+            min_slack_ms: None,
+            late_samples: 0,
+            scrub_pass: None,
+            scrub_done: 0,
+        }
+    }
 }
 
 impl SlackWatch {
@@ -509,6 +526,24 @@ impl SlackWatch {
         }
         if p["late_streams"].as_u64().unwrap_or(0) > 0 {
             self.late_samples += 1;
+        }
+        let sc = &v["scrub"];
+        if self.scrub_pass.is_none() {
+            if sc["passes"].as_u64().unwrap_or(0) >= 1 {
+                let bytes = sc["bytes_read"].as_u64().unwrap_or(0);
+                self.scrub_pass = Some((bytes, self.started.elapsed().as_secs_f64()));
+            } else {
+                self.scrub_done = sc["pass_done_bytes"].as_u64().unwrap_or(0);
+            }
+        }
+    }
+
+    /// The scrub's rate while it ran, MB/s: its first pass's bytes over its time, or what
+    /// it read so far over the whole phase when no pass finished.
+    fn scrub_mb_s(&self) -> f64 {
+        match self.scrub_pass {
+            Some((bytes, secs)) => bytes as f64 / secs.max(1e-9) / 1e6,
+            None => self.scrub_done as f64 / self.started.elapsed().as_secs_f64().max(1e-9) / 1e6,
         }
     }
 }
