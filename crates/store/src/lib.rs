@@ -29,6 +29,7 @@ pub mod members;
 pub mod pace;
 pub mod params;
 pub mod prefetch;
+pub mod probe;
 pub mod read;
 pub mod rebuild;
 #[cfg(test)]
@@ -39,6 +40,7 @@ mod segment;
 pub mod spool;
 pub mod validate;
 pub mod verify;
+pub mod viewer_pace;
 pub mod volume;
 
 pub use cache::EvictionCandidate;
