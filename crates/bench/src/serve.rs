@@ -606,7 +606,7 @@ fn keep_alive(
     }))
 }
 
-fn wait_ready(base: &str) -> anyhow::Result<()> {
+pub(crate) fn wait_ready(base: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if ureq::get(format!("{base}/v1/objects")).call().is_ok() {

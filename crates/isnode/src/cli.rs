@@ -125,7 +125,10 @@ pub(crate) enum VolumeCommand {
 /// `volume scrub`.
 #[derive(Args, Debug)]
 pub(crate) struct ScrubArgs {
-    /// Read at most this many bits per second from the members (default: as fast as they go).
+    /// Read at most this many bits per second from the members (default: as fast as they
+    /// go). Beside an `isnode serve` on the volume, the scrub also yields to its viewers
+    /// (VOLUME/run/viewer-pace.json): slower as their playback slack falls, stopped while
+    /// a stream is late (from this rate, or 1 Gbit/s without one).
     #[arg(long)]
     pub rate_bps: Option<u64>,
     /// Print the report as JSON.
@@ -140,7 +143,9 @@ pub(crate) struct RebuildArgs {
     #[arg(long)]
     pub member: u32,
     /// Read at most this many bits per second from the other members (default: as fast as
-    /// they go).
+    /// they go). Beside an `isnode serve` on the volume, the rebuild also yields to its
+    /// viewers (VOLUME/run/viewer-pace.json): slower as their playback slack falls, stopped
+    /// while a stream is late (from this rate, or 1 Gbit/s without one).
     #[arg(long)]
     pub rate_bps: Option<u64>,
     /// Print the report as JSON.
@@ -302,6 +307,49 @@ pub(crate) enum BenchCommand {
     /// descriptors and threads every second, their drift, and the errors (root: it runs in a
     /// network namespace of its own).
     Soak(SoakBenchArgs),
+    /// Paced clients beside background work on a disk-bound volume: the server and the
+    /// background work in a cgroup that throttles reads of the volume's disk and limits
+    /// memory; valid streams and late bursts alone, during a scrub and during a rebuild,
+    /// and the rebuild's rate while serving and alone (root: cgroups).
+    Background(BackgroundBenchArgs),
+}
+
+/// `bench background`.
+#[derive(Args, Debug)]
+pub(crate) struct BackgroundBenchArgs {
+    /// Paced clients (one title each).
+    #[arg(long, default_value_t = 8)]
+    pub clients: usize,
+    /// Bitrate of each title.
+    #[arg(long, default_value_t = 4_000_000)]
+    pub bitrate: u64,
+    /// Playing time of each title, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub title_seconds: u64,
+    /// Most bytes per second the server and the background work read from the volume's disk.
+    #[arg(long, default_value_t = 12_000_000)]
+    pub disk_read_limit: u64,
+    /// Most memory of the server and the background work, page cache included, bytes.
+    #[arg(long, default_value_t = 256 << 20)]
+    pub memory_limit: u64,
+    /// The server's block pool, bytes (small, so that its reads go to the disk).
+    #[arg(long, default_value_t = 16 << 20)]
+    pub cache_size_bytes: u64,
+    /// The background scrub's rate cap, bits per second.
+    #[arg(long, default_value_t = 800_000_000)]
+    pub scrub_rate_bps: u64,
+    /// A directory on the disk to throttle, where the volume is made (default /var/tmp).
+    #[arg(long, default_value = "/var/tmp")]
+    pub dir: PathBuf,
+    /// Seed of the titles.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// A short run (2 clients of 2 Mbit/s, 8 s titles); exit 1 when any output differs.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// `bench soak`.

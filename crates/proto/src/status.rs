@@ -33,6 +33,22 @@ pub struct StatusBody {
     /// The background scrub (`scrub_rate_bps`); absent from older servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scrub: Option<StatusScrub>,
+    /// The live streams' playback slack (what paces background work); absent from older
+    /// servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub playback: Option<StatusPlayback>,
+}
+
+/// The live streams' playback slack: how far ahead of its playback deadline each stream
+/// is (the nominal schedule plus 100 ms), the smallest of them, and how many are late.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StatusPlayback {
+    /// Live streams (sessions streaming and not paused, broadcast channels).
+    pub streams: u32,
+    /// Streams at or past their playback deadline.
+    pub late_streams: u32,
+    /// The smallest slack, milliseconds (`null` without streams; 0 or less: late).
+    pub min_slack_ms: Option<i64>,
 }
 
 /// The background scrub's progress and findings.

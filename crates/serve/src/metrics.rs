@@ -168,6 +168,10 @@ pub struct MetricsSnapshot {
     pub bursts_late: u64,
     /// The background scrub (`scrub_rate_bps`).
     pub scrub: crate::scrub::ScrubSnapshot,
+    /// Failed members read again (their catalog state ok again, or a probe succeeded).
+    pub members_revived: u64,
+    /// The live streams' playback slack (the data plane's pacing signal).
+    pub playback: crate::PlaybackSlack,
 }
 
 impl MetricsSnapshot {

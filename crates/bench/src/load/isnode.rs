@@ -91,7 +91,7 @@ impl Counters {
 }
 
 /// The sum of the samples of metric `name` (every label set) in Prometheus text.
-fn metric(text: &str, name: &str) -> Option<u64> {
+pub(crate) fn metric(text: &str, name: &str) -> Option<u64> {
     let mut found = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some(rest) = line.strip_prefix(name) else {

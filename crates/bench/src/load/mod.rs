@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::netns::{Entered, VethNamespace};
 
+pub(crate) use self::isnode::metric;
 pub use files::FileOps;
 pub use nginx::NginxVariant;
 pub use report::{LevelResult, LoadReport, ServerResult};

@@ -292,3 +292,40 @@ fn write_json(path: &std::path::Path, report: &impl serde::Serialize) -> anyhow:
     std::fs::write(path, serde_json::to_string_pretty(&json)?)
         .with_context(|| format!("writing {}", path.display()))
 }
+
+/// `bench background`.
+pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Result<ExitCode> {
+    use isnode_bench::background::{self, BackgroundConfig};
+    let (clients, bitrate_bps, title_s) = match args.check {
+        true => (2, 2_000_000, 8),
+        false => (args.clients, args.bitrate, args.title_seconds),
+    };
+    anyhow::ensure!((1..=500).contains(&clients), "--clients must be 1 to 500");
+    anyhow::ensure!((4..=3600).contains(&title_s), "--title-seconds must be 4 to 3600");
+    anyhow::ensure!(args.disk_read_limit >= 1 << 20, "--disk-read-limit must be at least 1 MiB/s");
+    anyhow::ensure!(args.memory_limit >= 32 << 20, "--memory-limit must be at least 32 MiB");
+    let cfg = BackgroundConfig {
+        isnode_exe: std::env::current_exe().context("finding the isnode binary")?,
+        clients,
+        bitrate_bps,
+        title_s,
+        disk_read_bps: args.disk_read_limit,
+        memory_bytes: args.memory_limit,
+        cache_size_bytes: args.cache_size_bytes,
+        scrub_rate_bps: args.scrub_rate_bps,
+        dir: args.dir.clone(),
+        seed: args.seed,
+    };
+    let report = background::run(&cfg, &mut |m| eprintln!("background: {m}"))
+        .context("running the background benchmark")?;
+    print!("{}", background::format_table(&report));
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+    }
+    let all_identical = report.rows.iter().all(|r| r.identical == r.clients);
+    Ok(if args.check && !all_identical {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
