@@ -101,7 +101,10 @@ const MEMBERS: u32 = 6;
 const REBUILT: u32 = 1;
 
 /// Runs the benchmark.
-pub fn run(cfg: &BackgroundConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<BackgroundReport> {
+pub fn run(
+    cfg: &BackgroundConfig,
+    progress: &mut dyn FnMut(&str),
+) -> anyhow::Result<BackgroundReport> {
     if cfg.clients == 0 || cfg.title_s == 0 {
         bail!("nothing to measure: give clients and a title length");
     }
@@ -114,7 +117,11 @@ pub fn run(cfg: &BackgroundConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Re
         disk_read_bps: Some(cfg.disk_read_bps),
         memory_bytes: Some(cfg.memory_bytes),
     };
-    let group = Cgroup::create(&format!("isnode-bench-{}", std::process::id()), limits, &vol)?;
+    let group = Cgroup::create(
+        &format!("isnode-bench-{}", std::process::id()),
+        limits,
+        &vol,
+    )?;
     let mut rows = Vec::new();
     progress("alone");
     rows.push(phase(cfg, &group, &vol, &titles, Phase::Alone)?);
@@ -173,10 +180,17 @@ fn isnode(exe: &Path, args: &[&str]) -> anyhow::Result<String> {
 }
 
 /// One MPEG-TS title per client (`isnode gen-ts`), ingested; their names and bytes.
-fn make_titles(cfg: &BackgroundConfig, vol: &Path, work: &Path) -> anyhow::Result<Vec<(String, PathBuf)>> {
+fn make_titles(
+    cfg: &BackgroundConfig,
+    vol: &Path,
+    work: &Path,
+) -> anyhow::Result<Vec<(String, PathBuf)>> {
     let v = vol.display().to_string();
     let members = MEMBERS.to_string();
-    isnode(&cfg.isnode_exe, &["volume", "create", "--volume", &v, "--members", &members])?;
+    isnode(
+        &cfg.isnode_exe,
+        &["volume", "create", "--volume", &v, "--members", &members],
+    )?;
     (0..cfg.clients)
         .map(|i| {
             let name = format!("bg{i}.ts");
@@ -184,8 +198,23 @@ fn make_titles(cfg: &BackgroundConfig, vol: &Path, work: &Path) -> anyhow::Resul
             let f = file.display().to_string();
             let seed = (cfg.seed + i as u64).to_string();
             let (rate, secs) = (cfg.bitrate_bps.to_string(), cfg.title_s.to_string());
-            isnode(&cfg.isnode_exe, &["gen-ts", "--bitrate", &rate, "--duration", &secs, "--seed", &seed, &f])?;
-            isnode(&cfg.isnode_exe, &["ingest", "--volume", &v, "--name", &name, &f])?;
+            isnode(
+                &cfg.isnode_exe,
+                &[
+                    "gen-ts",
+                    "--bitrate",
+                    &rate,
+                    "--duration",
+                    &secs,
+                    "--seed",
+                    &seed,
+                    &f,
+                ],
+            )?;
+            isnode(
+                &cfg.isnode_exe,
+                &["ingest", "--volume", &v, "--name", &name, &f],
+            )?;
             Ok((name, file))
         })
         .collect()
@@ -227,7 +256,10 @@ fn phase(
         if Instant::now() > deadline {
             bail!("{}: the clients did not end in time", which.name());
         }
-        if which == Phase::Rebuild && rebuild_run.is_none() && started.elapsed() > Duration::from_secs(1) {
+        if which == Phase::Rebuild
+            && rebuild_run.is_none()
+            && started.elapsed() > Duration::from_secs(1)
+        {
             remove_member(vol)?;
             rebuild_run = Some(rebuild(cfg, group, vol)?);
         }
@@ -269,14 +301,27 @@ fn start_server(
     vol: &Path,
     extra: &[&str],
 ) -> anyhow::Result<(ServerChild, String)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let listen = format!("127.0.0.1:{port}");
     let child = group
         .command(&cfg.isnode_exe)
-        .args(["--volume", &vol.display().to_string(), "serve", "--listen", &listen])
+        .args([
+            "--volume",
+            &vol.display().to_string(),
+            "serve",
+            "--listen",
+            &listen,
+        ])
         .args(["--engine", "gso"])
         .args(["--cache-size", &cfg.cache_size_bytes.to_string()])
-        .args(["--max-bitrate", "1000000000000", "--max-sessions-per-client", "100000"])
+        .args([
+            "--max-bitrate",
+            "1000000000000",
+            "--max-sessions-per-client",
+            "100000",
+        ])
         .args(extra)
         .env_remove("ISNODE_BUFFERED_IO")
         .stdin(Stdio::null())
@@ -343,7 +388,12 @@ struct Client {
 }
 
 impl Client {
-    fn start(cfg: &BackgroundConfig, base: &str, name: &str, prefix: &Path) -> anyhow::Result<Client> {
+    fn start(
+        cfg: &BackgroundConfig,
+        base: &str,
+        name: &str,
+        prefix: &Path,
+    ) -> anyhow::Result<Client> {
         let out = prefix.with_extension("out");
         let stats = prefix.with_extension("json");
         let child = Command::new(&cfg.isnode_exe)
@@ -378,7 +428,8 @@ impl Client {
 
     /// (valid stream, underruns, output identical to `source`).
     fn outcome(&self, bitrate_bps: u64, source: &Path) -> anyhow::Result<(bool, u64, bool)> {
-        let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(&self.stats).context("a client's statistics")?)?;
+        let stats: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&self.stats).context("a client's statistics")?)?;
         let identical = std::fs::read(&self.out).ok() == std::fs::read(source).ok();
         let underruns = stats["underruns"].as_u64().unwrap_or(u64::MAX);
         Ok((is_valid(&stats, bitrate_bps), underruns, identical))
@@ -421,7 +472,8 @@ impl Metrics {
             .context("GET /metrics")?
             .body_mut()
             .read_to_string()?;
-        let m = |name| crate::load::metric(&text, name).with_context(|| format!("{name} in /metrics"));
+        let m =
+            |name| crate::load::metric(&text, name).with_context(|| format!("{name} in /metrics"));
         Ok(Metrics {
             late_bursts: m("isnode_bursts_late_total")?,
             pool_read: m("isnode_cache_read_bytes_total")?,
@@ -468,7 +520,15 @@ pub fn format_table(r: &BackgroundReport) -> String {
     );
     s.push_str(&format!(
         "{:<18} {:>6} {:>9} {:>10} {:>9} {:>13} {:>12} {:>14} {:>15}\n",
-        "phase", "valid", "identical", "late bursts", "underruns", "min slack ms", "late samples", "serve MB/s", "background MB/s"
+        "phase",
+        "valid",
+        "identical",
+        "late bursts",
+        "underruns",
+        "min slack ms",
+        "late samples",
+        "serve MB/s",
+        "background MB/s"
     ));
     for x in &r.rows {
         s.push_str(&format!(
@@ -485,6 +545,9 @@ pub fn format_table(r: &BackgroundReport) -> String {
             x.background_mb_s.map_or("-".into(), |m| format!("{m:.2}")),
         ));
     }
-    s.push_str(&format!("rebuild alone (no server): {:.2} MB/s\n", r.rebuild_alone_mb_s));
+    s.push_str(&format!(
+        "rebuild alone (no server): {:.2} MB/s\n",
+        r.rebuild_alone_mb_s
+    ));
     s
 }

@@ -112,9 +112,8 @@ impl Cgroup {
             Version::V2 => vec![Path::new(ROOT).join(name)],
         };
         for d in &dirs {
-            std::fs::create_dir_all(d).with_context(|| {
-                format!("creating the cgroup {} (root is needed)", d.display())
-            })?;
+            std::fs::create_dir_all(d)
+                .with_context(|| format!("creating the cgroup {} (root is needed)", d.display()))?;
         }
         let g = Cgroup {
             version,
@@ -145,7 +144,10 @@ impl Cgroup {
             Version::V2 => {
                 let g = &self.dirs[0];
                 // The controllers must be on for the root's children.
-                let _ = std::fs::write(Path::new(ROOT).join("cgroup.subtree_control"), "+io +memory");
+                let _ = std::fs::write(
+                    Path::new(ROOT).join("cgroup.subtree_control"),
+                    "+io +memory",
+                );
                 if let Some(bps) = limits.disk_read_bps {
                     writes.push((g.join("io.max"), format!("{major}:{minor} rbps={bps}")));
                 }

@@ -324,7 +324,11 @@ fn wait_member_back(server: &Server, within: Duration) {
 /// Plays three clients again and checks the member serves: no new read error, the
 /// member healthy, every output identical.
 fn member_serves_again(server: &Server, vol: &Vol, a: &[u8]) {
-    let errors = |m: &Metrics| m.get(&format!("isnode_member_errors_total{{member=\"{FAULTY}\"}}"));
+    let errors = |m: &Metrics| {
+        m.get(&format!(
+            "isnode_member_errors_total{{member=\"{FAULTY}\"}}"
+        ))
+    };
     let before = errors(&server.metrics());
     let clients: Vec<(&str, String)> = (0..3).map(|i| ("a.ts", format!("back-{i}"))).collect();
     play_all(
@@ -387,7 +391,10 @@ fn a_failed_member_is_read_again_after_a_rebuild() {
     assert!(out.status.success(), "rebuild:\n{}", text(&out));
     wait_member_back(&server, Duration::from_secs(20));
     let log = server.log_text();
-    assert!(log.contains(&format!("member {FAULTY} is ok in the catalog again")), "{log}");
+    assert!(
+        log.contains(&format!("member {FAULTY} is ok in the catalog again")),
+        "{log}"
+    );
     member_serves_again(&server, &vol, &a);
     drop(server);
 }

@@ -194,7 +194,8 @@ fn a_rebuild_runs_while_serve_streams_the_volume() {
     assert!(playback["streams"].as_u64() >= Some(1), "{status}");
     assert!(playback["min_slack_ms"].is_i64(), "{status}");
     let pace: Value = serde_json::from_slice(
-        &std::fs::read(vol.root.join("run/viewer-pace.json")).expect("the server's viewer-pace.json"),
+        &std::fs::read(vol.root.join("run/viewer-pace.json"))
+            .expect("the server's viewer-pace.json"),
     )
     .unwrap();
     assert!(pace["streams"].as_u64() >= Some(1), "{pace}");
@@ -282,7 +283,10 @@ fn a_rebuild_onto_a_full_disk_fails_cleanly_and_resumes_with_room() {
     let files = segment_files(&member_dir);
     let recorded: Vec<String> = (1..=done_toi).map(|t| format!("objects/{t}.seg")).collect();
     assert!(done_toi < 3, "the disk should fill before the end: {state}");
-    assert_eq!(files, recorded, "segments on the full member (done_toi {done_toi})");
+    assert_eq!(
+        files, recorded,
+        "segments on the full member (done_toi {done_toi})"
+    );
     let check = isnode(&vol, &["volume", "check"]);
     assert!(check.status.success(), "volume check:\n{}", text(&check));
     for (name, bytes) in &objects {
@@ -291,7 +295,10 @@ fn a_rebuild_onto_a_full_disk_fails_cleanly_and_resumes_with_room() {
     // Room made: the rebuild resumes after the last object recorded and completes.
     disk.resize("8m");
     let (report, stderr) = rebuild(&vol, 1, &[]);
-    assert!(stderr.contains("resuming the rebuild of member 1"), "{stderr}");
+    assert!(
+        stderr.contains("resuming the rebuild of member 1"),
+        "{stderr}"
+    );
     assert_eq!(report["report"]["start"]["done_toi"], done_toi);
     assert_eq!(member_state(&vol, 1)["state"], "ok");
     assert_scrub_clean(&vol);

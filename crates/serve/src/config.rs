@@ -571,7 +571,9 @@ impl ServeConfig {
         if self.scrub_rate_bps > MAX_SCRUB_RATE_BPS {
             return bad("scrub_rate_bps", "must be at most 1000000000000 (1 Tbit/s)");
         }
-        if self.member_probe_interval_ms != 0 && !(1_000..=86_400_000).contains(&self.member_probe_interval_ms) {
+        if self.member_probe_interval_ms != 0
+            && !(1_000..=86_400_000).contains(&self.member_probe_interval_ms)
+        {
             return bad(
                 "member_probe_interval_ms",
                 "must be 0 (never) or from 1000 to 86400000 (a day)",

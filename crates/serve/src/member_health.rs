@@ -166,9 +166,9 @@ impl MemberHealth {
 
     /// Whether `member` is failed by read errors alone (may be probed).
     pub(crate) fn failed_by_reads(&self, member: u32) -> bool {
-        self.slots
-            .get(member as usize)
-            .is_some_and(|s| s.failed.load(Ordering::Acquire) && s.failed_by_reads.load(Ordering::Acquire))
+        self.slots.get(member as usize).is_some_and(|s| {
+            s.failed.load(Ordering::Acquire) && s.failed_by_reads.load(Ordering::Acquire)
+        })
     }
 
     /// `member` is read again: not failed, no error counted, not slow; true if it was failed.
@@ -333,7 +333,9 @@ impl MemberWatch {
         MemberWatch {
             checked: None,
             // Failed in the catalog at start: its state is not ok there.
-            seen_degraded: (0..n as u32).map(|m| sh.metrics.health.is_failed(m)).collect(),
+            seen_degraded: (0..n as u32)
+                .map(|m| sh.metrics.health.is_failed(m))
+                .collect(),
             probed: vec![None; n],
         }
     }
@@ -367,7 +369,10 @@ impl MemberWatch {
                 WatchDecision::Keep => {}
                 WatchDecision::Rebuilt => {
                     if health.revive(m) {
-                        tracing::warn!(member = m, "member {m} is ok in the catalog again (rebuilt): read again");
+                        tracing::warn!(
+                            member = m,
+                            "member {m} is ok in the catalog again (rebuilt): read again"
+                        );
                     }
                     (*seen, *probed) = (false, None);
                 }
@@ -453,14 +458,37 @@ mod tests {
         };
         // Ok after the catalog said otherwise: rebuilt; ok never seen degraded (the
         // failure not recorded yet): kept.
-        assert_eq!(watch_decision(&S::Ok, true, true, false, false), WatchDecision::Rebuilt);
-        assert_eq!(watch_decision(&S::Ok, false, true, false, true), WatchDecision::Keep);
+        assert_eq!(
+            watch_decision(&S::Ok, true, true, false, false),
+            WatchDecision::Rebuilt
+        );
+        assert_eq!(
+            watch_decision(&S::Ok, false, true, false, true),
+            WatchDecision::Keep
+        );
         // Failed by reads, nothing missed, due: probed; otherwise kept.
-        assert_eq!(watch_decision(&failed, true, true, false, true), WatchDecision::Probe);
-        assert_eq!(watch_decision(&failed, true, true, false, false), WatchDecision::Keep);
-        assert_eq!(watch_decision(&failed, true, true, true, true), WatchDecision::Keep, "missed writes: rebuild it");
-        assert_eq!(watch_decision(&failed, true, false, false, true), WatchDecision::Keep, "failed by the catalog");
-        assert_eq!(watch_decision(&rebuilding, true, true, false, true), WatchDecision::Keep);
+        assert_eq!(
+            watch_decision(&failed, true, true, false, true),
+            WatchDecision::Probe
+        );
+        assert_eq!(
+            watch_decision(&failed, true, true, false, false),
+            WatchDecision::Keep
+        );
+        assert_eq!(
+            watch_decision(&failed, true, true, true, true),
+            WatchDecision::Keep,
+            "missed writes: rebuild it"
+        );
+        assert_eq!(
+            watch_decision(&failed, true, false, false, true),
+            WatchDecision::Keep,
+            "failed by the catalog"
+        );
+        assert_eq!(
+            watch_decision(&rebuilding, true, true, false, true),
+            WatchDecision::Keep
+        );
     }
 
     #[test]

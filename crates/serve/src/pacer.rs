@@ -946,10 +946,12 @@ mod tests {
             fdt_every: 1_000,
         };
         let mut plain = Pacer::new(cfg.clone(), 1_000).unwrap();
-        let mut burst = Pacer::new(cfg, 1_000).unwrap().with_start_burst(StartBurst {
-            media_ms: 1_000,
-            factor: 4,
-        });
+        let mut burst = Pacer::new(cfg, 1_000)
+            .unwrap()
+            .with_start_burst(StartBurst {
+                media_ms: 1_000,
+                factor: 4,
+            });
         let mut last_lead = 0;
         for _ in 0..2_000 {
             let (Some(pd), Some(bd)) = (plain.next_due(), burst.next_due()) else {

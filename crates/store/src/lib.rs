@@ -20,20 +20,20 @@ pub mod layout;
 pub(crate) mod lock;
 pub mod members;
 pub mod pace;
-pub mod probe;
 pub mod params;
 pub mod prefetch;
+pub mod probe;
 pub mod read;
 pub mod rebuild;
 #[cfg(test)]
 mod recovery_tests;
 pub mod rows;
 pub mod scrub;
-pub mod viewer_pace;
 mod segment;
 pub mod spool;
 pub mod validate;
 pub mod verify;
+pub mod viewer_pace;
 pub mod volume;
 
 pub use catalog::{MediaIndexRecord, ObjectRecord, ObjectState};

@@ -200,7 +200,8 @@ mod tests {
     fn the_file_round_trips_and_checks_its_version() {
         let now = SystemTime::now();
         let f = ViewerPaceFile::new(late_load(), now);
-        let back: ViewerPaceFile = serde_json::from_slice(&serde_json::to_vec(&f).unwrap()).unwrap();
+        let back: ViewerPaceFile =
+            serde_json::from_slice(&serde_json::to_vec(&f).unwrap()).unwrap();
         assert_eq!(back, f);
         assert_eq!(back.load_at(now), Some(late_load()));
         let v2 = ViewerPaceFile { version: 2, ..f };

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use isnode_store::pace::{RealClock, SignalPace};
-use isnode_store::viewer_pace::FileSignal;
 use isnode_store::rebuild::RebuildProgress;
 use isnode_store::scrub::ScrubProgress;
+use isnode_store::viewer_pace::FileSignal;
 use isnode_store::{CheckOptions, CheckReport, ScrubReport, Volume, VolumeParams};
 
 use crate::cli::{CheckArgs, CreateArgs, RebuildArgs, ScrubArgs};

@@ -549,7 +549,12 @@ impl SnapshotCollector {
             ),
         ];
         for (name, help, v) in gauges {
-            ConstGauge::new(v).encode(enc.encode_descriptor(name, help, None, MetricType::Gauge)?)?;
+            ConstGauge::new(v).encode(enc.encode_descriptor(
+                name,
+                help,
+                None,
+                MetricType::Gauge,
+            )?)?;
         }
         if let Some(ms) = p.min_slack_ms {
             let e = enc.encode_descriptor(

@@ -156,7 +156,10 @@ mod tests {
         );
         b.publish(7, PlaybackSlack::default());
         let t = b.total();
-        assert_eq!((t.streams, t.late_streams, t.min_slack_ms), (3, 1, Some(-5)));
+        assert_eq!(
+            (t.streams, t.late_streams, t.min_slack_ms),
+            (3, 1, Some(-5))
+        );
         b.publish(2, PlaybackSlack::default());
         assert_eq!(b.total().min_slack_ms, Some(800));
     }
