@@ -540,6 +540,17 @@ pub(crate) struct LoadBenchArgs {
     /// pair; needs root and iproute2) or loopback (the root namespace; no root needed).
     #[arg(long, value_enum, default_value = "veth")]
     pub net: LoadNet,
+    /// Runs every server (isnode and nginx alike) in a memory cgroup of this many bytes, page
+    /// cache included, each started cold (a library larger than memory: the titles must add
+    /// up to at least 4 times the limit; isnode's pool gets the limit less 48 MiB when
+    /// --cache-size is larger). Several values, comma-separated, run the whole benchmark once
+    /// per limit and draw load_memory_valid.svg and load_memory_disk.svg. Root is needed.
+    #[arg(long, value_delimiter = ',')]
+    pub memory_limit: Vec<u64>,
+    /// Throttles every server's reads of the disk holding the titles to this many bytes per
+    /// second (blkio/io cgroup; a disk that is the bottleneck). Root is needed.
+    #[arg(long)]
+    pub disk_read_limit: Option<u64>,
     /// Also write the figures (load_max_valid.svg, load_cpu_per_gb.svg, load_startup.svg)
     /// into this directory.
     #[arg(long)]
