@@ -107,10 +107,19 @@ pub fn render(r: &LoadReport) -> [String; 3] {
 
 /// Writes the figures into `dir` (created if missing); returns their paths.
 pub fn write(r: &LoadReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    write_files(dir, &FILES, render(r))
+}
+
+/// Writes `svgs` into `dir` (created if missing) under `names`; returns their paths.
+fn write_files<const N: usize>(
+    dir: &Path,
+    names: &[&str; N],
+    svgs: [String; N],
+) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    FILES
+    names
         .iter()
-        .zip(render(r))
+        .zip(svgs)
         .map(|(name, svg)| {
             let p = dir.join(name);
             std::fs::write(&p, svg).with_context(|| format!("writing {}", p.display()))?;
@@ -181,14 +190,5 @@ pub fn render_sweep(reports: &[LoadReport]) -> [String; 2] {
 
 /// Writes the sweep's figures into `dir`; returns their paths.
 pub fn write_sweep(reports: &[LoadReport], dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    SWEEP_FILES
-        .iter()
-        .zip(render_sweep(reports))
-        .map(|(name, svg)| {
-            let p = dir.join(name);
-            std::fs::write(&p, svg).with_context(|| format!("writing {}", p.display()))?;
-            Ok(p)
-        })
-        .collect()
+    write_files(dir, &SWEEP_FILES, render_sweep(reports))
 }

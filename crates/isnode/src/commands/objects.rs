@@ -34,31 +34,14 @@ pub(super) fn ls(root: &Path, args: &LsArgs) -> anyhow::Result<ExitCode> {
             CatalogEntry::Valid(o) => (o, "ok".to_string()),
             CatalogEntry::Bad(bad) => (&bad.record, format!("bad: {}", bad.problem)),
         };
-        println!(
-            "{:<32} {:>14} {:>12} {:>10.1} {:>9} {:>12} {:>6} {status}",
-            o.name,
-            o.size_bytes,
-            o.bitrate_bps,
-            o.duration_s,
-            o.codewords,
-            format!("{},{},{}", o.source_symbols, o.repair_symbols, o.symbol_len),
-            o.toi
-        );
+        print_row(o, &status);
     }
     for f in &filling {
-        let o = &f.record;
-        println!(
-            "{:<32} {:>14} {:>12} {:>10.1} {:>9} {:>12} {:>6} filling: {} of {} codewords",
-            o.name,
-            o.size_bytes,
-            o.bitrate_bps,
-            o.duration_s,
-            o.codewords,
-            format!("{},{},{}", o.source_symbols, o.repair_symbols, o.symbol_len),
-            o.toi,
-            f.front_codewords,
-            o.codewords
+        let status = format!(
+            "filling: {} of {} codewords",
+            f.front_codewords, f.record.codewords
         );
+        print_row(&f.record, &status);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -89,6 +72,20 @@ fn entry_json(e: &CatalogEntry) -> serde_json::Result<serde_json::Value> {
         }
     }
     Ok(v)
+}
+
+/// One object's line of `ls`.
+fn print_row(o: &isnode_store::ObjectRecord, status: &str) {
+    println!(
+        "{:<32} {:>14} {:>12} {:>10.1} {:>9} {:>12} {:>6} {status}",
+        o.name,
+        o.size_bytes,
+        o.bitrate_bps,
+        o.duration_s,
+        o.codewords,
+        format!("{},{},{}", o.source_symbols, o.repair_symbols, o.symbol_len),
+        o.toi
+    );
 }
 
 /// `rm NAME` on the local volume.
