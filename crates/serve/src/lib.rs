@@ -32,12 +32,14 @@ pub mod broadcast;
 pub mod cache;
 mod config;
 mod fd_budget;
+mod fill;
 mod keepalive;
 mod lifecycle;
 mod member_health;
 pub mod metrics;
 pub mod net;
 pub mod objects;
+mod origin;
 pub mod pacer;
 mod plane;
 mod reader;
@@ -55,7 +57,8 @@ pub use api::errors::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 #[doc(hidden)]
 pub use api::fuzzing;
 pub use config::{
-    BroadcastMode, ConfigError, Degraded, EngineKind, ReadIo, ServeConfig, ValidateDestination,
+    BroadcastMode, ConfigError, Degraded, EngineKind, ReadIo, Secret, ServeConfig,
+    ValidateDestination,
     DEFAULT_API_HEADER_TIMEOUT_MS, DEFAULT_API_IDLE_TIMEOUT_MS, DEFAULT_API_MAX_CONNECTIONS,
     DEFAULT_BROADCAST_GROUPS, DEFAULT_BROADCAST_MAX_GROUPS, DEFAULT_BROADCAST_MAX_WAIT_S,
     DEFAULT_BROADCAST_PORT, DEFAULT_BROADCAST_SCHEME, DEFAULT_CACHE_SIZE_BYTES,
