@@ -340,11 +340,11 @@ impl Serialize for Secret {
 }
 
 /// Default `fill_parallel_ranges`.
-pub const DEFAULT_FILL_PARALLEL_RANGES: u32 = 4;
+pub(crate) const DEFAULT_FILL_PARALLEL_RANGES: u32 = 4;
 /// Default `fill_range_bytes` (1 MiB: one block of Garage).
-pub const DEFAULT_FILL_RANGE_BYTES: u64 = 1 << 20;
+pub(crate) const DEFAULT_FILL_RANGE_BYTES: u64 = 1 << 20;
 /// Default `origin_check_interval_s`.
-pub const DEFAULT_ORIGIN_CHECK_INTERVAL_S: u64 = 300;
+pub(crate) const DEFAULT_ORIGIN_CHECK_INTERVAL_S: u64 = 300;
 
 /// Default of `member_fail_errors`: block read errors in a row that fail a member.
 const DEFAULT_MEMBER_FAIL_ERRORS: u32 = 5;

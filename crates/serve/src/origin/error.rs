@@ -38,27 +38,8 @@ pub(crate) enum ErrorClass {
 }
 
 impl ErrorClass {
-    /// Every class, in metrics order.
-    pub(crate) const ALL: [ErrorClass; 5] = [
-        ErrorClass::NotFound,
-        ErrorClass::Changed,
-        ErrorClass::Unreachable,
-        ErrorClass::Refused,
-        ErrorClass::Garbled,
-    ];
-
-    /// The class's name in metrics and JSON.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            ErrorClass::NotFound => "not_found",
-            ErrorClass::Changed => "changed",
-            ErrorClass::Unreachable => "unreachable",
-            ErrorClass::Refused => "refused",
-            ErrorClass::Garbled => "garbled",
-        }
-    }
-
-    /// Position in [`ErrorClass::ALL`].
+    /// Position in the metrics' class list (`isnode_fill_errors_total{class}`: not_found,
+    /// changed, unreachable, refused, garbled).
     pub(crate) fn index(self) -> usize {
         self as usize
     }
