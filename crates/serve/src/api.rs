@@ -260,7 +260,10 @@ fn store_error(e: StoreError) -> Response {
 
 /// The object `name` to serve, filled from the origin if the volume lacks it
 /// ([`crate::fill::object_for`], off the runtime); the error answer otherwise.
-async fn lookup(sh: &Arc<Shared>, name: String) -> Result<Arc<crate::objects::ObjectInfo>, Response> {
+async fn lookup(
+    sh: &Arc<Shared>,
+    name: String,
+) -> Result<Arc<crate::objects::ObjectInfo>, Response> {
     let sh = sh.clone();
     match tokio::task::spawn_blocking(move || crate::fill::object_for(&sh, &name)).await {
         Ok(Ok(o)) => Ok(o),

@@ -564,7 +564,10 @@ impl ServeConfig {
         }
         let e = &self.origin_endpoint;
         if !e.is_empty() && !(e.starts_with("http://") || e.starts_with("https://")) {
-            return bad("origin_endpoint", "must be an http:// or https:// URL".into());
+            return bad(
+                "origin_endpoint",
+                "must be an http:// or https:// URL".into(),
+            );
         }
         if !(1..=64).contains(&self.fill_parallel_ranges) {
             return bad("fill_parallel_ranges", "must be 1 to 64".into());

@@ -76,7 +76,10 @@ async fn prefill(
         return error(StatusCode::BAD_REQUEST, why);
     }
     if sh.fills.origin().is_none() {
-        return error(StatusCode::CONFLICT, "no origin is configured (origin = ...)");
+        return error(
+            StatusCode::CONFLICT,
+            "no origin is configured (origin = ...)",
+        );
     }
     let rate_bps = prefill_rate(req.rate_bps, sh.config().prefill_rate_bps);
     let sh2 = sh.clone();
@@ -136,7 +139,11 @@ async fn pin(_: super::roles::Operator, State(sh): Sh, Path(name): Path<String>)
 }
 
 async fn unpin(_: super::roles::Operator, State(sh): Sh, Path(name): Path<String>) -> Response {
-    match blocking(&sh, move |sh| sh.objects.with_volume_mut(|v| v.unpin(&name))).await {
+    match blocking(&sh, move |sh| {
+        sh.objects.with_volume_mut(|v| v.unpin(&name))
+    })
+    .await
+    {
         Ok(Ok(true)) => StatusCode::NO_CONTENT.into_response(),
         Ok(Ok(false)) => error(StatusCode::NOT_FOUND, "not pinned"),
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e),

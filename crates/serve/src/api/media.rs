@@ -216,10 +216,8 @@ async fn complete_object(
     }
     let (sh2, n2) = (sh.clone(), name.clone());
     let deadline = std::time::Instant::now() + INDEX_FILL_WAIT;
-    let _ = tokio::task::spawn_blocking(move || {
-        sh2.fills.job(&n2).map(|j| j.wait_end(deadline))
-    })
-    .await;
+    let _ =
+        tokio::task::spawn_blocking(move || sh2.fills.job(&n2).map(|j| j.wait_end(deadline))).await;
     let obj = super::lookup(sh, name.clone()).await?;
     if obj.fill.is_none() {
         return Ok(obj);
@@ -229,8 +227,10 @@ async fn complete_object(
         format!("{name:?} is still being filled from the origin: its time index comes when it completes"),
     )
     .into_response();
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static("5"));
+    r.headers_mut().insert(
+        header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("5"),
+    );
     Err(r)
 }
 

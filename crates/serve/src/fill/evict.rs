@@ -34,7 +34,8 @@ pub(super) fn make_room(
         return Ok(());
     }
     let mut freed = 0u64;
-    for c in vol.eviction_candidates(over.saturating_mul(2))? {
+    // Every candidate, least recently used first: some are skipped (in use).
+    for c in vol.eviction_candidates(u64::MAX)? {
         if freed >= over {
             break;
         }
@@ -66,6 +67,10 @@ fn in_use(sh: &Shared, name: &str) -> bool {
         .values()
         .any(|s| s.state() == SessionState::Streaming && s.object.rec.name == name);
     session
-        || sh.broadcasts.list().iter().any(|b| b.object.rec.name == name)
+        || sh
+            .broadcasts
+            .list()
+            .iter()
+            .any(|b| b.object.rec.name == name)
         || sh.fills.is_filling(name)
 }

@@ -169,11 +169,11 @@ impl FillJob {
         match kind {
             FillKind::Demand => self.demanded.store(true, Ordering::Relaxed),
             FillKind::Prefill { rate_bps } => {
-                let _ = self
-                    .prefill_cap_bps
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
-                        (c > 0 && (rate_bps == 0 || rate_bps > c)).then_some(rate_bps)
-                    });
+                let _ =
+                    self.prefill_cap_bps
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                            (c > 0 && (rate_bps == 0 || rate_bps > c)).then_some(rate_bps)
+                        });
             }
         }
     }

@@ -88,7 +88,9 @@ fn changed_at_origin(sh: &Shared, name: &str) -> bool {
     match rt.block_on(origin.head(name)) {
         Ok(meta) if meta.etag == local => {
             let now = crate::objects::system_clock_s() as i64;
-            let r = sh.objects.with_volume_mut(|v| v.set_origin_checked(name, now));
+            let r = sh
+                .objects
+                .with_volume_mut(|v| v.set_origin_checked(name, now));
             if let Err(e) = r {
                 tracing::warn!(title = %name, "recording the origin check: {e}");
             }

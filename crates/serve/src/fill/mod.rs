@@ -167,6 +167,13 @@ impl Fills {
         }
     }
 
+    /// Records that `name` was just found at the origin as the volume has it (a fill that
+    /// completed): its next check is an interval away.
+    pub(crate) fn mark_checked(&self, name: &str) {
+        let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        checked.insert(name.to_string(), Instant::now());
+    }
+
     /// The counters as the metrics and status report them.
     pub(crate) fn snapshot(&self) -> crate::metrics::FillSnapshot {
         let c = &self.counters;

@@ -68,7 +68,12 @@ pub(crate) fn probe(
                 error: Mutex::default(),
             };
             let info = isnode_media::probe(&reader, size);
-            if let Some(e) = reader.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            if let Some(e) = reader
+                .error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+            {
                 return Err(e.into());
             }
             info.map_err(media)?
@@ -105,7 +110,9 @@ impl Chunks<'_> {
             return Ok(c.clone());
         }
         if chunks.len() >= MAX_CHUNKS {
-            return Err(std::io::Error::other("the probe read too much of the origin"));
+            return Err(std::io::Error::other(
+                "the probe read too much of the origin",
+            ));
         }
         let start = index * CHUNK_BYTES;
         let end = (start + CHUNK_BYTES).min(self.size);

@@ -78,7 +78,10 @@ impl From<super::probe::ProbeError> for Stop {
 /// Runs the fill of `job` to its end (done, failed, or the server stopping).
 pub(super) fn run(sh: &Arc<Shared>, job: &Arc<FillJob>) {
     let Some((origin, rt)) = sh.fills.origin() else {
-        job.fail_with("no origin is configured".into(), Some(StatusCode::NOT_FOUND));
+        job.fail_with(
+            "no origin is configured".into(),
+            Some(StatusCode::NOT_FOUND),
+        );
         return;
     };
     let origin = origin.clone();
@@ -87,6 +90,7 @@ pub(super) fn run(sh: &Arc<Shared>, job: &Arc<FillJob>) {
     loop {
         let stop = match attempt(sh, job, &origin, &rt, fresh) {
             Ok(()) => {
+                sh.fills.mark_checked(&job.name);
                 job.done();
                 sh.fills.counters.fills_done.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(title = %job.name, "fill complete");
@@ -104,11 +108,14 @@ pub(super) fn run(sh: &Arc<Shared>, job: &Arc<FillJob>) {
                 tracing::warn!(title = %job.name, "the object changed at the origin: fill started again");
             }
             Stop::Changed => {
-                let e = OriginError::Changed(format!("{:?} kept changing during its fill", job.name));
+                let e =
+                    OriginError::Changed(format!("{:?} kept changing during its fill", job.name));
                 job.fail(JobFailure::Origin(e));
                 return;
             }
-            Stop::Origin(e) if e.is_retryable() && attempts < MAX_ATTEMPTS && job.front().readable() > 0 => {
+            Stop::Origin(e)
+                if e.is_retryable() && attempts < MAX_ATTEMPTS && job.front().readable() > 0 =>
+            {
                 tracing::warn!(title = %job.name, "fill interrupted ({e}); retrying in {} ms from its front", backoff.as_millis());
                 job.retrying();
                 if sleep_unless_shutdown(sh, backoff) {
@@ -143,7 +150,12 @@ fn sleep_unless_shutdown(sh: &Shared, d: Duration) -> bool {
 }
 
 /// Counts one origin request of `job` and its outcome.
-fn counted<T>(sh: &Shared, job: &FillJob, r: Result<T, OriginError>, bytes: impl Fn(&T) -> u64) -> Result<T, OriginError> {
+fn counted<T>(
+    sh: &Shared,
+    job: &FillJob,
+    r: Result<T, OriginError>,
+    bytes: impl Fn(&T) -> u64,
+) -> Result<T, OriginError> {
     let c = &sh.fills.counters;
     c.origin_requests.fetch_add(1, Ordering::Relaxed);
     job.origin_requests.fetch_add(1, Ordering::Relaxed);
@@ -168,10 +180,9 @@ fn attempt(
 ) -> Result<(), Stop> {
     let meta = counted(sh, job, rt.block_on(origin.head(&job.name)), |_| 0)?;
     if meta.size_bytes == 0 {
-        return Err(Stop::Fatal(JobFailure::Origin(OriginError::Garbled(format!(
-            "{:?} is empty at the origin",
-            job.name
-        )))));
+        return Err(Stop::Fatal(JobFailure::Origin(OriginError::Garbled(
+            format!("{:?} is empty at the origin", job.name),
+        ))));
     }
     job.begin_attempt(meta.size_bytes, fresh);
     let mut vol = Volume::open(sh.objects.root())?;
@@ -187,10 +198,20 @@ fn attempt(
         fill.next_byte_offset(),
         readable_codewords(&layout, fill.front_codewords()),
     );
-    let mut p = Pipeline::new(sh, job, origin, rt, &spec, range_bytes, fill.next_byte_offset());
+    let mut p = Pipeline::new(
+        sh,
+        job,
+        origin,
+        rt,
+        &spec,
+        range_bytes,
+        fill.next_byte_offset(),
+    );
     if let Some(h) = head.filter(|_| fill.next_byte_offset() == 0) {
         p.queue.push_back(Pending::ready(0..h.len() as u64, h));
-        p.next_request = p.next_request.max(p.queue.back().map_or(0, |x| x.range.end));
+        p.next_request = p
+            .next_request
+            .max(p.queue.back().map_or(0, |x| x.range.end));
     }
     let mut last_commit = Instant::now();
     while let Some((range, bytes)) = p.next()? {
@@ -199,15 +220,24 @@ fn attempt(
         let Some(new) = bytes.get(skip..) else {
             return Err(Stop::Fatal(JobFailure::Other {
                 status: StatusCode::INTERNAL_SERVER_ERROR,
-                msg: format!("fill of {:?}: range {range:?} is before the front {at}", job.name),
+                msg: format!(
+                    "fill of {:?}: range {range:?} is before the front {at}",
+                    job.name
+                ),
             }));
         };
         fill.push(&mut vol, new)?;
         let first = job.front().readable() == 0;
-        if first || last_commit.elapsed() >= COMMIT_EVERY || fill.next_byte_offset() >= spec.size_bytes {
+        if first
+            || last_commit.elapsed() >= COMMIT_EVERY
+            || fill.next_byte_offset() >= spec.size_bytes
+        {
             let committed = fill.commit(&mut vol)?;
             last_commit = Instant::now();
-            job.progress(fill.next_byte_offset(), readable_codewords(&layout, committed));
+            job.progress(
+                fill.next_byte_offset(),
+                readable_codewords(&layout, committed),
+            );
         }
         if sh.shutdown.load(Ordering::Acquire) {
             let _ = fill.commit(&mut vol);
@@ -336,9 +366,17 @@ impl<'a> Pipeline<'a> {
             (Some(b), _) => b,
             (None, Some(task)) => match self.rt.block_on(task) {
                 Ok(r) => r?,
-                Err(e) => return Err(Stop::Origin(OriginError::Unreachable(format!("origin request lost: {e}")))),
+                Err(e) => {
+                    return Err(Stop::Origin(OriginError::Unreachable(format!(
+                        "origin request lost: {e}"
+                    ))))
+                }
             },
-            (None, None) => return Err(Stop::Origin(OriginError::Unreachable("no origin request".into()))),
+            (None, None) => {
+                return Err(Stop::Origin(OriginError::Unreachable(
+                    "no origin request".into(),
+                )))
+            }
         };
         Ok(Some((p.range.clone(), bytes)))
     }
@@ -356,7 +394,11 @@ impl<'a> Pipeline<'a> {
             let start = self.next_request;
             let end = (start + self.range_bytes).min(self.size);
             self.next_request = end;
-            let (origin, name, etag) = (self.origin.clone(), self.job.name.clone(), self.etag.clone());
+            let (origin, name, etag) = (
+                self.origin.clone(),
+                self.job.name.clone(),
+                self.etag.clone(),
+            );
             let (sh, job) = (self.sh.clone(), self.job.clone());
             let task = self.rt.spawn(async move {
                 let r = origin.get_range(&name, start..end, &etag).await;

@@ -19,7 +19,9 @@ impl Touches {
     fn due(&self, name: &str) -> bool {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        if m.get(name).is_some_and(|t| now.duration_since(*t) < TOUCH_EVERY) {
+        if m.get(name)
+            .is_some_and(|t| now.duration_since(*t) < TOUCH_EVERY)
+        {
             return false;
         }
         if m.len() > 100_000 {

@@ -421,9 +421,11 @@ const SCALARS: &[Scalar] = &[
         "Requests made to the origin (HEAD and ranged GET)",
         |s| s.fill.origin_requests,
     ),
-    gauge("isnode_fills_active", "Fills from the origin running", |s| {
-        s.fill.fills_active
-    }),
+    gauge(
+        "isnode_fills_active",
+        "Fills from the origin running",
+        |s| s.fill.fills_active,
+    ),
     counter(
         "isnode_fills_started",
         "Fills from the origin started (one per title however many requests share it)",
@@ -559,7 +561,10 @@ impl Collector for SnapshotCollector {
         )?;
         labelled_counters(
             &mut enc,
-            ("isnode_fill_errors", "Failed origin requests of fills, by class"),
+            (
+                "isnode_fill_errors",
+                "Failed origin requests of fills, by class",
+            ),
             FILL_ERROR_CLASSES
                 .iter()
                 .zip(s.fill.fill_errors.iter().copied())

@@ -112,9 +112,16 @@ pub(crate) fn classify(e: object_store::Error, key: &str, redact: &Redact) -> Or
 /// Whether a generic error is about the answer's body or range rather than the connection.
 fn is_body_error(msg: &str) -> bool {
     let m = msg.to_ascii_lowercase();
-    ["range", "body", "content-length", "decode", "parse", "invalid"]
-        .iter()
-        .any(|w| m.contains(w))
+    [
+        "range",
+        "body",
+        "content-length",
+        "decode",
+        "parse",
+        "invalid",
+    ]
+    .iter()
+    .any(|w| m.contains(w))
         && !m.contains("connect")
 }
 

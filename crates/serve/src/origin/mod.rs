@@ -49,7 +49,9 @@ pub(crate) struct Origin {
 
 impl std::fmt::Debug for Origin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Origin").field("label", &self.label).finish()
+        f.debug_struct("Origin")
+            .field("label", &self.label)
+            .finish()
     }
 }
 
@@ -58,9 +60,11 @@ impl Origin {
     pub(crate) fn new(settings: &OriginSettings) -> Result<Origin, OriginError> {
         let redact = Redact::new(settings.secrets());
         let store: Arc<dyn ObjectStore> = match &settings.kind {
-            OriginKind::S3 { bucket } => Arc::new(settings.s3_builder(bucket).build().map_err(
-                |e| OriginError::Refused(redact.text(&format!("setting up the S3 origin: {e}"))),
-            )?),
+            OriginKind::S3 { bucket } => {
+                Arc::new(settings.s3_builder(bucket).build().map_err(|e| {
+                    OriginError::Refused(redact.text(&format!("setting up the S3 origin: {e}")))
+                })?)
+            }
             OriginKind::Dir(dir) => Arc::new(
                 object_store::local::LocalFileSystem::new_with_prefix(dir).map_err(|e| {
                     OriginError::Unreachable(redact.text(&format!(
@@ -90,9 +94,10 @@ impl Origin {
             .head(&path)
             .await
             .map_err(|e| error::classify(e, key, &self.redact))?;
-        let etag = meta.e_tag.clone().ok_or_else(|| {
-            OriginError::Garbled(format!("the origin gave no ETag for {key:?}"))
-        })?;
+        let etag = meta
+            .e_tag
+            .clone()
+            .ok_or_else(|| OriginError::Garbled(format!("the origin gave no ETag for {key:?}")))?;
         Ok(OriginMeta {
             size_bytes: meta.size,
             etag,

@@ -80,7 +80,9 @@ impl std::fmt::Debug for OriginSettings {
 impl OriginSettings {
     /// The origin of `config`, `None` when it has none; the environment fills in what the
     /// configuration leaves out.
-    pub(crate) fn from_config(config: &crate::ServeConfig) -> Result<Option<OriginSettings>, String> {
+    pub(crate) fn from_config(
+        config: &crate::ServeConfig,
+    ) -> Result<Option<OriginSettings>, String> {
         if config.origin.is_empty() {
             return Ok(None);
         }
@@ -132,9 +134,7 @@ impl OriginSettings {
             .with_client_options(super::client_options())
             .with_retry(super::retry_config());
         if let Some(e) = &self.endpoint {
-            b = b
-                .with_endpoint(e)
-                .with_allow_http(e.starts_with("http://"));
+            b = b.with_endpoint(e).with_allow_http(e.starts_with("http://"));
         }
         match (&self.access_key_id, &self.secret_access_key) {
             (Some(id), Some(secret)) => b.with_access_key_id(id).with_secret_access_key(secret),
