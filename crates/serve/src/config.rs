@@ -563,7 +563,7 @@ impl ServeConfig {
             }
         }
         let e = &self.origin_endpoint;
-        if !e.is_empty() && !(e.starts_with("http://") || e.starts_with("https://")) {
+        if !(e.is_empty() || e.starts_with("http://") || e.starts_with("https://")) {
             return bad(
                 "origin_endpoint",
                 "must be an http:// or https:// URL".into(),
