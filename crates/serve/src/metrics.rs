@@ -88,6 +88,8 @@ pub struct FillSnapshot {
     pub fill_errors: [u64; 5],
     /// Titles evicted to make room (`cache_max_bytes`).
     pub titles_evicted: u64,
+    /// Times a session caught up with a fill front and was held there.
+    pub sessions_held: u64,
 }
 
 /// A point-in-time copy of the server's counters.

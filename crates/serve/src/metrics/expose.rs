@@ -437,6 +437,11 @@ const SCALARS: &[Scalar] = &[
         |s| s.fill.fills_done,
     ),
     counter(
+        "isnode_fill_holds",
+        "Times a session caught up with its title's fill front and was held there",
+        |s| s.fill.sessions_held,
+    ),
+    counter(
         "isnode_titles_evicted",
         "Titles evicted to keep the volume within cache_max_bytes",
         |s| s.fill.titles_evicted,

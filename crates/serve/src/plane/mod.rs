@@ -401,7 +401,11 @@ impl Worker {
                 if !a.s.object.readable(b.sbn) {
                     // Held at the fill front from when the burst was due: not late later.
                     a.pacer.pause(due.min(now));
-                    a.held = true;
+                    if !a.held {
+                        a.held = true;
+                        let holds = &self.sh.fills.counters.holds;
+                        holds.fetch_add(1, Ordering::Relaxed);
+                    }
                     break;
                 }
             }
