@@ -191,6 +191,10 @@ pub struct MetricsSnapshot {
     pub scrub: crate::scrub::ScrubSnapshot,
     /// Fills from the origin (counted apart from the bytes served).
     pub fill: FillSnapshot,
+    /// Failed members read again (their catalog state ok again, or a probe succeeded).
+    pub members_revived: u64,
+    /// The live streams' playback slack (the data plane's pacing signal).
+    pub playback: crate::PlaybackSlack,
 }
 
 impl MetricsSnapshot {
