@@ -282,7 +282,32 @@ pub struct ServeConfig {
     /// Background scrub: the most bits per second it reads from the members, slowed down
     /// by the viewers (0: off). Passes run back to back, a minute apart.
     pub scrub_rate_bps: u64,
+    /// This node's name in `nodes` (required with a node list).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// A title requested more often than this (requests per second, as one node counts them)
+    /// is served by `ceil(rate / replicate_above_rps)` nodes of its ranking (0: never).
+    pub replicate_above_rps: f64,
+    /// Every peer of the cluster is probed (`GET /v1/health`) this often, milliseconds.
+    pub probe_interval_ms: u64,
+    /// A probe not answered `200` within this long failed, milliseconds.
+    pub probe_timeout_ms: u64,
+    /// A peer is dead after this many failed probes in a row (live again at one answer).
+    pub probe_failures_to_dead: u32,
+    /// The edges of the cluster, this one included (docs/scale-out.md): each a table of
+    /// `name`, `url` (its control API, `http://host:port`) and `weight` (default 1). Empty:
+    /// a single node that serves every title itself. Last in the file (an array of tables).
+    pub nodes: Vec<isnode_edge::placement::Node>,
 }
+
+/// Default `replicate_above_rps`.
+pub(crate) const DEFAULT_REPLICATE_ABOVE_RPS: f64 = 10.0;
+/// Default `probe_interval_ms`.
+pub(crate) const DEFAULT_PROBE_INTERVAL_MS: u64 = 1000;
+/// Default `probe_timeout_ms`.
+pub(crate) const DEFAULT_PROBE_TIMEOUT_MS: u64 = 500;
+/// Default `probe_failures_to_dead`.
+pub(crate) const DEFAULT_PROBE_FAILURES_TO_DEAD: u32 = 3;
 
 /// Default of `member_fail_errors`: block read errors in a row that fail a member.
 const DEFAULT_MEMBER_FAIL_ERRORS: u32 = 5;
@@ -340,6 +365,12 @@ impl Default for ServeConfig {
             anonymous_viewers: true,
             insecure_open_operator_routes: false,
             scrub_rate_bps: 0,
+            node_name: None,
+            replicate_above_rps: DEFAULT_REPLICATE_ABOVE_RPS,
+            probe_interval_ms: DEFAULT_PROBE_INTERVAL_MS,
+            probe_timeout_ms: DEFAULT_PROBE_TIMEOUT_MS,
+            probe_failures_to_dead: DEFAULT_PROBE_FAILURES_TO_DEAD,
+            nodes: Vec::new(),
         }
     }
 }
@@ -473,7 +504,56 @@ impl ServeConfig {
             return bad("hedge_after_ms", "must be at most 60000 (0: never hedge)");
         }
         self.validate_broadcast()?;
+        self.validate_cluster()?;
         self.validate_api()
+    }
+
+    fn validate_cluster(&self) -> Result<(), ConfigError> {
+        let bad = |key: &'static str, why: String| {
+            Err(ConfigError::Invalid {
+                key,
+                line: None,
+                why,
+            })
+        };
+        if !(self.replicate_above_rps.is_finite() && self.replicate_above_rps >= 0.0) {
+            return bad("replicate_above_rps", "must be 0 (never) or above".into());
+        }
+        if !(10..=3_600_000).contains(&self.probe_interval_ms) {
+            return bad("probe_interval_ms", "must be between 10 and 3600000".into());
+        }
+        if !(1..=60_000).contains(&self.probe_timeout_ms) {
+            return bad("probe_timeout_ms", "must be between 1 and 60000".into());
+        }
+        if !(1..=1000).contains(&self.probe_failures_to_dead) {
+            return bad(
+                "probe_failures_to_dead",
+                "must be between 1 and 1000".into(),
+            );
+        }
+        if self.nodes.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = isnode_edge::cluster::check_nodes(&self.nodes) {
+            return bad("nodes", e.to_string());
+        }
+        if let Some(n) = self.nodes.iter().find(|n| !n.url.starts_with("http://")) {
+            return bad(
+                "nodes",
+                format!(
+                    "node {:?}: its url {:?} must be http://host:port (probes and redirects speak plain HTTP)",
+                    n.name, n.url
+                ),
+            );
+        }
+        match &self.node_name {
+            None => bad("node_name", "a node list needs this node's name".into()),
+            Some(me) if !self.nodes.iter().any(|n| &n.name == me) => bad(
+                "node_name",
+                format!("{me:?} is not one of the names in `nodes`"),
+            ),
+            Some(_) => Ok(()),
+        }
     }
 
     fn validate_broadcast(&self) -> Result<(), ConfigError> {
@@ -610,6 +690,12 @@ impl ServeConfig {
             plain_http,
             multicast_ttl,
             multicast_if,
+            node_name,
+            nodes,
+            replicate_above_rps,
+            probe_interval_ms,
+            probe_timeout_ms,
+            probe_failures_to_dead,
         );
         kept
     }

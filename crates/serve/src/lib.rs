@@ -30,6 +30,7 @@ mod api;
 pub mod auth;
 pub mod broadcast;
 pub mod cache;
+mod cluster;
 mod config;
 mod fd_budget;
 mod keepalive;
@@ -54,6 +55,7 @@ mod uring;
 pub use api::errors::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 #[doc(hidden)]
 pub use api::fuzzing;
+pub use cluster::{ClusterStatus, NodeStatus};
 pub use config::{
     BroadcastMode, ConfigError, Degraded, EngineKind, ReadIo, ServeConfig, ValidateDestination,
     DEFAULT_API_HEADER_TIMEOUT_MS, DEFAULT_API_IDLE_TIMEOUT_MS, DEFAULT_API_MAX_CONNECTIONS,
@@ -67,6 +69,8 @@ pub use config::{
     DEFAULT_MAX_UNVALIDATED_SESSIONS,
 };
 pub use fd_budget::DEFAULT_MAX_SENDFILE_SESSIONS;
+/// One edge of a cluster's node list (`nodes` in the configuration).
+pub use isnode_edge::placement::Node as ClusterNode;
 pub use lifecycle::{run, Drained};
 pub use metrics::{Limit, MetricsSnapshot};
 pub use server::{start, ServeError, ServerHandle};

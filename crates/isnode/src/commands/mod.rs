@@ -6,6 +6,7 @@ mod cert;
 mod demo;
 mod ingest;
 mod objects;
+pub(crate) mod publish;
 mod remote;
 mod status;
 mod stream;
@@ -42,6 +43,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Play(args) => stream::play(&args.into_config()),
+        Command::Publish(args) => publish::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Relay(args) => stream::relay(&args),
         Command::Broadcast(BroadcastCommand::Plan(args)) => broadcast::plan(&cli.volume, &args),
         Command::Broadcast(BroadcastCommand::Plot(args)) => broadcast::plot(&cli.volume, &args),

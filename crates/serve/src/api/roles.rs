@@ -254,6 +254,8 @@ pub(super) const ROUTES: &[(&str, &str, Rule)] = &[
     ("DELETE", "/v1/broadcasts/{id}", Rule::Role(Role::Operator)),
     ("GET", "/metrics", Rule::Role(Role::Metrics)),
     ("GET", "/v1/status", Rule::Role(Role::Metrics)),
+    ("GET", "/v1/health", Rule::Public),
+    ("GET", "/v1/cluster", Rule::Role(Role::Metrics)),
     ("GET", "/", Rule::Public),
     ("GET", "/ui/app.js", Rule::Public),
     ("GET", "/ui/style.css", Rule::Public),
