@@ -246,6 +246,9 @@ impl ControlClient {
         let url = format!("{}/v1/sessions", self.base);
         let resp = self
             .req(self.agent.post(&url))
+            .config()
+            .max_redirects(0)
+            .build()
             .send_json(req)
             .with_context(|| format!("POST {url}"))?;
         Self::opened(resp)
@@ -278,7 +281,12 @@ impl ControlClient {
         let mut here = self.at(&self.base);
         for _ in 0..=MAX_REDIRECTS {
             let url = format!("{}/v1/sessions", here.base);
-            let mut r = here.req(here.agent.post(&url));
+            // ureq does not re-send a body on 307: followed here, with the token.
+            let mut r = here
+                .req(here.agent.post(&url))
+                .config()
+                .max_redirects(0)
+                .build();
             if placement == Placement::ServeHere {
                 r = r.header(SERVE_HERE_HEADER, "failover");
             }
