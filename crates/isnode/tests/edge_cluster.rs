@@ -76,6 +76,12 @@ impl Cluster {
             titles,
         };
         c.servers = (0..EDGES).map(|i| Some(c.start_edge(i))).collect();
+        // An edge started before its peers counted them dead until their first probe.
+        for at in 0..EDGES {
+            for who in 0..EDGES {
+                c.wait_liveness(at, who, true);
+            }
+        }
         c
     }
 
@@ -92,8 +98,10 @@ impl Cluster {
                 &nodes,
                 "--probe-interval-ms",
                 "200",
+                // Generous: a loaded test machine must not make a live edge look dead; a
+                // killed one refuses connections at once.
                 "--probe-timeout-ms",
-                "200",
+                "3000",
                 "--probe-failures-to-dead",
                 "2",
                 "--replicate-above-rps",
@@ -373,7 +381,27 @@ impl OriginEdges {
                 (vol, s)
             })
             .collect();
-        OriginEdges { nodes, edges }
+        let o = OriginEdges { nodes, edges };
+        // An edge started before its peers counted them dead until their first probe.
+        for (_, s) in &o.edges {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let v: Value = serde_json::from_str(&s.req("GET", "/v1/cluster", None).body)
+                    .unwrap_or(Value::Null);
+                let live = v["nodes"]
+                    .as_array()
+                    .map_or(0, |n| n.iter().filter(|x| x["live"] == true).count());
+                if live == EDGES {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the edges do not see each other live: {v}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        o
     }
 
     fn metric_sum(&self, series: &str) -> f64 {
