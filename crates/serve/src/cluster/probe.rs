@@ -45,9 +45,9 @@ pub(crate) async fn run(sh: Arc<Shared>) {
 }
 
 /// Runs the futures concurrently (each has its own deadline) and collects their outputs.
-async fn futures_join_all<F: std::future::Future>(fs: impl Iterator<Item = F>) -> Vec<F::Output>
+async fn futures_join_all<F>(fs: impl Iterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = fs.map(tokio::spawn).collect();
