@@ -91,6 +91,30 @@ pub(crate) enum Command {
     /// Show a server's titles, sessions, broadcasts, members, cache and egress (`GET
     /// /v1/status`).
     Status(StatusArgs),
+    /// Pre-fill titles from a server's origin ahead of demand, at a capped rate
+    /// (`POST /v1/fills`).
+    Fill(FillArgs),
+}
+
+/// `fill`.
+#[derive(Args, Debug)]
+pub(crate) struct FillArgs {
+    /// Titles: their keys at the server's origin.
+    #[arg(required = true)]
+    pub titles: Vec<String>,
+    /// Read the origin at most this fast, bits per second (the server's prefill_rate_bps
+    /// caps it too).
+    #[arg(long)]
+    pub rate_bps: Option<u64>,
+    /// Follow the fills until each ends; exit 1 if one failed.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up after this many seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub wait_timeout_s: u64,
+    /// The server (default http://127.0.0.1:7878), operator token and CA.
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 /// `status`.

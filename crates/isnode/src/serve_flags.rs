@@ -186,6 +186,32 @@ pub(crate) struct ServeFlags {
     /// Failed probes in a row that make a peer dead (default 3).
     #[arg(long)]
     pub probe_failures_to_dead: Option<u32>,
+    /// Fill titles the volume lacks from this origin: s3://BUCKET or file:///DIR
+    /// (credentials: the configuration file or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY).
+    #[arg(long)]
+    pub origin: Option<String>,
+    /// The origin's S3 endpoint (http://HOST:PORT for Garage; default: AWS).
+    #[arg(long)]
+    pub origin_endpoint: Option<String>,
+    /// The origin's SigV4 region (default: AWS_REGION, else us-east-1).
+    #[arg(long)]
+    pub origin_region: Option<String>,
+    /// Ranged GETs of one fill in flight at once (default 4).
+    #[arg(long)]
+    pub fill_parallel_ranges: Option<u32>,
+    /// Bytes of one ranged GET, a multiple of 1 MiB (default 1048576).
+    #[arg(long)]
+    pub fill_range_bytes: Option<u64>,
+    /// Most bytes the volume's titles may take; fills evict the least recently used
+    /// unused, unpinned titles (default 0: unlimited).
+    #[arg(long)]
+    pub cache_max_bytes: Option<u64>,
+    /// Check a complete title's origin ETag at most this often, seconds (default 300; 0: never).
+    #[arg(long)]
+    pub origin_check_interval_s: Option<u64>,
+    /// Pre-fills read the origin at most this fast, bits per second (default 0: unlimited).
+    #[arg(long)]
+    pub prefill_rate_bps: Option<u64>,
 }
 
 /// One `--nodes` entry: `NAME=URL` or `NAME*WEIGHT=URL`.
@@ -258,8 +284,10 @@ impl ServeFlags {
             shutdown_grace_s, broadcast_default_duration_s, broadcast_max_duration_s,
             broadcast_budget_percent, upload_stall_timeout_ms, upload_min_rate_bps,
             api_write_timeout_ms, max_unvalidated_sessions, max_unvalidated_per_client,
-            anonymous_viewers, scrub_rate_bps, nodes, replicate_above_rps, probe_interval_ms,
-            probe_timeout_ms, probe_failures_to_dead);
+            anonymous_viewers, scrub_rate_bps, origin, origin_endpoint, origin_region,
+            fill_parallel_ranges, fill_range_bytes, cache_max_bytes, origin_check_interval_s,
+            prefill_rate_bps, nodes, replicate_above_rps,
+            probe_interval_ms, probe_timeout_ms, probe_failures_to_dead);
         overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if, max_volume_bytes,
             max_sendfile_sessions, tokens_file,
             api_max_connections, tls_cert, tls_key, node_name);
@@ -351,6 +379,8 @@ mod tests {
             max_sendfile_sessions: Some(1),
             tokens_file: Some("t".into()),
             node_name: Some("n".into()),
+            origin_access_key_id: Some("k".into()),
+            origin_secret_access_key: Some(isnode_serve::Secret::new("s")),
             ..ServeConfig::default()
         };
         let table: toml::Table = toml::from_str(&every.to_toml()).unwrap();

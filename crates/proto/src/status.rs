@@ -33,6 +33,31 @@ pub struct StatusBody {
     /// The background scrub (`scrub_rate_bps`); absent from older servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scrub: Option<StatusScrub>,
+    /// Fills from the origin, counted apart from the bytes served; absent from older
+    /// servers and without an origin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fills: Option<StatusFills>,
+}
+
+/// Fills from the origin (`origin`), counted apart from the bytes served.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StatusFills {
+    /// The origin (`s3://BUCKET at ENDPOINT`, `file:///DIR`; never a credential).
+    pub origin: String,
+    /// Bytes read from the origin.
+    pub fill_bytes: u64,
+    /// Requests made to the origin.
+    pub origin_requests: u64,
+    /// Fills running now.
+    pub active: u64,
+    /// Fills started since the server started.
+    pub started: u64,
+    /// Fills finished (complete objects).
+    pub done: u64,
+    /// Failed origin requests.
+    pub errors: u64,
+    /// Titles evicted to keep the volume within `cache_max_bytes`.
+    pub titles_evicted: u64,
 }
 
 /// The background scrub's progress and findings.

@@ -13,6 +13,7 @@ mod create;
 mod digests;
 mod drain;
 pub(crate) mod errors;
+mod fills;
 pub mod fuzzing;
 mod hybrid;
 mod media;
@@ -166,7 +167,7 @@ fn routes() -> Routes {
         .route("/metrics", get(metrics))
         .route(crate::cluster::probe::HEALTH_PATH, get(health))
         .route("/v1/cluster", get(cluster_status));
-    status::routes(r)
+    fills::routes(status::routes(r))
 }
 
 fn router(sh: Arc<Shared>) -> Router {
@@ -265,6 +266,26 @@ fn store_error(e: StoreError) -> Response {
     }
 }
 
+/// The object `name` to serve, filled from the origin if the volume lacks it
+/// ([`crate::fill::object_for`], off the runtime); the error answer otherwise.
+async fn lookup(
+    sh: &Arc<Shared>,
+    name: String,
+) -> Result<Arc<crate::objects::ObjectInfo>, Response> {
+    let sh = sh.clone();
+    match tokio::task::spawn_blocking(move || crate::fill::object_for(&sh, &name)).await {
+        Ok(Ok(o)) => Ok(o),
+        Ok(Err(e)) => {
+            let (status, msg) = e.status_and_message();
+            Err(error(status, msg))
+        }
+        Err(e) => Err(error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("catalog lookup failed: {e}"),
+        )),
+    }
+}
+
 /// Runs `f` (which may block: catalog lookups) on the runtime's blocking pool.
 async fn blocking<T: Send + 'static>(
     sh: &Arc<Shared>,
@@ -295,9 +316,8 @@ async fn list_objects(_: roles::Viewer, State(sh): Sh) -> Response {
 }
 
 async fn get_object(_: roles::Viewer, State(sh): Sh, Path(name): Path<String>) -> Response {
-    match blocking(&sh, move |sh| sh.objects.get(&name)).await {
-        Ok(Ok(o)) => Json(o.json()).into_response(),
-        Ok(Err(e)) => store_error(e),
+    match lookup(&sh, name).await {
+        Ok(o) => Json(o.json()).into_response(),
         Err(r) => r,
     }
 }

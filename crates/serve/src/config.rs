@@ -282,6 +282,32 @@ pub struct ServeConfig {
     /// Background scrub: the most bits per second it reads from the members, slowed down
     /// by the viewers (0: off). Passes run back to back, a minute apart.
     pub scrub_rate_bps: u64,
+    /// The origin titles the volume lacks are filled from: `s3://BUCKET` or
+    /// `file:///DIR` (empty: none, a missing title is `404`).
+    pub origin: String,
+    /// The S3 endpoint of the origin (`http://HOST:PORT` for Garage or MinIO; empty: AWS).
+    pub origin_endpoint: String,
+    /// The origin's SigV4 region (empty: `AWS_REGION`, else `us-east-1`).
+    pub origin_region: String,
+    /// The origin's access key id (absent: `AWS_ACCESS_KEY_ID`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin_access_key_id: Option<String>,
+    /// The origin's secret key (absent: `AWS_SECRET_ACCESS_KEY`). Never printed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin_secret_access_key: Option<Secret>,
+    /// Ranged GETs of one fill in flight at once.
+    pub fill_parallel_ranges: u32,
+    /// Bytes of one ranged GET (a multiple of 1 MiB: the origin's blocks).
+    pub fill_range_bytes: u64,
+    /// Most bytes the titles of the volume may take (0: unlimited); a fill first evicts
+    /// the least recently used titles no session or broadcast uses and none pinned.
+    pub cache_max_bytes: u64,
+    /// A complete title's origin ETag is checked again at most this often, on a request
+    /// (seconds; 0: never).
+    pub origin_check_interval_s: u64,
+    /// Pre-fills (`POST /v1/fills`) read the origin at most this fast (bits per second;
+    /// 0: unlimited); a request may ask for less.
+    pub prefill_rate_bps: u64,
     /// This node's name in `nodes` (required with a node list).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
@@ -308,6 +334,42 @@ pub(crate) const DEFAULT_PROBE_INTERVAL_MS: u64 = 1000;
 pub(crate) const DEFAULT_PROBE_TIMEOUT_MS: u64 = 500;
 /// Default `probe_failures_to_dead`.
 pub(crate) const DEFAULT_PROBE_FAILURES_TO_DEAD: u32 = 3;
+
+/// A secret of the configuration: `Debug` and `to_toml` show `***`, never the value.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// A secret holding `value`.
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The value itself (to sign requests with; never to print).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("***")
+    }
+}
+
+/// Default `fill_parallel_ranges`.
+pub(crate) const DEFAULT_FILL_PARALLEL_RANGES: u32 = 4;
+/// Default `fill_range_bytes` (1 MiB: one block of Garage).
+pub(crate) const DEFAULT_FILL_RANGE_BYTES: u64 = 1 << 20;
+/// Default `origin_check_interval_s`.
+pub(crate) const DEFAULT_ORIGIN_CHECK_INTERVAL_S: u64 = 300;
 
 /// Default of `member_fail_errors`: block read errors in a row that fail a member.
 const DEFAULT_MEMBER_FAIL_ERRORS: u32 = 5;
@@ -365,6 +427,16 @@ impl Default for ServeConfig {
             anonymous_viewers: true,
             insecure_open_operator_routes: false,
             scrub_rate_bps: 0,
+            origin: String::new(),
+            origin_endpoint: String::new(),
+            origin_region: String::new(),
+            origin_access_key_id: None,
+            origin_secret_access_key: None,
+            fill_parallel_ranges: DEFAULT_FILL_PARALLEL_RANGES,
+            fill_range_bytes: DEFAULT_FILL_RANGE_BYTES,
+            cache_max_bytes: 0,
+            origin_check_interval_s: DEFAULT_ORIGIN_CHECK_INTERVAL_S,
+            prefill_rate_bps: 0,
             node_name: None,
             replicate_above_rps: DEFAULT_REPLICATE_ABOVE_RPS,
             probe_interval_ms: DEFAULT_PROBE_INTERVAL_MS,
@@ -504,8 +576,51 @@ impl ServeConfig {
             return bad("hedge_after_ms", "must be at most 60000 (0: never hedge)");
         }
         self.validate_broadcast()?;
+        self.validate_api()?;
         self.validate_cluster()?;
-        self.validate_api()
+        self.validate_origin()
+    }
+
+    fn validate_origin(&self) -> Result<(), ConfigError> {
+        let bad = |key: &'static str, why: String| {
+            Err(ConfigError::Invalid {
+                key,
+                line: None,
+                why,
+            })
+        };
+        if !self.origin.is_empty() {
+            if let Err(why) = crate::origin::OriginKind::parse(&self.origin) {
+                return bad("origin", why);
+            }
+        }
+        let e = &self.origin_endpoint;
+        if !(e.is_empty() || e.starts_with("http://") || e.starts_with("https://")) {
+            return bad(
+                "origin_endpoint",
+                "must be an http:// or https:// URL".into(),
+            );
+        }
+        if !(1..=64).contains(&self.fill_parallel_ranges) {
+            return bad("fill_parallel_ranges", "must be 1 to 64".into());
+        }
+        let mib = DEFAULT_FILL_RANGE_BYTES;
+        if self.fill_range_bytes == 0
+            || self.fill_range_bytes % mib != 0
+            || self.fill_range_bytes > 64 * mib
+        {
+            return bad(
+                "fill_range_bytes",
+                "must be a multiple of 1048576 (1 MiB), at most 64 MiB".into(),
+            );
+        }
+        if self.origin_access_key_id.is_some() != self.origin_secret_access_key.is_some() {
+            return bad(
+                "origin_access_key_id",
+                "origin_access_key_id and origin_secret_access_key go together".into(),
+            );
+        }
+        Ok(())
     }
 
     fn validate_cluster(&self) -> Result<(), ConfigError> {
@@ -690,6 +805,11 @@ impl ServeConfig {
             plain_http,
             multicast_ttl,
             multicast_if,
+            origin,
+            origin_endpoint,
+            origin_region,
+            origin_access_key_id,
+            origin_secret_access_key,
             node_name,
             nodes,
             replicate_above_rps,

@@ -71,6 +71,25 @@ pub(crate) struct Metrics {
     pub egress: egress::EgressRing,
 }
 
+/// The fills from the origin, counted apart from the bytes served.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FillSnapshot {
+    /// Bytes read from the origin.
+    pub fill_bytes: u64,
+    /// Requests made to the origin (HEAD and ranged GET).
+    pub origin_requests: u64,
+    /// Fills running now.
+    pub fills_active: u64,
+    /// Fills started since start (one per title however many requests share it).
+    pub fills_started: u64,
+    /// Fills finished since start (complete objects).
+    pub fills_done: u64,
+    /// Failed origin requests by class: not_found, changed, unreachable, refused, garbled.
+    pub fill_errors: [u64; 5],
+    /// Titles evicted to make room (`cache_max_bytes`).
+    pub titles_evicted: u64,
+}
+
 /// A point-in-time copy of the server's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct MetricsSnapshot {
@@ -168,6 +187,8 @@ pub struct MetricsSnapshot {
     pub bursts_late: u64,
     /// The background scrub (`scrub_rate_bps`).
     pub scrub: crate::scrub::ScrubSnapshot,
+    /// Fills from the origin (counted apart from the bytes served).
+    pub fill: FillSnapshot,
 }
 
 impl MetricsSnapshot {

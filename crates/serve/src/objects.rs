@@ -15,6 +15,7 @@ use isnode_store::{
 };
 use isnode_wire::fdt::{build_fdt_packets, FdtFile, FdtInstance, FecOti};
 
+use crate::fill::front::FillFront;
 use crate::pacer::send_rate_bps;
 
 /// Seconds between the NTP epoch (1900) and the Unix epoch (1970).
@@ -48,6 +49,9 @@ pub struct ObjectInfo {
     pub media: Option<isnode_store::MediaIndexRecord>,
     /// Whether the catalog has its packets' digests (not for objects ingested before).
     pub has_digests: bool,
+    /// The fill front of an object still filling from the origin (`None`: complete):
+    /// nothing at or past it is read ([`crate::fill`]).
+    pub(crate) fill: Option<Arc<FillFront>>,
 }
 
 impl ObjectInfo {
@@ -73,6 +77,7 @@ impl ObjectInfo {
         let media = vol.media_index(&rec)?;
         let has_digests = vol.catalog().has_digests(rec.toi)?;
         Ok(ObjectInfo {
+            fill: None,
             media,
             has_digests,
             fec_oti: oti,
@@ -84,6 +89,49 @@ impl ObjectInfo {
             layout,
             rec,
         })
+    }
+
+    /// The serving view of an object still filling (`rec`, the catalog's record of it):
+    /// its blocks are read without catalog checksums (they are being written; each packet
+    /// carries its own checksum and digest), never at or past `front`.
+    pub(crate) fn filling(
+        vol: &Volume,
+        rec: ObjectRecord,
+        front: Arc<FillFront>,
+    ) -> Result<ObjectInfo, StoreError> {
+        let layout = vol.layout(&rec)?;
+        let params = *layout.params();
+        let seg_paths: Vec<PathBuf> = (0..params.members)
+            .map(|m| vol.segment_path(m, rec.toi))
+            .collect();
+        let seg_files = seg_paths.iter().map(|p| open_segment(p)).collect();
+        let block_crcs = (0..params.members)
+            .map(|m| vec![None; usize::try_from(layout.member_blocks(m)).unwrap_or(0)])
+            .collect();
+        let oti = FecOti::rs28(
+            rec.symbol_len,
+            rec.source_symbols,
+            rec.source_symbols + rec.repair_symbols,
+        )?;
+        Ok(ObjectInfo {
+            fill: Some(front),
+            media: None,
+            has_digests: true,
+            fec_oti: oti,
+            send_rate_bps: send_rate_bps(&layout, rec.bitrate_bps),
+            tsi: vol.tsi(),
+            seg_paths,
+            seg_files,
+            block_crcs,
+            layout,
+            rec,
+        })
+    }
+
+    /// Whether codeword `sbn` may be read (always, unless the object is still filling and
+    /// `sbn` is at or past its front).
+    pub(crate) fn readable(&self, sbn: u32) -> bool {
+        self.fill.as_ref().is_none_or(|f| f.has(sbn))
     }
 
     /// The largest burst of the object's packets one send carries.
@@ -295,6 +343,17 @@ impl Objects {
         self.lookups_active.fetch_add(1, Ordering::Relaxed);
         let vol = self.vol.lock().unwrap_or_else(|e| e.into_inner());
         let r = f(&vol);
+        drop(vol);
+        self.lookups_active.fetch_sub(1, Ordering::Relaxed);
+        r
+    }
+
+    /// Runs `f` on the volume for a write (a use, a pin), counted in
+    /// [`Objects::lookups_active`].
+    pub(crate) fn with_volume_mut<T>(&self, f: impl FnOnce(&mut Volume) -> T) -> T {
+        self.lookups_active.fetch_add(1, Ordering::Relaxed);
+        let mut vol = self.vol.lock().unwrap_or_else(|e| e.into_inner());
+        let r = f(&mut vol);
         drop(vol);
         self.lookups_active.fetch_sub(1, Ordering::Relaxed);
         r

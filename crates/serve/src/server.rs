@@ -93,6 +93,8 @@ pub(crate) struct Shared {
     pub member_failures: std::sync::Mutex<Vec<(u32, String)>>,
     /// This edge's cluster (`None`: no node list, a single node).
     pub cluster: Option<crate::cluster::ClusterState>,
+    /// Fills from the origin (`crate::fill`).
+    pub fills: crate::fill::Fills,
 }
 
 /// Reads the token file again and puts it in force at once (revoked tokens are refused
@@ -236,6 +238,7 @@ impl Shared {
             repair_packets: load(&m.repair_packets),
             cache_evictions: load(&cs.evictions),
             scrub: self.scrub.snapshot(),
+            fill: self.fills.snapshot(),
             member_failed: (0..m.health.members() as u32)
                 .map(|i| m.health.is_failed(i))
                 .collect(),
@@ -491,6 +494,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
     };
     let cache = Cache::with_residency(slots, block_len, residency);
     let tls = tls_acceptor(config)?;
+    let fills = crate::fill::Fills::new(config).map_err(ServeError::Config)?;
     let (tokens_path, tokens) = load_tokens(volume_dir, config)?;
     let (std_listener, local_addr) = bind(config.listen)?;
     let keepalive_sock = keepalive::bind(local_addr).map_err(io_error(&format!(
@@ -538,6 +542,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         scrub: crate::scrub::ScrubState::default(),
         member_failures: std::sync::Mutex::default(),
         cluster,
+        fills,
     });
     let api_tls = tls.clone();
     let mut handle = ServerHandle {
@@ -591,6 +596,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         Ok(Err(e)) => return Err(e),
         Err(_) => return Err(ServeError::Config("the control API thread died".into())),
     }
+    crate::fill::resume_all(&shared);
     tracing::info!(
         listen = %local_addr,
         keepalive_port = shared.keepalive_port,

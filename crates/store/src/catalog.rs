@@ -30,10 +30,26 @@ CREATE TABLE members (
     idx  INTEGER PRIMARY KEY,
     path TEXT NOT NULL
 );
-CREATE TABLE objects (
+CREATE TABLE blocks (
+    toi     INTEGER NOT NULL REFERENCES objects(toi) ON DELETE CASCADE,
+    member  INTEGER NOT NULL,
+    block   INTEGER NOT NULL,
+    packets INTEGER NOT NULL,
+    crc32c  INTEGER NOT NULL,
+    PRIMARY KEY (toi, member, block)
+) WITHOUT ROWID;
+";
+
+/// The `objects` table, named `{table}` (the migration builds it under another name first).
+/// State `filling` was added after format version 2 shipped: an older catalog's table,
+/// whose CHECK allows `writing` and `complete` only, is rebuilt at open
+/// ([`migrate_filling_state`]).
+fn objects_table(table: &str) -> String {
+    format!(
+        "CREATE TABLE {table} (
     toi            INTEGER PRIMARY KEY AUTOINCREMENT,
     name           TEXT NOT NULL,
-    state          TEXT NOT NULL CHECK (state IN ('writing', 'complete')),
+    state          TEXT NOT NULL CHECK (state IN ('writing', 'complete', 'filling')),
     size_bytes     INTEGER NOT NULL,
     bitrate_bps    INTEGER NOT NULL,
     duration_s     REAL NOT NULL,
@@ -46,16 +62,13 @@ CREATE TABLE objects (
     created_unix   INTEGER NOT NULL,
     replaces       INTEGER
 );
-CREATE UNIQUE INDEX objects_complete_name ON objects(name) WHERE state = 'complete';
-CREATE TABLE blocks (
-    toi     INTEGER NOT NULL REFERENCES objects(toi) ON DELETE CASCADE,
-    member  INTEGER NOT NULL,
-    block   INTEGER NOT NULL,
-    packets INTEGER NOT NULL,
-    crc32c  INTEGER NOT NULL,
-    PRIMARY KEY (toi, member, block)
-) WITHOUT ROWID;
-";
+"
+    )
+}
+
+/// The index that keeps one complete object per name (created with the `objects` table).
+const COMPLETE_NAME_INDEX: &str =
+    "CREATE UNIQUE INDEX IF NOT EXISTS objects_complete_name ON objects(name) WHERE state = 'complete';";
 
 /// The media index tables (added after format version 2 shipped: created when missing, so
 /// an older catalog opens and simply has no index for its objects).
@@ -113,6 +126,9 @@ pub enum OnNameTaken {
 pub enum ObjectState {
     /// Ingest in progress (or crashed: removed at the next open).
     Writing,
+    /// Being filled from the origin ([`crate::fill`]): the codewords before its durable
+    /// fill front are valid and may be served; kept across a crash and resumed.
+    Filling,
     /// Fully written, durable and visible.
     Complete,
 }
@@ -167,10 +183,10 @@ pub struct BlockRecord {
 /// An open catalog.
 #[derive(Debug)]
 pub struct Catalog {
-    conn: Connection,
+    pub(crate) conn: Connection,
 }
 
-fn db(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+pub(crate) fn db(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
     move |source| StoreError::Catalog {
         context: context.to_string(),
         source,
@@ -191,6 +207,12 @@ impl Catalog {
         cat.configure()?;
         let tx = cat.write_transaction("creating the catalog")?;
         tx.execute_batch(SCHEMA)
+            .map_err(db("creating the schema"))?;
+        tx.execute_batch(&objects_table("objects"))
+            .map_err(db("creating the schema"))?;
+        tx.execute_batch(COMPLETE_NAME_INDEX)
+            .map_err(db("creating the schema"))?;
+        tx.execute_batch(crate::fill_rows::FILL_SCHEMA)
             .map_err(db("creating the schema"))?;
         tx.execute_batch(MEDIA_SCHEMA)
             .map_err(db("creating the schema"))?;
@@ -233,10 +255,14 @@ impl Catalog {
     pub fn open(path: &Path) -> Result<Catalog, StoreError> {
         let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE)
             .map_err(db("opening the catalog"))?;
-        let cat = Catalog { conn };
+        let mut cat = Catalog { conn };
         cat.configure()?;
         let version: u32 = cat.get_kv("format_version")?;
         check_format_version(path, version)?;
+        migrate_filling_state(&mut cat.conn)?;
+        cat.conn
+            .execute_batch(crate::fill_rows::FILL_SCHEMA)
+            .map_err(db("adding the fill tables"))?;
         cat.conn
             .execute_batch(MEDIA_SCHEMA)
             .map_err(db("adding the media index tables"))?;
@@ -264,7 +290,10 @@ impl Catalog {
     /// Begins a transaction that takes the write lock at once: a deferred one that
     /// reads first would fail with SQLITE_BUSY (without waiting) when another
     /// process writes between its read and its first write.
-    fn write_transaction(&mut self, context: &str) -> Result<Transaction<'_>, StoreError> {
+    pub(crate) fn write_transaction(
+        &mut self,
+        context: &str,
+    ) -> Result<Transaction<'_>, StoreError> {
         self.conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(db(context))
@@ -601,10 +630,7 @@ impl Catalog {
     /// Objects in a given state, by TOI, each validated ([`crate::rows`]): a row that
     /// breaks an invariant is a [`crate::rows::BadObject`] and does not fail the others.
     pub fn entries(&self, state: ObjectState) -> Result<Vec<CatalogEntry>, StoreError> {
-        let st = match state {
-            ObjectState::Writing => "writing",
-            ObjectState::Complete => "complete",
-        };
+        let st = state_name(state);
         let volume = self.params()?;
         let mut q = self
             .conn
@@ -660,22 +686,7 @@ impl Catalog {
     pub fn set_media_index(&mut self, toi: u32, ix: &MediaIndexRecord) -> Result<(), StoreError> {
         let ctx = "recording the media index";
         let tx = self.write_transaction(ctx)?;
-        tx.execute(
-            "INSERT OR REPLACE INTO media_meta (toi, container, moov_at_front) VALUES (?1, ?2, ?3)",
-            params![toi, ix.container, ix.moov_at_front],
-        )
-        .map_err(db(ctx))?;
-        {
-            let mut st = tx
-                .prepare(
-                    "INSERT INTO media_index (toi, seq, time_s, offset_bytes) VALUES (?1, ?2, ?3, ?4)",
-                )
-                .map_err(db(ctx))?;
-            for (seq, (t, off)) in ix.points.iter().enumerate() {
-                st.execute(params![toi, seq as i64, t, *off as i64])
-                    .map_err(db(ctx))?;
-            }
-        }
+        put_media_index(&tx, toi, ix)?;
         tx.commit().map_err(db(ctx))
     }
 
@@ -684,16 +695,7 @@ impl Catalog {
     pub fn put_digests(&mut self, toi: u32, rows: &[(u32, Vec<u8>)]) -> Result<(), StoreError> {
         let ctx = "recording packet digests";
         let tx = self.write_transaction(ctx)?;
-        {
-            let mut st = tx
-                .prepare(
-                    "INSERT OR REPLACE INTO packet_digests (toi, sbn, digests) VALUES (?1, ?2, ?3)",
-                )
-                .map_err(db(ctx))?;
-            for (sbn, digests) in rows {
-                st.execute(params![toi, sbn, digests]).map_err(db(ctx))?;
-            }
-        }
+        put_digest_rows(&tx, toi, rows)?;
         tx.commit().map_err(db(ctx))
     }
 
@@ -839,13 +841,85 @@ fn raw_object_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawObjectRow> {
     })
 }
 
-/// The state stored as `state` (the schema allows only 'writing' and 'complete').
+/// The state stored as `state` (the schema allows only 'writing', 'complete' and 'filling').
 fn state_of(stored: &str) -> ObjectState {
-    if stored == "complete" {
-        ObjectState::Complete
-    } else {
-        ObjectState::Writing
+    match stored {
+        "complete" => ObjectState::Complete,
+        "filling" => ObjectState::Filling,
+        _ => ObjectState::Writing,
     }
+}
+
+/// The name of a state as stored in `objects.state`.
+pub(crate) fn state_name(state: ObjectState) -> &'static str {
+    match state {
+        ObjectState::Writing => "writing",
+        ObjectState::Complete => "complete",
+        ObjectState::Filling => "filling",
+    }
+}
+
+/// Rebuilds an older catalog's `objects` table so that its CHECK allows state `filling`
+/// (SQLite cannot change a CHECK in place): in one transaction, with foreign keys off so
+/// that the rows of other tables that reference objects stay, the table is copied to a new
+/// one, the old dropped and the new renamed; the AUTOINCREMENT high-water mark is kept so
+/// that no TOI is ever used twice. Nothing happens when the table allows `filling` already
+/// (another process may have migrated it meanwhile: checked inside the transaction).
+fn migrate_filling_state(conn: &mut Connection) -> Result<(), StoreError> {
+    let ctx = "adding the filling state to the objects table";
+    let table_sql = |c: &Connection| -> Result<String, StoreError> {
+        c.query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'objects'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(db(ctx))
+    };
+    if table_sql(conn)?.contains("'filling'") {
+        return Ok(());
+    }
+    conn.execute_batch("PRAGMA foreign_keys = OFF")
+        .map_err(db(ctx))?;
+    let migrated = (|| {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db(ctx))?;
+        if table_sql(&tx)?.contains("'filling'") {
+            return Ok(());
+        }
+        let seq: Option<i64> = tx
+            .query_row(
+                "SELECT seq FROM sqlite_sequence WHERE name = 'objects'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db(ctx))?;
+        tx.execute_batch(&objects_table("objects_filling_new"))
+            .map_err(db(ctx))?;
+        tx.execute_batch(
+            "INSERT INTO objects_filling_new SELECT * FROM objects;
+             DROP TABLE objects;
+             ALTER TABLE objects_filling_new RENAME TO objects;
+             DELETE FROM sqlite_sequence WHERE name IN ('objects', 'objects_filling_new');",
+        )
+        .map_err(db(ctx))?;
+        tx.execute_batch(COMPLETE_NAME_INDEX).map_err(db(ctx))?;
+        let high: Option<i64> = tx
+            .query_row("SELECT max(toi) FROM objects", [], |r| r.get(0))
+            .map_err(db(ctx))?;
+        if let Some(seq) = seq.max(high) {
+            tx.execute(
+                "INSERT INTO sqlite_sequence (name, seq) VALUES ('objects', ?1)",
+                [seq],
+            )
+            .map_err(db(ctx))?;
+        }
+        tx.commit().map_err(db(ctx))
+    })();
+    conn.execute_batch("PRAGMA foreign_keys = ON")
+        .map_err(db(ctx))?;
+    migrated
 }
 
 /// Records that object `toi` was committed without `member`'s segment, and marks the
@@ -867,6 +941,46 @@ fn record_missing(
     if crate::members::read_one(tx, member, members)? == MemberState::Ok {
         let reason = format!("object {name:?} (TOI {toi}) was written without this member");
         crate::members::write(tx, member, &MemberState::Failed { reason })?;
+    }
+    Ok(())
+}
+
+/// Records the time index of object `toi` in `tx`.
+pub(crate) fn put_media_index(
+    tx: &Transaction<'_>,
+    toi: u32,
+    ix: &MediaIndexRecord,
+) -> Result<(), StoreError> {
+    let ctx = "recording the media index";
+    tx.execute(
+        "INSERT OR REPLACE INTO media_meta (toi, container, moov_at_front) VALUES (?1, ?2, ?3)",
+        params![toi, ix.container, ix.moov_at_front],
+    )
+    .map_err(db(ctx))?;
+    tx.execute("DELETE FROM media_index WHERE toi = ?1", [toi])
+        .map_err(db(ctx))?;
+    let mut st = tx
+        .prepare("INSERT INTO media_index (toi, seq, time_s, offset_bytes) VALUES (?1, ?2, ?3, ?4)")
+        .map_err(db(ctx))?;
+    for (seq, (t, off)) in ix.points.iter().enumerate() {
+        st.execute(params![toi, seq as i64, t, *off as i64])
+            .map_err(db(ctx))?;
+    }
+    Ok(())
+}
+
+/// Records packet digest rows `(sbn, n × 16 bytes)` of object `toi` in `tx`.
+pub(crate) fn put_digest_rows(
+    tx: &Transaction<'_>,
+    toi: u32,
+    rows: &[(u32, Vec<u8>)],
+) -> Result<(), StoreError> {
+    let ctx = "recording packet digests";
+    let mut st = tx
+        .prepare("INSERT OR REPLACE INTO packet_digests (toi, sbn, digests) VALUES (?1, ?2, ?3)")
+        .map_err(db(ctx))?;
+    for (sbn, digests) in rows {
+        st.execute(params![toi, sbn, digests]).map_err(db(ctx))?;
     }
     Ok(())
 }

@@ -63,6 +63,25 @@ pub struct CheckReport {
     /// Objects whose catalog rows are impossible (never served; `--repair` cannot fix
     /// them: replace them with `isnode ingest --replace`).
     pub bad_objects: Vec<BadObjectReport>,
+    /// Objects being filled from the origin, with their committed blocks verified
+    /// (`--repair` leaves them to their fill; damage among their committed blocks is in
+    /// `damage`, never repaired here).
+    pub filling: Vec<FillingReport>,
+}
+
+/// A filling object as the check found it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FillingReport {
+    /// Object name.
+    pub object: String,
+    /// Object TOI.
+    pub toi: u32,
+    /// Its durable fill front (codewords committed).
+    pub front_codewords: u32,
+    /// Its codewords in all.
+    pub codewords: u32,
+    /// Blocks holding committed packets, verified against their rows.
+    pub blocks: u64,
 }
 
 /// An object whose catalog rows break an invariant.
@@ -135,10 +154,72 @@ pub fn check(
             }
         }
     }
+    check_filling(vol, &mut report)?;
     if opts.repair && !report.damaged() {
         mark_verified_members_ok(vol, &mut report)?;
     }
     Ok(report)
+}
+
+/// Verifies every block holding committed packets of every filling object against its
+/// row ([`crate::fill::verify_fill_block`]); a bad or unreadable one is damage.
+fn check_filling(vol: &Volume, report: &mut CheckReport) -> Result<(), StoreError> {
+    for fo in vol.filling_objects()? {
+        let rec = &fo.record;
+        let rows = match vol.fill_blocks(&fo) {
+            Ok(rows) => rows,
+            Err(StoreError::BadObject { name, problem }) => {
+                report.bad_objects.push(BadObjectReport {
+                    object: name,
+                    toi: rec.toi,
+                    problem,
+                });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let layout = vol.layout(rec)?;
+        let params = *layout.params();
+        let mut buf = AlignedBuf::new(params.block_len as usize);
+        let mut blocks = 0u64;
+        for (m, member_rows) in rows.iter().enumerate() {
+            let path = vol.segment_path(m as u32, rec.toi);
+            let file = BlockFile::open_read(&path);
+            let mut bad = 0u64;
+            for row in member_rows {
+                blocks += 1;
+                let ok = file.as_ref().is_ok_and(|f| {
+                    f.read_block(&mut buf, layout.block_offset(row.block))
+                        .is_ok()
+                        && crate::fill::verify_fill_block(&params, row, buf.as_slice()).is_ok()
+                });
+                bad += u64::from(!ok);
+            }
+            if bad > 0 {
+                report.damage.push(Damage {
+                    object: rec.name.clone(),
+                    toi: rec.toi,
+                    member: m as u32,
+                    problem: format!(
+                        "filling object: {bad} committed block(s) of {} unreadable or failing their CRC32C",
+                        path.display()
+                    ),
+                    bad_blocks: bad,
+                    bad_packets: 0,
+                    repaired: false,
+                });
+            }
+        }
+        report.blocks += blocks;
+        report.filling.push(FillingReport {
+            object: rec.name.clone(),
+            toi: rec.toi,
+            front_codewords: fo.front_codewords,
+            codewords: rec.codewords,
+            blocks,
+        });
+    }
+    Ok(())
 }
 
 /// After a repair that left no damage, every segment of every member was verified (or

@@ -259,7 +259,7 @@ fn write_object(
 /// The member a degraded ingest leaves out: the one failed in the catalog or whose
 /// directory is gone (its identity file missing), if any. More than one such member is
 /// refused: the code rebuilds the loss of one member only.
-fn skipped_member(vol: &Volume) -> Result<Option<u32>, StoreError> {
+pub(crate) fn skipped_member(vol: &Volume) -> Result<Option<u32>, StoreError> {
     let states = vol.member_states()?;
     let out: Vec<u32> = (0..vol.params().members)
         .filter(|m| {
@@ -337,7 +337,7 @@ impl DigestBatch {
 }
 
 /// The catalog's form of an object's time index.
-fn media_index_record(ix: isnode_media::MediaIndex) -> MediaIndexRecord {
+pub(crate) fn media_index_record(ix: isnode_media::MediaIndex) -> MediaIndexRecord {
     let container = match ix.container {
         isnode_media::Container::MpegTs => "mpeg-ts",
         isnode_media::Container::Mp4 => "mp4",

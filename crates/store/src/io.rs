@@ -119,6 +119,14 @@ impl BlockFile {
         )
     }
 
+    /// Opens a file for writing blocks in place: created if missing, never truncated.
+    pub fn open_write(path: &Path) -> io::Result<BlockFile> {
+        Self::open(
+            path,
+            OpenOptions::new().write(true).create(true).truncate(false),
+        )
+    }
+
     fn open(path: &Path, opts: &OpenOptions) -> io::Result<BlockFile> {
         if std::env::var_os("ISNODE_BUFFERED_IO").is_none() {
             let mut direct = opts.clone();

@@ -10,10 +10,15 @@
 //!
 //! On-disk format: `docs/format.md`.
 
+pub mod cache;
 pub mod catalog;
 pub mod check;
 pub mod codeword;
 mod crash;
+pub mod fill;
+mod fill_rows;
+#[cfg(test)]
+mod fill_tests;
 pub mod ingest;
 pub mod io;
 pub mod layout;
@@ -33,9 +38,12 @@ pub mod validate;
 pub mod verify;
 pub mod volume;
 
+pub use cache::EvictionCandidate;
 pub use catalog::{MediaIndexRecord, ObjectRecord, ObjectState};
 pub use check::{check, CheckOptions, CheckReport};
 pub use codeword::{BlockError, BlockSource, Readiness, SymbolCheck, Want};
+pub use fill::{verify_fill_block, Fill, FillSpec, FillingObject};
+pub use fill_rows::OriginRecord;
 pub use ingest::{ingest, ingest_then_describe, IngestOptions};
 pub use layout::Layout;
 pub use layout::SymbolLocation;
@@ -64,6 +72,9 @@ pub enum StoreError {
     /// An object of that name exists and replacing was not asked for.
     #[error("an object named {0:?} already exists (use --replace to replace it)")]
     NameExists(String),
+    /// Another fill (in this or another process) holds the filling object of that name.
+    #[error("object {0:?} is being filled by another fill")]
+    FillBusy(String),
     /// No complete object of that name.
     #[error("no object named {0:?}")]
     NotFound(String),

@@ -149,8 +149,9 @@ fn state(row: &RawObjectRow) -> Result<ObjectState, String> {
     match text(column(row, "state"), "state")?.as_str() {
         "complete" => Ok(ObjectState::Complete),
         "writing" => Ok(ObjectState::Writing),
+        "filling" => Ok(ObjectState::Filling),
         s => Err(format!(
-            "state {s:?} is neither \"writing\" nor \"complete\""
+            "state {s:?} is not \"writing\", \"complete\" or \"filling\""
         )),
     }
 }
@@ -276,6 +277,17 @@ pub fn validate_all_blocks(
         .zip(0..members)
         .map(|(rows, m)| validate_blocks(layout, m, rows))
         .collect()
+}
+
+/// The values of a block row, each in its type's range (no check against a layout).
+pub(crate) fn block_record(row: &RawBlockRow) -> Result<BlockRecord, String> {
+    let [m, b, p, c] = row;
+    Ok(BlockRecord {
+        member: unsigned(m, "block member")?,
+        block: unsigned(b, "block index")?,
+        packets: unsigned(p, "block packets")?,
+        crc32c: unsigned(c, "block crc32c")?,
+    })
 }
 
 /// Validates the block rows of one member of a valid object: one row for every block of

@@ -369,10 +369,14 @@ pub fn stored_bytes(params: VolumeParams, len: u64) -> Result<u64, StoreError> {
 }
 
 /// Bytes the segment files of every object of `vol` take (complete ones and those being
-/// written: an upload under way counts).
+/// written or filled: an upload or fill under way counts).
 pub fn volume_bytes(vol: &Volume) -> Result<u64, StoreError> {
     let mut sum = 0u64;
-    for state in [ObjectState::Complete, ObjectState::Writing] {
+    for state in [
+        ObjectState::Complete,
+        ObjectState::Writing,
+        ObjectState::Filling,
+    ] {
         for entry in vol.catalog().entries(state)? {
             let rec = entry.record();
             // A bad row counts as nothing: its layout may be impossible.

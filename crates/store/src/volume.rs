@@ -3,10 +3,10 @@
 //! ```text
 //! DIR/catalog.sqlite        the catalog (SQLite, WAL)
 //! DIR/lock                  flock: held exclusively while recovering or starting an ingest
-//! DIR/tmp/ingest-TOI.lock   flock held by the live ingest of object TOI
+//! DIR/tmp/ingest-TOI.lock   flock held by the live ingest or fill of object TOI
 //! DIR/repair.lock           flock held by a repairing check (`volume check --repair`)
 //! MEMBER/MEMBER             identity: volume uuid and member index
-//! MEMBER/objects/TOI.seg    segment file of a complete object
+//! MEMBER/objects/TOI.seg    segment file of a complete or filling object
 //! MEMBER/tmp/TOI.seg        segment file being written
 //! ```
 
@@ -147,7 +147,8 @@ impl Volume {
         }
     }
 
-    /// Removes partial objects of dead ingests, and files no object owns.
+    /// Removes partial objects of dead ingests, and files no object owns (a `filling`
+    /// object stays, with its durable front, for its fill to resume).
     fn recover(&mut self) -> Result<(), StoreError> {
         // Under the volume lock no ingest begins, so every object row and file
         // that appears below belongs to an ingest that already holds its lock.
@@ -205,6 +206,12 @@ impl Volume {
             .filter(|(_, state)| *state == ObjectState::Writing)
             .map(|(toi, _)| *toi)
             .collect();
+        // A filling object's lock file stays: a live fill may hold it.
+        let locked: HashSet<u32> = states
+            .iter()
+            .filter(|(_, state)| *state != ObjectState::Complete)
+            .map(|(toi, _)| *toi)
+            .collect();
         // Lock files of finished ingests (a crash after the commit leaves one behind).
         for entry in dir_entries(&self.root.join("tmp")) {
             let toi = entry.file_name().to_str().and_then(|n| {
@@ -213,7 +220,7 @@ impl Volume {
                     .parse::<u32>()
                     .ok()
             });
-            if toi.is_some_and(|t| !writing.contains(&t)) {
+            if toi.is_some_and(|t| !locked.contains(&t)) {
                 let _ = fs::remove_file(entry.path());
             }
         }

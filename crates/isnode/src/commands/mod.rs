@@ -4,6 +4,7 @@ mod bench;
 mod broadcast;
 mod cert;
 mod demo;
+mod fill;
 mod ingest;
 mod objects;
 pub(crate) mod publish;
@@ -59,5 +60,6 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Token(cmd) => token::run(&cli.volume, &cmd),
         Command::Demo(args) => demo::run(&args),
         Command::Status(args) => status::run(&args),
+        Command::Fill(args) => fill::run(&args),
     }
 }

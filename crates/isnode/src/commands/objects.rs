@@ -15,8 +15,13 @@ pub(super) fn ls(root: &Path, args: &LsArgs) -> anyhow::Result<ExitCode> {
     let vol =
         Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
     let entries = vol.entries()?;
+    let filling = vol.filling_objects()?;
     if args.json {
-        let v: Vec<serde_json::Value> = entries.iter().map(entry_json).collect::<Result<_, _>>()?;
+        let mut v: Vec<serde_json::Value> =
+            entries.iter().map(entry_json).collect::<Result<_, _>>()?;
+        for f in &filling {
+            v.push(filling_json(f)?);
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -40,7 +45,34 @@ pub(super) fn ls(root: &Path, args: &LsArgs) -> anyhow::Result<ExitCode> {
             o.toi
         );
     }
+    for f in &filling {
+        let o = &f.record;
+        println!(
+            "{:<32} {:>14} {:>12} {:>10.1} {:>9} {:>12} {:>6} filling: {} of {} codewords",
+            o.name,
+            o.size_bytes,
+            o.bitrate_bps,
+            o.duration_s,
+            o.codewords,
+            format!("{},{},{}", o.source_symbols, o.repair_symbols, o.symbol_len),
+            o.toi,
+            f.front_codewords,
+            o.codewords
+        );
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One `ls --json` entry of a filling object: its record (`"state": "filling"`) with
+/// `"status": "filling"`, its `"front_codewords"` and `"origin_etag"`.
+fn filling_json(f: &isnode_store::FillingObject) -> serde_json::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(&f.record)?;
+    if let Some(map) = v.as_object_mut() {
+        map.insert("status".into(), "filling".into());
+        map.insert("front_codewords".into(), f.front_codewords.into());
+        map.insert("origin_etag".into(), f.origin_etag.clone().into());
+    }
+    Ok(v)
 }
 
 /// One `ls --json` entry: the record, with `"status": "ok"`, or `"bad"` and its `"problem"`.

@@ -108,7 +108,7 @@ pub(super) fn remove(server: &str, args: &RmArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// An agent without a global timeout (an upload takes as long as it takes).
-fn agent(remote: &RemoteArgs) -> anyhow::Result<ureq::Agent> {
+pub(super) fn agent(remote: &RemoteArgs) -> anyhow::Result<ureq::Agent> {
     let tls = isnode_recv::control::tls_config(remote.ca_cert.as_deref())?;
     Ok(ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -119,7 +119,7 @@ fn agent(remote: &RemoteArgs) -> anyhow::Result<ureq::Agent> {
 }
 
 /// The answer's body if its status is `expect`, else an error quoting the server.
-fn answer(
+pub(super) fn answer(
     mut resp: ureq::http::Response<ureq::Body>,
     expect: u16,
     what: &str,

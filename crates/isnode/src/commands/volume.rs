@@ -120,6 +120,12 @@ fn print_report(r: &CheckReport) {
     for u in &r.unrecoverable {
         println!("  DATA LOSS: {u}");
     }
+    for f in &r.filling {
+        println!(
+            "  filling: object {:?} (TOI {}): {} of {} codewords committed, {} blocks verified",
+            f.object, f.toi, f.front_codewords, f.codewords, f.blocks
+        );
+    }
     for b in &r.bad_objects {
         println!(
             "  BAD ROW: object {:?} (TOI {}): {} (never served; `isnode ingest --replace` replaces it)",

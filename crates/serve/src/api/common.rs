@@ -19,9 +19,8 @@ pub(super) async fn object_and_fdt(
     sh: &Arc<Shared>,
     name: &str,
 ) -> Result<(Arc<ObjectInfo>, SessionFdt), Response> {
-    let name = name.to_string();
+    let obj = super::lookup(sh, name.to_string()).await?;
     let found = blocking(sh, move |sh| {
-        let obj = sh.objects.get(&name)?;
         let fdt = sh.objects.session_fdt(&obj)?;
         Ok::<_, isnode_store::StoreError>((obj, fdt))
     });

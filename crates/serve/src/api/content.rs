@@ -26,7 +26,7 @@ use isnode_proto::ErrorBody;
 use tokio::sync::mpsc;
 
 use super::pool_read::PoolRead;
-use super::{blocking, error, store_error, ApiError, Sh};
+use super::{error, ApiError, Sh};
 use crate::objects::ObjectInfo;
 use crate::Shared;
 
@@ -41,9 +41,8 @@ pub(super) async fn content(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let obj = match blocking(&sh, move |sh| sh.objects.get(&name)).await {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return store_error(e),
+    let obj = match super::lookup(&sh, name).await {
+        Ok(o) => o,
         Err(r) => return r,
     };
     let (status, base, plan) = match answer_plan(&obj, &headers) {
@@ -288,6 +287,7 @@ fn produce_range(
     let mut at = r.start;
     let mut sbn = codeword_at(obj, at);
     while at < r.end {
+        wait_at_front(obj, sbn)?;
         let cw_start = layout.codeword_offset(sbn);
         let data = read.source(sbn)?;
         let from = usize::try_from(at - cw_start).map_err(|e| e.to_string())?;
@@ -303,6 +303,26 @@ fn produce_range(
         sbn += 1;
     }
     Ok(())
+}
+
+/// Waits until codeword `sbn` of an object still filling is committed (bounded); an error
+/// if the fill failed or stalled (the body is cut: never bytes of another version).
+pub(super) fn wait_at_front(obj: &ObjectInfo, sbn: u32) -> Result<(), String> {
+    let Some(front) = &obj.fill else {
+        return Ok(());
+    };
+    let deadline = std::time::Instant::now() + crate::fill::FRONT_WAIT;
+    match front.wait_for(sbn, deadline) {
+        crate::fill::front::Wait::Ready => Ok(()),
+        crate::fill::front::Wait::Failed => Err(format!(
+            "the fill of {:?} from the origin failed at codeword {sbn}",
+            obj.rec.name
+        )),
+        crate::fill::front::Wait::TimedOut => Err(format!(
+            "the fill of {:?} from the origin did not reach codeword {sbn} in time",
+            obj.rec.name
+        )),
+    }
 }
 
 /// The codeword holding byte `offset` of the object (`offset` < its length).
@@ -353,9 +373,8 @@ pub(super) async fn packets(
         Ok(e) => e,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    let obj = match blocking(&sh, move |sh| sh.objects.get(&name)).await {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return store_error(e),
+    let obj = match super::lookup(&sh, name).await {
+        Ok(o) => o,
         Err(r) => return r,
     };
     if sbn >= obj.layout.codewords() {
@@ -389,6 +408,7 @@ pub(super) async fn packets(
     let answer = tokio::task::spawn_blocking(move || {
         let _slot = slot;
         let mut out = Vec::new();
+        wait_at_front(&obj, sbn)?;
         PoolRead::new(&sh2, &obj)
             .packets(sbn, &esis, &mut out)
             .map(|rebuilt| (out, rebuilt, esis.len() as u64))

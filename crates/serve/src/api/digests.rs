@@ -29,7 +29,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
-use super::{blocking, error, store_error, Sh};
+use super::{blocking, error, Sh};
 use crate::objects::ObjectInfo;
 use crate::Shared;
 
@@ -61,9 +61,8 @@ pub(super) async fn digests(
             format!("count must be 1 to {MAX_DIGEST_CODEWORDS}, got {count}"),
         );
     }
-    let obj = match blocking(&sh, move |sh| sh.objects.get(&name)).await {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return store_error(e),
+    let obj = match super::lookup(&sh, name).await {
+        Ok(o) => o,
         Err(r) => return r,
     };
     let codewords = obj.layout.codewords();
@@ -128,6 +127,9 @@ fn row_len(n: u32) -> u64 {
 /// missing or damaged.
 fn chunk(sh: &Shared, obj: &ObjectInfo, range: Range<u32>) -> Result<Bytes, String> {
     let count = range.end - range.start;
+    if let Some(last) = range.end.checked_sub(1) {
+        super::content::wait_at_front(obj, last)?;
+    }
     let rows = sh
         .objects
         .digests(obj, range.start, count)

@@ -10,7 +10,7 @@ use axum::Json;
 use isnode_proto::SeekBy;
 use isnode_store::Layout;
 
-use super::{blocking, store_error, ApiError, Sh};
+use super::{ApiError, Sh};
 use crate::objects::ObjectInfo;
 
 /// Segments are cut at random-access points at least this long apart when the points allow.
@@ -200,6 +200,40 @@ fn object_playlist(obj: &ObjectInfo, uri: &str) -> Result<String, ApiError> {
     Ok(playlist(uri, &segs))
 }
 
+/// How long a playlist or index request waits for a fill from the origin to complete (the
+/// time index is made from the whole object).
+const INDEX_FILL_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The complete object `name` (its time index): a fill from the origin is started or joined
+/// and waited for (bounded: `503` with `Retry-After` past [`INDEX_FILL_WAIT`]).
+async fn complete_object(
+    sh: &std::sync::Arc<crate::Shared>,
+    name: String,
+) -> Result<std::sync::Arc<crate::objects::ObjectInfo>, Response> {
+    let obj = super::lookup(sh, name.clone()).await?;
+    if obj.fill.is_none() {
+        return Ok(obj);
+    }
+    let (sh2, n2) = (sh.clone(), name.clone());
+    let deadline = std::time::Instant::now() + INDEX_FILL_WAIT;
+    let _ =
+        tokio::task::spawn_blocking(move || sh2.fills.job(&n2).map(|j| j.wait_end(deadline))).await;
+    let obj = super::lookup(sh, name.clone()).await?;
+    if obj.fill.is_none() {
+        return Ok(obj);
+    }
+    let mut r = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("{name:?} is still being filled from the origin: its time index comes when it completes"),
+    )
+    .into_response();
+    r.headers_mut().insert(
+        header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("5"),
+    );
+    Err(r)
+}
+
 /// `GET /v1/objects/{name}/index.m3u8` (its `?token=`, if any, carried onto the segments).
 pub(super) async fn get_playlist(
     _: super::roles::Viewer,
@@ -207,9 +241,8 @@ pub(super) async fn get_playlist(
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let obj = match blocking(&sh, move |sh| sh.objects.get(&name)).await {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return store_error(e),
+    let obj = match complete_object(&sh, name).await {
+        Ok(o) => o,
         Err(r) => return r,
     };
     match object_playlist(&obj, &segment_uri(query.as_deref())) {
@@ -228,9 +261,8 @@ pub(super) async fn get_index(
     State(sh): Sh,
     Path(name): Path<String>,
 ) -> Response {
-    let obj = match blocking(&sh, move |sh| sh.objects.get(&name)).await {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return store_error(e),
+    let obj = match complete_object(&sh, name).await {
+        Ok(o) => o,
         Err(r) => return r,
     };
     let Some(media) = &obj.media else {

@@ -135,6 +135,19 @@ fn body(sh: &Shared, objects: Vec<isnode_proto::ObjectInfo>) -> StatusBody {
         sessions,
         members: members(&snap),
         scrub: Some(scrub(sh, &snap)),
+        fills: sh.fills.origin().map(|(o, _)| {
+            let f = &snap.fill;
+            isnode_proto::status::StatusFills {
+                origin: o.label().to_string(),
+                fill_bytes: f.fill_bytes,
+                origin_requests: f.origin_requests,
+                active: f.fills_active,
+                started: f.fills_started,
+                done: f.fills_done,
+                errors: f.fill_errors.iter().sum(),
+                titles_evicted: f.titles_evicted,
+            }
+        }),
         cache: cache(&snap),
         egress_interval_s: 1,
         egress: sh.metrics.egress.samples(),

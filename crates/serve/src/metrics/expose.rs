@@ -102,6 +102,14 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabels {
+    class: &'static str,
+}
+
+/// The classes of `isnode_fill_errors_total`, in the order of `FillSnapshot::fill_errors`.
+const FILL_ERROR_CLASSES: [&str; 5] = ["not_found", "changed", "unreachable", "refused", "garbled"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EngineLabels {
     engine: &'static str,
 }
@@ -403,6 +411,36 @@ const SCALARS: &[Scalar] = &[
         "Objects with damage in the background scrub's last finished pass",
         |s| s.scrub.damaged_objects,
     ),
+    counter(
+        "isnode_fill_bytes",
+        "Bytes read from the origin by fills (apart from the bytes served)",
+        |s| s.fill.fill_bytes,
+    ),
+    counter(
+        "isnode_origin_requests",
+        "Requests made to the origin (HEAD and ranged GET)",
+        |s| s.fill.origin_requests,
+    ),
+    gauge(
+        "isnode_fills_active",
+        "Fills from the origin running",
+        |s| s.fill.fills_active,
+    ),
+    counter(
+        "isnode_fills_started",
+        "Fills from the origin started (one per title however many requests share it)",
+        |s| s.fill.fills_started,
+    ),
+    counter(
+        "isnode_fills_done",
+        "Fills from the origin finished (complete objects)",
+        |s| s.fill.fills_done,
+    ),
+    counter(
+        "isnode_titles_evicted",
+        "Titles evicted to keep the volume within cache_max_bytes",
+        |s| s.fill.titles_evicted,
+    ),
     counter("isnode_send_errors", "Failed send calls", |s| s.send_errors),
     counter(
         "isnode_zerocopy_sends",
@@ -520,6 +558,17 @@ impl Collector for SnapshotCollector {
             &mut enc,
             ("isnode_bytes_sent", "UDP payload bytes sent"),
             engines().zip(s.bytes_sent.iter().copied()),
+        )?;
+        labelled_counters(
+            &mut enc,
+            (
+                "isnode_fill_errors",
+                "Failed origin requests of fills, by class",
+            ),
+            FILL_ERROR_CLASSES
+                .iter()
+                .zip(s.fill.fill_errors.iter().copied())
+                .map(|(c, v)| (ClassLabels { class: c }, v)),
         )?;
         self.encode_members(&mut enc)?;
         self.encode_titles(&mut enc)

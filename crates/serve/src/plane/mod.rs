@@ -117,6 +117,8 @@ struct Active {
     applied_loss: Option<LossReport>,
     /// The pacer's repair counts already added to the metrics.
     repair_counted: RepairCounts,
+    /// Held at its object's fill front: its pacer is paused until the front passes.
+    held: bool,
 }
 
 /// One destination of a data-plane entry.
@@ -325,6 +327,7 @@ impl Worker {
             baseline,
             applied_loss: None,
             repair_counted: RepairCounts::default(),
+            held: false,
         }
     }
 
@@ -367,8 +370,15 @@ impl Worker {
             return false;
         }
         apply_controls(a, now);
-        if now >= a.retry_at_ns {
-            self.turn(a, now);
+        match hold(a, now) {
+            Hold::Go if now >= a.retry_at_ns => self.turn(a, now),
+            Hold::Go | Hold::Wait => {}
+            Hold::End => {
+                if a.s.end(SessionState::Expired, now) {
+                    tracing::warn!(id = %a.s.id, object = %a.s.object.rec.name, "session ended: its fill from the origin failed");
+                }
+                return false;
+            }
         }
         if a.pacer.is_done() {
             a.s.end(SessionState::Done, self.sh.now_ns());
@@ -387,6 +397,14 @@ impl Worker {
                 break;
             };
             let due = a.pacer.next_due().unwrap_or(now);
+            if let Step::Burst(b) = &step {
+                if !a.s.object.readable(b.sbn) {
+                    // Held at the fill front from when the burst was due: not late later.
+                    a.pacer.pause(due.min(now));
+                    a.held = true;
+                    break;
+                }
+            }
             let burst = matches!(step, Step::Burst(_));
             let sent = match step {
                 Step::Fdt { .. } => {
@@ -509,9 +527,10 @@ impl Worker {
                 continue;
             }
             let obj = a.s.object.clone();
-            let mut complete = true;
-            for (member, block) in blocks_of(&obj.layout, c..c.saturating_add(LOOKAHEAD_CODEWORDS))
-            {
+            let ahead = c.saturating_add(LOOKAHEAD_CODEWORDS);
+            let end = readable_end(&obj).min(ahead);
+            let mut complete = end == ahead;
+            for (member, block) in blocks_of(&obj.layout, c..end) {
                 let key = BlockKey {
                     toi: obj.rec.toi,
                     member,
@@ -548,6 +567,49 @@ impl Worker {
         health.hedged_member(self.sh.now_ns()) != Some(member)
             || self.reader.in_flight_of(member) == 0
     }
+}
+
+/// The codeword before which `obj` may be read ahead: all of it unless it is filling.
+pub(crate) fn readable_end(obj: &crate::objects::ObjectInfo) -> u32 {
+    match &obj.fill {
+        Some(f) if f.state() != crate::fill::front::FrontState::Complete => f.readable(),
+        _ => u32::MAX,
+    }
+}
+
+/// What a session at its object's fill front does this turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hold {
+    /// Its codeword is readable: it goes on (released if it was held).
+    Go,
+    /// Held: nothing is sent, its pacer stays paused (not fed zeros, not late).
+    Wait,
+    /// The fill failed: the session ends rather than get another version's bytes.
+    End,
+}
+
+/// Holds a session whose next codeword is past its object's fill front (its pacer
+/// paused); releases it once the front passes, unless its client paused it or has not
+/// validated it.
+fn hold(a: &mut Active, now: u64) -> Hold {
+    let Some(front) = &a.s.object.fill else {
+        return Hold::Go;
+    };
+    if a.pacer.is_done() || front.has(a.pacer.codeword()) {
+        if a.held {
+            a.held = false;
+            if !a.s.paused.load(Ordering::Acquire) && a.s.validated.load(Ordering::Acquire) {
+                a.pacer.resume(now);
+            }
+        }
+        return Hold::Go;
+    }
+    if front.state() == crate::fill::front::FrontState::Failed {
+        return Hold::End;
+    }
+    a.held = true;
+    a.pacer.pause(now);
+    Hold::Wait
 }
 
 /// Applies the session's queued control requests (seek, pause, resume) to its pacer.

@@ -149,10 +149,13 @@ impl Worker {
             {
                 continue;
             }
-            a.read_ahead_at = Some(c);
             let obj = &a.s.object;
-            for (member, block) in blocks_of(&obj.layout, c..c.saturating_add(LOOKAHEAD_CODEWORDS))
-            {
+            let ahead = c.saturating_add(LOOKAHEAD_CODEWORDS);
+            let end = super::readable_end(obj).min(ahead);
+            if end == ahead {
+                a.read_ahead_at = Some(c);
+            }
+            for (member, block) in blocks_of(&obj.layout, c..end) {
                 self.files.advise(obj, member, block);
             }
         }

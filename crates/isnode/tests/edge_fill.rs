@@ -1,0 +1,548 @@
+//! Edges that fill titles from an origin while they serve them (issue 19), against a
+//! `file:///DIR` origin (no Garage needed) and a tiny fake S3 server: a title only at the
+//! origin plays byte-identical; its first byte comes before the fill completes; 20
+//! concurrent requests make one fill; a fill killed mid-way resumes from its front; an
+//! object changed mid-fill is filled again, never mixed; missing → 404, unreachable →
+//! 502, a short body → 502 with nothing complete; `cache_max_bytes` evicts the least
+//! recently used title, never a pinned or used one; the secret is never printed.
+
+mod serve_support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use serve_support::*;
+
+/// A volume and an origin directory beside it.
+struct Edge {
+    vol: Vol,
+    origin: PathBuf,
+}
+
+impl Edge {
+    fn new() -> Edge {
+        let vol = Vol::create(SMALL_SHAPE);
+        let origin = vol.path("origin");
+        std::fs::create_dir_all(&origin).unwrap();
+        Edge { vol, origin }
+    }
+
+    /// Writes a generated MPEG-TS at the origin as `name` (atomically: a new file, renamed).
+    fn put(&self, name: &str, bitrate: u64, seconds: f64, seed: u64) -> Vec<u8> {
+        let tmp = self.vol.path(&format!("gen-{name}-{seed}"));
+        run_ok(&[
+            "gen-ts",
+            "--bitrate",
+            &bitrate.to_string(),
+            "--duration",
+            &seconds.to_string(),
+            "--seed",
+            &seed.to_string(),
+            tmp.to_str().unwrap(),
+        ]);
+        let bytes = std::fs::read(&tmp).unwrap();
+        std::fs::rename(&tmp, self.origin.join(name)).unwrap();
+        bytes
+    }
+
+    fn origin_url(&self) -> String {
+        format!("file://{}", self.origin.display())
+    }
+
+    fn serve(&self, extra: &[&str]) -> Server {
+        let origin = self.origin_url();
+        let mut args = vec!["--origin", origin.as_str()];
+        args.extend_from_slice(extra);
+        Server::start(&self.vol, &args)
+    }
+}
+
+/// `GET path` as raw bytes (status, body), with a generous read timeout.
+fn get_bytes(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut all = Vec::new();
+    let _ = s.read_to_end(&mut all);
+    let split = all
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP head");
+    let head = String::from_utf8_lossy(&all[..split]).to_string();
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    let mut body = all[split + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body);
+    }
+    (status, body)
+}
+
+fn dechunk(mut rest: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&rest[..eol])
+            .ok()
+            .and_then(|s| usize::from_str_radix(s.trim(), 16).ok())
+            .unwrap_or(0);
+        rest = &rest[eol + 2..];
+        if size == 0 || rest.len() < size {
+            out.extend_from_slice(&rest[..size.min(rest.len())]);
+            break;
+        }
+        out.extend_from_slice(&rest[..size]);
+        rest = rest.get(size + 2..).unwrap_or(&[]);
+    }
+    out
+}
+
+/// The fill of `name` in `GET /v1/fills`, if listed.
+fn fill_of(server: &Server, name: &str) -> Option<Value> {
+    let r = server.req("GET", "/v1/fills", None);
+    assert_eq!(r.status, 200, "GET /v1/fills: {}", r.body);
+    r.json()["fills"]
+        .as_array()?
+        .iter()
+        .find(|f| f["name"] == name)
+        .cloned()
+}
+
+/// Waits (bounded) until the fill of `name` is in `phase`; its report.
+#[track_caller]
+fn wait_fill(server: &Server, name: &str, phase: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(f) = fill_of(server, name) {
+            if f["phase"] == phase {
+                return f;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fill of {name} is not {phase} within {within:?}: {:?}\n{}",
+            fill_of(server, name),
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn prefill(server: &Server, name: &str, rate_bps: u64) {
+    let body = format!("{{\"titles\": [\"{name}\"], \"rate_bps\": {rate_bps}}}");
+    let r = server.req("POST", "/v1/fills", Some(&body));
+    assert_eq!(r.status, 202, "POST /v1/fills: {}", r.body);
+    assert_eq!(r.json()[0]["state"], "filling", "{}", r.body);
+}
+
+fn listed(server: &Server) -> Vec<String> {
+    let r = server.req("GET", "/v1/objects", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_title_only_at_the_origin_plays_byte_identical_and_is_then_ordinary() {
+    let edge = Edge::new();
+    let src = edge.put("film.ts", 2_000_000, 4.0, 1);
+    let server = edge.serve(&[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (_, out) = play_to_end(&server, &edge.vol, "film.ts", "p1", &[], deadline);
+    assert!(out == src, "the played bytes differ from the origin's");
+    let f = wait_fill(&server, "film.ts", "done", Duration::from_secs(30));
+    assert_eq!(f["size_bytes"], src.len() as u64);
+    let m = server.metrics();
+    let fetched = m.get("isnode_fill_bytes_total");
+    assert!(
+        fetched >= src.len() as f64 && fetched < 2.0 * src.len() as f64,
+        "fetched {fetched} bytes for {}",
+        src.len()
+    );
+    // Now an ordinary object: listed, played again without the origin.
+    assert!(listed(&server).contains(&"film.ts".to_string()));
+    let requests = m.get("isnode_origin_requests_total");
+    let (_, again) = play_to_end(&server, &edge.vol, "film.ts", "p2", &[], deadline);
+    assert!(again == src);
+    assert_eq!(
+        server.metrics().get("isnode_origin_requests_total"),
+        requests
+    );
+    // Fill bytes and served bytes are counted apart.
+    let status = server.req("GET", "/v1/status", None).json();
+    assert_eq!(status["fills"]["fill_bytes"], fetched as u64, "{status}");
+    assert_eq!(status["fills"]["done"], 1);
+}
+
+#[test]
+fn the_first_byte_comes_before_the_fill_completes() {
+    let edge = Edge::new();
+    // 12 s at 2 Mbit/s: 3 MB. Pre-filled at 1 Mbit/s; a viewer's request raises the cap to
+    // twice the bitrate (4 Mbit/s): the fill takes about 6 s, the first byte much less.
+    let src = edge.put("slow.ts", 2_000_000, 12.0, 2);
+    let server = edge.serve(&[]);
+    prefill(&server, "slow.ts", 1_000_000);
+    let t0 = Instant::now();
+    let (status, body) = get_bytes(server.addr, "/o/slow.ts", &[("Range", "bytes=0-9999")]);
+    let first_byte_s = t0.elapsed().as_secs_f64();
+    assert_eq!(status, 206);
+    assert!(body == src[..10_000], "the first bytes differ");
+    let phase_then = fill_of(&server, "slow.ts").unwrap()["phase"].clone();
+    let f = wait_fill(&server, "slow.ts", "done", Duration::from_secs(60));
+    let fill_s = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "time to first byte {first_byte_s:.3} s, fill complete {fill_s:.3} s, {} bytes, {} origin requests",
+        f["size_bytes"], f["origin_requests"]
+    );
+    assert_eq!(
+        phase_then, "filling",
+        "the first bytes came while it was filling"
+    );
+    assert!(first_byte_s < fill_s);
+    let (status, all) = get_bytes(server.addr, "/o/slow.ts", &[]);
+    assert_eq!(status, 200);
+    assert!(all == src);
+}
+
+#[test]
+fn twenty_concurrent_requests_for_one_missing_title_make_one_fill() {
+    let edge = Edge::new();
+    let src = Arc::new(edge.put("herd.ts", 4_000_000, 6.0, 3));
+    let server = edge.serve(&[]);
+    let addr = server.addr;
+    let threads: Vec<_> = (0..20)
+        .map(|i| {
+            let src = src.clone();
+            std::thread::spawn(move || {
+                let path = match i % 2 {
+                    0 => "/o/herd.ts",
+                    _ => "/v1/objects/herd.ts/content",
+                };
+                let (status, body) = get_bytes(addr, path, &[]);
+                assert_eq!(status, 200, "client {i}");
+                assert!(body == *src, "client {i}: the bytes differ");
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let m = server.metrics();
+    assert_eq!(m.get("isnode_fills_started_total"), 1.0, "one fill");
+    let ranges = src.len().div_ceil(1 << 20) as f64;
+    // HEAD, the ranges, the probe's tail.
+    let requests = m.get("isnode_origin_requests_total");
+    assert!(
+        requests <= ranges + 2.0,
+        "{requests} origin requests for {ranges} ranges"
+    );
+}
+
+#[test]
+fn a_fill_killed_mid_way_resumes_from_its_front() {
+    let edge = Edge::new();
+    let src = edge.put("long.ts", 4_000_000, 10.0, 4); // 5 MB
+    let size = src.len() as f64;
+    let mut server = edge.serve(&[]);
+    prefill(&server, "long.ts", 3_000_000);
+    // Wait for a front past 1.5 MiB, then kill -9.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let fetched_before = loop {
+        let f = fill_of(&server, "long.ts").expect("listed");
+        if f["filled_bytes"].as_u64().unwrap_or(0) > 3 << 19 {
+            break server.metrics().get("isnode_fill_bytes_total");
+        }
+        assert!(Instant::now() < deadline, "no progress: {f}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(server.pid() as i32, libc::SIGKILL);
+    }
+    server.wait_exit(Instant::now() + Duration::from_secs(10));
+    let server = edge.serve(&[]);
+    let f = wait_fill(&server, "long.ts", "done", Duration::from_secs(60));
+    let fetched_after = server.metrics().get("isnode_fill_bytes_total");
+    eprintln!("fetched {fetched_before} bytes before the kill, {fetched_after} after, of {size}");
+    assert!(
+        fetched_after < size - 1_000_000.0,
+        "resumed, not restarted: {f}"
+    );
+    assert!(fetched_before + fetched_after < 2.0 * size);
+    let (status, all) = get_bytes(server.addr, "/o/long.ts", &[]);
+    assert_eq!(status, 200);
+    assert!(all == src, "the resumed fill's bytes differ");
+}
+
+#[test]
+fn an_object_changed_during_its_fill_is_filled_again_never_mixed() {
+    let edge = Edge::new();
+    let old = edge.put("moving.ts", 4_000_000, 8.0, 5);
+    let server = edge.serve(&[]);
+    prefill(&server, "moving.ts", 2_000_000);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fill_of(&server, "moving.ts").unwrap()["filled_bytes"]
+        .as_u64()
+        .unwrap_or(0)
+        == 0
+    {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let new = edge.put("moving.ts", 4_000_000, 8.0, 6);
+    assert!(new != old);
+    // Lift the cap (a pre-fill without one joins).
+    prefill(&server, "moving.ts", 0);
+    let f = wait_fill(&server, "moving.ts", "done", Duration::from_secs(60));
+    assert!(f["attempts"].as_u64().unwrap() >= 2, "{f}");
+    let (status, all) = get_bytes(server.addr, "/o/moving.ts", &[]);
+    assert_eq!(status, 200);
+    assert!(all == new, "the output is not the new version");
+    let m = server.metrics();
+    assert!(m.get("isnode_fill_errors_total{class=\"changed\"}") >= 1.0);
+}
+
+#[test]
+fn a_missing_object_is_404_and_an_unreachable_origin_502_without_the_secret() {
+    let edge = Edge::new();
+    let server = edge.serve(&[]);
+    let (status, _) = get_bytes(server.addr, "/o/nope.ts", &[]);
+    assert_eq!(status, 404);
+    let r = server.post_session("nope.ts", 40_000);
+    assert_eq!(r.status, 404, "{}", r.body);
+    drop(server);
+
+    let secret = "wJalrXUtnFEMI-K7MDENG-do-not-print";
+    let config = edge.vol.path("edge.toml");
+    let dead = free_port();
+    std::fs::write(
+        &config,
+        format!(
+            "origin = \"s3://films\"\norigin_endpoint = \"http://127.0.0.1:{dead}\"\n\
+             origin_region = \"garage\"\norigin_access_key_id = \"GK0123\"\n\
+             origin_secret_access_key = \"{secret}\"\n"
+        ),
+    )
+    .unwrap();
+    let checked = run_ok(&["config", "check", config.to_str().unwrap()]);
+    assert!(!checked.contains(secret), "config check printed the secret");
+    assert!(checked.contains("origin_secret_access_key"), "{checked}");
+    let server = Server::start_env(
+        &edge.vol,
+        &["--config", config.to_str().unwrap()],
+        &[("RUST_LOG", "debug")],
+    );
+    let r = server.req("GET", "/o/film.ts", None);
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert!(!r.body.contains(secret));
+    let r = server.post_session("film.ts", 40_000);
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert!(
+        !server.log_text().contains(secret),
+        "the log shows the secret"
+    );
+    let unreachable = server
+        .metrics()
+        .get("isnode_fill_errors_total{class=\"unreachable\"}");
+    assert!(unreachable >= 1.0, "{unreachable}");
+}
+
+/// How the fake S3 server answers ranged GETs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fake {
+    /// Half of the asked bytes, announced as such.
+    Short,
+    /// The whole length announced, half sent, the connection closed.
+    Cut,
+}
+
+/// A tiny S3 server on loopback serving one object under `/films/`; counts its GETs.
+fn fake_s3(data: Arc<Vec<u8>>, mode: Fake) -> (SocketAddr, Arc<AtomicU64>, Arc<AtomicBool>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let gets = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (g, s) = (gets.clone(), stop.clone());
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        while !s.load(Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((conn, _)) => {
+                    let (data, g) = (data.clone(), g.clone());
+                    std::thread::spawn(move || fake_answer(conn, &data, mode, &g));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    });
+    (addr, gets, stop)
+}
+
+fn fake_answer(mut conn: TcpStream, data: &[u8], mode: Fake, gets: &AtomicU64) {
+    conn.set_nonblocking(false).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    loop {
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match conn.read(&mut b) {
+                Ok(1) => head.push(b[0]),
+                _ => return,
+            }
+        }
+        let text = String::from_utf8_lossy(&head).to_string();
+        let method = text.split_whitespace().next().unwrap_or("").to_string();
+        let etag = "\"0123456789abcdef0123456789abcdef\"";
+        let common = format!(
+            "ETag: {etag}\r\nLast-Modified: Tue, 24 Nov 2026 10:00:00 GMT\r\nAccept-Ranges: bytes\r\n"
+        );
+        if method == "HEAD" {
+            let a = format!(
+                "HTTP/1.1 200 OK\r\n{common}Content-Length: {}\r\n\r\n",
+                data.len()
+            );
+            if conn.write_all(a.as_bytes()).is_err() {
+                return;
+            }
+            continue;
+        }
+        gets.fetch_add(1, Ordering::Relaxed);
+        let range = text
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("range: bytes=")
+                    .map(str::to_string)
+            })
+            .and_then(|r| {
+                let (a, b) = r.trim().split_once('-')?;
+                Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?))
+            })
+            .unwrap_or((0, data.len() - 1));
+        let (start, end) = (range.0, range.1.min(data.len() - 1));
+        let half = start + (end + 1 - start) / 2;
+        let (announced_end, sent) = match mode {
+            Fake::Short => (half, &data[start..half]),
+            Fake::Cut => (end + 1, &data[start..half]),
+        };
+        let a = format!(
+            "HTTP/1.1 206 Partial Content\r\n{common}Content-Range: bytes {start}-{}/{}\r\nContent-Length: {}\r\n\r\n",
+            announced_end - 1,
+            data.len(),
+            announced_end - start
+        );
+        let _ = conn.write_all(a.as_bytes());
+        let _ = conn.write_all(sent);
+        if mode == Fake::Cut {
+            return;
+        }
+    }
+}
+
+#[test]
+fn an_origin_sending_short_or_cut_bodies_is_502_and_nothing_is_complete() {
+    for mode in [Fake::Short, Fake::Cut] {
+        let edge = Edge::new();
+        let src = Arc::new(edge.put("film.ts", 2_000_000, 6.0, 7));
+        let (addr, gets, stop) = fake_s3(src.clone(), mode);
+        let endpoint = format!("http://{addr}");
+        let server = Server::start_env(
+            &edge.vol,
+            &["--origin", "s3://films", "--origin-endpoint", &endpoint],
+            &[
+                ("AWS_ACCESS_KEY_ID", "GKfake"),
+                ("AWS_SECRET_ACCESS_KEY", "fake-secret"),
+            ],
+        );
+        let r = server.req("GET", "/o/film.ts", None);
+        assert_eq!(r.status, 502, "{}", r.body);
+        let r = server.post_session("film.ts", 40_000);
+        assert_eq!(r.status, 502, "{}", r.body);
+        assert!(
+            gets.load(Ordering::Relaxed) >= 1,
+            "the fake origin was asked"
+        );
+        assert!(
+            !listed(&server).contains(&"film.ts".to_string()),
+            "nothing complete"
+        );
+        let m = server.metrics();
+        let bad = m.get("isnode_fill_errors_total{class=\"garbled\"}")
+            + m.get("isnode_fill_errors_total{class=\"unreachable\"}");
+        assert!(bad >= 1.0);
+        stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Bytes of the segment files of the volume (what the titles take).
+fn segment_bytes(root: &Path) -> u64 {
+    let mut sum = 0;
+    for member in std::fs::read_dir(root.join("members")).unwrap().flatten() {
+        let objects = member.path().join("objects");
+        for f in std::fs::read_dir(&objects).into_iter().flatten().flatten() {
+            sum += f.metadata().map(|m| m.len()).unwrap_or(0);
+        }
+    }
+    sum
+}
+
+#[test]
+fn cache_max_bytes_evicts_the_least_recently_used_title_not_a_pinned_or_used_one() {
+    let edge = Edge::new();
+    for (i, name) in ["a.ts", "b.ts", "c.ts", "d.ts"].iter().enumerate() {
+        edge.put(name, 2_000_000, 3.0, 10 + i as u64);
+    }
+    // One title's stored size, from a first server without a cap.
+    let server = edge.serve(&[]);
+    assert_eq!(get_bytes(server.addr, "/o/a.ts", &[]).0, 200);
+    wait_fill(&server, "a.ts", "done", Duration::from_secs(30));
+    let one = segment_bytes(&edge.vol.root);
+    assert!(one > 0);
+    drop(server);
+    // Room for three titles and a half.
+    let cap = (one * 7 / 2).to_string();
+    let server = edge.serve(&["--cache-max-bytes", &cap]);
+    for name in ["b.ts", "c.ts"] {
+        assert_eq!(get_bytes(server.addr, &format!("/o/{name}"), &[]).0, 200);
+        wait_fill(&server, name, "done", Duration::from_secs(30));
+    }
+    // a.ts (oldest) pinned, b.ts in use by a session: c.ts goes for d.ts.
+    let r = server.req("POST", "/v1/objects/a.ts/pin", None);
+    assert_eq!(r.status, 204, "{}", r.body);
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let r = server.post_session("b.ts", sock.local_addr().unwrap().port());
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(get_bytes(server.addr, "/o/d.ts", &[]).0, 200);
+    wait_fill(&server, "d.ts", "done", Duration::from_secs(30));
+    let names = listed(&server);
+    assert!(names.contains(&"a.ts".to_string()), "pinned: {names:?}");
+    assert!(names.contains(&"b.ts".to_string()), "in use: {names:?}");
+    assert!(
+        !names.contains(&"c.ts".to_string()),
+        "least recently used: {names:?} (cap {cap}, one title {one})\n{}",
+        server.log_text()
+    );
+    assert!(names.contains(&"d.ts".to_string()), "{names:?}");
+    assert_eq!(server.metrics().get("isnode_titles_evicted_total"), 1.0);
+    let pins = server.req("GET", "/v1/fills", None).json()["pins"].clone();
+    assert_eq!(pins, serde_json::json!(["a.ts"]));
+}

@@ -1,0 +1,129 @@
+//! The object a request names, filled from the origin when the volume lacks it: the one
+//! lookup of every route that reads a title (sessions, content, playlists, digests).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use isnode_store::StoreError;
+
+use super::{start_or_join, FillKind, FIRST_BYTES_WAIT};
+use crate::objects::ObjectInfo;
+use crate::Shared;
+
+/// Why a request gets no object.
+#[derive(Debug)]
+pub(crate) enum LookupError {
+    /// The catalog's answer (no origin, or not a fill matter).
+    Store(StoreError),
+    /// The fill failed: the status (`404`, `409`, `502`, ...) and why.
+    Fill(StatusCode, String),
+    /// The fill's first codewords did not come in time (`503`).
+    Slow(String),
+}
+
+/// The object `name` to serve: a fill under way (joined), the complete object (its origin
+/// ETag checked at most every `origin_check_interval_s`: a changed one is filled again and
+/// served from the new fill), or a new fill when the volume lacks it and an origin is
+/// configured. Blocks (catalog, origin HEAD, the first codewords): call it off the runtime.
+pub(crate) fn object_for(sh: &Arc<Shared>, name: &str) -> Result<Arc<ObjectInfo>, LookupError> {
+    if let Some(job) = sh.fills.job(name) {
+        return wait_first(&job);
+    }
+    match sh.objects.get(name) {
+        Ok(o) => {
+            super::touch::touched(sh, name);
+            match changed_at_origin(sh, name) {
+                true => fill(sh, name),
+                false => Ok(o),
+            }
+        }
+        Err(StoreError::NotFound(_)) if sh.fills.origin().is_some() => {
+            isnode_store::ingest::validate_name(name).map_err(LookupError::Store)?;
+            fill(sh, name)
+        }
+        Err(e) => Err(LookupError::Store(e)),
+    }
+}
+
+/// Starts or joins the fill of `name` and waits for its first codewords.
+fn fill(sh: &Arc<Shared>, name: &str) -> Result<Arc<ObjectInfo>, LookupError> {
+    let job = start_or_join(sh, name, FillKind::Demand)
+        .map_err(|e| LookupError::Fill(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    wait_first(&job)
+}
+
+fn wait_first(job: &super::FillJob) -> Result<Arc<ObjectInfo>, LookupError> {
+    match job.wait_first(Instant::now() + FIRST_BYTES_WAIT) {
+        Some(Ok(info)) => Ok(info),
+        Some(Err(f)) => {
+            let (status, msg) = f.answer();
+            Err(LookupError::Fill(status, msg))
+        }
+        None => Err(LookupError::Slow(format!(
+            "{:?} is being filled from the origin; its first bytes did not come within {} s",
+            job.name,
+            FIRST_BYTES_WAIT.as_secs()
+        ))),
+    }
+}
+
+/// Whether the complete object `name`, filled from the origin, has another ETag there now
+/// (checked at most every `origin_check_interval_s`; an origin error keeps the local copy).
+fn changed_at_origin(sh: &Shared, name: &str) -> bool {
+    let interval = Duration::from_secs(sh.config().origin_check_interval_s);
+    if !sh.fills.check_due(name, interval) {
+        return false;
+    }
+    let Ok(Some(local)) = sh.objects.with_volume(|v| v.origin_etag(name)) else {
+        return false; // ingested locally, or the catalog failed: nothing to compare
+    };
+    let Some((origin, rt)) = sh.fills.origin() else {
+        return false;
+    };
+    sh.fills
+        .counters
+        .origin_requests
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    match rt.block_on(origin.head(name)) {
+        Ok(meta) if meta.etag == local => {
+            let now = crate::objects::system_clock_s() as i64;
+            let r = sh
+                .objects
+                .with_volume_mut(|v| v.set_origin_checked(name, now));
+            if let Err(e) = r {
+                tracing::warn!(title = %name, "recording the origin check: {e}");
+            }
+            false
+        }
+        Ok(_) => {
+            tracing::info!(title = %name, "changed at the origin: filling it again");
+            true
+        }
+        Err(e) => {
+            sh.fills.counters.error(e.class());
+            tracing::warn!(title = %name, "checking the origin: {e}; serving the local copy");
+            false
+        }
+    }
+}
+
+impl LookupError {
+    /// The answer a client gets.
+    pub(crate) fn status_and_message(&self) -> (StatusCode, String) {
+        match self {
+            LookupError::Store(e) => (store_status(e), e.to_string()),
+            LookupError::Fill(s, m) => (*s, m.clone()),
+            LookupError::Slow(m) => (StatusCode::SERVICE_UNAVAILABLE, m.clone()),
+        }
+    }
+}
+
+/// The status of a catalog error (as the API's other routes answer it).
+fn store_status(e: &StoreError) -> StatusCode {
+    match e {
+        StoreError::NotFound(_) | StoreError::BadName { .. } => StatusCode::NOT_FOUND,
+        StoreError::BadObject { .. } => StatusCode::CONFLICT,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}

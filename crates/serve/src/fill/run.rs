@@ -1,0 +1,436 @@
+//! The fill thread of one title: HEAD, probe (or the filling object's own record when
+//! resuming), then the ranged GETs in order into the store's [`Fill`], committed as they
+//! come; retries from the durable front, restarts on a new version.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use bytes::Bytes;
+use isnode_store::{Fill, FillSpec, StoreError, Volume};
+
+use super::front::readable_codewords;
+use super::job::{FillJob, JobFailure};
+use crate::objects::ObjectInfo;
+use crate::origin::{Origin, OriginError, OriginMeta};
+use crate::Shared;
+
+/// Commits at least this often while bytes come (the front moves for the viewers).
+const COMMIT_EVERY: Duration = Duration::from_millis(100);
+/// Attempts of one fill after origin errors (each from the durable front).
+const MAX_ATTEMPTS: u32 = 6;
+/// New versions met during one fill before it gives up (an object rewritten non-stop).
+const MAX_VERSIONS: u32 = 4;
+/// The first backoff after an origin error (doubled each time).
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// Longest sleep of the rate cap between two checks (a lifted cap applies at once).
+const THROTTLE_STEP: Duration = Duration::from_millis(50);
+
+/// Why an attempt stopped.
+enum Stop {
+    /// An origin error (retried unless it is a missing object).
+    Origin(OriginError),
+    /// The object changed at the origin: abandoned, started again.
+    Changed,
+    /// The server is stopping: the filling object stays, resumed at the next start.
+    Shutdown,
+    /// Cannot go on.
+    Fatal(JobFailure),
+}
+
+impl From<OriginError> for Stop {
+    fn from(e: OriginError) -> Stop {
+        match e {
+            OriginError::Changed(_) => Stop::Changed,
+            e => Stop::Origin(e),
+        }
+    }
+}
+
+impl From<StoreError> for Stop {
+    fn from(e: StoreError) -> Stop {
+        let status = match e {
+            _ if e.is_no_room() => StatusCode::INSUFFICIENT_STORAGE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Stop::Fatal(JobFailure::Other {
+            status,
+            msg: format!("filling from the origin: {e}"),
+        })
+    }
+}
+
+impl From<super::probe::ProbeError> for Stop {
+    fn from(e: super::probe::ProbeError) -> Stop {
+        match e {
+            super::probe::ProbeError::Origin(e) => e.into(),
+            e @ super::probe::ProbeError::Media(_) => Stop::Fatal(JobFailure::Other {
+                status: StatusCode::BAD_GATEWAY,
+                msg: e.to_string(),
+            }),
+        }
+    }
+}
+
+/// Runs the fill of `job` to its end (done, failed, or the server stopping).
+pub(super) fn run(sh: &Arc<Shared>, job: &Arc<FillJob>) {
+    let Some((origin, rt)) = sh.fills.origin() else {
+        job.fail_with(
+            "no origin is configured".into(),
+            Some(StatusCode::NOT_FOUND),
+        );
+        return;
+    };
+    let origin = origin.clone();
+    let (mut attempts, mut versions, mut fresh) = (0u32, 0u32, false);
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let stop = match attempt(sh, job, &origin, &rt, fresh) {
+            Ok(()) => {
+                sh.fills.mark_checked(&job.name);
+                job.done();
+                sh.fills.counters.fills_done.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(title = %job.name, "fill complete");
+                return;
+            }
+            Err(stop) => stop,
+        };
+        attempts += 1;
+        fresh = false;
+        match stop {
+            Stop::Shutdown => return,
+            Stop::Changed if versions < MAX_VERSIONS => {
+                versions += 1;
+                fresh = true;
+                tracing::warn!(title = %job.name, "the object changed at the origin: fill started again");
+            }
+            Stop::Changed => {
+                let e =
+                    OriginError::Changed(format!("{:?} kept changing during its fill", job.name));
+                job.fail(JobFailure::Origin(e));
+                return;
+            }
+            Stop::Origin(e)
+                if e.is_retryable() && attempts < MAX_ATTEMPTS && job.front().readable() > 0 =>
+            {
+                tracing::warn!(title = %job.name, "fill interrupted ({e}); retrying in {} ms from its front", backoff.as_millis());
+                job.retrying();
+                if sleep_unless_shutdown(sh, backoff) {
+                    return;
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(8));
+            }
+            Stop::Origin(e) => {
+                tracing::warn!(title = %job.name, "fill failed: {e}");
+                job.fail(JobFailure::Origin(e));
+                return;
+            }
+            Stop::Fatal(f) => {
+                tracing::warn!(title = %job.name, "fill failed: {}", f.answer().1);
+                job.fail(f);
+                return;
+            }
+        }
+    }
+}
+
+/// Sleeps `d` unless the server stops first (true then).
+fn sleep_unless_shutdown(sh: &Shared, d: Duration) -> bool {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        if sh.shutdown.load(Ordering::Acquire) {
+            return true;
+        }
+        std::thread::sleep(THROTTLE_STEP.min(end.saturating_duration_since(Instant::now())));
+    }
+    sh.shutdown.load(Ordering::Acquire)
+}
+
+/// Counts one origin request of `job` and its outcome.
+fn counted<T>(
+    sh: &Shared,
+    job: &FillJob,
+    r: Result<T, OriginError>,
+    bytes: impl Fn(&T) -> u64,
+) -> Result<T, OriginError> {
+    let c = &sh.fills.counters;
+    c.origin_requests.fetch_add(1, Ordering::Relaxed);
+    job.origin_requests.fetch_add(1, Ordering::Relaxed);
+    match &r {
+        Ok(v) => {
+            let n = bytes(v);
+            c.fill_bytes.fetch_add(n, Ordering::Relaxed);
+            job.fetched_bytes.fetch_add(n, Ordering::Relaxed);
+        }
+        Err(e) => c.error(e.class()),
+    }
+    r
+}
+
+/// One attempt: from the durable front (or zero) to the complete object.
+fn attempt(
+    sh: &Arc<Shared>,
+    job: &Arc<FillJob>,
+    origin: &Arc<Origin>,
+    rt: &tokio::runtime::Handle,
+    fresh: bool,
+) -> Result<(), Stop> {
+    let meta = counted(sh, job, rt.block_on(origin.head(&job.name)), |_| 0)?;
+    if meta.size_bytes == 0 {
+        return Err(Stop::Fatal(JobFailure::Origin(OriginError::Garbled(
+            format!("{:?} is empty at the origin", job.name),
+        ))));
+    }
+    job.begin_attempt(meta.size_bytes, fresh);
+    let mut vol = Volume::open(sh.objects.root())?;
+    super::evict::make_room(sh, &mut vol, &job.name, meta.size_bytes)?;
+    let range_bytes = sh.config().fill_range_bytes;
+    let (spec, head) = spec_for(sh, job, &vol, origin, rt, &meta, range_bytes)?;
+    let mut fill = Fill::begin_or_resume(&mut vol, &spec)?;
+    let front = job.front();
+    let info = ObjectInfo::filling(&vol, fill.record().clone(), front)?;
+    let layout = info.layout.clone();
+    job.publish(Arc::new(info));
+    job.progress(
+        fill.next_byte_offset(),
+        readable_codewords(&layout, fill.front_codewords()),
+    );
+    let mut p = Pipeline::new(
+        sh,
+        job,
+        origin,
+        rt,
+        &spec,
+        range_bytes,
+        fill.next_byte_offset(),
+    );
+    if let Some(h) = head.filter(|_| fill.next_byte_offset() == 0) {
+        p.queue.push_back(Pending::ready(0..h.len() as u64, h));
+        p.next_request = p
+            .next_request
+            .max(p.queue.back().map_or(0, |x| x.range.end));
+    }
+    let mut last_commit = Instant::now();
+    while let Some((range, bytes)) = p.next()? {
+        let at = fill.next_byte_offset();
+        let skip = usize::try_from(at.saturating_sub(range.start)).unwrap_or(usize::MAX);
+        let Some(new) = bytes.get(skip..) else {
+            return Err(Stop::Fatal(JobFailure::Other {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                msg: format!(
+                    "fill of {:?}: range {range:?} is before the front {at}",
+                    job.name
+                ),
+            }));
+        };
+        fill.push(&mut vol, new)?;
+        let first = job.front().readable() == 0;
+        if first
+            || last_commit.elapsed() >= COMMIT_EVERY
+            || fill.next_byte_offset() >= spec.size_bytes
+        {
+            let committed = fill.commit(&mut vol)?;
+            last_commit = Instant::now();
+            job.progress(
+                fill.next_byte_offset(),
+                readable_codewords(&layout, committed),
+            );
+        }
+        if sh.shutdown.load(Ordering::Acquire) {
+            let _ = fill.commit(&mut vol);
+            return Err(Stop::Shutdown);
+        }
+    }
+    if fill.next_byte_offset() < spec.size_bytes {
+        return Err(Stop::Origin(OriginError::Garbled(format!(
+            "{:?}: the origin's ranges ended at byte {} of {}",
+            job.name,
+            fill.next_byte_offset(),
+            spec.size_bytes
+        ))));
+    }
+    fill.commit(&mut vol)?;
+    fill.finish(&mut vol)?;
+    Ok(())
+}
+
+/// The fill's spec: the filling object's own (resuming the same version: no probe), or a
+/// probe of the first range, which is then pushed rather than fetched again.
+fn spec_for(
+    sh: &Shared,
+    job: &FillJob,
+    vol: &Volume,
+    origin: &Origin,
+    rt: &tokio::runtime::Handle,
+    meta: &OriginMeta,
+    range_bytes: u64,
+) -> Result<(FillSpec, Option<Bytes>), Stop> {
+    if let Some(spec) = super::resume::resumable_spec(vol, &job.name, meta)? {
+        return Ok((spec, None));
+    }
+    let head_end = range_bytes.min(meta.size_bytes);
+    let head = counted(
+        sh,
+        job,
+        rt.block_on(origin.get_range(&job.name, 0..head_end, &meta.etag)),
+        |b| b.len() as u64,
+    )?;
+    let probed = super::probe::probe(rt, origin, &job.name, (meta.size_bytes, &meta.etag), &head)?;
+    let spec = FillSpec {
+        name: job.name.clone(),
+        size_bytes: meta.size_bytes,
+        bitrate_bps: probed.bitrate_bps,
+        content_type: probed.content_type,
+        origin_etag: meta.etag.clone(),
+    };
+    Ok((spec, Some(head)))
+}
+
+/// One ranged GET, fetched or under way.
+struct Pending {
+    range: Range<u64>,
+    ready: Option<Bytes>,
+    task: Option<tokio::task::JoinHandle<Result<Bytes, OriginError>>>,
+}
+
+impl Pending {
+    fn ready(range: Range<u64>, bytes: Bytes) -> Pending {
+        Pending {
+            range,
+            ready: Some(bytes),
+            task: None,
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(t) = &self.task {
+            t.abort();
+        }
+    }
+}
+
+/// The ranged GETs of one attempt: at most `fill_parallel_ranges` in flight, handed out
+/// in order, started no faster than the job's rate cap.
+struct Pipeline<'a> {
+    sh: &'a Arc<Shared>,
+    job: &'a Arc<FillJob>,
+    origin: &'a Arc<Origin>,
+    rt: &'a tokio::runtime::Handle,
+    etag: String,
+    size: u64,
+    range_bytes: u64,
+    next_request: u64,
+    queue: VecDeque<Pending>,
+    /// The rate cap's clock: when, and from which byte, it started counting.
+    paced_from: (Instant, u64),
+}
+
+impl<'a> Pipeline<'a> {
+    fn new(
+        sh: &'a Arc<Shared>,
+        job: &'a Arc<FillJob>,
+        origin: &'a Arc<Origin>,
+        rt: &'a tokio::runtime::Handle,
+        spec: &FillSpec,
+        range_bytes: u64,
+        from: u64,
+    ) -> Pipeline<'a> {
+        // Ranges are aligned to the range size (the origin's blocks).
+        let aligned = from - from % range_bytes.max(1);
+        Pipeline {
+            sh,
+            job,
+            origin,
+            rt,
+            etag: spec.origin_etag.clone(),
+            size: spec.size_bytes,
+            range_bytes,
+            next_request: aligned,
+            queue: VecDeque::new(),
+            paced_from: (Instant::now(), aligned),
+        }
+    }
+
+    /// The next range in order with its bytes; `None` once every range was handed out.
+    fn next(&mut self) -> Result<Option<(Range<u64>, Bytes)>, Stop> {
+        self.fill_queue()?;
+        let Some(mut p) = self.queue.pop_front() else {
+            return Ok(None);
+        };
+        let bytes = match (p.ready.take(), p.task.take()) {
+            (Some(b), _) => b,
+            (None, Some(task)) => match self.rt.block_on(task) {
+                Ok(r) => r?,
+                Err(e) => {
+                    return Err(Stop::Origin(OriginError::Unreachable(format!(
+                        "origin request lost: {e}"
+                    ))))
+                }
+            },
+            (None, None) => {
+                return Err(Stop::Origin(OriginError::Unreachable(
+                    "no origin request".into(),
+                )))
+            }
+        };
+        Ok(Some((p.range.clone(), bytes)))
+    }
+
+    /// Starts ranged GETs until `fill_parallel_ranges` are in flight (rate cap allowing).
+    fn fill_queue(&mut self) -> Result<(), Stop> {
+        let parallel = self.sh.config().fill_parallel_ranges.max(1) as usize;
+        while self.queue.len() < parallel && self.next_request < self.size {
+            if !self.queue.is_empty() && !self.may_start() {
+                break;
+            }
+            if self.queue.is_empty() {
+                self.wait_for_cap()?;
+            }
+            let start = self.next_request;
+            let end = (start + self.range_bytes).min(self.size);
+            self.next_request = end;
+            let (origin, name, etag) = (
+                self.origin.clone(),
+                self.job.name.clone(),
+                self.etag.clone(),
+            );
+            let (sh, job) = (self.sh.clone(), self.job.clone());
+            let task = self.rt.spawn(async move {
+                let r = origin.get_range(&name, start..end, &etag).await;
+                counted(&sh, &job, r, |b| b.len() as u64)
+            });
+            self.queue.push_back(Pending {
+                range: start..end,
+                ready: None,
+                task: Some(task),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the rate cap lets the next range start now.
+    fn may_start(&self) -> bool {
+        let cap = self.job.rate_cap_bps();
+        if cap == 0 {
+            return true;
+        }
+        let (t0, b0) = self.paced_from;
+        let bits = (self.next_request - b0) as f64 * 8.0;
+        t0.elapsed().as_secs_f64() >= bits / cap as f64
+    }
+
+    /// Waits until the rate cap lets the next range start (the server stopping ends it).
+    fn wait_for_cap(&self) -> Result<(), Stop> {
+        while !self.may_start() {
+            if sleep_unless_shutdown(self.sh, THROTTLE_STEP) {
+                return Err(Stop::Shutdown);
+            }
+        }
+        Ok(())
+    }
+}
