@@ -375,6 +375,9 @@ impl OriginEdges {
                         &endpoint,
                         "--origin-region",
                         REGION,
+                        // Every client of the test is 127.0.0.1.
+                        "--max-sessions-per-client",
+                        "64",
                     ],
                     env,
                 );
