@@ -546,3 +546,35 @@ fn cache_max_bytes_evicts_the_least_recently_used_title_not_a_pinned_or_used_one
     let pins = server.req("GET", "/v1/fills", None).json()["pins"].clone();
     assert_eq!(pins, serde_json::json!(["a.ts"]));
 }
+
+#[test]
+fn the_fill_command_prefills_titles_at_a_capped_rate() {
+    let edge = Edge::new();
+    let a = edge.put("a.ts", 2_000_000, 3.0, 20);
+    edge.put("b.ts", 2_000_000, 3.0, 21);
+    let server = edge.serve(&["--prefill-rate-bps", "50000000"]);
+    let out = command()
+        .args(["fill", "a.ts", "b.ts", "nope.ts", "--server", &server.url()])
+        .args(["--rate-bps", "40000000", "--wait", "--wait-timeout-s", "60"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = text(&out);
+    // nope.ts fails (404 at the origin): exit 1, the others done.
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("\"a.ts\": filling"), "{text}");
+    assert!(text.contains("nope.ts: failed"), "{text}");
+    for name in ["a.ts", "b.ts"] {
+        let f = wait_fill(&server, name, "done", Duration::from_secs(30));
+        assert_eq!(f["rate_cap_bps"], 40_000_000, "{f}");
+    }
+    let names = listed(&server);
+    assert!(names.contains(&"a.ts".to_string()) && names.contains(&"b.ts".to_string()));
+    let (status, body) = get_bytes(server.addr, "/o/a.ts", &[]);
+    assert_eq!(status, 200);
+    assert!(body == a);
+    // Pre-filling a present title says so.
+    let r = server.req("POST", "/v1/fills", Some("{\"titles\": [\"a.ts\"]}"));
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(r.json()[0]["state"], "present");
+}

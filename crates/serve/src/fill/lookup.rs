@@ -28,6 +28,7 @@ pub(crate) enum LookupError {
 /// configured. Blocks (catalog, origin HEAD, the first codewords): call it off the runtime.
 pub(crate) fn object_for(sh: &Arc<Shared>, name: &str) -> Result<Arc<ObjectInfo>, LookupError> {
     if let Some(job) = sh.fills.job(name) {
+        job.join(FillKind::Demand);
         return wait_first(&job);
     }
     match sh.objects.get(name) {

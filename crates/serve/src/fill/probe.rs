@@ -24,6 +24,8 @@ pub(crate) struct Probed {
     pub bitrate_bps: u64,
     /// MIME type.
     pub content_type: String,
+    /// Origin requests the probe made, and the bytes they brought (counted as fill bytes).
+    pub fetched: (u64, u64),
 }
 
 /// Why a title cannot be filled.
@@ -47,6 +49,7 @@ pub(crate) fn probe(
 ) -> Result<Probed, ProbeError> {
     let sniff = &head[..head.len().min(isnode_media::DETECT_LEN)];
     let media = |e: isnode_media::MediaError| ProbeError::Media(e.to_string());
+    let mut fetched = (0u64, 0u64);
     let info = match isnode_media::detect(sniff) {
         Container::MpegTs => {
             let tail_len = TS_TAIL_BYTES.min(size);
@@ -54,6 +57,9 @@ pub(crate) fn probe(
                 true => bytes::Bytes::new(),
                 false => rt.block_on(origin.get_range(key, size - tail_len..size, etag))?,
             };
+            if !tail.is_empty() {
+                fetched = (1, tail.len() as u64);
+            }
             isnode_media::probe_ts(head, &tail, size).map_err(media)?
         }
         Container::Mp4 => {
@@ -76,6 +82,12 @@ pub(crate) fn probe(
             {
                 return Err(e.into());
             }
+            let chunks = reader.chunks.lock().unwrap_or_else(|e| e.into_inner());
+            fetched = (
+                chunks.len() as u64,
+                chunks.values().map(|c| c.len() as u64).sum(),
+            );
+            drop(chunks);
             info.map_err(media)?
         }
         Container::Unknown => {
@@ -88,6 +100,7 @@ pub(crate) fn probe(
     Ok(Probed {
         bitrate_bps,
         content_type: info.content_type.to_string(),
+        fetched,
     })
 }
 

@@ -278,7 +278,19 @@ fn spec_for(
         rt.block_on(origin.get_range(&job.name, 0..head_end, &meta.etag)),
         |b| b.len() as u64,
     )?;
-    let probed = super::probe::probe(rt, origin, &job.name, (meta.size_bytes, &meta.etag), &head)?;
+    let probed = super::probe::probe(rt, origin, &job.name, (meta.size_bytes, &meta.etag), &head);
+    if let Ok(p) = &probed {
+        let (requests, bytes) = p.fetched;
+        for _ in 0..requests {
+            let _ = counted(sh, job, Ok::<_, OriginError>(()), |_| 0);
+        }
+        sh.fills
+            .counters
+            .fill_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+        job.fetched_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+    let probed = probed?;
     let spec = FillSpec {
         name: job.name.clone(),
         size_bytes: meta.size_bytes,
