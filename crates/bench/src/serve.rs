@@ -261,6 +261,7 @@ fn run_engine(
         &args.isnode_exe,
         args.cache_size_bytes,
         &["--validate-destination", "off"],
+        None,
     )?;
     let receivers = Receivers::start(host, args.streams, sink)?;
     let (ids, keepalive_port) = create_sessions(&base, &receivers.ports, objects)?;
@@ -335,6 +336,7 @@ fn run_http(
         &args.isnode_exe,
         args.cache_size_bytes,
         &["--max-content-readers", &readers_limit],
+        None,
     )?;
     let readers = http::Readers::start(&base, objects, args.streams, args.bitrate_bps, pattern)?;
     std::thread::sleep(Duration::from_secs(1));
@@ -378,7 +380,19 @@ pub(crate) fn start_server(
     exe: &Path,
     cache_size_bytes: u64,
 ) -> anyhow::Result<(ServerChild, String)> {
-    start_server_with(vol_dir, host, engine, exe, cache_size_bytes, &[])
+    start_server_with(vol_dir, host, engine, exe, cache_size_bytes, &[], None)
+}
+
+/// [`start_server`] inside `group` (its memory and disk limits), when there is one.
+pub(crate) fn start_server_in(
+    vol_dir: &Path,
+    host: &str,
+    engine: &str,
+    exe: &Path,
+    cache_size_bytes: u64,
+    group: Option<&crate::cgroup::Cgroup>,
+) -> anyhow::Result<(ServerChild, String)> {
+    start_server_with(vol_dir, host, engine, exe, cache_size_bytes, &[], group)
 }
 
 /// Whether `exe serve` takes `flag` (its `--help` names it): before/after runs start
@@ -398,10 +412,15 @@ fn start_server_with(
     exe: &Path,
     cache_size_bytes: u64,
     extra: &[&str],
+    group: Option<&crate::cgroup::Cgroup>,
 ) -> anyhow::Result<(ServerChild, String)> {
     let port = TcpListener::bind((host, 0))?.local_addr()?.port();
     let listen: SocketAddr = format!("{host}:{port}").parse()?;
-    let child = Command::new(exe)
+    let mut command = match group {
+        Some(g) => g.command(exe),
+        None => Command::new(exe),
+    };
+    let child = command
         .args([
             "--volume",
             &vol_dir.display().to_string(),
@@ -606,7 +625,7 @@ fn keep_alive(
     }))
 }
 
-fn wait_ready(base: &str) -> anyhow::Result<()> {
+pub(crate) fn wait_ready(base: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if ureq::get(format!("{base}/v1/objects")).call().is_ok() {

@@ -152,7 +152,10 @@ pub(crate) enum VolumeCommand {
 /// `volume scrub`.
 #[derive(Args, Debug)]
 pub(crate) struct ScrubArgs {
-    /// Read at most this many bits per second from the members (default: as fast as they go).
+    /// Read at most this many bits per second from the members (default: as fast as they
+    /// go). Beside an `isnode serve` on the volume, the scrub also yields to its viewers
+    /// (VOLUME/run/viewer-pace.json): slower as their playback slack falls, stopped while
+    /// a stream is late (from this rate, or 1 Gbit/s without one).
     #[arg(long)]
     pub rate_bps: Option<u64>,
     /// Print the report as JSON.
@@ -167,7 +170,9 @@ pub(crate) struct RebuildArgs {
     #[arg(long)]
     pub member: u32,
     /// Read at most this many bits per second from the other members (default: as fast as
-    /// they go).
+    /// they go). Beside an `isnode serve` on the volume, the rebuild also yields to its
+    /// viewers (VOLUME/run/viewer-pace.json): slower as their playback slack falls, stopped
+    /// while a stream is late (from this rate, or 1 Gbit/s without one).
     #[arg(long)]
     pub rate_bps: Option<u64>,
     /// Print the report as JSON.
@@ -329,6 +334,51 @@ pub(crate) enum BenchCommand {
     /// descriptors and threads every second, their drift, and the errors (root: it runs in a
     /// network namespace of its own).
     Soak(SoakBenchArgs),
+    /// Paced clients beside background work on a disk-bound volume: the server and the
+    /// background work in a cgroup that throttles reads of the volume's disk and limits
+    /// memory; valid streams and late bursts alone, during a scrub and during a rebuild,
+    /// and the rebuild's rate while serving and alone (root: cgroups).
+    Background(BackgroundBenchArgs),
+}
+
+/// `bench background`.
+#[derive(Args, Debug)]
+pub(crate) struct BackgroundBenchArgs {
+    /// Paced clients (one title each).
+    #[arg(long, default_value_t = 8)]
+    pub clients: usize,
+    /// Bitrate of each title.
+    #[arg(long, default_value_t = 4_000_000)]
+    pub bitrate: u64,
+    /// Playing time of each title, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub title_seconds: u64,
+    /// Most bytes per second the server and the background work read from the volume's disk.
+    #[arg(long, default_value_t = 12_000_000)]
+    pub disk_read_limit: u64,
+    /// Most memory of the server and the background work, page cache included, bytes.
+    #[arg(long, default_value_t = 256 << 20)]
+    pub memory_limit: u64,
+    /// The server's block pool, bytes (default: 12 MiB per client and 16 MiB, what
+    /// admission asks for; each client plays its own title, so every block is read from
+    /// the disk once whatever the pool).
+    #[arg(long)]
+    pub cache_size_bytes: Option<u64>,
+    /// The background scrub's rate cap, bits per second.
+    #[arg(long, default_value_t = 800_000_000)]
+    pub scrub_rate_bps: u64,
+    /// A directory on the disk to throttle, where the volume is made (default /var/tmp).
+    #[arg(long, default_value = "/var/tmp")]
+    pub dir: PathBuf,
+    /// Seed of the titles.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// A short run (2 clients of 2 Mbit/s, 8 s titles); exit 1 when any output differs.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// `bench soak`.
@@ -517,6 +567,17 @@ pub(crate) struct LoadBenchArgs {
     /// pair; needs root and iproute2) or loopback (the root namespace; no root needed).
     #[arg(long, value_enum, default_value = "veth")]
     pub net: LoadNet,
+    /// Runs every server (isnode and nginx alike) in a memory cgroup of this many bytes, page
+    /// cache included, each started cold (a library larger than memory: the titles must add
+    /// up to at least 4 times the limit; isnode's pool gets the limit less 48 MiB when
+    /// --cache-size is larger). Several values, comma-separated, run the whole benchmark once
+    /// per limit and draw load_memory_valid.svg and load_memory_disk.svg. Root is needed.
+    #[arg(long, value_delimiter = ',')]
+    pub memory_limit: Vec<u64>,
+    /// Throttles every server's reads of the disk holding the titles to this many bytes per
+    /// second (blkio/io cgroup; a disk that is the bottleneck). Root is needed.
+    #[arg(long)]
+    pub disk_read_limit: Option<u64>,
     /// Also write the figures (load_max_valid.svg, load_cpu_per_gb.svg, load_startup.svg)
     /// into this directory.
     #[arg(long)]

@@ -212,6 +212,10 @@ pub(crate) struct ServeFlags {
     /// Pre-fills read the origin at most this fast, bits per second (default 0: unlimited).
     #[arg(long)]
     pub prefill_rate_bps: Option<u64>,
+    /// A member failed by read errors alone is probed this often and used again when the
+    /// probe succeeds (milliseconds; default 30000; 0: never).
+    #[arg(long)]
+    pub member_probe_interval_ms: Option<u64>,
 }
 
 /// One `--nodes` entry: `NAME=URL` or `NAME*WEIGHT=URL`.
@@ -284,10 +288,10 @@ impl ServeFlags {
             shutdown_grace_s, broadcast_default_duration_s, broadcast_max_duration_s,
             broadcast_budget_percent, upload_stall_timeout_ms, upload_min_rate_bps,
             api_write_timeout_ms, max_unvalidated_sessions, max_unvalidated_per_client,
-            anonymous_viewers, scrub_rate_bps, origin, origin_endpoint, origin_region,
-            fill_parallel_ranges, fill_range_bytes, cache_max_bytes, origin_check_interval_s,
-            prefill_rate_bps, nodes, replicate_above_rps,
-            probe_interval_ms, probe_timeout_ms, probe_failures_to_dead);
+            anonymous_viewers, scrub_rate_bps, member_probe_interval_ms, origin,
+            origin_endpoint, origin_region, fill_parallel_ranges, fill_range_bytes,
+            cache_max_bytes, origin_check_interval_s, prefill_rate_bps, nodes,
+            replicate_above_rps, probe_interval_ms, probe_timeout_ms, probe_failures_to_dead);
         overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if, max_volume_bytes,
             max_sendfile_sessions, tokens_file,
             api_max_connections, tls_cert, tls_key, node_name);

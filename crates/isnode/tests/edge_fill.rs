@@ -207,8 +207,24 @@ fn the_first_byte_comes_before_the_fill_completes() {
     assert_eq!(status, 206);
     assert!(body == src[..10_000], "the first bytes differ");
     let phase_then = fill_of(&server, "slow.ts").unwrap()["phase"].clone();
-    let f = wait_fill(&server, "slow.ts", "done", Duration::from_secs(60));
-    let fill_s = t0.elapsed().as_secs_f64();
+    // A session started now catches the front in its start-up burst (4x the bitrate against
+    // a fill at 2x): it is held there, never sent past it, and plays every byte.
+    let (srv, vol) = (&server, &edge.vol);
+    let played = std::thread::scope(|s| {
+        let p = s.spawn(|| {
+            let deadline = Instant::now() + Duration::from_secs(90);
+            play_to_end(srv, vol, "slow.ts", "held", &[], deadline).1
+        });
+        let f = wait_fill(srv, "slow.ts", "done", Duration::from_secs(60));
+        let fill_s = t0.elapsed().as_secs_f64();
+        (p.join().unwrap(), f, fill_s)
+    });
+    let (out, f, fill_s) = played;
+    assert!(out == src, "the session played other bytes");
+    eprintln!(
+        "sessions held at the fill front: {}",
+        server.metrics().get("isnode_fill_holds_total")
+    );
     eprintln!(
         "time to first byte {first_byte_s:.3} s, fill complete {fill_s:.3} s, {} bytes, {} origin requests",
         f["size_bytes"], f["origin_requests"]
@@ -373,6 +389,8 @@ enum Fake {
     Short,
     /// The whole length announced, half sent, the connection closed.
     Cut,
+    /// Right, each GET answered after 5 s (an origin slower than the playing).
+    Slow,
 }
 
 /// A tiny S3 server on loopback serving one object under `/films/`; counts its GETs.
@@ -443,6 +461,10 @@ fn fake_answer(mut conn: TcpStream, data: &[u8], mode: Fake, gets: &AtomicU64) {
         let (announced_end, sent) = match mode {
             Fake::Short => (half, &data[start..half]),
             Fake::Cut => (end + 1, &data[start..half]),
+            Fake::Slow => {
+                std::thread::sleep(Duration::from_secs(5));
+                (end + 1, &data[start..=end])
+            }
         };
         let a = format!(
             "HTTP/1.1 206 Partial Content\r\n{common}Content-Range: bytes {start}-{}/{}\r\nContent-Length: {}\r\n\r\n",
@@ -577,4 +599,41 @@ fn the_fill_command_prefills_titles_at_a_capped_rate() {
     let r = server.req("POST", "/v1/fills", Some("{\"titles\": [\"a.ts\"]}"));
     assert_eq!(r.status, 202, "{}", r.body);
     assert_eq!(r.json()[0]["state"], "present");
+}
+
+#[test]
+fn a_session_from_an_origin_slower_than_the_playing_plays_every_byte() {
+    let edge = Edge::new();
+    // 8 s at 2 Mbit/s: two 1 MiB ranges one after the other, each 5 s late from the
+    // origin. (`isnode play` asks for its digests a window ahead before it starts, and the
+    // digest route waits at the front: the session starts once the fill is that far.)
+    let src = Arc::new(edge.put("film.ts", 2_000_000, 8.0, 30));
+    let (addr, _gets, stop) = fake_s3(src.clone(), Fake::Slow);
+    let endpoint = format!("http://{addr}");
+    let server = Server::start_env(
+        &edge.vol,
+        &[
+            "--origin",
+            "s3://films",
+            "--origin-endpoint",
+            &endpoint,
+            "--fill-parallel-ranges",
+            "1",
+        ],
+        &[
+            ("AWS_ACCESS_KEY_ID", "GKfake"),
+            ("AWS_SECRET_ACCESS_KEY", "fake-secret"),
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (_, out) = play_to_end(&server, &edge.vol, "film.ts", "held", &[], deadline);
+    assert!(out == *src, "the held session played other bytes");
+    let m = server.metrics();
+    let holds = m.get("isnode_fill_holds_total");
+    eprintln!(
+        "held {holds} times; late bursts {}",
+        m.get("isnode_bursts_late_total")
+    );
+    assert!(holds >= 1.0, "the session never caught up with the front");
+    stop.store(true, Ordering::Relaxed);
 }

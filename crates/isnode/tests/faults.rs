@@ -8,6 +8,8 @@
 //!   bursts and client underruns with hedged reads (the default) and without
 //!   (`--hedge-after-ms 0`) are printed (no timing assertion).
 //! - Flipped bits in the member's reads: the checksum turns them into erasures.
+//! - A member failed by EIO is read again: after a successful probe once the fault is
+//!   cleared, or after `volume rebuild` sets it ok in the catalog; clients stay identical.
 //!
 //! Mounting needs /dev/fuse (and root, or Debian's `fuse3`, which `scripts/test`
 //! installs); a machine that cannot mount fails these tests saying so.
@@ -282,5 +284,117 @@ fn short_reads_are_completed() {
         m.0
     );
     assert_eq!(status_health(&server, FAULTY), "ok");
+    drop(server);
+}
+
+/// Fails member [`FAULTY`] with EIO under three clients (as fast as possible), then clears
+/// the fault; returns the server (member failed) and the title's bytes.
+fn fail_member_by_eio(vol: &Vol, mount: &FaultMount, server_flags: &[&str]) -> (Server, Vec<u8>) {
+    let a = vol.add_ts("a.ts", 4_000_000, 6.0, 221);
+    let mut args = vec!["--cache-size", "33554432", "--member-fail-errors", "3"];
+    args.extend_from_slice(server_flags);
+    let server = Server::start(vol, &args);
+    mount.set(on_segments(FaultKind::Eio));
+    let clients: Vec<(&str, String)> = (0..3).map(|i| ("a.ts", format!("fail-{i}"))).collect();
+    play_all(
+        &server,
+        vol,
+        &clients,
+        &[("a.ts", a.clone())],
+        &["--as-fast-as-possible"],
+    );
+    assert_eq!(status_health(&server, FAULTY), "failed");
+    mount.set(Plan::pass());
+    (server, a)
+}
+
+/// Waits (bounded) until the server reads member [`FAULTY`] again.
+fn wait_member_back(server: &Server, within: Duration) {
+    let deadline = Instant::now() + within;
+    while status_health(server, FAULTY) != "ok" {
+        assert!(
+            Instant::now() < deadline,
+            "member {FAULTY} not read again within {within:?}:\n{}",
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Plays three clients again and checks the member serves: no new read error, the
+/// member healthy, every output identical.
+fn member_serves_again(server: &Server, vol: &Vol, a: &[u8]) {
+    let errors = |m: &Metrics| {
+        m.get(&format!(
+            "isnode_member_errors_total{{member=\"{FAULTY}\"}}"
+        ))
+    };
+    let before = errors(&server.metrics());
+    let clients: Vec<(&str, String)> = (0..3).map(|i| ("a.ts", format!("back-{i}"))).collect();
+    play_all(
+        server,
+        vol,
+        &clients,
+        &[("a.ts", a.to_vec())],
+        &["--as-fast-as-possible"],
+    );
+    let m = server.metrics();
+    assert_eq!(errors(&m), before, "no new read error of member {FAULTY}");
+    assert_eq!(m.get("isnode_members_revived_total"), 1.0, "{}", m.0);
+    assert_eq!(
+        m.get(&format!("isnode_member_healthy{{member=\"{FAULTY}\"}}")),
+        1.0
+    );
+    assert_eq!(status_health(server, FAULTY), "ok");
+}
+
+/// The catalog's state of member [`FAULTY`].
+fn catalog_state(vol: &Vol) -> String {
+    let out = isnode(vol, &["volume", "check", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("check --json ({e}):\n{}", text(&out)));
+    v["report"]["member_states"][FAULTY as usize]["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A member failed by EIO, the fault cleared: the periodic probe (every second here)
+/// reads one of its blocks back good, the server reads it again (logged, counted, ok in
+/// the catalog), and clients are served identical bytes with no new read error.
+#[test]
+fn a_member_failed_by_read_errors_is_read_again_after_a_good_probe() {
+    let vol = Vol::create(&["--block-size", "65536"]);
+    let mount = mount_under_member(&vol, FAULTY, 22);
+    let (server, a) = fail_member_by_eio(&vol, &mount, &["--member-probe-interval-ms", "1000"]);
+    wait_member_back(&server, Duration::from_secs(20));
+    let log = server.log_text();
+    assert!(log.contains(&format!("member {FAULTY} probed")), "{log}");
+    assert_eq!(catalog_state(&vol), "ok");
+    member_serves_again(&server, &vol, &a);
+    drop(server);
+}
+
+/// A member failed by EIO and never probed (`--member-probe-interval-ms 0`): it stays
+/// failed until `volume rebuild` beside the server sets it ok in the catalog; then the
+/// server reads it again and clients are served identical bytes.
+#[test]
+fn a_failed_member_is_read_again_after_a_rebuild() {
+    let vol = Vol::create(&["--block-size", "65536"]);
+    let mount = mount_under_member(&vol, FAULTY, 23);
+    let (server, a) = fail_member_by_eio(&vol, &mount, &["--member-probe-interval-ms", "0"]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(status_health(&server, FAULTY), "failed", "not probed");
+    assert_eq!(catalog_state(&vol), "failed");
+    let m = FAULTY.to_string();
+    let out = isnode(&vol, &["volume", "rebuild", "--member", &m]);
+    assert!(out.status.success(), "rebuild:\n{}", text(&out));
+    wait_member_back(&server, Duration::from_secs(20));
+    let log = server.log_text();
+    assert!(
+        log.contains(&format!("member {FAULTY} is ok in the catalog again")),
+        "{log}"
+    );
+    member_serves_again(&server, &vol, &a);
     drop(server);
 }

@@ -37,6 +37,10 @@ pub struct StatusBody {
     /// servers and without an origin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fills: Option<StatusFills>,
+    /// The live streams' playback slack (what paces background work); absent from older
+    /// servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub playback: Option<StatusPlayback>,
 }
 
 /// Fills from the origin (`origin`), counted apart from the bytes served.
@@ -58,6 +62,18 @@ pub struct StatusFills {
     pub errors: u64,
     /// Titles evicted to keep the volume within `cache_max_bytes`.
     pub titles_evicted: u64,
+}
+
+/// The live streams' playback slack: how far ahead of its playback deadline each stream
+/// is (the nominal schedule plus 100 ms), the smallest of them, and how many are late.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StatusPlayback {
+    /// Live streams (sessions streaming and not paused, broadcast channels).
+    pub streams: u32,
+    /// Streams at or past their playback deadline.
+    pub late_streams: u32,
+    /// The smallest slack, milliseconds (`null` without streams; 0 or less: late).
+    pub min_slack_ms: Option<i64>,
 }
 
 /// The background scrub's progress and findings.

@@ -308,6 +308,9 @@ pub struct ServeConfig {
     /// Pre-fills (`POST /v1/fills`) read the origin at most this fast (bits per second;
     /// 0: unlimited); a request may ask for less.
     pub prefill_rate_bps: u64,
+    /// A member failed by read errors alone is probed this often (one block read and its
+    /// identity checked) and used again when the probe succeeds (milliseconds; 0: never).
+    pub member_probe_interval_ms: u64,
     /// This node's name in `nodes` (required with a node list).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
@@ -373,6 +376,9 @@ pub(crate) const DEFAULT_ORIGIN_CHECK_INTERVAL_S: u64 = 300;
 
 /// Default of `member_fail_errors`: block read errors in a row that fail a member.
 const DEFAULT_MEMBER_FAIL_ERRORS: u32 = 5;
+/// Default of `member_probe_interval_ms`: a member failed by read errors is probed twice
+/// a minute.
+const DEFAULT_MEMBER_PROBE_INTERVAL_MS: u64 = 30_000;
 /// Default of `hedge_after_ms`: a read slower than this is hedged (milliseconds).
 const DEFAULT_HEDGE_AFTER_MS: u64 = 50;
 
@@ -437,6 +443,7 @@ impl Default for ServeConfig {
             cache_max_bytes: 0,
             origin_check_interval_s: DEFAULT_ORIGIN_CHECK_INTERVAL_S,
             prefill_rate_bps: 0,
+            member_probe_interval_ms: DEFAULT_MEMBER_PROBE_INTERVAL_MS,
             node_name: None,
             replicate_above_rps: DEFAULT_REPLICATE_ABOVE_RPS,
             probe_interval_ms: DEFAULT_PROBE_INTERVAL_MS,
@@ -758,6 +765,14 @@ impl ServeConfig {
         }
         if self.scrub_rate_bps > MAX_SCRUB_RATE_BPS {
             return bad("scrub_rate_bps", "must be at most 1000000000000 (1 Tbit/s)");
+        }
+        if self.member_probe_interval_ms != 0
+            && !(1_000..=86_400_000).contains(&self.member_probe_interval_ms)
+        {
+            return bad(
+                "member_probe_interval_ms",
+                "must be 0 (never) or from 1000 to 86400000 (a day)",
+            );
         }
         Ok(())
     }

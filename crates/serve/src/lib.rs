@@ -53,6 +53,7 @@ mod sim;
 mod tls;
 mod uploads;
 mod uring;
+mod viewer_pace;
 
 pub use api::errors::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 #[doc(hidden)]
@@ -75,6 +76,7 @@ pub use fd_budget::DEFAULT_MAX_SENDFILE_SESSIONS;
 pub use isnode_edge::placement::Node as ClusterNode;
 pub use lifecycle::{run, Drained};
 pub use metrics::{Limit, MetricsSnapshot};
+pub use plane::slack::PlaybackSlack;
 pub use server::{start, ServeError, ServerHandle};
 
 /// The small volume of the unit tests: 6 members, k <= 20, m = 4, 1024-byte symbols,

@@ -3,9 +3,11 @@
 //! - **failed** after `member_fail_errors` read errors in a row (I/O errors, checksum
 //!   mismatches; a successful read of the member starts the count again). A failed member
 //!   is not read any more: its symbols are rebuilt from the other members
-//!   (`plane/degraded.rs`) until the server restarts. It becomes failed once, logged once
-//!   (a warning naming the member), through [`Shared::member_failed`], the one place a
-//!   member's state changes.
+//!   (`plane/degraded.rs`). It becomes failed once, logged once (a warning naming the
+//!   member), through [`Shared::member_failed`]. It is read again ([`MemberWatch`]) when
+//!   its catalog state turns ok again (after `isnode volume rebuild`), or, failed by read
+//!   errors alone, when a periodic probe (`member_probe_interval_ms`: its identity and one
+//!   block read back with its checksum) succeeds and it missed no write meanwhile.
 //! - **slow** for [`SLOW_HOLD_NS`] after one of its reads took longer than
 //!   `hedge_after_ms`, or a session waited that long for one of its blocks. While one
 //!   member (and only one, none failed) is slow, a burst whose block of that member is not
@@ -40,6 +42,8 @@ pub(crate) enum MemberState {
 struct Slot {
     errors_in_a_row: AtomicU32,
     failed: AtomicBool,
+    /// Failed by this server's read errors (not by the catalog at start): may be probed.
+    failed_by_reads: AtomicBool,
     slow_until_ns: AtomicU64,
 }
 
@@ -49,6 +53,8 @@ pub(crate) struct MemberHealth {
     slots: Vec<Slot>,
     /// Bursts whose codeword was rebuilt instead of waiting for a slow member.
     pub hedged: AtomicU64,
+    /// Failed members read again (probe or rebuild).
+    pub revived: AtomicU64,
 }
 
 /// Whether `errors_in_a_row` read errors make a member failed (`threshold` 0: never).
@@ -79,6 +85,7 @@ impl MemberHealth {
         MemberHealth {
             slots: (0..members).map(|_| Slot::default()).collect(),
             hedged: AtomicU64::new(0),
+            revived: AtomicU64::new(0),
         }
     }
 
@@ -150,7 +157,33 @@ impl MemberHealth {
             return false;
         };
         let in_a_row = s.errors_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
-        fails_after(in_a_row, threshold) && !s.failed.swap(true, Ordering::AcqRel)
+        let now_failed = fails_after(in_a_row, threshold) && !s.failed.swap(true, Ordering::AcqRel);
+        if now_failed {
+            s.failed_by_reads.store(true, Ordering::Release);
+        }
+        now_failed
+    }
+
+    /// Whether `member` is failed by read errors alone (may be probed).
+    pub(crate) fn failed_by_reads(&self, member: u32) -> bool {
+        self.slots.get(member as usize).is_some_and(|s| {
+            s.failed.load(Ordering::Acquire) && s.failed_by_reads.load(Ordering::Acquire)
+        })
+    }
+
+    /// `member` is read again: not failed, no error counted, not slow; true if it was failed.
+    pub(crate) fn revive(&self, member: u32) -> bool {
+        let Some(s) = self.slots.get(member as usize) else {
+            return false;
+        };
+        s.errors_in_a_row.store(0, Ordering::Relaxed);
+        s.slow_until_ns.store(0, Ordering::Relaxed);
+        s.failed_by_reads.store(false, Ordering::Release);
+        let was = s.failed.swap(false, Ordering::AcqRel);
+        if was {
+            self.revived.fetch_add(1, Ordering::Relaxed);
+        }
+        was
     }
 }
 
@@ -204,13 +237,16 @@ impl Shared {
 
 /// How often [`record_member_failures`] looks for members to record.
 const RECORD_EVERY: Duration = Duration::from_millis(200);
+/// How often the catalog's state of a failed member is looked at.
+const CATALOG_EVERY: Duration = Duration::from_secs(1);
 
 /// The thread that writes members marked failed into the catalog (each once: marking is
 /// once per member), with a catalog connection of its own, so that no SQLite write happens
-/// on the data plane. A member the catalog already calls failed or rebuilding keeps that
-/// state (a rebuild under way records its own progress). Runs until the server stops, then
-/// writes what is left.
+/// on the data plane, and watches the failed members ([`MemberWatch`]). A member the
+/// catalog already calls failed or rebuilding keeps that state (a rebuild under way
+/// records its own progress). Runs until the server stops, then writes what is left.
 pub(crate) fn record_member_failures(sh: std::sync::Arc<Shared>, root: std::path::PathBuf) {
+    let mut watch = MemberWatch::new(&sh);
     loop {
         let stopping = sh.shutdown.load(Ordering::Acquire);
         let pending: Vec<(u32, String)> =
@@ -222,6 +258,9 @@ pub(crate) fn record_member_failures(sh: std::sync::Arc<Shared>, root: std::path
         }
         if stopping {
             return;
+        }
+        if let Err(e) = watch.run(&sh, &root) {
+            tracing::warn!("watching the failed members: {e}");
         }
         std::thread::sleep(RECORD_EVERY);
     }
@@ -242,6 +281,120 @@ fn record_failed(
         tracing::info!(member, "member {member} recorded as failed in the catalog");
     }
     Ok(())
+}
+
+/// What [`MemberWatch`] decides for one failed member (pure: [`watch_decision`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WatchDecision {
+    /// Leave it failed.
+    Keep,
+    /// The catalog says ok again after saying otherwise (rebuilt): read it again.
+    Rebuilt,
+    /// Probe it now (failed by read errors alone, the catalog says failed, no write missed).
+    Probe,
+}
+
+/// The decision for a failed member from the catalog's state, whether the catalog was seen
+/// not ok since the member failed, whether it failed by read errors alone, whether it
+/// missed writes (`missing_segments`), and whether its probe is due.
+pub(crate) fn watch_decision(
+    state: &isnode_store::MemberState,
+    seen_degraded: bool,
+    by_reads: bool,
+    missed_writes: bool,
+    probe_due: bool,
+) -> WatchDecision {
+    use isnode_store::MemberState as S;
+    match state {
+        S::Ok if seen_degraded => WatchDecision::Rebuilt,
+        S::Failed { .. } if by_reads && !missed_writes && probe_due => WatchDecision::Probe,
+        _ => WatchDecision::Keep,
+    }
+}
+
+/// Watches the members the data plane failed: every [`CATALOG_EVERY`] while one is
+/// failed, reads the catalog's states; a member whose state is ok again after being
+/// failed or rebuilding there (`isnode volume rebuild` finished) is read again; a member
+/// failed by read errors alone is probed every `member_probe_interval_ms`
+/// ([`isnode_store::probe::probe_member`]) and, when the probe succeeds and it missed no
+/// write, set ok in the catalog and read again. Each return is logged and counted
+/// (`isnode_members_revived_total`).
+pub(crate) struct MemberWatch {
+    checked: Option<std::time::Instant>,
+    /// Per member: the catalog was seen not ok since the member failed.
+    seen_degraded: Vec<bool>,
+    /// Per member: when it was last probed (or first seen failed).
+    probed: Vec<Option<std::time::Instant>>,
+}
+
+impl MemberWatch {
+    fn new(sh: &Shared) -> MemberWatch {
+        let n = sh.metrics.health.members();
+        MemberWatch {
+            checked: None,
+            // Failed in the catalog at start: its state is not ok there.
+            seen_degraded: (0..n as u32)
+                .map(|m| sh.metrics.health.is_failed(m))
+                .collect(),
+            probed: vec![None; n],
+        }
+    }
+
+    fn run(&mut self, sh: &Shared, root: &std::path::Path) -> Result<(), isnode_store::StoreError> {
+        let health = &sh.metrics.health;
+        let failed: Vec<u32> = (0..health.members() as u32)
+            .filter(|&m| health.is_failed(m))
+            .collect();
+        let now = std::time::Instant::now();
+        if failed.is_empty() || self.checked.is_some_and(|t| now - t < CATALOG_EVERY) {
+            return Ok(());
+        }
+        self.checked = Some(now);
+        let mut vol = isnode_store::Volume::open(root)?;
+        let states = vol.member_states()?;
+        let interval_ms = sh.config().member_probe_interval_ms;
+        for m in failed {
+            let (Some(state), Some(seen), Some(probed)) = (
+                states.get(m as usize),
+                self.seen_degraded.get_mut(m as usize),
+                self.probed.get_mut(m as usize),
+            ) else {
+                continue;
+            };
+            *seen |= state.is_degraded();
+            let since = *probed.get_or_insert(now);
+            let probe_due = interval_ms > 0 && now - since >= Duration::from_millis(interval_ms);
+            let missed = !vol.catalog().missing_segments(m)?.is_empty();
+            match watch_decision(state, *seen, health.failed_by_reads(m), missed, probe_due) {
+                WatchDecision::Keep => {}
+                WatchDecision::Rebuilt => {
+                    if health.revive(m) {
+                        tracing::warn!(
+                            member = m,
+                            "member {m} is ok in the catalog again (rebuilt): read again"
+                        );
+                    }
+                    (*seen, *probed) = (false, None);
+                }
+                WatchDecision::Probe => {
+                    *probed = Some(now);
+                    match isnode_store::probe::probe_member(&vol, m) {
+                        Ok(()) => {
+                            vol.set_member_state(m, &isnode_store::MemberState::Ok)?;
+                            if health.revive(m) {
+                                tracing::warn!(member = m, "member {m} probed: identity and a block read back good; read again");
+                            }
+                            (*seen, *probed) = (false, None);
+                        }
+                        Err(why) => {
+                            tracing::info!(member = m, "member {m} probed, still failed: {why}");
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -291,5 +444,67 @@ mod tests {
         assert_eq!(hedge_member([Slow, Slow, Ok].into_iter()), None);
         assert_eq!(hedge_member([Ok, Slow, Failed].into_iter()), None);
         assert_eq!(hedge_member([Failed, Ok].into_iter()), None);
+    }
+
+    #[test]
+    fn a_failed_member_returns_after_a_rebuild_or_a_good_probe() {
+        use isnode_store::MemberState as S;
+        let failed = S::Failed {
+            reason: "5 read errors in a row".into(),
+        };
+        let rebuilding = S::Rebuilding {
+            done_toi: 3,
+            done_bytes: 10,
+        };
+        // Ok after the catalog said otherwise: rebuilt; ok never seen degraded (the
+        // failure not recorded yet): kept.
+        assert_eq!(
+            watch_decision(&S::Ok, true, true, false, false),
+            WatchDecision::Rebuilt
+        );
+        assert_eq!(
+            watch_decision(&S::Ok, false, true, false, true),
+            WatchDecision::Keep
+        );
+        // Failed by reads, nothing missed, due: probed; otherwise kept.
+        assert_eq!(
+            watch_decision(&failed, true, true, false, true),
+            WatchDecision::Probe
+        );
+        assert_eq!(
+            watch_decision(&failed, true, true, false, false),
+            WatchDecision::Keep
+        );
+        assert_eq!(
+            watch_decision(&failed, true, true, true, true),
+            WatchDecision::Keep,
+            "missed writes: rebuild it"
+        );
+        assert_eq!(
+            watch_decision(&failed, true, false, false, true),
+            WatchDecision::Keep,
+            "failed by the catalog"
+        );
+        assert_eq!(
+            watch_decision(&rebuilding, true, true, false, true),
+            WatchDecision::Keep
+        );
+    }
+
+    #[test]
+    fn a_revived_member_starts_afresh() {
+        let h = MemberHealth::new(3);
+        for _ in 0..3 {
+            h.read_failed(1, 3);
+        }
+        assert!(h.is_failed(1) && h.failed_by_reads(1));
+        assert!(h.revive(1));
+        assert!(!h.is_failed(1) && !h.failed_by_reads(1));
+        assert_eq!(h.revived.load(Ordering::Relaxed), 1);
+        assert!(!h.revive(1), "only once");
+        // Its errors count from zero again; a catalog failure is not one by reads.
+        h.read_failed(1, 3);
+        assert!(!h.is_failed(1));
+        assert!(h.mark_failed(2) && !h.failed_by_reads(2));
     }
 }

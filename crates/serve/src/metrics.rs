@@ -88,6 +88,8 @@ pub struct FillSnapshot {
     pub fill_errors: [u64; 5],
     /// Titles evicted to make room (`cache_max_bytes`).
     pub titles_evicted: u64,
+    /// Times a session caught up with a fill front and was held there.
+    pub sessions_held: u64,
 }
 
 /// A point-in-time copy of the server's counters.
@@ -189,6 +191,10 @@ pub struct MetricsSnapshot {
     pub scrub: crate::scrub::ScrubSnapshot,
     /// Fills from the origin (counted apart from the bytes served).
     pub fill: FillSnapshot,
+    /// Failed members read again (their catalog state ok again, or a probe succeeded).
+    pub members_revived: u64,
+    /// The live streams' playback slack (the data plane's pacing signal).
+    pub playback: crate::PlaybackSlack,
 }
 
 impl MetricsSnapshot {

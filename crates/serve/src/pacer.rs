@@ -383,22 +383,7 @@ impl Pacer {
     }
 
     fn compute_next_due(&self) -> Option<u64> {
-        if self.done {
-            return None;
-        }
-        let layout = &self.cfg.layout;
-        let e = u128::from(layout.params().symbol_len);
-        let rate = u128::from(self.cfg.bitrate_bps);
-        if self.sbn >= layout.codewords() {
-            return Some(self.start_ns);
-        }
-        let k = u128::from(layout.source_symbols(self.sbn));
-        // The packets this codeword sends (k + its repair limit), spread over its slot.
-        let n = u128::from(self.esi_end());
-        let sent = u128::from(self.sent_in_codeword);
-        // codeword start + T_c * sent / n, with T_c = k * E * 8 / rate seconds.
-        let num = (u128::from(self.source_before) * n + k * sent) * e * 8 * 1_000_000_000;
-        let media = num / (rate * n);
+        let media = self.media_offset_ns()?;
         let offset = match self.burst {
             // The burst's media time goes `factor` times faster; what follows is shifted
             // earlier by what it gained.
@@ -409,6 +394,41 @@ impl Pacer {
         Some(
             self.start_ns
                 .saturating_add(u64::try_from(offset).unwrap_or(u64::MAX)),
+        )
+    }
+
+    /// The media time (ns from the start) of the next step on the nominal schedule
+    /// (without the start-up burst), or `None` when done.
+    fn media_offset_ns(&self) -> Option<u128> {
+        if self.done {
+            return None;
+        }
+        let layout = &self.cfg.layout;
+        let e = u128::from(layout.params().symbol_len);
+        let rate = u128::from(self.cfg.bitrate_bps);
+        if self.sbn >= layout.codewords() {
+            return Some(0);
+        }
+        let k = u128::from(layout.source_symbols(self.sbn));
+        // The packets this codeword sends (k + its repair limit), spread over its slot.
+        let n = u128::from(self.esi_end());
+        let sent = u128::from(self.sent_in_codeword);
+        // codeword start + T_c * sent / n, with T_c = k * E * 8 / rate seconds.
+        let num = (u128::from(self.source_before) * n + k * sent) * e * 8 * 1_000_000_000;
+        Some(num / (rate * n))
+    }
+
+    /// When the client plays the next step (ns on the caller's clock): the session's start
+    /// plus the step's media time on the nominal schedule. A step sent at its due time
+    /// leaves the start-up burst's gain ahead of it; `None` while paused or when done.
+    pub fn playback_deadline_ns(&self) -> Option<u64> {
+        if self.paused_at_ns.is_some() {
+            return None;
+        }
+        let media = self.media_offset_ns()?;
+        Some(
+            self.start_ns
+                .saturating_add(u64::try_from(media).unwrap_or(u64::MAX)),
         )
     }
 
@@ -911,5 +931,41 @@ mod tests {
             ..cfg
         };
         assert!(Pacer::new(cfg, 0).is_err());
+    }
+
+    /// The playback deadline is the nominal schedule: with a start-up burst the steps
+    /// are due earlier than it by the burst's gain, without one at it; paused: none.
+    #[test]
+    fn playback_deadline_leads_by_the_burst_gain() {
+        let layout = Layout::new(params(5, 4096), 2_000_000).unwrap();
+        let cfg = PacerConfig {
+            layout,
+            bitrate_bps: 1_000_000,
+            start_codeword: 0,
+            max_burst: 8,
+            fdt_every: 1_000,
+        };
+        let mut plain = Pacer::new(cfg.clone(), 1_000).unwrap();
+        let mut burst = Pacer::new(cfg, 1_000)
+            .unwrap()
+            .with_start_burst(StartBurst {
+                media_ms: 1_000,
+                factor: 4,
+            });
+        let mut last_lead = 0;
+        for _ in 0..2_000 {
+            let (Some(pd), Some(bd)) = (plain.next_due(), burst.next_due()) else {
+                break;
+            };
+            assert_eq!(plain.playback_deadline_ns(), Some(pd));
+            let lead = burst.playback_deadline_ns().unwrap() - bd;
+            assert!(lead >= last_lead && lead <= 750_000_000, "{lead}");
+            last_lead = lead;
+            plain.advance();
+            burst.advance();
+        }
+        assert!(last_lead >= 740_000_000, "the burst's gain: {last_lead}");
+        burst.pause(5);
+        assert_eq!(burst.playback_deadline_ns(), None);
     }
 }

@@ -2,12 +2,14 @@
 //! ([`isnode_store::scrub`]) over the whole volume again and again, paced by the viewers.
 //!
 //! Its reads go through a token bucket whose rate is [`paced_rate_bps`] of the
-//! configured rate and of what the server sees of its viewers, sampled every
-//! [`SAMPLE_MS`] ms: the streams in the session table, a packet skipped since the last
-//! sample (a stream that missed its block: the scrub stops until none is), and the
-//! session block reads since the last sample (cache misses: the scrub slows to a
-//! quarter, its reads yield to the sessions'). The data plane does not export each
-//! stream's slack yet, so `min_slack_ms` stays unknown here (treated as comfortable).
+//! configured rate and of what the server sees of its viewers ([`LoadSampler`]), sampled
+//! every [`SAMPLE_MS`] ms: the data plane's playback slack (`plane/slack.rs`: the live
+//! streams, the smallest slack, the late ones: the scrub slows down as the smallest slack
+//! falls and stops while a stream is late), a packet skipped since the last sample (a
+//! stream that missed its block: counted as late), and the session block reads since the
+//! last sample (pool misses: the scrub slows to a quarter, its reads yield to the
+//! sessions'). The same load is written for the other processes on the volume
+//! (`viewer_pace.rs`).
 //!
 //! Between passes it waits [`PASS_PAUSE_S`] s. Progress and findings are counters of
 //! [`ScrubState`], in the metrics (`isnode_scrub_*`) and `GET /v1/status` (`scrub`).
@@ -17,13 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use isnode_store::pace::{paced_rate_bps, Pace, TokenBucket, ViewerLoad};
+use isnode_store::pace::{paced_rate_bps, Clock, RateSignal, SignalPace, ViewerLoad};
 
-use crate::registry::SessionState;
 use crate::server::Shared;
-
-/// How often the viewers' load is sampled, milliseconds.
-pub(crate) const SAMPLE_MS: u64 = 100;
 /// Pause between two passes, seconds.
 pub(crate) const PASS_PAUSE_S: u64 = 60;
 
@@ -110,7 +108,11 @@ pub(crate) fn run(sh: Arc<Shared>) {
 /// One pass over the volume; `Break` when the server stops.
 fn pass(sh: &Shared, root: &std::path::Path) -> Result<ControlFlow<()>, isnode_store::StoreError> {
     let vol = isnode_store::Volume::open(root)?;
-    let mut pace = ViewerPace::new(sh);
+    let signal = ScrubSignal {
+        sh,
+        sampler: LoadSampler::new(sh),
+    };
+    let mut pace = SignalPace::new(signal, ShutdownClock(sh));
     let state = &sh.scrub;
     let report = isnode_store::scrub(&vol, &mut pace, &mut |p| {
         state.pass_done_bytes.store(p.bytes_done, Ordering::Relaxed);
@@ -155,69 +157,66 @@ fn pass(sh: &Shared, root: &std::path::Path) -> Result<ControlFlow<()>, isnode_s
     Ok(ControlFlow::Continue(()))
 }
 
-/// The pace of the background scrub: the configured rate scaled by the viewers' load.
-struct ViewerPace<'a> {
-    sh: &'a Shared,
-    bucket: TokenBucket,
-    sampled: Option<Instant>,
+/// What the server sees of its viewers, sampled: the data plane's playback slack, and
+/// the packets skipped and pool misses since the previous sample.
+pub(crate) struct LoadSampler {
     skipped: u64,
     misses: u64,
 }
 
-impl<'a> ViewerPace<'a> {
-    fn new(sh: &'a Shared) -> ViewerPace<'a> {
-        ViewerPace {
-            sh,
-            bucket: TokenBucket::new(0),
-            sampled: None,
+impl LoadSampler {
+    /// Counts from now.
+    pub(crate) fn new(sh: &Shared) -> LoadSampler {
+        LoadSampler {
             skipped: sh.metrics.packets_skipped.load(Ordering::Relaxed),
             misses: sh.cache.stats().misses.load(Ordering::Relaxed),
         }
     }
 
-    /// Samples the viewers' load (at most every [`SAMPLE_MS`]) and sets the bucket's rate.
-    fn sample(&mut self, now: Instant) {
-        if self
-            .sampled
-            .is_some_and(|t| now.duration_since(t) < Duration::from_millis(SAMPLE_MS))
-        {
-            return;
-        }
-        self.sampled = Some(now);
-        let skipped = self.sh.metrics.packets_skipped.load(Ordering::Relaxed);
-        let misses = self.sh.cache.stats().misses.load(Ordering::Relaxed);
-        let streams = self
-            .sh
-            .lock_sessions()
-            .values()
-            .filter(|s| s.state() == SessionState::Streaming)
-            .count();
+    /// The load now: a packet skipped since the last sample counts as a late stream.
+    pub(crate) fn sample(&mut self, sh: &Shared) -> ViewerLoad {
+        let skipped = sh.metrics.packets_skipped.load(Ordering::Relaxed);
+        let misses = sh.cache.stats().misses.load(Ordering::Relaxed);
+        let slack = sh.slack.total();
         let load = ViewerLoad {
-            streams: u32::try_from(streams).unwrap_or(u32::MAX),
-            min_slack_ms: None,
+            streams: slack.streams,
+            min_slack_ms: slack.min_slack_ms,
             session_reads: u32::try_from(misses.saturating_sub(self.misses)).unwrap_or(u32::MAX),
-            late_streams: u32::from(skipped > self.skipped),
+            late_streams: slack.late_streams + u32::from(skipped > self.skipped),
         };
         (self.skipped, self.misses) = (skipped, misses);
-        let rate = paced_rate_bps(self.sh.config().scrub_rate_bps, load);
-        self.bucket.set_rate(rate);
-        self.sh.scrub.rate_bps.store(rate, Ordering::Relaxed);
+        load
     }
 }
 
-impl Pace for ViewerPace<'_> {
-    fn pace(&mut self, bytes: u64) -> ControlFlow<()> {
-        loop {
-            if self.sh.shutdown.load(Ordering::Acquire) || self.sh.config().scrub_rate_bps == 0 {
-                return ControlFlow::Break(());
-            }
-            let now = Instant::now();
-            self.sample(now);
-            if let Some(wait) = self.bucket.take(now, bytes) {
-                return isnode_store::pace::sleep_unless_stopped(wait, &self.sh.shutdown);
-            }
-            // Rate 0 (a stream is late): wait for the next sample.
-            std::thread::sleep(Duration::from_millis(SAMPLE_MS));
+/// The background scrub's rate: the configured rate scaled by the viewers' load; stops
+/// when the server does or the rate is set to 0.
+struct ScrubSignal<'a> {
+    sh: &'a Shared,
+    sampler: LoadSampler,
+}
+
+impl RateSignal for ScrubSignal<'_> {
+    fn rate_bps(&mut self) -> Option<u64> {
+        let base = self.sh.config().scrub_rate_bps;
+        if self.sh.shutdown.load(Ordering::Acquire) || base == 0 {
+            return None;
         }
+        let rate = paced_rate_bps(base, self.sampler.sample(self.sh));
+        self.sh.scrub.rate_bps.store(rate, Ordering::Relaxed);
+        Some(rate)
+    }
+}
+
+/// The real clock, whose waits end when the server stops.
+struct ShutdownClock<'a>(&'a Shared);
+
+impl Clock for ShutdownClock<'_> {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn sleep(&mut self, d: Duration) -> ControlFlow<()> {
+        isnode_store::pace::sleep_unless_stopped(d, &self.0.shutdown)
     }
 }

@@ -66,6 +66,8 @@ pub(crate) struct Shared {
     pub read_io: ReadIo,
     /// Where each data-plane thread's sessions are (eviction decisions; data plane only).
     pub positions: plane::demand::PositionBoard,
+    /// Each data-plane thread's playback slack (pacing of background work; `plane/slack.rs`).
+    pub slack: plane::slack::SlackBoard,
     /// Why the data plane failed (a thread panicked): the server stops.
     pub failure: std::sync::OnceLock<String>,
     /// UDP port of the keepalive datagrams (`keepalive.rs`), on the control API's IP.
@@ -247,6 +249,8 @@ impl Shared {
                 .collect(),
             reads_hedged: load(&m.health.hedged),
             bursts_late: load(&m.bursts_late),
+            members_revived: load(&m.health.revived),
+            playback: self.slack.total(),
         }
     }
 }
@@ -527,6 +531,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         engine,
         read_io,
         positions: plane::demand::PositionBoard::new(threads),
+        slack: plane::slack::SlackBoard::new(threads),
         failure: std::sync::OnceLock::new(),
         keepalive_port,
         token_socket,
@@ -580,6 +585,13 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
             .name("isnode-scrub".into())
             .spawn(move || crate::scrub::run(sh))
             .map_err(io_error("starting the scrub thread"))?,
+    );
+    let (sh, root) = (shared.clone(), volume_dir.to_path_buf());
+    handle.workers.push(
+        std::thread::Builder::new()
+            .name("isnode-pace".into())
+            .spawn(move || crate::viewer_pace::run(sh, root))
+            .map_err(io_error("starting the viewer-pace thread"))?,
     );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();

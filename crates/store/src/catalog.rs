@@ -924,7 +924,7 @@ fn migrate_filling_state(conn: &mut Connection) -> Result<(), StoreError> {
 
 /// Records that object `toi` was committed without `member`'s segment, and marks the
 /// member failed if it is ok (a rebuild in progress sees the row before it ends).
-fn record_missing(
+pub(crate) fn record_missing(
     tx: &Transaction<'_>,
     toi: u32,
     name: &str,

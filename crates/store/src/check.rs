@@ -10,7 +10,7 @@ use crate::catalog::{BlockRecord, ObjectRecord};
 use crate::codeword::{verify_block, verify_packet, Want};
 use crate::io::{AlignedBuf, BlockFile};
 use crate::lock::{FileLock, LockWait};
-use crate::read::ObjectReader;
+use crate::read::{ObjectReader, ReadOrder};
 use crate::rows::CatalogEntry;
 use crate::segment::SegmentWriter;
 use crate::{Layout, StoreError, Volume};
@@ -520,7 +520,7 @@ fn rebuild_segment(
     }
     let tmp = vol.rebuild_segment_path(member, rec.toi);
     let mut writer = SegmentWriter::create(&tmp, member, layout)?;
-    let mut reader = ObjectReader::for_record(vol, rec.clone())?;
+    let mut reader = ObjectReader::for_record(vol, rec.clone(), ReadOrder::Any)?;
     for sbn in 0..layout.codewords() {
         reader.read_codeword(sbn, Want::All)?;
         for esi in layout.member_run(sbn, member).esis {

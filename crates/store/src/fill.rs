@@ -4,7 +4,7 @@
 //! A fill records the object at once in state `filling` (with the origin's ETag) and
 //! writes its segment files where a complete object's are (`MEMBER/objects/TOI.seg`), so
 //! that readers find them. Bytes are pushed in order ([`Fill::push`]); each full codeword
-//! is encoded, framed and written exactly as [`crate::ingest`] writes it (same packets,
+//! is encoded, framed and written exactly as [`crate::ingest()`] writes it (same packets,
 //! same places). [`Fill::commit`] makes what was pushed durable: the segment files are
 //! synced, then one catalog transaction records the new codewords' block checksums and
 //! packet digests and advances the **fill front** (codewords committed). Only codewords
@@ -41,7 +41,7 @@ use crate::io::{AlignedBuf, BlockFile};
 use crate::lock::{FileLock, LockWait};
 use crate::rows::CatalogEntry;
 use crate::segment::SegmentWriter;
-use crate::{crash, Layout, ObjectReader, StoreError, Volume, VolumeParams};
+use crate::{crash, Layout, ObjectReader, ReadOrder, StoreError, Volume, VolumeParams};
 
 /// What to fill: the object as the origin describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,6 +139,8 @@ enum Health {
 pub struct Fill {
     rec: ObjectRecord,
     origin_etag: String,
+    /// The member a degraded fill does not write (failed or missing at its start).
+    skipped: Option<u32>,
     layout: Layout,
     lock: FileLock,
     tsi: u32,
@@ -178,9 +180,13 @@ impl Fill {
     /// one; the bytes to push next start at [`Fill::next_byte_offset`].
     ///
     /// [`StoreError::FillBusy`] if another fill (in this or another process) holds the
-    /// name's filling object. A volume with a failed or missing member is refused
-    /// ([`StoreError::BadParams`]): fills write every member. A complete object of the
-    /// same name is left alone until [`Fill::finish`] replaces it.
+    /// name's filling object. On a volume with one failed or missing member the fill writes
+    /// the others (degraded, as an ingest: that member's segment is recorded missing at
+    /// [`Fill::finish`], for `volume rebuild`); two or more: [`StoreError::BadParams`]. A
+    /// complete object of the same name is left alone until [`Fill::finish`] replaces it.
+    ///
+    /// Blocking I/O: a resume reads the committed codewords back once (they give the
+    /// content CRC32C and the time index), so its cost grows with the front.
     pub fn begin_or_resume(vol: &mut Volume, spec: &FillSpec) -> Result<Fill, StoreError> {
         match Self::begin(vol, spec, Resume::IfSame)? {
             Begun::Fill(fill) => Ok(*fill),
@@ -198,19 +204,14 @@ impl Fill {
         check_spec(spec)?;
         let volume_lock = FileLock::exclusive(&vol.volume_lock_path(), LockWait::Block)?
             .ok_or_else(|| StoreError::Corrupt("volume lock busy".into()))?;
-        if let Some(m) = crate::ingest::skipped_member(vol)? {
-            return Err(StoreError::BadParams(format!(
-                "member {m} is failed or missing: a fill writes every member (rebuild it with \
-                 `isnode volume rebuild --member {m}`)"
-            )));
-        }
+        let skipped = crate::ingest::skipped_member(vol)?;
         if let Some(row) = vol.catalog().fill_by_name(&spec.name)? {
             let toi = row.entry.record().toi;
             let lock = FileLock::exclusive(&vol.ingest_lock_path(toi), LockWait::Try)?
                 .ok_or_else(|| StoreError::FillBusy(spec.name.clone()))?;
             if resume == Resume::IfSame && same_version(&row, spec) {
                 drop(volume_lock);
-                return Ok(match Self::resume(vol, row, lock) {
+                return Ok(match Self::resume(vol, row, lock, skipped) {
                     Ok(fill) => Begun::Fill(Box::new(fill)),
                     Err(e) => Begun::ResumeFailed(e),
                 });
@@ -220,11 +221,16 @@ impl Fill {
             vol.remove_object_files(toi);
             lock.remove();
         }
-        Self::start(vol, spec, volume_lock).map(|f| Begun::Fill(Box::new(f)))
+        Self::start(vol, spec, volume_lock, skipped).map(|f| Begun::Fill(Box::new(f)))
     }
 
     /// Records a new filling object and creates its segment files.
-    fn start(vol: &mut Volume, spec: &FillSpec, volume_lock: FileLock) -> Result<Fill, StoreError> {
+    fn start(
+        vol: &mut Volume,
+        spec: &FillSpec,
+        volume_lock: FileLock,
+        skipped: Option<u32>,
+    ) -> Result<Fill, StoreError> {
         let layout = Layout::new(*vol.params(), spec.size_bytes)?;
         let p = *layout.params();
         let now = now_unix();
@@ -251,13 +257,20 @@ impl Fill {
             .ok_or_else(|| StoreError::Corrupt("ingest lock busy".into()))?;
         drop(volume_lock);
         let created = (0..p.members)
-            .map(|m| SegmentWriter::create(&vol.segment_path(m, rec.toi), m, &layout))
+            .map(|m| {
+                let path = vol.segment_path(m, rec.toi);
+                match skipped == Some(m) {
+                    true => Ok(SegmentWriter::phantom(&path, m, &layout)),
+                    false => SegmentWriter::create(&path, m, &layout),
+                }
+            })
             .collect::<Result<Vec<_>, _>>()
-            .and_then(|writers| sync_object_dirs(vol).map(|()| writers));
+            .and_then(|writers| sync_object_dirs(vol, skipped).map(|()| writers));
         match created {
             Ok(writers) => {
                 let mut fill = Self::new(vol, rec, layout, lock, writers, 0);
                 fill.origin_etag = spec.origin_etag.clone();
+                fill.skipped = skipped;
                 Ok(fill)
             }
             Err(e) => {
@@ -273,7 +286,12 @@ impl Fill {
     /// the front (the block straddling it read back and checked against its row), and
     /// reads the committed codewords back (the content CRC32C and the time index go on
     /// from them).
-    fn resume(vol: &mut Volume, row: FillRow, lock: FileLock) -> Result<Fill, StoreError> {
+    fn resume(
+        vol: &mut Volume,
+        row: FillRow,
+        lock: FileLock,
+        skipped: Option<u32>,
+    ) -> Result<Fill, StoreError> {
         let CatalogEntry::Valid(rec) = row.entry else {
             return Err(StoreError::Corrupt(
                 "the filling object's row is bad".into(),
@@ -287,11 +305,15 @@ impl Fill {
                 StoreError::Corrupt(format!("fill front {} out of range", row.front_codewords))
             })?;
         let writers = (0..layout.params().members)
-            .map(|m| resume_writer(vol, &rec, &layout, m, front))
+            .map(|m| {
+                let member = (m, skipped == Some(m));
+                resume_writer(vol, &rec, &layout, member, front)
+            })
             .collect::<Result<Vec<_>, _>>()?;
-        sync_object_dirs(vol)?;
+        sync_object_dirs(vol, skipped)?;
         let mut fill = Self::new(vol, rec, layout, lock, writers, front);
         fill.origin_etag = row.etag;
+        fill.skipped = skipped;
         fill.reread_committed(vol)?;
         tracing::info!(name = %fill.rec.name, toi = fill.rec.toi, front, "resuming a fill");
         Ok(fill)
@@ -311,6 +333,7 @@ impl Fill {
             crc: rec.content_crc32c,
             rec,
             origin_etag: String::new(),
+            skipped: None,
             lock,
             tsi: vol.tsi(),
             uuid: vol.uuid().to_string(),
@@ -331,7 +354,7 @@ impl Fill {
     /// Reads codewords `0..front` back through the read path: feeds the time index and
     /// checks the CRC32C recorded at the last commit.
     fn reread_committed(&mut self, vol: &Volume) -> Result<(), StoreError> {
-        let mut reader = ObjectReader::for_record(vol, self.rec.clone())?;
+        let mut reader = ObjectReader::for_record(vol, self.rec.clone(), ReadOrder::Any)?;
         let mut crc = 0u32;
         for sbn in 0..self.front {
             reader.read_codeword(sbn, Want::Source)?;
@@ -475,6 +498,10 @@ impl Fill {
     /// straddling the front written whole), then one catalog transaction with the block
     /// checksums and packet digests of the new codewords and the new front. Returns the new
     /// front. Bytes of a codeword not yet complete stay in memory (not durable).
+    ///
+    /// Cost: each member's partial block is written whole (up to members × block_len bytes)
+    /// and every segment and the catalog are synced; commit every few MiB or fraction of a
+    /// second rather than after every small push.
     pub fn commit(&mut self, vol: &mut Volume) -> Result<u32, StoreError> {
         self.usable(vol)?;
         if self.encoded == self.front {
@@ -534,7 +561,7 @@ impl Fill {
             &blocks,
             &self.digests,
             Some(&index),
-            now_unix(),
+            (self.skipped, now_unix()),
         )?;
         crash::point("fill-after-finish");
         if let Some(old_toi) = old {
@@ -598,12 +625,13 @@ fn same_version(row: &FillRow, spec: &FillSpec) -> bool {
         && row.etag == spec.origin_etag
 }
 
-/// A writer of `member`'s segment of `rec` going on at codeword `front`.
+/// A writer of `member`'s segment of `rec` going on at codeword `front`; `(member, true)`:
+/// a member the fill does not write (its straddling block is framed anew from the code).
 fn resume_writer(
     vol: &Volume,
     rec: &ObjectRecord,
     layout: &Layout,
-    member: u32,
+    (member, phantom): (u32, bool),
     front: u32,
 ) -> Result<SegmentWriter, StoreError> {
     let next_packet = if front < layout.codewords() {
@@ -615,35 +643,99 @@ fn resume_writer(
     let per = u64::from(params.packets_per_block());
     let path = vol.segment_path(member, rec.toi);
     let slot = (next_packet % per) as u32;
-    if slot == 0 {
-        return SegmentWriter::resume(&path, member, layout, next_packet, None);
-    }
     let block = next_packet / per;
-    let row = vol
-        .catalog()
-        .block_row(rec.toi, member, block)?
-        .ok_or_else(|| StoreError::Corrupt(format!("member {member} block {block}: no row")))?;
-    if row.packets != slot {
-        return Err(StoreError::Corrupt(format!(
-            "member {member} block {block}: {} packets recorded, the front needs {slot}",
-            row.packets
-        )));
+    let partial = match (slot, phantom) {
+        (0, _) => None,
+        (_, true) => Some(reframe_block(
+            vol,
+            rec,
+            layout,
+            member,
+            (front, next_packet),
+        )?),
+        (_, false) => Some(read_block(&path, layout, block)?),
+    };
+    if let Some(bytes) = &partial {
+        let row = vol
+            .catalog()
+            .block_row(rec.toi, member, block)?
+            .ok_or_else(|| StoreError::Corrupt(format!("member {member} block {block}: no row")))?;
+        if row.packets != slot {
+            return Err(StoreError::Corrupt(format!(
+                "member {member} block {block}: {} packets recorded, the front needs {slot}",
+                row.packets
+            )));
+        }
+        verify_fill_block(params, &row, bytes)
+            .map_err(|e| StoreError::Corrupt(format!("member {member} block {block}: {e}")))?;
     }
-    let mut buf = AlignedBuf::new(params.block_len as usize);
-    BlockFile::open_read(&path)
+    match phantom {
+        true => {
+            SegmentWriter::resume_phantom(&path, member, layout, next_packet, partial.as_deref())
+        }
+        false => SegmentWriter::resume(&path, member, layout, next_packet, partial.as_deref()),
+    }
+}
+
+/// Block `block` of the segment file at `path`, as stored.
+fn read_block(path: &std::path::Path, layout: &Layout, block: u64) -> Result<Vec<u8>, StoreError> {
+    let mut buf = AlignedBuf::new(layout.params().block_len as usize);
+    BlockFile::open_read(path)
         .and_then(|f| f.read_block(&mut buf, layout.block_offset(block)))
         .map_err(StoreError::io(format!(
             "reading block {block} of {}",
             path.display()
         )))?;
-    verify_fill_block(params, &row, buf.as_slice())
-        .map_err(|e| StoreError::Corrupt(format!("member {member} block {block}: {e}")))?;
-    SegmentWriter::resume(&path, member, layout, next_packet, Some(buf.as_slice()))
+    Ok(buf.as_slice().to_vec())
 }
 
-/// Syncs every member's `objects` directory (new segment files' entries).
-fn sync_object_dirs(vol: &Volume) -> Result<(), StoreError> {
-    for member in vol.members() {
+/// The block of `member`'s segment of `rec` that holds packet `next_packet`, with its
+/// packets before `next_packet` framed anew from codewords `..front` read back through the
+/// code (for a member a degraded fill does not write), the rest zero.
+pub(crate) fn reframe_block(
+    vol: &Volume,
+    rec: &ObjectRecord,
+    layout: &Layout,
+    member: u32,
+    (front, next_packet): (u32, u64),
+) -> Result<Vec<u8>, StoreError> {
+    let params = layout.params();
+    let packet_len = params.packet_len() as usize;
+    let first = next_packet - next_packet % u64::from(params.packets_per_block());
+    let mut buf = vec![0u8; params.block_len as usize];
+    let mut reader = ObjectReader::for_record(vol, rec.clone(), ReadOrder::Any)?;
+    for sbn in (0..front).rev() {
+        let run = layout.member_run(sbn, member);
+        if run.first_packet + run.esis.len() as u64 <= first {
+            break;
+        }
+        reader.read_codeword(sbn, Want::All)?;
+        for (q, esi) in (run.first_packet..).zip(run.esis) {
+            if q < first || q >= next_packet {
+                continue;
+            }
+            let at = (q - first) as usize * packet_len;
+            let id = DataPacketId {
+                tsi: vol.tsi(),
+                toi: rec.toi,
+                sbn,
+                esi: esi as u8,
+            };
+            let packet = buf
+                .get_mut(at..at + packet_len)
+                .ok_or_else(|| StoreError::Corrupt(format!("packet {q} past its block")))?;
+            isnode_wire::build_data_packet(packet, &id, reader.symbol(esi))?;
+        }
+    }
+    Ok(buf)
+}
+
+/// Syncs the `objects` directory of every member but `skipped` (new segment files' entries).
+fn sync_object_dirs(vol: &Volume, skipped: Option<u32>) -> Result<(), StoreError> {
+    let written = (0u32..)
+        .zip(vol.members())
+        .filter(|(m, _)| skipped != Some(*m));
+    for (_, member) in written {
         let d = member.join("objects");
         crate::io::sync_dir(&d).map_err(StoreError::io(format!("syncing {}", d.display())))?;
     }

@@ -194,8 +194,10 @@ impl Catalog {
     }
 
     /// Makes filling object `toi` complete in one transaction: the last block records and
-    /// digests, its CRC32C, its time index, the removal of the complete object of the same
-    /// name (the fill replaces it); the TOI of the one replaced.
+    /// digests, its CRC32C, its time index, the member a degraded fill did not write
+    /// (`missing_segments`, as a degraded ingest's), the removal of the complete object of
+    /// the same name (the fill replaces it), its last use (`now_unix`); the TOI of the one
+    /// replaced.
     pub(crate) fn finish_fill(
         &mut self,
         toi: u32,
@@ -203,11 +205,15 @@ impl Catalog {
         blocks: &[BlockRecord],
         digests: &[(u32, Vec<u8>)],
         index: Option<&MediaIndexRecord>,
-        now_unix: i64,
+        (missing, now_unix): (Option<u32>, i64),
     ) -> Result<Option<u32>, StoreError> {
         let ctx = "finishing a fill";
+        let members = self.params()?.members;
         let tx = self.write_transaction(ctx)?;
         let name = put_fill_rows(&tx, toi, crc32c, blocks, digests)?;
+        if let Some(member) = missing {
+            crate::catalog::record_missing(&tx, toi, &name, member, members)?;
+        }
         if let Some(ix) = index {
             put_media_index(&tx, toi, ix)?;
         }

@@ -5,6 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::ptr::NonNull;
@@ -109,6 +110,19 @@ impl BlockFile {
     /// Opens an existing file for reading.
     pub fn open_read(path: &Path) -> io::Result<BlockFile> {
         Self::open(path, OpenOptions::new().read(true))
+    }
+
+    /// Opens an existing file for reading in order through the page cache (sequential
+    /// read-ahead advised), as `cat` reads: for whole-object reads, not the data plane.
+    pub fn open_read_sequential(path: &Path) -> io::Result<BlockFile> {
+        let file = File::open(path)?;
+        // Advice only: a file system that ignores it reads the same bytes.
+        // SAFETY: fadvise on an open descriptor with no memory arguments.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL) };
+        Ok(BlockFile {
+            file,
+            direct: false,
+        })
     }
 
     /// Creates (truncating) a file for writing.

@@ -6,7 +6,9 @@
 //! member holds more symbols of a codeword than the code can rebuild
 //! ([`layout`]). Ingest ([`ingest`]) writes them once; reading ([`read`])
 //! verifies every packet's CRC32C and decodes around missing or damaged
-//! ones; [`check`] verifies and repairs.
+//! ones; [`check`] verifies and repairs. A title filled from an origin is written
+//! incrementally with a durable fill front ([`fill`]), and the volume keeps the
+//! bookkeeping of a cache of that origin ([`cache`]).
 //!
 //! On-disk format: `docs/format.md`.
 
@@ -26,6 +28,8 @@ pub(crate) mod lock;
 pub mod members;
 pub mod pace;
 pub mod params;
+pub mod prefetch;
+pub mod probe;
 pub mod read;
 pub mod rebuild;
 #[cfg(test)]
@@ -36,6 +40,7 @@ mod segment;
 pub mod spool;
 pub mod validate;
 pub mod verify;
+pub mod viewer_pace;
 pub mod volume;
 
 pub use cache::EvictionCandidate;
@@ -49,7 +54,7 @@ pub use layout::Layout;
 pub use layout::SymbolLocation;
 pub use members::MemberState;
 pub use params::VolumeParams;
-pub use read::{DiskBlocks, ObjectReader, ReadStats};
+pub use read::{DiskBlocks, ObjectReader, ReadOrder, ReadStats};
 pub use rebuild::{rebuild_member, RebuildReport};
 pub use rows::{BadObject, CatalogEntry};
 pub use scrub::{scrub, ScrubReport};

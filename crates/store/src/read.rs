@@ -13,6 +13,7 @@ use crate::codeword::{
     read_codeword, Assembler, BlockError, BlockSource, Readiness, SymbolCheck, Target, Want,
 };
 use crate::io::{AlignedBuf, BlockFile};
+use crate::prefetch::PrefetchBlocks;
 use crate::{Layout, StoreError, Volume};
 
 /// What reading an object met on the way.
@@ -109,31 +110,80 @@ impl BlockSource for DiskBlocks {
     }
 }
 
+/// Where an [`ObjectReader`] gets its blocks.
+enum Blocks {
+    /// One block at a time on the caller's thread, O_DIRECT: any order (check, rebuild).
+    OnDemand(DiskBlocks),
+    /// Read ahead in order by a thread per member through the page cache (`cat`).
+    Ahead(PrefetchBlocks),
+}
+
+impl Blocks {
+    fn errors(&self) -> &[String] {
+        match self {
+            Blocks::OnDemand(b) => b.errors(),
+            Blocks::Ahead(b) => b.errors(),
+        }
+    }
+}
+
+impl BlockSource for Blocks {
+    fn block(&mut self, member: u32, block: u64) -> Result<&[u8], BlockError> {
+        match self {
+            Blocks::OnDemand(b) => b.block(member, block),
+            Blocks::Ahead(b) => b.block(member, block),
+        }
+    }
+}
+
+/// How an [`ObjectReader`] will walk the object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadOrder {
+    /// Codewords in any order: blocks read when asked, bypassing the page cache.
+    Any,
+    /// Every codeword from the first on (a whole-object copy): the members' blocks are
+    /// read ahead in parallel through the page cache.
+    Sequential,
+}
+
 /// Reads codewords of one object from its segment files, decoding around damage.
 pub struct ObjectReader {
     rec: ObjectRecord,
     layout: Layout,
     tsi: u32,
-    blocks: DiskBlocks,
+    blocks: Blocks,
     asm: Assembler,
     stats: ReadStats,
 }
 
 impl ObjectReader {
-    /// Opens the complete object `name`.
+    /// Opens the complete object `name` for reads in any order.
     pub fn open(vol: &Volume, name: &str) -> Result<ObjectReader, StoreError> {
         let rec = vol.object(name)?;
-        ObjectReader::for_record(vol, rec)
+        ObjectReader::for_record(vol, rec, ReadOrder::Any)
     }
 
-    /// Opens an object by catalog record.
-    pub fn for_record(vol: &Volume, rec: ObjectRecord) -> Result<ObjectReader, StoreError> {
+    /// Opens an object by catalog record, for reads in `order`.
+    pub fn for_record(
+        vol: &Volume,
+        rec: ObjectRecord,
+        order: ReadOrder,
+    ) -> Result<ObjectReader, StoreError> {
         let layout = vol.layout(&rec)?;
         let params = *layout.params();
         let n_max = (params.source_symbols + params.repair_symbols) as usize;
+        let blocks = match order {
+            ReadOrder::Any => Blocks::OnDemand(DiskBlocks::open(vol, &rec, &layout)),
+            ReadOrder::Sequential => {
+                let paths = (0..params.members)
+                    .map(|m| vol.segment_path(m, rec.toi))
+                    .collect();
+                Blocks::Ahead(PrefetchBlocks::open(paths, &layout))
+            }
+        };
         Ok(ObjectReader {
             tsi: vol.tsi(),
-            blocks: DiskBlocks::open(vol, &rec, &layout),
+            blocks,
             asm: Assembler::new(params.symbol_len as usize, n_max),
             rec,
             layout,

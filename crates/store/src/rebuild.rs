@@ -20,7 +20,7 @@ use crate::codeword::Want;
 use crate::lock::{FileLock, LockWait};
 use crate::members::MemberState;
 use crate::pace::Pace;
-use crate::read::ObjectReader;
+use crate::read::{ObjectReader, ReadOrder};
 use crate::segment::SegmentWriter;
 use crate::{StoreError, Volume};
 
@@ -218,7 +218,7 @@ fn rebuild_object(
     let written = layout.segment_len_bytes(member);
     let decoded = (|| -> Result<Option<Vec<crate::catalog::BlockRecord>>, StoreError> {
         let mut writer = SegmentWriter::create(&tmp, member, &layout)?;
-        let mut reader = ObjectReader::for_record(vol, rec.clone())?;
+        let mut reader = ObjectReader::for_record(vol, rec.clone(), ReadOrder::Any)?;
         let mut packets = 0u64;
         for sbn in 0..layout.codewords() {
             let k = u64::from(layout.source_symbols(sbn));

@@ -78,7 +78,29 @@ impl SegmentWriter {
             "opening segment {}",
             path.display()
         )))?;
-        let mut w = Self::new(Some(file), path, member, layout);
+        Self::resume_with(Some(file), path, member, layout, (next_packet, partial))
+    }
+
+    /// [`SegmentWriter::resume`] for a member a degraded fill does not write (no file, as
+    /// [`SegmentWriter::phantom`]).
+    pub(crate) fn resume_phantom(
+        path: &Path,
+        member: u32,
+        layout: &Layout,
+        next_packet: u64,
+        partial: Option<&[u8]>,
+    ) -> Result<SegmentWriter, StoreError> {
+        Self::resume_with(None, path, member, layout, (next_packet, partial))
+    }
+
+    fn resume_with(
+        file: Option<BlockFile>,
+        path: &Path,
+        member: u32,
+        layout: &Layout,
+        (next_packet, partial): (u64, Option<&[u8]>),
+    ) -> Result<SegmentWriter, StoreError> {
+        let mut w = Self::new(file, path, member, layout);
         let per = w.packets_per_block as u64;
         w.block = next_packet / per;
         w.slot = (next_packet % per) as usize;

@@ -129,9 +129,17 @@ fn isnode(exe: &Path, vol: &Path) -> Command {
     c
 }
 
-fn to_null(mut c: Command) -> anyhow::Result<Command> {
-    c.stdout(std::fs::File::create("/dev/null").context("opening /dev/null")?);
-    Ok(c)
+/// `program args... | wc -c`: the output goes through a pipe to a reader, as it goes to a
+/// player (`/dev/null` would flatter `cat`: since coreutils 9 it splices into /dev/null,
+/// which discards without copying).
+fn into_pipe(program: &Path, args: &[&std::ffi::OsStr]) -> Command {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg("\"$0\" \"$@\" | wc -c > /dev/null")
+        .arg(program)
+        .args(args)
+        .stdin(Stdio::null());
+    c
 }
 
 /// Writes `title` under `dir` and compares ingest with `cp` and `cat` with `cat` on it.
@@ -183,20 +191,20 @@ pub(crate) fn compare(exe: &Path, dir: &Path, title: &Title) -> anyhow::Result<F
     let cat = pair(
         (
             "cat vs cat",
-            format!("isnode cat {} > /dev/null", title.name),
-            "cat FILE > /dev/null".into(),
+            format!("isnode cat {} | wc -c", title.name),
+            "cat FILE | wc -c".into(),
         ),
         REPS,
         |_| {
-            let mut c = isnode(exe, &last);
-            c.args(["cat", &title.name]);
-            timed(&mut [to_null(c)?])
+            let args = [
+                "--volume".as_ref(),
+                last.as_os_str(),
+                "cat".as_ref(),
+                title.name.as_ref(),
+            ];
+            timed(&mut [into_pipe(exe, &args)])
         },
-        |_| {
-            let mut c = Command::new("cat");
-            c.arg(&file);
-            timed(&mut [to_null(c)?])
-        },
+        |_| timed(&mut [into_pipe(Path::new("cat"), &[file.as_os_str()])]),
     )?;
     Ok(FileOps {
         file_bytes: title.bytes.len() as u64,

@@ -91,7 +91,7 @@ impl Counters {
 }
 
 /// The sum of the samples of metric `name` (every label set) in Prometheus text.
-fn metric(text: &str, name: &str) -> Option<u64> {
+pub(crate) fn metric(text: &str, name: &str) -> Option<u64> {
     let mut found = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some(rest) = line.strip_prefix(name) else {
@@ -121,16 +121,23 @@ pub(crate) struct Opened {
 }
 
 impl IsnodeServer {
-    /// Starts `isnode serve` on the volume with `engine`.
+    /// Starts `isnode serve` on the volume with `engine` (inside `group` when there is one).
     pub(crate) fn start(
         vol_dir: &Path,
         exe: &Path,
         engine: &str,
         cache_size_bytes: u64,
         net: &Net,
+        group: Option<&crate::cgroup::Cgroup>,
     ) -> anyhow::Result<IsnodeServer> {
-        let (child, base) =
-            crate::serve::start_server(vol_dir, net.server_host(), engine, exe, cache_size_bytes)?;
+        let (child, base) = crate::serve::start_server_in(
+            vol_dir,
+            net.server_host(),
+            engine,
+            exe,
+            cache_size_bytes,
+            group,
+        )?;
         Ok(IsnodeServer {
             child,
             base,

@@ -16,6 +16,7 @@
 //! control requests, the sockets it creates and the receiver threads it spawns are all
 //! inside, and isnode (which sends to the HTTP peer's address) streams across the pair.
 
+pub mod confine;
 pub mod files;
 mod isnode;
 pub mod nginx;
@@ -34,6 +35,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::netns::{Entered, VethNamespace};
 
+pub(crate) use self::isnode::metric;
+pub use confine::{Confinement, ConfinementReport};
 pub use files::FileOps;
 pub use nginx::NginxVariant;
 pub use report::{LevelResult, LoadReport, ServerResult};
@@ -143,6 +146,8 @@ pub struct LoadBenchConfig {
     pub seed: u64,
     /// Where the clients run.
     pub net: NetMode,
+    /// Memory and disk limits of every server (a library larger than memory).
+    pub confine: Confinement,
 }
 
 /// Runs every server of `cfg` in turn; `progress` hears what is going on.
@@ -153,6 +158,8 @@ pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Res
     let dir = tempfile::tempdir().context("creating a scratch directory")?;
     progress("generating the titles");
     let titles = make_titles(cfg)?;
+    let library_bytes: u64 = titles.iter().map(|t| t.bytes.len() as u64).sum();
+    cfg.confine.check_library(library_bytes)?;
     let file_ops = match titles.first() {
         Some(t) => {
             progress("ingest against cp, cat against cat");
@@ -184,7 +191,14 @@ pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Res
             servers.push(r);
         }
     }
-    Ok(report::finish(cfg, net.describe(), file_ops, servers))
+    let confinement = confinement_report(cfg, library_bytes)?;
+    Ok(report::finish(
+        cfg,
+        net.describe(),
+        file_ops,
+        servers,
+        confinement,
+    ))
 }
 
 fn make_titles(cfg: &LoadBenchConfig) -> anyhow::Result<Vec<Title>> {
@@ -204,4 +218,28 @@ fn make_titles(cfg: &LoadBenchConfig) -> anyhow::Result<Vec<Title>> {
             })
         })
         .collect()
+}
+
+/// What the servers ran under, when limited.
+fn confinement_report(
+    cfg: &LoadBenchConfig,
+    library_bytes: u64,
+) -> anyhow::Result<Option<ConfinementReport>> {
+    if cfg.confine.is_none() {
+        return Ok(None);
+    }
+    let cgroup = match crate::cgroup::version()? {
+        crate::cgroup::Version::V1 => "v1",
+        crate::cgroup::Version::V2 => "v2",
+    };
+    Ok(Some(ConfinementReport {
+        limits: cfg.confine,
+        library_bytes,
+        library_over_memory: cfg
+            .confine
+            .memory_limit_bytes
+            .map(|m| library_bytes as f64 / m as f64),
+        isnode_pool_bytes: cfg.confine.isnode_pool_bytes(cfg.cache_size_bytes)?,
+        cgroup: cgroup.into(),
+    }))
 }

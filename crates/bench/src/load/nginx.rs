@@ -99,11 +99,13 @@ fn nix_is_root() -> bool {
 }
 
 impl NginxServer {
-    /// Starts nginx on the titles written under `dir` by [`write_titles`].
+    /// Starts nginx on the titles written under `dir` by [`write_titles`] (inside `group`
+    /// when there is one: its workers, forked by the master, are in it too).
     pub(crate) fn start(
         dir: &Path,
         variant: NginxVariant,
         net: &Net,
+        group: Option<&crate::cgroup::Cgroup>,
     ) -> anyhow::Result<NginxServer> {
         let exe = nginx_binary()?;
         let host = net.server_host().to_string();
@@ -111,7 +113,11 @@ impl NginxServer {
         std::fs::create_dir_all(dir.join("tmp"))?;
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, config(dir, &host, port, variant))?;
-        let child = Command::new(&exe)
+        let mut command = match group {
+            Some(g) => g.command(&exe),
+            None => Command::new(&exe),
+        };
+        let child = command
             .arg("-p")
             .arg(dir)
             .arg("-c")

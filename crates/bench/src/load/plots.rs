@@ -118,3 +118,77 @@ pub fn write(r: &LoadReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         })
         .collect()
 }
+
+/// File names of the memory sweep's figures.
+pub const SWEEP_FILES: [&str; 2] = ["load_memory_valid.svg", "load_memory_disk.svg"];
+
+/// The figures of runs at several memory limits (one report per limit): most valid streams
+/// and disk bytes per delivered title byte against the memory limit, a line per server.
+pub fn render_sweep(reports: &[LoadReport]) -> [String; 2] {
+    let sub = reports.first().map(subtitle).unwrap_or_default();
+    let chart = |title: &str, y: &str| Chart {
+        title: title.into(),
+        subtitle: sub.clone(),
+        x_label: "memory limit per server, MiB (page cache included)".into(),
+        y_label: y.into(),
+    };
+    let series = |f: &dyn Fn(&super::report::ServerResult) -> Option<f64>| -> Vec<Series> {
+        let mut names: Vec<String> = Vec::new();
+        for r in reports {
+            for sv in &r.servers {
+                if !names.contains(&sv.server) {
+                    names.push(sv.server.clone());
+                }
+            }
+        }
+        names
+            .into_iter()
+            .map(|name| {
+                let mut points: Vec<(f64, f64)> = reports
+                    .iter()
+                    .filter_map(|r| {
+                        let mem = r.confinement.as_ref()?.limits.memory_limit_bytes?;
+                        let sv = r.servers.iter().find(|s| s.server == name)?;
+                        Some((mem as f64 / (1u64 << 20) as f64, f(sv)?))
+                    })
+                    .collect();
+                points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                Series { name, points }
+            })
+            .collect()
+    };
+    let valid = series(&|s| Some(s.max_valid_streams.unwrap_or(0) as f64));
+    let disk = series(&|s| s.at_max.disk_bytes_per_title_byte);
+    [
+        lines(
+            &chart(
+                "Most valid streams against memory",
+                "valid concurrent streams",
+            ),
+            &valid,
+            LineStyle::Marked,
+        ),
+        lines(
+            &chart(
+                "Disk bytes per delivered byte against memory (at the most valid streams)",
+                "disk bytes read per title byte delivered",
+            ),
+            &disk,
+            LineStyle::Marked,
+        ),
+    ]
+}
+
+/// Writes the sweep's figures into `dir`; returns their paths.
+pub fn write_sweep(reports: &[LoadReport], dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    SWEEP_FILES
+        .iter()
+        .zip(render_sweep(reports))
+        .map(|(name, svg)| {
+            let p = dir.join(name);
+            std::fs::write(&p, svg).with_context(|| format!("writing {}", p.display()))?;
+            Ok(p)
+        })
+        .collect()
+}

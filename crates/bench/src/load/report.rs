@@ -97,6 +97,15 @@ pub struct LevelResult {
     /// page cache did not serve) per wire byte.
     #[serde(default)]
     pub proc_read_bytes_per_wire_byte: Option<f64>,
+    /// Every server: [`LevelResult::proc_read_bytes`] per title byte delivered: the disk
+    /// bytes a delivered byte cost (below 1: some came from memory).
+    #[serde(default)]
+    pub disk_bytes_per_title_byte: Option<f64>,
+    /// Every server: the share of delivered title bytes that did not have to be read from
+    /// the disk during the level (1 - disk bytes per title byte, at least 0): the hit ratio
+    /// of whatever memory the server uses (isnode's pool, the page cache).
+    #[serde(default)]
+    pub memory_hit_ratio: Option<f64>,
     /// isnode: packets per UDP receive call (32 when `UDP_GRO` hands whole GSO runs over;
     /// 1 when they arrive segmented). None for nginx.
     #[serde(default)]
@@ -214,6 +223,8 @@ pub(crate) fn level_result(m: &Measured, tally: &Tally, judged: Vec<Judged>) -> 
         disk_bytes_per_wire_byte: per_wire(io.cache_read_bytes),
         proc_read_bytes: io.proc_read_bytes,
         proc_read_bytes_per_wire_byte: per_wire(io.proc_read_bytes),
+        disk_bytes_per_title_byte: per_title(io.proc_read_bytes, delivered),
+        memory_hit_ratio: per_title(io.proc_read_bytes, delivered).map(|d| (1.0 - d).max(0.0)),
         rx_packets_per_receive: (receives > 0).then(|| packets as f64 / receives as f64),
         startup_p50_s: percentile(&startups, 0.50),
         startup_p99_s: percentile(&startups, 0.99),
@@ -225,6 +236,13 @@ pub(crate) fn level_result(m: &Measured, tally: &Tally, judged: Vec<Judged>) -> 
             std::thread::available_parallelism().map_or(1, |n| n.get()),
         ),
     }
+}
+
+/// `bytes` per delivered title byte (None when either is unknown or nothing was delivered).
+fn per_title(bytes: Option<u64>, delivered: f64) -> Option<f64> {
+    bytes
+        .filter(|_| delivered > 0.0)
+        .map(|b| b as f64 / delivered)
 }
 
 /// The first refusal, then the reasons streams were invalid grouped by kind, with counts.
@@ -340,6 +358,9 @@ pub struct LoadReport {
     pub file_ops: Option<FileOps>,
     /// One entry per server, in the order run.
     pub servers: Vec<ServerResult>,
+    /// The memory and disk limits every server ran under (none: not limited).
+    #[serde(default)]
+    pub confinement: Option<super::ConfinementReport>,
 }
 
 /// The report of `servers`, with the ratios to the best nginx variant of the run: its
@@ -349,6 +370,7 @@ pub(crate) fn finish(
     net: String,
     file_ops: Option<FileOps>,
     mut servers: Vec<ServerResult>,
+    confinement: Option<super::ConfinementReport>,
 ) -> LoadReport {
     let nginxes = || servers.iter().filter(|s| s.server.starts_with("nginx"));
     let best_cpu = nginxes()
@@ -378,6 +400,7 @@ pub(crate) fn finish(
         net,
         file_ops,
         servers,
+        confinement,
     }
 }
 
@@ -437,10 +460,55 @@ pub fn format_table(r: &LoadReport) -> String {
          sat: server and receivers together used at least 90 % of every core (a failing level \
          may be the machine's limit, not the server's)\n",
     );
+    if let Some(c) = &r.confinement {
+        s.push('\n');
+        s.push_str(&confined_table(r, c));
+    }
     if let Some(f) = &r.file_ops {
         s.push('\n');
         s.push_str(&super::files::format_table(f));
     }
+    s
+}
+
+/// The summary of a run under memory and disk limits: per server, at its most valid
+/// streams (else its first level), what a delivered byte cost the disk.
+fn confined_table(r: &LoadReport, c: &super::ConfinementReport) -> String {
+    let mib = |b: Option<u64>| b.map_or("none".into(), |b| format!("{} MiB", b >> 20));
+    let mut s =
+        format!(
+        "limits per server: memory {}, disk reads {} ({} cgroup); library {} MiB ({} x memory); \
+         isnode pool {} MiB\n",
+        mib(c.limits.memory_limit_bytes),
+        c.limits
+            .disk_read_limit_bps
+            .map_or("unlimited".into(), |b| format!("{:.1} MB/s", b as f64 / 1e6)),
+        c.cgroup,
+        c.library_bytes >> 20,
+        opt(c.library_over_memory, 1.0, 1),
+        c.isnode_pool_bytes >> 20,
+    );
+    s.push_str(&format!(
+        "{:<15} {:>9} {:>11} {:>9} {:>8} {:>8}\n",
+        "server", "max_valid", "disk/title", "mem_hit%", "start50", "start99"
+    ));
+    for sv in &r.servers {
+        let l = &sv.at_max;
+        s.push_str(&format!(
+            "{:<15} {:>9} {:>11} {:>9} {:>8} {:>8}\n",
+            sv.server,
+            sv.max_valid_streams
+                .map_or("none".into(), |m| m.to_string()),
+            opt(l.disk_bytes_per_title_byte, 1.0, 3),
+            opt(l.memory_hit_ratio, 100.0, 1),
+            opt(l.startup_p50_s, 1e3, 0) + "ms",
+            opt(l.startup_p99_s, 1e3, 0) + "ms",
+        ));
+    }
+    s.push_str(
+        "disk/title: bytes the server's processes read from the disk (/proc/PID/io) per title \
+         byte delivered; mem_hit%: 1 - disk/title (what memory served)\n",
+    );
     s
 }
 

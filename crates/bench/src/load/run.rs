@@ -115,11 +115,23 @@ pub(crate) fn ramp_isnode(
         Some((kind, exe)) => (kind, Path::new(exe)),
         None => (engine, cfg.isnode_exe.as_path()),
     };
-    let server = IsnodeServer::start(vol, exe, kind, cfg.cache_size_bytes, net)?;
+    // Declared before the server, so the group outlives the server's processes.
+    let group = cfg.confine.group_for(engine_label(engine), vol)?;
+    let pool = cfg.confine.isnode_pool_bytes(cfg.cache_size_bytes)?;
+    let server = IsnodeServer::start(vol, exe, kind, pool, net, group.as_ref())?;
     // The server runs in the root namespace; the clients (this thread from here on, the
     // sockets and threads it makes) on the other side.
     let _inside = net.enter()?;
     ramp(cfg, &Sut::Isnode(&server), engine, titles, progress)
+}
+
+/// A name for `engine` fit for a cgroup directory (`ENGINE@PATH`: the engine and the
+/// binary's file name).
+fn engine_label(engine: &str) -> &str {
+    match engine.split_once('@') {
+        Some((kind, _)) => kind,
+        None => engine,
+    }
 }
 
 /// Ramps nginx serving the titles under `dir`.
@@ -137,7 +149,8 @@ pub(crate) fn ramp_nginx(
         NginxVariant::Directio => "nginx-directio",
     };
     progress(&format!("{name}: starting nginx"));
-    let server = NginxServer::start(dir, variant, net)?;
+    let group = cfg.confine.group_for(name, dir)?;
+    let server = NginxServer::start(dir, variant, net, group.as_ref())?;
     let _inside = net.enter()?;
     ramp(cfg, &Sut::Nginx(&server), name, titles, progress)
 }

@@ -70,7 +70,7 @@ pub(super) fn serve(args: &crate::cli::ServeBenchArgs) -> anyhow::Result<ExitCod
 
 /// `bench load`: a progress line while it runs, then the table, and JSON with `--json`.
 pub(super) fn load(args: &crate::cli::LoadBenchArgs) -> anyhow::Result<ExitCode> {
-    use isnode_bench::load::{self, LoadBenchConfig, NetMode, NginxVariant};
+    use isnode_bench::load::{self, Confinement, LoadBenchConfig, NetMode, NginxVariant};
     let nginx = args
         .nginx
         .iter()
@@ -106,22 +106,65 @@ pub(super) fn load(args: &crate::cli::LoadBenchArgs) -> anyhow::Result<ExitCode>
             crate::cli::LoadNet::Veth => NetMode::Veth,
             crate::cli::LoadNet::Loopback => NetMode::Loopback,
         },
+        confine: Confinement::default(),
     };
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.enable_steady_tick(std::time::Duration::from_millis(200));
-    let report = load::run(&cfg, &mut |msg| bar.set_message(msg.to_string()));
-    bar.finish_and_clear();
-    let report = report.context("running the load benchmark")?;
-    print!("{}", load::report::format_table(&report));
+    // One run per memory limit (one unlimited run without any).
+    let memory: Vec<Option<u64>> = match args.memory_limit.is_empty() {
+        true => vec![None],
+        false => args.memory_limit.iter().map(|m| Some(*m)).collect(),
+    };
+    let mut reports = Vec::new();
+    for memory_limit_bytes in memory {
+        let cfg = LoadBenchConfig {
+            confine: Confinement {
+                memory_limit_bytes,
+                disk_read_limit_bps: args.disk_read_limit,
+            },
+            ..cfg.clone()
+        };
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.enable_steady_tick(std::time::Duration::from_millis(200));
+        let report = load::run(&cfg, &mut |msg| bar.set_message(msg.to_string()));
+        bar.finish_and_clear();
+        let report = report.context("running the load benchmark")?;
+        print!("{}", load::report::format_table(&report));
+        reports.push(report);
+    }
+    write_load_outputs(args, &reports)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The figures and JSON of `bench load`: those of the one run, or, for several memory
+/// limits, the last run's figures, the sweep's, and every report (`{"sweep": [...]}`).
+fn write_load_outputs(
+    args: &crate::cli::LoadBenchArgs,
+    reports: &[isnode_bench::load::LoadReport],
+) -> anyhow::Result<()> {
+    use isnode_bench::load;
+    let Some(last) = reports.last() else {
+        return Ok(());
+    };
     if let Some(dir) = &args.plots {
-        for p in load::plots::write(&report, dir)? {
+        let mut written = load::plots::write(last, dir)?;
+        if last.confinement.is_some() {
+            written.extend(load::plots::write_sweep(reports, dir)?);
+        }
+        for p in written {
             println!("wrote {}", p.display());
         }
     }
-    if let Some(path) = &args.json {
-        write_json(path, &report)?;
+    match (&args.json, reports) {
+        (None, _) => Ok(()),
+        (Some(path), [one]) => write_json(path, one),
+        (Some(path), many) => {
+            let json = serde_json::json!({
+                "command": std::env::args().collect::<Vec<_>>().join(" "),
+                "sweep": many,
+            });
+            std::fs::write(path, serde_json::to_string_pretty(&json)?)
+                .with_context(|| format!("writing {}", path.display()))
+        }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `bench startup`: the table, and JSON with `--json`.
@@ -291,4 +334,52 @@ fn write_json(path: &std::path::Path, report: &impl serde::Serialize) -> anyhow:
     });
     std::fs::write(path, serde_json::to_string_pretty(&json)?)
         .with_context(|| format!("writing {}", path.display()))
+}
+
+/// `bench background`.
+pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Result<ExitCode> {
+    use isnode_bench::background::{self, BackgroundConfig};
+    let (clients, bitrate_bps, title_s) = match args.check {
+        true => (2, 2_000_000, 8),
+        false => (args.clients, args.bitrate, args.title_seconds),
+    };
+    anyhow::ensure!((1..=500).contains(&clients), "--clients must be 1 to 500");
+    anyhow::ensure!(
+        (4..=3600).contains(&title_s),
+        "--title-seconds must be 4 to 3600"
+    );
+    anyhow::ensure!(
+        args.disk_read_limit >= 1 << 20,
+        "--disk-read-limit must be at least 1 MiB/s"
+    );
+    anyhow::ensure!(
+        args.memory_limit >= 32 << 20,
+        "--memory-limit must be at least 32 MiB"
+    );
+    let cfg = BackgroundConfig {
+        isnode_exe: std::env::current_exe().context("finding the isnode binary")?,
+        clients,
+        bitrate_bps,
+        title_s,
+        disk_read_bps: args.disk_read_limit,
+        memory_bytes: args.memory_limit,
+        cache_size_bytes: args
+            .cache_size_bytes
+            .unwrap_or((clients as u64 * 12 + 16) << 20),
+        scrub_rate_bps: args.scrub_rate_bps,
+        dir: args.dir.clone(),
+        seed: args.seed,
+    };
+    let report = background::run(&cfg, &mut |m| eprintln!("background: {m}"))
+        .context("running the background benchmark")?;
+    print!("{}", background::format_table(&report));
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+    }
+    let all_identical = report.rows.iter().all(|r| r.identical == r.clients);
+    Ok(if args.check && !all_identical {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use isnode_store::{CatalogEntry, ObjectReader, Volume};
+use isnode_store::{CatalogEntry, ObjectReader, ReadOrder, Volume};
 
 use crate::cli::{CatArgs, GenTsArgs, LsArgs, RmArgs};
 
@@ -104,7 +104,10 @@ pub(super) fn rm(root: &Path, args: &RmArgs) -> anyhow::Result<ExitCode> {
 /// `cat NAME`: the original bytes to stdout; damage is repaired on the fly and reported on stderr.
 pub(super) fn cat(root: &Path, args: &CatArgs) -> anyhow::Result<ExitCode> {
     let vol = Volume::open(root).with_context(|| format!("opening {}", root.display()))?;
-    let mut reader = ObjectReader::open(&vol, &args.name)?;
+    let rec = vol
+        .object(&args.name)
+        .with_context(|| format!("finding {:?}", args.name))?;
+    let mut reader = ObjectReader::for_record(&vol, rec, ReadOrder::Sequential)?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::with_capacity(1 << 20, stdout.lock());
     let stats = reader

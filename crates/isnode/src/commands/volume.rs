@@ -8,9 +8,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-use isnode_store::pace::{Pace, Throttle, Unpaced};
+use isnode_store::pace::{RealClock, SignalPace};
 use isnode_store::rebuild::RebuildProgress;
 use isnode_store::scrub::ScrubProgress;
+use isnode_store::viewer_pace::FileSignal;
 use isnode_store::{CheckOptions, CheckReport, ScrubReport, Volume, VolumeParams};
 
 use crate::cli::{CheckArgs, CreateArgs, RebuildArgs, ScrubArgs};
@@ -144,11 +145,26 @@ fn print_report(r: &CheckReport) {
     }
 }
 
-/// The pace of `--rate-bps`: a fixed rate, or none.
-fn pace_of(rate_bps: Option<u64>) -> Box<dyn Pace> {
-    match rate_bps {
-        Some(rate) if rate > 0 => Box::new(Throttle::new(rate, Arc::new(AtomicBool::new(false)))),
-        _ => Box::new(Unpaced),
+/// The pace of a scrub or rebuild: `--rate-bps` (or no limit), slowed down and held
+/// back by the viewers of an `isnode serve` on the same volume
+/// (`VOLUME/run/viewer-pace.json`, [`isnode_store::viewer_pace`]).
+type ViewerFilePace = SignalPace<FileSignal, RealClock>;
+
+fn pace_of(root: &Path, rate_bps: Option<u64>) -> ViewerFilePace {
+    let clock = RealClock {
+        stop: Arc::new(AtomicBool::new(false)),
+    };
+    SignalPace::new(FileSignal::new(root, rate_bps.filter(|&r| r > 0)), clock)
+}
+
+/// Says on stderr how often the server's viewers held the work back.
+fn report_viewer_pace(pace: &ViewerFilePace) {
+    let held = pace.signal().held_back;
+    if held > 0 {
+        eprintln!(
+            "yielded to the viewers of the server on this volume for about {:.1} s",
+            held as f64 * isnode_store::pace::SAMPLE_MS as f64 / 1000.0
+        );
     }
 }
 
@@ -156,14 +172,15 @@ fn pace_of(rate_bps: Option<u64>) -> Box<dyn Pace> {
 pub(super) fn scrub(root: &Path, args: &ScrubArgs) -> anyhow::Result<ExitCode> {
     let vol = Volume::open(root).with_context(|| format!("opening {}", root.display()))?;
     let bar = crate::progress::bytes(0, "scrub");
-    let mut pace = pace_of(args.rate_bps);
+    let mut pace = pace_of(root, args.rate_bps);
     let started = Instant::now();
-    let report = isnode_store::scrub(&vol, pace.as_mut(), &mut |p: ScrubProgress<'_>| {
+    let report = isnode_store::scrub(&vol, &mut pace, &mut |p: ScrubProgress<'_>| {
         bar.set_length(p.bytes_total);
         bar.set_position(p.bytes_done);
     })
     .context("scrubbing the volume")?;
     bar.finish_and_clear();
+    report_viewer_pace(&pace);
     let elapsed_s = started.elapsed().as_secs_f64();
     if args.json {
         let v = serde_json::json!({ "report": report, "elapsed_s": elapsed_s });
@@ -272,12 +289,12 @@ pub(super) fn rebuild(root: &Path, args: &RebuildArgs) -> anyhow::Result<ExitCod
         );
     }
     let bar = crate::progress::bytes(0, &format!("rebuild member {}", args.member));
-    let mut pace = pace_of(args.rate_bps);
+    let mut pace = pace_of(root, args.rate_bps);
     let started = Instant::now();
     let report = isnode_store::rebuild_member(
         &mut vol,
         args.member,
-        pace.as_mut(),
+        &mut pace,
         &mut |p: RebuildProgress<'_>| {
             bar.set_length(p.bytes_total);
             bar.set_position(p.bytes_done);
@@ -285,6 +302,7 @@ pub(super) fn rebuild(root: &Path, args: &RebuildArgs) -> anyhow::Result<ExitCod
     )
     .with_context(|| format!("rebuilding member {}", args.member))?;
     bar.finish_and_clear();
+    report_viewer_pace(&pace);
     let elapsed_s = started.elapsed().as_secs_f64();
     if args.json {
         let v = serde_json::json!({ "report": report, "elapsed_s": elapsed_s });

@@ -838,3 +838,53 @@ pub(crate) fn play_to_end(
     let bytes = p.bytes();
     (p.stats, bytes)
 }
+
+/// A tmpfs mounted by a test, unmounted when dropped (even when the test panics).
+pub(crate) struct TmpfsMount(PathBuf);
+
+impl TmpfsMount {
+    /// Mounts a tmpfs of `size` (as mount(8) takes it: `700k`, `4m`) at `dir`; panics,
+    /// saying what it needs, if it cannot (a test that cannot run fails).
+    #[track_caller]
+    pub(crate) fn mount(dir: &Path, size: &str) -> TmpfsMount {
+        std::fs::create_dir_all(dir).expect("making the mount point");
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status();
+        match st {
+            Ok(s) if s.success() => TmpfsMount(dir.to_path_buf()),
+            other => panic!(
+                "mounting a tmpfs at {} failed ({other:?}): this test needs `mount` \
+                 (util-linux) and the right to mount (root with CAP_SYS_ADMIN)",
+                dir.display()
+            ),
+        }
+    }
+
+    /// Gives the file system `size` (frees space, keeping its files).
+    #[track_caller]
+    pub(crate) fn resize(&self, size: &str) {
+        let st = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.0)
+            .status();
+        assert!(
+            st.as_ref().is_ok_and(|s| s.success()),
+            "remounting {} with size {size}: {st:?}",
+            self.0.display()
+        );
+    }
+}
+
+impl Drop for TmpfsMount {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}

@@ -84,7 +84,20 @@ pub(super) async fn digests(
             ),
         );
     }
-    let range = from..from.saturating_add(count).min(codewords);
+    let mut range = from..from.saturating_add(count).min(codewords);
+    if let Some(front) = obj.fill.clone() {
+        // A title still filling: its digests up to the front (at least codeword `from`,
+        // waited for); the client asks again for the rest.
+        let obj2 = obj.clone();
+        match blocking(&sh, move |_| super::content::wait_at_front(&obj2, from)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => return error(StatusCode::SERVICE_UNAVAILABLE, why),
+            Err(r) => return r,
+        }
+        if front.state() != crate::fill::front::FrontState::Complete {
+            range.end = range.end.min(front.readable().max(from + 1));
+        }
+    }
     // The first chunk before the answer: a damaged catalog is a 500, not a cut body.
     let first_end = range.end.min(from.saturating_add(CHUNK_CODEWORDS));
     let (sh2, obj2) = (sh.clone(), obj.clone());

@@ -148,6 +148,11 @@ fn body(sh: &Shared, objects: Vec<isnode_proto::ObjectInfo>) -> StatusBody {
                 titles_evicted: f.titles_evicted,
             }
         }),
+        playback: Some(isnode_proto::status::StatusPlayback {
+            streams: snap.playback.streams,
+            late_streams: snap.playback.late_streams,
+            min_slack_ms: snap.playback.min_slack_ms,
+        }),
         cache: cache(&snap),
         egress_interval_s: 1,
         egress: sh.metrics.egress.samples(),

@@ -46,6 +46,8 @@ pub(crate) struct FillCounters {
     pub fills_done: AtomicU64,
     pub errors: [AtomicU64; 5],
     pub titles_evicted: AtomicU64,
+    /// Times a session was held at a fill front (data plane).
+    pub holds: AtomicU64,
 }
 
 impl FillCounters {
@@ -186,6 +188,7 @@ impl Fills {
             fills_done: load(&c.fills_done),
             fill_errors: std::array::from_fn(|i| c.errors.get(i).map_or(0, load)),
             titles_evicted: load(&c.titles_evicted),
+            sessions_held: load(&c.holds),
         }
     }
 }

@@ -367,6 +367,11 @@ const SCALARS: &[Scalar] = &[
         |s| s.reads_hedged,
     ),
     counter(
+        "isnode_members_revived",
+        "Failed members read again: their catalog state ok again (rebuilt), or a probe succeeded",
+        |s| s.members_revived,
+    ),
+    counter(
         "isnode_bursts_late",
         "Bursts sent more than 100 ms after their due time",
         |s| s.bursts_late,
@@ -435,6 +440,11 @@ const SCALARS: &[Scalar] = &[
         "isnode_fills_done",
         "Fills from the origin finished (complete objects)",
         |s| s.fill.fills_done,
+    ),
+    counter(
+        "isnode_fill_holds",
+        "Times a session caught up with its title's fill front and was held there",
+        |s| s.fill.sessions_held,
     ),
     counter(
         "isnode_titles_evicted",
@@ -571,11 +581,47 @@ impl Collector for SnapshotCollector {
                 .map(|(c, v)| (ClassLabels { class: c }, v)),
         )?;
         self.encode_members(&mut enc)?;
+        self.encode_playback(&mut enc)?;
         self.encode_titles(&mut enc)
     }
 }
 
 impl SnapshotCollector {
+    /// The live streams' playback slack (its smallest only while there are streams).
+    fn encode_playback(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let p = &self.0.snapshot.playback;
+        let gauges = [
+            (
+                "isnode_playback_streams",
+                "Live streams whose playback slack is measured (streaming, not paused)",
+                i64::from(p.streams),
+            ),
+            (
+                "isnode_playback_late_streams",
+                "Live streams whose next step is more than 100 ms past its playback deadline",
+                i64::from(p.late_streams),
+            ),
+        ];
+        for (name, help, v) in gauges {
+            ConstGauge::new(v).encode(enc.encode_descriptor(
+                name,
+                help,
+                None,
+                MetricType::Gauge,
+            )?)?;
+        }
+        if let Some(ms) = p.min_slack_ms {
+            let e = enc.encode_descriptor(
+                "isnode_playback_slack_min_ms",
+                "The smallest playback slack among the live streams, milliseconds (0 or less: late)",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(ms).encode(e)?;
+        }
+        Ok(())
+    }
+
     fn encode_members(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = &self.0.snapshot;
         let member = |m: usize| MemberLabels {

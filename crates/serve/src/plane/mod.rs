@@ -16,6 +16,7 @@ pub(crate) mod demand;
 mod schedule;
 mod send;
 mod sendfile;
+pub(crate) mod slack;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -401,7 +402,11 @@ impl Worker {
                 if !a.s.object.readable(b.sbn) {
                     // Held at the fill front from when the burst was due: not late later.
                     a.pacer.pause(due.min(now));
-                    a.held = true;
+                    if !a.held {
+                        a.held = true;
+                        let holds = &self.sh.fills.counters.holds;
+                        holds.fetch_add(1, Ordering::Relaxed);
+                    }
                     break;
                 }
             }
@@ -484,14 +489,17 @@ impl Worker {
         wait
     }
 
-    /// Publishes where this thread's sessions are (for eviction), at most every
-    /// [`PUBLISH_EVERY_NS`].
+    /// Publishes where this thread's sessions are (for eviction) and their playback slack
+    /// (for pacing background work: [`slack`]), at most every [`PUBLISH_EVERY_NS`].
     fn publish(&mut self, sessions: &[Active]) {
         let now = self.sh.now_ns();
         if now.saturating_sub(self.published_ns) < PUBLISH_EVERY_NS {
             return;
         }
         self.published_ns = now;
+        let deadlines = sessions.iter().map(|a| a.pacer.playback_deadline_ns());
+        let s = slack::PlaybackSlack::of(deadlines, now);
+        self.sh.slack.publish(self.index, s);
         let mut positions = Positions::new();
         for a in sessions {
             positions

@@ -38,6 +38,15 @@ impl Schedule {
         }
     }
 
+    /// When the client plays the next step (`None` while paused or done): a session's
+    /// nominal schedule; a channel's receivers have no lead, its due time.
+    pub(crate) fn playback_deadline_ns(&self) -> Option<u64> {
+        match self {
+            Schedule::Session(p) => p.playback_deadline_ns(),
+            Schedule::Channel(c) => c.next_due(),
+        }
+    }
+
     /// The codeword being sent.
     pub(crate) fn codeword(&self) -> u32 {
         match self {

@@ -1,0 +1,210 @@
+//! The viewers' pacing signal shared through the volume: `isnode serve` rewrites
+//! `VOLUME/run/viewer-pace.json` every [`WRITE_EVERY_MS`] with what its data plane sees of
+//! its viewers (streams, late streams, smallest playback slack, session reads), and the
+//! background work of other processes on the same volume (`isnode volume rebuild`,
+//! `isnode volume scrub`) reads it and paces itself exactly as the server's own
+//! background scrub does ([`crate::pace::paced_rate_bps`]). A file older than
+//! [`FRESH_MS`], missing or unreadable means no server runs: full rate (docs/format.md,
+//! "viewer-pace.json").
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::pace::{paced_rate_bps, RateSignal, ViewerLoad};
+
+/// How often the server rewrites the file, milliseconds.
+pub const WRITE_EVERY_MS: u64 = 200;
+/// A file written longer ago than this (or later than this in the future) is stale.
+pub const FRESH_MS: u64 = 1_000;
+/// The file's version.
+pub const VERSION: u32 = 1;
+/// Largest file read (a larger one is ignored).
+const MAX_FILE_BYTES: u64 = 4096;
+
+/// The file's contents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewerPaceFile {
+    /// [`VERSION`].
+    pub version: u32,
+    /// When it was written, unix time in milliseconds.
+    pub written_unix_ms: u64,
+    /// Live streams.
+    pub streams: u32,
+    /// Streams whose next block is late.
+    pub late_streams: u32,
+    /// The smallest playback slack, milliseconds (`null` without streams).
+    pub min_slack_ms: Option<i64>,
+    /// Session block reads (pool misses) in the last interval.
+    pub session_reads: u32,
+}
+
+impl ViewerPaceFile {
+    /// The file for `load` written at `now`.
+    pub fn new(load: ViewerLoad, now: SystemTime) -> ViewerPaceFile {
+        ViewerPaceFile {
+            version: VERSION,
+            written_unix_ms: unix_ms(now),
+            streams: load.streams,
+            late_streams: load.late_streams,
+            min_slack_ms: load.min_slack_ms,
+            session_reads: load.session_reads,
+        }
+    }
+
+    /// The load it says, if it is of this version and fresh at `now`.
+    pub fn load_at(&self, now: SystemTime) -> Option<ViewerLoad> {
+        let now_ms = unix_ms(now);
+        let age_ms = now_ms.abs_diff(self.written_unix_ms);
+        (self.version == VERSION && age_ms <= FRESH_MS).then_some(ViewerLoad {
+            streams: self.streams,
+            min_slack_ms: self.min_slack_ms,
+            session_reads: self.session_reads,
+            late_streams: self.late_streams,
+        })
+    }
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `VOLUME/run/viewer-pace.json`.
+pub fn path(volume: &Path) -> PathBuf {
+    volume.join("run").join("viewer-pace.json")
+}
+
+/// Writes the file atomically (a temporary file renamed over it; not fsynced: it only
+/// matters while the server runs).
+pub fn write(volume: &Path, file: &ViewerPaceFile) -> std::io::Result<()> {
+    let dest = path(volume);
+    let dir = volume.join("run");
+    std::fs::create_dir_all(&dir)?;
+    let tmp = dir.join("viewer-pace.json.tmp");
+    let body = serde_json::to_vec(file).map_err(std::io::Error::other)?;
+    std::fs::write(&tmp, body)?;
+    std::fs::rename(&tmp, &dest)
+}
+
+/// Removes the file (the server stops: no viewers to yield to).
+pub fn remove(volume: &Path) {
+    let _ = std::fs::remove_file(path(volume));
+}
+
+/// Reads the file: `None` when missing, too large or not parsing.
+pub fn read(volume: &Path) -> Option<ViewerPaceFile> {
+    use std::io::Read;
+    let f = std::fs::File::open(path(volume)).ok()?;
+    let mut body = Vec::new();
+    f.take(MAX_FILE_BYTES + 1).read_to_end(&mut body).ok()?;
+    if body.len() as u64 > MAX_FILE_BYTES {
+        return None;
+    }
+    serde_json::from_slice(&body).ok()
+}
+
+/// The rate a command beside a server scales by the viewers' load when it was given no
+/// rate of its own: 1 Gbit/s (125 MB/s, about one disk's sequential rate).
+pub const BESIDE_SERVER_RATE_BPS: u64 = 1_000_000_000;
+
+/// The [`RateSignal`] of a command beside a server: without a fresh file, its `--rate-bps`
+/// (or no limit); with one, that rate (or [`BESIDE_SERVER_RATE_BPS`]) scaled by the
+/// file's load ([`paced_rate_bps`]: nothing while a stream is late).
+#[derive(Debug)]
+pub struct FileSignal {
+    volume: PathBuf,
+    cap_bps: Option<u64>,
+    /// The load last read (for reporting), `None` while no server runs.
+    pub last: Option<ViewerLoad>,
+    /// Samples during which a fresh file held the work back (rate below the cap).
+    pub held_back: u64,
+}
+
+impl FileSignal {
+    /// Reads `VOLUME/run/viewer-pace.json` of `volume`; `cap_bps` is the most the work
+    /// may use (`None`: no limit of its own).
+    pub fn new(volume: &Path, cap_bps: Option<u64>) -> FileSignal {
+        FileSignal {
+            volume: volume.to_path_buf(),
+            cap_bps,
+            last: None,
+            held_back: 0,
+        }
+    }
+}
+
+impl RateSignal for FileSignal {
+    fn rate_bps(&mut self) -> Option<u64> {
+        self.last = read(&self.volume).and_then(|f| f.load_at(SystemTime::now()));
+        let Some(load) = self.last else {
+            return Some(self.cap_bps.unwrap_or(u64::MAX));
+        };
+        let base = self.cap_bps.unwrap_or(BESIDE_SERVER_RATE_BPS);
+        let rate = paced_rate_bps(base, load);
+        if rate < base {
+            self.held_back += 1;
+        }
+        Some(rate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn late_load() -> ViewerLoad {
+        ViewerLoad {
+            streams: 2,
+            min_slack_ms: Some(-20),
+            session_reads: 1,
+            late_streams: 1,
+        }
+    }
+
+    #[test]
+    fn a_fresh_file_paces_a_stale_or_missing_one_does_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sig = FileSignal::new(dir.path(), Some(8_000_000));
+        assert_eq!(sig.rate_bps(), Some(8_000_000), "no file: full rate");
+        write(
+            dir.path(),
+            &ViewerPaceFile::new(late_load(), SystemTime::now()),
+        )
+        .unwrap();
+        assert_eq!(sig.rate_bps(), Some(0), "a late stream: nothing");
+        assert_eq!(sig.last, Some(late_load()));
+        let old = SystemTime::now() - Duration::from_millis(FRESH_MS + 500);
+        write(dir.path(), &ViewerPaceFile::new(late_load(), old)).unwrap();
+        assert_eq!(sig.rate_bps(), Some(8_000_000), "stale: full rate");
+        std::fs::write(path(dir.path()), b"{not json").unwrap();
+        assert_eq!(sig.rate_bps(), Some(8_000_000), "unreadable: full rate");
+        std::fs::write(path(dir.path()), vec![b' '; 5000]).unwrap();
+        assert!(read(dir.path()).is_none(), "too large");
+        remove(dir.path());
+        assert!(read(dir.path()).is_none());
+        let mut uncapped = FileSignal::new(dir.path(), None);
+        assert_eq!(uncapped.rate_bps(), Some(u64::MAX), "no server: no limit");
+        let calm = ViewerLoad {
+            streams: 1,
+            min_slack_ms: Some(5_000),
+            ..ViewerLoad::default()
+        };
+        write(dir.path(), &ViewerPaceFile::new(calm, SystemTime::now())).unwrap();
+        assert_eq!(uncapped.rate_bps(), Some(BESIDE_SERVER_RATE_BPS));
+        assert_eq!(uncapped.held_back, 0);
+    }
+
+    #[test]
+    fn the_file_round_trips_and_checks_its_version() {
+        let now = SystemTime::now();
+        let f = ViewerPaceFile::new(late_load(), now);
+        let back: ViewerPaceFile =
+            serde_json::from_slice(&serde_json::to_vec(&f).unwrap()).unwrap();
+        assert_eq!(back, f);
+        assert_eq!(back.load_at(now), Some(late_load()));
+        let v2 = ViewerPaceFile { version: 2, ..f };
+        assert_eq!(v2.load_at(now), None);
+    }
+}
