@@ -4,7 +4,7 @@
 //! when the cluster is dropped; every wait has a deadline.
 //!
 //! Garage is found on PATH or at `~/.cargo/bin/garage`; without it the test FAILS saying how
-//! to install it (`scripts/test` installs it: `cargo install garage --locked`).
+//! to install it (`bash scripts/install-garage`, which `scripts/test` runs).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -37,7 +37,7 @@ pub(crate) fn garage_bin() -> PathBuf {
     }
     panic!(
         "garage is not installed (not on PATH nor at ~/.cargo/bin/garage): install it with \
-         `cargo install garage --locked` (scripts/test does, about 8-13 minutes)"
+         `bash scripts/install-garage` (scripts/test runs it; minutes, once per machine)"
     );
 }
 
