@@ -68,6 +68,9 @@ pub(crate) enum Command {
     Config(crate::serve_flags::ConfigCommand),
     /// Receive an object from a server, repair loss with FEC, write the original bytes.
     Play(crate::play_flags::PlayArgs),
+    /// Upload a file to an S3-compatible origin (`--origin s3://BUCKET/KEY`), multipart for
+    /// a large file: the titles an origin-backed edge fills from.
+    Publish(crate::commands::publish::PublishArgs),
     /// A lossy UDP relay for tests (this kernel has no netem).
     Relay(isnode_recv::RelayArgs),
     /// Periodic broadcast of popular titles: plans per scheme.

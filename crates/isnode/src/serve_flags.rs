@@ -166,6 +166,26 @@ pub(crate) struct ServeFlags {
     /// viewers (default 0: off).
     #[arg(long)]
     pub scrub_rate_bps: Option<u64>,
+    /// This node's name in the cluster's node list (`--nodes`).
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// The cluster's edges, this one included: `NAME=URL` or `NAME*WEIGHT=URL`, comma
+    /// separated (default: none, a single node).
+    #[arg(long, value_delimiter = ',', value_parser = parse_node)]
+    pub nodes: Option<Vec<isnode_serve::ClusterNode>>,
+    /// A title requested more often than this (per second, as one node counts) is served by
+    /// several nodes of its ranking (default 10; 0: never).
+    #[arg(long)]
+    pub replicate_above_rps: Option<f64>,
+    /// Health probe of every peer this often, milliseconds (default 1000).
+    #[arg(long)]
+    pub probe_interval_ms: Option<u64>,
+    /// A probe not answered within this long failed, milliseconds (default 500).
+    #[arg(long)]
+    pub probe_timeout_ms: Option<u64>,
+    /// Failed probes in a row that make a peer dead (default 3).
+    #[arg(long)]
+    pub probe_failures_to_dead: Option<u32>,
     /// Fill titles the volume lacks from this origin: s3://BUCKET or file:///DIR
     /// (credentials: the configuration file or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY).
     #[arg(long)]
@@ -196,6 +216,29 @@ pub(crate) struct ServeFlags {
     /// probe succeeds (milliseconds; default 30000; 0: never).
     #[arg(long)]
     pub member_probe_interval_ms: Option<u64>,
+}
+
+/// One `--nodes` entry: `NAME=URL` or `NAME*WEIGHT=URL`.
+fn parse_node(s: &str) -> Result<isnode_serve::ClusterNode, String> {
+    let (name, url) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not NAME=URL or NAME*WEIGHT=URL"))?;
+    let (name, weight) = match name.split_once('*') {
+        Some((n, w)) => (
+            n,
+            w.parse::<f64>()
+                .map_err(|e| format!("weight {w:?} of {n:?}: {e}"))?,
+        ),
+        None => (name, 1.0),
+    };
+    if name.is_empty() || url.is_empty() {
+        return Err(format!("{s:?} is not NAME=URL or NAME*WEIGHT=URL"));
+    }
+    Ok(isnode_serve::ClusterNode {
+        name: name.to_string(),
+        url: url.to_string(),
+        weight,
+    })
 }
 
 /// Sets each `config.$field` whose flag was given.
@@ -247,10 +290,11 @@ impl ServeFlags {
             api_write_timeout_ms, max_unvalidated_sessions, max_unvalidated_per_client,
             anonymous_viewers, scrub_rate_bps, member_probe_interval_ms, origin,
             origin_endpoint, origin_region, fill_parallel_ranges, fill_range_bytes,
-            cache_max_bytes, origin_check_interval_s, prefill_rate_bps);
+            cache_max_bytes, origin_check_interval_s, prefill_rate_bps, nodes,
+            replicate_above_rps, probe_interval_ms, probe_timeout_ms, probe_failures_to_dead);
         overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if, max_volume_bytes,
             max_sendfile_sessions, tokens_file,
-            api_max_connections, tls_cert, tls_key);
+            api_max_connections, tls_cert, tls_key, node_name);
         if flags.plain_http {
             config.plain_http = true;
         }
@@ -338,6 +382,7 @@ mod tests {
             max_volume_bytes: Some(1),
             max_sendfile_sessions: Some(1),
             tokens_file: Some("t".into()),
+            node_name: Some("n".into()),
             origin_access_key_id: Some("k".into()),
             origin_secret_access_key: Some(isnode_serve::Secret::new("s")),
             ..ServeConfig::default()
@@ -373,6 +418,27 @@ mod tests {
             .to_config(Path::new("/other"), VolumeFlag::Given)
             .unwrap();
         assert_eq!(c.volume.as_deref(), Some(Path::new("/other")));
+    }
+
+    #[test]
+    fn nodes_are_given_by_name_weight_and_url() {
+        let c = flags(&[
+            "--node-name",
+            "b",
+            "--nodes",
+            "a=http://10.0.0.1:7878,b*2=http://10.0.0.2:7878",
+        ])
+        .to_config(Path::new("v"), VolumeFlag::Default)
+        .unwrap();
+        assert_eq!(c.nodes.len(), 2);
+        assert_eq!(c.nodes[1].weight, 2.0);
+        assert_eq!(c.nodes[0].url, "http://10.0.0.1:7878");
+        let e = flags(&["--nodes", "a=http://10.0.0.1:7878"])
+            .to_config(Path::new("v"), VolumeFlag::Default)
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("node_name"), "{e:#}");
+        assert!(parse_node("nourl").is_err());
+        assert!(parse_node("a*x=http://h").is_err());
     }
 
     #[test]

@@ -114,6 +114,7 @@ impl ControlClient {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(timeout))
+            .max_redirects(MAX_REDIRECTS)
             .build()
             .new_agent();
         ControlClient {
@@ -129,6 +130,7 @@ impl ControlClient {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(timeout))
+            .max_redirects(MAX_REDIRECTS)
             .tls_config(tls)
             .build()
             .new_agent();
@@ -238,12 +240,22 @@ impl ControlClient {
 
     /// `POST /v1/sessions`, accepting the hybrid server's answer too: a session, or the
     /// broadcast that carries the title (`200` [`isnode_proto::broadcast::SessionRedirect`]).
+    /// A redirect to another node of a cluster is an error here: [`ControlClient::open_placed`]
+    /// follows it.
     pub fn open(&self, req: &isnode_proto::CreateSession) -> anyhow::Result<Opened> {
         let url = format!("{}/v1/sessions", self.base);
         let resp = self
             .req(self.agent.post(&url))
+            .config()
+            .max_redirects(0)
+            .build()
             .send_json(req)
             .with_context(|| format!("POST {url}"))?;
+        Self::opened(resp)
+    }
+
+    /// A session answer: `201` a session, `200` the broadcast that carries the title.
+    fn opened(resp: ureq::http::Response<ureq::Body>) -> anyhow::Result<Opened> {
         if resp.status().as_u16() == 200 {
             let body = Self::body("creating the session", 200, resp)?;
             let r: isnode_proto::broadcast::SessionRedirect =
@@ -253,6 +265,69 @@ impl ControlClient {
         let body = Self::body("creating the session", 201, resp)?;
         let info = serde_json::from_str(&body).context("reading the session description")?;
         Ok(Opened::Session(Box::new(info)))
+    }
+
+    /// `POST /v1/sessions` on a cluster of edges (docs/protocol.md, "Redirects between
+    /// edges"): follows at most [`MAX_REDIRECTS`] `307`s to the node that serves the title
+    /// (with [`Placement::Follow`]), or asks this node to serve it whatever the placement
+    /// (with [`Placement::ServeHere`]: a client failing over along the title's ranking).
+    /// The client of the server that answered, its answer, and the title's live ranking it
+    /// sent (`Isnode-Ranking`; empty from a server without a node list).
+    pub fn open_placed(
+        &self,
+        req: &isnode_proto::CreateSession,
+        placement: Placement,
+    ) -> anyhow::Result<Followed> {
+        let mut here = self.at(&self.base);
+        for _ in 0..=MAX_REDIRECTS {
+            let url = format!("{}/v1/sessions", here.base);
+            // ureq does not re-send a body on 307: followed here, with the token.
+            let mut r = here
+                .req(here.agent.post(&url))
+                .config()
+                .max_redirects(0)
+                .build();
+            if placement == Placement::ServeHere {
+                r = r.header(SERVE_HERE_HEADER, "failover");
+            }
+            let resp = r.send_json(req).with_context(|| format!("POST {url}"))?;
+            let status = resp.status().as_u16();
+            if status == 307 || status == 308 {
+                let location = resp
+                    .headers()
+                    .get("location")
+                    .and_then(|v| v.to_str().ok())
+                    .with_context(|| format!("POST {url}: {status} without a Location"))?;
+                let base = location.strip_suffix("/v1/sessions").with_context(|| {
+                    format!("POST {url}: redirected to {location:?}, not a sessions URL")
+                })?;
+                tracing::info!(from = %here.base, to = %base, "the title is served by another node");
+                here = here.at(base);
+                continue;
+            }
+            let ranking = ranking_of(resp.headers());
+            let opened = Self::opened(resp)?;
+            return Ok(Followed {
+                control: here,
+                opened,
+                ranking,
+            });
+        }
+        bail!("creating the session: more than {MAX_REDIRECTS} redirects (a cluster whose nodes disagree?)")
+    }
+
+    /// A client of the server at `base` with this one's agent and token.
+    pub fn at(&self, base: &str) -> ControlClient {
+        ControlClient {
+            agent: self.agent.clone(),
+            base: base_url(base),
+            bearer: self.bearer.clone(),
+        }
+    }
+
+    /// The base URL of the server.
+    pub fn base(&self) -> &str {
+        &self.base
     }
 
     /// `POST /v1/sessions/{id}/keepalive` with the session's `secret`: `Ok(false)` if the
@@ -434,6 +509,49 @@ impl ControlClient {
             .next()
             .ok_or_else(|| anyhow!("{authority} resolves to no address"))
     }
+}
+
+/// Most redirects followed for one request (a cluster redirects at most to the node that
+/// serves the title; more means its nodes disagree).
+pub const MAX_REDIRECTS: u32 = 4;
+/// The header a client failing over along a title's ranking sends with its session request:
+/// the node serves the title whatever its placement says (docs/protocol.md).
+pub const SERVE_HERE_HEADER: &str = "isnode-serve-here";
+/// The header with a title's live ranking: its nodes' URLs, the owner first, `, ` between.
+pub const RANKING_HEADER: &str = "isnode-ranking";
+
+/// Whether a session request follows the cluster's placement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Follow redirects to the node that serves the title.
+    Follow,
+    /// Ask this node to serve it (failing over along the ranking).
+    ServeHere,
+}
+
+/// A session request answered after redirects ([`ControlClient::open_placed`]).
+pub struct Followed {
+    /// The client of the server that answered.
+    pub control: ControlClient,
+    /// Its answer.
+    pub opened: Opened,
+    /// The title's live ranking as that server sent it (base URLs, the owner first).
+    pub ranking: Vec<String>,
+}
+
+/// The URLs of an `Isnode-Ranking` header (none without one).
+pub fn ranking_of(headers: &ureq::http::HeaderMap) -> Vec<String> {
+    headers
+        .get(RANKING_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(base_url)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Most token datagrams a client echoes before giving up (see

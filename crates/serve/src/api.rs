@@ -84,11 +84,13 @@ pub(crate) fn serve(
         let reaper = tokio::spawn(reap(sh.clone()));
         let sampler = tokio::spawn(status::sample_egress(sh.clone()));
         let last_use = tokio::spawn(write_last_use(sh.clone()));
+        let prober = tokio::spawn(crate::cluster::probe::run(sh.clone()));
         // Connections still busy 2 s after the stop are dropped.
         server.run(listener, stop, Duration::from_secs(2)).await;
         reaper.abort();
         sampler.abort();
         last_use.abort();
+        prober.abort();
         // The last uses since the last write.
         let sh = sh.clone();
         let _ = tokio::task::spawn_blocking(move || sh.flush_last_use()).await;
@@ -162,7 +164,9 @@ fn routes() -> Routes {
             "/v1/broadcasts/{id}",
             get(broadcast::get_broadcast).delete(broadcast::delete_broadcast),
         )
-        .route("/metrics", get(metrics));
+        .route("/metrics", get(metrics))
+        .route(crate::cluster::probe::HEALTH_PATH, get(health))
+        .route("/v1/cluster", get(cluster_status));
     fills::routes(status::routes(r))
 }
 
@@ -177,6 +181,10 @@ fn router(sh: Arc<Shared>) -> Router {
             )
         })
         .layer(axum::extract::DefaultBodyLimit::max(errors::MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            sh.clone(),
+            crate::cluster::redirect::to_the_serving_node,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             sh.clone(),
             drain::refuse_new_work_while_draining,
@@ -388,9 +396,38 @@ async fn delete_session(
 
 async fn metrics(_: roles::MetricsReader, State(sh): Sh) -> Response {
     let text = crate::metrics::expose::render(status::scrape(&sh), &sh.metrics.families);
+    let text = crate::cluster::with_cluster_metrics(text, sh.cluster.as_ref());
     (
         [(header::CONTENT_TYPE, crate::metrics::expose::CONTENT_TYPE)],
         text,
     )
         .into_response()
+}
+
+/// `GET /v1/health` (public): `200` while the server takes new work, `503` while it drains;
+/// what the cluster's peers probe.
+async fn health(State(sh): Sh) -> Response {
+    let name = sh.config().node_name.clone().unwrap_or_default();
+    let draining = sh.draining.load(Ordering::Acquire);
+    let status = match draining {
+        false => StatusCode::OK,
+        true => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (
+        status,
+        Json(serde_json::json!({ "node": name, "draining": draining })),
+    )
+        .into_response()
+}
+
+/// `GET /v1/cluster`: the node list and each node's liveness as this node sees it (`404`
+/// without a node list).
+async fn cluster_status(_: roles::MetricsReader, State(sh): Sh) -> Response {
+    match sh.cluster.as_ref() {
+        Some(c) => Json(c.status()).into_response(),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "no cluster: this server has no node list",
+        ),
+    }
 }

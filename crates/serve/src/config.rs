@@ -311,7 +311,32 @@ pub struct ServeConfig {
     /// A member failed by read errors alone is probed this often (one block read and its
     /// identity checked) and used again when the probe succeeds (milliseconds; 0: never).
     pub member_probe_interval_ms: u64,
+    /// This node's name in `nodes` (required with a node list).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// A title requested more often than this (requests per second, as one node counts them)
+    /// is served by `ceil(rate / replicate_above_rps)` nodes of its ranking (0: never).
+    pub replicate_above_rps: f64,
+    /// Every peer of the cluster is probed (`GET /v1/health`) this often, milliseconds.
+    pub probe_interval_ms: u64,
+    /// A probe not answered `200` within this long failed, milliseconds.
+    pub probe_timeout_ms: u64,
+    /// A peer is dead after this many failed probes in a row (live again at one answer).
+    pub probe_failures_to_dead: u32,
+    /// The edges of the cluster, this one included (docs/scale-out.md): each a table of
+    /// `name`, `url` (its control API, `http://host:port`) and `weight` (default 1). Empty:
+    /// a single node that serves every title itself. Last in the file (an array of tables).
+    pub nodes: Vec<isnode_edge::placement::Node>,
 }
+
+/// Default `replicate_above_rps`.
+pub(crate) const DEFAULT_REPLICATE_ABOVE_RPS: f64 = 10.0;
+/// Default `probe_interval_ms`.
+pub(crate) const DEFAULT_PROBE_INTERVAL_MS: u64 = 1000;
+/// Default `probe_timeout_ms`.
+pub(crate) const DEFAULT_PROBE_TIMEOUT_MS: u64 = 500;
+/// Default `probe_failures_to_dead`.
+pub(crate) const DEFAULT_PROBE_FAILURES_TO_DEAD: u32 = 3;
 
 /// A secret of the configuration: `Debug` and `to_toml` show `***`, never the value.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
@@ -419,6 +444,12 @@ impl Default for ServeConfig {
             origin_check_interval_s: DEFAULT_ORIGIN_CHECK_INTERVAL_S,
             prefill_rate_bps: 0,
             member_probe_interval_ms: DEFAULT_MEMBER_PROBE_INTERVAL_MS,
+            node_name: None,
+            replicate_above_rps: DEFAULT_REPLICATE_ABOVE_RPS,
+            probe_interval_ms: DEFAULT_PROBE_INTERVAL_MS,
+            probe_timeout_ms: DEFAULT_PROBE_TIMEOUT_MS,
+            probe_failures_to_dead: DEFAULT_PROBE_FAILURES_TO_DEAD,
+            nodes: Vec::new(),
         }
     }
 }
@@ -553,6 +584,7 @@ impl ServeConfig {
         }
         self.validate_broadcast()?;
         self.validate_api()?;
+        self.validate_cluster()?;
         self.validate_origin()
     }
 
@@ -596,6 +628,54 @@ impl ServeConfig {
             );
         }
         Ok(())
+    }
+
+    fn validate_cluster(&self) -> Result<(), ConfigError> {
+        let bad = |key: &'static str, why: String| {
+            Err(ConfigError::Invalid {
+                key,
+                line: None,
+                why,
+            })
+        };
+        if !(self.replicate_above_rps.is_finite() && self.replicate_above_rps >= 0.0) {
+            return bad("replicate_above_rps", "must be 0 (never) or above".into());
+        }
+        if !(10..=3_600_000).contains(&self.probe_interval_ms) {
+            return bad("probe_interval_ms", "must be between 10 and 3600000".into());
+        }
+        if !(1..=60_000).contains(&self.probe_timeout_ms) {
+            return bad("probe_timeout_ms", "must be between 1 and 60000".into());
+        }
+        if !(1..=1000).contains(&self.probe_failures_to_dead) {
+            return bad(
+                "probe_failures_to_dead",
+                "must be between 1 and 1000".into(),
+            );
+        }
+        if self.nodes.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = isnode_edge::cluster::check_nodes(&self.nodes) {
+            return bad("nodes", e.to_string());
+        }
+        if let Some(n) = self.nodes.iter().find(|n| !n.url.starts_with("http://")) {
+            return bad(
+                "nodes",
+                format!(
+                    "node {:?}: its url {:?} must be http://host:port (probes and redirects speak plain HTTP)",
+                    n.name, n.url
+                ),
+            );
+        }
+        match &self.node_name {
+            None => bad("node_name", "a node list needs this node's name".into()),
+            Some(me) if !self.nodes.iter().any(|n| &n.name == me) => bad(
+                "node_name",
+                format!("{me:?} is not one of the names in `nodes`"),
+            ),
+            Some(_) => Ok(()),
+        }
     }
 
     fn validate_broadcast(&self) -> Result<(), ConfigError> {
@@ -745,6 +825,12 @@ impl ServeConfig {
             origin_region,
             origin_access_key_id,
             origin_secret_access_key,
+            node_name,
+            nodes,
+            replicate_above_rps,
+            probe_interval_ms,
+            probe_timeout_ms,
+            probe_failures_to_dead,
         );
         kept
     }

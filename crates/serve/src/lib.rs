@@ -30,6 +30,7 @@ mod api;
 pub mod auth;
 pub mod broadcast;
 pub mod cache;
+mod cluster;
 mod config;
 mod fd_budget;
 mod fill;
@@ -57,6 +58,7 @@ mod viewer_pace;
 pub use api::errors::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 #[doc(hidden)]
 pub use api::fuzzing;
+pub use cluster::{ClusterStatus, NodeStatus};
 pub use config::{
     BroadcastMode, ConfigError, Degraded, EngineKind, ReadIo, Secret, ServeConfig,
     ValidateDestination, DEFAULT_API_HEADER_TIMEOUT_MS, DEFAULT_API_IDLE_TIMEOUT_MS,
@@ -70,6 +72,8 @@ pub use config::{
     DEFAULT_MAX_UNVALIDATED_SESSIONS,
 };
 pub use fd_budget::DEFAULT_MAX_SENDFILE_SESSIONS;
+/// One edge of a cluster's node list (`nodes` in the configuration).
+pub use isnode_edge::placement::Node as ClusterNode;
 pub use lifecycle::{run, Drained};
 pub use metrics::{Limit, MetricsSnapshot};
 pub use plane::slack::PlaybackSlack;

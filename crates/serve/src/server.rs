@@ -93,6 +93,8 @@ pub(crate) struct Shared {
     /// Members marked failed, waiting to be written into the catalog
     /// (`member_health::record_member_failures`).
     pub member_failures: std::sync::Mutex<Vec<(u32, String)>>,
+    /// This edge's cluster (`None`: no node list, a single node).
+    pub cluster: Option<crate::cluster::ClusterState>,
     /// Fills from the origin (`crate::fill`).
     pub fills: crate::fill::Fills,
 }
@@ -513,6 +515,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
     let (senders, queues): (Vec<_>, Vec<_>) = (0..threads)
         .map(|_| std::sync::mpsc::sync_channel(1024))
         .unzip();
+    let cluster = crate::cluster::ClusterState::of(config).map_err(ServeError::Config)?;
     let shared = Arc::new(Shared {
         config: arc_swap::ArcSwap::from_pointee(config.clone()),
         objects: Objects::new(vol),
@@ -543,6 +546,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         uploads: Arc::default(),
         scrub: crate::scrub::ScrubState::default(),
         member_failures: std::sync::Mutex::default(),
+        cluster,
         fills,
     });
     let api_tls = tls.clone();

@@ -7,6 +7,7 @@ mod demo;
 mod fill;
 mod ingest;
 mod objects;
+pub(crate) mod publish;
 mod remote;
 mod status;
 mod stream;
@@ -43,6 +44,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Play(args) => stream::play(&args.into_config()),
+        Command::Publish(args) => publish::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Relay(args) => stream::relay(&args),
         Command::Broadcast(BroadcastCommand::Plan(args)) => broadcast::plan(&cli.volume, &args),
         Command::Broadcast(BroadcastCommand::Plot(args)) => broadcast::plot(&cli.volume, &args),

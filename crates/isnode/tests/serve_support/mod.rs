@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub(crate) mod garage;
 pub(crate) mod media;
 pub(crate) mod netns;
 pub(crate) mod planned;
@@ -233,85 +234,107 @@ impl Server {
         nofile: Option<u64>,
     ) -> Server {
         for attempt in 0..5 {
-            let port = free_port();
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            let log = vol.path(&format!("serve-{port}.log"));
-            let mut cmd = command();
-            if let Some(n) = nofile {
-                use std::os::unix::process::CommandExt;
-                // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
-                unsafe {
-                    cmd.pre_exec(move || {
-                        let lim = libc::rlimit {
-                            rlim_cur: n,
-                            rlim_max: n,
-                        };
-                        if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        Ok(())
-                    });
-                }
-            }
-            let child = cmd
-                .arg("serve")
-                .arg("--volume")
-                .arg(&vol.root)
-                .arg("--listen")
-                .arg(addr.to_string())
-                .args(extra)
-                .envs(env.iter().copied())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .expect("spawning isnode serve");
-            let mut server = Server {
-                child: ChildGuard(Some(child)),
-                addr,
-                log,
-                secrets: Default::default(),
-            };
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                let exited = server
-                    .child
-                    .0
-                    .as_mut()
-                    .unwrap()
-                    .try_wait()
-                    .unwrap()
-                    .is_some();
-                if exited {
-                    let text = server.log_text();
-                    server.child.0 = None;
-                    if text.contains("in use") && attempt < 4 {
-                        break; // the port was taken meanwhile: try another
-                    }
-                    panic!("isnode serve exited at start:\n{text}");
-                }
-                if let Ok(r) = try_http(addr, None, "GET", "/v1/objects", None, &[]) {
-                    // 401: answering, and closed to anonymous viewers.
-                    if r.status == 200 || r.status == 401 {
-                        return server;
-                    }
-                }
-                // An HTTPS server does not answer plain HTTP: it says when it listens.
-                if server
-                    .log_text()
-                    .contains("isnode serve: listening on https://")
-                {
-                    return server;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "isnode serve did not answer within 20 s:\n{}",
-                    server.log_text()
-                );
-                std::thread::sleep(Duration::from_millis(50));
+            if let Some(server) =
+                Server::spawn_on(vol, free_port(), extra, env, nofile, attempt < 4)
+            {
+                return server;
             }
         }
         unreachable!("the loop returns or panics")
+    }
+
+    /// [`Server::start_env`] on a given port (a cluster's node list names its nodes' ports
+    /// before they start); panics if the port is taken.
+    pub(crate) fn start_on(vol: &Vol, port: u16, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::spawn_on(vol, port, extra, env, None, false).expect("spawn_on panics instead")
+    }
+
+    /// Starts the server on `port` and waits for it; `None` if the port was taken and
+    /// `retry` allows another.
+    fn spawn_on(
+        vol: &Vol,
+        port: u16,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<u64>,
+        retry: bool,
+    ) -> Option<Server> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let log = vol.path(&format!("serve-{port}.log"));
+        let mut cmd = command();
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd
+            .arg("serve")
+            .arg("--volume")
+            .arg(&vol.root)
+            .arg("--listen")
+            .arg(addr.to_string())
+            .args(extra)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawning isnode serve");
+        let mut server = Server {
+            child: ChildGuard(Some(child)),
+            addr,
+            log,
+            secrets: Default::default(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let exited = server
+                .child
+                .0
+                .as_mut()
+                .unwrap()
+                .try_wait()
+                .unwrap()
+                .is_some();
+            if exited {
+                let text = server.log_text();
+                server.child.0 = None;
+                if text.contains("in use") && retry {
+                    return None; // the port was taken meanwhile: try another
+                }
+                panic!("isnode serve exited at start:\n{text}");
+            }
+            if let Ok(r) = try_http(addr, None, "GET", "/v1/objects", None, &[]) {
+                // 401: answering, and closed to anonymous viewers.
+                if r.status == 200 || r.status == 401 {
+                    return Some(server);
+                }
+            }
+            // An HTTPS server does not answer plain HTTP: it says when it listens.
+            if server
+                .log_text()
+                .contains("isnode serve: listening on https://")
+            {
+                return Some(server);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "isnode serve did not answer within 20 s:\n{}",
+                server.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Waits for the server to exit by itself until `deadline` (panics, killing it, if
@@ -319,6 +342,14 @@ impl Server {
     #[track_caller]
     pub(crate) fn wait_exit(&mut self, deadline: Instant) -> std::process::ExitStatus {
         self.child.wait_until(deadline, "isnode serve")
+    }
+
+    /// `kill -9` of the server, reaped.
+    pub(crate) fn kill9(&mut self) {
+        if let Some(mut c) = self.child.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     /// The server's process id.

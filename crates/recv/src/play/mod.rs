@@ -113,7 +113,8 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
     };
     let local = socket.local_addr()?;
     let port = args.session_port.unwrap_or(local.port());
-    let source = source_filter(args)?;
+    // Checked before anything is asked (made again below for the server that answers).
+    source_filter(args)?;
     // The receive buffer is grown before the request: the server's start-up burst arrives
     // at once, faster than the stream's rate, before the receive loop runs.
     crate::net::grow_recv_buffer(&socket, RECV_BUFFER_BYTES);
@@ -121,6 +122,8 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
     let (rotated, control, opened) = open_first(args, port)?;
     // From here on the server that answered is the first of the list.
     let args = &rotated;
+    // A redirect or a ranking may have named servers the first filter did not know.
+    let source = source_filter(args)?;
     let first = 0;
     let info = match opened {
         crate::control::Opened::Session(info) => *info,
@@ -419,15 +422,13 @@ fn open_first(
     };
     let mut last = None;
     for (i, base) in args.servers().enumerate() {
-        let control = Arc::new(args.control_of(base, Duration::from_secs(10))?);
-        match control.open(&req) {
-            Ok(opened) => {
+        let control = args.control_of(base, Duration::from_secs(10))?;
+        match control.open_placed(&req, crate::control::Placement::Follow) {
+            Ok(followed) => {
                 let mut all: Vec<String> = args.servers().map(str::to_string).collect();
                 all.rotate_left(i);
-                let mut rotated = args.clone();
-                rotated.server = all.remove(0);
-                rotated.failover_servers = all;
-                return Ok((rotated, control, opened));
+                let rotated = placed(args, all, &followed);
+                return Ok((rotated, Arc::new(followed.control), followed.opened));
             }
             Err(e) if args.failover_servers.is_empty() => return Err(e),
             Err(e) => {
@@ -437,6 +438,33 @@ fn open_first(
         }
     }
     Err(last.unwrap_or_else(|| anyhow::anyhow!("no server")))
+}
+
+/// `args` with the server that answered first and the servers to fail over to after it:
+/// the title's live ranking when the server sent one (a cluster of edges: the next nodes
+/// of the ranking, in order), else the rest of `--server A,B,...` (`given`, rotated to
+/// start at the server asked).
+fn placed(
+    args: &PlayConfig,
+    given: Vec<String>,
+    followed: &crate::control::Followed,
+) -> PlayConfig {
+    let answered = followed.control.base().to_string();
+    let mut rotated = args.clone();
+    rotated.failover_servers = if followed.ranking.is_empty() {
+        given.into_iter().skip(1).collect()
+    } else {
+        let at = followed
+            .ranking
+            .iter()
+            .position(|u| *u == answered)
+            .unwrap_or(0);
+        let mut r = followed.ranking.clone();
+        r.rotate_left(at);
+        r.into_iter().filter(|u| *u != answered).collect()
+    };
+    rotated.server = answered;
+    rotated
 }
 
 /// `out` without the first `skip` bytes written to it (a start at an access point inside

@@ -19,7 +19,7 @@ use anyhow::Context as _;
 
 use super::session::SourceFilter;
 use super::{keepalive_via, Keepalive, Owner, Reported};
-use crate::control::{ControlClient, Opened, SessionInfoExt};
+use crate::control::{ControlClient, Opened, Placement, SessionInfoExt};
 use crate::receiver::SessionParams;
 
 /// What a resume attempt found.
@@ -213,13 +213,16 @@ impl SessionResumer<'_> {
             .context("no such server")?
             .control
             .clone();
-        let opened = control.open(&isnode_proto::CreateSession {
+        // The next node of the ranking serves it even while the cluster still counts the
+        // lost node live (its probes take a few seconds to agree).
+        let req = isnode_proto::CreateSession {
             object: self.object.clone(),
             port: self.port,
             start_codeword: from,
             start_at_s: None,
             no_start_burst: false,
-        })?;
+        };
+        let opened = control.open_placed(&req, Placement::ServeHere)?.opened;
         let Opened::Session(info) = opened else {
             anyhow::bail!("the server now serves the title by broadcast");
         };

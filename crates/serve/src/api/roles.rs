@@ -262,6 +262,8 @@ pub(super) const ROUTES: &[(&str, &str, Rule)] = &[
         "/v1/objects/{name}/pin",
         Rule::Role(Role::Operator),
     ),
+    ("GET", "/v1/health", Rule::Public),
+    ("GET", "/v1/cluster", Rule::Role(Role::Metrics)),
     ("GET", "/", Rule::Public),
     ("GET", "/ui/app.js", Rule::Public),
     ("GET", "/ui/style.css", Rule::Public),

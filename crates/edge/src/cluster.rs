@@ -1,0 +1,415 @@
+//! One edge's view of its cluster, sans-IO: which peers are live (from the outcomes of health
+//! probes the shell runs), how busy each title is (a decayed request rate), and the decision
+//! for a request: serve it here or redirect it to another node.
+//!
+//! The rule (docs/scale-out.md, docs/protocol.md "Redirects between edges"): a title is served
+//! by the first `R` live nodes of its ranking ([`crate::placement::top_live`]), `R` = 1 unless
+//! the title's request rate passes `replicate_above_rps` ([`Cluster::replicas`]). A node among
+//! those `R` serves the request itself; any other node redirects it to one of them, picked by
+//! the caller's `pick` value (round robin, or a hash of the client). This node is always live
+//! in its own view; a peer is dead after `failures_to_dead` probes in a row failed and live
+//! again at its first probe that succeeds.
+
+use std::collections::HashMap;
+
+use crate::placement::{top_live, Node, Replication};
+
+/// Why a node list cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ClusterError {
+    /// This node's name is not in the list.
+    #[error("node_name {0:?} is not one of the names in `nodes`")]
+    NotListed(String),
+    /// Two nodes share a name.
+    #[error("node name {0:?} is listed twice in `nodes`")]
+    Duplicate(String),
+    /// A weight is not a finite positive number.
+    #[error("node {0:?} has weight {1}: a weight must be finite and above 0")]
+    BadWeight(String, f64),
+}
+
+/// The outcome of one health probe of a peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// The peer answered its health route in time with a success.
+    Answered,
+    /// No answer within the deadline, a connection error, or an error status.
+    Failed,
+}
+
+/// A change of a peer's liveness, for the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The peer was live and is now dead (its titles move to the next node of each ranking).
+    Died,
+    /// The peer was dead and is live again (it takes its titles back).
+    Returned,
+}
+
+/// What to do with a request for a title.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// This node serves it.
+    Serve,
+    /// Redirect it to node `index` of the node list.
+    Redirect(usize),
+}
+
+/// The settings of [`Cluster`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClusterConfig {
+    /// A title requested more often than this (requests per second, as this node sees them)
+    /// is served by more than one node: `ceil(rate / replicate_above_rps)` of them, at most
+    /// every live node. 0: never.
+    pub replicate_above_rps: f64,
+    /// Consecutive failed probes that mark a peer dead (at least 1).
+    pub failures_to_dead: u32,
+    /// Half-life of the decayed title request rates, milliseconds.
+    pub rate_half_life_ms: u64,
+}
+
+/// Most titles whose request rate is tracked (the quietest are forgotten beyond).
+pub const MAX_TRACKED_TITLES: usize = 4096;
+
+/// One edge's view of its cluster.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    nodes: Vec<Node>,
+    me: usize,
+    live: Vec<bool>,
+    failures: Vec<u32>,
+    config: ClusterConfig,
+    /// Per title: (decayed request count, at ms).
+    rates: HashMap<String, (f64, u64)>,
+}
+
+impl Cluster {
+    /// The view of node `me_name` of `nodes`; every node starts live (a peer down at start is
+    /// found by its first probes).
+    pub fn new(
+        nodes: Vec<Node>,
+        me_name: &str,
+        config: ClusterConfig,
+    ) -> Result<Self, ClusterError> {
+        check_nodes(&nodes)?;
+        let me = nodes
+            .iter()
+            .position(|n| n.name == me_name)
+            .ok_or_else(|| ClusterError::NotListed(me_name.to_string()))?;
+        let n = nodes.len();
+        Ok(Cluster {
+            nodes,
+            me,
+            live: vec![true; n],
+            failures: vec![0; n],
+            config,
+            rates: HashMap::new(),
+        })
+    }
+
+    /// The node list.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// This node's index in the list.
+    pub fn me(&self) -> usize {
+        self.me
+    }
+
+    /// Each node's liveness in this node's view (this node always live).
+    pub fn live(&self) -> &[bool] {
+        &self.live
+    }
+
+    /// Failed probes in a row of node `i` (0 for this node).
+    pub fn failures(&self, i: usize) -> u32 {
+        self.failures.get(i).copied().unwrap_or(0)
+    }
+
+    /// Records a probe of node `i`; the change of its liveness, if any. Probes of this node
+    /// or of an index outside the list change nothing.
+    pub fn record_probe(&mut self, i: usize, outcome: Probe) -> Option<Change> {
+        if i == self.me || i >= self.nodes.len() {
+            return None;
+        }
+        let was = self.live[i];
+        match outcome {
+            Probe::Answered => {
+                self.failures[i] = 0;
+                self.live[i] = true;
+            }
+            Probe::Failed => {
+                self.failures[i] = self.failures[i].saturating_add(1);
+                if self.failures[i] >= self.config.failures_to_dead.max(1) {
+                    self.live[i] = false;
+                }
+            }
+        }
+        match (was, self.live[i]) {
+            (true, false) => Some(Change::Died),
+            (false, true) => Some(Change::Returned),
+            _ => None,
+        }
+    }
+
+    /// Counts one request for `title` at `now_ms`; its decayed rate, requests per second.
+    pub fn record_request(&mut self, title: &str, now_ms: u64) -> f64 {
+        let half = self.config.rate_half_life_ms.max(1) as f64;
+        if !self.rates.contains_key(title) && self.rates.len() >= MAX_TRACKED_TITLES {
+            self.forget_quiet(now_ms);
+            if self.rates.len() >= MAX_TRACKED_TITLES {
+                return 0.0;
+            }
+        }
+        let e = self.rates.entry(title.to_string()).or_insert((0.0, now_ms));
+        e.0 = decay(e.0, now_ms.saturating_sub(e.1), half) + 1.0;
+        e.1 = e.1.max(now_ms);
+        rate_per_s(e.0, half)
+    }
+
+    /// `title`'s decayed request rate at `now_ms`, requests per second.
+    pub fn rate(&self, title: &str, now_ms: u64) -> f64 {
+        let half = self.config.rate_half_life_ms.max(1) as f64;
+        self.rates.get(title).map_or(0.0, |&(c, at)| {
+            rate_per_s(decay(c, now_ms.saturating_sub(at), half), half)
+        })
+    }
+
+    fn forget_quiet(&mut self, now_ms: u64) {
+        let half = self.config.rate_half_life_ms.max(1) as f64;
+        self.rates
+            .retain(|_, &mut (c, at)| decay(c, now_ms.saturating_sub(at), half) >= 0.5);
+    }
+
+    /// How many nodes serve a title requested at `rate_rps` (1 when not hot), through
+    /// [`Replication`]: a title is hot above `replicate_above_rps`.
+    pub fn replicas(&self, rate_rps: f64) -> usize {
+        let live = self.live.iter().filter(|&&l| l).count();
+        if self.config.replicate_above_rps <= 0.0 || live == 0 {
+            return 1;
+        }
+        // Replication counts shares of a node's fair share; with hot_share_of_node = 1 the
+        // title needs ceil(rate / threshold) nodes.
+        let share = rate_rps / (self.config.replicate_above_rps * live as f64);
+        Replication {
+            hot_share_of_node: 1.0,
+            max_replicas: live,
+        }
+        .replicas(share, live)
+    }
+
+    /// The live nodes serving `title` when it needs `replicas` of them: its ranking's first
+    /// live nodes, the owner first.
+    pub fn serving(&self, title: &str, replicas: usize) -> Vec<usize> {
+        top_live(&self.nodes, &self.live, title, replicas.max(1))
+    }
+
+    /// The live ranking of `title` (every live node, the owner first): where a client goes
+    /// next if its node dies.
+    pub fn live_ranking(&self, title: &str) -> Vec<usize> {
+        top_live(&self.nodes, &self.live, title, self.nodes.len())
+    }
+
+    /// Serve here or redirect: this node serves `title` when it is among the title's first
+    /// `replicas` live nodes; else the request goes to one of those, `pick` choosing which.
+    pub fn decide(&self, title: &str, replicas: usize, pick: u64) -> Decision {
+        let serving = self.serving(title, replicas);
+        if serving.contains(&self.me) || serving.is_empty() {
+            return Decision::Serve;
+        }
+        let at = (pick % serving.len() as u64) as usize;
+        match serving.get(at) {
+            Some(&i) => Decision::Redirect(i),
+            None => Decision::Serve,
+        }
+    }
+}
+
+/// Names unique, weights finite and positive.
+pub fn check_nodes(nodes: &[Node]) -> Result<(), ClusterError> {
+    let mut seen = std::collections::HashSet::new();
+    for n in nodes {
+        if !seen.insert(n.name.as_str()) {
+            return Err(ClusterError::Duplicate(n.name.clone()));
+        }
+        if !(n.weight.is_finite() && n.weight > 0.0) {
+            return Err(ClusterError::BadWeight(n.name.clone(), n.weight));
+        }
+    }
+    Ok(())
+}
+
+/// A count decayed over `dt_ms` with half-life `half_ms`.
+fn decay(count: f64, dt_ms: u64, half_ms: f64) -> f64 {
+    count * (-(dt_ms as f64) / half_ms * std::f64::consts::LN_2).exp()
+}
+
+/// The steady rate a decayed count stands for: a rate r keeps the count at r·half/ln 2.
+fn rate_per_s(count: f64, half_ms: f64) -> f64 {
+    count * std::f64::consts::LN_2 / (half_ms / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::ranking;
+    use proptest::prelude::*;
+
+    fn nodes(n: usize) -> Vec<Node> {
+        (0..n)
+            .map(|i| Node {
+                name: format!("edge-{i}"),
+                url: format!("http://127.0.0.1:{}", 9000 + i),
+                weight: 1.0,
+            })
+            .collect()
+    }
+
+    fn config() -> ClusterConfig {
+        ClusterConfig {
+            replicate_above_rps: 10.0,
+            failures_to_dead: 2,
+            rate_half_life_ms: 1000,
+        }
+    }
+
+    #[test]
+    fn a_peer_dies_after_failures_in_a_row_and_returns_at_one_answer() {
+        let mut c = Cluster::new(nodes(3), "edge-0", config()).unwrap();
+        assert_eq!(c.record_probe(1, Probe::Failed), None);
+        assert_eq!(c.record_probe(1, Probe::Answered), None, "not in a row");
+        assert_eq!(c.record_probe(1, Probe::Failed), None);
+        assert_eq!(c.record_probe(1, Probe::Failed), Some(Change::Died));
+        assert_eq!(c.live(), &[true, false, true]);
+        assert_eq!(c.record_probe(1, Probe::Answered), Some(Change::Returned));
+        assert_eq!(
+            c.record_probe(0, Probe::Failed),
+            None,
+            "this node is never probed"
+        );
+        assert_eq!(c.record_probe(7, Probe::Failed), None);
+    }
+
+    #[test]
+    fn bad_lists_are_refused() {
+        let mut n = nodes(2);
+        assert_eq!(
+            Cluster::new(n.clone(), "x", config()).unwrap_err(),
+            ClusterError::NotListed("x".into())
+        );
+        n[1].name = "edge-0".into();
+        assert!(matches!(check_nodes(&n), Err(ClusterError::Duplicate(_))));
+        let mut n = nodes(2);
+        n[0].weight = 0.0;
+        assert!(matches!(check_nodes(&n), Err(ClusterError::BadWeight(..))));
+    }
+
+    #[test]
+    fn a_hot_title_is_spread_and_a_cold_one_is_not() {
+        let mut c = Cluster::new(nodes(4), "edge-0", config()).unwrap();
+        // 100 requests within 100 ms: far above 10 per second.
+        let mut rate = 0.0;
+        for t in 0..100 {
+            rate = c.record_request("hot", t);
+        }
+        assert!(rate > 40.0, "{rate}");
+        assert_eq!(c.replicas(rate), 4);
+        assert_eq!(c.replicas(c.rate("cold", 100)), 1);
+        // The rate decays: ten half-lives later it is about a thousandth.
+        assert!(c.rate("hot", 10_100) < rate / 500.0);
+    }
+
+    #[test]
+    fn the_rate_tracker_stays_bounded() {
+        let mut c = Cluster::new(nodes(2), "edge-0", config()).unwrap();
+        for t in 0..(MAX_TRACKED_TITLES + 10) {
+            c.record_request(&format!("t{t}"), 0);
+        }
+        assert!(c.rates.len() <= MAX_TRACKED_TITLES);
+        // Much later the quiet ones are forgotten for new ones.
+        assert!(c.record_request("new", 60_000) > 0.0);
+    }
+
+    proptest! {
+        /// Whatever the liveness, a redirect goes to a live node other than this one, among
+        /// the title's first `r` live nodes; and the node the redirect names serves it.
+        #[test]
+        fn redirects_go_only_to_live_serving_nodes(n in 1usize..12, me in 0usize..12, mask in any::<u16>(), r in 1usize..5, pick in any::<u64>(), t in 0u32..1000) {
+            let me = me % n;
+            let title = format!("title-{t}");
+            let list = nodes(n);
+            let mut views = Vec::new();
+            for v in 0..n {
+                let mut c = Cluster::new(list.clone(), &list[v].name, config()).unwrap();
+                for i in 0..n {
+                    if mask >> i & 1 == 1 {
+                        c.record_probe(i, Probe::Failed);
+                        c.record_probe(i, Probe::Failed);
+                    }
+                }
+                views.push(c);
+            }
+            let c = &views[me];
+            match c.decide(&title, r, pick) {
+                Decision::Serve => prop_assert!(c.serving(&title, r).contains(&me)),
+                Decision::Redirect(to) => {
+                    prop_assert!(to != me);
+                    prop_assert!(c.live()[to]);
+                    prop_assert!(c.serving(&title, r).contains(&to));
+                    // The same liveness seen there (the node is live, so it sees itself so too
+                    // and the rest as here, up to itself): it serves.
+                    let mut there = views[to].clone();
+                    for i in 0..n {
+                        if !c.live()[i] && i != to {
+                            there.record_probe(i, Probe::Failed);
+                            there.record_probe(i, Probe::Failed);
+                        }
+                    }
+                    prop_assert_eq!(there.decide(&title, r, pick), Decision::Serve);
+                }
+            }
+        }
+
+        /// A node that dies moves only its own titles, each to the next live node of its
+        /// ranking; its return takes them back.
+        #[test]
+        fn a_death_moves_only_the_dead_nodes_titles(n in 2usize..10, dead in 0usize..10, titles in 1usize..200) {
+            let list = nodes(n);
+            let dead = dead % n;
+            let me = (dead + 1) % n;
+            let mut c = Cluster::new(list.clone(), &list[me].name, config()).unwrap();
+            let owners = |c: &Cluster| -> Vec<usize> {
+                (0..titles).map(|t| c.serving(&format!("t{t}"), 1)[0]).collect()
+            };
+            let before = owners(&c);
+            c.record_probe(dead, Probe::Failed);
+            c.record_probe(dead, Probe::Failed);
+            let after = owners(&c);
+            for t in 0..titles {
+                if before[t] == dead {
+                    let next = ranking(&list, &format!("t{t}")).into_iter().find(|&i| i != dead);
+                    prop_assert_eq!(Some(after[t]), next);
+                } else {
+                    prop_assert_eq!(after[t], before[t]);
+                }
+            }
+            c.record_probe(dead, Probe::Answered);
+            prop_assert_eq!(owners(&c), before);
+        }
+
+        #[test]
+        fn the_live_ranking_is_the_ranking_without_the_dead(n in 1usize..10, mask in any::<u16>()) {
+            let list = nodes(n);
+            let mut c = Cluster::new(list.clone(), "edge-0", config()).unwrap();
+            for i in 1..n {
+                if mask >> i & 1 == 1 {
+                    c.record_probe(i, Probe::Failed);
+                    c.record_probe(i, Probe::Failed);
+                }
+            }
+            let want: Vec<usize> = ranking(&list, "x").into_iter().filter(|&i| c.live()[i]).collect();
+            prop_assert_eq!(c.live_ranking("x"), want);
+        }
+    }
+}

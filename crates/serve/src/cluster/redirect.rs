@@ -1,0 +1,164 @@
+//! The API middleware that sends a request for a title to the node that serves it
+//! (docs/protocol.md, "Redirects between edges"): `POST /v1/sessions` (the title is the
+//! body's `object`), `GET`/`HEAD /v1/objects/{name}/content` and `/o/{name}`, and
+//! `GET /v1/objects/{name}/index.m3u8`. A request this node does not serve is answered
+//! `307 Temporary Redirect` with `Location` = the serving node's URL for the same path and
+//! query; one it serves gets `Isnode-Ranking` (the title's live ranking) on its answer.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::{Asked, Route};
+use crate::Shared;
+
+/// The header carrying a title's live ranking: its nodes' URLs, the owner first, separated by
+/// `, `.
+pub(crate) const RANKING_HEADER: &str = "isnode-ranking";
+/// The header of a client failing over along a title's ranking: this node serves it whatever
+/// the placement (the lost node may not be counted dead here yet).
+pub(crate) const SERVE_HERE_HEADER: &str = "isnode-serve-here";
+/// The header naming the node that answered (on redirects: the node that redirected).
+pub(crate) const NODE_HEADER: &str = "isnode-node";
+
+/// The title a request names in its path, for the routes that redirect (percent-decoded);
+/// `None` for every other route.
+pub(crate) fn title_in_path(method: &Method, path: &str) -> Option<String> {
+    if *method != Method::GET && *method != Method::HEAD {
+        return None;
+    }
+    let raw = if let Some(rest) = path.strip_prefix("/o/") {
+        rest
+    } else {
+        let rest = path.strip_prefix("/v1/objects/")?;
+        rest.strip_suffix("/content")
+            .or_else(|| rest.strip_suffix("/index.m3u8"))?
+    };
+    if raw.is_empty() || raw.contains('/') {
+        return None;
+    }
+    percent_decode(raw)
+}
+
+/// `%XX` escapes decoded (UTF-8 required); `None` for a malformed escape.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        if c == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The object a session request asks for (`None`: malformed, left to the handler).
+fn title_in_body(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        object: String,
+    }
+    serde_json::from_slice::<Named>(body).ok().map(|n| n.object)
+}
+
+/// Redirects or passes on (see the module's documentation).
+pub(crate) async fn to_the_serving_node(
+    State(sh): State<Arc<Shared>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Some(cluster) = sh.cluster.as_ref() else {
+        return next.run(req).await;
+    };
+    let (title, req) = if *req.method() == Method::POST && req.uri().path() == "/v1/sessions" {
+        let (parts, body) = req.into_parts();
+        let bytes = match axum::body::to_bytes(body, crate::MAX_BODY_BYTES).await {
+            Ok(b) => b,
+            Err(e) => {
+                let body = isnode_proto::ErrorBody::new(format!("request body: {e}"));
+                return (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response();
+            }
+        };
+        let title = title_in_body(&bytes);
+        (title, Request::from_parts(parts, Body::from(bytes)))
+    } else {
+        (title_in_path(req.method(), req.uri().path()), req)
+    };
+    let Some(title) = title else {
+        return next.run(req).await;
+    };
+    let asked = match req.headers().contains_key(SERVE_HERE_HEADER) {
+        true => Asked::ServeHere,
+        false => Asked::Placed,
+    };
+    match cluster.route(&title, asked) {
+        Route::There(base) => {
+            let path = req
+                .uri()
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_string();
+            redirect(&format!("{base}{path}"), &sh)
+        }
+        Route::Here(ranking) => {
+            let mut r = next.run(req).await;
+            if let Ok(v) = HeaderValue::from_str(&ranking.join(", ")) {
+                r.headers_mut().insert(RANKING_HEADER, v);
+            }
+            r
+        }
+    }
+}
+
+fn redirect(location: &str, sh: &Shared) -> Response {
+    let mut r = StatusCode::TEMPORARY_REDIRECT.into_response();
+    if let Ok(v) = HeaderValue::from_str(location) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    let name = sh.config().node_name.clone().unwrap_or_default();
+    if let Ok(v) = HeaderValue::from_str(&name) {
+        r.headers_mut().insert(NODE_HEADER, v);
+    }
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_are_found_in_the_redirecting_routes_only() {
+        let get = Method::GET;
+        assert_eq!(title_in_path(&get, "/o/a.ts").as_deref(), Some("a.ts"));
+        assert_eq!(
+            title_in_path(&Method::HEAD, "/v1/objects/a%20b.ts/content").as_deref(),
+            Some("a b.ts")
+        );
+        assert_eq!(
+            title_in_path(&get, "/v1/objects/x.mp4/index.m3u8").as_deref(),
+            Some("x.mp4")
+        );
+        assert_eq!(title_in_path(&get, "/v1/objects/x.mp4/digests"), None);
+        assert_eq!(title_in_path(&get, "/v1/objects/x.mp4"), None);
+        assert_eq!(title_in_path(&Method::PUT, "/o/a.ts"), None);
+        assert_eq!(title_in_path(&get, "/o/%zz"), None);
+        assert_eq!(title_in_path(&get, "/o/"), None);
+        assert_eq!(
+            title_in_body(br#"{"object":"t.ts","port":5000}"#).as_deref(),
+            Some("t.ts")
+        );
+        assert_eq!(title_in_body(b"{"), None);
+    }
+}
