@@ -544,14 +544,23 @@ pub fn ranking_of(headers: &ureq::http::HeaderMap) -> Vec<String> {
     headers
         .get(RANKING_HEADER)
         .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(',')
-                .map(str::trim)
-                .filter(|u| !u.is_empty())
-                .map(base_url)
-                .collect()
-        })
+        .map(parse_ranking)
         .unwrap_or_default()
+}
+
+/// Most nodes of a ranking a client keeps (the rest of a longer header is ignored).
+pub const MAX_RANKING_NODES: usize = 64;
+
+/// The value of an `Isnode-Ranking` header as base URLs, in order, at most
+/// [`MAX_RANKING_NODES`] of them.
+pub fn parse_ranking(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .take(MAX_RANKING_NODES)
+        .map(base_url)
+        .collect()
 }
 
 /// Most token datagrams a client echoes before giving up (see
@@ -621,6 +630,17 @@ pub fn leading_skip_bytes(info: &SessionInfo) -> anyhow::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ranking_is_base_urls_in_order_and_bounded() {
+        assert_eq!(
+            parse_ranking(" http://a:1/ , b:2,, https://c "),
+            vec!["http://a:1", "http://b:2", "https://c"]
+        );
+        assert!(parse_ranking("").is_empty());
+        let long = vec!["n:1"; MAX_RANKING_NODES + 10].join(",");
+        assert_eq!(parse_ranking(&long).len(), MAX_RANKING_NODES);
+    }
 
     fn sample() -> SessionInfo {
         serde_json::from_str(

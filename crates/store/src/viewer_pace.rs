@@ -99,10 +99,15 @@ pub fn read(volume: &Path) -> Option<ViewerPaceFile> {
     let f = std::fs::File::open(path(volume)).ok()?;
     let mut body = Vec::new();
     f.take(MAX_FILE_BYTES + 1).read_to_end(&mut body).ok()?;
+    parse(&body)
+}
+
+/// The file's bytes as a [`ViewerPaceFile`]: `None` when larger than 4 KiB or not parsing.
+pub fn parse(body: &[u8]) -> Option<ViewerPaceFile> {
     if body.len() as u64 > MAX_FILE_BYTES {
         return None;
     }
-    serde_json::from_slice(&body).ok()
+    serde_json::from_slice(body).ok()
 }
 
 /// The rate a command beside a server scales by the viewers' load when it was given no
