@@ -127,7 +127,7 @@ impl Origin {
                 "{key:?} changed at the origin (ETag no longer {etag})"
             )));
         }
-        let body = got.bytes().await.map_err(classify)?;
+        let body = bounded_body(got.into_stream(), want, key, &range, &classify).await?;
         if body.len() as u64 != want {
             return Err(OriginError::Garbled(format!(
                 "the origin sent {} bytes for bytes {}..{} of {key:?} ({want} asked)",
@@ -138,6 +138,30 @@ impl Origin {
         }
         Ok(body)
     }
+}
+
+/// A ranged answer's body, refused as garbled as soon as it runs past the `want` bytes
+/// asked (a misbehaving origin cannot make the edge buffer more than one range).
+async fn bounded_body(
+    mut stream: futures_core::stream::BoxStream<'static, object_store::Result<bytes::Bytes>>,
+    want: u64,
+    key: &str,
+    range: &Range<u64>,
+    classify: &(dyn Fn(object_store::Error) -> OriginError + Sync),
+) -> Result<bytes::Bytes, OriginError> {
+    let cap = usize::try_from(want).unwrap_or(usize::MAX);
+    let mut body = bytes::BytesMut::with_capacity(cap);
+    while let Some(chunk) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
+        let chunk = chunk.map_err(classify)?;
+        if body.len() as u64 + chunk.len() as u64 > want {
+            return Err(OriginError::Garbled(format!(
+                "the origin sent more than the {want} bytes asked for bytes {}..{} of {key:?}",
+                range.start, range.end
+            )));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
 }
 
 /// The object store path of title `key` (a title name is a valid key: no empty segment,
