@@ -6,9 +6,9 @@
 //! in turn (`isnode cat` ran several times slower than `cat`).
 //!
 //! The files are read through the page cache (sequential read-ahead advised), as `cat`
-//! reads them: an object read twice comes from memory the second time. Memory is fixed at
-//! open: `QUEUE_BLOCKS + 1` block buffers per member, recycled between the thread and
-//! the reader.
+//! reads them: an object read twice comes from memory the second time. Memory is bounded:
+//! `QUEUE_BLOCKS` block buffers per member made at open and recycled between the thread and
+//! the reader, and one more only when a block is asked out of order.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
