@@ -443,16 +443,7 @@ fn publish_titles(
         .map(|i| {
             let name = format!("movie-{i:02}.ts");
             let file = dir.join(&name);
-            run_ok(&[
-                "gen-ts",
-                "--bitrate",
-                &bitrate.to_string(),
-                "--duration",
-                &seconds.to_string(),
-                "--seed",
-                &(500 + i).to_string(),
-                file.to_str().unwrap(),
-            ]);
+            gen_ts(&file, bitrate, seconds, 500 + i as u64);
             g.publish(i % 3, &file, &name, &[]);
             (name, std::fs::read(&file).unwrap())
         })

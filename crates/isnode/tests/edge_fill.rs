@@ -35,16 +35,7 @@ impl Edge {
     /// Writes a generated MPEG-TS at the origin as `name` (atomically: a new file, renamed).
     fn put(&self, name: &str, bitrate: u64, seconds: f64, seed: u64) -> Vec<u8> {
         let tmp = self.vol.path(&format!("gen-{name}-{seed}"));
-        run_ok(&[
-            "gen-ts",
-            "--bitrate",
-            &bitrate.to_string(),
-            "--duration",
-            &seconds.to_string(),
-            "--seed",
-            &seed.to_string(),
-            tmp.to_str().unwrap(),
-        ]);
+        gen_ts(&tmp, bitrate, seconds, seed);
         let bytes = std::fs::read(&tmp).unwrap();
         std::fs::rename(&tmp, self.origin.join(name)).unwrap();
         bytes

@@ -53,6 +53,21 @@ pub(crate) fn command() -> Command {
 
 /// Runs the binary with `args` and panics unless it succeeds; returns stdout.
 #[track_caller]
+/// Writes a constant-bitrate MPEG-TS stream of `seconds` at `bitrate` to `file` with
+/// `isnode gen-ts` (the same `seed`, the same bytes).
+pub(crate) fn gen_ts(file: &Path, bitrate: u64, seconds: f64, seed: u64) {
+    run_ok(&[
+        "gen-ts",
+        "--bitrate",
+        &bitrate.to_string(),
+        "--duration",
+        &seconds.to_string(),
+        "--seed",
+        &seed.to_string(),
+        file.to_str().unwrap(),
+    ]);
+}
+
 pub(crate) fn run_ok(args: &[&str]) -> String {
     let out = command()
         .args(args)
@@ -153,16 +168,7 @@ impl Vol {
     pub(crate) fn add_ts(&self, name: &str, bitrate: u64, seconds: f64, seed: u64) -> Vec<u8> {
         let file = self.dir.path().join("in").join(name);
         let f = file.to_str().unwrap();
-        run_ok(&[
-            "gen-ts",
-            "--bitrate",
-            &bitrate.to_string(),
-            "--duration",
-            &seconds.to_string(),
-            "--seed",
-            &seed.to_string(),
-            f,
-        ]);
+        gen_ts(&file, bitrate, seconds, seed);
         run_ok(&[
             "ingest",
             "--volume",
