@@ -11,6 +11,7 @@
 //! server: the process fails loudly instead of running half-alive.
 
 mod baseline;
+mod batch;
 mod degraded;
 pub(crate) mod demand;
 mod schedule;
@@ -56,17 +57,11 @@ const READ_AHEAD_PER_TURN: usize = 8;
 const RETRY_BACKOFF_NS: u64 = 1_000_000;
 /// Longest sleep while block reads are in flight (completions are reaped by the loop).
 const READ_POLL: Duration = Duration::from_millis(1);
-/// Longest sleep of an idle loop.
-const MAX_IDLE: Duration = Duration::from_millis(10);
+/// Longest sleep of an idle loop (at least the largest pacing slack, so a thread at low
+/// load sleeps from one batch to the next: [`batch`]).
+const MAX_IDLE: Duration = Duration::from_nanos(batch::MAX_SLACK_NS);
 /// Positions are published for eviction decisions at most this often.
 const PUBLISH_EVERY_NS: u64 = 5_000_000;
-/// Bursts due within this window are sent in the same turn: the thread wakes at most
-/// about once per window instead of once per burst (each wake-up is a context switch for
-/// the server and, on loopback, for the receivers it wakes). A burst leaves at most this
-/// early, against about 31 ms between one 10 Mbit/s session's bursts and a client buffer
-/// of a second or more. Measured with `bench load` (sendfile, 200 streams, one run):
-/// 2 ms → 8 ms cut server CPU per GB from 0.36 to 0.24 s; 16 ms gained nothing more.
-const PACING_SLACK_NS: u64 = 8_000_000;
 
 /// A session handed to a data-plane thread.
 pub(crate) struct NewSession {
@@ -191,6 +186,15 @@ struct Worker {
     published_ns: u64,
     /// Open segment files (`sendfile` only).
     files: sendfile::SegmentFiles,
+    /// How early bursts may leave, from this thread's burst rate: bursts due within the
+    /// slack are sent in the same turn, so the thread wakes about once per slack instead of
+    /// once per burst (each wake-up is a context switch for the server and, on loopback,
+    /// for the receivers it wakes). Measured with `bench load` (sendfile, 200 streams): a
+    /// fixed 2 ms → 8 ms cut server CPU per GB from 0.36 to 0.24 s; 16 ms gained nothing
+    /// more there; below that load the slack grows ([`batch`]).
+    batch: batch::BatchWindow,
+    /// Bursts sent in this loop turn (for [`Worker::batch`]).
+    bursts_this_turn: u64,
 }
 
 /// The data-plane thread body: runs the loop, and turns a panic into a recorded failure
@@ -301,6 +305,8 @@ impl Worker {
             out: vec![0; net::MAX_SEND_BYTES.max(params.packet_len() as usize)],
             published_ns: 0,
             files: sendfile::SegmentFiles::default(),
+            batch: batch::BatchWindow::new(sh.now_ns()),
+            bursts_this_turn: 0,
             index,
             sh,
         }
@@ -347,6 +353,8 @@ impl Worker {
                 sessions.swap_remove(i);
             }
         }
+        let bursts = std::mem::take(&mut self.bursts_this_turn);
+        self.batch.record(bursts, now);
     }
 
     /// One session's turn; false once it has ended (deleted, expired, or done).
@@ -394,7 +402,7 @@ impl Worker {
     fn turn(&mut self, a: &mut Active, now: u64) {
         self.adapt_repair(a);
         for _ in 0..MAX_STEPS_PER_TURN {
-            let Some(step) = a.pacer.peek(now + PACING_SLACK_NS) else {
+            let Some(step) = a.pacer.peek(now + self.batch.slack_ns()) else {
                 break;
             };
             let due = a.pacer.next_due().unwrap_or(now);
@@ -431,6 +439,7 @@ impl Worker {
                 break;
             }
             a.waiting_since_ns = 0;
+            self.bursts_this_turn += u64::from(burst);
             if burst && now > due.saturating_add(LATE_BURST_NS) {
                 let late = &self.sh.metrics.bursts_late;
                 late.fetch_add(1, Ordering::Relaxed);
