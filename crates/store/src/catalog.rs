@@ -438,30 +438,7 @@ impl Catalog {
 
     /// Records a new object in state `writing` and returns its TOI.
     pub fn begin_object(&mut self, rec: &ObjectRecord) -> Result<u32, StoreError> {
-        self.conn
-            .execute(
-                "INSERT INTO objects (name, state, size_bytes, bitrate_bps, duration_s, content_type, symbol_len,
-                 source_symbols, repair_symbols, codewords, content_crc32c, created_unix, replaces)
-                 VALUES (?1, 'writing', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-                params![
-                    rec.name,
-                    rec.size_bytes as i64,
-                    rec.bitrate_bps as i64,
-                    rec.duration_s,
-                    rec.content_type,
-                    rec.symbol_len,
-                    rec.source_symbols,
-                    rec.repair_symbols,
-                    rec.codewords,
-                    rec.content_crc32c,
-                    rec.created_unix,
-                    rec.replaces
-                ],
-            )
-            .map_err(db("recording a new object"))?;
-        u32::try_from(self.conn.last_insert_rowid()).map_err(|_| {
-            StoreError::Corrupt("catalog: transport object identifiers exhausted".into())
-        })
+        insert_object_row(&self.conn, rec, NewRow::Writing, "recording a new object")
     }
 
     /// Makes object `toi` complete and visible in one transaction: its block
@@ -996,4 +973,50 @@ fn insert_blocks(tx: &Transaction<'_>, toi: u32, blocks: &[BlockRecord]) -> Resu
             .map_err(db("recording block checksums"))?;
     }
     Ok(())
+}
+
+/// The state an object row is created in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NewRow {
+    /// Being ingested: its CRC and the object it replaces as `rec` says.
+    Writing,
+    /// Being filled from an origin: CRC 0 until it completes, replacing nothing.
+    Filling,
+}
+
+/// Inserts the `objects` row of `rec` in state `state` (the one writer of new rows, for
+/// ingest and fills); its TOI.
+pub(crate) fn insert_object_row(
+    conn: &rusqlite::Connection,
+    rec: &ObjectRecord,
+    state: NewRow,
+    ctx: &'static str,
+) -> Result<u32, StoreError> {
+    let (state, crc, replaces) = match state {
+        NewRow::Writing => ("writing", rec.content_crc32c, rec.replaces),
+        NewRow::Filling => ("filling", 0, None),
+    };
+    conn.execute(
+        "INSERT INTO objects (name, state, size_bytes, bitrate_bps, duration_s, content_type, symbol_len,
+         source_symbols, repair_symbols, codewords, content_crc32c, created_unix, replaces)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+        params![
+            rec.name,
+            state,
+            rec.size_bytes as i64,
+            rec.bitrate_bps as i64,
+            rec.duration_s,
+            rec.content_type,
+            rec.symbol_len,
+            rec.source_symbols,
+            rec.repair_symbols,
+            rec.codewords,
+            crc,
+            rec.created_unix,
+            replaces
+        ],
+    )
+    .map_err(db(ctx))?;
+    u32::try_from(conn.last_insert_rowid())
+        .map_err(|_| StoreError::Corrupt("catalog: transport object identifiers exhausted".into()))
 }

@@ -6,7 +6,8 @@
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use crate::catalog::{
-    db, put_digest_rows, put_media_index, BlockRecord, Catalog, MediaIndexRecord, ObjectRecord,
+    db, insert_object_row, put_digest_rows, put_media_index, BlockRecord, Catalog,
+    MediaIndexRecord, NewRow, ObjectRecord,
 };
 use crate::rows::{validate_object, CatalogEntry, RawObjectRow, OBJECT_COLUMNS};
 use crate::StoreError;
@@ -96,27 +97,7 @@ impl Catalog {
     ) -> Result<u32, StoreError> {
         let ctx = "recording a new fill";
         let tx = self.write_transaction(ctx)?;
-        tx.execute(
-            "INSERT INTO objects (name, state, size_bytes, bitrate_bps, duration_s, content_type, symbol_len,
-             source_symbols, repair_symbols, codewords, content_crc32c, created_unix, replaces)
-             VALUES (?1, 'filling', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, NULL)",
-            params![
-                rec.name,
-                rec.size_bytes as i64,
-                rec.bitrate_bps as i64,
-                rec.duration_s,
-                rec.content_type,
-                rec.symbol_len,
-                rec.source_symbols,
-                rec.repair_symbols,
-                rec.codewords,
-                rec.created_unix,
-            ],
-        )
-        .map_err(db(ctx))?;
-        let toi = u32::try_from(tx.last_insert_rowid()).map_err(|_| {
-            StoreError::Corrupt("catalog: transport object identifiers exhausted".into())
-        })?;
+        let toi = insert_object_row(&tx, rec, NewRow::Filling, ctx)?;
         tx.execute(
             "INSERT INTO fills (toi, front_codewords) VALUES (?1, 0)",
             [toi],
