@@ -190,10 +190,8 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
         servers,
         current: first,
         failed_in_round: 0,
-        stream: {
-            use crate::control::SessionInfoExt;
-            info.params()?
-        },
+        stream: resume::Stream::of(&info)?,
+        digests_window: auth.is_some().then(|| receive_window(args)),
         socket: &socket,
         source: &resume_source,
         object: args.name.clone(),
@@ -285,12 +283,7 @@ fn prefetch_digests(
     use crate::control::SessionInfoExt;
     let params = info.params()?;
     let partition = params.partition()?;
-    let window = crate::receiver::ReceiverConfig {
-        window_codewords: args.window_codewords,
-        loss_horizon: args.loss_horizon,
-        ..Default::default()
-    }
-    .effective_window_codewords();
+    let window = receive_window(args);
     // The window's worth now (the stream cannot get further before the release point
     // moves); the receive loop's fetcher asks for the rest at once.
     let initial = crate::digest_fetch::fetch_now(
@@ -307,6 +300,17 @@ fn prefetch_digests(
         initial,
     }))
 }
+/// The receive window of `args` in codewords (how many codewords' digests are fetched
+/// before a stream starts).
+fn receive_window(args: &PlayConfig) -> u32 {
+    crate::receiver::ReceiverConfig {
+        window_codewords: args.window_codewords,
+        loss_horizon: args.loss_horizon,
+        ..Default::default()
+    }
+    .effective_window_codewords()
+}
+
 /// The server ended the session before its end because it is shutting down (its grace
 /// period ran out); the output ends after what was received.
 #[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
