@@ -6,7 +6,10 @@
 //! finishes on the next node of the title's ranking with the original bytes.
 //!
 //! The edges here hold copies of one volume (same TSI and TOI: `cp -a`), so that a failover
-//! carries the same stream; the origin-filled cluster (Garage) is in the tests below them.
+//! carries the same stream; the origin-filled cluster (Garage) is in the tests below them,
+//! with the failover between edges that filled a title independently (each its own TSI and
+//! TOI, the same origin ETag: the client re-binds to the new copy) and the refusal of a
+//! version replaced at the origin.
 
 mod serve_support;
 
