@@ -203,6 +203,7 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
             server: first,
         }),
         reported: Reported::default(),
+        refused: None,
     };
     let mut served = None;
     let result = SessionSetup::from_info(&info, source).and_then(|setup| {
@@ -229,7 +230,11 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
             },
         )
     });
-    let (held, reported) = resumer.finish();
+    let resume::Finished {
+        held,
+        reported,
+        refused,
+    } = resumer.finish();
     let (last, last_control) = held
         .as_ref()
         .map_or((&info, &control), |(info, control)| (info, control));
@@ -253,12 +258,19 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
         .into());
     }
     if stats.end_reason == EndReason::Timeout && args.cut_short() == CutShort::Truncate {
-        return Err(ServerGone {
+        let gone = anyhow::Error::new(ServerGone {
             timeout_s: args.timeout_s,
             bytes_written: stats.bytes_written,
             bytes_expected: stats.bytes_expected,
-        }
-        .into());
+        });
+        return Err(match refused {
+            // A server answered, but with another stream or version of the object: say
+            // so rather than only that the server went quiet.
+            Some(why) => gone.context(format!(
+                "no server serves the stream received any more (the last refused, {why})"
+            )),
+            None => gone,
+        });
     }
     Ok(stats)
 }

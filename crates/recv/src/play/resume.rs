@@ -127,6 +127,9 @@ pub(super) struct SessionResumer<'a> {
     pub held: Option<Held>,
     /// Keepalive reports of the sessions already left.
     pub reported: Reported,
+    /// Why the last server refused, when one did since the last resume (another stream
+    /// or version of the object): what the client says if it ends without a server.
+    pub refused: Option<String>,
 }
 
 /// What identifies the stream a session carries: its parameters and, for a copy filled
@@ -281,22 +284,32 @@ pub(super) fn same_stream(
     }
 }
 
+/// What [`SessionResumer::finish`] leaves.
+pub(super) struct Finished {
+    /// The session held last and the client of its server (for the final delete).
+    pub held: Option<(isnode_proto::SessionInfo, Arc<ControlClient>)>,
+    /// The keepalives' loss reports.
+    pub reported: Reported,
+    /// Why the last server refused since the last resume, if one did.
+    pub refused: Option<String>,
+}
+
 impl SessionResumer<'_> {
     /// Stops the held session's keepalives; its id and secret, and the client of its
-    /// server, for the final delete.
-    pub(super) fn finish(
-        mut self,
-    ) -> (
-        Option<(isnode_proto::SessionInfo, Arc<ControlClient>)>,
-        Reported,
-    ) {
+    /// server, for the final delete; the keepalives' reports; why the last server refused
+    /// since the last resume, if one did.
+    pub(super) fn finish(mut self) -> Finished {
         let mut reported = self.reported;
         let held = self.held.take().and_then(|h| {
             reported.merge(h.keepalive.stop());
             let control = self.servers.get(h.server)?.control.clone();
             Some((h.info, control))
         });
-        (held, reported)
+        Finished {
+            held,
+            reported,
+            refused: self.refused.take(),
+        }
     }
 
     /// Opens the session on server `at`, checks that it carries the same stream (or
@@ -460,6 +473,7 @@ impl Resume for SessionResumer<'_> {
                     ),
                 }
                 self.failed_in_round = 0;
+                self.refused = None;
                 Resumed::NewSession {
                     id,
                     server,
@@ -473,8 +487,9 @@ impl Resume for SessionResumer<'_> {
             }
             Err(e) => {
                 let base = self.servers.get(at).map_or("", |s| s.base.as_str());
-                if e.downcast_ref::<StreamMismatch>().is_some() {
+                if let Some(why) = e.downcast_ref::<StreamMismatch>() {
                     tracing::warn!("resuming at codeword {from} on {base}: {e:#}");
+                    self.refused = Some(format!("{base}: {why}"));
                 } else {
                     tracing::info!("resuming at codeword {from} on {base}: {e:#}");
                 }
