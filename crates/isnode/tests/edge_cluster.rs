@@ -791,6 +791,28 @@ fn clients_of_a_killed_edge_finish_on_another_edges_own_fill() {
         fills.get("isnode_fills_started_total") >= 1.0,
         "edge-{next} did not fill the title itself"
     );
+    // The two live edges' copies (the third fills its own now): another TSI, one ETag.
+    let answers: Vec<Value> = [next, asked]
+        .into_iter()
+        .map(|i| {
+            let body = format!(r#"{{"object":"{title}","port":40000}}"#);
+            let serve_here = [("isnode-serve-here", "failover")];
+            let r = http(
+                cluster.edges[i].1.addr,
+                None,
+                "POST",
+                "/v1/sessions",
+                Some(&body),
+                &serve_here,
+            );
+            assert_eq!(r.status, 201, "edge-{i}: {}", r.body);
+            serde_json::from_str(&r.body).unwrap()
+        })
+        .collect();
+    let etag = answers[0]["origin_etag"].as_str().unwrap_or("");
+    assert!(!etag.is_empty(), "no origin_etag: {}", answers[0]);
+    assert_eq!(answers[1]["origin_etag"], answers[0]["origin_etag"]);
+    assert_ne!(answers[1]["object"]["tsi"], answers[0]["object"]["tsi"]);
     println!(
         "origin-edge failover: owner edge-{own} killed at {:.1} s; {CLIENTS} clients resumed on \
          edge-{next}'s own fill (another TSI/TOI, same origin ETag) and finished byte-identical; \
