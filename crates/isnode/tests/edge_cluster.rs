@@ -6,7 +6,10 @@
 //! finishes on the next node of the title's ranking with the original bytes.
 //!
 //! The edges here hold copies of one volume (same TSI and TOI: `cp -a`), so that a failover
-//! carries the same stream; the origin-filled cluster (Garage) is in the tests below them.
+//! carries the same stream; the origin-filled cluster (Garage) is in the tests below them,
+//! with the failover between edges that filled a title independently (each its own TSI and
+//! TOI, the same origin ETag: the client re-binds to the new copy) and the refusal of a
+//! version replaced at the origin.
 
 mod serve_support;
 
@@ -697,5 +700,204 @@ fn origin_errors_are_clear_and_the_secret_is_never_logged() {
     assert!(
         !lone.log_text().contains(&g.secret),
         "the secret is in a log"
+    );
+}
+
+// ---- Failover between edges that filled a title from the origin independently ----
+
+/// Waits (bounded) until `series` on `server` reaches `at_least`.
+fn wait_metric(server: &Server, series: &str, at_least: f64, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let v = Metrics(server.req("GET", "/metrics", None).body).get(series);
+        if v >= at_least {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{series} is {v}, {at_least} expected within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `kill -9` (SIGKILL) of a server whose handle other threads share.
+fn kill9_shared(s: &Server) {
+    let pid = s.pid() as libc::pid_t;
+    // SAFETY: kill(2) on our own child's pid has no memory effects.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+}
+
+/// Each edge fills the title from the origin into its own volume (its own TSI, and a TOI
+/// of its own): `kill -9` of the edge streaming it to clients; they resume on the next node
+/// of the title's ranking, which fills the title itself, take its stream (the same origin
+/// ETag and layout: the receive core re-binds to its TSI, TOI and digests at the first
+/// codeword not delivered) and finish with the original bytes. The gaps are printed.
+#[test]
+fn clients_of_a_killed_edge_finish_on_another_edges_own_fill() {
+    const CLIENTS: usize = 3;
+    let g = Garage::start();
+    let inputs = tempfile::tempdir().unwrap();
+    let titles = publish_titles(&g, inputs.path(), 1, 2_000_000, 8.0);
+    let (title, bytes) = &titles[0];
+    let c = creds(&g);
+    let cluster = OriginEdges::start(&g, |i| i, &env_refs(&c));
+    let rank = ranking(&cluster.nodes, title);
+    let (own, next) = (rank[0], rank[1]);
+    let asked = rank[2];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let started = Instant::now();
+    let (killed_at, played) = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..CLIENTS)
+            .map(|i| {
+                let cluster = &cluster;
+                s.spawn(move || {
+                    let (vol, server) = &cluster.edges[asked];
+                    let extra = ["--timeout-s", "20"];
+                    play_run(server, vol, title, &format!("o{i}"), &extra, deadline)
+                })
+            })
+            .collect();
+        let owner_edge = &cluster.edges[own].1;
+        wait_active(owner_edge.addr, CLIENTS as f64, Duration::from_secs(30));
+        std::thread::sleep(Duration::from_secs(2));
+        let killed_at = started.elapsed();
+        kill9_shared(owner_edge);
+        let out: Vec<Played> = runs.into_iter().map(|r| r.join().unwrap()).collect();
+        (killed_at, out)
+    });
+    let mut gaps = Vec::new();
+    for (i, p) in played.iter().enumerate() {
+        assert!(
+            p.status.success(),
+            "client {i}: {}\n{}\n{}",
+            p.status,
+            p.log,
+            cluster.logs()
+        );
+        assert!(p.bytes() == *bytes, "client {i}: output differs");
+        assert!(p.stats["resumes"].as_u64().unwrap_or(0) >= 1, "{}", p.log);
+        assert!(
+            p.stats["resumes_on_other_copy"].as_u64().unwrap_or(0) >= 1,
+            "client {i} did not re-bind to another copy:\n{}",
+            p.log
+        );
+        assert_eq!(p.stats["packets_forged"], 0, "{}", p.log);
+        gaps.push(p.stats["longest_resume_gap_ms"].as_u64().unwrap_or(0));
+    }
+    let next_edge = &cluster.edges[next].1;
+    let fills = Metrics(next_edge.req("GET", "/metrics", None).body);
+    assert!(
+        fills.get("isnode_fills_started_total") >= 1.0,
+        "edge-{next} did not fill the title itself"
+    );
+    // The two live edges' copies (the third fills its own now): another TSI, one ETag.
+    let answers: Vec<Value> = [next, asked]
+        .into_iter()
+        .map(|i| {
+            let body = format!(r#"{{"object":"{title}","port":40000}}"#);
+            let serve_here = [("isnode-serve-here", "failover")];
+            let r = http(
+                cluster.edges[i].1.addr,
+                None,
+                "POST",
+                "/v1/sessions",
+                Some(&body),
+                &serve_here,
+            );
+            assert_eq!(r.status, 201, "edge-{i}: {}", r.body);
+            serde_json::from_str(&r.body).unwrap()
+        })
+        .collect();
+    let etag = answers[0]["origin_etag"].as_str().unwrap_or("");
+    assert!(!etag.is_empty(), "no origin_etag: {}", answers[0]);
+    assert_eq!(answers[1]["origin_etag"], answers[0]["origin_etag"]);
+    assert_ne!(answers[1]["object"]["tsi"], answers[0]["object"]["tsi"]);
+    println!(
+        "origin-edge failover: owner edge-{own} killed at {:.1} s; {CLIENTS} clients resumed on \
+         edge-{next}'s own fill (another TSI/TOI, same origin ETag) and finished byte-identical; \
+         longest gap per client (ms): {gaps:?}",
+        killed_at.as_secs_f64()
+    );
+}
+
+/// The title replaced at the origin (same length, another ETag) after the edge streaming
+/// it filled it, then that edge killed: the other edges fill the new version; the client
+/// refuses their streams (another version), says why, and fails (`--timeout-s`): its
+/// output is a prefix of the version it played, then zeros, never a byte of the other.
+#[test]
+fn a_client_never_mixes_two_versions_of_a_title() {
+    let g = Garage::start();
+    let inputs = tempfile::tempdir().unwrap();
+    let titles = publish_titles(&g, inputs.path(), 1, 2_000_000, 8.0);
+    let (title, v1) = &titles[0];
+    // Another stream of the same length: only the ETag tells the versions apart (a
+    // different length or layout is refused by the layout check alone).
+    let v2_file = inputs.path().join("v2.ts");
+    gen_ts(&v2_file, 2_000_000, 8.0, 9_999);
+    let v2 = std::fs::read(&v2_file).unwrap();
+    assert_eq!(v2.len(), v1.len(), "the two versions' lengths");
+    assert!(v2 != *v1);
+    let c = creds(&g);
+    let cluster = OriginEdges::start(&g, |i| i, &env_refs(&c));
+    let own = ranking(&cluster.nodes, title)[0];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let p = std::thread::scope(|s| {
+        let run = s.spawn(|| {
+            let (vol, server) = &cluster.edges[own];
+            let extra = ["--timeout-s", "5"];
+            play_run(server, vol, title, "v", &extra, deadline)
+        });
+        let owner_edge = &cluster.edges[own].1;
+        wait_active(owner_edge.addr, 1.0, Duration::from_secs(30));
+        // Its fill done (a change during a fill is the fill's matter, not this test's).
+        wait_metric(
+            owner_edge,
+            "isnode_fills_done_total",
+            1.0,
+            Duration::from_secs(30),
+        );
+        g.publish(1, &v2_file, title, &[]);
+        std::thread::sleep(Duration::from_secs(1));
+        kill9_shared(owner_edge);
+        run.join().unwrap()
+    });
+    assert!(
+        !p.status.success(),
+        "the client should not finish:\n{}",
+        p.log
+    );
+    // It says why: not only that the server went quiet.
+    let error = p.log.lines().find(|l| l.starts_with("isnode: error"));
+    assert!(
+        error.is_some_and(|l| l.contains("another version") && l.contains("server is gone")),
+        "{}",
+        p.log
+    );
+    assert_eq!(p.stats["resumes"], 0, "it resumed:\n{}", p.log);
+    let out = p.bytes();
+    assert!(
+        !out.is_empty() && out.len() < v1.len(),
+        "{} bytes of {}",
+        out.len(),
+        v1.len()
+    );
+    let wrong = out.iter().zip(v1).filter(|(o, t)| o != t && **o != 0);
+    assert_eq!(
+        wrong.count(),
+        0,
+        "bytes neither of the version played nor zeros"
+    );
+    let fills: f64 = (0..EDGES)
+        .filter(|&i| i != own)
+        .map(|i| {
+            let r = cluster.edges[i].1.req("GET", "/metrics", None);
+            Metrics(r.body).get("isnode_fills_started_total")
+        })
+        .sum();
+    println!(
+        "version change: the client refused the new version's streams ({fills} fills in the \
+         cluster) and ended with {} bytes of the version it played",
+        out.len()
     );
 }

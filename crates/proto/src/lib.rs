@@ -296,7 +296,18 @@ pub struct SessionInfo {
     /// for an object without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seek_by: Option<SeekBy>,
+    /// The origin's ETag of the version this server's copy holds, when the copy was
+    /// filled from an origin (at most [`MAX_ORIGIN_ETAG_LEN`] bytes); absent for an
+    /// object ingested locally. Two edges' copies of one origin version carry the same
+    /// ETag (and the same bytes and codeword layout), not the same TSI and TOI: a client
+    /// resuming on another edge takes such a copy's stream from the codeword it resumes at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin_etag: Option<String>,
 }
+
+/// Longest [`SessionInfo::origin_etag`] a client takes as an identity, bytes (a longer
+/// one is as if absent).
+pub const MAX_ORIGIN_ETAG_LEN: usize = 1024;
 
 /// Lifecycle of a session as the API reports it.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]

@@ -75,6 +75,12 @@ impl DigestBook {
         self.rows = self.rows.split_off(&sbn);
     }
 
+    /// Forgets codeword `sbn` and those after it (a stream re-bound to another copy of
+    /// the object there: their digests are that copy's).
+    pub fn forget_from(&mut self, sbn: u32) {
+        self.rows.split_off(&sbn);
+    }
+
     /// Whether codeword `sbn`'s digests are in the book.
     pub fn has(&self, sbn: u32) -> bool {
         self.rows.contains_key(&sbn)

@@ -739,7 +739,7 @@ impl Receiver {
                 else {
                     unreachable!("checked above")
                 };
-                bytes.drain(..(released * e) as usize);
+                bytes.drain(..((released * e) as usize).min(bytes.len()));
                 self.stats.codewords_decoded += 1;
                 self.stats.bytes_recovered += bytes.len() as u64;
                 Output::Data { sbn, offset, bytes }
@@ -899,6 +899,7 @@ pub fn verify_fdt(xml: &[u8], params: &SessionParams) -> Result<(), String> {
 
 mod at_risk;
 pub use at_risk::AtRisk;
+mod rebind;
 
 #[cfg(test)]
 mod tests;

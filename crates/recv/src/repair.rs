@@ -211,6 +211,13 @@ impl RepairLoop {
         }
     }
 
+    /// Forgets the request out and a codeword given up: the stream starts again (a
+    /// resumed session, on another server or another copy), so its codewords may be
+    /// repaired afresh.
+    pub fn restart(&mut self) {
+        self.hold = None;
+    }
+
     /// Whether a request is out.
     pub fn waiting(&self) -> bool {
         matches!(self.hold, Some(Hold::Waiting { .. }))
@@ -467,6 +474,13 @@ impl Repair {
         let old = std::mem::replace(&mut self.fetcher, new);
         // Its thread may be in a request to the lost server: not waited for here.
         std::thread::spawn(move || drop(old));
+        self.rl.restart();
+    }
+
+    /// The stream is another copy from the release point on (a re-bound receive core):
+    /// codewords given up or asked for before are repaired afresh.
+    pub fn rebound(&mut self) {
+        self.rl.restart();
     }
 
     fn take_answer(&mut self, rx: &mut Receiver, a: Answer) {

@@ -52,6 +52,10 @@ pub struct ObjectInfo {
     /// The fill front of an object still filling from the origin (`None`: complete):
     /// nothing at or past it is read ([`crate::fill`]).
     pub(crate) fill: Option<Arc<FillFront>>,
+    /// The origin's ETag of the version this copy holds (filled from the origin; `None`:
+    /// ingested locally): the identity a session answer carries
+    /// (`SessionInfo::origin_etag`).
+    pub origin_etag: Option<String>,
 }
 
 impl ObjectInfo {
@@ -76,8 +80,10 @@ impl ObjectInfo {
         let send_rate_bps = send_rate_bps(&layout, rec.bitrate_bps);
         let media = vol.media_index(&rec)?;
         let has_digests = vol.catalog().has_digests(rec.toi)?;
+        let origin_etag = vol.origin_etag(&rec.name)?.filter(|e| !e.is_empty());
         Ok(ObjectInfo {
             fill: None,
+            origin_etag,
             media,
             has_digests,
             fec_oti: oti,
@@ -113,8 +119,13 @@ impl ObjectInfo {
             rec.source_symbols,
             rec.source_symbols + rec.repair_symbols,
         )?;
+        let origin_etag = vol
+            .filling(&rec.name)?
+            .filter(|f| f.record.toi == rec.toi && !f.origin_etag.is_empty())
+            .map(|f| f.origin_etag);
         Ok(ObjectInfo {
             fill: Some(front),
+            origin_etag,
             media: None,
             has_digests: true,
             fec_oti: oti,

@@ -190,10 +190,8 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
         servers,
         current: first,
         failed_in_round: 0,
-        stream: {
-            use crate::control::SessionInfoExt;
-            info.params()?
-        },
+        stream: resume::Stream::of(&info)?,
+        digests_window: auth.is_some().then(|| receive_window(args)),
         socket: &socket,
         source: &resume_source,
         object: args.name.clone(),
@@ -205,6 +203,7 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
             server: first,
         }),
         reported: Reported::default(),
+        refused: None,
     };
     let mut served = None;
     let result = SessionSetup::from_info(&info, source).and_then(|setup| {
@@ -231,7 +230,11 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
             },
         )
     });
-    let (held, reported) = resumer.finish();
+    let resume::Finished {
+        held,
+        reported,
+        refused,
+    } = resumer.finish();
     let (last, last_control) = held
         .as_ref()
         .map_or((&info, &control), |(info, control)| (info, control));
@@ -255,12 +258,19 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
         .into());
     }
     if stats.end_reason == EndReason::Timeout && args.cut_short() == CutShort::Truncate {
-        return Err(ServerGone {
+        let gone = anyhow::Error::new(ServerGone {
             timeout_s: args.timeout_s,
             bytes_written: stats.bytes_written,
             bytes_expected: stats.bytes_expected,
-        }
-        .into());
+        });
+        return Err(match refused {
+            // A server answered, but with another stream or version of the object: say
+            // so rather than only that the server went quiet.
+            Some(why) => gone.context(format!(
+                "no server serves the stream received any more (the last refused, {why})"
+            )),
+            None => gone,
+        });
     }
     Ok(stats)
 }
@@ -285,12 +295,7 @@ fn prefetch_digests(
     use crate::control::SessionInfoExt;
     let params = info.params()?;
     let partition = params.partition()?;
-    let window = crate::receiver::ReceiverConfig {
-        window_codewords: args.window_codewords,
-        loss_horizon: args.loss_horizon,
-        ..Default::default()
-    }
-    .effective_window_codewords();
+    let window = receive_window(args);
     // The window's worth now (the stream cannot get further before the release point
     // moves); the receive loop's fetcher asks for the rest at once.
     let initial = crate::digest_fetch::fetch_now(
@@ -307,6 +312,17 @@ fn prefetch_digests(
         initial,
     }))
 }
+/// The receive window of `args` in codewords (how many codewords' digests are fetched
+/// before a stream starts).
+fn receive_window(args: &PlayConfig) -> u32 {
+    crate::receiver::ReceiverConfig {
+        window_codewords: args.window_codewords,
+        loss_horizon: args.loss_horizon,
+        ..Default::default()
+    }
+    .effective_window_codewords()
+}
+
 /// The server ended the session before its end because it is shutting down (its grace
 /// period ran out); the output ends after what was received.
 #[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]

@@ -18,7 +18,7 @@ use crate::queue::{self, Producer};
 use crate::receiver::{verify_fdt, FdtCheck, Receiver, ReceiverConfig, Release, SessionParams};
 use crate::repair::{self, Repair};
 
-use super::resume::{Moved, Resume, Resumed};
+use super::resume::{Moved, Rebind, Resume, Resumed};
 use super::stats::{assemble, EndReason, LoopCounts, PlayStats, PlayTimes};
 use crate::config::{CutShort, PlayConfig};
 
@@ -236,10 +236,29 @@ struct Feed<'a> {
 }
 
 impl Feed<'_> {
+    /// A resumed session streams another copy of the object from codeword `from` (the
+    /// release point): the receive core takes that copy's packets and digests from there
+    /// on. False (said in the log) if the core refuses, which cannot happen when `from`
+    /// is its release point.
+    fn rebind(&mut self, from: u32, to: Rebind) -> bool {
+        if let Err(e) = self.rx.rebind(from, to.tsi, to.toi) {
+            tracing::error!("re-binding the receive core to the new copy: {e}");
+            return false;
+        }
+        for (sbn, d) in to.digests {
+            self.rx.add_digests(sbn, d);
+        }
+        if let Some(r) = &mut self.repair {
+            r.rebound();
+        }
+        true
+    }
+
     /// A resumed session streams from `server`: packet digests are fetched from it when it
-    /// is another server or the fetcher gave up during the gap, and repairs go to it when
-    /// it is another server.
-    fn fetch_from(&mut self, server: &str, moved: Moved) {
+    /// is another server, the fetcher gave up during the gap, or the stream is another
+    /// copy (`restart`: an answer of the old fetcher in flight would book the old copy's);
+    /// repairs go to it when it is another server.
+    fn fetch_from(&mut self, server: &str, moved: Moved, restart: Restart) {
         let tls = match crate::control::tls_config(self.ca_cert.as_deref()) {
             Ok(tls) => tls,
             Err(e) => {
@@ -247,10 +266,9 @@ impl Feed<'_> {
                 return;
             }
         };
-        let restart_digests = self
-            .digests
-            .as_ref()
-            .is_some_and(|d| moved == Moved::OtherServer || d.gave_up().is_some());
+        let restart_digests = self.digests.as_ref().is_some_and(|d| {
+            moved == Moved::OtherServer || d.gave_up().is_some() || restart == Restart::Digests
+        });
         if restart_digests {
             let control = crate::control::ControlClient::with_tls(
                 server,
@@ -503,10 +521,26 @@ impl Resuming {
         let from = feed.rx.next_release();
         let booked = feed.rx.digests_of(from).map(<[u8]>::to_vec);
         match r.resume(from, booked.as_deref()) {
-            Resumed::NewSession { id, server, moved } => {
+            Resumed::NewSession {
+                id,
+                server,
+                moved,
+                rebind,
+            } => {
+                // Not re-bound (cannot happen at the release point): the new copy's
+                // packets are foreign, the stream ends as one that went quiet (never a
+                // byte of the other copy).
+                let rebound = rebind.is_some_and(|to| feed.rebind(from, to));
+                let restart = match rebound {
+                    true => {
+                        feed.counts.rebinds += 1;
+                        Restart::Digests
+                    }
+                    false => Restart::AsNeeded,
+                };
                 feed.session_id = Some(id);
                 feed.goodbye = None;
-                feed.fetch_from(&server, moved);
+                feed.fetch_from(&server, moved, restart);
                 feed.counts.resumes += 1;
                 self.gap_from = Some(self.gap_from.unwrap_or(last));
                 self.failures = 0;
@@ -539,6 +573,15 @@ impl Resuming {
             }
         }
     }
+}
+
+/// Whether [`Feed::fetch_from`] starts a new digest fetcher whatever the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Restart {
+    /// Only when the server changed or the fetcher gave up.
+    AsNeeded,
+    /// Always (the stream is another copy: its digests differ).
+    Digests,
 }
 
 /// The shortest wait between resume attempts.

@@ -38,9 +38,10 @@ pub struct PlayStats {
     pub object: String,
     /// Server session id (None for a preset session).
     pub session_id: Option<String>,
-    /// FLUTE TSI and TOI of the stream.
+    /// FLUTE TSI of the stream (of the copy streamed last, after a resume on another
+    /// copy).
     pub tsi: u32,
-    /// FLUTE TOI of the object.
+    /// FLUTE TOI of the object (of the copy streamed last).
     pub toi: u32,
     /// Object size in bytes.
     pub size_bytes: u64,
@@ -87,6 +88,10 @@ pub struct PlayStats {
     /// Each gap a resume bridged, milliseconds, in order (the first
     /// [`MAX_RESUME_GAPS`] of them).
     pub resume_gaps_ms: Vec<u64>,
+    /// Of the resumes, those on another copy of the same origin version (another edge's
+    /// fill of the object: another TSI and TOI, the same origin ETag and layout), where
+    /// the receive core was re-bound to that copy's stream.
+    pub resumes_on_other_copy: u32,
     /// Whether packets were checked against the server's digests (`isnode_wire::digest`).
     pub authenticated: bool,
     /// Packets whose digest did not match (forged, or corrupt past their CRC): dropped.
@@ -277,6 +282,8 @@ pub(super) struct LoopCounts {
     pub(super) wrong_source: u64,
     /// New sessions opened after the server went quiet ([`super::resume`]).
     pub(super) resumes: u32,
+    /// Of those, the resumes on another copy of the object (the core re-bound to it).
+    pub(super) rebinds: u32,
     /// The longest time without a datagram that a resume bridged.
     pub(super) longest_gap: Duration,
     /// Each gap a resume bridged (the first [`MAX_RESUME_GAPS`]).
@@ -298,8 +305,8 @@ pub(super) fn assemble(
     PlayStats {
         object: setup.object.clone(),
         session_id: setup.session_id.clone(),
-        tsi: p.tsi,
-        toi: p.toi,
+        tsi: rx.params().tsi,
+        toi: rx.params().toi,
         size_bytes: p.transfer_length,
         bitrate_bps: setup.bitrate_bps,
         symbol_size: p.symbol_len,
@@ -311,6 +318,7 @@ pub(super) fn assemble(
         resumes: counts.resumes,
         longest_resume_gap_ms: counts.longest_gap.as_millis() as u64,
         resume_gaps_ms: counts.gaps.iter().map(|g| g.as_millis() as u64).collect(),
+        resumes_on_other_copy: counts.rebinds,
         packets_valid: core.packets_valid,
         packets_lost: core.packets_lost,
         packets_missed: core.packets_missed,

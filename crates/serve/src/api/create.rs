@@ -316,6 +316,7 @@ fn created(sh: &Shared, s: &StreamShared, fdt: SessionFdt, at: Option<Located>) 
         start_offset_bytes: at.map(|a| a.offset_bytes),
         start_time_s: at.map(|a| a.time_s),
         seek_by: at.map(|a| a.by),
+        origin_etag: obj.origin_etag.clone(),
     };
     (StatusCode::CREATED, Json(body)).into_response()
 }

@@ -123,7 +123,10 @@ fn create_session(addr: SocketAddr) -> isnode_proto::SessionInfo {
     )
     .expect("POST /v1/sessions");
     assert_eq!(status, 201, "{body}");
-    serde_json::from_str(&body).expect("a SessionInfo")
+    let info: isnode_proto::SessionInfo = serde_json::from_str(&body).expect("a SessionInfo");
+    // Ingested locally: no origin version to carry.
+    assert_eq!(info.origin_etag, None, "{body}");
+    info
 }
 
 /// Issues a request on its own thread; the answer comes on the channel.
