@@ -385,6 +385,9 @@ enum Fake {
     Cut,
     /// Right, each GET answered after 5 s (an origin slower than the playing).
     Slow,
+    /// The right length, one byte flipped in the object's last range (its ETag the MD5 of
+    /// the right bytes, as an S3 single-part upload's).
+    Garbled,
 }
 
 /// A tiny S3 server on loopback serving one object under `/films/`; counts its GETs.
@@ -423,7 +426,8 @@ fn fake_answer(mut conn: TcpStream, data: &[u8], mode: Fake, gets: &AtomicU64) {
         }
         let text = String::from_utf8_lossy(&head).to_string();
         let method = text.split_whitespace().next().unwrap_or("").to_string();
-        let etag = "\"0123456789abcdef0123456789abcdef\"";
+        // A single-part upload's ETag: the MD5 of the object, checked by the fill.
+        let etag = format!("\"{}\"", md5_hex(data));
         let common = format!(
             "ETag: {etag}\r\nLast-Modified: Tue, 24 Nov 2026 10:00:00 GMT\r\nAccept-Ranges: bytes\r\n"
         );
@@ -459,6 +463,19 @@ fn fake_answer(mut conn: TcpStream, data: &[u8], mode: Fake, gets: &AtomicU64) {
                 std::thread::sleep(SLOW_RANGE_DELAY);
                 (end + 1, &data[start..=end])
             }
+            Fake::Garbled => (end + 1, &data[start..=end]),
+        };
+        let garbled;
+        let sent = match mode {
+            Fake::Garbled if end + 1 == data.len() => {
+                let mut g = sent.to_vec();
+                if let Some(b) = g.last_mut() {
+                    *b ^= 0x20;
+                }
+                garbled = g;
+                &garbled[..]
+            }
+            _ => sent,
         };
         let a = format!(
             "HTTP/1.1 206 Partial Content\r\n{common}Content-Range: bytes {start}-{}/{}\r\nContent-Length: {}\r\n\r\n",
@@ -507,6 +524,65 @@ fn an_origin_sending_short_or_cut_bodies_is_502_and_nothing_is_complete() {
         assert!(bad >= 1.0);
         stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// The MD5 of `data` in hex (an S3 single-part ETag).
+fn md5_hex(data: &[u8]) -> String {
+    use md5::Digest;
+    md5::Md5::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[test]
+fn a_garbled_body_of_the_right_length_is_502_and_never_complete() {
+    let edge = Edge::new();
+    // 3 MB: three 1 MiB ranges, the last one garbled.
+    let src = Arc::new(edge.put("film.ts", 4_000_000, 6.0, 41));
+    let (addr, gets, stop) = fake_s3(src.clone(), Fake::Garbled);
+    let endpoint = format!("http://{addr}");
+    let server = Server::start_env(
+        &edge.vol,
+        &["--origin", "s3://films", "--origin-endpoint", &endpoint],
+        &[
+            ("AWS_ACCESS_KEY_ID", "GKfake"),
+            ("AWS_SECRET_ACCESS_KEY", "fake-secret"),
+        ],
+    );
+    // The whole body over HTTP: it may begin (bytes before the last range are served as
+    // they are committed) but it never ends well: 502 at once, or a body cut short.
+    let (status, body) = get_bytes(server.addr, "/o/film.ts", &[]);
+    assert!(
+        status == 502 || body.len() < src.len(),
+        "status {status}, {} bytes of {}",
+        body.len(),
+        src.len()
+    );
+    let f = wait_fill(&server, "film.ts", "failed", Duration::from_secs(60));
+    assert!(f["error"].as_str().unwrap_or("").contains("garbled"), "{f}");
+    assert!(
+        gets.load(Ordering::Relaxed) >= 3,
+        "the fake origin was asked"
+    );
+    assert!(
+        !listed(&server).contains(&"film.ts".to_string()),
+        "a garbled object is never listed complete"
+    );
+    assert_eq!(
+        server
+            .metrics()
+            .get("isnode_fill_errors_total{class=\"garbled\"}"),
+        1.0
+    );
+    // Asked again, it is filled again and found garbled again: never served complete.
+    let (status, body) = get_bytes(server.addr, "/o/film.ts", &[]);
+    assert!(status == 502 || body.len() < src.len(), "status {status}");
+    wait_fill(&server, "film.ts", "failed", Duration::from_secs(60));
+    assert!(!listed(&server).contains(&"film.ts".to_string()));
+    let m = server.metrics();
+    assert_eq!(m.get("isnode_fill_errors_total{class=\"garbled\"}"), 2.0);
+    stop.store(true, Ordering::Relaxed);
 }
 
 /// Bytes of the segment files of the volume (what the titles take).
@@ -636,4 +712,93 @@ fn a_session_from_an_origin_slower_than_the_playing_plays_every_byte() {
     assert!(holds >= 1.0, "the session was never held at the fill front");
     assert_eq!(m.get("isnode_fills_done_total"), 1.0);
     stop.store(true, Ordering::Relaxed);
+}
+
+/// The entry of `name` in `GET /v1/objects` with `"status": "filling"`, if listed so.
+fn listed_filling(server: &Server, name: &str) -> Option<Value> {
+    let r = server.req("GET", "/v1/objects", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json()
+        .as_array()?
+        .iter()
+        .find(|o| o["name"] == name && o["status"] == "filling")
+        .cloned()
+}
+
+#[test]
+fn a_title_being_filled_is_listed_with_its_front_by_the_api_and_ls_server() {
+    let edge = Edge::new();
+    let src = edge.put("slow.ts", 8_000_000, 6.0, 31);
+    let server = edge.serve(&[]);
+    // 1 MiB ranges at 2 Mbit/s: one range every 4 s, the fill lasts about 24 s.
+    prefill(&server, "slow.ts", 2_000_000);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let entry = loop {
+        if let Some(o) = listed_filling(&server, "slow.ts") {
+            if o["front_codewords"].as_u64().unwrap_or(0) > 0 {
+                break o;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slow.ts never listed filling with a front: {}",
+            server.req("GET", "/v1/objects", None).body
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let front = entry["front_codewords"].as_u64().unwrap();
+    let codewords = entry["codewords"].as_u64().unwrap();
+    assert!(front < codewords, "{entry}");
+    assert_eq!(entry["size_bytes"], src.len() as u64, "{entry}");
+    // `isnode ls --server` prints it as `ls` prints the volume's filling objects.
+    let out = command()
+        .args(["ls", "--server", &server.url()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = text(&out);
+    assert!(out.status.success(), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("slow.ts"))
+        .unwrap_or_else(|| panic!("slow.ts not in {text}"));
+    assert!(
+        line.contains("filling: ") && line.contains(&format!("of {codewords} codewords")),
+        "{line}"
+    );
+    // The cap lifted, the fill completes and the title is listed as an ordinary object.
+    let r = server.req(
+        "POST",
+        "/v1/fills",
+        Some("{\"titles\": [\"slow.ts\"], \"rate_bps\": 0}"),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    wait_fill(&server, "slow.ts", "done", Duration::from_secs(60));
+    assert!(listed_filling(&server, "slow.ts").is_none());
+    assert!(listed(&server).contains(&"slow.ts".to_string()));
+    let (status, body) = get_bytes(server.addr, "/o/slow.ts", &[]);
+    assert_eq!(status, 200);
+    assert!(body == src);
+}
+
+#[test]
+fn a_broadcast_of_a_title_only_at_the_origin_fills_it_whole_first() {
+    let edge = Edge::new();
+    let src = edge.put("live.ts", 8_000_000, 8.0, 51);
+    let server = edge.serve(&[]);
+    let body = serde_json::json!({"object": "live.ts", "scheme": "fast", "max_wait_s": 3.0});
+    let r = server.req("POST", "/v1/broadcasts", Some(&body.to_string()));
+    assert_eq!(r.status, 201, "{}", r.body);
+    // The broadcast started on the whole title: its fill was done before.
+    let f = fill_of(&server, "live.ts").expect("a fill of live.ts");
+    assert_eq!(f["phase"], "done", "{f}");
+    assert_eq!(f["size_bytes"], src.len() as u64, "{f}");
+    assert!(listed(&server).contains(&"live.ts".to_string()));
+    assert!(listed_filling(&server, "live.ts").is_none());
+    // A title missing at the origin too: 404, no broadcast.
+    let body = serde_json::json!({"object": "nope.ts", "scheme": "fast", "max_wait_s": 3.0});
+    let r = server.req("POST", "/v1/broadcasts", Some(&body.to_string()));
+    assert_eq!(r.status, 404, "{}", r.body);
+    let list = server.req("GET", "/v1/broadcasts", None).json();
+    assert_eq!(list["broadcasts"].as_array().map(Vec::len), Some(1));
 }

@@ -204,11 +204,22 @@ fn object_playlist(obj: &ObjectInfo, uri: &str) -> Result<String, ApiError> {
 /// time index is made from the whole object).
 const INDEX_FILL_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// The complete object `name` (its time index): a fill from the origin is started or joined
-/// and waited for (bounded: `503` with `Retry-After` past [`INDEX_FILL_WAIT`]).
-async fn complete_object(
+/// What needs a whole object, as a `503` during its fill says it.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum NeedsWhole {
+    /// The time index (playlist, index).
+    Index,
+    /// A broadcast (it sends every codeword in a loop).
+    Broadcast,
+}
+
+/// The complete object `name` (its time index, a broadcast): a fill from the origin is
+/// started or joined and waited for (bounded: `503` with `Retry-After` past
+/// [`INDEX_FILL_WAIT`], the fill going on).
+pub(super) async fn complete_object(
     sh: &std::sync::Arc<crate::Shared>,
     name: String,
+    need: NeedsWhole,
 ) -> Result<std::sync::Arc<crate::objects::ObjectInfo>, Response> {
     let obj = super::lookup(sh, name.clone()).await?;
     if obj.fill.is_none() {
@@ -222,9 +233,19 @@ async fn complete_object(
     if obj.fill.is_none() {
         return Ok(obj);
     }
+    let why = match need {
+        NeedsWhole::Index => "its time index comes when it completes",
+        NeedsWhole::Broadcast => {
+            "a broadcast sends the whole title in a loop and can start once it is complete"
+        }
+    };
     let mut r = ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
-        format!("{name:?} is still being filled from the origin: its time index comes when it completes"),
+        format!(
+            "{name:?} is still being filled from the origin ({} of {} codewords): {why}; retry",
+            obj.fill.as_ref().map_or(0, |f| f.readable()),
+            obj.rec.codewords
+        ),
     )
     .into_response();
     r.headers_mut().insert(
@@ -241,7 +262,7 @@ pub(super) async fn get_playlist(
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let obj = match complete_object(&sh, name).await {
+    let obj = match complete_object(&sh, name, NeedsWhole::Index).await {
         Ok(o) => o,
         Err(r) => return r,
     };
@@ -261,7 +282,7 @@ pub(super) async fn get_index(
     State(sh): Sh,
     Path(name): Path<String>,
 ) -> Response {
-    let obj = match complete_object(&sh, name).await {
+    let obj = match complete_object(&sh, name, NeedsWhole::Index).await {
         Ok(o) => o,
         Err(r) => return r,
     };
