@@ -802,3 +802,75 @@ fn a_broadcast_of_a_title_only_at_the_origin_fills_it_whole_first() {
     let list = server.req("GET", "/v1/broadcasts", None).json();
     assert_eq!(list["broadcasts"].as_array().map(Vec::len), Some(1));
 }
+
+/// `(offset, length)` of each `#EXT-X-BYTERANGE:LEN@OFF` of a playlist.
+fn byteranges(playlist: &str) -> Vec<(usize, usize)> {
+    playlist
+        .lines()
+        .filter_map(|l| l.strip_prefix("#EXT-X-BYTERANGE:"))
+        .filter_map(|r| {
+            let (len, off) = r.split_once('@')?;
+            Some((off.parse().ok()?, len.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn the_playlist_of_a_title_being_filled_is_an_event_playlist_of_its_filled_part() {
+    let edge = Edge::new();
+    // Real H.264 in MPEG-TS with a key frame every 2 s (about 1.1 Mbit/s, 4 MB).
+    let dir = edge.vol.path("media");
+    std::fs::create_dir_all(&dir).unwrap();
+    let made = serve_support::media::make(&dir, serve_support::media::Container::Ts, 30);
+    let src = std::fs::read(&made).unwrap();
+    std::fs::write(edge.origin.join("hls.ts"), &src).unwrap();
+    let server = edge.serve(&[]);
+    // 1 MiB ranges at 1 Mbit/s (twice the bitrate once a viewer asks): one range every few
+    // seconds, the fill lasts about 15 s.
+    prefill(&server, "hls.ts", 1_000_000);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let r = server.req("GET", "/v1/objects/hls.ts/index.m3u8", None);
+        if r.status == 200 {
+            break r.body;
+        }
+        assert!(Instant::now() < deadline, "{} {}", r.status, r.body);
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(text.contains("#EXT-X-PLAYLIST-TYPE:EVENT\n"), "{text}");
+    assert!(!text.contains("#EXT-X-ENDLIST"), "{text}");
+    let partial = byteranges(&text);
+    assert!(!partial.is_empty(), "{text}");
+    let covered = partial.last().map_or(0, |&(o, l)| o + l);
+    assert!(
+        covered < src.len(),
+        "only the filled part: {covered} of {}",
+        src.len()
+    );
+    // Its segments are contiguous from 0 and served as the title's bytes.
+    let mut at = 0;
+    for &(o, l) in &partial {
+        assert_eq!(o, at, "{text}");
+        at = o + l;
+        let range = format!("bytes={o}-{}", o + l - 1);
+        let (status, body) = get_bytes(server.addr, "/o/hls.ts", &[("Range", &range)]);
+        assert_eq!(status, 206);
+        assert!(body == src[o..o + l], "segment at {o}");
+    }
+    // Complete: the VOD playlist, whose first segments are the event playlist's but the
+    // last one (which may have ended early).
+    let r = server.req(
+        "POST",
+        "/v1/fills",
+        Some("{\"titles\": [\"hls.ts\"], \"rate_bps\": 0}"),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    wait_fill(&server, "hls.ts", "done", Duration::from_secs(60));
+    let r = server.req("GET", "/v1/objects/hls.ts/index.m3u8", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("#EXT-X-PLAYLIST-TYPE:VOD\n") && r.body.contains("#EXT-X-ENDLIST"));
+    let whole = byteranges(&r.body);
+    assert_eq!(whole.last().map(|&(o, l)| o + l), Some(src.len()));
+    let n = partial.len() - 1;
+    assert_eq!(whole[..n], partial[..n]);
+}

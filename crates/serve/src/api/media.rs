@@ -158,6 +158,19 @@ pub(crate) fn segments(points: &[(f64, u64)], size_bytes: u64, duration_s: f64) 
 /// resource at `uri` (relative to the playlist). The target duration is the longest
 /// segment rounded to the nearest second (RFC 8216 §4.3.3.1), at least 1.
 pub(crate) fn playlist(uri: &str, segments: &[Segment]) -> String {
+    render(uri, segments, PlaylistType::Vod)
+}
+
+/// The type of a playlist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PlaylistType {
+    /// The whole title (`VOD`, ended by `#EXT-X-ENDLIST`).
+    Vod,
+    /// The part filled so far (`EVENT`: segments are only appended; no end yet).
+    Event,
+}
+
+fn render(uri: &str, segments: &[Segment], kind: PlaylistType) -> String {
     let target = segments
         .iter()
         .map(|s| s.duration_s.round() as u64)
@@ -166,7 +179,11 @@ pub(crate) fn playlist(uri: &str, segments: &[Segment]) -> String {
         .max(1);
     let mut m = format!(
         "#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-TARGETDURATION:{target}\n\
-         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n"
+         #EXT-X-PLAYLIST-TYPE:{}\n#EXT-X-MEDIA-SEQUENCE:0\n",
+        match kind {
+            PlaylistType::Vod => "VOD",
+            PlaylistType::Event => "EVENT",
+        }
     );
     for s in segments {
         m.push_str(&format!(
@@ -174,8 +191,33 @@ pub(crate) fn playlist(uri: &str, segments: &[Segment]) -> String {
             s.duration_s, s.len_bytes, s.offset_bytes
         ));
     }
-    m.push_str("#EXT-X-ENDLIST\n");
+    if kind == PlaylistType::Vod {
+        m.push_str("#EXT-X-ENDLIST\n");
+    }
     m
+}
+
+/// The `EVENT` playlist of the part of an MPEG-TS title filled so far (its segments cut at
+/// the random-access points found, the last one ending at the last point before the
+/// readable front); `None` when the object is not filling, not MPEG-TS, or no whole
+/// segment is readable yet.
+fn filling_playlist(obj: &ObjectInfo, uri: &str) -> Option<String> {
+    let front = obj.fill.as_ref()?;
+    if front.state() != crate::fill::front::FrontState::Filling {
+        return None;
+    }
+    let readable = front.readable();
+    let end_bytes = match readable >= obj.layout.codewords() {
+        true => obj.rec.size_bytes,
+        false => obj.layout.codeword_offset(readable),
+    };
+    let points = front.points_before(end_bytes)?;
+    let &(last_t, last_o) = points.last()?;
+    let segs = segments(&points, last_o, last_t);
+    if segs.is_empty() || last_o == 0 {
+        return None;
+    }
+    Some(render(uri, &segs, PlaylistType::Event))
 }
 
 /// The object's playlist with segments at `uri`, or why it has none (a 4xx).
@@ -262,11 +304,24 @@ pub(super) async fn get_playlist(
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
+    let uri = segment_uri(query.as_deref());
+    // A title being filled: the playlist of its filled part, when it has a whole segment.
+    let filling = match super::lookup(&sh, name.clone()).await {
+        Ok(o) => filling_playlist(&o, &uri),
+        Err(r) => return r,
+    };
+    if let Some(text) = filling {
+        return (
+            [(header::CONTENT_TYPE, "application/vnd.apple.mpegurl")],
+            text,
+        )
+            .into_response();
+    }
     let obj = match complete_object(&sh, name, NeedsWhole::Index).await {
         Ok(o) => o,
         Err(r) => return r,
     };
-    match object_playlist(&obj, &segment_uri(query.as_deref())) {
+    match object_playlist(&obj, &uri) {
         Ok(text) => (
             [(header::CONTENT_TYPE, "application/vnd.apple.mpegurl")],
             text,

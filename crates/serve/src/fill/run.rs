@@ -204,6 +204,7 @@ fn attempt(
         catch_up(sh, &info, c, fill.next_byte_offset())?;
     }
     job.publish(info);
+    publish_points(job, &fill);
     job.progress(
         fill.next_byte_offset(),
         held_back(check, &layout, fill.front_codewords()),
@@ -247,6 +248,7 @@ fn attempt(
         {
             let committed = fill.commit(&mut vol)?;
             last_commit = Instant::now();
+            publish_points(job, &fill);
             job.progress(
                 fill.next_byte_offset(),
                 held_back(check, &layout, committed),
@@ -277,6 +279,14 @@ fn attempt(
     fill.commit(&mut vol)?;
     fill.finish(&mut vol)?;
     Ok(())
+}
+
+/// Records an MPEG-TS fill's random-access points so far on its front (the playlist of the
+/// filled part is cut at them).
+fn publish_points(job: &FillJob, fill: &Fill) {
+    if let Some(points) = fill.ts_points() {
+        job.front().add_points(points);
+    }
 }
 
 /// The codewords readers may have of `committed`: with a content check, never the last one
