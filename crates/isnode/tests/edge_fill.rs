@@ -3,8 +3,12 @@
 //! origin plays byte-identical; its first byte comes before the fill completes; 20
 //! concurrent requests make one fill; a fill killed mid-way resumes from its front; an
 //! object changed mid-fill is filled again, never mixed; missing → 404, unreachable →
-//! 502, a short body → 502 with nothing complete; `cache_max_bytes` evicts the least
-//! recently used title, never a pinned or used one; the secret is never printed.
+//! 502, a short body → 502 with nothing complete; a garbled body of the right length
+//! (an MD5 ETag) → 502, never complete, never served whole; an MD5-checked fill killed
+//! mid-way resumes and passes its check; `cache_max_bytes` evicts the least recently used
+//! title, never a pinned or used one; the secret is never printed; a title being filled is
+//! listed (API and `ls --server`) with its front; its HLS playlist is an `EVENT` playlist
+//! of the filled part; a broadcast of a title only at the origin fills it whole first.
 
 mod serve_support;
 
@@ -873,4 +877,57 @@ fn the_playlist_of_a_title_being_filled_is_an_event_playlist_of_its_filled_part(
     assert_eq!(whole.last().map(|&(o, l)| o + l), Some(src.len()));
     let n = partial.len() - 1;
     assert_eq!(whole[..n], partial[..n]);
+}
+
+#[test]
+fn a_fill_checked_against_an_md5_etag_and_killed_mid_way_resumes_and_passes_its_check() {
+    let edge = Edge::new();
+    let src = Arc::new(edge.put("film.ts", 4_000_000, 12.0, 71)); // 6 MB: 6 ranges
+    let (addr, _gets, stop) = fake_s3(src.clone(), Fake::Slow);
+    let endpoint = format!("http://{addr}");
+    let start = || {
+        Server::start_env(
+            &edge.vol,
+            &["--origin", "s3://films", "--origin-endpoint", &endpoint],
+            &[
+                ("AWS_ACCESS_KEY_ID", "GKfake"),
+                ("AWS_SECRET_ACCESS_KEY", "fake-secret"),
+            ],
+        )
+    };
+    let mut server = start();
+    prefill(&server, "film.ts", 3_000_000);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let f = fill_of(&server, "film.ts").expect("listed");
+        if f["front_codewords"].as_u64().unwrap_or(0) > 0
+            && f["filled_bytes"].as_u64().unwrap_or(0) > 3 << 19
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no progress: {f}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.kill9();
+    // The restarted server resumes the fill from its front: the MD5 of the stored prefix is
+    // read back, the rest hashed as it comes, and the whole matches the ETag.
+    let server = start();
+    let f = wait_fill(&server, "film.ts", "done", Duration::from_secs(90));
+    assert_eq!(f["size_bytes"], src.len() as u64, "{f}");
+    let m = server.metrics();
+    assert_eq!(m.get("isnode_fill_errors_total{class=\"garbled\"}"), 0.0);
+    assert!(
+        m.get("isnode_fill_bytes_total") < src.len() as f64,
+        "resumed, not restarted"
+    );
+    let (status, all) = get_bytes(server.addr, "/o/film.ts", &[]);
+    assert_eq!(status, 200);
+    let first_diff = all.iter().zip(src.iter()).position(|(a, b)| a != b);
+    assert!(
+        all == *src,
+        "the resumed fill's bytes differ: {} bytes of {}, first difference at {first_diff:?}",
+        all.len(),
+        src.len()
+    );
+    stop.store(true, Ordering::Relaxed);
 }

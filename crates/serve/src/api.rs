@@ -18,7 +18,7 @@ pub mod fuzzing;
 mod hybrid;
 mod media;
 mod owner;
-pub(crate) mod pool_read;
+mod pool_read;
 mod remove;
 mod roles;
 mod status;

@@ -198,11 +198,11 @@ fn attempt(
     let (spec, head) = spec_for(sh, job, &vol, origin, rt, &meta, range_bytes)?;
     let mut fill = Fill::begin_or_resume(&mut vol, &spec)?;
     let front = job.front();
+    if let Some(c) = check.as_mut() {
+        catch_up(&vol, &fill, c)?;
+    }
     let info = Arc::new(ObjectInfo::filling(&vol, fill.record().clone(), front)?);
     let layout = info.layout.clone();
-    if let Some(c) = check.as_mut() {
-        catch_up(sh, &info, c, fill.next_byte_offset())?;
-    }
     job.publish(info);
     publish_points(job, &fill);
     job.progress(
@@ -300,37 +300,28 @@ fn held_back(check: &Option<ContentCheck>, layout: &isnode_store::Layout, commit
     }
 }
 
-/// Brings `check` to byte `at` (where the fill goes on) when it is not there: the stored
-/// bytes `0..at` (committed codewords of `info`) read back and hashed again, after a resume
+/// Brings `check` to where `fill` goes on ([`Fill::next_byte_offset`]: the end of its
+/// committed codewords after a resume) when it is not there: the committed codewords read
+/// back from the volume (as the store's resume reads them, not through the serve pool,
+/// which must never hold a block the front still cuts) and hashed again, after a resume
 /// from a restart or from a front behind the bytes already hashed.
-fn catch_up(
-    sh: &Arc<Shared>,
-    info: &Arc<ObjectInfo>,
-    check: &mut ContentCheck,
-    at: u64,
-) -> Result<(), Stop> {
+fn catch_up(vol: &Volume, fill: &Fill, check: &mut ContentCheck) -> Result<(), Stop> {
+    let at = fill.next_byte_offset();
     if check.hashed_bytes() == at {
         return Ok(());
     }
     check.restart();
-    let mut read = crate::api::pool_read::PoolRead::new(sh, info);
+    let mut reader = isnode_store::ObjectReader::for_record(
+        vol,
+        fill.record().clone(),
+        isnode_store::ReadOrder::Any,
+    )?;
     let mut sbn = 0u32;
-    while check.hashed_bytes() < at {
-        let left = at - check.hashed_bytes();
-        let bytes = read.source(sbn).map_err(|e| {
-            Stop::Fatal(JobFailure::Other {
-                status: StatusCode::INTERNAL_SERVER_ERROR,
-                msg: format!(
-                    "fill of {:?}: reading back codeword {sbn} for its content check: {e}",
-                    info.rec.name
-                ),
-            })
-        })?;
-        if bytes.is_empty() {
-            break;
-        }
-        let take = usize::try_from(left).unwrap_or(usize::MAX).min(bytes.len());
-        check.update(bytes.get(..take).unwrap_or(bytes));
+    while check.hashed_bytes() < at && sbn < fill.front_codewords() {
+        reader.read_codeword(sbn, isnode_store::Want::Source)?;
+        let bytes = reader.source(sbn);
+        let left = usize::try_from(at - check.hashed_bytes()).unwrap_or(usize::MAX);
+        check.update(bytes.get(..left.min(bytes.len())).unwrap_or(bytes));
         sbn += 1;
     }
     Ok(())
