@@ -9,6 +9,14 @@
 //! the caller's `pick` value (round robin, or a hash of the client). This node is always live
 //! in its own view; a peer is dead after `failures_to_dead` probes in a row failed and live
 //! again at its first probe that succeeds.
+//!
+//! Load (docs/scale-out.md, "Load"): each node's health answer carries its load, the share
+//! of its admission capacity in use; with `load_bound` > 0 a request whose chosen node is
+//! above the bound ([`Cluster::load_limit`]: `load_bound` times the live nodes' mean load,
+//! and at least [`LOAD_FLOOR`]) walks on down the title's live ranking to the first node
+//! under it, the least loaded when none is: the simulation's bounded-load rule
+//! ([`crate::placement::route_bounded`]) with a floor, so that a lightly loaded cluster keeps
+//! every title on its owner (one fill per title) however uneven the loads.
 
 use std::collections::HashMap;
 
@@ -66,7 +74,15 @@ pub struct ClusterConfig {
     pub failures_to_dead: u32,
     /// Half-life of the decayed title request rates, milliseconds.
     pub rate_half_life_ms: u64,
+    /// Most load a node takes new requests at, as a multiple of the live nodes' mean load
+    /// (and never below [`LOAD_FLOOR`]); 0: loads are not used.
+    pub load_bound: f64,
 }
+
+/// The load under which a node always takes the requests it is chosen for, whatever the
+/// mean (a share of its admission capacity): below it, staying on the title's owner (one
+/// fill, a warm cache) is worth more than an even spread.
+pub const LOAD_FLOOR: f64 = 0.5;
 
 /// Most titles whose request rate is tracked (the quietest are forgotten beyond).
 pub const MAX_TRACKED_TITLES: usize = 4096;
@@ -79,6 +95,9 @@ pub struct Cluster {
     live: Vec<bool>,
     failures: Vec<u32>,
     config: ClusterConfig,
+    /// Each node's load as last reported (this node's as last measured): a share of its
+    /// admission capacity.
+    loads: Vec<f64>,
     /// Per title: (decayed request count, at ms).
     rates: HashMap<String, (f64, u64)>,
 }
@@ -103,8 +122,43 @@ impl Cluster {
             live: vec![true; n],
             failures: vec![0; n],
             config,
+            loads: vec![0.0; n],
             rates: HashMap::new(),
         })
+    }
+
+    /// The view after a configuration reload (SIGHUP): the new node list, name and
+    /// settings; a node kept in the list (same name and URL) keeps its liveness and failed
+    /// probes, a new one starts live (as at start), and the titles' request rates are kept.
+    /// The placement follows the new list at once. A list that cannot be used leaves this
+    /// view as it is (the error says why).
+    pub fn reconfigured(
+        &self,
+        nodes: Vec<Node>,
+        me_name: &str,
+        config: ClusterConfig,
+    ) -> Result<Cluster, ClusterError> {
+        let mut next = Cluster::new(nodes, me_name, config)?;
+        for (i, n) in next.nodes.iter().enumerate() {
+            let before = self
+                .nodes
+                .iter()
+                .position(|o| o.name == n.name && o.url == n.url);
+            if let Some(j) = before.filter(|_| i != next.me) {
+                next.live[i] = self.live.get(j).copied().unwrap_or(true);
+                next.failures[i] = self.failures.get(j).copied().unwrap_or(0);
+            }
+            if let Some(j) = before {
+                next.loads[i] = self.loads.get(j).copied().unwrap_or(0.0);
+            }
+        }
+        next.rates = self.rates.clone();
+        Ok(next)
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> ClusterConfig {
+        self.config
     }
 
     /// The node list.
@@ -151,6 +205,60 @@ impl Cluster {
             (false, true) => Some(Change::Returned),
             _ => None,
         }
+    }
+
+    /// Records node `i`'s load (its health answer's; this node's own as measured): a share
+    /// of its admission capacity, 1 = full. Not a finite number ≥ 0: 0.
+    pub fn record_load(&mut self, i: usize, load: f64) {
+        if let Some(l) = self.loads.get_mut(i) {
+            *l = if load.is_finite() && load >= 0.0 {
+                load
+            } else {
+                0.0
+            };
+        }
+    }
+
+    /// Node `i`'s load as last recorded (0 when unknown).
+    pub fn load(&self, i: usize) -> f64 {
+        self.loads.get(i).copied().unwrap_or(0.0)
+    }
+
+    /// The load above which a node takes no new request (`f64::INFINITY` with
+    /// `load_bound` 0): `load_bound` times the live nodes' mean load, at least
+    /// [`LOAD_FLOOR`].
+    pub fn load_limit(&self) -> f64 {
+        if self.config.load_bound <= 0.0 || !self.config.load_bound.is_finite() {
+            return f64::INFINITY;
+        }
+        let live: Vec<f64> = (0..self.nodes.len())
+            .filter(|&i| self.live.get(i).copied().unwrap_or(false))
+            .map(|i| self.load(i))
+            .collect();
+        let mean = live.iter().sum::<f64>() / live.len().max(1) as f64;
+        (self.config.load_bound * mean).max(LOAD_FLOOR)
+    }
+
+    /// Where a request for `title` whose chosen node is `chosen` goes under the load bound:
+    /// `chosen` if its load is within [`Cluster::load_limit`], else the first node of the
+    /// title's live ranking within it, else the least loaded of the ranking.
+    pub fn bounded(&self, title: &str, chosen: usize) -> usize {
+        let limit = self.load_limit();
+        if self.load(chosen) <= limit {
+            return chosen;
+        }
+        let ranking = self.live_ranking(title);
+        ranking
+            .iter()
+            .copied()
+            .find(|&i| self.load(i) <= limit)
+            .or_else(|| {
+                ranking
+                    .iter()
+                    .copied()
+                    .min_by(|&a, &b| self.load(a).total_cmp(&self.load(b)))
+            })
+            .unwrap_or(chosen)
     }
 
     /// Counts one request for `title` at `now_ms`; its decayed rate, requests per second.
@@ -211,17 +319,27 @@ impl Cluster {
         top_live(&self.nodes, &self.live, title, self.nodes.len())
     }
 
-    /// Serve here or redirect: this node serves `title` when it is among the title's first
-    /// `replicas` live nodes; else the request goes to one of those, `pick` choosing which.
+    /// Serve here or redirect: this node is chosen for `title` when it is among the title's
+    /// first `replicas` live nodes; else one of those is, `pick` choosing which. The chosen
+    /// node serves it unless its load is over the bound ([`Cluster::bounded`]).
     pub fn decide(&self, title: &str, replicas: usize, pick: u64) -> Decision {
         let serving = self.serving(title, replicas);
-        if serving.contains(&self.me) || serving.is_empty() {
+        if serving.is_empty() {
             return Decision::Serve;
         }
-        let at = (pick % serving.len() as u64) as usize;
-        match serving.get(at) {
-            Some(&i) => Decision::Redirect(i),
-            None => Decision::Serve,
+        let chosen = match serving.contains(&self.me) {
+            true => self.me,
+            false => {
+                let at = (pick % serving.len() as u64) as usize;
+                match serving.get(at) {
+                    Some(&i) => i,
+                    None => return Decision::Serve,
+                }
+            }
+        };
+        match self.bounded(title, chosen) {
+            i if i == self.me => Decision::Serve,
+            i => Decision::Redirect(i),
         }
     }
 }
@@ -253,7 +371,7 @@ fn rate_per_s(count: f64, half_ms: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::placement::ranking;
+    use crate::placement::{ranking, top_live};
     use proptest::prelude::*;
 
     fn nodes(n: usize) -> Vec<Node> {
@@ -271,6 +389,14 @@ mod tests {
             replicate_above_rps: 10.0,
             failures_to_dead: 2,
             rate_half_life_ms: 1000,
+            load_bound: 0.0,
+        }
+    }
+
+    fn bounded_config() -> ClusterConfig {
+        ClusterConfig {
+            load_bound: 1.25,
+            ..config()
         }
     }
 
@@ -331,7 +457,129 @@ mod tests {
         assert!(c.record_request("new", 60_000) > 0.0);
     }
 
+    #[test]
+    fn a_reload_keeps_the_liveness_of_kept_nodes_and_places_by_the_new_list() {
+        let mut c = Cluster::new(nodes(3), "edge-0", config()).unwrap();
+        c.record_probe(1, Probe::Failed);
+        c.record_probe(1, Probe::Failed);
+        c.record_probe(2, Probe::Failed);
+        c.record_request("t", 0);
+        let mut list = nodes(4);
+        list.swap(1, 3); // edge-3 inserted before; edge-1 moved to the end
+        list[2].url = "http://127.0.0.1:9999".into(); // edge-2 moved: a new node
+        let r = c.reconfigured(list.clone(), "edge-0", config()).unwrap();
+        assert_eq!(r.live(), &[true, true, true, false]);
+        assert_eq!(r.failures(2), 0, "a node at a new URL starts afresh");
+        assert!(r.rate("t", 0) > 0.0, "the rates are kept");
+        for t in 0..50 {
+            let title = format!("t{t}");
+            assert_eq!(r.live_ranking(&title), top_live(&list, r.live(), &title, 4));
+        }
+        assert_eq!(
+            c.reconfigured(list, "nobody", config()).unwrap_err(),
+            ClusterError::NotListed("nobody".into())
+        );
+        // This node renamed: a new list with another name for it.
+        let r = c.reconfigured(nodes(2), "edge-1", config()).unwrap();
+        assert_eq!(r.me(), 1);
+        assert_eq!(r.live(), &[true, true], "this node is always live");
+    }
+
+    #[test]
+    fn an_overloaded_owner_sends_new_requests_down_the_ranking() {
+        let list = nodes(3);
+        let title = "film.ts";
+        let rank = ranking(&list, title);
+        let (owner, second) = (rank[0], rank[1]);
+        let mut c = Cluster::new(list.clone(), &list[owner].name, bounded_config()).unwrap();
+        assert_eq!(c.decide(title, 1, 0), Decision::Serve);
+        // Loads below the floor change nothing, however uneven.
+        c.record_load(owner, 0.45);
+        assert_eq!(c.decide(title, 1, 0), Decision::Serve);
+        c.record_load(owner, 0.9);
+        assert_eq!(c.decide(title, 1, 0), Decision::Redirect(second));
+        // The next node is full too: the third.
+        c.record_load(second, 0.95);
+        assert_eq!(c.decide(title, 1, 0), Decision::Redirect(rank[2]));
+        // Everyone loaded: the mean rises with them and the owner is within the bound.
+        c.record_load(rank[2], 0.99);
+        assert_eq!(c.decide(title, 1, 0), Decision::Serve);
+        // Off: the owner serves whatever its load.
+        let mut off = Cluster::new(list.clone(), &list[owner].name, config()).unwrap();
+        off.record_load(owner, 5.0);
+        assert_eq!(off.decide(title, 1, 0), Decision::Serve);
+        // The second node, seeing the owner full, serves what it is sent.
+        let mut there = Cluster::new(list.clone(), &list[second].name, bounded_config()).unwrap();
+        there.record_load(owner, 0.9);
+        assert_eq!(there.decide(title, 1, 0), Decision::Serve);
+        there.record_load(7, f64::NAN);
+        there.record_load(owner, f64::NAN);
+        assert_eq!(there.load(owner), 0.0);
+    }
+
     proptest! {
+        /// Under the load bound a request goes to a live node; to one within the limit when
+        /// any live node is; to its unbounded choice when that one is within the limit.
+        #[test]
+        fn bounded_decisions_go_to_live_nodes_within_the_limit(n in 1usize..10, me in 0usize..10, mask in any::<u16>(), loads in proptest::collection::vec(0.0f64..2.0, 10), r in 1usize..4, pick in any::<u64>(), t in 0u32..1000) {
+            let me = me % n;
+            let list = nodes(n);
+            let title = format!("title-{t}");
+            let mut c = Cluster::new(list.clone(), &list[me].name, bounded_config()).unwrap();
+            let mut unbounded = Cluster::new(list.clone(), &list[me].name, config()).unwrap();
+            for (i, &load) in loads.iter().enumerate().take(n) {
+                c.record_load(i, load);
+                if mask >> i & 1 == 1 {
+                    for v in [&mut c, &mut unbounded] {
+                        v.record_probe(i, Probe::Failed);
+                        v.record_probe(i, Probe::Failed);
+                    }
+                }
+            }
+            let to = match c.decide(&title, r, pick) {
+                Decision::Serve => me,
+                Decision::Redirect(i) => i,
+            };
+            prop_assert!(c.live()[to]);
+            let limit = c.load_limit();
+            prop_assert!(limit >= LOAD_FLOOR);
+            let any_under = (0..n).any(|i| c.live()[i] && c.load(i) <= limit);
+            if any_under {
+                prop_assert!(c.load(to) <= limit);
+            }
+            let free = match unbounded.decide(&title, r, pick) {
+                Decision::Serve => me,
+                Decision::Redirect(i) => i,
+            };
+            if c.load(free) <= limit {
+                prop_assert_eq!(to, free);
+            }
+        }
+
+        /// A reload with the same list changes no decision; one that drops a node moves
+        /// only that node's titles (as its death would).
+        #[test]
+        fn a_reload_moves_only_the_titles_of_removed_nodes(n in 2usize..10, gone in 0usize..10, titles in 1usize..100) {
+            let list = nodes(n);
+            let gone = gone % n;
+            let me = (gone + 1) % n;
+            let c = Cluster::new(list.clone(), &list[me].name, config()).unwrap();
+            let owners = |c: &Cluster| -> Vec<String> {
+                (0..titles).map(|t| c.nodes()[c.serving(&format!("t{t}"), 1)[0]].name.clone()).collect()
+            };
+            let same = c.reconfigured(list.clone(), &list[me].name, config()).unwrap();
+            prop_assert_eq!(owners(&same), owners(&c));
+            let mut fewer = list.clone();
+            fewer.remove(gone);
+            let r = c.reconfigured(fewer, &list[me].name, config()).unwrap();
+            let (before, after) = (owners(&c), owners(&r));
+            for t in 0..titles {
+                if before[t] != list[gone].name {
+                    prop_assert_eq!(&after[t], &before[t]);
+                }
+            }
+        }
+
         /// Whatever the liveness, a redirect goes to a live node other than this one, among
         /// the title's first `r` live nodes; and the node the redirect names serves it.
         #[test]

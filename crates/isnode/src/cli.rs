@@ -281,6 +281,10 @@ pub(crate) struct LsArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// List a server's objects (`GET /v1/objects`: complete, bad and filling ones) instead
+    /// of the local volume's.
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 /// `cat`.

@@ -186,6 +186,10 @@ pub(crate) struct ServeFlags {
     /// Failed probes in a row that make a peer dead (default 3).
     #[arg(long)]
     pub probe_failures_to_dead: Option<u32>,
+    /// A node loaded above this multiple of the mean (and above half its capacity) sends
+    /// new requests down each title's ranking (default 1.25; 0: off).
+    #[arg(long)]
+    pub load_bound: Option<f64>,
     /// Fill titles the volume lacks from this origin: s3://BUCKET or file:///DIR
     /// (credentials: the configuration file or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY).
     #[arg(long)]
@@ -291,7 +295,8 @@ impl ServeFlags {
             anonymous_viewers, scrub_rate_bps, member_probe_interval_ms, origin,
             origin_endpoint, origin_region, fill_parallel_ranges, fill_range_bytes,
             cache_max_bytes, origin_check_interval_s, prefill_rate_bps, nodes,
-            replicate_above_rps, probe_interval_ms, probe_timeout_ms, probe_failures_to_dead);
+            replicate_above_rps, probe_interval_ms, probe_timeout_ms, probe_failures_to_dead,
+            load_bound);
         overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if, max_volume_bytes,
             max_sendfile_sessions, tokens_file,
             api_max_connections, tls_cert, tls_key, node_name);

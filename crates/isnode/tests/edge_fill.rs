@@ -3,8 +3,12 @@
 //! origin plays byte-identical; its first byte comes before the fill completes; 20
 //! concurrent requests make one fill; a fill killed mid-way resumes from its front; an
 //! object changed mid-fill is filled again, never mixed; missing → 404, unreachable →
-//! 502, a short body → 502 with nothing complete; `cache_max_bytes` evicts the least
-//! recently used title, never a pinned or used one; the secret is never printed.
+//! 502, a short body → 502 with nothing complete; a garbled body of the right length
+//! (an MD5 ETag) → 502, never complete, never served whole; an MD5-checked fill killed
+//! mid-way resumes and passes its check; `cache_max_bytes` evicts the least recently used
+//! title, never a pinned or used one; the secret is never printed; a title being filled is
+//! listed (API and `ls --server`) with its front; its HLS playlist is an `EVENT` playlist
+//! of the filled part; a broadcast of a title only at the origin fills it whole first.
 
 mod serve_support;
 
@@ -385,6 +389,9 @@ enum Fake {
     Cut,
     /// Right, each GET answered after 5 s (an origin slower than the playing).
     Slow,
+    /// The right length, one byte flipped in the object's last range (its ETag the MD5 of
+    /// the right bytes, as an S3 single-part upload's).
+    Garbled,
 }
 
 /// A tiny S3 server on loopback serving one object under `/films/`; counts its GETs.
@@ -423,7 +430,8 @@ fn fake_answer(mut conn: TcpStream, data: &[u8], mode: Fake, gets: &AtomicU64) {
         }
         let text = String::from_utf8_lossy(&head).to_string();
         let method = text.split_whitespace().next().unwrap_or("").to_string();
-        let etag = "\"0123456789abcdef0123456789abcdef\"";
+        // A single-part upload's ETag: the MD5 of the object, checked by the fill.
+        let etag = format!("\"{}\"", md5_hex(data));
         let common = format!(
             "ETag: {etag}\r\nLast-Modified: Tue, 24 Nov 2026 10:00:00 GMT\r\nAccept-Ranges: bytes\r\n"
         );
@@ -459,6 +467,19 @@ fn fake_answer(mut conn: TcpStream, data: &[u8], mode: Fake, gets: &AtomicU64) {
                 std::thread::sleep(SLOW_RANGE_DELAY);
                 (end + 1, &data[start..=end])
             }
+            Fake::Garbled => (end + 1, &data[start..=end]),
+        };
+        let garbled;
+        let sent = match mode {
+            Fake::Garbled if end + 1 == data.len() => {
+                let mut g = sent.to_vec();
+                if let Some(b) = g.last_mut() {
+                    *b ^= 0x20;
+                }
+                garbled = g;
+                &garbled[..]
+            }
+            _ => sent,
         };
         let a = format!(
             "HTTP/1.1 206 Partial Content\r\n{common}Content-Range: bytes {start}-{}/{}\r\nContent-Length: {}\r\n\r\n",
@@ -507,6 +528,65 @@ fn an_origin_sending_short_or_cut_bodies_is_502_and_nothing_is_complete() {
         assert!(bad >= 1.0);
         stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// The MD5 of `data` in hex (an S3 single-part ETag).
+fn md5_hex(data: &[u8]) -> String {
+    use md5::Digest;
+    md5::Md5::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[test]
+fn a_garbled_body_of_the_right_length_is_502_and_never_complete() {
+    let edge = Edge::new();
+    // 3 MB: three 1 MiB ranges, the last one garbled.
+    let src = Arc::new(edge.put("film.ts", 4_000_000, 6.0, 41));
+    let (addr, gets, stop) = fake_s3(src.clone(), Fake::Garbled);
+    let endpoint = format!("http://{addr}");
+    let server = Server::start_env(
+        &edge.vol,
+        &["--origin", "s3://films", "--origin-endpoint", &endpoint],
+        &[
+            ("AWS_ACCESS_KEY_ID", "GKfake"),
+            ("AWS_SECRET_ACCESS_KEY", "fake-secret"),
+        ],
+    );
+    // The whole body over HTTP: it may begin (bytes before the last range are served as
+    // they are committed) but it never ends well: 502 at once, or a body cut short.
+    let (status, body) = get_bytes(server.addr, "/o/film.ts", &[]);
+    assert!(
+        status == 502 || body.len() < src.len(),
+        "status {status}, {} bytes of {}",
+        body.len(),
+        src.len()
+    );
+    let f = wait_fill(&server, "film.ts", "failed", Duration::from_secs(60));
+    assert!(f["error"].as_str().unwrap_or("").contains("garbled"), "{f}");
+    assert!(
+        gets.load(Ordering::Relaxed) >= 3,
+        "the fake origin was asked"
+    );
+    assert!(
+        !listed(&server).contains(&"film.ts".to_string()),
+        "a garbled object is never listed complete"
+    );
+    assert_eq!(
+        server
+            .metrics()
+            .get("isnode_fill_errors_total{class=\"garbled\"}"),
+        1.0
+    );
+    // Asked again, it is filled again and found garbled again: never served complete.
+    let (status, body) = get_bytes(server.addr, "/o/film.ts", &[]);
+    assert!(status == 502 || body.len() < src.len(), "status {status}");
+    wait_fill(&server, "film.ts", "failed", Duration::from_secs(60));
+    assert!(!listed(&server).contains(&"film.ts".to_string()));
+    let m = server.metrics();
+    assert_eq!(m.get("isnode_fill_errors_total{class=\"garbled\"}"), 2.0);
+    stop.store(true, Ordering::Relaxed);
 }
 
 /// Bytes of the segment files of the volume (what the titles take).
@@ -635,5 +715,219 @@ fn a_session_from_an_origin_slower_than_the_playing_plays_every_byte() {
     // two ranges: it must catch up with the front and be held there.
     assert!(holds >= 1.0, "the session was never held at the fill front");
     assert_eq!(m.get("isnode_fills_done_total"), 1.0);
+    stop.store(true, Ordering::Relaxed);
+}
+
+/// The entry of `name` in `GET /v1/objects` with `"status": "filling"`, if listed so.
+fn listed_filling(server: &Server, name: &str) -> Option<Value> {
+    let r = server.req("GET", "/v1/objects", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.json()
+        .as_array()?
+        .iter()
+        .find(|o| o["name"] == name && o["status"] == "filling")
+        .cloned()
+}
+
+#[test]
+fn a_title_being_filled_is_listed_with_its_front_by_the_api_and_ls_server() {
+    let edge = Edge::new();
+    let src = edge.put("slow.ts", 8_000_000, 6.0, 31);
+    let server = edge.serve(&[]);
+    // 1 MiB ranges at 2 Mbit/s: one range every 4 s, the fill lasts about 24 s.
+    prefill(&server, "slow.ts", 2_000_000);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let entry = loop {
+        if let Some(o) = listed_filling(&server, "slow.ts") {
+            if o["front_codewords"].as_u64().unwrap_or(0) > 0 {
+                break o;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slow.ts never listed filling with a front: {}",
+            server.req("GET", "/v1/objects", None).body
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let front = entry["front_codewords"].as_u64().unwrap();
+    let codewords = entry["codewords"].as_u64().unwrap();
+    assert!(front < codewords, "{entry}");
+    assert_eq!(entry["size_bytes"], src.len() as u64, "{entry}");
+    // `isnode ls --server` prints it as `ls` prints the volume's filling objects.
+    let out = command()
+        .args(["ls", "--server", &server.url()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = text(&out);
+    assert!(out.status.success(), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("slow.ts"))
+        .unwrap_or_else(|| panic!("slow.ts not in {text}"));
+    assert!(
+        line.contains("filling: ") && line.contains(&format!("of {codewords} codewords")),
+        "{line}"
+    );
+    // The cap lifted, the fill completes and the title is listed as an ordinary object.
+    let r = server.req(
+        "POST",
+        "/v1/fills",
+        Some("{\"titles\": [\"slow.ts\"], \"rate_bps\": 0}"),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    wait_fill(&server, "slow.ts", "done", Duration::from_secs(60));
+    assert!(listed_filling(&server, "slow.ts").is_none());
+    assert!(listed(&server).contains(&"slow.ts".to_string()));
+    let (status, body) = get_bytes(server.addr, "/o/slow.ts", &[]);
+    assert_eq!(status, 200);
+    assert!(body == src);
+}
+
+#[test]
+fn a_broadcast_of_a_title_only_at_the_origin_fills_it_whole_first() {
+    let edge = Edge::new();
+    let src = edge.put("live.ts", 8_000_000, 8.0, 51);
+    let server = edge.serve(&[]);
+    let body = serde_json::json!({"object": "live.ts", "scheme": "fast", "max_wait_s": 3.0});
+    let r = server.req("POST", "/v1/broadcasts", Some(&body.to_string()));
+    assert_eq!(r.status, 201, "{}", r.body);
+    // The broadcast started on the whole title: its fill was done before.
+    let f = fill_of(&server, "live.ts").expect("a fill of live.ts");
+    assert_eq!(f["phase"], "done", "{f}");
+    assert_eq!(f["size_bytes"], src.len() as u64, "{f}");
+    assert!(listed(&server).contains(&"live.ts".to_string()));
+    assert!(listed_filling(&server, "live.ts").is_none());
+    // A title missing at the origin too: 404, no broadcast.
+    let body = serde_json::json!({"object": "nope.ts", "scheme": "fast", "max_wait_s": 3.0});
+    let r = server.req("POST", "/v1/broadcasts", Some(&body.to_string()));
+    assert_eq!(r.status, 404, "{}", r.body);
+    let list = server.req("GET", "/v1/broadcasts", None).json();
+    assert_eq!(list["broadcasts"].as_array().map(Vec::len), Some(1));
+}
+
+/// `(offset, length)` of each `#EXT-X-BYTERANGE:LEN@OFF` of a playlist.
+fn byteranges(playlist: &str) -> Vec<(usize, usize)> {
+    playlist
+        .lines()
+        .filter_map(|l| l.strip_prefix("#EXT-X-BYTERANGE:"))
+        .filter_map(|r| {
+            let (len, off) = r.split_once('@')?;
+            Some((off.parse().ok()?, len.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn the_playlist_of_a_title_being_filled_is_an_event_playlist_of_its_filled_part() {
+    let edge = Edge::new();
+    // Real H.264 in MPEG-TS with a key frame every 2 s (about 1.1 Mbit/s, 4 MB).
+    let dir = edge.vol.path("media");
+    std::fs::create_dir_all(&dir).unwrap();
+    let made = serve_support::media::make(&dir, serve_support::media::Container::Ts, 30);
+    let src = std::fs::read(&made).unwrap();
+    std::fs::write(edge.origin.join("hls.ts"), &src).unwrap();
+    let server = edge.serve(&[]);
+    // 1 MiB ranges at 1 Mbit/s (twice the bitrate once a viewer asks): one range every few
+    // seconds, the fill lasts about 15 s.
+    prefill(&server, "hls.ts", 1_000_000);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let r = server.req("GET", "/v1/objects/hls.ts/index.m3u8", None);
+        if r.status == 200 {
+            break r.body;
+        }
+        assert!(Instant::now() < deadline, "{} {}", r.status, r.body);
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(text.contains("#EXT-X-PLAYLIST-TYPE:EVENT\n"), "{text}");
+    assert!(!text.contains("#EXT-X-ENDLIST"), "{text}");
+    let partial = byteranges(&text);
+    assert!(!partial.is_empty(), "{text}");
+    let covered = partial.last().map_or(0, |&(o, l)| o + l);
+    assert!(
+        covered < src.len(),
+        "only the filled part: {covered} of {}",
+        src.len()
+    );
+    // Its segments are contiguous from 0 and served as the title's bytes.
+    let mut at = 0;
+    for &(o, l) in &partial {
+        assert_eq!(o, at, "{text}");
+        at = o + l;
+        let range = format!("bytes={o}-{}", o + l - 1);
+        let (status, body) = get_bytes(server.addr, "/o/hls.ts", &[("Range", &range)]);
+        assert_eq!(status, 206);
+        assert!(body == src[o..o + l], "segment at {o}");
+    }
+    // Complete: the VOD playlist, whose first segments are the event playlist's but the
+    // last one (which may have ended early).
+    let r = server.req(
+        "POST",
+        "/v1/fills",
+        Some("{\"titles\": [\"hls.ts\"], \"rate_bps\": 0}"),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    wait_fill(&server, "hls.ts", "done", Duration::from_secs(60));
+    let r = server.req("GET", "/v1/objects/hls.ts/index.m3u8", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("#EXT-X-PLAYLIST-TYPE:VOD\n") && r.body.contains("#EXT-X-ENDLIST"));
+    let whole = byteranges(&r.body);
+    assert_eq!(whole.last().map(|&(o, l)| o + l), Some(src.len()));
+    let n = partial.len() - 1;
+    assert_eq!(whole[..n], partial[..n]);
+}
+
+#[test]
+fn a_fill_checked_against_an_md5_etag_and_killed_mid_way_resumes_and_passes_its_check() {
+    let edge = Edge::new();
+    let src = Arc::new(edge.put("film.ts", 4_000_000, 12.0, 71)); // 6 MB: 6 ranges
+    let (addr, _gets, stop) = fake_s3(src.clone(), Fake::Slow);
+    let endpoint = format!("http://{addr}");
+    let start = || {
+        Server::start_env(
+            &edge.vol,
+            &["--origin", "s3://films", "--origin-endpoint", &endpoint],
+            &[
+                ("AWS_ACCESS_KEY_ID", "GKfake"),
+                ("AWS_SECRET_ACCESS_KEY", "fake-secret"),
+            ],
+        )
+    };
+    let mut server = start();
+    prefill(&server, "film.ts", 3_000_000);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let f = fill_of(&server, "film.ts").expect("listed");
+        if f["front_codewords"].as_u64().unwrap_or(0) > 0
+            && f["filled_bytes"].as_u64().unwrap_or(0) > 3 << 19
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no progress: {f}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.kill9();
+    // The restarted server resumes the fill from its front: the MD5 of the stored prefix is
+    // read back, the rest hashed as it comes, and the whole matches the ETag.
+    let server = start();
+    let f = wait_fill(&server, "film.ts", "done", Duration::from_secs(90));
+    assert_eq!(f["size_bytes"], src.len() as u64, "{f}");
+    let m = server.metrics();
+    assert_eq!(m.get("isnode_fill_errors_total{class=\"garbled\"}"), 0.0);
+    assert!(
+        m.get("isnode_fill_bytes_total") < src.len() as f64,
+        "resumed, not restarted"
+    );
+    let (status, all) = get_bytes(server.addr, "/o/film.ts", &[]);
+    assert_eq!(status, 200);
+    let first_diff = all.iter().zip(src.iter()).position(|(a, b)| a != b);
+    assert!(
+        all == *src,
+        "the resumed fill's bytes differ: {} bytes of {}, first difference at {first_diff:?}",
+        all.len(),
+        src.len()
+    );
     stop.store(true, Ordering::Relaxed);
 }

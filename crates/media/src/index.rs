@@ -132,6 +132,16 @@ impl Indexer {
         }
     }
 
+    /// The random-access points found so far of an MPEG-TS object, in increasing order
+    /// (each at a byte already fed); `None` for another container or before the container
+    /// is known. An MP4's points come only at [`Indexer::finish`] (from its `moov`).
+    pub fn ts_points(&self) -> Option<&[AccessPoint]> {
+        match &self.state {
+            State::Ts(_) => Some(&self.points.list),
+            State::Detecting | State::Mp4(_) | State::Other => None,
+        }
+    }
+
     /// The index of everything fed.
     pub fn finish(mut self) -> MediaIndex {
         if let State::Detecting = self.state {

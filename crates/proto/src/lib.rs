@@ -91,6 +91,10 @@ pub struct ObjectInfo {
     /// Why a `bad` object is bad (absent for `ok` objects).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// A `filling` object's fill front: its leading codewords committed (durable and
+    /// served), of `codewords` (absent for other objects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub front_codewords: Option<u32>,
 }
 
 /// Whether an object can be served.
@@ -104,6 +108,9 @@ pub enum ObjectStatus {
     /// never served (sessions, content and HLS for it answer `409`); its other fields are
     /// the stored values as well as they convert, not to be trusted.
     Bad,
+    /// Being filled from the origin (issue 19): served up to its `front_codewords`,
+    /// complete once the fill ends.
+    Filling,
 }
 
 impl ObjectStatus {
@@ -114,7 +121,8 @@ impl ObjectStatus {
 }
 
 /// The `200` answer to `GET /v1/objects`: every complete object, by TOI, bad ones
-/// included (with their `status` and `problem`).
+/// included (with their `status` and `problem`), then every object being filled from the
+/// origin (`status` `filling`, with its `front_codewords`).
 pub type ObjectList = Vec<ObjectInfo>;
 
 /// The body of `POST /v1/sessions`. The destination is always the HTTP peer's own

@@ -219,6 +219,26 @@ pub(crate) fn limits(sh: &Shared) -> Limits {
     }
 }
 
+/// The server's load: the share of its bitrate budget its streaming sessions and broadcast
+/// channels hold (their send rates; the larger share of the session budget with the
+/// `sendfile` engine), 1 = full (`GET /v1/health`, what the cluster's placement bounds).
+pub(crate) fn load_share(sh: &Shared) -> f64 {
+    let snap = sh.sessions.snapshot();
+    let channels = sh.broadcasts.channels();
+    let streams = snap.sessions.len() + channels.len();
+    let used = snap
+        .sessions
+        .iter()
+        .chain(channels.iter())
+        .fold(0u64, |sum, s| sum.saturating_add(s.send_rate_bps));
+    let budget = sh.config().bitrate_budget_bps().max(1);
+    let by_rate = used as f64 / budget as f64;
+    match sh.sendfile_sessions {
+        Some(max) => by_rate.max(streams as f64 / max.max(1) as f64),
+        None => by_rate,
+    }
+}
+
 /// What a streaming session or broadcast channel asks of the server now.
 pub(crate) fn demand(s: &StreamShared) -> Demand<'_> {
     Demand {

@@ -303,13 +303,17 @@ async fn blocking<T: Send + 'static>(
 }
 
 async fn list_objects(_: roles::Viewer, State(sh): Sh) -> Response {
-    match blocking(&sh, |sh| sh.objects.list()).await {
-        Ok(Ok(v)) => Json(
-            v.iter()
-                .map(|o| o.json(sh.objects.tsi()))
-                .collect::<isnode_proto::ObjectList>(),
-        )
-        .into_response(),
+    let listed = blocking(&sh, |sh| {
+        let complete = sh.objects.list()?;
+        Ok::<_, isnode_store::StoreError>((complete, sh.objects.filling()?))
+    });
+    match listed.await {
+        Ok(Ok((v, filling))) => {
+            let tsi = sh.objects.tsi();
+            let mut list: isnode_proto::ObjectList = v.iter().map(|o| o.json(tsi)).collect();
+            list.extend(filling.iter().map(|f| crate::objects::filling_json(f, tsi)));
+            Json(list).into_response()
+        }
         Ok(Err(e)) => store_error(e),
         Err(r) => r,
     }
@@ -396,7 +400,7 @@ async fn delete_session(
 
 async fn metrics(_: roles::MetricsReader, State(sh): Sh) -> Response {
     let text = crate::metrics::expose::render(status::scrape(&sh), &sh.metrics.families);
-    let text = crate::cluster::with_cluster_metrics(text, sh.cluster.as_ref());
+    let text = crate::cluster::with_cluster_metrics(text, &sh.cluster);
     (
         [(header::CONTENT_TYPE, crate::metrics::expose::CONTENT_TYPE)],
         text,
@@ -413,9 +417,10 @@ async fn health(State(sh): Sh) -> Response {
         false => StatusCode::OK,
         true => StatusCode::SERVICE_UNAVAILABLE,
     };
+    let load = crate::admission::load_share(&sh);
     (
         status,
-        Json(serde_json::json!({ "node": name, "draining": draining })),
+        Json(serde_json::json!({ "node": name, "draining": draining, "load": load })),
     )
         .into_response()
 }
@@ -423,8 +428,8 @@ async fn health(State(sh): Sh) -> Response {
 /// `GET /v1/cluster`: the node list and each node's liveness as this node sees it (`404`
 /// without a node list).
 async fn cluster_status(_: roles::MetricsReader, State(sh): Sh) -> Response {
-    match sh.cluster.as_ref() {
-        Some(c) => Json(c.status()).into_response(),
+    match sh.cluster.status() {
+        Some(c) => Json(c).into_response(),
         None => error(
             StatusCode::NOT_FOUND,
             "no cluster: this server has no node list",

@@ -323,6 +323,11 @@ pub struct ServeConfig {
     pub probe_timeout_ms: u64,
     /// A peer is dead after this many failed probes in a row (live again at one answer).
     pub probe_failures_to_dead: u32,
+    /// A node whose load (its share of its admission capacity, carried by its health
+    /// answer) is above this multiple of the live nodes' mean, and above half its capacity,
+    /// takes no new requests of its titles: they go to the next node of each title's
+    /// ranking under the bound (0: loads are not used).
+    pub load_bound: f64,
     /// The edges of the cluster, this one included (docs/scale-out.md): each a table of
     /// `name`, `url` (its control API, `http://host:port`) and `weight` (default 1). Empty:
     /// a single node that serves every title itself. Last in the file (an array of tables).
@@ -337,6 +342,8 @@ pub(crate) const DEFAULT_PROBE_INTERVAL_MS: u64 = 1000;
 pub(crate) const DEFAULT_PROBE_TIMEOUT_MS: u64 = 500;
 /// Default `probe_failures_to_dead`.
 pub(crate) const DEFAULT_PROBE_FAILURES_TO_DEAD: u32 = 3;
+/// Default `load_bound`.
+pub(crate) const DEFAULT_LOAD_BOUND: f64 = 1.25;
 
 /// A secret of the configuration: `Debug` and `to_toml` show `***`, never the value.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
@@ -449,6 +456,7 @@ impl Default for ServeConfig {
             probe_interval_ms: DEFAULT_PROBE_INTERVAL_MS,
             probe_timeout_ms: DEFAULT_PROBE_TIMEOUT_MS,
             probe_failures_to_dead: DEFAULT_PROBE_FAILURES_TO_DEAD,
+            load_bound: DEFAULT_LOAD_BOUND,
             nodes: Vec::new(),
         }
     }
@@ -653,6 +661,12 @@ impl ServeConfig {
                 "must be between 1 and 1000".into(),
             );
         }
+        if !(self.load_bound == 0.0 || (1.0..=100.0).contains(&self.load_bound)) {
+            return bad(
+                "load_bound",
+                "must be 0 (off) or between 1 and 100 (a multiple of the mean load)".into(),
+            );
+        }
         if self.nodes.is_empty() {
             return Ok(());
         }
@@ -825,12 +839,6 @@ impl ServeConfig {
             origin_region,
             origin_access_key_id,
             origin_secret_access_key,
-            node_name,
-            nodes,
-            replicate_above_rps,
-            probe_interval_ms,
-            probe_timeout_ms,
-            probe_failures_to_dead,
         );
         kept
     }

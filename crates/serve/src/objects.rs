@@ -169,8 +169,12 @@ impl ObjectInfo {
             packet_digests: self
                 .has_digests
                 .then(|| isnode_wire::digest::DIGEST_ALGORITHM.to_string()),
-            status: isnode_proto::ObjectStatus::Ok,
+            status: match &self.fill {
+                Some(_) => isnode_proto::ObjectStatus::Filling,
+                None => isnode_proto::ObjectStatus::Ok,
+            },
             problem: None,
+            front_codewords: self.fill.as_ref().map(|f| f.readable()),
         }
     }
 
@@ -237,9 +241,34 @@ impl Listed {
                     packet_digests: None,
                     status: isnode_proto::ObjectStatus::Bad,
                     problem: Some(bad.problem.clone()),
+                    front_codewords: None,
                 }
             }
         }
+    }
+}
+
+/// The JSON description of an object being filled (`status` `filling`): its record and
+/// its durable fill front (`GET /v1/objects`, the status page).
+pub fn filling_json(f: &isnode_store::FillingObject, tsi: u32) -> isnode_proto::ObjectInfo {
+    let r = &f.record;
+    isnode_proto::ObjectInfo {
+        name: r.name.clone(),
+        size_bytes: r.size_bytes,
+        bitrate_bps: r.bitrate_bps,
+        duration_s: r.duration_s,
+        content_type: r.content_type.clone(),
+        symbol_size: r.symbol_len,
+        source_symbols: r.source_symbols,
+        repair_symbols: r.repair_symbols,
+        codewords: r.codewords,
+        tsi,
+        toi: r.toi,
+        moov_at_front: None,
+        packet_digests: Some(isnode_wire::digest::DIGEST_ALGORITHM.to_string()),
+        status: isnode_proto::ObjectStatus::Filling,
+        problem: None,
+        front_codewords: Some(f.front_codewords),
     }
 }
 
@@ -427,6 +456,12 @@ impl Objects {
                 })
                 .collect()
         })
+    }
+
+    /// Every object being filled from the origin, with its durable front. Blocks on the
+    /// catalog.
+    pub fn filling(&self) -> Result<Vec<isnode_store::FillingObject>, StoreError> {
+        self.with_volume(|vol| vol.filling_objects())
     }
 
     /// The packet digests of codewords `from..from + count` of `obj` (catalog rows, SBN

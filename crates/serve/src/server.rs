@@ -93,8 +93,8 @@ pub(crate) struct Shared {
     /// Members marked failed, waiting to be written into the catalog
     /// (`member_health::record_member_failures`).
     pub member_failures: std::sync::Mutex<Vec<(u32, String)>>,
-    /// This edge's cluster (`None`: no node list, a single node).
-    pub cluster: Option<crate::cluster::ClusterState>,
+    /// This edge's cluster (inactive without a node list: a single node).
+    pub cluster: crate::cluster::ClusterState,
     /// Fills from the origin (`crate::fill`).
     pub fills: crate::fill::Fills,
 }
@@ -165,6 +165,7 @@ impl Shared {
     pub(crate) fn reload_config(&self, mut new: ServeConfig) -> Vec<&'static str> {
         let old = self.config();
         let kept = old.keep_restart_only(&mut new);
+        self.cluster.reconfigure(&new);
         self.config.store(Arc::new(new));
         kept
     }

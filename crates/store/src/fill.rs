@@ -415,6 +415,12 @@ impl Fill {
         committed_bytes(&self.layout, self.encoded) + self.filled as u64
     }
 
+    /// The random-access points of an MPEG-TS object found in the bytes pushed so far
+    /// (`None` for another container): what a playlist of the filled part is cut at.
+    pub fn ts_points(&self) -> Option<&[isnode_media::AccessPoint]> {
+        self.indexer.ts_points()
+    }
+
     /// Whether every byte of the object was pushed (then [`Fill::finish`]).
     pub fn all_pushed(&self) -> bool {
         self.encoded == self.layout.codewords()

@@ -72,7 +72,17 @@ pub(super) fn run(args: &DemoArgs) -> anyhow::Result<ExitCode> {
     print_volume(&vol);
 
     let original = ingest_stream(&mut vol, args)?;
-    super::objects::ls(&root, &crate::cli::LsArgs { json: false })?;
+    super::objects::ls(
+        &root,
+        &crate::cli::LsArgs {
+            json: false,
+            remote: crate::cli::RemoteArgs {
+                server: None,
+                token: None,
+                ca_cert: None,
+            },
+        },
+    )?;
     fail_member(&vol, dir.path())?;
     let all_identical = serve_clients(&root, args, &original)?;
     let clean = find_and_rebuild(&mut vol)?;

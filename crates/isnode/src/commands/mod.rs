@@ -34,7 +34,10 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Some(server) => remote::remove(server, &args),
             None => objects::rm(&cli.volume, &args),
         },
-        Command::Ls(args) => objects::ls(&cli.volume, &args),
+        Command::Ls(args) => match &args.remote.server {
+            Some(server) => remote::list(server, &args),
+            None => objects::ls(&cli.volume, &args),
+        },
         Command::Cat(args) => objects::cat(&cli.volume, &args),
         Command::GenTs(args) => objects::gen_ts(&args),
         Command::Serve(flags) => stream::serve(&flags, &cli.volume, cli.volume_flag),

@@ -25,10 +25,7 @@ pub(super) fn ls(root: &Path, args: &LsArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "{:<32} {:>14} {:>12} {:>10} {:>9} {:>12} {:>6} STATUS",
-        "NAME", "SIZE_BYTES", "BITRATE_BPS", "DURATION_S", "CODEWORDS", "FEC(k,m,E)", "TOI"
-    );
+    print_header();
     for e in &entries {
         let (o, status) = match e {
             CatalogEntry::Valid(o) => (o, "ok".to_string()),
@@ -72,6 +69,14 @@ fn entry_json(e: &CatalogEntry) -> serde_json::Result<serde_json::Value> {
         }
     }
     Ok(v)
+}
+
+/// The header line of `ls`.
+pub(super) fn print_header() {
+    println!(
+        "{:<32} {:>14} {:>12} {:>10} {:>9} {:>12} {:>6} STATUS",
+        "NAME", "SIZE_BYTES", "BITRATE_BPS", "DURATION_S", "CODEWORDS", "FEC(k,m,E)", "TOI"
+    );
 }
 
 /// One object's line of `ls`.

@@ -1,6 +1,6 @@
-//! `isnode ingest FILE --server URL` and `isnode rm NAME --server URL`: the same
-//! commands against a server's volume, over `PUT` and `DELETE /v1/objects/{name}`
-//! (docs/protocol.md, "Upload" and "Delete").
+//! `isnode ingest FILE --server URL`, `isnode rm NAME --server URL` and `isnode ls --server
+//! URL`: the same commands against a server's volume, over `PUT`, `DELETE` and `GET
+//! /v1/objects[/{name}]` (docs/protocol.md, "Upload", "Delete" and "Objects").
 
 use std::fs::File;
 use std::io::Read;
@@ -9,14 +9,18 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use indicatif::ProgressBar;
-use isnode_proto::{ErrorBody, ObjectInfo};
+use isnode_proto::{ErrorBody, ObjectInfo, ObjectList, ObjectStatus};
 
-use crate::cli::{IngestArgs, RemoteArgs, RmArgs};
+use crate::cli::{IngestArgs, LsArgs, RemoteArgs, RmArgs};
 
 /// Longest wait for a connection to the server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest answer body read (an object's JSON or an error).
 const MAX_ANSWER_BYTES: u64 = 1 << 20;
+/// Largest object list read (about 100 000 objects).
+const MAX_LIST_BYTES: u64 = 64 << 20;
+/// Longest wait for the whole object list.
+const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `ingest FILE --server URL`: uploads the file (or stdin, chunked unless `--size`).
 pub(super) fn upload(server: &str, args: &IngestArgs) -> anyhow::Result<ExitCode> {
@@ -105,6 +109,75 @@ pub(super) fn remove(server: &str, args: &RmArgs) -> anyhow::Result<ExitCode> {
     answer(resp, 204, "delete", &args.name)?;
     println!("deleted {:?}", args.name);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `ls --server URL [--json]`: the server's objects, complete, bad and filling, as `ls`
+/// prints the local volume's.
+pub(super) fn list(server: &str, args: &LsArgs) -> anyhow::Result<ExitCode> {
+    let url = format!("{}/v1/objects", isnode_recv::control::base_url(server));
+    let tls = isnode_recv::control::tls_config(args.remote.ca_cert.as_deref())?;
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(CONNECT_TIMEOUT))
+        .timeout_global(Some(LIST_TIMEOUT))
+        .tls_config(tls)
+        .build()
+        .new_agent();
+    let mut req = agent.get(&url);
+    if let Some(t) = &args.remote.token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let mut resp = req.call().with_context(|| format!("listing {url}"))?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(MAX_LIST_BYTES)
+        .read_to_string()
+        .with_context(|| format!("reading the list from {url}"))?;
+    if status != 200 {
+        let reason = serde_json::from_str::<ErrorBody>(&body)
+            .map(|e| e.error)
+            .unwrap_or_else(|_| body.chars().take(200).collect());
+        bail!("listing {url}: server answered {status}: {reason}");
+    }
+    let list: ObjectList =
+        serde_json::from_str(&body).with_context(|| format!("the object list of {url}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    super::objects::print_header();
+    for o in &list {
+        print_listed(o);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One object of a server's list as `ls` prints a row.
+fn print_listed(o: &ObjectInfo) {
+    let status = match o.status {
+        ObjectStatus::Ok => "ok".to_string(),
+        ObjectStatus::Bad => format!("bad: {}", o.problem.as_deref().unwrap_or("")),
+        ObjectStatus::Filling => format!(
+            "filling: {} of {} codewords",
+            o.front_codewords.unwrap_or(0),
+            o.codewords
+        ),
+    };
+    println!(
+        "{:<32} {:>14} {:>12} {:>10.1} {:>9} {:>12} {:>6} {status}",
+        o.name,
+        o.size_bytes,
+        o.bitrate_bps,
+        o.duration_s,
+        o.codewords,
+        format!(
+            "{},{},{}",
+            o.source_symbols, o.repair_symbols, o.symbol_size
+        ),
+        o.toi
+    );
 }
 
 /// An agent without a global timeout (an upload takes as long as it takes).

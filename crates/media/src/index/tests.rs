@@ -77,6 +77,33 @@ fn ts_random_access_indicator_on_the_video_pid_only() {
 }
 
 #[test]
+fn ts_points_so_far_are_those_before_the_bytes_fed() {
+    let (ts, expect) = synthetic(250, 50, 126_000);
+    let mut ix = Indexer::new();
+    assert_eq!(ix.ts_points(), None, "the container is not known yet");
+    let mut fed = 0usize;
+    for c in ts.chunks(1000) {
+        ix.feed(c);
+        fed += c.len();
+        if let Some(so_far) = ix.ts_points() {
+            let before: Vec<AccessPoint> = expect
+                .iter()
+                .copied()
+                .filter(|p| p.offset_bytes + 188 <= fed as u64)
+                .collect();
+            assert!(so_far.len() >= before.len(), "at {fed}: {so_far:?}");
+            assert_eq!(so_far, &expect[..so_far.len()], "at {fed}");
+            assert!(so_far.iter().all(|p| p.offset_bytes < fed as u64));
+        }
+    }
+    assert_eq!(ix.ts_points(), Some(&expect[..]));
+    let mut mp4 = Indexer::new();
+    mp4.feed(&mp4_box(b"ftyp", b"isom\0\0\0\0isom"));
+    mp4.feed(&[0; 64]);
+    assert_eq!(mp4.ts_points(), None);
+}
+
+#[test]
 fn ts_pts_wrap_and_point_lookup() {
     let (ts, expect) = synthetic(200, 50, (1 << 33) - 90_000);
     let got = index(&ts, 1000);

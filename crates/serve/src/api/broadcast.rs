@@ -13,6 +13,7 @@ use axum::Json;
 use isnode_proto::broadcast::{BroadcastInfo, BroadcastList};
 
 use super::common::{broadcast_error, object_and_fdt};
+use super::media::NeedsWhole;
 use super::{blocking, error, Sh};
 use crate::broadcast::request::{lifetime_s, parse};
 use crate::broadcast::service::{describe, make_plan};
@@ -40,6 +41,12 @@ pub(super) async fn create_broadcast(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{MAX_BROADCASTS} broadcasts run already"),
         );
+    }
+    // A title the volume lacks (or is filling) is filled first: a broadcast sends every
+    // codeword in a loop from its start, so it waits (bounded) for the whole title.
+    let whole = super::media::complete_object(&sh, req.object.clone(), NeedsWhole::Broadcast);
+    if let Err(r) = whole.await {
+        return r;
     }
     let (obj, fdt) = match object_and_fdt(&sh, &req.object).await {
         Ok(v) => v,

@@ -54,6 +54,12 @@ async fn start_auto(
     obj: &Arc<ObjectInfo>,
     fdt: &SessionFdt,
 ) -> Option<Arc<Broadcast>> {
+    if obj.fill.is_some() {
+        // Being filled from the origin: its sessions are held at the fill front; a
+        // broadcast needs the whole title, so the title's requests after the fill may
+        // start one.
+        return None;
+    }
     let _claim = sh.broadcasts.claim_auto(obj.rec.toi)?;
     // Started by the claim's previous holder meanwhile.
     if let Some(b) = sh.broadcasts.of_object(obj.rec.toi) {

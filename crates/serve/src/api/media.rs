@@ -158,6 +158,19 @@ pub(crate) fn segments(points: &[(f64, u64)], size_bytes: u64, duration_s: f64) 
 /// resource at `uri` (relative to the playlist). The target duration is the longest
 /// segment rounded to the nearest second (RFC 8216 §4.3.3.1), at least 1.
 pub(crate) fn playlist(uri: &str, segments: &[Segment]) -> String {
+    render(uri, segments, PlaylistType::Vod)
+}
+
+/// The type of a playlist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PlaylistType {
+    /// The whole title (`VOD`, ended by `#EXT-X-ENDLIST`).
+    Vod,
+    /// The part filled so far (`EVENT`: segments are only appended; no end yet).
+    Event,
+}
+
+fn render(uri: &str, segments: &[Segment], kind: PlaylistType) -> String {
     let target = segments
         .iter()
         .map(|s| s.duration_s.round() as u64)
@@ -166,7 +179,11 @@ pub(crate) fn playlist(uri: &str, segments: &[Segment]) -> String {
         .max(1);
     let mut m = format!(
         "#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-TARGETDURATION:{target}\n\
-         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n"
+         #EXT-X-PLAYLIST-TYPE:{}\n#EXT-X-MEDIA-SEQUENCE:0\n",
+        match kind {
+            PlaylistType::Vod => "VOD",
+            PlaylistType::Event => "EVENT",
+        }
     );
     for s in segments {
         m.push_str(&format!(
@@ -174,8 +191,33 @@ pub(crate) fn playlist(uri: &str, segments: &[Segment]) -> String {
             s.duration_s, s.len_bytes, s.offset_bytes
         ));
     }
-    m.push_str("#EXT-X-ENDLIST\n");
+    if kind == PlaylistType::Vod {
+        m.push_str("#EXT-X-ENDLIST\n");
+    }
     m
+}
+
+/// The `EVENT` playlist of the part of an MPEG-TS title filled so far (its segments cut at
+/// the random-access points found, the last one ending at the last point before the
+/// readable front); `None` when the object is not filling, not MPEG-TS, or no whole
+/// segment is readable yet.
+fn filling_playlist(obj: &ObjectInfo, uri: &str) -> Option<String> {
+    let front = obj.fill.as_ref()?;
+    if front.state() != crate::fill::front::FrontState::Filling {
+        return None;
+    }
+    let readable = front.readable();
+    let end_bytes = match readable >= obj.layout.codewords() {
+        true => obj.rec.size_bytes,
+        false => obj.layout.codeword_offset(readable),
+    };
+    let points = front.points_before(end_bytes)?;
+    let &(last_t, last_o) = points.last()?;
+    let segs = segments(&points, last_o, last_t);
+    if segs.is_empty() || last_o == 0 {
+        return None;
+    }
+    Some(render(uri, &segs, PlaylistType::Event))
 }
 
 /// The object's playlist with segments at `uri`, or why it has none (a 4xx).
@@ -204,11 +246,22 @@ fn object_playlist(obj: &ObjectInfo, uri: &str) -> Result<String, ApiError> {
 /// time index is made from the whole object).
 const INDEX_FILL_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// The complete object `name` (its time index): a fill from the origin is started or joined
-/// and waited for (bounded: `503` with `Retry-After` past [`INDEX_FILL_WAIT`]).
-async fn complete_object(
+/// What needs a whole object, as a `503` during its fill says it.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum NeedsWhole {
+    /// The time index (playlist, index).
+    Index,
+    /// A broadcast (it sends every codeword in a loop).
+    Broadcast,
+}
+
+/// The complete object `name` (its time index, a broadcast): a fill from the origin is
+/// started or joined and waited for (bounded: `503` with `Retry-After` past
+/// [`INDEX_FILL_WAIT`], the fill going on).
+pub(super) async fn complete_object(
     sh: &std::sync::Arc<crate::Shared>,
     name: String,
+    need: NeedsWhole,
 ) -> Result<std::sync::Arc<crate::objects::ObjectInfo>, Response> {
     let obj = super::lookup(sh, name.clone()).await?;
     if obj.fill.is_none() {
@@ -222,9 +275,19 @@ async fn complete_object(
     if obj.fill.is_none() {
         return Ok(obj);
     }
+    let why = match need {
+        NeedsWhole::Index => "its time index comes when it completes",
+        NeedsWhole::Broadcast => {
+            "a broadcast sends the whole title in a loop and can start once it is complete"
+        }
+    };
     let mut r = ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
-        format!("{name:?} is still being filled from the origin: its time index comes when it completes"),
+        format!(
+            "{name:?} is still being filled from the origin ({} of {} codewords): {why}; retry",
+            obj.fill.as_ref().map_or(0, |f| f.readable()),
+            obj.rec.codewords
+        ),
     )
     .into_response();
     r.headers_mut().insert(
@@ -241,11 +304,24 @@ pub(super) async fn get_playlist(
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let obj = match complete_object(&sh, name).await {
+    let uri = segment_uri(query.as_deref());
+    // A title being filled: the playlist of its filled part, when it has a whole segment.
+    let filling = match super::lookup(&sh, name.clone()).await {
+        Ok(o) => filling_playlist(&o, &uri),
+        Err(r) => return r,
+    };
+    if let Some(text) = filling {
+        return (
+            [(header::CONTENT_TYPE, "application/vnd.apple.mpegurl")],
+            text,
+        )
+            .into_response();
+    }
+    let obj = match complete_object(&sh, name, NeedsWhole::Index).await {
         Ok(o) => o,
         Err(r) => return r,
     };
-    match object_playlist(&obj, &segment_uri(query.as_deref())) {
+    match object_playlist(&obj, &uri) {
         Ok(text) => (
             [(header::CONTENT_TYPE, "application/vnd.apple.mpegurl")],
             text,
@@ -261,7 +337,7 @@ pub(super) async fn get_index(
     State(sh): Sh,
     Path(name): Path<String>,
 ) -> Response {
-    let obj = match complete_object(&sh, name).await {
+    let obj = match complete_object(&sh, name, NeedsWhole::Index).await {
         Ok(o) => o,
         Err(r) => return r,
     };

@@ -1,7 +1,9 @@
 //! Health probes of the cluster's peers: every `probe_interval_ms`, a `GET /v1/health` of
 //! each peer (plain HTTP/1.1, one connection each, `Connection: close`) that must answer
-//! `200` within `probe_timeout_ms`; the outcomes go to the sans-IO core, which marks a peer
-//! dead after `probe_failures_to_dead` failures in a row and live at its first answer.
+//! `200` within `probe_timeout_ms`; the outcomes (and the load the answer reports) go to the
+//! sans-IO core, which marks a peer
+//! dead after `probe_failures_to_dead` failures in a row and live at its first answer. The
+//! peers and the settings are read again each round (a reload applies at the next one).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,30 +18,26 @@ pub(crate) const HEALTH_PATH: &str = "/v1/health";
 /// Most bytes of a probe's answer read (its status line is all that counts).
 const MAX_ANSWER_BYTES: usize = 1024;
 
-/// Probes the peers until aborted (nothing to do without a cluster).
+/// Probes the peers until aborted (no peers without a node list: nothing asked then).
 pub(crate) async fn run(sh: Arc<Shared>) {
-    let Some(cluster) = sh.cluster.as_ref() else {
-        return;
-    };
-    let every = Duration::from_millis(sh.config().probe_interval_ms.max(1));
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let cluster = &sh.cluster;
     loop {
-        tick.tick().await;
+        let every = Duration::from_millis(sh.config().probe_interval_ms.max(1));
+        tokio::time::sleep(every).await;
         let timeout = Duration::from_millis(sh.config().probe_timeout_ms.max(1));
         let probes = cluster.peers().into_iter().map(|(i, url)| async move {
-            let outcome = match tokio::time::timeout(timeout, probe(&url)).await {
-                Ok(Ok(())) => Probe::Answered,
+            let (outcome, load) = match tokio::time::timeout(timeout, probe(&url)).await {
+                Ok(Ok(load)) => (Probe::Answered, load),
                 Ok(Err(e)) => {
                     tracing::debug!(%url, "probe failed: {e}");
-                    Probe::Failed
+                    (Probe::Failed, None)
                 }
-                Err(_) => Probe::Failed,
+                Err(_) => (Probe::Failed, None),
             };
-            (i, outcome)
+            (i, url, outcome, load)
         });
-        for (i, outcome) in futures_join_all(probes).await {
-            cluster.record_probe(i, outcome);
+        for (i, url, outcome, load) in futures_join_all(probes).await {
+            cluster.record_probe(i, &url, outcome, load);
         }
     }
 }
@@ -72,8 +70,9 @@ pub(crate) fn authority(url: &str) -> Result<&str, String> {
     Ok(host)
 }
 
-/// One probe: connects, asks, reads the status line.
-async fn probe(url: &str) -> Result<(), String> {
+/// One probe: connects, asks, reads the answer (to its end, at most `MAX_ANSWER_BYTES`);
+/// the load its body reports (`None`: a node that reports none).
+async fn probe(url: &str) -> Result<Option<f64>, String> {
     let host = authority(url)?;
     let addr = if host.contains(':') && !host.ends_with(']') {
         host.to_string()
@@ -89,7 +88,7 @@ async fn probe(url: &str) -> Result<(), String> {
         .map_err(|e| format!("asking {addr}: {e}"))?;
     let mut buf = vec![0u8; MAX_ANSWER_BYTES];
     let mut got = 0;
-    while got < 12 {
+    while got < MAX_ANSWER_BYTES {
         let slot = buf.get_mut(got..).ok_or("no room")?;
         let n = conn
             .read(slot)
@@ -102,7 +101,7 @@ async fn probe(url: &str) -> Result<(), String> {
     }
     let head = buf.get(..got).unwrap_or_default();
     if head.starts_with(b"HTTP/1.1 200 ") || head.starts_with(b"HTTP/1.0 200 ") {
-        Ok(())
+        Ok(load_in(head))
     } else {
         let line: String = String::from_utf8_lossy(head)
             .lines()
@@ -113,6 +112,17 @@ async fn probe(url: &str) -> Result<(), String> {
             .collect();
         Err(format!("{addr} answered {line:?}"))
     }
+}
+
+/// The `load` of a health answer's JSON body (after the head), if any.
+fn load_in(answer: &[u8]) -> Option<f64> {
+    #[derive(serde::Deserialize)]
+    struct Health {
+        load: f64,
+    }
+    let at = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let body = answer.get(at + 4..)?;
+    serde_json::from_slice::<Health>(body).ok().map(|h| h.load)
 }
 
 #[cfg(test)]
@@ -135,14 +145,19 @@ mod tests {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", l.local_addr().unwrap());
         let server = tokio::spawn(async move {
-            for answer in ["HTTP/1.1 200 OK\r\n\r\n", "HTTP/1.1 503 Busy\r\n\r\n"] {
+            for answer in [
+                "HTTP/1.1 200 OK\r\n\r\n",
+                "HTTP/1.1 200 OK\r\n\r\n{\"node\":\"a\",\"load\":0.75}",
+                "HTTP/1.1 503 Busy\r\n\r\n",
+            ] {
                 let (mut c, _) = l.accept().await.unwrap();
                 let mut b = [0u8; 256];
                 let _ = c.read(&mut b).await;
                 c.write_all(answer.as_bytes()).await.unwrap();
             }
         });
-        assert_eq!(probe(&url).await, Ok(()));
+        assert_eq!(probe(&url).await, Ok(None));
+        assert_eq!(probe(&url).await, Ok(Some(0.75)));
         assert!(probe(&url).await.is_err());
         server.await.unwrap();
         // Nobody listening any more.

@@ -3,7 +3,9 @@
 //! body's `object`), `GET`/`HEAD /v1/objects/{name}/content` and `/o/{name}`, and
 //! `GET /v1/objects/{name}/index.m3u8`. A request this node does not serve is answered
 //! `307 Temporary Redirect` with `Location` = the serving node's URL for the same path and
-//! query; one it serves gets `Isnode-Ranking` (the title's live ranking) on its answer.
+//! query; one it serves gets `Isnode-Ranking` (the title's live ranking) on its answer. A
+//! redirect past the title's serving nodes for load carries `isnode_spill=1` in its query:
+//! the node it goes to serves it whatever its own view of the loads (no redirect back).
 
 use std::sync::Arc;
 
@@ -13,7 +15,7 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::{Asked, Route};
+use super::{Asked, Route, Why};
 use crate::Shared;
 
 /// The header carrying a title's live ranking: its nodes' URLs, the owner first, separated by
@@ -24,6 +26,8 @@ pub(crate) const RANKING_HEADER: &str = "isnode-ranking";
 pub(crate) const SERVE_HERE_HEADER: &str = "isnode-serve-here";
 /// The header naming the node that answered (on redirects: the node that redirected).
 pub(crate) const NODE_HEADER: &str = "isnode-node";
+/// The query parameter of a request redirected for load: served where it is sent.
+pub(crate) const SPILL_PARAM: &str = "isnode_spill=1";
 
 /// The title a request names in its path, for the routes that redirect (percent-decoded);
 /// `None` for every other route.
@@ -77,9 +81,10 @@ pub(crate) async fn to_the_serving_node(
     req: Request,
     next: Next,
 ) -> Response {
-    let Some(cluster) = sh.cluster.as_ref() else {
+    let cluster = &sh.cluster;
+    if !cluster.active() {
         return next.run(req).await;
-    };
+    }
     let (title, req) = if *req.method() == Method::POST && req.uri().path() == "/v1/sessions" {
         let (parts, body) = req.into_parts();
         let bytes = match axum::body::to_bytes(body, crate::MAX_BODY_BYTES).await {
@@ -97,18 +102,31 @@ pub(crate) async fn to_the_serving_node(
     let Some(title) = title else {
         return next.run(req).await;
     };
-    let asked = match req.headers().contains_key(SERVE_HERE_HEADER) {
+    let spilled = req
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == SPILL_PARAM));
+    let asked = match req.headers().contains_key(SERVE_HERE_HEADER) || spilled {
         true => Asked::ServeHere,
         false => Asked::Placed,
     };
-    match cluster.route(&title, asked) {
-        Route::There(base) => {
+    let own_load = match asked == Asked::Placed && cluster.uses_load() {
+        true => Some(crate::admission::load_share(&sh)),
+        false => None,
+    };
+    match cluster.route(&title, asked, own_load) {
+        Route::There(base, why) => {
             let path = req
                 .uri()
                 .path_and_query()
                 .map_or("/", |p| p.as_str())
                 .to_string();
-            redirect(&format!("{base}{path}"), &sh)
+            let location = match (why, req.uri().query()) {
+                (Why::Placement, _) => format!("{base}{path}"),
+                (Why::Load, Some(_)) => format!("{base}{path}&{SPILL_PARAM}"),
+                (Why::Load, None) => format!("{base}{path}?{SPILL_PARAM}"),
+            };
+            redirect(&location, &sh)
         }
         Route::Here(ranking) => {
             let mut r = next.run(req).await;

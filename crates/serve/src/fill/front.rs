@@ -4,7 +4,7 @@
 //! digests) wait on with a deadline.
 
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use isnode_store::Layout;
@@ -40,6 +40,9 @@ pub(crate) struct FillFront {
     state: AtomicU8,
     lock: Mutex<()>,
     moved: Condvar,
+    /// An MPEG-TS object's random-access points found so far (time s, byte offset), for a
+    /// playlist of the filled part; `None` for another container.
+    points: Mutex<Option<Vec<(f64, u64)>>>,
 }
 
 impl FillFront {
@@ -50,7 +53,31 @@ impl FillFront {
             state: AtomicU8::new(FrontState::Filling as u8),
             lock: Mutex::new(()),
             moved: Condvar::new(),
+            points: Mutex::new(None),
         }
+    }
+
+    fn lock_points(&self) -> MutexGuard<'_, Option<Vec<(f64, u64)>>> {
+        self.points.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records the fill's random-access points so far (every one found, in order: those
+    /// not recorded yet are appended).
+    pub(crate) fn add_points(&self, all: &[isnode_media::AccessPoint]) {
+        let mut p = self.lock_points();
+        let known = p.get_or_insert_with(Vec::new);
+        if let Some(new) = all.get(known.len()..) {
+            known.extend(new.iter().map(|a| (a.time_s, a.offset_bytes)));
+        }
+    }
+
+    /// The random-access points at offsets before `end_bytes` (`None`: not MPEG-TS, or
+    /// none recorded yet).
+    pub(crate) fn points_before(&self, end_bytes: u64) -> Option<Vec<(f64, u64)>> {
+        let p = self.lock_points();
+        let all = p.as_ref()?;
+        let n = all.partition_point(|&(_, o)| o < end_bytes);
+        all.get(..n).map(<[(f64, u64)]>::to_vec)
     }
 
     /// Leading codewords that may be read (cheap: one atomic load).
@@ -198,5 +225,19 @@ mod tests {
         let far = Instant::now() + std::time::Duration::from_secs(10);
         assert_eq!(f.wait_for(7, far), Wait::Failed);
         assert_eq!(f.wait_for(1, far), Wait::Ready);
+    }
+
+    #[test]
+    fn points_are_appended_and_cut_at_the_front() {
+        let f = FillFront::new();
+        assert_eq!(f.points_before(100), None);
+        let p = |t: f64, o: u64| isnode_media::AccessPoint {
+            time_s: t,
+            offset_bytes: o,
+        };
+        f.add_points(&[p(0.0, 0), p(1.0, 50)]);
+        f.add_points(&[p(0.0, 0), p(1.0, 50), p(2.0, 120)]);
+        assert_eq!(f.points_before(120), Some(vec![(0.0, 0), (1.0, 50)]));
+        assert_eq!(f.points_before(1_000).map(|v| v.len()), Some(3));
     }
 }

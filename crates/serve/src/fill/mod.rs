@@ -10,6 +10,7 @@
 //! retries with backoff from the durable front; an object changed at the origin abandons
 //! the fill and starts again (sessions of the old version end: never two versions mixed).
 
+mod content_check;
 mod evict;
 pub(crate) mod front;
 mod job;

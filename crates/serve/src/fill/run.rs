@@ -12,10 +12,11 @@ use axum::http::StatusCode;
 use bytes::Bytes;
 use isnode_store::{Fill, FillSpec, StoreError, Volume};
 
+use super::content_check::ContentCheck;
 use super::front::readable_codewords;
 use super::job::{FillJob, JobFailure};
 use crate::objects::ObjectInfo;
-use crate::origin::{Origin, OriginError, OriginMeta};
+use crate::origin::{ErrorClass, Origin, OriginError, OriginMeta};
 use crate::Shared;
 
 /// Commits at least this often while bytes come (the front moves for the viewers).
@@ -87,8 +88,10 @@ pub(super) fn run(sh: &Arc<Shared>, job: &Arc<FillJob>) {
     let origin = origin.clone();
     let (mut attempts, mut versions, mut fresh) = (0u32, 0u32, false);
     let mut backoff = FIRST_BACKOFF;
+    // The MD5 of the bytes pushed, kept across attempts (a resume re-reads what it lacks).
+    let mut check: Option<ContentCheck> = None;
     loop {
-        let stop = match attempt(sh, job, &origin, &rt, fresh) {
+        let stop = match attempt(sh, job, (&origin, &rt), fresh, &mut check) {
             Ok(()) => {
                 sh.fills.mark_checked(&job.name);
                 job.done();
@@ -170,15 +173,19 @@ fn counted<T>(
     r
 }
 
-/// One attempt: from the durable front (or zero) to the complete object.
+/// One attempt: from the durable front (or zero) to the complete object; `check`: the
+/// content check of the version (made here for a plain MD5 ETag).
 fn attempt(
     sh: &Arc<Shared>,
     job: &Arc<FillJob>,
-    origin: &Arc<Origin>,
-    rt: &tokio::runtime::Handle,
+    (origin, rt): (&Arc<Origin>, &tokio::runtime::Handle),
     fresh: bool,
+    check: &mut Option<ContentCheck>,
 ) -> Result<(), Stop> {
     let meta = counted(sh, job, rt.block_on(origin.head(&job.name)), |_| 0)?;
+    if check.as_ref().map(ContentCheck::etag) != Some(meta.etag.as_str()) {
+        *check = ContentCheck::for_etag(&meta.etag);
+    }
     if meta.size_bytes == 0 {
         return Err(Stop::Fatal(JobFailure::Origin(OriginError::Garbled(
             format!("{:?} is empty at the origin", job.name),
@@ -191,12 +198,16 @@ fn attempt(
     let (spec, head) = spec_for(sh, job, &vol, origin, rt, &meta, range_bytes)?;
     let mut fill = Fill::begin_or_resume(&mut vol, &spec)?;
     let front = job.front();
-    let info = ObjectInfo::filling(&vol, fill.record().clone(), front)?;
+    if let Some(c) = check.as_mut() {
+        catch_up(&vol, &fill, c)?;
+    }
+    let info = Arc::new(ObjectInfo::filling(&vol, fill.record().clone(), front)?);
     let layout = info.layout.clone();
-    job.publish(Arc::new(info));
+    job.publish(info);
+    publish_points(job, &fill);
     job.progress(
         fill.next_byte_offset(),
-        readable_codewords(&layout, fill.front_codewords()),
+        held_back(check, &layout, fill.front_codewords()),
     );
     let mut p = Pipeline::new(
         sh,
@@ -227,6 +238,9 @@ fn attempt(
             }));
         };
         fill.push(&mut vol, new)?;
+        if let Some(c) = check.as_mut() {
+            c.update(new);
+        }
         let first = job.front().readable() == 0;
         if first
             || last_commit.elapsed() >= COMMIT_EVERY
@@ -234,9 +248,10 @@ fn attempt(
         {
             let committed = fill.commit(&mut vol)?;
             last_commit = Instant::now();
+            publish_points(job, &fill);
             job.progress(
                 fill.next_byte_offset(),
-                readable_codewords(&layout, committed),
+                held_back(check, &layout, committed),
             );
         }
         if sh.shutdown.load(Ordering::Acquire) {
@@ -252,8 +267,63 @@ fn attempt(
             spec.size_bytes
         ))));
     }
+    if let Some(Err(why)) = check.as_ref().map(ContentCheck::verdict) {
+        // Never complete: the filling object goes, its readers stop, waiters get 502.
+        fill.abandon(&mut vol)?;
+        *check = None;
+        sh.fills.counters.error(ErrorClass::Garbled);
+        return Err(Stop::Fatal(JobFailure::Origin(OriginError::Garbled(
+            format!("{:?}: {why}", job.name),
+        ))));
+    }
     fill.commit(&mut vol)?;
     fill.finish(&mut vol)?;
+    Ok(())
+}
+
+/// Records an MPEG-TS fill's random-access points so far on its front (the playlist of the
+/// filled part is cut at them).
+fn publish_points(job: &FillJob, fill: &Fill) {
+    if let Some(points) = fill.ts_points() {
+        job.front().add_points(points);
+    }
+}
+
+/// The codewords readers may have of `committed`: with a content check, never the last one
+/// before the check passed (it is made readable when the fill completes): no reader gets
+/// the whole of an object whose MD5 turns out wrong.
+fn held_back(check: &Option<ContentCheck>, layout: &isnode_store::Layout, committed: u32) -> u32 {
+    let readable = readable_codewords(layout, committed);
+    match check {
+        Some(_) => readable.min(layout.codewords().saturating_sub(1)),
+        None => readable,
+    }
+}
+
+/// Brings `check` to where `fill` goes on ([`Fill::next_byte_offset`]: the end of its
+/// committed codewords after a resume) when it is not there: the committed codewords read
+/// back from the volume (as the store's resume reads them, not through the serve pool,
+/// which must never hold a block the front still cuts) and hashed again, after a resume
+/// from a restart or from a front behind the bytes already hashed.
+fn catch_up(vol: &Volume, fill: &Fill, check: &mut ContentCheck) -> Result<(), Stop> {
+    let at = fill.next_byte_offset();
+    if check.hashed_bytes() == at {
+        return Ok(());
+    }
+    check.restart();
+    let mut reader = isnode_store::ObjectReader::for_record(
+        vol,
+        fill.record().clone(),
+        isnode_store::ReadOrder::Any,
+    )?;
+    let mut sbn = 0u32;
+    while check.hashed_bytes() < at && sbn < fill.front_codewords() {
+        reader.read_codeword(sbn, isnode_store::Want::Source)?;
+        let bytes = reader.source(sbn);
+        let left = usize::try_from(at - check.hashed_bytes()).unwrap_or(usize::MAX);
+        check.update(bytes.get(..left.min(bytes.len())).unwrap_or(bytes));
+        sbn += 1;
+    }
     Ok(())
 }
 
