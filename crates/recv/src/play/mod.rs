@@ -312,6 +312,7 @@ fn prefetch_digests(
         initial,
     }))
 }
+
 /// The receive window of `args` in codewords (how many codewords' digests are fetched
 /// before a stream starts).
 fn receive_window(args: &PlayConfig) -> u32 {

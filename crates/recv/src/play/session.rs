@@ -530,13 +530,11 @@ impl Resuming {
                 // Not re-bound (cannot happen at the release point): the new copy's
                 // packets are foreign, the stream ends as one that went quiet (never a
                 // byte of the other copy).
-                let rebound = rebind.is_some_and(|to| feed.rebind(from, to));
-                let restart = match rebound {
-                    true => {
-                        feed.counts.rebinds += 1;
-                        Restart::Digests
-                    }
-                    false => Restart::AsNeeded,
+                let restart = if rebind.is_some_and(|to| feed.rebind(from, to)) {
+                    feed.counts.rebinds += 1;
+                    Restart::Digests
+                } else {
+                    Restart::AsNeeded
                 };
                 feed.session_id = Some(id);
                 feed.goodbye = None;
