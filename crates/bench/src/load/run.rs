@@ -353,3 +353,21 @@ fn cpu_of(pids: &[u32]) -> f64 {
 fn read_of(pids: &[u32]) -> Option<u64> {
     pids.iter().map(|&p| process_read_bytes(p).ok()).sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_specs_name_the_engine_block_length_and_binary() {
+        let s = EngineSpec::parse("gso/65536@/tmp/old/isnode").unwrap();
+        assert_eq!(s.kind, "gso");
+        assert_eq!(s.block_len, Some(65536));
+        assert_eq!(s.exe, Some(Path::new("/tmp/old/isnode")));
+        assert_eq!(s.label(), "gso-65536");
+        let s = EngineSpec::parse("sendfile").unwrap();
+        assert_eq!((s.kind, s.block_len, s.exe), ("sendfile", None, None));
+        assert_eq!(s.label(), "sendfile");
+        assert!(EngineSpec::parse("gso/64k").is_err());
+    }
+}
