@@ -526,7 +526,8 @@ pub(crate) struct StartupBenchArgs {
 #[derive(Args, Debug)]
 pub(crate) struct LoadBenchArgs {
     /// isnode engines to load, in order (empty: none); `ENGINE@PATH` loads that engine of
-    /// another isnode binary (before/after in one run).
+    /// another isnode binary (before/after in one run); `ENGINE/BYTES` serves a volume of
+    /// that block length (default 1 MiB; e.g. `gso/65536`).
     #[arg(long, value_delimiter = ',', default_value = "gso,uring-zc")]
     pub engines: Vec<String>,
     /// nginx variants to load after the engines: sendfile, aio (sendfile in `aio threads`),

@@ -211,7 +211,8 @@ impl Reader {
     }
 
     /// Starts reading `key` unless it is in memory, being read, or known bad; never
-    /// waits (a synchronous reader reads it now).
+    /// waits (a synchronous reader reads it now). It evicts only a block needed later
+    /// than `key` ([`Cache::begin_ahead`]): otherwise [`Prefetch::NoRoom`].
     pub(crate) fn prefetch(
         &mut self,
         key: BlockKey,
@@ -221,7 +222,7 @@ impl Reader {
         if self.room() == 0 {
             return Prefetch::NoRoom;
         }
-        match self.cache.begin(key, demand) {
+        match self.cache.begin_ahead(key, demand) {
             Ok(Lookup::Ready(_)) | Ok(Lookup::Loading) | Err(FetchError::Unavailable(_)) => {
                 Prefetch::Done
             }

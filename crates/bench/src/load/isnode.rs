@@ -19,8 +19,17 @@ use crate::udp::{server_ip, set_int_option};
 const RCVBUF_BYTES: usize = 2 << 20;
 
 /// Ingests every title into a new volume at `dir`.
-pub(crate) fn make_volume(dir: &Path, titles: &[Title]) -> anyhow::Result<()> {
-    let mut vol = Volume::create(dir, VolumeParams::default(), None)?;
+pub(crate) fn make_volume(
+    dir: &Path,
+    titles: &[Title],
+    block_len: Option<u32>,
+) -> anyhow::Result<()> {
+    let mut params = VolumeParams::default();
+    if let Some(b) = block_len {
+        params.block_len = b;
+    }
+    let mut vol = Volume::create(dir, params, None)
+        .with_context(|| format!("a volume of {}-byte blocks", params.block_len))?;
     for t in titles {
         let opts = IngestOptions {
             name: t.name.clone(),

@@ -173,10 +173,24 @@ pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Res
     };
     let mut servers = Vec::new();
     if !cfg.engines.is_empty() {
-        progress("ingesting the titles");
-        let vol = dir.path().join("vol");
-        isnode::make_volume(&vol, &titles)?;
+        // One volume per block length the engines name (`ENGINE/BYTES`), made once.
+        let mut volumes: Vec<(Option<u32>, PathBuf)> = Vec::new();
         for engine in &cfg.engines {
+            let spec = run::EngineSpec::parse(engine)?;
+            let known = volumes.iter().find(|(b, _)| *b == spec.block_len);
+            let vol = match known {
+                Some((_, vol)) => vol.clone(),
+                None => {
+                    let vol = match spec.block_len {
+                        Some(b) => dir.path().join(format!("vol-{b}")),
+                        None => dir.path().join("vol"),
+                    };
+                    progress(&format!("ingesting the titles ({})", spec.label()));
+                    isnode::make_volume(&vol, &titles, spec.block_len)?;
+                    volumes.push((spec.block_len, vol.clone()));
+                    vol
+                }
+            };
             let r = run::ramp_isnode(cfg, &net, &vol, engine, &titles, progress)
                 .with_context(|| format!("engine {engine}"))?;
             servers.push(r);

@@ -101,7 +101,8 @@ impl Sut<'_> {
 }
 
 /// Ramps isnode with `engine` on the volume `vol`. `ENGINE@PATH` runs that engine of
-/// another `isnode` binary (a before/after comparison in one run).
+/// another `isnode` binary (a before/after comparison in one run); `ENGINE/BYTES` (the
+/// volume's block length, [`EngineSpec`]) is for the caller, which chose `vol`.
 pub(crate) fn ramp_isnode(
     cfg: &LoadBenchConfig,
     net: &Net,
@@ -111,12 +112,11 @@ pub(crate) fn ramp_isnode(
     progress: &mut dyn FnMut(&str),
 ) -> anyhow::Result<ServerResult> {
     progress(&format!("{engine}: starting isnode serve"));
-    let (kind, exe) = match engine.split_once('@') {
-        Some((kind, exe)) => (kind, Path::new(exe)),
-        None => (engine, cfg.isnode_exe.as_path()),
-    };
+    let spec = EngineSpec::parse(engine)?;
+    let exe = spec.exe.unwrap_or(cfg.isnode_exe.as_path());
+    let kind = spec.kind;
     // Declared before the server, so the group outlives the server's processes.
-    let group = cfg.confine.group_for(engine_label(engine), vol)?;
+    let group = cfg.confine.group_for(&spec.label(), vol)?;
     let pool = cfg.confine.isnode_pool_bytes(cfg.cache_size_bytes)?;
     let server = IsnodeServer::start(vol, exe, kind, pool, net, group.as_ref())?;
     // The server runs in the root namespace; the clients (this thread from here on, the
@@ -125,12 +125,47 @@ pub(crate) fn ramp_isnode(
     ramp(cfg, &Sut::Isnode(&server), engine, titles, progress)
 }
 
-/// A name for `engine` fit for a cgroup directory (`ENGINE@PATH`: the engine and the
-/// binary's file name).
-fn engine_label(engine: &str) -> &str {
-    match engine.split_once('@') {
-        Some((kind, _)) => kind,
-        None => engine,
+/// One `--engines` entry: `ENGINE[/BLOCK_BYTES][@PATH]`: the engine, the block length of
+/// the volume it serves (default: the store's), and the `isnode` binary (default: this one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EngineSpec<'a> {
+    /// The `--engine` of `isnode serve`.
+    pub(crate) kind: &'a str,
+    /// The volume's block length in bytes, if not the default.
+    pub(crate) block_len: Option<u32>,
+    /// Another `isnode` binary.
+    pub(crate) exe: Option<&'a Path>,
+}
+
+impl<'a> EngineSpec<'a> {
+    /// Parses `ENGINE[/BLOCK_BYTES][@PATH]`.
+    pub(crate) fn parse(engine: &'a str) -> anyhow::Result<EngineSpec<'a>> {
+        let (head, exe) = match engine.split_once('@') {
+            Some((head, exe)) => (head, Some(Path::new(exe))),
+            None => (engine, None),
+        };
+        let (kind, block_len) = match head.split_once('/') {
+            Some((kind, block)) => {
+                let b: u32 = block.parse().map_err(|e| {
+                    anyhow::anyhow!("engine {engine:?}: block length {block:?}: {e}")
+                })?;
+                (kind, Some(b))
+            }
+            None => (head, None),
+        };
+        Ok(EngineSpec {
+            kind,
+            block_len,
+            exe,
+        })
+    }
+
+    /// A name fit for a cgroup directory: the engine and the block length.
+    pub(crate) fn label(&self) -> String {
+        match self.block_len {
+            Some(b) => format!("{}-{b}", self.kind),
+            None => self.kind.to_string(),
+        }
     }
 }
 
@@ -317,4 +352,22 @@ fn cpu_of(pids: &[u32]) -> f64 {
 /// Bytes the processes caused to be read from storage (None if /proc did not say, for any).
 fn read_of(pids: &[u32]) -> Option<u64> {
     pids.iter().map(|&p| process_read_bytes(p).ok()).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_specs_name_the_engine_block_length_and_binary() {
+        let s = EngineSpec::parse("gso/65536@/tmp/old/isnode").unwrap();
+        assert_eq!(s.kind, "gso");
+        assert_eq!(s.block_len, Some(65536));
+        assert_eq!(s.exe, Some(Path::new("/tmp/old/isnode")));
+        assert_eq!(s.label(), "gso-65536");
+        let s = EngineSpec::parse("sendfile").unwrap();
+        assert_eq!((s.kind, s.block_len, s.exe), ("sendfile", None, None));
+        assert_eq!(s.label(), "sendfile");
+        assert!(EngineSpec::parse("gso/64k").is_err());
+    }
 }

@@ -45,6 +45,26 @@ pub(crate) enum Mutation {
     EvictPinned,
 }
 
+/// Which ready block a miss may evict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Admit {
+    /// Any (a burst is due: the block is needed now).
+    Always,
+    /// Only one whose next use (absolute ns, as scored) is later than this (a read ahead).
+    FartherThan(u64),
+}
+
+impl Admit {
+    /// Whether a block next used at `at_ns` may be evicted.
+    fn allows(self, at_ns: u64) -> bool {
+        match self {
+            Admit::Always => true,
+            // Never-needed blocks score u64::MAX: evictable for any bound but "never".
+            Admit::FartherThan(bound) => at_ns > bound,
+        }
+    }
+}
+
 /// An evictable slot's place in the order: farthest next use (absolute ns, `u64::MAX`
 /// for never), then least recent use, then slot.
 type Score = (u64, Reverse<u64>, u32);
@@ -211,6 +231,37 @@ impl CacheCore {
         now_ns: u64,
         demand: &dyn Demand,
     ) -> Result<CoreLookup, FetchError> {
+        self.begin_with(key, now_ns, demand, Admit::Always)
+    }
+
+    /// [`CacheCore::begin`] for a read ahead: a miss takes an empty slot, or evicts a
+    /// block only if that block's next use is farther than `key`'s own (a block never
+    /// needed again counts as farthest). Reading ahead never pushes out what a session
+    /// needs sooner than what is read: when the pool holds only sooner blocks the answer
+    /// is [`FetchError::Full`] and the block is read when it is due (by `begin`).
+    pub(crate) fn begin_ahead(
+        &mut self,
+        key: BlockKey,
+        now_ns: u64,
+        demand: &dyn Demand,
+    ) -> Result<CoreLookup, FetchError> {
+        let floor = demand
+            .next_use(key.toi, key.member, key.block)
+            .map(|d| now_ns.saturating_add(d));
+        match floor {
+            Some(at_ns) => self.begin_with(key, now_ns, demand, Admit::FartherThan(at_ns)),
+            // Nobody will need it: not worth any eviction.
+            None => self.begin_with(key, now_ns, demand, Admit::FartherThan(u64::MAX)),
+        }
+    }
+
+    fn begin_with(
+        &mut self,
+        key: BlockKey,
+        now_ns: u64,
+        demand: &dyn Demand,
+        admit: Admit,
+    ) -> Result<CoreLookup, FetchError> {
         if let Some(&slot) = self.index.get(&key) {
             return match self.slots[slot as usize].state {
                 SlotState::Ready => {
@@ -228,7 +279,7 @@ impl CacheCore {
             }
             self.failed.remove(&key);
         }
-        let slot = self.victim(now_ns, demand).ok_or(FetchError::Full)?;
+        let slot = self.victim(now_ns, demand, admit).ok_or(FetchError::Full)?;
         let meta = &mut self.slots[slot as usize];
         #[cfg(test)]
         if self.mutation == Mutation::EvictPinned {
@@ -315,9 +366,10 @@ impl CacheCore {
 
     /// Chooses a slot to (re)use: empty first, then the unpinned ready block whose next use
     /// is farthest (never needed counts as infinitely far; ties by least recent use), as
-    /// scored (see the module's doc). A loading or pinned slot is never chosen. Takes the
-    /// chosen slot out of the evictable set.
-    fn victim(&mut self, now_ns: u64, demand: &dyn Demand) -> Option<u32> {
+    /// scored (see the module's doc). A loading or pinned slot is never chosen, nor (with
+    /// [`Admit::FartherThan`]) a block needed no later than the bound. Takes the chosen
+    /// slot out of the evictable set.
+    fn victim(&mut self, now_ns: u64, demand: &dyn Demand, admit: Admit) -> Option<u32> {
         #[cfg(test)]
         if self.mutation == Mutation::EvictPinned {
             let pinned = self.slots.iter().position(|m| m.pins > 0);
@@ -347,12 +399,21 @@ impl CacheCore {
                 continue;
             };
             if self.evictable.last().is_none_or(|next| fresh >= *next) {
+                if !admit.allows(fresh.0) {
+                    self.evictable.insert(fresh);
+                    self.slots[slot as usize].scored = Some(fresh);
+                    return None;
+                }
                 return Some(slot);
             }
             self.evictable.insert(fresh);
             self.slots[slot as usize].scored = Some(fresh);
         }
-        let (_, _, slot) = self.evictable.pop_last()?;
+        let &(at_ns, _, slot) = self.evictable.last()?;
+        if !admit.allows(at_ns) {
+            return None;
+        }
+        self.evictable.pop_last();
         self.slots[slot as usize].scored = None;
         Some(slot)
     }
@@ -470,6 +531,74 @@ mod tests {
                 }
                 let ready = (0..slots).filter(|&s| core.slot(s).0 == SlotState::Ready).count();
                 prop_assert_eq!(core.ready_slots() as usize, ready);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// A read ahead never evicts a block needed no later than the block it reads (a
+        /// block never needed counts as farthest), takes an empty slot when there is one,
+        /// and is refused only when every evictable block is needed sooner (or it is not
+        /// needed at all).
+        #[test]
+        fn read_ahead_evicts_only_later_blocks(
+            slots in 1u32..24,
+            table in prop::collection::vec(prop::option::of(0u64..1_000_000), 64),
+            ops in prop::collection::vec((0u64..64, prop::bool::ANY, prop::bool::weighted(0.3)), 1..300),
+        ) {
+            let demand = Table(table);
+            let now_ns = 5_000;
+            let at = |b: u64| demand.next_use(1, 0, b).map_or(u64::MAX, |d| now_ns + d);
+            let mut core = CacheCore::new(slots, 1);
+            let mut pins: std::collections::VecDeque<u32> = Default::default();
+            for (block, ahead, unpin) in ops {
+                if unpin {
+                    if let Some(slot) = pins.pop_front() {
+                        core.unpin(slot);
+                    }
+                    continue;
+                }
+                let before: Vec<_> = (0..slots).map(|s| core.slot(s)).collect();
+                let evictable: Vec<u64> = before
+                    .iter()
+                    .filter(|(st, _, p)| *st == SlotState::Ready && *p == 0)
+                    .filter_map(|(_, k, _)| k.map(|k| at(k.block)))
+                    .collect();
+                let any_empty = before.iter().any(|s| s.0 == SlotState::Empty);
+                let r = if ahead {
+                    core.begin_ahead(key(block), now_ns, &demand)
+                } else {
+                    core.begin(key(block), now_ns, &demand)
+                };
+                match r {
+                    Ok(CoreLookup::Ready(slot)) => pins.push_back(slot),
+                    Ok(CoreLookup::Load { slot, evicted }) => {
+                        let (state, old, pinned) = before[slot as usize];
+                        prop_assert_eq!(pinned, 0);
+                        prop_assert!(!any_empty || state == SlotState::Empty);
+                        if ahead && evicted {
+                            let old = old.expect("an evicted block");
+                            prop_assert!(at(old.block) > at(block),
+                                "read ahead of {} (at {}) evicted {} (at {})",
+                                block, at(block), old.block, at(old.block));
+                        }
+                        core.finish(slot, key(block), Ok(()), now_ns).unwrap();
+                        pins.push_back(slot);
+                    }
+                    Ok(CoreLookup::Loading) => unreachable!("reads complete at once"),
+                    Err(FetchError::Full) => {
+                        prop_assert!(!any_empty, "refused with an empty slot");
+                        if ahead {
+                            prop_assert!(evictable.iter().all(|&e| e <= at(block) || at(block) == u64::MAX),
+                                "refused a read ahead of {} (at {}) with later blocks {:?}",
+                                block, at(block), evictable);
+                        } else {
+                            prop_assert!(evictable.is_empty());
+                        }
+                    }
+                    Err(e) => prop_assert!(false, "{e}"),
+                }
             }
         }
     }

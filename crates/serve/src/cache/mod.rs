@@ -285,8 +285,22 @@ impl Cache {
     pub fn begin(&self, key: BlockKey, demand: &dyn Demand) -> Result<Lookup, FetchError> {
         let now_ns = self.inner.now_ns();
         let found = self.inner.lock().begin(key, now_ns, demand)?;
+        Ok(self.lookup(key, found))
+    }
+
+    /// [`Cache::begin`] for a read ahead: a miss evicts only a block needed later than
+    /// `key` (or never), so reading ahead never pushes out what a session needs sooner;
+    /// otherwise [`FetchError::Full`].
+    pub fn begin_ahead(&self, key: BlockKey, demand: &dyn Demand) -> Result<Lookup, FetchError> {
+        let now_ns = self.inner.now_ns();
+        let found = self.inner.lock().begin_ahead(key, now_ns, demand)?;
+        Ok(self.lookup(key, found))
+    }
+
+    /// The shell's answer for the core's, counted.
+    fn lookup(&self, key: BlockKey, found: CoreLookup) -> Lookup {
         let stats = &self.inner.stats;
-        Ok(match found {
+        match found {
             CoreLookup::Ready(slot) => {
                 stats.hits.fetch_add(1, Ordering::Relaxed);
                 Lookup::Ready(Pinned {
@@ -307,7 +321,7 @@ impl Cache {
                     finished: false,
                 })
             }
-        })
+        }
     }
 
     /// The second half of a read: `io` is the outcome of filling `load`'s slot; on

@@ -50,8 +50,52 @@ struct World {
     hits: u64,
 }
 
+impl World {
+    /// A read of `key` into `slot` starts at `now_ns`, completing at `done_ns`.
+    fn start_read(&mut self, slot: u32, key: BlockKey, now_ns: u64, done_ns: u64, fails: bool) {
+        assert!(
+            self.reads.keys().all(|(_, sl)| *sl != slot),
+            "slot read twice at once"
+        );
+        assert!(
+            self.pins.values().all(|sl| *sl != slot),
+            "a pinned slot reused"
+        );
+        if let Some(at) = self.failed_at.get(&key) {
+            assert!(now_ns - at >= RETRY_NS, "failed block retried early");
+        }
+        *self.reads_started.entry(key).or_default() += 1;
+        self.memory[slot as usize] = None; // the read overwrites it
+        self.reads.insert((done_ns, slot), (key, fails));
+    }
+}
+
+/// How sessions read ahead of their next block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadAhead {
+    /// `n` blocks with `begin`: a read ahead may evict anything unpinned.
+    Plain(u64),
+    /// `n` blocks with `begin_ahead`: only blocks needed later than the one read.
+    Bounded(u64),
+}
+
+impl ReadAhead {
+    fn blocks(self) -> u64 {
+        match self {
+            ReadAhead::Plain(n) | ReadAhead::Bounded(n) => n,
+        }
+    }
+}
+
 fn simulate(seed: u64, slots: u32, sessions: usize, fail_every: u64) -> (u64, u64) {
-    simulate_mutated(seed, slots, sessions, fail_every, Mutation::None)
+    simulate_mutated(
+        seed,
+        slots,
+        sessions,
+        fail_every,
+        Mutation::None,
+        ReadAhead::Bounded(0),
+    )
 }
 
 fn simulate_mutated(
@@ -60,6 +104,7 @@ fn simulate_mutated(
     sessions: usize,
     fail_every: u64,
     mutation: Mutation,
+    ahead: ReadAhead,
 ) -> (u64, u64) {
     let mut rng = seed;
     let mut next = move |n: u64| {
@@ -138,22 +183,8 @@ fn simulate_mutated(
                 }
                 Ok(CoreLookup::Loading) => {}
                 Ok(CoreLookup::Load { slot, .. }) => {
-                    assert!(
-                        w.reads.keys().all(|(_, sl)| *sl != slot),
-                        "slot read twice at once"
-                    );
-                    assert!(
-                        w.pins.values().all(|sl| *sl != slot),
-                        "a pinned slot reused"
-                    );
-                    if let Some(at) = w.failed_at.get(&key) {
-                        assert!(now_ns - at >= RETRY_NS, "failed block retried early");
-                    }
-                    *w.reads_started.entry(key).or_default() += 1;
-                    w.memory[slot as usize] = None; // the read overwrites it
                     let fails = fail_every > 0 && next(fail_every) == 0;
-                    w.reads
-                        .insert((now_ns + 1 + next(8_000_000), slot), (key, fails));
+                    w.start_read(slot, key, now_ns, now_ns + 1 + next(8_000_000), fails);
                 }
                 Err(FetchError::Unavailable(_)) => {
                     // The client's FEC (or the rebuild) covers it: move on.
@@ -162,6 +193,28 @@ fn simulate_mutated(
                 }
                 Err(FetchError::Full) | Err(FetchError::Busy) => {}
                 Err(FetchError::Failed(_)) => unreachable!("begin never reads"),
+            }
+            // Read ahead as the data plane does (its next blocks, not waited for).
+            for block in
+                (s.next_block + 1..s.next_block + 1 + ahead.blocks()).filter(|b| *b < BLOCKS)
+            {
+                let key = BlockKey {
+                    toi: s.toi,
+                    member: 0,
+                    block,
+                };
+                let r = match ahead {
+                    ReadAhead::Bounded(_) => core.begin_ahead(key, now_ns, &demand),
+                    ReadAhead::Plain(_) => core.begin(key, now_ns, &demand),
+                };
+                match r {
+                    Ok(CoreLookup::Ready(slot)) => core.unpin(slot),
+                    Ok(CoreLookup::Load { slot, .. }) => {
+                        let fails = fail_every > 0 && next(fail_every) == 0;
+                        w.start_read(slot, key, now_ns, now_ns + 1 + next(8_000_000), fails);
+                    }
+                    _ => {}
+                }
             }
         }
         for slot in 0..slots {
@@ -196,7 +249,7 @@ fn followers_hit_what_their_leader_loaded() {
 #[test]
 fn eviction_ignoring_pins_is_caught() {
     let caught = std::panic::catch_unwind(|| {
-        simulate_mutated(7, 6, 8, 0, Mutation::EvictPinned);
+        simulate_mutated(7, 6, 8, 0, Mutation::EvictPinned, ReadAhead::Bounded(0));
     });
     let payload = caught.expect_err("the broken invariant went unnoticed");
     let why = payload
@@ -210,6 +263,19 @@ fn eviction_ignoring_pins_is_caught() {
     );
 }
 
+/// A pool smaller than the sessions' read-ahead: plain read-ahead evicts blocks other
+/// sessions are about to use (they are read again), bounded read-ahead does not.
+#[test]
+fn bounded_read_ahead_reads_less_when_the_pool_is_short() {
+    let (mut plain, mut bounded) = (0, 0);
+    for seed in 1..=8u64 {
+        plain += simulate_mutated(seed, 12, 8, 0, Mutation::None, ReadAhead::Plain(3)).1;
+        bounded += simulate_mutated(seed, 12, 8, 0, Mutation::None, ReadAhead::Bounded(3)).1;
+    }
+    println!("block reads over 8 seeds: plain read-ahead {plain}, bounded {bounded}");
+    assert!(bounded < plain, "bounded {bounded} reads, plain {plain}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
@@ -218,7 +284,11 @@ proptest! {
         slots in 4u32..24,
         sessions in 1usize..10,
         fail_every in prop_oneof![Just(0u64), 3u64..50],
+        ahead in prop_oneof![
+            (0u64..4).prop_map(ReadAhead::Plain),
+            (0u64..4).prop_map(ReadAhead::Bounded),
+        ],
     ) {
-        simulate(seed, slots, sessions, fail_every);
+        simulate_mutated(seed, slots, sessions, fail_every, Mutation::None, ahead);
     }
 }
