@@ -28,6 +28,7 @@ pub(crate) mod lock;
 pub mod members;
 pub mod pace;
 pub mod params;
+mod prefab;
 pub mod prefetch;
 pub mod probe;
 pub mod read;
@@ -42,6 +43,7 @@ pub mod validate;
 pub mod verify;
 pub mod viewer_pace;
 pub mod volume;
+mod write_behind;
 
 pub use cache::EvictionCandidate;
 pub use catalog::{MediaIndexRecord, ObjectRecord, ObjectState};

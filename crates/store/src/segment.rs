@@ -3,18 +3,34 @@
 //! I/O. Byte layout in `docs/format.md`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use isnode_wire::digest::{packet_digest, Digest};
 use isnode_wire::DataPacketId;
 
 use crate::catalog::BlockRecord;
 use crate::io::{AlignedBuf, BlockFile};
+use crate::write_behind::WriteBehind;
 use crate::{Layout, StoreError};
+
+/// How a segment writer's full blocks reach the file.
+#[derive(Clone)]
+pub(crate) enum BlockWrites {
+    /// Written on the caller's thread, one at a time.
+    Inline,
+    /// Handed to write threads; the writer goes on filling another buffer.
+    Behind(Arc<WriteBehind>),
+}
 
 /// Appends packets to one segment file, block by block; or, for a member a degraded
 /// ingest does not write, only computes the blocks' checksums (no file).
+///
+/// The bytes of a block past its last whole packet (`packets_per_block × packet_len`
+/// onwards) are zero in every buffer and never written; the slots of a block's packets are
+/// overwritten by the next block's, and cleared only where a block ends short.
 pub(crate) struct SegmentWriter {
-    file: Option<BlockFile>,
+    file: Option<Arc<BlockFile>>,
+    writes: BlockWrites,
     path: PathBuf,
     member: u32,
     buf: AlignedBuf,
@@ -38,7 +54,19 @@ impl SegmentWriter {
             "creating segment {}",
             path.display()
         )))?;
-        Ok(Self::new(Some(file), path, member, layout))
+        Ok(Self::new(Some(Arc::new(file)), path, member, layout))
+    }
+
+    /// [`SegmentWriter::create`] whose full blocks are written by `writes`.
+    pub(crate) fn create_with(
+        path: &Path,
+        member: u32,
+        layout: &Layout,
+        writes: BlockWrites,
+    ) -> Result<SegmentWriter, StoreError> {
+        let mut w = Self::create(path, member, layout)?;
+        w.writes = writes;
+        Ok(w)
     }
 
     /// A writer of no file: the packets are framed (for their digests) and the blocks
@@ -47,10 +75,16 @@ impl SegmentWriter {
         Self::new(None, path, member, layout)
     }
 
-    fn new(file: Option<BlockFile>, path: &Path, member: u32, layout: &Layout) -> SegmentWriter {
+    fn new(
+        file: Option<Arc<BlockFile>>,
+        path: &Path,
+        member: u32,
+        layout: &Layout,
+    ) -> SegmentWriter {
         let p = layout.params();
         SegmentWriter {
             file,
+            writes: BlockWrites::Inline,
             path: path.to_path_buf(),
             member,
             buf: AlignedBuf::new(p.block_len as usize),
@@ -78,7 +112,13 @@ impl SegmentWriter {
             "opening segment {}",
             path.display()
         )))?;
-        Self::resume_with(Some(file), path, member, layout, (next_packet, partial))
+        Self::resume_with(
+            Some(Arc::new(file)),
+            path,
+            member,
+            layout,
+            (next_packet, partial),
+        )
     }
 
     /// [`SegmentWriter::resume`] for a member a degraded fill does not write (no file, as
@@ -94,7 +134,7 @@ impl SegmentWriter {
     }
 
     fn resume_with(
-        file: Option<BlockFile>,
+        file: Option<Arc<BlockFile>>,
         path: &Path,
         member: u32,
         layout: &Layout,
@@ -124,6 +164,7 @@ impl SegmentWriter {
         let mut out = std::mem::take(&mut self.records);
         if self.slot > 0 {
             if self.dirty {
+                self.clear_tail();
                 self.write_current()?;
             }
             let len = self.slot * self.packet_len;
@@ -162,17 +203,50 @@ impl SegmentWriter {
         let packet = &mut self.buf.as_mut_slice()[start..start + self.packet_len];
         isnode_wire::build_data_packet(packet, id, symbol)?;
         let digest = packet_digest(packet);
+        self.advance()?;
+        Ok(digest)
+    }
+
+    /// Copies an already framed packet (`packet_len` bytes) into the next slot.
+    pub(crate) fn push_framed(&mut self, packet: &[u8]) -> Result<(), StoreError> {
+        let start = self.slot * self.packet_len;
+        self.buf.as_mut_slice()[start..start + self.packet_len].copy_from_slice(packet);
+        self.advance()
+    }
+
+    fn advance(&mut self) -> Result<(), StoreError> {
         self.slot += 1;
         self.dirty = true;
         if self.slot == self.packets_per_block {
             self.flush_block()?;
         }
-        Ok(digest)
+        Ok(())
+    }
+
+    /// Zeroes the slots after the last packet of a short block (they may hold packets of
+    /// the block written before from this buffer).
+    fn clear_tail(&mut self) {
+        let (from, to) = (
+            self.slot * self.packet_len,
+            self.packets_per_block * self.packet_len,
+        );
+        self.buf.as_mut_slice()[from..to].fill(0);
     }
 
     fn flush_block(&mut self) -> Result<(), StoreError> {
+        self.clear_tail();
         let crc32c = crc32c::crc32c(self.buf.as_slice());
-        self.write_current()?;
+        match (&self.writes, &self.file) {
+            (BlockWrites::Behind(behind), Some(file)) => {
+                let next = behind.take()?;
+                let full = std::mem::replace(&mut self.buf, next);
+                let what = format!("writing block {} of {}", self.block, self.path.display());
+                let offset = self.block * full.len() as u64;
+                behind.submit(Arc::clone(file), offset, full, what)?;
+                self.dirty = false;
+            }
+            _ => self.write_current()?,
+        }
         self.records.push(BlockRecord {
             member: self.member,
             block: self.block,
@@ -181,14 +255,17 @@ impl SegmentWriter {
         });
         self.block += 1;
         self.slot = 0;
-        self.buf.zero();
         Ok(())
     }
 
-    /// Writes the last partial block, syncs, and returns the block records.
+    /// Writes the last partial block, waits for the blocks written behind, syncs, and
+    /// returns the block records.
     pub(crate) fn finish(mut self) -> Result<Vec<BlockRecord>, StoreError> {
         if self.slot > 0 {
             self.flush_block()?;
+        }
+        if let BlockWrites::Behind(behind) = &self.writes {
+            behind.wait_idle()?;
         }
         if let Some(file) = &self.file {
             file.sync()
