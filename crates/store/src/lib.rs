@@ -17,6 +17,7 @@ pub mod catalog;
 pub mod check;
 pub mod codeword;
 mod crash;
+pub mod crc_shift;
 pub mod fill;
 mod fill_rows;
 #[cfg(test)]
