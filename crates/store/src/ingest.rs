@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::catalog::{MediaIndexRecord, ObjectRecord, ObjectState, OnNameTaken};
 use crate::lock::{FileLock, LockWait};
-use crate::prefab::{Pipeline, Shape, Stopped};
+use crate::prefab::{Crcs, Job, Pipeline, Shape, Stopped};
 use crate::segment::{BlockWrites, SegmentWriter};
 use crate::spool::Described;
 pub use crate::validate::validate_name;
@@ -168,6 +168,7 @@ fn write_object(
         layout: layout.clone(),
         tsi: vol.tsi(),
         toi: rec.toi,
+        crcs: Crcs::new(p.symbol_len as usize),
     };
     let read = std::thread::scope(|scope| {
         let (mut pipeline, writer) = Pipeline::start(scope, &shape, writers)?;
@@ -259,7 +260,6 @@ fn feed(
 ) -> Result<ReadSummary, FeedError> {
     let layout = &shape.layout;
     let e = layout.params().symbol_len as usize;
-    let n_of = |sbn: u32| layout.encoding_symbols(sbn) as usize;
     let mut read = ReadSummary {
         crc: 0,
         indexer: isnode_media::Indexer::new(),
@@ -270,16 +270,15 @@ fn feed(
     let mut in_flight = 0usize;
     for sbn in 0..layout.codewords() {
         let (mut job, written) = pipeline.free_job()?;
-        if let Some(w) = written {
+        if written.is_some() {
             in_flight -= 1;
-            digests.add(vol, shape.toi, w, job.digest_row(n_of(w)))?;
+            done_with(vol, shape, &job, &mut digests, &mut read)?;
         }
         let k = layout.source_symbols(sbn) as usize;
         let data_len = layout.codeword_data_len(sbn) as usize;
         let data = job.source_mut(k, e);
         read_full(src, &mut data[..data_len], done, layout.transfer_len())?;
         data[data_len..].fill(0);
-        read.crc = crc32c::crc32c_append(read.crc, &data[..data_len]);
         read.indexer.feed(&data[..data_len]);
         done += data_len as u64;
         job.sbn = sbn;
@@ -301,10 +300,27 @@ fn feed(
     }
     for _ in 0..in_flight {
         let job = pipeline.next_written()?;
-        digests.add(vol, shape.toi, job.sbn, job.digest_row(n_of(job.sbn)))?;
+        done_with(vol, shape, &job, &mut digests, &mut read)?;
     }
     digests.flush(vol, shape.toi)?;
     Ok(read)
+}
+
+/// A codeword written (they come back in order): its digest row to the catalog, its data
+/// into the content CRC32C (made of the symbols' CRC32Cs the encoder computed).
+fn done_with(
+    vol: &mut Volume,
+    shape: &Shape,
+    job: &Job,
+    digests: &mut DigestBatch,
+    read: &mut ReadSummary,
+) -> Result<(), StoreError> {
+    let layout = &shape.layout;
+    let n = layout.encoding_symbols(job.sbn) as usize;
+    digests.add(vol, shape.toi, job.sbn, job.digest_row(n))?;
+    let data_len = layout.codeword_data_len(job.sbn) as usize;
+    read.crc = job.append_data_crc(read.crc, data_len, &shape.crcs);
+    Ok(())
 }
 
 /// The member a degraded ingest leaves out: the one failed in the catalog or whose

@@ -27,6 +27,7 @@ use isnode_wire::digest::{packet_digest, DIGEST_LEN};
 use isnode_wire::{DataPacketId, DATA_HEADER_LEN};
 
 use crate::catalog::BlockRecord;
+use crate::crc_shift::ZeroShift;
 use crate::segment::SegmentWriter;
 use crate::{Layout, StoreError};
 
@@ -45,6 +46,11 @@ pub(crate) struct Job {
     packets: Vec<u8>,
     /// The packets' digests, by ESI.
     digests: Vec<u8>,
+    /// CRC32C of each whole packet (header, CRC field and symbol), by ESI: what a block's
+    /// CRC32C is made of.
+    packet_crcs: Vec<u32>,
+    /// CRC32C of each symbol's bytes, by ESI: what the content CRC32C is made of.
+    symbol_crcs: Vec<u32>,
     /// Why the encoder could not encode it.
     failed: Option<StoreError>,
 }
@@ -59,10 +65,62 @@ impl Job {
     pub(crate) fn digest_row(&self, n: usize) -> Vec<u8> {
         self.digests[..n * DIGEST_LEN].to_vec()
     }
+
+    /// `crc32c_append(crc, data)` for the codeword's `data_len` bytes of data, from the
+    /// CRC32Cs of its whole symbols (computed by the encoder) and the bytes of a last
+    /// partial one.
+    pub(crate) fn append_data_crc(&self, mut crc: u32, data_len: usize, crcs: &Crcs) -> u32 {
+        let e = crcs.symbol.len();
+        let whole = data_len / e;
+        for symbol_crc in &self.symbol_crcs[..whole] {
+            crc = crcs.symbol.append(crc, *symbol_crc);
+        }
+        crc32c::crc32c_append(crc, &self.source[whole * e..data_len])
+    }
 }
 
+/// The CRC32C maps of one volume's packets (see [`crate::crc_shift`]).
+pub(crate) struct Crcs {
+    /// Over one symbol.
+    pub(crate) symbol: ZeroShift,
+    /// Over what follows a packet's CRC field (FPI and symbol).
+    after_field: ZeroShift,
+    /// Over one packet.
+    pub(crate) packet: ZeroShift,
+}
+
+impl Crcs {
+    /// The maps for packets of `symbol_len`-byte symbols.
+    pub(crate) fn new(symbol_len: usize) -> Crcs {
+        Crcs {
+            symbol: ZeroShift::new(symbol_len),
+            after_field: ZeroShift::new(DATA_HEADER_LEN - CRC_FIELD.end + symbol_len),
+            packet: ZeroShift::new(DATA_HEADER_LEN + symbol_len),
+        }
+    }
+
+    /// The CRC32C of a sealed packet's whole bytes and of its symbol's, from the CRC32C it
+    /// carries (which covers every byte but the field) and its first 28 bytes:
+    /// `carried = M(a) ^ crc32c(rest)` where `a` is the CRC32C of the bytes before the
+    /// field and `rest` the bytes after it; the whole packet's is `M(a') ^ crc32c(rest)`
+    /// with `a'` = `a` carried over the field.
+    fn of_sealed(&self, packet: &[u8]) -> (u32, u32) {
+        let field = &packet[CRC_FIELD];
+        let carried = u32::from_be_bytes([field[0], field[1], field[2], field[3]]);
+        let before = crc32c::crc32c(&packet[..CRC_FIELD.start]);
+        let through = crc32c::crc32c_append(before, field);
+        let rest = carried ^ self.after_field.apply(before);
+        let whole = rest ^ self.after_field.apply(through);
+        // rest = crc32c(FPI ++ symbol) = M_E(crc32c(FPI)) ^ crc32c(symbol).
+        let fpi = crc32c::crc32c(&packet[CRC_FIELD.end..DATA_HEADER_LEN]);
+        (whole, rest ^ self.symbol.apply(fpi))
+    }
+}
+
+/// Where a data packet's CRC32C field is (docs/format.md).
+const CRC_FIELD: std::ops::Range<usize> = 20..24;
+
 /// What every thread of the pipeline knows of the object.
-#[derive(Clone)]
 pub(crate) struct Shape {
     /// The object's layout.
     pub(crate) layout: Layout,
@@ -70,6 +128,8 @@ pub(crate) struct Shape {
     pub(crate) tsi: u32,
     /// The object's TOI, carried by every packet.
     pub(crate) toi: u32,
+    /// CRC32C maps for its packets.
+    pub(crate) crcs: Crcs,
 }
 
 /// The writer thread: the block records of every member once all is written.
@@ -116,6 +176,8 @@ impl Pipeline {
                 source: vec![0; p.source_symbols as usize * e],
                 packets: vec![0; n_max * p.packet_len() as usize],
                 digests: vec![0; n_max * DIGEST_LEN],
+                packet_crcs: vec![0; n_max],
+                symbol_crcs: vec![0; n_max],
                 failed: None,
             })
             .collect();
@@ -134,7 +196,7 @@ impl Pipeline {
         let writer = std::thread::Builder::new()
             .name("ingest-writer".into())
             .spawn_scoped(scope, move || {
-                write_in_order(&encoded, &written_tx, writers, &shape.layout)
+                write_in_order(&encoded, &written_tx, writers, shape)
             })
             .map_err(StoreError::io("starting the ingest writer thread"))?;
         let pipeline = Pipeline {
@@ -261,7 +323,10 @@ fn encode(
     }
     let packets = job.packets[..n * plen].chunks_exact_mut(plen);
     let digests = job.digests[..n * DIGEST_LEN].chunks_exact_mut(DIGEST_LEN);
-    for (esi, (packet, digest)) in packets.zip(digests).enumerate() {
+    let crcs = job.packet_crcs.iter_mut().zip(job.symbol_crcs.iter_mut());
+    for (esi, ((packet, digest), (packet_crc, symbol_crc))) in
+        packets.zip(digests).zip(crcs).enumerate()
+    {
         let id = DataPacketId {
             tsi: shape.tsi,
             toi: shape.toi,
@@ -270,6 +335,7 @@ fn encode(
         };
         isnode_wire::seal_data_packet(packet, &id)?;
         digest.copy_from_slice(&packet_digest(packet));
+        (*packet_crc, *symbol_crc) = shape.crcs.of_sealed(packet);
     }
     Ok(())
 }
@@ -281,8 +347,9 @@ fn write_in_order(
     encoded: &Receiver<Job>,
     written: &Sender<Job>,
     mut writers: Vec<SegmentWriter>,
-    layout: &Layout,
+    shape: &Shape,
 ) -> Result<Vec<BlockRecord>, StoreError> {
+    let layout = &shape.layout;
     let plen = layout.params().packet_len() as usize;
     let mut waiting: BTreeMap<u32, Job> = BTreeMap::new();
     let mut next = 0u32;
@@ -316,7 +383,8 @@ fn write_in_order(
             for (member, w) in writers.iter_mut().enumerate() {
                 for esi in layout.member_run(next, member as u32).esis {
                     let at = esi as usize * plen;
-                    w.push_framed(&job.packets[at..at + plen])?;
+                    let crc = job.packet_crcs[esi as usize];
+                    w.push_framed(&job.packets[at..at + plen], crc, &shape.crcs.packet)?;
                 }
             }
             // The reader may be gone (its error is the one reported).

@@ -9,6 +9,7 @@ use isnode_wire::digest::{packet_digest, Digest};
 use isnode_wire::DataPacketId;
 
 use crate::catalog::BlockRecord;
+use crate::crc_shift::ZeroShift;
 use crate::io::{AlignedBuf, BlockFile};
 use crate::write_behind::WriteBehind;
 use crate::{Layout, StoreError};
@@ -41,6 +42,11 @@ pub(crate) struct SegmentWriter {
     records: Vec<BlockRecord>,
     /// Whether the partial block in `buf` holds packets not yet written to the file.
     dirty: bool,
+    /// The CRC32C of the current block's packets so far, when every one of them came
+    /// with its CRC32C ([`SegmentWriter::push_framed`]) from the block's first slot on.
+    folded: Option<u32>,
+    /// The CRC32C of a full block's zero tail, and the map carrying a CRC over it.
+    tail: (ZeroShift, u32),
 }
 
 impl SegmentWriter {
@@ -94,6 +100,14 @@ impl SegmentWriter {
             packet_len: p.packet_len() as usize,
             records: Vec::new(),
             dirty: false,
+            folded: Some(0),
+            tail: {
+                let tail_len = (p.block_len - p.packets_per_block() * p.packet_len()) as usize;
+                (
+                    ZeroShift::new(tail_len),
+                    crc32c::crc32c(&vec![0u8; tail_len]),
+                )
+            },
         }
     }
 
@@ -141,6 +155,7 @@ impl SegmentWriter {
         (next_packet, partial): (u64, Option<&[u8]>),
     ) -> Result<SegmentWriter, StoreError> {
         let mut w = Self::new(file, path, member, layout);
+        w.folded = None;
         let per = w.packets_per_block as u64;
         w.block = next_packet / per;
         w.slot = (next_packet % per) as usize;
@@ -203,14 +218,23 @@ impl SegmentWriter {
         let packet = &mut self.buf.as_mut_slice()[start..start + self.packet_len];
         isnode_wire::build_data_packet(packet, id, symbol)?;
         let digest = packet_digest(packet);
+        self.folded = None;
         self.advance()?;
         Ok(digest)
     }
 
-    /// Copies an already framed packet (`packet_len` bytes) into the next slot.
-    pub(crate) fn push_framed(&mut self, packet: &[u8]) -> Result<(), StoreError> {
+    /// Copies an already framed packet (`packet_len` bytes) into the next slot, with the
+    /// CRC32C of its bytes (`shift`: [`ZeroShift`] over one packet), of which the block's
+    /// CRC32C is made without another pass over the block.
+    pub(crate) fn push_framed(
+        &mut self,
+        packet: &[u8],
+        crc: u32,
+        shift: &ZeroShift,
+    ) -> Result<(), StoreError> {
         let start = self.slot * self.packet_len;
         self.buf.as_mut_slice()[start..start + self.packet_len].copy_from_slice(packet);
+        self.folded = self.folded.map(|c| shift.append(c, crc));
         self.advance()
     }
 
@@ -235,7 +259,12 @@ impl SegmentWriter {
 
     fn flush_block(&mut self) -> Result<(), StoreError> {
         self.clear_tail();
-        let crc32c = crc32c::crc32c(self.buf.as_slice());
+        let (shift, zeros) = &self.tail;
+        let crc32c = match self.folded {
+            Some(c) if self.slot == self.packets_per_block => shift.append(c, *zeros),
+            _ => crc32c::crc32c(self.buf.as_slice()),
+        };
+        self.folded = Some(0);
         match (&self.writes, &self.file) {
             (BlockWrites::Behind(behind), Some(file)) => {
                 let next = behind.take()?;
