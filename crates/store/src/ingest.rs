@@ -1,5 +1,8 @@
 //! The prefabrication filter: cut, encode, frame, checksum, write.
 //!
+//! The caller's thread reads the input and keeps the catalog; the codewords are encoded
+//! and framed in parallel and written in order by the pipeline of [`crate::prefab`].
+//!
 //! Crash safety: the object is first recorded as `writing` and its ingest
 //! holds an flock; segment files are written under `MEMBER/tmp`, synced,
 //! renamed into `MEMBER/objects`, and only then does one catalog transaction
