@@ -17,6 +17,7 @@ use isnode_fec::Code;
 use isnode_wire::DataPacketId;
 
 use crate::catalog::ObjectRecord;
+use crate::crc_shift::ZeroShift;
 use crate::{Layout, StoreError};
 
 /// Which symbols of a codeword a read must produce.
@@ -101,6 +102,32 @@ pub fn verify_packet<'a>(
     (p.id == *expected && p.symbol.len() == symbol_len).then_some(p.symbol)
 }
 
+/// Where a data packet's CRC32C field is: the CRC covers the bytes before it and after it.
+const CRC_FIELD: std::ops::Range<usize> = 20..24;
+
+/// [`verify_packet`], also giving the CRC32C of the symbol alone.
+///
+/// The packet's CRC32C is computed in two parts, the header's bytes and the symbol's
+/// (joined with `shift`, which must be [`ZeroShift`] for `symbol_len` bytes): the same
+/// value [`verify_packet`] computes, so the check is the same, and the symbol's part is
+/// kept for a caller that needs the CRC32C of the data (the content check of `cat`), which
+/// then need not run the CRC over the same bytes a second time.
+pub fn verify_packet_with_symbol_crc<'a>(
+    bytes: &'a [u8],
+    expected: &DataPacketId,
+    symbol_len: usize,
+    shift: &ZeroShift,
+) -> Option<(&'a [u8], u32)> {
+    let (p, carried) = isnode_wire::parse_data_packet_unverified(bytes).ok()?;
+    if p.id != *expected || p.symbol.len() != symbol_len || shift.len() != symbol_len {
+        return None;
+    }
+    let fpi = bytes.get(CRC_FIELD.end..isnode_wire::DATA_HEADER_LEN)?;
+    let head = crc32c::crc32c_append(crc32c::crc32c(bytes.get(..CRC_FIELD.start)?), fpi);
+    let symbol_crc = crc32c::crc32c(p.symbol);
+    (shift.append(head, symbol_crc) == carried).then_some((p.symbol, symbol_crc))
+}
+
 /// Verifies a whole block against the CRC32C the catalog holds for it (if any).
 pub fn verify_block(bytes: &[u8], expected_crc32c: Option<u32>) -> Result<(), String> {
     let Some(expected) = expected_crc32c else {
@@ -127,6 +154,10 @@ pub struct Assembler {
     present: Vec<bool>,
     /// Codes by k (the last codeword of an object may be shorter).
     codes: HashMap<u32, Code>,
+    /// The CRC32C carried over one symbol's bytes.
+    shift: ZeroShift,
+    /// CRC32C of each good symbol's bytes (found while verifying its packet).
+    symbol_crcs: Vec<u32>,
     sbn: Option<u32>,
     k: u32,
     n: u32,
@@ -142,6 +173,8 @@ impl Assembler {
             source_bad: 0,
             present: vec![false; max_symbols],
             codes: HashMap::new(),
+            shift: ZeroShift::new(symbol_len),
+            symbol_crcs: vec![0; max_symbols],
             sbn: None,
             k: 0,
             n: 0,
@@ -177,10 +210,11 @@ impl Assembler {
         let e = self.symbol_len;
         let check = match packet {
             None => SymbolCheck::Missing,
-            Some(bytes) => match verify_packet(bytes, expected, e) {
-                Some(symbol) => {
+            Some(bytes) => match verify_packet_with_symbol_crc(bytes, expected, e, &self.shift) {
+                Some((symbol, crc)) => {
                     let at = esi as usize * e;
                     self.work[at..at + e].copy_from_slice(symbol);
+                    self.symbol_crcs[esi as usize] = crc;
                     SymbolCheck::Good
                 }
                 None => SymbolCheck::Corrupt,
@@ -261,6 +295,22 @@ impl Assembler {
         &self.work[..len]
     }
 
+    /// `crc32c_append(crc, self.source(len))`, with the CRC32C of each whole symbol read
+    /// good taken from the check of its packet (the same value: see [`crate::crc_shift`])
+    /// and computed over the bytes for rebuilt symbols and a last partial one.
+    pub fn append_source_crc(&self, mut crc: u32, len: u64) -> u32 {
+        let data = self.source(len);
+        let e = self.symbol_len;
+        let whole = data.len() / e;
+        for (esi, symbol) in data.chunks_exact(e).enumerate().take(whole) {
+            crc = match self.checks[esi] {
+                SymbolCheck::Good => self.shift.append(crc, self.symbol_crcs[esi]),
+                SymbolCheck::Missing | SymbolCheck::Corrupt => crc32c::crc32c_append(crc, symbol),
+            };
+        }
+        crc32c::crc32c_append(crc, &data[whole * e..])
+    }
+
     /// Every symbol of the current codeword, back to back (`n * symbol_len` bytes).
     pub fn symbols_mut(&mut self) -> &mut [u8] {
         let end = self.n as usize * self.symbol_len;
@@ -331,5 +381,39 @@ pub fn read_codeword(
             need,
         }),
         Err(RebuildError::Fec(e)) => Err(StoreError::Fec(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The two-part check accepts exactly what the whole-packet check accepts, every
+    /// single-bit flip of a packet included, and gives the symbol's own CRC32C.
+    #[test]
+    fn the_split_check_is_the_whole_check() {
+        let id = DataPacketId {
+            tsi: 9,
+            toi: 4,
+            sbn: 77,
+            esi: 3,
+        };
+        let symbol: Vec<u8> = (0..96u32).map(|i| (i * 37 + 5) as u8).collect();
+        let mut packet = vec![0u8; isnode_wire::DATA_HEADER_LEN + symbol.len()];
+        isnode_wire::build_data_packet(&mut packet, &id, &symbol).expect("packet");
+        let shift = ZeroShift::new(symbol.len());
+        let (got, crc) =
+            verify_packet_with_symbol_crc(&packet, &id, symbol.len(), &shift).expect("good");
+        assert_eq!((got, crc), (&symbol[..], crc32c::crc32c(&symbol)));
+        for bit in 0..packet.len() * 8 {
+            let mut bad = packet.clone();
+            bad[bit / 8] ^= 1 << (bit % 8);
+            let whole = verify_packet(&bad, &id, symbol.len()).is_some();
+            let split = verify_packet_with_symbol_crc(&bad, &id, symbol.len(), &shift).is_some();
+            assert!(!whole && !split, "bit {bit}: whole {whole}, split {split}");
+        }
+        let other = DataPacketId { esi: 4, ..id };
+        assert!(verify_packet_with_symbol_crc(&packet, &other, symbol.len(), &shift).is_none());
+        assert!(verify_packet_with_symbol_crc(&packet, &id, 95, &shift).is_none());
     }
 }

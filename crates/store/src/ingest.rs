@@ -1,25 +1,26 @@
 //! The prefabrication filter: cut, encode, frame, checksum, write.
 //!
+//! The caller's thread reads the input and keeps the catalog; the codewords are encoded
+//! and framed in parallel and written in order by the pipeline of [`crate::prefab`].
+//!
 //! Crash safety: the object is first recorded as `writing` and its ingest
 //! holds an flock; segment files are written under `MEMBER/tmp`, synced,
 //! renamed into `MEMBER/objects`, and only then does one catalog transaction
 //! make the object complete (and drop the object it replaces). A crash at any
 //! point leaves either the whole object or, after the next open, no trace.
 
-use std::collections::HashMap;
 use std::fs;
 use std::io::{ErrorKind, Read};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use isnode_fec::Code;
-use isnode_wire::digest::DIGEST_LEN;
-use isnode_wire::DataPacketId;
-
-use crate::catalog::{BlockRecord, MediaIndexRecord, ObjectRecord, ObjectState, OnNameTaken};
+use crate::catalog::{MediaIndexRecord, ObjectRecord, ObjectState, OnNameTaken};
 use crate::lock::{FileLock, LockWait};
-use crate::segment::SegmentWriter;
+use crate::prefab::{Crcs, Job, Pipeline, Shape, Stopped};
+use crate::segment::{BlockWrites, SegmentWriter};
 use crate::spool::Described;
 pub use crate::validate::validate_name;
+use crate::write_behind::WriteBehind;
 use crate::{crash, Layout, StoreError, Volume};
 
 /// What to ingest under which name.
@@ -150,82 +151,46 @@ fn write_object(
         describe,
     } = io;
     let p = *layout.params();
-    let e = p.symbol_len as usize;
-    let m = p.repair_symbols as usize;
     let skipped = skipped_member(vol)?;
-    let mut writers = (0..p.members)
+    let behind = WriteBehind::start(WRITE_THREADS, WRITE_SPARE_BLOCKS, p.block_len as usize)?;
+    let writers = (0..p.members)
         .map(|member| {
             let path = vol.tmp_segment_path(member, rec.toi);
             match skipped == Some(member) {
                 true => Ok(SegmentWriter::phantom(&path, member, layout)),
-                false => SegmentWriter::create(&path, member, layout),
+                false => SegmentWriter::create_with(
+                    &path,
+                    member,
+                    layout,
+                    BlockWrites::Behind(Arc::clone(&behind)),
+                ),
             }
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut source = vec![0u8; p.source_symbols as usize * e];
-    let mut repair = vec![0u8; m * e];
-    let mut codes: HashMap<u32, Code> = HashMap::new();
-    let mut crc = 0u32;
-    let mut done = 0u64;
-    let mut indexer = isnode_media::Indexer::new();
-    let mut digests = DigestBatch::default();
-    for sbn in 0..layout.codewords() {
-        let k = layout.source_symbols(sbn) as usize;
-        let data_len = layout.codeword_data_len(sbn) as usize;
-        let data = &mut source[..k * e];
-        read_full(src, &mut data[..data_len], done, layout.transfer_len())?;
-        data[data_len..].fill(0);
-        crc = crc32c::crc32c_append(crc, &data[..data_len]);
-        indexer.feed(&data[..data_len]);
-        done += data_len as u64;
-
-        let code = match codes.entry(k as u32) {
-            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => v.insert(Code::new(k, k + m)?),
-        };
-        let src_refs: Vec<&[u8]> = data.chunks_exact(e).collect();
-        let mut rep_refs: Vec<&mut [u8]> = repair.chunks_exact_mut(e).collect();
-        code.encode(&src_refs, &mut rep_refs)?;
-
-        let mut row = vec![0u8; (k + m) * DIGEST_LEN];
-        for (member, writer) in writers.iter_mut().enumerate() {
-            let run = layout.member_run(sbn, member as u32);
-            for esi in run.esis {
-                let id = DataPacketId {
-                    tsi: vol.tsi(),
-                    toi: rec.toi,
-                    sbn,
-                    esi: esi as u8,
-                };
-                let esi = esi as usize;
-                let symbol = if esi < k {
-                    &source[esi * e..(esi + 1) * e]
-                } else {
-                    &repair[(esi - k) * e..(esi - k + 1) * e]
-                };
-                let digest = writer.push(&id, symbol)?;
-                row[esi * DIGEST_LEN..(esi + 1) * DIGEST_LEN].copy_from_slice(&digest);
-            }
+    let shape = Shape {
+        layout: layout.clone(),
+        tsi: vol.tsi(),
+        toi: rec.toi,
+        crcs: Crcs::new(p.symbol_len as usize),
+    };
+    let read = std::thread::scope(|scope| {
+        let (mut pipeline, writer) = Pipeline::start(scope, &shape, writers)?;
+        let fed = feed(vol, &shape, &mut pipeline, src, progress);
+        // Closing the queue ends the encoders once they are done; the writer then ends.
+        drop(pipeline);
+        let written = writer
+            .join()
+            .unwrap_or_else(|_| Err(StoreError::Corrupt("the ingest writer panicked".into())));
+        match (fed, written) {
+            (Ok(read), Ok(blocks)) => Ok((read, blocks)),
+            (Err(FeedError::Stopped(s)), w) => Err(s.into_error(w.err())),
+            (Err(FeedError::Store(e)), _) | (Ok(_), Err(e)) => Err(e),
         }
-        digests.add(vol, rec.toi, sbn, row)?;
-        progress(done);
-        crash::point("codeword");
-    }
-    // A source that keeps going past the announced length was misdescribed.
-    let mut probe = [0u8; 1];
-    if matches!(src.read(&mut probe), Ok(n) if n > 0) {
-        return Err(StoreError::BadParams(format!(
-            "input is longer than the announced {} bytes",
-            layout.transfer_len()
-        )));
-    }
-    digests.flush(vol, rec.toi)?;
+    });
+    let (read, blocks) = read?;
+    drop(behind);
     if let Some(d) = describe()? {
         set_description(vol, rec, d)?;
-    }
-    let mut blocks: Vec<BlockRecord> = Vec::new();
-    for w in writers {
-        blocks.extend(w.finish()?);
     }
     crash::point("before-rename");
     for member in (0..p.members).filter(|m| skipped != Some(*m)) {
@@ -245,15 +210,120 @@ fn write_object(
             crate::io::sync_dir(&d).map_err(StoreError::io(format!("syncing {}", d.display())))?;
         }
     }
-    let index = media_index_record(indexer.finish());
+    let index = media_index_record(read.indexer.finish());
     vol.catalog_mut().set_media_index(rec.toi, &index)?;
     crash::point("before-commit");
-    rec.content_crc32c = crc;
-    let old = vol
-        .catalog_mut()
-        .commit_object(rec.toi, crc, &blocks, taken, skipped.as_slice())?;
+    rec.content_crc32c = read.crc;
+    let old =
+        vol.catalog_mut()
+            .commit_object(rec.toi, read.crc, &blocks, taken, skipped.as_slice())?;
     crash::point("after-commit");
     Ok(old)
+}
+
+/// Block write threads of one ingest (writes in flight at once).
+const WRITE_THREADS: usize = 4;
+/// Block buffers besides each member's current one: blocks written behind the writer.
+const WRITE_SPARE_BLOCKS: usize = 8;
+
+/// What the reader computed over the input, in order.
+struct ReadSummary {
+    crc: u32,
+    indexer: isnode_media::Indexer,
+}
+
+/// Why feeding the pipeline stopped.
+enum FeedError {
+    /// The pipeline stopped (the writer's result says why).
+    Stopped(Stopped),
+    /// Reading the input or recording digests failed.
+    Store(StoreError),
+}
+
+impl From<StoreError> for FeedError {
+    fn from(e: StoreError) -> Self {
+        FeedError::Store(e)
+    }
+}
+
+impl From<Stopped> for FeedError {
+    fn from(s: Stopped) -> Self {
+        FeedError::Stopped(s)
+    }
+}
+
+/// The reader: reads the input codeword by codeword into free buffers and hands them to
+/// the encoders; records the digest rows of the codewords written, in batches.
+fn feed(
+    vol: &mut Volume,
+    shape: &Shape,
+    pipeline: &mut Pipeline,
+    src: &mut dyn Read,
+    progress: &mut dyn FnMut(u64),
+) -> Result<ReadSummary, FeedError> {
+    let layout = &shape.layout;
+    let e = layout.params().symbol_len as usize;
+    let mut read = ReadSummary {
+        crc: 0,
+        indexer: isnode_media::Indexer::new(),
+    };
+    let mut done = 0u64;
+    let mut digests = DigestBatch::default();
+    // Codewords handed to the encoders and not back from the writer yet.
+    let mut in_flight = 0usize;
+    for sbn in 0..layout.codewords() {
+        let (mut job, written) = pipeline.free_job()?;
+        if written.is_some() {
+            in_flight -= 1;
+            done_with(vol, shape, &job, &mut digests, &mut read)?;
+        }
+        let k = layout.source_symbols(sbn) as usize;
+        let data_len = layout.codeword_data_len(sbn) as usize;
+        let data = job.source_mut(k, e);
+        read_full(src, &mut data[..data_len], done, layout.transfer_len())?;
+        data[data_len..].fill(0);
+        read.indexer.feed(&data[..data_len]);
+        done += data_len as u64;
+        job.sbn = sbn;
+        if pipeline.to_encode.send(job).is_err() {
+            return Err(Stopped::WriterGone.into());
+        }
+        in_flight += 1;
+        progress(done);
+        crash::point("codeword");
+    }
+    // A source that keeps going past the announced length was misdescribed.
+    let mut probe = [0u8; 1];
+    if matches!(src.read(&mut probe), Ok(n) if n > 0) {
+        return Err(StoreError::BadParams(format!(
+            "input is longer than the announced {} bytes",
+            layout.transfer_len()
+        ))
+        .into());
+    }
+    for _ in 0..in_flight {
+        let job = pipeline.next_written()?;
+        done_with(vol, shape, &job, &mut digests, &mut read)?;
+    }
+    digests.flush(vol, shape.toi)?;
+    Ok(read)
+}
+
+/// A codeword written (they come back in order): its digest row to the catalog, its data
+/// into the content CRC32C (made of the symbols' CRC32Cs the encoder computed).
+fn done_with(
+    vol: &mut Volume,
+    shape: &Shape,
+    job: &Job,
+    digests: &mut DigestBatch,
+    read: &mut ReadSummary,
+) -> Result<(), StoreError> {
+    let layout = &shape.layout;
+    let n = layout.encoding_symbols(job.sbn) as usize;
+    digests.add(vol, shape.toi, job.sbn, job.digest_row(n))?;
+    let data_len = layout.codeword_data_len(job.sbn) as usize;
+    read.crc = job.append_data_crc(read.crc, data_len, &shape.crcs);
+    Ok(())
 }
 
 /// The member a degraded ingest leaves out: the one failed in the catalog or whose

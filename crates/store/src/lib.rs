@@ -17,6 +17,7 @@ pub mod catalog;
 pub mod check;
 pub mod codeword;
 mod crash;
+pub mod crc_shift;
 pub mod fill;
 mod fill_rows;
 #[cfg(test)]
@@ -28,6 +29,7 @@ pub(crate) mod lock;
 pub mod members;
 pub mod pace;
 pub mod params;
+mod prefab;
 pub mod prefetch;
 pub mod probe;
 pub mod read;
@@ -42,6 +44,7 @@ pub mod validate;
 pub mod verify;
 pub mod viewer_pace;
 pub mod volume;
+mod write_behind;
 
 pub use cache::EvictionCandidate;
 pub use catalog::{MediaIndexRecord, ObjectRecord, ObjectState};

@@ -54,15 +54,26 @@ pub struct PrefetchBlocks {
 
 impl PrefetchBlocks {
     /// Opens the segment files at `paths` (one per member, in member order) and starts
-    /// reading each ahead; a member that cannot be opened is reported in
-    /// [`PrefetchBlocks::errors`] and all its blocks are unreadable.
+    /// reading ahead each that holds source symbols; the repair member's blocks are read
+    /// when asked (only a lost source symbol needs them). A member that cannot be opened
+    /// is reported in [`PrefetchBlocks::errors`] and all its blocks are unreadable.
     pub fn open(paths: Vec<PathBuf>, layout: &Layout) -> PrefetchBlocks {
         let mut errors = Vec::new();
+        let repair = layout.params().repair_member();
         let members = paths
             .into_iter()
             .enumerate()
             .map(|(m, path)| {
                 let member = m as u32;
+                if member == repair {
+                    return match BlockFile::open_read_sequential(&path) {
+                        Ok(own) => MemberQueue::on_demand(own),
+                        Err(e) => {
+                            errors.push(format!("member {m}: {}: {e}", path.display()));
+                            MemberQueue::unreadable()
+                        }
+                    };
+                }
                 match (
                     BlockFile::open_read_sequential(&path),
                     BlockFile::open_read_sequential(&path),
@@ -124,14 +135,19 @@ impl MemberQueue {
                 thread: Some(handle),
             },
             // No thread: every block is read on the reader's thread.
-            Err(_) => MemberQueue {
-                filled: None,
-                recycle: None,
-                current: None,
-                next: u64::MAX,
-                file: Some(own),
-                thread: None,
-            },
+            Err(_) => MemberQueue::on_demand(own),
+        }
+    }
+
+    /// A member whose blocks are read on the reader's thread when asked.
+    fn on_demand(own: BlockFile) -> MemberQueue {
+        MemberQueue {
+            filled: None,
+            recycle: None,
+            current: None,
+            next: u64::MAX,
+            file: Some(own),
+            thread: None,
         }
     }
 

@@ -252,8 +252,12 @@ impl ObjectReader {
         let mut done = 0u64;
         for sbn in 0..self.layout.codewords() {
             self.read_codeword(sbn, Want::Source)?;
+            // The content CRC32C from the symbols' CRC32Cs found by the packet checks: one
+            // pass of the CRC over the data, not two, and the same value.
+            crc = self
+                .asm
+                .append_source_crc(crc, self.layout.codeword_data_len(sbn));
             let data = self.source(sbn);
-            crc = crc32c::crc32c_append(crc, data);
             done += data.len() as u64;
             out.write_all(data)
                 .map_err(StoreError::io("writing the output"))?;

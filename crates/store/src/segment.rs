@@ -3,18 +3,35 @@
 //! I/O. Byte layout in `docs/format.md`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use isnode_wire::digest::{packet_digest, Digest};
 use isnode_wire::DataPacketId;
 
 use crate::catalog::BlockRecord;
+use crate::crc_shift::ZeroShift;
 use crate::io::{AlignedBuf, BlockFile};
+use crate::write_behind::WriteBehind;
 use crate::{Layout, StoreError};
+
+/// How a segment writer's full blocks reach the file.
+#[derive(Clone)]
+pub(crate) enum BlockWrites {
+    /// Written on the caller's thread, one at a time.
+    Inline,
+    /// Handed to write threads; the writer goes on filling another buffer.
+    Behind(Arc<WriteBehind>),
+}
 
 /// Appends packets to one segment file, block by block; or, for a member a degraded
 /// ingest does not write, only computes the blocks' checksums (no file).
+///
+/// The bytes of a block past its last whole packet (`packets_per_block × packet_len`
+/// onwards) are zero in every buffer and never written; the slots of a block's packets are
+/// overwritten by the next block's, and cleared only where a block ends short.
 pub(crate) struct SegmentWriter {
-    file: Option<BlockFile>,
+    file: Option<Arc<BlockFile>>,
+    writes: BlockWrites,
     path: PathBuf,
     member: u32,
     buf: AlignedBuf,
@@ -25,6 +42,11 @@ pub(crate) struct SegmentWriter {
     records: Vec<BlockRecord>,
     /// Whether the partial block in `buf` holds packets not yet written to the file.
     dirty: bool,
+    /// The CRC32C of the current block's packets so far, when every one of them came
+    /// with its CRC32C ([`SegmentWriter::push_framed`]) from the block's first slot on.
+    folded: Option<u32>,
+    /// The CRC32C of a full block's zero tail, and the map carrying a CRC over it.
+    tail: (ZeroShift, u32),
 }
 
 impl SegmentWriter {
@@ -38,7 +60,19 @@ impl SegmentWriter {
             "creating segment {}",
             path.display()
         )))?;
-        Ok(Self::new(Some(file), path, member, layout))
+        Ok(Self::new(Some(Arc::new(file)), path, member, layout))
+    }
+
+    /// [`SegmentWriter::create`] whose full blocks are written by `writes`.
+    pub(crate) fn create_with(
+        path: &Path,
+        member: u32,
+        layout: &Layout,
+        writes: BlockWrites,
+    ) -> Result<SegmentWriter, StoreError> {
+        let mut w = Self::create(path, member, layout)?;
+        w.writes = writes;
+        Ok(w)
     }
 
     /// A writer of no file: the packets are framed (for their digests) and the blocks
@@ -47,10 +81,16 @@ impl SegmentWriter {
         Self::new(None, path, member, layout)
     }
 
-    fn new(file: Option<BlockFile>, path: &Path, member: u32, layout: &Layout) -> SegmentWriter {
+    fn new(
+        file: Option<Arc<BlockFile>>,
+        path: &Path,
+        member: u32,
+        layout: &Layout,
+    ) -> SegmentWriter {
         let p = layout.params();
         SegmentWriter {
             file,
+            writes: BlockWrites::Inline,
             path: path.to_path_buf(),
             member,
             buf: AlignedBuf::new(p.block_len as usize),
@@ -60,6 +100,14 @@ impl SegmentWriter {
             packet_len: p.packet_len() as usize,
             records: Vec::new(),
             dirty: false,
+            folded: Some(0),
+            tail: {
+                let tail_len = (p.block_len - p.packets_per_block() * p.packet_len()) as usize;
+                (
+                    ZeroShift::new(tail_len),
+                    crc32c::crc32c(&vec![0u8; tail_len]),
+                )
+            },
         }
     }
 
@@ -78,7 +126,13 @@ impl SegmentWriter {
             "opening segment {}",
             path.display()
         )))?;
-        Self::resume_with(Some(file), path, member, layout, (next_packet, partial))
+        Self::resume_with(
+            Some(Arc::new(file)),
+            path,
+            member,
+            layout,
+            (next_packet, partial),
+        )
     }
 
     /// [`SegmentWriter::resume`] for a member a degraded fill does not write (no file, as
@@ -94,13 +148,14 @@ impl SegmentWriter {
     }
 
     fn resume_with(
-        file: Option<BlockFile>,
+        file: Option<Arc<BlockFile>>,
         path: &Path,
         member: u32,
         layout: &Layout,
         (next_packet, partial): (u64, Option<&[u8]>),
     ) -> Result<SegmentWriter, StoreError> {
         let mut w = Self::new(file, path, member, layout);
+        w.folded = None;
         let per = w.packets_per_block as u64;
         w.block = next_packet / per;
         w.slot = (next_packet % per) as usize;
@@ -124,6 +179,7 @@ impl SegmentWriter {
         let mut out = std::mem::take(&mut self.records);
         if self.slot > 0 {
             if self.dirty {
+                self.clear_tail();
                 self.write_current()?;
             }
             let len = self.slot * self.packet_len;
@@ -162,17 +218,64 @@ impl SegmentWriter {
         let packet = &mut self.buf.as_mut_slice()[start..start + self.packet_len];
         isnode_wire::build_data_packet(packet, id, symbol)?;
         let digest = packet_digest(packet);
+        self.folded = None;
+        self.advance()?;
+        Ok(digest)
+    }
+
+    /// Copies an already framed packet (`packet_len` bytes) into the next slot, with the
+    /// CRC32C of its bytes (`shift`: [`ZeroShift`] over one packet), of which the block's
+    /// CRC32C is made without another pass over the block.
+    pub(crate) fn push_framed(
+        &mut self,
+        packet: &[u8],
+        crc: u32,
+        shift: &ZeroShift,
+    ) -> Result<(), StoreError> {
+        let start = self.slot * self.packet_len;
+        self.buf.as_mut_slice()[start..start + self.packet_len].copy_from_slice(packet);
+        self.folded = self.folded.map(|c| shift.append(c, crc));
+        self.advance()
+    }
+
+    fn advance(&mut self) -> Result<(), StoreError> {
         self.slot += 1;
         self.dirty = true;
         if self.slot == self.packets_per_block {
             self.flush_block()?;
         }
-        Ok(digest)
+        Ok(())
+    }
+
+    /// Zeroes the slots after the last packet of a short block (they may hold packets of
+    /// the block written before from this buffer).
+    fn clear_tail(&mut self) {
+        let (from, to) = (
+            self.slot * self.packet_len,
+            self.packets_per_block * self.packet_len,
+        );
+        self.buf.as_mut_slice()[from..to].fill(0);
     }
 
     fn flush_block(&mut self) -> Result<(), StoreError> {
-        let crc32c = crc32c::crc32c(self.buf.as_slice());
-        self.write_current()?;
+        self.clear_tail();
+        let (shift, zeros) = &self.tail;
+        let crc32c = match self.folded {
+            Some(c) if self.slot == self.packets_per_block => shift.append(c, *zeros),
+            _ => crc32c::crc32c(self.buf.as_slice()),
+        };
+        self.folded = Some(0);
+        match (&self.writes, &self.file) {
+            (BlockWrites::Behind(behind), Some(file)) => {
+                let next = behind.take()?;
+                let full = std::mem::replace(&mut self.buf, next);
+                let what = format!("writing block {} of {}", self.block, self.path.display());
+                let offset = self.block * full.len() as u64;
+                behind.submit(Arc::clone(file), offset, full, what)?;
+                self.dirty = false;
+            }
+            _ => self.write_current()?,
+        }
         self.records.push(BlockRecord {
             member: self.member,
             block: self.block,
@@ -181,14 +284,17 @@ impl SegmentWriter {
         });
         self.block += 1;
         self.slot = 0;
-        self.buf.zero();
         Ok(())
     }
 
-    /// Writes the last partial block, syncs, and returns the block records.
+    /// Writes the last partial block, waits for the blocks written behind, syncs, and
+    /// returns the block records.
     pub(crate) fn finish(mut self) -> Result<Vec<BlockRecord>, StoreError> {
         if self.slot > 0 {
             self.flush_block()?;
+        }
+        if let BlockWrites::Behind(behind) = &self.writes {
+            behind.wait_idle()?;
         }
         if let Some(file) = &self.file {
             file.sync()

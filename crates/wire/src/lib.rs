@@ -219,6 +219,19 @@ pub struct DataPacket<'a> {
 /// fail, whereas the general [`parse_packet`] may read a corrupted header as another valid
 /// LCT layout without EXT_CRC.
 pub fn parse_data_packet(bytes: &[u8]) -> Result<DataPacket<'_>, WireError> {
+    let (packet, carried) = parse_data_packet_unverified(bytes)?;
+    let computed = packet_crc(bytes, DATA_CRC_OFFSET);
+    if carried != computed {
+        return Err(WireError::CrcMismatch { carried, computed });
+    }
+    Ok(packet)
+}
+
+/// [`parse_data_packet`] but for the CRC32C: every check of the header's layout, and the
+/// identifiers, the symbol and the CRC32C the packet carries. For a caller that computes
+/// the CRC32C its own way (e.g. the symbol's part apart, to reuse it) and compares it
+/// with the carried one: until then the packet is not verified.
+pub fn parse_data_packet_unverified(bytes: &[u8]) -> Result<(DataPacket<'_>, u32), WireError> {
     if bytes.len() <= DATA_HEADER_LEN {
         return Err(WireError::TooShort {
             need: DATA_HEADER_LEN + 1,
@@ -241,10 +254,6 @@ pub fn parse_data_packet(bytes: &[u8]) -> Result<DataPacket<'_>, WireError> {
         return Err(WireError::NotDataPacket("no EXT_CRC at offset 16"));
     }
     let carried = u32::from_be_bytes([bytes[20], bytes[21], bytes[22], bytes[23]]);
-    let computed = packet_crc(bytes, DATA_CRC_OFFSET);
-    if carried != computed {
-        return Err(WireError::CrcMismatch { carried, computed });
-    }
     let word =
         |at: usize| u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     // TOI 0 carries the FDT (FLUTE): never a data packet, as `AlcPacket::data_id` agrees.
@@ -252,7 +261,7 @@ pub fn parse_data_packet(bytes: &[u8]) -> Result<DataPacket<'_>, WireError> {
         return Err(WireError::NotDataPacket("TOI 0 is the FDT's"));
     }
     let fpi = word(24);
-    Ok(DataPacket {
+    let packet = DataPacket {
         id: DataPacketId {
             tsi: word(8),
             toi: word(12),
@@ -260,7 +269,8 @@ pub fn parse_data_packet(bytes: &[u8]) -> Result<DataPacket<'_>, WireError> {
             esi: (fpi & 0xFF) as u8,
         },
         symbol: &bytes[DATA_HEADER_LEN..],
-    })
+    };
+    Ok((packet, carried))
 }
 
 /// CRC32C of `packet` without the 4 bytes at `crc_offset..crc_offset + 4`.

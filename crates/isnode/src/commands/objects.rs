@@ -111,7 +111,9 @@ pub(super) fn cat(root: &Path, args: &CatArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("finding {:?}", args.name))?;
     let mut reader = ObjectReader::for_record(&vol, rec, ReadOrder::Sequential)?;
     let stdout = std::io::stdout();
-    let mut out = BufWriter::with_capacity(1 << 20, stdout.lock());
+    // Whole codewords (about 300 KiB each) go to stdout as they are: a buffer in between
+    // would only copy them once more.
+    let mut out = stdout.lock();
     let stats = reader
         .copy_to(&mut out, &mut |_| {})
         .with_context(|| format!("reading {:?}", args.name))?;
