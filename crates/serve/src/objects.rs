@@ -224,25 +224,9 @@ impl Listed {
         match self {
             Listed::Ok(o) => o.json(),
             Listed::Bad(bad) => {
-                let r = &bad.record;
-                isnode_proto::ObjectInfo {
-                    name: r.name.clone(),
-                    size_bytes: r.size_bytes,
-                    bitrate_bps: r.bitrate_bps,
-                    duration_s: r.duration_s,
-                    content_type: r.content_type.clone(),
-                    symbol_size: r.symbol_len,
-                    source_symbols: r.source_symbols,
-                    repair_symbols: r.repair_symbols,
-                    codewords: r.codewords,
-                    tsi,
-                    toi: r.toi,
-                    moov_at_front: None,
-                    packet_digests: None,
-                    status: isnode_proto::ObjectStatus::Bad,
-                    problem: Some(bad.problem.clone()),
-                    front_codewords: None,
-                }
+                let mut info = record_json(&bad.record, tsi, isnode_proto::ObjectStatus::Bad);
+                info.problem = Some(bad.problem.clone());
+                info
             }
         }
     }
@@ -251,7 +235,19 @@ impl Listed {
 /// The JSON description of an object being filled (`status` `filling`): its record and
 /// its durable fill front (`GET /v1/objects`, the status page).
 pub fn filling_json(f: &isnode_store::FillingObject, tsi: u32) -> isnode_proto::ObjectInfo {
-    let r = &f.record;
+    let mut info = record_json(&f.record, tsi, isnode_proto::ObjectStatus::Filling);
+    info.packet_digests = Some(isnode_wire::digest::DIGEST_ALGORITHM.to_string());
+    info.front_codewords = Some(f.front_codewords);
+    info
+}
+
+/// What the catalog row `r` says of an object that is not served as it stands (bad, or
+/// filling), with `status`; no problem, digests or front named yet.
+fn record_json(
+    r: &isnode_store::ObjectRecord,
+    tsi: u32,
+    status: isnode_proto::ObjectStatus,
+) -> isnode_proto::ObjectInfo {
     isnode_proto::ObjectInfo {
         name: r.name.clone(),
         size_bytes: r.size_bytes,
@@ -265,10 +261,10 @@ pub fn filling_json(f: &isnode_store::FillingObject, tsi: u32) -> isnode_proto::
         tsi,
         toi: r.toi,
         moov_at_front: None,
-        packet_digests: Some(isnode_wire::digest::DIGEST_ALGORITHM.to_string()),
-        status: isnode_proto::ObjectStatus::Filling,
+        packet_digests: None,
+        status,
         problem: None,
-        front_codewords: Some(f.front_codewords),
+        front_codewords: None,
     }
 }
 
