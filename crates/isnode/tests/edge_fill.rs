@@ -55,6 +55,22 @@ impl Edge {
         args.extend_from_slice(extra);
         Server::start(&self.vol, &args)
     }
+
+    /// A server on this edge's volume whose origin is the fake S3 at `addr` (bucket
+    /// `films`, fake credentials), with `extra` flags.
+    fn serve_fake_s3(&self, addr: SocketAddr, extra: &[&str]) -> Server {
+        let endpoint = format!("http://{addr}");
+        let mut args = vec!["--origin", "s3://films", "--origin-endpoint", &endpoint];
+        args.extend_from_slice(extra);
+        Server::start_env(
+            &self.vol,
+            &args,
+            &[
+                ("AWS_ACCESS_KEY_ID", "GKfake"),
+                ("AWS_SECRET_ACCESS_KEY", "fake-secret"),
+            ],
+        )
+    }
 }
 
 /// `GET path` as raw bytes (status, body), with a generous read timeout.
@@ -501,15 +517,7 @@ fn an_origin_sending_short_or_cut_bodies_is_502_and_nothing_is_complete() {
         let edge = Edge::new();
         let src = Arc::new(edge.put("film.ts", 2_000_000, 6.0, 7));
         let (addr, gets, stop) = fake_s3(src.clone(), mode);
-        let endpoint = format!("http://{addr}");
-        let server = Server::start_env(
-            &edge.vol,
-            &["--origin", "s3://films", "--origin-endpoint", &endpoint],
-            &[
-                ("AWS_ACCESS_KEY_ID", "GKfake"),
-                ("AWS_SECRET_ACCESS_KEY", "fake-secret"),
-            ],
-        );
+        let server = edge.serve_fake_s3(addr, &[]);
         let r = server.req("GET", "/o/film.ts", None);
         assert_eq!(r.status, 502, "{}", r.body);
         let r = server.post_session("film.ts", 40_000);
@@ -545,15 +553,7 @@ fn a_garbled_body_of_the_right_length_is_502_and_never_complete() {
     // 3 MB: three 1 MiB ranges, the last one garbled.
     let src = Arc::new(edge.put("film.ts", 4_000_000, 6.0, 41));
     let (addr, gets, stop) = fake_s3(src.clone(), Fake::Garbled);
-    let endpoint = format!("http://{addr}");
-    let server = Server::start_env(
-        &edge.vol,
-        &["--origin", "s3://films", "--origin-endpoint", &endpoint],
-        &[
-            ("AWS_ACCESS_KEY_ID", "GKfake"),
-            ("AWS_SECRET_ACCESS_KEY", "fake-secret"),
-        ],
-    );
+    let server = edge.serve_fake_s3(addr, &[]);
     // The whole body over HTTP: it may begin (bytes before the last range are served as
     // they are committed) but it never ends well: 502 at once, or a body cut short.
     let (status, body) = get_bytes(server.addr, "/o/film.ts", &[]);
@@ -686,22 +686,7 @@ fn a_session_from_an_origin_slower_than_the_playing_plays_every_byte() {
     // digest route answers up to the front.)
     let src = Arc::new(edge.put("film.ts", 8_000_000, 8.0, 30));
     let (addr, _gets, stop) = fake_s3(src.clone(), Fake::Slow);
-    let endpoint = format!("http://{addr}");
-    let server = Server::start_env(
-        &edge.vol,
-        &[
-            "--origin",
-            "s3://films",
-            "--origin-endpoint",
-            &endpoint,
-            "--fill-parallel-ranges",
-            "1",
-        ],
-        &[
-            ("AWS_ACCESS_KEY_ID", "GKfake"),
-            ("AWS_SECRET_ACCESS_KEY", "fake-secret"),
-        ],
-    );
+    let server = edge.serve_fake_s3(addr, &["--fill-parallel-ranges", "1"]);
     let deadline = Instant::now() + Duration::from_secs(90);
     let (_, out) = play_to_end(&server, &edge.vol, "film.ts", "held", &[], deadline);
     assert!(out == *src, "the session played other bytes");
@@ -884,17 +869,7 @@ fn a_fill_checked_against_an_md5_etag_and_killed_mid_way_resumes_and_passes_its_
     let edge = Edge::new();
     let src = Arc::new(edge.put("film.ts", 4_000_000, 12.0, 71)); // 6 MB: 6 ranges
     let (addr, _gets, stop) = fake_s3(src.clone(), Fake::Slow);
-    let endpoint = format!("http://{addr}");
-    let start = || {
-        Server::start_env(
-            &edge.vol,
-            &["--origin", "s3://films", "--origin-endpoint", &endpoint],
-            &[
-                ("AWS_ACCESS_KEY_ID", "GKfake"),
-                ("AWS_SECRET_ACCESS_KEY", "fake-secret"),
-            ],
-        )
-    };
+    let start = || edge.serve_fake_s3(addr, &[]);
     let mut server = start();
     prefill(&server, "film.ts", 3_000_000);
     let deadline = Instant::now() + Duration::from_secs(60);
