@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use serve_support::fills::{fill_of, kill_fill_past, Front};
 use serve_support::*;
 
 /// A volume and an origin directory beside it.
@@ -121,17 +122,6 @@ fn dechunk(mut rest: &[u8]) -> Vec<u8> {
         rest = rest.get(size + 2..).unwrap_or(&[]);
     }
     out
-}
-
-/// The fill of `name` in `GET /v1/fills`, if listed.
-fn fill_of(server: &Server, name: &str) -> Option<Value> {
-    let r = server.req("GET", "/v1/fills", None);
-    assert_eq!(r.status, 200, "GET /v1/fills: {}", r.body);
-    r.json()["fills"]
-        .as_array()?
-        .iter()
-        .find(|f| f["name"] == name)
-        .cloned()
 }
 
 /// Waits (bounded) until the fill of `name` is in `phase`; its report.
@@ -291,21 +281,8 @@ fn a_fill_killed_mid_way_resumes_from_its_front() {
     let size = src.len() as f64;
     let mut server = edge.serve(&[]);
     prefill(&server, "long.ts", 3_000_000);
-    // Wait for a front past 1.5 MiB, then kill -9.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let fetched_before = loop {
-        let f = fill_of(&server, "long.ts").expect("listed");
-        if f["filled_bytes"].as_u64().unwrap_or(0) > 3 << 19 {
-            break server.metrics().get("isnode_fill_bytes_total");
-        }
-        assert!(Instant::now() < deadline, "no progress: {f}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    // SAFETY: kill(2) on our own child.
-    unsafe {
-        libc::kill(server.pid() as i32, libc::SIGKILL);
-    }
-    server.wait_exit(Instant::now() + Duration::from_secs(10));
+    // Past 1.5 MiB fetched, kill -9.
+    let fetched_before = kill_fill_past(&mut server, "long.ts", 3 << 19, Front::Any);
     let server = edge.serve(&[]);
     let f = wait_fill(&server, "long.ts", "done", Duration::from_secs(60));
     let fetched_after = server.metrics().get("isnode_fill_bytes_total");
@@ -872,18 +849,7 @@ fn a_fill_checked_against_an_md5_etag_and_killed_mid_way_resumes_and_passes_its_
     let start = || edge.serve_fake_s3(addr, &[]);
     let mut server = start();
     prefill(&server, "film.ts", 3_000_000);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let f = fill_of(&server, "film.ts").expect("listed");
-        if f["front_codewords"].as_u64().unwrap_or(0) > 0
-            && f["filled_bytes"].as_u64().unwrap_or(0) > 3 << 19
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no progress: {f}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    server.kill9();
+    kill_fill_past(&mut server, "film.ts", 3 << 19, Front::Readable);
     // The restarted server resumes the fill from its front: the MD5 of the stored prefix is
     // read back, the rest hashed as it comes, and the whole matches the ETag.
     let server = start();

@@ -8,20 +8,9 @@ mod serve_support;
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serve_support::fills::{fill_of, kill_fill_past, Front};
 use serve_support::garage::{Garage, BUCKET, REGION};
 use serve_support::*;
-
-/// The fill of `name` in the edge's `GET /v1/fills`, if listed.
-fn fill_of(server: &Server, name: &str) -> Option<Value> {
-    let r = server.req("GET", "/v1/fills", None);
-    assert_eq!(r.status, 200, "GET /v1/fills: {}", r.body);
-    r.json()["fills"]
-        .as_array()?
-        .iter()
-        .find(|f| f["name"] == name)
-        .cloned()
-}
 
 /// An edge on `vol` filling from Garage node 0.
 fn edge(g: &Garage, vol: &Vol) -> Server {
@@ -61,20 +50,7 @@ fn an_edge_killed_mid_fill_from_garage_resumes_its_fill_after_a_restart() {
     let body = r#"{"titles": ["long.ts"], "rate_bps": 3000000}"#;
     let r = server.req("POST", "/v1/fills", Some(body));
     assert_eq!(r.status, 202, "POST /v1/fills: {}", r.body);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let fetched_before = loop {
-        let f = fill_of(&server, "long.ts").expect("the fill is listed");
-        if f["filled_bytes"].as_u64().unwrap_or(0) > 3 << 19 {
-            break server.metrics().get("isnode_fill_bytes_total");
-        }
-        assert!(Instant::now() < deadline, "no progress: {f}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    // SAFETY: kill(2) on our own child.
-    unsafe {
-        libc::kill(server.pid() as i32, libc::SIGKILL);
-    }
-    server.wait_exit(Instant::now() + Duration::from_secs(10));
+    let fetched_before = kill_fill_past(&mut server, "long.ts", 3 << 19, Front::Any);
 
     let server = edge(&g, &vol);
     let deadline = Instant::now() + Duration::from_secs(90);

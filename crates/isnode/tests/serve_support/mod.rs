@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub(crate) mod fills;
 pub(crate) mod garage;
 pub(crate) mod media;
 pub(crate) mod netns;
