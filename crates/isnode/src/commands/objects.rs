@@ -81,15 +81,50 @@ pub(super) fn print_header() {
 
 /// One object's line of `ls`.
 fn print_row(o: &isnode_store::ObjectRecord, status: &str) {
+    print_line(
+        &RowFields {
+            name: &o.name,
+            size_bytes: o.size_bytes,
+            bitrate_bps: o.bitrate_bps,
+            duration_s: o.duration_s,
+            codewords: o.codewords,
+            fec: (o.source_symbols, o.repair_symbols, o.symbol_len),
+            toi: o.toi,
+        },
+        status,
+    );
+}
+
+/// What a line of `ls` shows of an object, from the local catalog or a server's list.
+pub(super) struct RowFields<'a> {
+    /// The object's name.
+    pub name: &'a str,
+    /// Its size.
+    pub size_bytes: u64,
+    /// Its bitrate.
+    pub bitrate_bps: u64,
+    /// Its duration.
+    pub duration_s: f64,
+    /// Its codewords.
+    pub codewords: u32,
+    /// Source symbols, repair symbols, symbol length.
+    pub fec: (u32, u32, u32),
+    /// Its TOI.
+    pub toi: u32,
+}
+
+/// Prints one line of `ls` under [`print_header`].
+pub(super) fn print_line(r: &RowFields<'_>, status: &str) {
+    let (k, m, e) = r.fec;
     println!(
         "{:<32} {:>14} {:>12} {:>10.1} {:>9} {:>12} {:>6} {status}",
-        o.name,
-        o.size_bytes,
-        o.bitrate_bps,
-        o.duration_s,
-        o.codewords,
-        format!("{},{},{}", o.source_symbols, o.repair_symbols, o.symbol_len),
-        o.toi
+        r.name,
+        r.size_bytes,
+        r.bitrate_bps,
+        r.duration_s,
+        r.codewords,
+        format!("{k},{m},{e}"),
+        r.toi
     );
 }
 

@@ -136,10 +136,7 @@ pub(super) fn list(server: &str, args: &LsArgs) -> anyhow::Result<ExitCode> {
         .read_to_string()
         .with_context(|| format!("reading the list from {url}"))?;
     if status != 200 {
-        let reason = serde_json::from_str::<ErrorBody>(&body)
-            .map(|e| e.error)
-            .unwrap_or_else(|_| body.chars().take(200).collect());
-        bail!("listing {url}: server answered {status}: {reason}");
+        bail!("listing {url}: server answered {status}: {}", reason(&body));
     }
     let list: ObjectList =
         serde_json::from_str(&body).with_context(|| format!("the object list of {url}"))?;
@@ -165,19 +162,16 @@ fn print_listed(o: &ObjectInfo) {
             o.codewords
         ),
     };
-    println!(
-        "{:<32} {:>14} {:>12} {:>10.1} {:>9} {:>12} {:>6} {status}",
-        o.name,
-        o.size_bytes,
-        o.bitrate_bps,
-        o.duration_s,
-        o.codewords,
-        format!(
-            "{},{},{}",
-            o.source_symbols, o.repair_symbols, o.symbol_size
-        ),
-        o.toi
-    );
+    let row = super::objects::RowFields {
+        name: &o.name,
+        size_bytes: o.size_bytes,
+        bitrate_bps: o.bitrate_bps,
+        duration_s: o.duration_s,
+        codewords: o.codewords,
+        fec: (o.source_symbols, o.repair_symbols, o.symbol_size),
+        toi: o.toi,
+    };
+    super::objects::print_line(&row, &status);
 }
 
 /// An agent without a global timeout (an upload takes as long as it takes).
@@ -208,10 +202,17 @@ pub(super) fn answer(
     if status == expect {
         return Ok(body);
     }
-    let reason = serde_json::from_str::<ErrorBody>(&body)
+    bail!(
+        "{what} of {name:?}: server answered {status}: {}",
+        reason(&body)
+    )
+}
+
+/// What a server's error answer says: its JSON `error`, else the first 200 characters.
+fn reason(body: &str) -> String {
+    serde_json::from_str::<ErrorBody>(body)
         .map(|e| e.error)
-        .unwrap_or_else(|_| body.chars().take(200).collect());
-    bail!("{what} of {name:?}: server answered {status}: {reason}")
+        .unwrap_or_else(|_| body.chars().take(200).collect())
 }
 
 /// The upload's query: `bitrate_bps` and `content_type` when given.
