@@ -77,6 +77,14 @@ pub struct LevelResult {
     pub cpu_s_per_wire_gb: f64,
     /// CPU seconds of this process (the receivers and the control clients).
     pub receivers_cpu_s: f64,
+    /// Server and receivers together, CPU seconds per GB of title bytes delivered: the
+    /// figure no attribution can move. On a veth pair (and on loopback) the kernel charges
+    /// part of each side's network work to the other: the receive path of a datagram runs in
+    /// the sender's softirq (isnode's clients' UDP receive is charged to the server), while
+    /// TCP's ACK-clocked transmissions run in the softirq of the client's ACK (part of
+    /// nginx's sending is charged to its clients).
+    #[serde(default)]
+    pub both_ends_cpu_s_per_title_gb: f64,
     /// Resident memory of the server processes at the end, bytes.
     pub server_rss_bytes: u64,
     /// isnode: block lookups served from the pool over all lookups during the level
@@ -215,6 +223,8 @@ pub(crate) fn level_result(m: &Measured, tally: &Tally, judged: Vec<Judged>) -> 
         cpu_s_per_title_gb: m.server_cpu_s / (delivered / 1e9).max(1e-12),
         cpu_s_per_wire_gb: m.server_cpu_s / (wire as f64 / 1e9).max(1e-12),
         receivers_cpu_s: m.receivers_cpu_s,
+        both_ends_cpu_s_per_title_gb: (m.server_cpu_s + m.receivers_cpu_s)
+            / (delivered / 1e9).max(1e-12),
         server_rss_bytes: m.server_rss_bytes,
         cache_hit_ratio: lookups
             .filter(|(_, all)| *all > 0)
@@ -413,13 +423,14 @@ fn opt(x: Option<f64>, scale: f64, digits: usize) -> String {
 pub fn format_table(r: &LoadReport) -> String {
     let mut s = format!("net: {}\n", r.net);
     s.push_str(&format!(
-        "{:<15} {:>7} {:>11} {:>8} {:>8} {:>8} {:>7} {:>6} {:>7} {:>7} {:>5} {:>7} {:>7} {:>6} {:>4} {:>3}\n",
+        "{:<15} {:>7} {:>11} {:>8} {:>8} {:>8} {:>8} {:>7} {:>6} {:>7} {:>7} {:>5} {:>7} {:>7} {:>6} {:>4} {:>3}\n",
         "server",
         "streams",
         "valid/total",
         "cpu_s/GB",
         "cpu/wGB",
         "rx_cpu_s",
+        "both/GB",
         "rss_MB",
         "hit%",
         "disk/B",
@@ -453,7 +464,8 @@ pub fn format_table(r: &LoadReport) -> String {
     s.push_str(
         "cpu_s/GB: server user+sys per GB of title bytes delivered; cpu/wGB: per GB on the wire \
          (isnode: UDP payload received; nginx: HTTP body); rx_cpu_s: this process (receivers); \
-         hit%: isnode's pool hits of all lookups; disk/B: isnode's bytes read into the pool per \
+         both/GB: server and receivers together per title GB (on veth and loopback the kernel \
+         charges part of each side's network work to the other: see docs/benchmarks.md); hit%: isnode's pool hits of all lookups; disk/B: isnode's bytes read into the pool per \
          wire byte; io/B: read_bytes of /proc/PID/io of every server process per wire byte; \
          pk/rx: packets per UDP receive call (32: GSO runs arrive whole); cpu_vs_nginx: to the best nginx variant, at \
          the first level (same load); start: request to first byte; cv: of 1 s window rates; \
@@ -514,13 +526,14 @@ fn confined_table(r: &LoadReport, c: &super::ConfinementReport) -> String {
 
 fn level_row(server: &str, l: &LevelResult) -> String {
     format!(
-        "{:<15} {:>7} {:>11} {:>8.3} {:>8.3} {:>8.2} {:>7.1} {:>6} {:>7} {:>7} {:>5} {:>7} {:>7} {:>6} {:>4} {:>3}\n",
+        "{:<15} {:>7} {:>11} {:>8.3} {:>8.3} {:>8.2} {:>8.3} {:>7.1} {:>6} {:>7} {:>7} {:>5} {:>7} {:>7} {:>6} {:>4} {:>3}\n",
         server,
         l.streams,
         format!("{}/{}", l.valid, l.sessions),
         l.cpu_s_per_title_gb,
         l.cpu_s_per_wire_gb,
         l.receivers_cpu_s,
+        l.both_ends_cpu_s_per_title_gb,
         l.server_rss_bytes as f64 / 1e6,
         opt(l.cache_hit_ratio, 100.0, 1),
         opt(l.disk_bytes_per_wire_byte, 1.0, 3),
