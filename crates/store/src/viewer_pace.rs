@@ -1,11 +1,12 @@
-//! The viewers' pacing signal shared through the volume: `isnode serve` rewrites
-//! `VOLUME/run/viewer-pace.json` every [`WRITE_EVERY_MS`] with what its data plane sees of
-//! its viewers (streams, late streams, smallest playback slack, session reads), and the
-//! background work of other processes on the same volume (`isnode volume rebuild`,
-//! `isnode volume scrub`) reads it and paces itself exactly as the server's own
-//! background scrub does ([`crate::pace::paced_rate_bps`]). A file older than
-//! [`FRESH_MS`], missing or unreadable means no server runs: full rate (docs/format.md,
-//! "viewer-pace.json").
+//! The viewers' pacing signal shared through the volume: `isnode serve` samples what its
+//! data plane sees of its viewers (streams, late streams, smallest playback slack, session
+//! reads) every [`SAMPLE_EVERY_MS`] while there are viewers, and rewrites
+//! `VOLUME/run/viewer-pace.json` when a change would change the pace ([`WriteRule`]), and
+//! otherwise every [`HEARTBEAT_MS`]; the background work of other processes on the same
+//! volume (`isnode volume rebuild`, `isnode volume scrub`) reads it and paces itself
+//! exactly as the server's own background scrub does ([`crate::pace::paced_rate_bps`]). A
+//! file older than [`FRESH_MS`], missing or unreadable means no server runs: full rate
+//! (docs/format.md, "viewer-pace.json").
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -14,10 +15,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::pace::{paced_rate_bps, RateSignal, ViewerLoad};
 
-/// How often the server rewrites the file, milliseconds.
-pub const WRITE_EVERY_MS: u64 = 200;
-/// A file written longer ago than this (or later than this in the future) is stale.
-pub const FRESH_MS: u64 = 1_000;
+/// How often the server samples its viewers' load while it has viewers, milliseconds
+/// (without viewers it samples every [`HEARTBEAT_MS`], and at once when a stream starts).
+pub const SAMPLE_EVERY_MS: u64 = 200;
+/// The longest the server goes without rewriting the file (its liveness), milliseconds.
+pub const HEARTBEAT_MS: u64 = 1_000;
+/// A file written longer ago than this (or later than this in the future) is stale: three
+/// heartbeats, so that a late one is not taken for a server gone.
+pub const FRESH_MS: u64 = 3 * HEARTBEAT_MS;
+/// A change of the smallest playback slack (within the range that scales the pace) of at
+/// least this much is written at once, milliseconds (about 5 % of the pace).
+pub const SLACK_STEP_MS: i64 = 50;
 /// The file's version.
 pub const VERSION: u32 = 1;
 /// Largest file read (a larger one is ignored).
@@ -64,6 +72,50 @@ impl ViewerPaceFile {
             late_streams: self.late_streams,
         })
     }
+}
+
+/// When the server rewrites the file (sans-IO: the caller gives the loads and the clock):
+/// at the first sample, when a change would change the pace of background work (streams
+/// come or go, a stream is late or no longer, session reads start or stop, the smallest
+/// slack moves by [`SLACK_STEP_MS`] within the scaling range), and otherwise every
+/// [`HEARTBEAT_MS`]. The exact counts of a file are thus at most a heartbeat old.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WriteRule {
+    /// The load last written and when (ms on the caller's clock).
+    last: Option<(ViewerLoad, u64)>,
+}
+
+impl WriteRule {
+    /// Whether `load` sampled at `now_ms` is to be written; if so it counts as written.
+    pub fn due(&mut self, load: ViewerLoad, now_ms: u64) -> bool {
+        let due = match self.last {
+            None => true,
+            Some((last, at_ms)) => {
+                now_ms.saturating_sub(at_ms) >= HEARTBEAT_MS || paces_differently(last, load)
+            }
+        };
+        if due {
+            self.last = Some((load, now_ms));
+        }
+        due
+    }
+}
+
+/// Whether readers could pace `b` differently from `a` ([`paced_rate_bps`]).
+fn paces_differently(a: ViewerLoad, b: ViewerLoad) -> bool {
+    use crate::pace::{COMFORTABLE_SLACK_MS, CRITICAL_SLACK_MS};
+    let slack = |l: ViewerLoad| {
+        l.min_slack_ms
+            .map(|ms| ms.clamp(CRITICAL_SLACK_MS, COMFORTABLE_SLACK_MS))
+    };
+    let slack_moved = match (slack(a), slack(b)) {
+        (Some(x), Some(y)) => x.abs_diff(y) >= SLACK_STEP_MS.unsigned_abs(),
+        (x, y) => x.is_some() != y.is_some(),
+    };
+    (a.streams > 0) != (b.streams > 0)
+        || (a.late_streams > 0) != (b.late_streams > 0)
+        || (a.session_reads > 0) != (b.session_reads > 0)
+        || slack_moved
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
@@ -199,6 +251,76 @@ mod tests {
         write(dir.path(), &ViewerPaceFile::new(calm, SystemTime::now())).unwrap();
         assert_eq!(uncapped.rate_bps(), Some(BESIDE_SERVER_RATE_BPS));
         assert_eq!(uncapped.held_back, 0);
+    }
+
+    fn streams(n: u32, slack_ms: i64) -> ViewerLoad {
+        ViewerLoad {
+            streams: n,
+            min_slack_ms: Some(slack_ms),
+            ..ViewerLoad::default()
+        }
+    }
+
+    #[test]
+    fn written_when_the_pace_would_change_else_at_the_heartbeat() {
+        let mut rule = WriteRule::default();
+        let idle = ViewerLoad::default();
+        assert!(rule.due(idle, 0), "the first sample");
+        assert!(!rule.due(idle, 200), "no change");
+        assert!(rule.due(idle, HEARTBEAT_MS), "the heartbeat");
+        let t = HEARTBEAT_MS;
+        assert!(rule.due(streams(1, 850), t + 10), "a stream came");
+        assert!(
+            !rule.due(streams(7, 860), t + 20),
+            "more streams, slack within a step"
+        );
+        assert!(rule.due(streams(7, 790), t + 30), "the slack fell a step");
+        assert!(
+            !rule.due(streams(7, 780), t + 40),
+            "within a step of the last written"
+        );
+        assert!(
+            rule.due(streams(7, 780), t + 30 + HEARTBEAT_MS),
+            "the heartbeat"
+        );
+        let mut r = WriteRule::default();
+        assert!(r.due(streams(3, 1_500), 0));
+        assert!(
+            !r.due(streams(3, 9_000), 10),
+            "both comfortable: the same pace"
+        );
+        assert!(
+            !r.due(streams(3, 990), 20),
+            "10 ms below comfortable: within a step"
+        );
+        assert!(r.due(streams(3, 900), 25), "a step below comfortable");
+        let late = ViewerLoad {
+            late_streams: 1,
+            ..streams(3, 1_500)
+        };
+        assert!(r.due(late, 30), "a late stream");
+        let reads = ViewerLoad {
+            session_reads: 2,
+            ..late
+        };
+        assert!(r.due(reads, 40), "session reads began");
+        assert!(!r.due(
+            ViewerLoad {
+                session_reads: 9,
+                ..reads
+            },
+            50
+        ));
+        assert!(r.due(idle, 60), "the streams went");
+    }
+
+    #[test]
+    fn a_file_a_heartbeat_late_is_still_fresh() {
+        let now = SystemTime::now();
+        let f = ViewerPaceFile::new(late_load(), now - Duration::from_millis(2 * HEARTBEAT_MS));
+        assert_eq!(f.load_at(now), Some(late_load()));
+        let gone = ViewerPaceFile::new(late_load(), now - Duration::from_millis(FRESH_MS + 1));
+        assert_eq!(gone.load_at(now), None);
     }
 
     #[test]
