@@ -66,6 +66,9 @@ pub(crate) struct Shared {
     /// Told when a session is registered or a broadcast starts: the reaper (`api.rs`),
     /// asleep while there is nothing to forget, looks again.
     pub reap_wake: tokio::sync::Notify,
+    /// Told by a reload of the configuration: the cluster's prober, asleep without peers,
+    /// looks at the node list again (`cluster/probe.rs`).
+    pub cluster_wake: tokio::sync::Notify,
     /// Set by a reload of the configuration: the background scrub, asleep while it is off,
     /// looks at its rate again (`scrub.rs`).
     pub reloaded: crate::wake::Event,
@@ -185,6 +188,7 @@ impl Shared {
         self.cluster.reconfigure(&new);
         self.config.store(Arc::new(new));
         self.reloaded.set();
+        self.cluster_wake.notify_one();
         kept
     }
 
@@ -567,6 +571,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         members_wake: event()?,
         reloaded: event()?,
         reap_wake: tokio::sync::Notify::new(),
+        cluster_wake: tokio::sync::Notify::new(),
         draining: AtomicBool::new(false),
         workers: senders,
         wakes_queued: (0..threads).map(|_| AtomicBool::new(false)).collect(),

@@ -1,12 +1,14 @@
 //! The viewers' load for the other processes on the volume: the server samples what
 //! [`LoadSampler`] sees (the live streams, the late ones, the smallest playback slack, the
 //! session reads) and writes it to `VOLUME/run/viewer-pace.json`
-//! ([`isnode_store::viewer_pace`]) when the change would change the pace of background work,
-//! else at the heartbeat ([`WriteRule`]), so that `isnode volume rebuild` and `isnode volume
-//! scrub` beside it yield to its viewers exactly as its own background scrub does. It
-//! samples every [`SAMPLE_EVERY_MS`] ms while there is load, and every [`HEARTBEAT_MS`]
-//! without: a data-plane thread that takes its first stream wakes it at once
-//! (`Shared::pace_wake`). The file is removed when the server stops.
+//! ([`isnode_store::viewer_pace`]) when the change would change the pace of background work
+//! (other changes a second later; none, no write: [`WriteRule`]), so that `isnode volume
+//! rebuild` and `isnode volume scrub` beside it yield to its viewers exactly as its own
+//! background scrub does. The thread holds the server's mark on the volume
+//! ([`ServerMark`]: the file counts while it is held). It samples every [`SAMPLE_EVERY_MS`]
+//! ms while there is load, and every [`IDLE_SAMPLE_MS`] without: a data-plane thread that
+//! takes its first stream wakes it at once (`Shared::pace_wake`). The file is removed when
+//! the server stops.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -14,7 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use isnode_store::pace::ViewerLoad;
-use isnode_store::viewer_pace::{self, ViewerPaceFile, WriteRule, HEARTBEAT_MS, SAMPLE_EVERY_MS};
+use isnode_store::viewer_pace::{
+    self, ServerMark, ViewerPaceFile, WriteRule, IDLE_SAMPLE_MS, SAMPLE_EVERY_MS,
+};
 use std::os::fd::AsFd;
 
 use crate::scrub::LoadSampler;
@@ -23,6 +27,20 @@ use crate::wake::wait_any;
 
 /// The thread's body: writes the file until the server stops, then removes it.
 pub(crate) fn run(sh: Arc<Shared>, volume: PathBuf) {
+    let mark = match ServerMark::take(&volume) {
+        Ok(Some(mark)) => Some(mark),
+        Ok(None) => {
+            tracing::warn!("another server on this volume holds {}: a rebuild or scrub beside them follows the file while that one runs", viewer_pace::lock_path(&volume).display());
+            None
+        }
+        Err(e) => {
+            tracing::warn!(
+                "locking {}: {e} (a rebuild or scrub beside the server runs at its full rate)",
+                viewer_pace::lock_path(&volume).display()
+            );
+            None
+        }
+    };
     let mut sampler = LoadSampler::new(&sh);
     let mut rule = WriteRule::default();
     let mut warned = false;
@@ -40,14 +58,15 @@ pub(crate) fn run(sh: Arc<Shared>, volume: PathBuf) {
         }
     }
     viewer_pace::remove(&volume);
+    drop(mark);
 }
 
 /// How long until the next sample: [`SAMPLE_EVERY_MS`] while anything loads the server,
-/// [`HEARTBEAT_MS`] without (a first stream wakes the thread earlier).
+/// [`IDLE_SAMPLE_MS`] without (a first stream wakes the thread earlier).
 fn next_sample_in(load: ViewerLoad) -> Duration {
     let idle = load.streams == 0 && load.late_streams == 0 && load.session_reads == 0;
     Duration::from_millis(match idle {
-        true => HEARTBEAT_MS,
+        true => IDLE_SAMPLE_MS,
         false => SAMPLE_EVERY_MS,
     })
 }

@@ -1,13 +1,19 @@
 //! The viewers' pacing signal shared through the volume: `isnode serve` samples what its
 //! data plane sees of its viewers (streams, late streams, smallest playback slack, session
-//! reads) every [`SAMPLE_EVERY_MS`] while there are viewers, and rewrites
-//! `VOLUME/run/viewer-pace.json` when a change would change the pace ([`WriteRule`]), and
-//! otherwise every [`HEARTBEAT_MS`]; the background work of other processes on the same
-//! volume (`isnode volume rebuild`, `isnode volume scrub`) reads it and paces itself
-//! exactly as the server's own background scrub does ([`crate::pace::paced_rate_bps`]). A
-//! file older than [`FRESH_MS`], missing or unreadable means no server runs: full rate
-//! (docs/format.md, "viewer-pace.json").
+//! reads) every [`SAMPLE_EVERY_MS`] while there are viewers and rewrites
+//! `VOLUME/run/viewer-pace.json` when a change would change the pace of background work
+//! (other changes at most every [`REFRESH_MS`]: [`WriteRule`]); the background work of
+//! other processes on the same volume (`isnode volume rebuild`, `isnode volume scrub`)
+//! reads it and paces itself exactly as the server's own background scrub does
+//! ([`crate::pace::paced_rate_bps`]). The server holds a shared flock on
+//! `VOLUME/run/viewer-pace.lock` while it runs ([`ServerMark`]): the file counts only while
+//! that lock is held ([`server_running`]), so an idle server need not rewrite it to say it
+//! is alive, and a server that died (its lock released by the kernel) is seen gone at once.
+//! A file that is missing, unreadable, of another version, or without the lock held means
+//! no server runs: full rate (docs/format.md, "viewer-pace.json").
 
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -16,18 +22,19 @@ use serde::{Deserialize, Serialize};
 use crate::pace::{paced_rate_bps, RateSignal, ViewerLoad};
 
 /// How often the server samples its viewers' load while it has viewers, milliseconds
-/// (without viewers it samples every [`HEARTBEAT_MS`], and at once when a stream starts).
+/// (without viewers it samples every [`IDLE_SAMPLE_MS`], and at once when a stream starts).
 pub const SAMPLE_EVERY_MS: u64 = 200;
-/// The longest the server goes without rewriting the file (its liveness), milliseconds.
-pub const HEARTBEAT_MS: u64 = 1_000;
-/// A file written longer ago than this (or later than this in the future) is stale: three
-/// heartbeats, so that a late one is not taken for a server gone.
-pub const FRESH_MS: u64 = 3 * HEARTBEAT_MS;
+/// How often the server samples without viewers, milliseconds.
+pub const IDLE_SAMPLE_MS: u64 = 1_000;
+/// A change that does not change the pace (the count of streams, say) is written at most
+/// this long after the last write, milliseconds.
+pub const REFRESH_MS: u64 = 1_000;
 /// A change of the smallest playback slack (within the range that scales the pace) of at
 /// least this much is written at once, milliseconds (about 5 % of the pace).
 pub const SLACK_STEP_MS: i64 = 50;
-/// The file's version.
-pub const VERSION: u32 = 1;
+/// The file's version (2: the lock says whether it counts; version 1 files were fresh for
+/// 1 s after their write).
+pub const VERSION: u32 = 2;
 /// Largest file read (a larger one is ignored).
 const MAX_FILE_BYTES: u64 = 4096;
 
@@ -61,11 +68,10 @@ impl ViewerPaceFile {
         }
     }
 
-    /// The load it says, if it is of this version and fresh at `now`.
-    pub fn load_at(&self, now: SystemTime) -> Option<ViewerLoad> {
-        let now_ms = unix_ms(now);
-        let age_ms = now_ms.abs_diff(self.written_unix_ms);
-        (self.version == VERSION && age_ms <= FRESH_MS).then_some(ViewerLoad {
+    /// The load it says, if it is of this version (whether it counts is the lock's to
+    /// say: [`server_running`]).
+    pub fn load(&self) -> Option<ViewerLoad> {
+        (self.version == VERSION).then_some(ViewerLoad {
             streams: self.streams,
             min_slack_ms: self.min_slack_ms,
             session_reads: self.session_reads,
@@ -75,10 +81,10 @@ impl ViewerPaceFile {
 }
 
 /// When the server rewrites the file (sans-IO: the caller gives the loads and the clock):
-/// at the first sample, when a change would change the pace of background work (streams
-/// come or go, a stream is late or no longer, session reads start or stop, the smallest
-/// slack moves by [`SLACK_STEP_MS`] within the scaling range), and otherwise every
-/// [`HEARTBEAT_MS`]. The exact counts of a file are thus at most a heartbeat old.
+/// at the first sample; at once when a change would change the pace of background work
+/// (streams come or go, a stream is late or no longer, session reads start or stop, the
+/// smallest slack moves by [`SLACK_STEP_MS`] within the scaling range); any other change
+/// [`REFRESH_MS`] after the last write at the latest; never while nothing changes.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WriteRule {
     /// The load last written and when (ms on the caller's clock).
@@ -91,7 +97,8 @@ impl WriteRule {
         let due = match self.last {
             None => true,
             Some((last, at_ms)) => {
-                now_ms.saturating_sub(at_ms) >= HEARTBEAT_MS || paces_differently(last, load)
+                paces_differently(last, load)
+                    || (last != load && now_ms.saturating_sub(at_ms) >= REFRESH_MS)
             }
         };
         if due {
@@ -145,6 +152,74 @@ pub fn remove(volume: &Path) {
     let _ = std::fs::remove_file(path(volume));
 }
 
+/// `VOLUME/run/viewer-pace.lock`.
+pub fn lock_path(volume: &Path) -> PathBuf {
+    volume.join("run").join("viewer-pace.lock")
+}
+
+/// A running server's mark: a shared flock on [`lock_path`], held until dropped (and
+/// released by the kernel if the process dies).
+#[derive(Debug)]
+pub struct ServerMark {
+    _file: File,
+}
+
+/// How long [`ServerMark::take`] tries while the lock is held (readers hold it for
+/// microseconds; held longer, another server on the volume has it).
+const TAKE_TRIES: u32 = 100;
+/// Pause between two tries of [`ServerMark::take`].
+const TAKE_PAUSE: Duration = Duration::from_millis(10);
+
+impl ServerMark {
+    /// Takes the mark of a server on `volume` (an exclusive flock); `Ok(None)` if another
+    /// server on the volume holds it (the file then counts while that one runs).
+    pub fn take(volume: &Path) -> std::io::Result<Option<ServerMark>> {
+        std::fs::create_dir_all(volume.join("run"))?;
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(lock_path(volume))?;
+        for _ in 0..TAKE_TRIES {
+            match try_flock(&file, libc::LOCK_EX)? {
+                Locked::Yes => return Ok(Some(ServerMark { _file: file })),
+                Locked::Busy => std::thread::sleep(TAKE_PAUSE),
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Whether a non-blocking flock was taken.
+enum Locked {
+    Yes,
+    Busy,
+}
+
+/// Tries the flock `op` (`LOCK_EX` or `LOCK_SH`) on `file` without waiting.
+fn try_flock(file: &File, op: libc::c_int) -> std::io::Result<Locked> {
+    // SAFETY: flock on a valid open descriptor.
+    if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } == 0 {
+        return Ok(Locked::Yes);
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        true => Ok(Locked::Busy),
+        false => Err(err),
+    }
+}
+
+/// Whether a server holds its mark on `volume` ([`ServerMark`]): a shared lock cannot be
+/// taken (readers' shared locks never stand in each other's way). No lock file, or one
+/// nobody holds: no server.
+pub fn server_running(volume: &Path) -> bool {
+    let Ok(file) = File::open(lock_path(volume)) else {
+        return false;
+    };
+    // A shared lock taken is released with `file`.
+    matches!(try_flock(&file, libc::LOCK_SH), Ok(Locked::Busy))
+}
+
 /// Reads the file: `None` when missing, too large or not parsing.
 pub fn read(volume: &Path) -> Option<ViewerPaceFile> {
     use std::io::Read;
@@ -194,7 +269,9 @@ impl FileSignal {
 
 impl RateSignal for FileSignal {
     fn rate_bps(&mut self) -> Option<u64> {
-        self.last = read(&self.volume).and_then(|f| f.load_at(SystemTime::now()));
+        self.last = read(&self.volume)
+            .filter(|_| server_running(&self.volume))
+            .and_then(|f| f.load());
         let Some(load) = self.last else {
             return Some(self.cap_bps.unwrap_or(u64::MAX));
         };
@@ -221,20 +298,36 @@ mod tests {
     }
 
     #[test]
-    fn a_fresh_file_paces_a_stale_or_missing_one_does_not() {
+    fn the_file_counts_while_a_server_holds_its_mark() {
         let dir = tempfile::tempdir().unwrap();
         let mut sig = FileSignal::new(dir.path(), Some(8_000_000));
         assert_eq!(sig.rate_bps(), Some(8_000_000), "no file: full rate");
-        write(
-            dir.path(),
-            &ViewerPaceFile::new(late_load(), SystemTime::now()),
-        )
-        .unwrap();
+        let now = SystemTime::now();
+        write(dir.path(), &ViewerPaceFile::new(late_load(), now)).unwrap();
+        assert!(!server_running(dir.path()));
+        assert_eq!(
+            sig.rate_bps(),
+            Some(8_000_000),
+            "no server holds the lock: full rate"
+        );
+        let mark = ServerMark::take(dir.path())
+            .unwrap()
+            .expect("no other server");
+        assert!(server_running(dir.path()));
+        assert!(
+            server_running(dir.path()),
+            "looking does not take the mark away"
+        );
         assert_eq!(sig.rate_bps(), Some(0), "a late stream: nothing");
         assert_eq!(sig.last, Some(late_load()));
-        let old = SystemTime::now() - Duration::from_millis(FRESH_MS + 500);
+        // However old: the server writes only when the load changes.
+        let old = now - Duration::from_secs(3600);
         write(dir.path(), &ViewerPaceFile::new(late_load(), old)).unwrap();
-        assert_eq!(sig.rate_bps(), Some(8_000_000), "stale: full rate");
+        assert_eq!(
+            sig.rate_bps(),
+            Some(0),
+            "an old file of a running server counts"
+        );
         std::fs::write(path(dir.path()), b"{not json").unwrap();
         assert_eq!(sig.rate_bps(), Some(8_000_000), "unreadable: full rate");
         std::fs::write(path(dir.path()), vec![b' '; 5000]).unwrap();
@@ -242,7 +335,7 @@ mod tests {
         remove(dir.path());
         assert!(read(dir.path()).is_none());
         let mut uncapped = FileSignal::new(dir.path(), None);
-        assert_eq!(uncapped.rate_bps(), Some(u64::MAX), "no server: no limit");
+        assert_eq!(uncapped.rate_bps(), Some(u64::MAX), "no file: no limit");
         let calm = ViewerLoad {
             streams: 1,
             min_slack_ms: Some(5_000),
@@ -251,6 +344,10 @@ mod tests {
         write(dir.path(), &ViewerPaceFile::new(calm, SystemTime::now())).unwrap();
         assert_eq!(uncapped.rate_bps(), Some(BESIDE_SERVER_RATE_BPS));
         assert_eq!(uncapped.held_back, 0);
+        write(dir.path(), &ViewerPaceFile::new(late_load(), now)).unwrap();
+        drop(mark);
+        assert!(!server_running(dir.path()), "the server went (or died)");
+        assert_eq!(sig.rate_bps(), Some(8_000_000), "left behind: full rate");
     }
 
     fn streams(n: u32, slack_ms: i64) -> ViewerLoad {
@@ -262,17 +359,17 @@ mod tests {
     }
 
     #[test]
-    fn written_when_the_pace_would_change_else_at_the_heartbeat() {
+    fn written_when_the_pace_would_change_other_changes_later_no_change_never() {
         let mut rule = WriteRule::default();
         let idle = ViewerLoad::default();
         assert!(rule.due(idle, 0), "the first sample");
         assert!(!rule.due(idle, 200), "no change");
-        assert!(rule.due(idle, HEARTBEAT_MS), "the heartbeat");
-        let t = HEARTBEAT_MS;
+        assert!(!rule.due(idle, 100 * REFRESH_MS), "no change, however long");
+        let t = 100 * REFRESH_MS;
         assert!(rule.due(streams(1, 850), t + 10), "a stream came");
         assert!(
             !rule.due(streams(7, 860), t + 20),
-            "more streams, slack within a step"
+            "more streams, slack within a step: later"
         );
         assert!(rule.due(streams(7, 790), t + 30), "the slack fell a step");
         assert!(
@@ -280,8 +377,8 @@ mod tests {
             "within a step of the last written"
         );
         assert!(
-            rule.due(streams(7, 780), t + 30 + HEARTBEAT_MS),
-            "the heartbeat"
+            rule.due(streams(7, 780), t + 30 + REFRESH_MS),
+            "a change, a refresh later"
         );
         let mut r = WriteRule::default();
         assert!(r.due(streams(3, 1_500), 0));
@@ -304,23 +401,12 @@ mod tests {
             ..late
         };
         assert!(r.due(reads, 40), "session reads began");
-        assert!(!r.due(
-            ViewerLoad {
-                session_reads: 9,
-                ..reads
-            },
-            50
-        ));
+        let more_reads = ViewerLoad {
+            session_reads: 9,
+            ..reads
+        };
+        assert!(!r.due(more_reads, 50), "more reads: the same pace");
         assert!(r.due(idle, 60), "the streams went");
-    }
-
-    #[test]
-    fn a_file_a_heartbeat_late_is_still_fresh() {
-        let now = SystemTime::now();
-        let f = ViewerPaceFile::new(late_load(), now - Duration::from_millis(2 * HEARTBEAT_MS));
-        assert_eq!(f.load_at(now), Some(late_load()));
-        let gone = ViewerPaceFile::new(late_load(), now - Duration::from_millis(FRESH_MS + 1));
-        assert_eq!(gone.load_at(now), None);
     }
 
     #[test]
@@ -330,8 +416,8 @@ mod tests {
         let back: ViewerPaceFile =
             serde_json::from_slice(&serde_json::to_vec(&f).unwrap()).unwrap();
         assert_eq!(back, f);
-        assert_eq!(back.load_at(now), Some(late_load()));
-        let v2 = ViewerPaceFile { version: 2, ..f };
-        assert_eq!(v2.load_at(now), None);
+        assert_eq!(back.load(), Some(late_load()));
+        let v1 = ViewerPaceFile { version: 1, ..f };
+        assert_eq!(v1.load(), None);
     }
 }
