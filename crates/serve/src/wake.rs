@@ -30,9 +30,8 @@ impl Event {
             return Err(std::io::Error::last_os_error());
         }
         // SAFETY: `fd` was just opened and is owned by nobody else.
-        Ok(Event {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Event { fd })
     }
 
     /// Sets the event: its waiters wake, and later waits return at once until it is cleared.
@@ -89,7 +88,7 @@ pub(crate) fn wait_any(fds: &[BorrowedFd<'_>], timeout: Duration) -> Option<usiz
         let left = deadline.saturating_duration_since(Instant::now());
         let ts = libc::timespec {
             tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_nsec: libc::c_long::try_from(left.subsec_nanos()).unwrap_or(0),
+            tv_nsec: libc::c_long::from(left.subsec_nanos()),
         };
         // SAFETY: `polls` holds `polls.len()` valid entries; `ts` is a valid timespec; no
         // signal mask is given.
