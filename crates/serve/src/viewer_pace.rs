@@ -27,24 +27,12 @@ use crate::wake::wait_any;
 
 /// The thread's body: writes the file until the server stops, then removes it.
 pub(crate) fn run(sh: Arc<Shared>, volume: PathBuf) {
-    let mark = match ServerMark::take(&volume) {
-        Ok(Some(mark)) => Some(mark),
-        Ok(None) => {
-            tracing::warn!("another server on this volume holds {}: a rebuild or scrub beside them follows the file while that one runs", viewer_pace::lock_path(&volume).display());
-            None
-        }
-        Err(e) => {
-            tracing::warn!(
-                "locking {}: {e} (a rebuild or scrub beside the server runs at its full rate)",
-                viewer_pace::lock_path(&volume).display()
-            );
-            None
-        }
-    };
+    let mut mark = Mark::default();
     let mut sampler = LoadSampler::new(&sh);
     let mut rule = WriteRule::default();
     let mut warned = false;
     while !sh.shutdown.load(Ordering::Acquire) {
+        mark.hold(&volume);
         let load = sampler.sample(&sh);
         let now_ms = u64::try_from(sh.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         if rule.due(load, now_ms) {
@@ -59,6 +47,51 @@ pub(crate) fn run(sh: Arc<Shared>, volume: PathBuf) {
     }
     viewer_pace::remove(&volume);
     drop(mark);
+}
+
+/// The server's mark on the volume ([`ServerMark`]), taken at the first sample it is free
+/// (another process may hold it for a while: a server stopping on the same volume).
+#[derive(Default)]
+struct Mark {
+    held: Option<ServerMark>,
+    /// Tries that found the lock held (a reader holds it for microseconds: only a few in a
+    /// row say another server).
+    busy_tries: u32,
+    warned: bool,
+}
+
+/// Tries finding the lock held before saying so.
+const BUSY_TRIES_TO_WARN: u32 = 3;
+
+impl Mark {
+    /// Takes the mark if it is not held yet; the first failure is logged.
+    fn hold(&mut self, volume: &std::path::Path) {
+        if self.held.is_some() {
+            return;
+        }
+        match ServerMark::take(volume) {
+            Ok(Some(m)) => self.held = Some(m),
+            Ok(None) => {
+                self.busy_tries += 1;
+                if self.busy_tries < BUSY_TRIES_TO_WARN || self.warned {
+                    return;
+                }
+                self.warned = true;
+                tracing::warn!(
+                    "{} is held by another process (a server on this volume?): taken when it is free",
+                    viewer_pace::lock_path(volume).display()
+                );
+            }
+            Err(e) if !self.warned => {
+                self.warned = true;
+                tracing::warn!(
+                    "locking {}: {e} (a rebuild or scrub beside the server runs at its full rate)",
+                    viewer_pace::lock_path(volume).display()
+                );
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 /// How long until the next sample: [`SAMPLE_EVERY_MS`] while anything loads the server,

@@ -164,15 +164,10 @@ pub struct ServerMark {
     _file: File,
 }
 
-/// How long [`ServerMark::take`] tries while the lock is held (readers hold it for
-/// microseconds; held longer, another server on the volume has it).
-const TAKE_TRIES: u32 = 100;
-/// Pause between two tries of [`ServerMark::take`].
-const TAKE_PAUSE: Duration = Duration::from_millis(10);
-
 impl ServerMark {
-    /// Takes the mark of a server on `volume` (an exclusive flock); `Ok(None)` if another
-    /// server on the volume holds it (the file then counts while that one runs).
+    /// Takes the mark of a server on `volume` (an exclusive flock) without waiting;
+    /// `Ok(None)` while another process holds the lock (another server on the volume, or a
+    /// reader looking for a few microseconds: try again later).
     pub fn take(volume: &Path) -> std::io::Result<Option<ServerMark>> {
         std::fs::create_dir_all(volume.join("run"))?;
         let file = OpenOptions::new()
@@ -180,13 +175,10 @@ impl ServerMark {
             .truncate(false)
             .write(true)
             .open(lock_path(volume))?;
-        for _ in 0..TAKE_TRIES {
-            match try_flock(&file, libc::LOCK_EX)? {
-                Locked::Yes => return Ok(Some(ServerMark { _file: file })),
-                Locked::Busy => std::thread::sleep(TAKE_PAUSE),
-            }
-        }
-        Ok(None)
+        Ok(match try_flock(&file, libc::LOCK_EX)? {
+            Locked::Yes => Some(ServerMark { _file: file }),
+            Locked::Busy => None,
+        })
     }
 }
 
@@ -345,6 +337,10 @@ mod tests {
         assert_eq!(uncapped.rate_bps(), Some(BESIDE_SERVER_RATE_BPS));
         assert_eq!(uncapped.held_back, 0);
         write(dir.path(), &ViewerPaceFile::new(late_load(), now)).unwrap();
+        assert!(
+            ServerMark::take(dir.path()).unwrap().is_none(),
+            "one mark at a time"
+        );
         drop(mark);
         assert!(!server_running(dir.path()), "the server went (or died)");
         assert_eq!(sig.rate_bps(), Some(8_000_000), "left behind: full rate");
