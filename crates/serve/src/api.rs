@@ -207,13 +207,13 @@ async fn write_last_use(sh: Arc<Shared>) {
 
 /// Forgets ended sessions: expired and deleted ones at once, done ones after the timeout;
 /// stops broadcasts at their end. Looks every 250 ms while there are sessions or
-/// broadcasts; without, it sleeps until one is registered (`Shared::reap_wake`).
+/// broadcasts; without, it sleeps until one is registered (`Wakes::reap`).
 async fn reap(sh: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
         tick.tick().await;
         if reap_once(&sh) == Reaped::Empty {
-            let idle = sh.reap_wake.notified();
+            let idle = sh.wakes.reap.notified();
             let _ = tokio::time::timeout(crate::wake::IDLE_WAIT, idle).await;
             tick.reset_immediately();
         }

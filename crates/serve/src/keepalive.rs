@@ -80,7 +80,7 @@ pub(crate) fn run(sh: Arc<Shared>, sock: UdpSocket) {
                 break;
             }
         } else {
-            wait_any(&[sock.as_fd(), sh.stopped.as_fd()], IDLE_WAIT);
+            wait_any(&[sock.as_fd(), sh.wakes.stopped.as_fd()], IDLE_WAIT);
         }
     }
 }

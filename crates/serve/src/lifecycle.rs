@@ -19,7 +19,7 @@ use crate::{start, ServeConfig, ServerHandle};
 /// How often the drain looks at what is still running.
 const DRAIN_POLL: Duration = Duration::from_millis(100);
 /// The longest the signal loop waits without looking whether the data plane failed (a
-/// failure wakes it at once: `Shared::stop_notify`).
+/// failure wakes it at once: `Wakes::stop_notify`).
 const FAILURE_CHECK: Duration = crate::wake::IDLE_WAIT;
 
 /// What a drain ended with.
@@ -155,7 +155,7 @@ async fn supervise(
             _ = term.recv() => break,
             _ = int.recv() => break,
             _ = hup.recv() => apply_reload(handle, reload),
-            _ = handle.shared.stop_notify.notified() => {}
+            _ = handle.shared.wakes.stop_notify.notified() => {}
             _ = tokio::time::sleep(FAILURE_CHECK) => {}
         }
     }

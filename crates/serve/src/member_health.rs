@@ -233,7 +233,7 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((member, reason));
-        self.members_wake.set();
+        self.wakes.members.set();
     }
 }
 
@@ -269,9 +269,9 @@ pub(crate) fn record_member_failures(sh: std::sync::Arc<Shared>, root: std::path
             true => CATALOG_EVERY,
             false => crate::wake::IDLE_WAIT,
         };
-        let events = [sh.stopped.as_fd(), sh.members_wake.as_fd()];
+        let events = [sh.wakes.stopped.as_fd(), sh.wakes.members.as_fd()];
         if crate::wake::wait_any(&events, wait) == Some(1) {
-            sh.members_wake.clear();
+            sh.wakes.members.clear();
         }
     }
 }

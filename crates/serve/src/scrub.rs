@@ -90,9 +90,9 @@ pub(crate) fn run(sh: Arc<Shared>) {
         if sh.config().scrub_rate_bps == 0 {
             sh.scrub.rate_bps.store(0, Ordering::Relaxed);
             // Off until a reload turns it on (that wakes it) or the server stops.
-            let events = [sh.stopped.as_fd(), sh.reloaded.as_fd()];
+            let events = [sh.wakes.stopped.as_fd(), sh.wakes.reloaded.as_fd()];
             if crate::wake::wait_any(&events, crate::wake::IDLE_WAIT) == Some(1) {
-                sh.reloaded.clear();
+                sh.wakes.reloaded.clear();
             }
             continue;
         }

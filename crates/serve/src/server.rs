@@ -55,25 +55,8 @@ pub(crate) struct Shared {
     pub sessions: Registry,
     pub epoch: Instant,
     pub shutdown: AtomicBool,
-    /// Set with `shutdown` ([`Shared::stop`]): the threads sleeping on it wake at once.
-    pub stopped: crate::wake::Event,
-    /// Told with `shutdown` ([`Shared::stop`]): the signal loop (`lifecycle.rs`) sees a
-    /// failed data plane at once.
-    pub stop_notify: tokio::sync::Notify,
-    /// Set when a data-plane thread takes its first stream: the viewer-pace writer, asleep
-    /// while there are none, samples at once (`viewer_pace.rs`).
-    pub pace_wake: crate::wake::Event,
-    /// Told when a session is registered or a broadcast starts: the reaper (`api.rs`),
-    /// asleep while there is nothing to forget, looks again.
-    pub reap_wake: tokio::sync::Notify,
-    /// Told by a reload of the configuration: the cluster's prober, asleep without peers,
-    /// looks at the node list again (`cluster/probe.rs`).
-    pub cluster_wake: tokio::sync::Notify,
-    /// Set by a reload of the configuration: the background scrub, asleep while it is off,
-    /// looks at its rate again (`scrub.rs`).
-    pub reloaded: crate::wake::Event,
-    /// Set when a member failure is queued (`member_failures`): its writer wakes.
-    pub members_wake: crate::wake::Event,
+    /// What wakes the threads that sleep until something happens (`wake.rs`).
+    pub wakes: crate::wake::Wakes,
     /// Set by SIGTERM: new sessions, broadcasts and uploads are refused (`api/drain.rs`).
     pub draining: AtomicBool,
     pub workers: Vec<std::sync::mpsc::SyncSender<plane::PlaneMsg>>,
@@ -187,8 +170,8 @@ impl Shared {
         let kept = old.keep_restart_only(&mut new);
         self.cluster.reconfigure(&new);
         self.config.store(Arc::new(new));
-        self.reloaded.set();
-        self.cluster_wake.notify_one();
+        self.wakes.reloaded.set();
+        self.wakes.cluster.notify_one();
         kept
     }
 
@@ -202,14 +185,14 @@ impl Shared {
     /// wait on, and each data-plane thread's queue).
     pub(crate) fn stop(&self) {
         self.shutdown.store(true, Ordering::Release);
-        self.stopped.set();
-        self.stop_notify.notify_one();
+        self.wakes.stopped.set();
+        self.wakes.stop_notify.notify_one();
         plane::wake(&self.workers, &self.wakes_queued);
     }
 
     /// Sleeps `d` unless the server stops meanwhile (`Break` then, at once).
     pub(crate) fn sleep_unless_stopped(&self, d: std::time::Duration) -> ControlFlow<()> {
-        if self.shutdown.load(Ordering::Acquire) || self.stopped.wait(d) {
+        if self.shutdown.load(Ordering::Acquire) || self.wakes.stopped.wait(d) {
             return ControlFlow::Break(());
         }
         ControlFlow::Continue(())
@@ -556,7 +539,6 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         .map(|_| std::sync::mpsc::sync_channel(1024))
         .unzip();
     let cluster = crate::cluster::ClusterState::of(config).map_err(ServeError::Config)?;
-    let event = || crate::wake::Event::new().map_err(io_error("creating an eventfd"));
     let shared = Arc::new(Shared {
         config: arc_swap::ArcSwap::from_pointee(config.clone()),
         objects: Objects::new(vol),
@@ -565,13 +547,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         sessions: Registry::new(),
         epoch: Instant::now(),
         shutdown: AtomicBool::new(false),
-        stopped: event()?,
-        stop_notify: tokio::sync::Notify::new(),
-        pace_wake: event()?,
-        members_wake: event()?,
-        reloaded: event()?,
-        reap_wake: tokio::sync::Notify::new(),
-        cluster_wake: tokio::sync::Notify::new(),
+        wakes: crate::wake::Wakes::new().map_err(io_error("creating an eventfd"))?,
         draining: AtomicBool::new(false),
         workers: senders,
         wakes_queued: (0..threads).map(|_| AtomicBool::new(false)).collect(),

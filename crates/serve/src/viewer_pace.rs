@@ -7,7 +7,7 @@
 //! background scrub does. The thread holds the server's mark on the volume
 //! ([`ServerMark`]: the file counts while it is held). It samples every [`SAMPLE_EVERY_MS`]
 //! ms while there is load, and every [`IDLE_SAMPLE_MS`] without: a data-plane thread that
-//! takes its first stream wakes it at once (`Shared::pace_wake`). The file is removed when
+//! takes its first stream wakes it at once (`Wakes::pace`). The file is removed when
 //! the server stops.
 
 use std::path::PathBuf;
@@ -38,10 +38,10 @@ pub(crate) fn run(sh: Arc<Shared>, volume: PathBuf) {
         if rule.due(load, now_ms) {
             write(&volume, load, &mut warned);
         }
-        let events = [sh.stopped.as_fd(), sh.pace_wake.as_fd()];
+        let events = [sh.wakes.stopped.as_fd(), sh.wakes.pace.as_fd()];
         match wait_any(&events, next_sample_in(load)) {
             Some(0) => break,
-            Some(_) => sh.pace_wake.clear(),
+            Some(_) => sh.wakes.pace.clear(),
             None => {}
         }
     }

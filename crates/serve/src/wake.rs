@@ -15,6 +15,46 @@ use std::time::{Duration, Instant};
 /// waits for wakes it at once).
 pub(crate) const IDLE_WAIT: Duration = Duration::from_secs(5);
 
+/// What wakes the server's sleeping threads (one set per server, in `Shared`).
+#[derive(Debug)]
+pub(crate) struct Wakes {
+    /// Set with `Shared::shutdown` (`Shared::stop`): the threads sleeping on it wake at once.
+    pub stopped: Event,
+    /// Told with `Shared::shutdown`: the signal loop (`lifecycle.rs`) sees a failed data
+    /// plane at once.
+    pub stop_notify: tokio::sync::Notify,
+    /// Set when a data-plane thread takes its first stream: the viewer-pace writer, asleep
+    /// while there are none, samples at once (`viewer_pace.rs`).
+    pub pace: Event,
+    /// Set when a member failure is queued (`Shared::member_failures`): its writer wakes
+    /// (`member_health.rs`).
+    pub members: Event,
+    /// Set by a reload of the configuration: the background scrub, asleep while it is off,
+    /// looks at its rate again (`scrub.rs`).
+    pub reloaded: Event,
+    /// Told when a session is registered or a broadcast starts: the reaper (`api.rs`),
+    /// asleep while there is nothing to forget, looks again.
+    pub reap: tokio::sync::Notify,
+    /// Told by a reload of the configuration: the cluster's prober, asleep without peers,
+    /// looks at the node list again (`cluster/probe.rs`).
+    pub cluster: tokio::sync::Notify,
+}
+
+impl Wakes {
+    /// A new set, nothing set or told.
+    pub(crate) fn new() -> std::io::Result<Wakes> {
+        Ok(Wakes {
+            stopped: Event::new()?,
+            stop_notify: tokio::sync::Notify::new(),
+            pace: Event::new()?,
+            members: Event::new()?,
+            reloaded: Event::new()?,
+            reap: tokio::sync::Notify::new(),
+            cluster: tokio::sync::Notify::new(),
+        })
+    }
+}
+
 /// A level-triggered event: readable from [`Event::set`] until [`Event::clear`].
 #[derive(Debug)]
 pub(crate) struct Event {

@@ -26,7 +26,7 @@ pub(crate) async fn run(sh: Arc<Shared>) {
         let every = Duration::from_millis(sh.config().probe_interval_ms.max(1));
         if cluster.peers().is_empty() {
             // Nothing to probe until a reload brings peers (it wakes this at once).
-            let reloaded = sh.cluster_wake.notified();
+            let reloaded = sh.wakes.cluster.notified();
             let _ = tokio::time::timeout(crate::wake::IDLE_WAIT, reloaded).await;
             continue;
         }

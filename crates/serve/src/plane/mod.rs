@@ -529,7 +529,7 @@ impl Worker {
         let s = slack::PlaybackSlack::of(deadlines, now);
         self.sh.slack.publish(self.index, s);
         if self.published_streams == 0 && s.streams > 0 {
-            self.sh.pace_wake.set();
+            self.sh.wakes.pace.set();
         }
         self.published_streams = s.streams;
         self.published_sessions = !sessions.is_empty();
