@@ -224,7 +224,7 @@ async fn reap(sh: Arc<Shared>) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Reaped {
     /// Sessions or broadcasts, to look at again.
-    Some,
+    Left,
     /// Neither.
     Empty,
 }
@@ -253,7 +253,7 @@ fn reap_once(sh: &Shared) -> Reaped {
     drop(sessions);
     match none && sh.broadcasts.list().is_empty() {
         true => Reaped::Empty,
-        false => Reaped::Some,
+        false => Reaped::Left,
     }
 }
 
