@@ -205,30 +205,55 @@ async fn write_last_use(sh: Arc<Shared>) {
     }
 }
 
-/// Forgets ended sessions: expired and deleted ones at once, done ones after the timeout.
+/// Forgets ended sessions: expired and deleted ones at once, done ones after the timeout;
+/// stops broadcasts at their end. Looks every 250 ms while there are sessions or
+/// broadcasts; without, it sleeps until one is registered (`Wakes::reap`).
 async fn reap(sh: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
         tick.tick().await;
-        let now = sh.now_ns();
-        for id in sh.broadcasts.stop_over(now) {
-            tracing::info!(%id, "broadcast stopped: at its end, or its viewers have finished");
+        if reap_once(&sh) == Reaped::Empty {
+            let idle = sh.wakes.reap.notified();
+            let _ = tokio::time::timeout(crate::wake::IDLE_WAIT, idle).await;
+            tick.reset_immediately();
         }
-        let keep_ns = sh.config().session_timeout_ms.saturating_mul(1_000_000);
-        sh.lock_sessions().retain(|_, s| {
-            let keep = match s.state() {
-                SessionState::Streaming => true,
-                SessionState::Done => {
-                    now.saturating_sub(s.ended_ns.load(Ordering::Acquire)) < keep_ns
-                }
-                SessionState::Expired | SessionState::Deleted => false,
-            };
-            if !keep {
-                let bytes = s.bytes_sent.load(Ordering::Relaxed);
-                sh.metrics.titles.retired(&s.object.rec.name, bytes);
-            }
-            keep
-        });
+    }
+}
+
+/// What a reaping round left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reaped {
+    /// Sessions or broadcasts, to look at again.
+    Left,
+    /// Neither.
+    Empty,
+}
+
+/// One round of [`reap`].
+fn reap_once(sh: &Shared) -> Reaped {
+    let now = sh.now_ns();
+    for id in sh.broadcasts.stop_over(now) {
+        tracing::info!(%id, "broadcast stopped: at its end, or its viewers have finished");
+    }
+    let keep_ns = sh.config().session_timeout_ms.saturating_mul(1_000_000);
+    let mut sessions = sh.lock_sessions();
+    sessions.retain(|_, s| {
+        let keep = match s.state() {
+            SessionState::Streaming => true,
+            SessionState::Done => now.saturating_sub(s.ended_ns.load(Ordering::Acquire)) < keep_ns,
+            SessionState::Expired | SessionState::Deleted => false,
+        };
+        if !keep {
+            let bytes = s.bytes_sent.load(Ordering::Relaxed);
+            sh.metrics.titles.retired(&s.object.rec.name, bytes);
+        }
+        keep
+    });
+    let none = sessions.is_empty();
+    drop(sessions);
+    match none && sh.broadcasts.list().is_empty() {
+        true => Reaped::Empty,
+        false => Reaped::Left,
     }
 }
 

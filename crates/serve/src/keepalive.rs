@@ -7,12 +7,14 @@
 //! One thread drains the socket in batches (`recvmmsg`, [`BATCH`] datagrams per call)
 //! and then sleeps [`NAP`]: it wakes a bounded number of times per second whatever the
 //! number of sessions, and a keepalive is at most that late against timeouts of seconds.
+//! A drain that found nothing blocks until a datagram comes (or the server stops, or
+//! [`IDLE_WAIT`] passes): a server without sessions does not wake for nothing.
 //! A datagram keeps its session alive only if the session is streaming, the datagram
 //! comes from the session's destination IP, carries the MAC the session's secret gives and
 //! a counter the session's replay window has not taken.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +22,7 @@ use std::time::Duration;
 use isnode_proto::keepalive::{parse_keepalive, KEEPALIVE_LEN};
 
 use crate::registry::SessionState;
+use crate::wake::{wait_any, IDLE_WAIT};
 use crate::Shared;
 
 /// Datagrams taken per `recvmmsg` call.
@@ -27,8 +30,9 @@ const BATCH: usize = 64;
 /// Most `recvmmsg` calls per drain: a flood of datagrams cannot hold the thread past a
 /// shutdown (what is left waits in the socket buffer, or is dropped when it is full).
 const MAX_BATCHES_PER_DRAIN: usize = 64;
-/// Sleep between drains.
-const NAP: Duration = Duration::from_millis(50);
+/// Sleep between drains that found datagrams (sessions send one a second each; a
+/// session's timeout is seconds).
+const NAP: Duration = Duration::from_millis(100);
 /// Receive buffer asked for (holds a nap's worth of datagrams of many thousand sessions).
 const RCVBUF_BYTES: libc::c_int = 4 << 20;
 /// Bytes kept of each datagram: one more than a keepalive, so a longer one is seen as such.
@@ -53,21 +57,31 @@ pub(crate) fn bind(control: SocketAddr) -> std::io::Result<UdpSocket> {
     Ok(sock)
 }
 
-/// The thread body: drains and naps until the server shuts down.
+/// The thread body: drains and naps (or, when nothing came, waits for a datagram) until
+/// the server shuts down.
 pub(crate) fn run(sh: Arc<Shared>, sock: UdpSocket) {
     let mut batch = Batch::new();
     while !sh.shutdown.load(Ordering::Acquire) {
+        let mut taken = 0;
         for _ in 0..MAX_BATCHES_PER_DRAIN {
             let n = batch.receive(&sock);
             for i in 0..n {
                 let (data, from) = batch.get(i);
                 take(&sh, data, from);
             }
+            taken += n;
             if n < BATCH {
                 break;
             }
         }
-        std::thread::sleep(NAP);
+        if taken > 0 {
+            // More are coming: take them together after the nap.
+            if sh.sleep_unless_stopped(NAP).is_break() {
+                break;
+            }
+        } else {
+            wait_any(&[sock.as_fd(), sh.wakes.stopped.as_fd()], IDLE_WAIT);
+        }
     }
 }
 

@@ -54,6 +54,7 @@ mod tls;
 mod uploads;
 mod uring;
 mod viewer_pace;
+mod wake;
 
 pub use api::errors::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 #[doc(hidden)]

@@ -18,6 +18,9 @@ use crate::{start, ServeConfig, ServerHandle};
 
 /// How often the drain looks at what is still running.
 const DRAIN_POLL: Duration = Duration::from_millis(100);
+/// The longest the signal loop waits without looking whether the data plane failed (a
+/// failure wakes it at once: `Wakes::stop_notify`).
+const FAILURE_CHECK: Duration = crate::wake::IDLE_WAIT;
 
 /// What a drain ended with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,18 +146,17 @@ async fn supervise(
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
     let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
-    let mut check = tokio::time::interval(DRAIN_POLL);
     notify(&[sd_notify::NotifyState::Ready]);
     loop {
+        if let Some(why) = handle.failure() {
+            return Ok(Stop::Failed(why));
+        }
         tokio::select! {
             _ = term.recv() => break,
             _ = int.recv() => break,
             _ = hup.recv() => apply_reload(handle, reload),
-            _ = check.tick() => {
-                if let Some(why) = handle.failure() {
-                    return Ok(Stop::Failed(why));
-                }
-            }
+            _ = handle.shared.wakes.stop_notify.notified() => {}
+            _ = tokio::time::sleep(FAILURE_CHECK) => {}
         }
     }
     let grace = Duration::from_secs(handle.shared.config().shutdown_grace_s);

@@ -18,6 +18,7 @@
 //! The decisions are pure functions ([`fails_after`], [`hedge_member`]) over a snapshot of
 //! the states; the counters are atomics shared by every data-plane thread.
 
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -232,12 +233,13 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((member, reason));
+        self.wakes.members.set();
     }
 }
 
-/// How often [`record_member_failures`] looks for members to record.
-const RECORD_EVERY: Duration = Duration::from_millis(200);
-/// How often the catalog's state of a failed member is looked at.
+/// How often the catalog's state of a failed member is looked at (and how long
+/// [`record_member_failures`] sleeps while a member is failed; without one it sleeps until
+/// a failure is queued, the server stops, or [`crate::wake::IDLE_WAIT`] passes).
 const CATALOG_EVERY: Duration = Duration::from_secs(1);
 
 /// The thread that writes members marked failed into the catalog (each once: marking is
@@ -262,7 +264,15 @@ pub(crate) fn record_member_failures(sh: std::sync::Arc<Shared>, root: std::path
         if let Err(e) = watch.run(&sh, &root) {
             tracing::warn!("watching the failed members: {e}");
         }
-        std::thread::sleep(RECORD_EVERY);
+        let health = &sh.metrics.health;
+        let wait = match (0..health.members() as u32).any(|m| health.is_failed(m)) {
+            true => CATALOG_EVERY,
+            false => crate::wake::IDLE_WAIT,
+        };
+        let events = [sh.wakes.stopped.as_fd(), sh.wakes.members.as_fd()];
+        if crate::wake::wait_any(&events, wait) == Some(1) {
+            sh.wakes.members.clear();
+        }
     }
 }
 

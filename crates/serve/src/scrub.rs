@@ -15,6 +15,7 @@
 //! [`ScrubState`], in the metrics (`isnode_scrub_*`) and `GET /v1/status` (`scrub`).
 
 use std::ops::ControlFlow;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -88,7 +89,11 @@ pub(crate) fn run(sh: Arc<Shared>) {
     while !sh.shutdown.load(Ordering::Acquire) {
         if sh.config().scrub_rate_bps == 0 {
             sh.scrub.rate_bps.store(0, Ordering::Relaxed);
-            std::thread::sleep(Duration::from_secs(1));
+            // Off until a reload turns it on (that wakes it) or the server stops.
+            let events = [sh.wakes.stopped.as_fd(), sh.wakes.reloaded.as_fd()];
+            if crate::wake::wait_any(&events, crate::wake::IDLE_WAIT) == Some(1) {
+                sh.wakes.reloaded.clear();
+            }
             continue;
         }
         let pause = match pass(&sh, &root) {
@@ -99,7 +104,7 @@ pub(crate) fn run(sh: Arc<Shared>) {
                 Duration::from_secs(PASS_PAUSE_S)
             }
         };
-        if isnode_store::pace::sleep_unless_stopped(pause, &sh.shutdown).is_break() {
+        if sh.sleep_unless_stopped(pause).is_break() {
             return;
         }
     }
@@ -217,6 +222,6 @@ impl Clock for ShutdownClock<'_> {
     }
 
     fn sleep(&mut self, d: Duration) -> ControlFlow<()> {
-        isnode_store::pace::sleep_unless_stopped(d, &self.0.shutdown)
+        self.0.sleep_unless_stopped(d)
     }
 }

@@ -2,6 +2,7 @@
 //! control API thread, and the handle that stops them.
 
 use std::net::SocketAddr;
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -54,6 +55,8 @@ pub(crate) struct Shared {
     pub sessions: Registry,
     pub epoch: Instant,
     pub shutdown: AtomicBool,
+    /// What wakes the threads that sleep until something happens (`wake.rs`).
+    pub wakes: crate::wake::Wakes,
     /// Set by SIGTERM: new sessions, broadcasts and uploads are refused (`api/drain.rs`).
     pub draining: AtomicBool,
     pub workers: Vec<std::sync::mpsc::SyncSender<plane::PlaneMsg>>,
@@ -167,13 +170,32 @@ impl Shared {
         let kept = old.keep_restart_only(&mut new);
         self.cluster.reconfigure(&new);
         self.config.store(Arc::new(new));
+        self.wakes.reloaded.set();
+        self.wakes.cluster.notify_one();
         kept
     }
 
     /// Records a data-plane failure and stops the server.
     pub(crate) fn fail(&self, why: String) {
         let _ = self.failure.set(why);
+        self.stop();
+    }
+
+    /// Tells every thread to stop: sets `shutdown` and wakes the sleepers (the events they
+    /// wait on, and each data-plane thread's queue).
+    pub(crate) fn stop(&self) {
         self.shutdown.store(true, Ordering::Release);
+        self.wakes.stopped.set();
+        self.wakes.stop_notify.notify_one();
+        plane::wake(&self.workers, &self.wakes_queued);
+    }
+
+    /// Sleeps `d` unless the server stops meanwhile (`Break` then, at once).
+    pub(crate) fn sleep_unless_stopped(&self, d: std::time::Duration) -> ControlFlow<()> {
+        if self.shutdown.load(Ordering::Acquire) || self.wakes.stopped.wait(d) {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
     }
 
     /// Wakes every data-plane thread, so that control requests just queued on a session
@@ -304,7 +326,7 @@ impl ServerHandle {
     }
 
     fn stop(&mut self) {
-        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.stop();
         self.shared.broadcasts.clear(self.shared.now_ns());
         if let Some(tx) = self.api_stop.take() {
             let _ = tx.send(());
@@ -525,6 +547,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         sessions: Registry::new(),
         epoch: Instant::now(),
         shutdown: AtomicBool::new(false),
+        wakes: crate::wake::Wakes::new().map_err(io_error("creating an eventfd"))?,
         draining: AtomicBool::new(false),
         workers: senders,
         wakes_queued: (0..threads).map(|_| AtomicBool::new(false)).collect(),

@@ -275,6 +275,7 @@ fn admit_and_register(
         };
         match sh.sessions.register(&snap, make, new_id, hand_over) {
             Ok(s) => {
+                sh.wakes.reap.notify_one();
                 if burst.is_some_and(|(_, until)| until > 0) {
                     sh.metrics.start_bursts.fetch_add(1, Ordering::Relaxed);
                 }

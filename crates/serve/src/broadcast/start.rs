@@ -294,6 +294,7 @@ fn launch(sh: &Shared, l: Launch<'_>, plan: Arc<Plan>) -> Result<Arc<Broadcast>,
         stop_channels(&b.channels, sh.now_ns());
         return Err(e);
     }
+    sh.wakes.reap.notify_one();
     if !b.automatic {
         sh.broadcasts.save(sh.now_ns());
     }

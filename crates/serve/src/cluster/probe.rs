@@ -3,7 +3,8 @@
 //! `200` within `probe_timeout_ms`; the outcomes (and the load the answer reports) go to the
 //! sans-IO core, which marks a peer
 //! dead after `probe_failures_to_dead` failures in a row and live at its first answer. The
-//! peers and the settings are read again each round (a reload applies at the next one).
+//! peers and the settings are read again each round (a reload applies at the next one;
+//! without peers the loop sleeps until a reload).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +24,12 @@ pub(crate) async fn run(sh: Arc<Shared>) {
     let cluster = &sh.cluster;
     loop {
         let every = Duration::from_millis(sh.config().probe_interval_ms.max(1));
+        if cluster.peers().is_empty() {
+            // Nothing to probe until a reload brings peers (it wakes this at once).
+            let reloaded = sh.wakes.cluster.notified();
+            let _ = tokio::time::timeout(crate::wake::IDLE_WAIT, reloaded).await;
+            continue;
+        }
         tokio::time::sleep(every).await;
         let timeout = Duration::from_millis(sh.config().probe_timeout_ms.max(1));
         let probes = cluster.peers().into_iter().map(|(i, url)| async move {

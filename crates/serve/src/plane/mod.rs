@@ -60,6 +60,10 @@ const READ_POLL: Duration = Duration::from_millis(1);
 /// Longest sleep of an idle loop (at least the largest pacing slack, so a thread at low
 /// load sleeps from one batch to the next: [`batch`]).
 const MAX_IDLE: Duration = Duration::from_nanos(batch::MAX_SLACK_NS);
+/// Longest sleep of a thread without sessions: its queue wakes it for a new session, a
+/// control request or the server's stop ([`Shared::stop`](crate::Shared)), so it need not
+/// look every [`MAX_IDLE`].
+const EMPTY_IDLE: Duration = crate::wake::IDLE_WAIT;
 /// Positions are published for eviction decisions at most this often.
 const PUBLISH_EVERY_NS: u64 = 5_000_000;
 
@@ -184,6 +188,12 @@ struct Worker {
     /// Packets built by this thread (rebuilt runs): up to one burst.
     out: Vec<u8>,
     published_ns: u64,
+    /// Whether this thread had sessions at its last publication (a thread whose sessions
+    /// all ended publishes at once, before its long sleep).
+    published_sessions: bool,
+    /// Streams in this thread's last published slack (its first wakes the viewer-pace
+    /// writer).
+    published_streams: u32,
     /// Open segment files (`sendfile` only).
     files: sendfile::SegmentFiles,
     /// How early bursts may leave, from this thread's burst rate: bursts due within the
@@ -304,6 +314,8 @@ impl Worker {
             codes: HashMap::new(),
             out: vec![0; net::MAX_SEND_BYTES.max(params.packet_len() as usize)],
             published_ns: 0,
+            published_sessions: false,
+            published_streams: 0,
             files: sendfile::SegmentFiles::default(),
             batch: batch::BatchWindow::new(sh.now_ns()),
             bursts_this_turn: 0,
@@ -485,11 +497,16 @@ impl Worker {
     }
 
     /// How long the loop may sleep: until the next step is due or a backed-off session may
-    /// retry, at most [`MAX_IDLE`] (1 ms while zero-copy sends await their notification).
+    /// retry, at most [`MAX_IDLE`] ([`EMPTY_IDLE`] without sessions; 1 ms while zero-copy
+    /// sends await their notification).
     fn idle_time(&self, sessions: &[Active]) -> Duration {
         let now = self.sh.now_ns();
         let next = next_wake_ns(sessions.iter().map(|a| (a.pacer.next_due(), a.retry_at_ns)));
-        let mut wait = Duration::from_nanos(next.saturating_sub(now)).min(MAX_IDLE);
+        let longest = match sessions.is_empty() {
+            true => EMPTY_IDLE,
+            false => MAX_IDLE,
+        };
+        let mut wait = Duration::from_nanos(next.saturating_sub(now)).min(longest);
         if let Mode::Uring(u) = &self.mode {
             if u.in_flight() > 0 {
                 wait = wait.min(Duration::from_millis(1));
@@ -499,16 +516,23 @@ impl Worker {
     }
 
     /// Publishes where this thread's sessions are (for eviction) and their playback slack
-    /// (for pacing background work: [`slack`]), at most every [`PUBLISH_EVERY_NS`].
+    /// (for pacing background work: [`slack`]), at most every [`PUBLISH_EVERY_NS`], and at
+    /// once when its last session ended (the thread may then sleep [`EMPTY_IDLE`]).
     fn publish(&mut self, sessions: &[Active]) {
         let now = self.sh.now_ns();
-        if now.saturating_sub(self.published_ns) < PUBLISH_EVERY_NS {
+        let emptied = sessions.is_empty() && self.published_sessions;
+        if now.saturating_sub(self.published_ns) < PUBLISH_EVERY_NS && !emptied {
             return;
         }
         self.published_ns = now;
         let deadlines = sessions.iter().map(|a| a.pacer.playback_deadline_ns());
         let s = slack::PlaybackSlack::of(deadlines, now);
         self.sh.slack.publish(self.index, s);
+        if self.published_streams == 0 && s.streams > 0 {
+            self.sh.wakes.pace.set();
+        }
+        self.published_streams = s.streams;
+        self.published_sessions = !sessions.is_empty();
         let mut positions = Positions::new();
         for a in sessions {
             positions
