@@ -247,7 +247,7 @@ pub fn send_gso_parts(
     assert!(!parts.is_empty() && parts.len() <= MAX_GSO_PARTS);
     let len: usize = parts.iter().map(|p| p.len()).sum();
     assert!(len <= MAX_SEND_BYTES && len.div_ceil(seg) <= MAX_GSO_SEGMENTS);
-    let (_, whole) = parts.split_at(parts.len() - 1);
+    let (whole, _) = parts.split_at(parts.len() - 1);
     assert!(
         whole.iter().all(|p| p.len() % seg == 0),
         "a part ends mid-packet"
