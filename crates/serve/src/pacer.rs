@@ -6,7 +6,8 @@
 //! (source then repair, member run by member run) spread evenly over the codeword's
 //! playing time `k·E·8 / bitrate`, in bursts that never cross a member run or a block
 //! boundary and never exceed `max_burst` packets (so one burst is one GSO send from one
-//! cached block).
+//! cached block). A sender may take a burst in pieces ([`Pacer::advance_packets`]) to join
+//! the start of the next one to its send: the packets and their order stay the same.
 //!
 //! The schedule is exact integer arithmetic from the session start: no drift, and a
 //! caller that falls behind catches up (every step becomes due at once) without changing
