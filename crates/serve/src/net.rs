@@ -227,21 +227,49 @@ fn retry<F: FnMut() -> isize>(mut f: F) -> io::Result<usize> {
 /// into datagrams. `data` must hold at most [`MAX_GSO_SEGMENTS`] segments and
 /// [`MAX_SEND_BYTES`] bytes.
 pub fn send_gso(sock: &UdpSocket, dest: &RawAddr, data: &[u8], seg: usize) -> io::Result<()> {
+    send_gso_parts(sock, dest, &[data], seg)
+}
+
+/// Most parts one [`send_gso_parts`] call gathers.
+pub const MAX_GSO_PARTS: usize = 8;
+
+/// [`send_gso`] of the parts joined in order (one `sendmsg`, one iovec per part): runs of
+/// packets from different blocks go out as one GSO datagram. Every part but the last must
+/// hold whole `seg`-byte packets; together at most [`MAX_GSO_SEGMENTS`] segments and
+/// [`MAX_SEND_BYTES`] bytes, in at most [`MAX_GSO_PARTS`] parts.
+pub fn send_gso_parts(
+    sock: &UdpSocket,
+    dest: &RawAddr,
+    parts: &[&[u8]],
+    seg: usize,
+) -> io::Result<()> {
     assert!(seg > 0 && seg <= u16::MAX as usize);
-    assert!(data.len() <= MAX_SEND_BYTES && data.len().div_ceil(seg) <= MAX_GSO_SEGMENTS);
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
+    assert!(!parts.is_empty() && parts.len() <= MAX_GSO_PARTS);
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    assert!(len <= MAX_SEND_BYTES && len.div_ceil(seg) <= MAX_GSO_SEGMENTS);
+    let (whole, _) = parts.split_at(parts.len() - 1);
+    assert!(
+        whole.iter().all(|p| p.len() % seg == 0),
+        "a part ends mid-packet"
+    );
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
     };
+    let mut iov = [empty; MAX_GSO_PARTS];
+    for (v, p) in iov.iter_mut().zip(parts) {
+        v.iov_base = p.as_ptr() as *mut libc::c_void;
+        v.iov_len = p.len();
+    }
     // Room for one cmsg with a u16, 8-byte aligned.
     let mut control = [0u64; 4];
     // SAFETY: msghdr is plain data; zero is valid.
     let mut msg: libc::msghdr = unsafe { zeroed() };
     msg.msg_name = dest.as_ptr() as *mut libc::c_void;
     msg.msg_namelen = dest.len();
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
-    if data.len() > seg {
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = parts.len();
+    if len > seg {
         // SAFETY: CMSG_* on a control buffer large enough for one cmsg of 2 bytes.
         unsafe {
             let space = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
@@ -258,10 +286,9 @@ pub fn send_gso(sock: &UdpSocket, dest: &RawAddr, data: &[u8], seg: usize) -> io
     let fd = sock.as_raw_fd();
     // SAFETY: msg points to live buffers for the duration of the call.
     let sent = retry(|| unsafe { libc::sendmsg(fd, &msg, 0) })?;
-    if sent != data.len() {
+    if sent != len {
         return Err(io::Error::other(format!(
-            "short GSO send: {sent} of {} bytes",
-            data.len()
+            "short GSO send: {sent} of {len} bytes"
         )));
     }
     Ok(())
@@ -358,6 +385,10 @@ mod tests {
         let s = send_socket(&a).unwrap();
         let dest = RawAddr::new(&a);
         send_gso(&s, &dest, &data, 1000).unwrap();
+        assert_eq!(recv_all(&r, 8), expected);
+        // The same run in three parts (two blocks and a rebuilt tail): the same datagrams.
+        let parts = [&data[..2000], &data[2000..5000], &data[5000..]];
+        send_gso_parts(&s, &dest, &parts, 1000).unwrap();
         assert_eq!(recv_all(&r, 8), expected);
         send_mmsg(&s, &dest, &data, 1000).unwrap();
         assert_eq!(recv_all(&r, 8), expected);

@@ -6,7 +6,8 @@
 //! (source then repair, member run by member run) spread evenly over the codeword's
 //! playing time `k·E·8 / bitrate`, in bursts that never cross a member run or a block
 //! boundary and never exceed `max_burst` packets (so one burst is one GSO send from one
-//! cached block).
+//! cached block). A sender may take a burst in pieces ([`Pacer::advance_packets`]) to join
+//! the start of the next one to its send: the packets and their order stay the same.
 //!
 //! The schedule is exact integer arithmetic from the session start: no drift, and a
 //! caller that falls behind catches up (every step becomes due at once) without changing
@@ -470,16 +471,26 @@ impl Pacer {
 
     /// Marks the current step as sent (or deliberately skipped) and moves on.
     pub fn advance(&mut self) {
+        self.advance_packets(u32::MAX);
+    }
+
+    /// Marks the first `packets` packets of the current burst as sent (all of it when
+    /// `packets` is at least its length; an FDT step is sent whole): a sender that joins
+    /// the start of the next burst to the one it sends moves the schedule past what it
+    /// took, and the rest of that burst follows, due when its first packet is. The packets
+    /// and their order are the same as with whole bursts.
+    pub fn advance_packets(&mut self, packets: u32) {
         if self.done {
             return;
         }
         match self.current() {
             Step::Fdt { .. } => self.fdt_pending = false,
             Step::Burst(b) => {
+                let end = b.esis.start + packets.clamp(1, b.len());
                 let k = self.cfg.layout.source_symbols(b.sbn);
-                self.repair.sent += u64::from(b.esis.end.saturating_sub(b.esis.start.max(k)));
-                self.esi = b.esis.end;
-                self.sent_in_codeword += b.len();
+                self.repair.sent += u64::from(end.saturating_sub(b.esis.start.max(k)));
+                self.sent_in_codeword += end - b.esis.start;
+                self.esi = end;
             }
         }
         self.settle();
@@ -681,6 +692,58 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The (codeword, ESI) of every packet a pacer sends, in order, and its repair counts,
+    /// taking `pieces[i]` packets of the i-th burst step at a time (the rest of a burst is
+    /// the next step); due times never go back.
+    fn packet_order(mut p: Pacer, pieces: &[u32]) -> (Vec<(u32, u32)>, RepairCounts) {
+        let mut out = Vec::new();
+        let mut last_due = 0;
+        let mut i = 0;
+        while let Some(due) = p.next_due() {
+            assert!(due >= last_due, "due times never go back");
+            last_due = due;
+            match p.peek(u64::MAX) {
+                Some(Step::Burst(b)) => {
+                    let n = pieces
+                        .get(i % pieces.len().max(1))
+                        .map_or(b.len(), |&n| n.min(b.len()));
+                    out.extend((b.esis.start..b.esis.start + n).map(|e| (b.sbn, e)));
+                    p.advance_packets(n);
+                    i += 1;
+                }
+                Some(Step::Fdt { .. }) => p.advance(),
+                None => break,
+            }
+        }
+        assert!(p.is_done());
+        (out, p.repair_counts())
+    }
+
+    proptest! {
+        /// Taking bursts in pieces (a sender joining the start of the next burst to the one
+        /// it sends) sends the same packets in the same order, with the same repair counts.
+        #[test]
+        fn partial_advances_keep_the_packet_order(
+            len in 1u64..40_000,
+            members in 5u32..8,
+            max_burst in 1u32..40,
+            pieces in proptest::collection::vec(1u32..40, 1..16),
+            repair in proptest::option::of(0u32..6),
+        ) {
+            let layout = Layout::new(params(members, 4096), len).unwrap();
+            let cfg = PacerConfig { layout, bitrate_bps: 1_000_000, start_codeword: 0, max_burst, fdt_every: 8 };
+            let pacer = || {
+                let mut p = Pacer::new(cfg.clone(), 0).unwrap();
+                p.set_repair_limit(repair);
+                p
+            };
+            let whole = packet_order(pacer(), &[]);
+            let split = packet_order(pacer(), &pieces);
+            prop_assert!(!whole.0.is_empty());
+            prop_assert_eq!(whole, split);
         }
     }
 

@@ -170,6 +170,9 @@ impl Active {
 enum Sent {
     /// Sent (or deliberately skipped): the pacer moves on.
     Yes,
+    /// Sent together with the start of the steps after it: the pacer has already moved
+    /// past everything sent ([`send`]'s joined sends).
+    Taken,
     /// Not now (block not in memory yet, pool full): retry the same step later.
     Later,
 }
@@ -441,7 +444,7 @@ impl Worker {
                     Sent::Yes
                 }
                 Step::Burst(b) if matches!(self.mode, Mode::Sendfile) => self.send_sendfile(a, &b),
-                Step::Burst(b) => self.send_burst(a, &b),
+                Step::Burst(b) => self.send_burst(a, &b, now),
             };
             if sent == Sent::Later {
                 a.retry_at_ns = now + RETRY_BACKOFF_NS;
@@ -456,7 +459,9 @@ impl Worker {
                 let late = &self.sh.metrics.bursts_late;
                 late.fetch_add(1, Ordering::Relaxed);
             }
-            a.pacer.advance(now);
+            if sent == Sent::Yes {
+                a.pacer.advance(now);
+            }
         }
         a.s.next_codeword
             .store(a.pacer.codeword(), Ordering::Relaxed);

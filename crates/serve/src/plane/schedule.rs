@@ -30,6 +30,15 @@ impl Schedule {
         }
     }
 
+    /// A session's pacer, which can take a burst in pieces ([`Pacer::advance_packets`]); a
+    /// channel takes whole steps only.
+    pub(crate) fn session_mut(&mut self) -> Option<&mut Pacer> {
+        match self {
+            Schedule::Session(p) => Some(p),
+            Schedule::Channel(_) => None,
+        }
+    }
+
     /// When the next step is due.
     pub(crate) fn next_due(&self) -> Option<u64> {
         match self {

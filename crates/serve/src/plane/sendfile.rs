@@ -98,7 +98,7 @@ impl SegmentFiles {
 
     /// Asks the kernel to start reading block `block` of `member`'s segment file of `obj`
     /// into the page cache (`POSIX_FADV_WILLNEED`: the reads are started, not waited for),
-    /// once per block.
+    /// once per block, unless the block is already there ([`resident`]).
     fn advise(&mut self, obj: &ObjectInfo, member: u32, block: u64) {
         if self.advised.len() >= MAX_ADVISED {
             self.advised.clear();
@@ -111,6 +111,9 @@ impl SegmentFiles {
         let Some(file) = self.get(obj, member) else {
             return;
         };
+        if resident(file, offset, len) {
+            return;
+        }
         let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
             return;
         };
@@ -123,6 +126,33 @@ impl SegmentFiles {
         self.files.retain(|(toi, _), _| active(*toi));
         self.advised.retain(|(toi, _, _)| active(*toi));
     }
+}
+
+/// Whether the first and the last byte of the `len` bytes at `offset` of `file` are in the
+/// page cache (one-byte reads that may not wait, `RWF_NOWAIT`): a block read ahead is read
+/// whole, so both there means the block is. Two such reads cost about 1.5 us; an advice on
+/// a resident 1 MiB block walks its 256 pages, about 15 us (measured on the benchmark
+/// machine), and was 6.5 % of the server's CPU at 50 streams. A byte past the file's end
+/// or any error counts as missing (the block is advised as before).
+fn resident(file: &File, offset: u64, len: u64) -> bool {
+    let last = offset.saturating_add(len.max(1) - 1);
+    cached_byte(file, offset) && cached_byte(file, last)
+}
+
+/// Whether the byte at `offset` of `file` is in the page cache (a one-byte `preadv2` with
+/// `RWF_NOWAIT`: it fails with `EAGAIN` rather than wait for the disk).
+fn cached_byte(file: &File, offset: u64) -> bool {
+    let Ok(off) = libc::off_t::try_from(offset) else {
+        return false;
+    };
+    let mut byte = 0u8;
+    let iov = libc::iovec {
+        iov_base: (&raw mut byte).cast(),
+        iov_len: 1,
+    };
+    // SAFETY: one iovec of one live byte, for the duration of the call; the descriptor is open.
+    let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, off, libc::RWF_NOWAIT) };
+    n == 1
 }
 
 /// A socket connected to `dest`, segmenting every send into `packet_len`-byte packets.
@@ -242,6 +272,21 @@ fn sendfile_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A block in the page cache is seen as resident; one past the file's end, or ending
+    /// past it, is not (it is advised as before).
+    #[test]
+    fn residency_of_a_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("seg");
+        std::fs::write(&path, vec![7u8; 1 << 16]).unwrap();
+        let file = File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        // Just written: in the page cache.
+        assert!(resident(&file, 0, 1 << 16));
+        assert!(!resident(&file, 1 << 16, 1 << 16), "past the end");
+        assert!(!resident(&file, 0, 1 << 17), "its last byte past the end");
+    }
 
     /// A segment file that could not be opened (issue 21: it was remembered as missing, its
     /// member served degraded until the table was cleared) is opened once it can be, after
