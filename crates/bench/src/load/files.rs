@@ -221,7 +221,7 @@ pub(crate) fn compare(exe: &Path, dir: &Path, title: &Title) -> anyhow::Result<F
 }
 
 /// Reads every segment file of the volume at `vol` once (into the page cache).
-fn warm_segments(vol: &Path) -> anyhow::Result<()> {
+pub(crate) fn warm_segments(vol: &Path) -> anyhow::Result<()> {
     let members = vol.join("members");
     for member in
         std::fs::read_dir(&members).with_context(|| format!("listing {}", members.display()))?

@@ -187,6 +187,12 @@ pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Res
                     };
                     progress(&format!("ingesting the titles ({})", spec.label()));
                     isnode::make_volume(&vol, &titles, spec.block_len)?;
+                    if cfg.confine.is_none() {
+                        // Written with O_DIRECT, the segment files are not in the page cache,
+                        // while nginx's title files were just written through it: both start
+                        // warm (a confined run starts every server cold instead).
+                        files::warm_segments(&vol)?;
+                    }
                     volumes.push((spec.block_len, vol.clone()));
                     vol
                 }

@@ -295,6 +295,12 @@ impl FillJob {
         }
     }
 
+    /// Whether the fill is complete (its object is then complete in the catalog, though the
+    /// job may still be listed for a moment: [`super::Fills::job`]).
+    pub(crate) fn is_done(&self) -> bool {
+        self.lock().phase == Phase::Done
+    }
+
     /// Waits until the fill ends (done or failed) or `deadline`; its phase then.
     pub(crate) fn wait_end(&self, deadline: Instant) -> Phase {
         let mut st = self.lock();

@@ -27,7 +27,9 @@ pub(crate) enum LookupError {
 /// served from the new fill), or a new fill when the volume lacks it and an origin is
 /// configured. Blocks (catalog, origin HEAD, the first codewords): call it off the runtime.
 pub(crate) fn object_for(sh: &Arc<Shared>, name: &str) -> Result<Arc<ObjectInfo>, LookupError> {
-    if let Some(job) = sh.fills.job(name) {
+    // A job that is done but not yet forgotten holds the object as it was while filling:
+    // the catalog has it complete.
+    if let Some(job) = sh.fills.job(name).filter(|j| !j.is_done()) {
         job.join(FillKind::Demand);
         return wait_first(&job);
     }
