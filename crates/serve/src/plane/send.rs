@@ -10,6 +10,8 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::ops::Range;
 
+use smallvec::SmallVec;
+
 use super::degraded::Hedge;
 use super::demand::LazyDemand;
 use super::{Active, Dest, Sent, Worker};
@@ -180,7 +182,9 @@ impl Worker {
     ) -> Sent {
         let limit = joined_packets(seg);
         let mut packets = b.len();
-        let mut parts = vec![first];
+        // On the stack: a joined send allocates nothing.
+        let mut parts: SmallVec<[(Pinned, Range<usize>); net::MAX_GSO_PARTS]> = SmallVec::new();
+        parts.push(first);
         a.pacer.advance(now);
         while packets < limit && parts.len() < net::MAX_GSO_PARTS {
             let Some((pin, range, take)) = self.join_next(a, seg, now, limit - packets) else {
@@ -194,7 +198,8 @@ impl Worker {
         }
         let dest = a.dest_for(b);
         let bytes: usize = parts.iter().map(|(_, r)| r.len()).sum();
-        let slices: Vec<&[u8]> = parts.iter().map(|(p, r)| &p.bytes()[r.clone()]).collect();
+        let slices: SmallVec<[&[u8]; net::MAX_GSO_PARTS]> =
+            parts.iter().map(|(p, r)| &p.bytes()[r.clone()]).collect();
         let sent = self
             .socket(&dest.addr)
             .and_then(|sock| net::send_gso_parts(sock, &dest.raw, &slices, seg));
