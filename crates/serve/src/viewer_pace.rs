@@ -34,7 +34,7 @@ pub(crate) fn run(sh: Arc<Shared>, volume: PathBuf) {
     while !sh.shutdown.load(Ordering::Acquire) {
         mark.hold(&volume);
         let load = sampler.sample(&sh);
-        let now_ms = u64::try_from(sh.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let now_ms = sh.now_ns() / 1_000_000;
         if rule.due(load, now_ms) {
             write(&volume, load, &mut warned);
         }

@@ -5,7 +5,7 @@
 //! (other changes at most every [`REFRESH_MS`]: [`WriteRule`]); the background work of
 //! other processes on the same volume (`isnode volume rebuild`, `isnode volume scrub`)
 //! reads it and paces itself exactly as the server's own background scrub does
-//! ([`crate::pace::paced_rate_bps`]). The server holds a shared flock on
+//! ([`crate::pace::paced_rate_bps`]). The server holds an exclusive flock on
 //! `VOLUME/run/viewer-pace.lock` while it runs ([`ServerMark`]): the file counts only while
 //! that lock is held ([`server_running`]), so an idle server need not rewrite it to say it
 //! is alive, and a server that died (its lock released by the kernel) is seen gone at once.
@@ -157,7 +157,7 @@ pub fn lock_path(volume: &Path) -> PathBuf {
     volume.join("run").join("viewer-pace.lock")
 }
 
-/// A running server's mark: a shared flock on [`lock_path`], held until dropped (and
+/// A running server's mark: an exclusive flock on [`lock_path`], held until dropped (and
 /// released by the kernel if the process dies).
 #[derive(Debug)]
 pub struct ServerMark {
