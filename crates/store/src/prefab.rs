@@ -12,7 +12,8 @@
 //! An encoder, for codeword `sbn` (k source symbols, m repair):
 //! - computes the m repair symbols straight into their packets' symbol fields,
 //! - copies the k source symbols into theirs,
-//! - seals each packet (LCT/ALC header and CRC32C) and computes its digest.
+//! - seals each packet (LCT/ALC header and CRC32C) and computes the packets' digests,
+//!   eight at a time ([`isnode_wire::digest::packet_digests`]).
 //!
 //! The reader keeps what needs the input in order (content CRC32C, media index) and the
 //! catalog (digest rows as the writer hands the codewords back).
@@ -23,7 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use isnode_fec::Code;
-use isnode_wire::digest::{packet_digest, DIGEST_LEN};
+use isnode_wire::digest::{packet_digests, DIGEST_LEN};
 use isnode_wire::{DataPacketId, DATA_HEADER_LEN};
 
 use crate::catalog::BlockRecord;
@@ -322,11 +323,8 @@ fn encode(
         packet[DATA_HEADER_LEN..].copy_from_slice(symbol);
     }
     let packets = job.packets[..n * plen].chunks_exact_mut(plen);
-    let digests = job.digests[..n * DIGEST_LEN].chunks_exact_mut(DIGEST_LEN);
     let crcs = job.packet_crcs.iter_mut().zip(job.symbol_crcs.iter_mut());
-    for (esi, ((packet, digest), (packet_crc, symbol_crc))) in
-        packets.zip(digests).zip(crcs).enumerate()
-    {
+    for (esi, (packet, (packet_crc, symbol_crc))) in packets.zip(crcs).enumerate() {
         let id = DataPacketId {
             tsi: shape.tsi,
             toi: shape.toi,
@@ -334,9 +332,14 @@ fn encode(
             esi: esi as u8,
         };
         isnode_wire::seal_data_packet(packet, &id)?;
-        digest.copy_from_slice(&packet_digest(packet));
         (*packet_crc, *symbol_crc) = shape.crcs.of_sealed(packet);
     }
+    // Eight packets at a time where the CPU allows (the digests were half of ingest's CPU).
+    packet_digests(
+        &job.packets[..n * plen],
+        plen,
+        &mut job.digests[..n * DIGEST_LEN],
+    );
     Ok(())
 }
 

@@ -12,7 +12,9 @@
 //! on 1436-byte packets BLAKE3 cannot use its parallel chunks (a packet is under two
 //! 1 KiB chunks) and ran at 3.1 s/GB on this machine, SHA-256 with the CPU's SHA
 //! extensions at 1.1-1.5 s/GB (`isnode bench verify` reports the figure of the machine
-//! it runs on). Byte layout of the catalog rows and of the digest route in
+//! it runs on). Where many packets are digested together (ingest), [`packet_digests`]
+//! interleaves eight: 0.30-0.33 s/GB against 0.52 one at a time on this machine (the ignored
+//! test `sha256_lanes::speed`). Byte layout of the catalog rows and of the digest route in
 //! `docs/format.md` and `docs/protocol.md`.
 
 /// Length of a packet digest, bytes.
@@ -31,9 +33,78 @@ pub fn packet_digest(packet: &[u8]) -> Digest {
     d
 }
 
+/// The digests of back-to-back packets of `packet_len` bytes each (`packets`), into `out`
+/// ([`DIGEST_LEN`] bytes per packet, in order): the values of [`packet_digest`], computed
+/// eight or four at a time where the CPU has the SHA extensions (`sha256_lanes`: the
+/// interleaved chains cut the time per packet by about 35-40 % on the machines measured).
+/// Packets past what `out` holds, and a last partial packet, are left out.
+pub fn packet_digests(packets: &[u8], packet_len: usize, out: &mut [u8]) {
+    if packet_len == 0 {
+        return;
+    }
+    let n = (packets.len() / packet_len).min(out.len() / DIGEST_LEN);
+    let mut at = 0;
+    while at < n {
+        at += match n - at {
+            8.. => digests_of_lanes::<8>(packets, packet_len, out, at),
+            4.. => digests_of_lanes::<4>(packets, packet_len, out, at),
+            _ => digests_of_lanes::<1>(packets, packet_len, out, at),
+        };
+    }
+}
+
+/// Digests packets `at..at + L` of `packets` into their places in `out` (the caller checked
+/// both hold them); returns `L`.
+fn digests_of_lanes<const L: usize>(
+    packets: &[u8],
+    packet_len: usize,
+    out: &mut [u8],
+    at: usize,
+) -> usize {
+    let msgs: [&[u8]; L] =
+        std::array::from_fn(|l| &packets[(at + l) * packet_len..(at + l + 1) * packet_len]);
+    let outs = out[at * DIGEST_LEN..(at + L) * DIGEST_LEN].chunks_exact_mut(DIGEST_LEN);
+    match (L > 1).then(|| crate::sha256_lanes::digest(msgs)).flatten() {
+        Some(full) => {
+            for (o, d) in outs.zip(&full) {
+                o.copy_from_slice(&d[..DIGEST_LEN]);
+            }
+        }
+        None => {
+            for (o, m) in outs.zip(msgs) {
+                o.copy_from_slice(&packet_digest(m));
+            }
+        }
+    }
+    L
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digests_of_many_packets_are_each_packets_digest() {
+        let plen = 1436;
+        for count in [0usize, 1, 3, 4, 7, 8, 12, 31, 255] {
+            let packets: Vec<u8> = (0..count * plen).map(|i| (i * 31 % 251) as u8).collect();
+            let mut out = vec![0u8; count * DIGEST_LEN];
+            packet_digests(&packets, plen, &mut out);
+            for (i, d) in out.chunks_exact(DIGEST_LEN).enumerate() {
+                assert_eq!(
+                    d,
+                    packet_digest(&packets[i * plen..(i + 1) * plen]),
+                    "{count}: {i}"
+                );
+            }
+        }
+        // `out` shorter than the packets: only what it holds.
+        let packets = vec![9u8; 3 * 100];
+        let mut out = vec![0u8; DIGEST_LEN + 3];
+        packet_digests(&packets, 100, &mut out);
+        assert_eq!(out[..DIGEST_LEN], packet_digest(&packets[..100]));
+        assert_eq!(out[DIGEST_LEN..], [0, 0, 0]);
+    }
 
     #[test]
     fn the_digest_is_sha256_truncated_and_sees_every_byte() {

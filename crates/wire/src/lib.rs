@@ -22,12 +22,13 @@
 //! Standard FLUTE receivers (for example the `flute` crate) skip the unknown EXT_CRC
 //! extension and receive the stream as plain FEC Encoding ID 5 traffic.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod digest;
 pub mod fdt;
 pub mod partition;
+mod sha256_lanes;
 
 use fdt::FecOti;
 
