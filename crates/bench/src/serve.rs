@@ -383,16 +383,18 @@ pub(crate) fn start_server(
     start_server_with(vol_dir, host, engine, exe, cache_size_bytes, &[], None)
 }
 
-/// [`start_server`] inside `group` (its memory and disk limits), when there is one.
+/// [`start_server`] with `extra` arguments for `isnode serve`, inside `group` (its memory and
+/// disk limits) when there is one.
 pub(crate) fn start_server_in(
     vol_dir: &Path,
     host: &str,
     engine: &str,
     exe: &Path,
     cache_size_bytes: u64,
+    extra: &[&str],
     group: Option<&crate::cgroup::Cgroup>,
 ) -> anyhow::Result<(ServerChild, String)> {
-    start_server_with(vol_dir, host, engine, exe, cache_size_bytes, &[], group)
+    start_server_with(vol_dir, host, engine, exe, cache_size_bytes, extra, group)
 }
 
 /// Whether `exe serve` takes `flag` (its `--help` names it): before/after runs start

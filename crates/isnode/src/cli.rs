@@ -583,6 +583,12 @@ pub(crate) struct LoadBenchArgs {
     /// second (blkio/io cgroup; a disk that is the bottleneck). Root is needed.
     #[arg(long)]
     pub disk_read_limit: Option<u64>,
+    /// Tell isnode's servers this percent of the disk read limit as the disks' read rate
+    /// (`serve --disk-read-bps`, 8 × the bytes per second × PERCENT / 100), so that
+    /// admission refuses sessions whose reads it cannot sustain.
+    #[arg(long, requires = "disk_read_limit", value_name = "PERCENT",
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub disk_admission: Option<u32>,
     /// Also write the figures (load_max_valid.svg, load_cpu_per_gb.svg, load_startup.svg)
     /// into this directory.
     #[arg(long)]

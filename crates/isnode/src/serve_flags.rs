@@ -38,6 +38,10 @@ pub(crate) struct ServeFlags {
     /// Most concurrent sessions per client IP address (default 16).
     #[arg(long)]
     pub max_sessions_per_client: Option<u32>,
+    /// The disks' sustained read rate, bits per second: pool engines refuse a session whose
+    /// reads would not fit (default 0: not checked).
+    #[arg(long)]
+    pub disk_read_bps: Option<u64>,
     /// Data-plane threads (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -283,8 +287,8 @@ impl ServeFlags {
     fn overlay(&self, config: &mut ServeConfig) {
         let flags = self.clone();
         overlay!(config, flags; listen, engine, cache_size_bytes, egress_capacity_bps,
-            max_sessions_per_client, degraded, member_fail_errors, hedge_after_ms,
-            session_timeout_ms, validate_timeout_ms,
+            max_sessions_per_client, disk_read_bps, degraded, member_fail_errors,
+            hedge_after_ms, session_timeout_ms, validate_timeout_ms,
             validate_destination, min_dest_port, read_io, max_content_readers,
             start_burst_factor, start_burst_ms, broadcast_groups, broadcast_port,
             broadcast_max_groups, multicast_ttl, broadcast_mode, broadcast_scheme,

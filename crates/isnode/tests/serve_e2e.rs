@@ -886,6 +886,37 @@ fn serve_admission_cache_size() {
     assert_eq!(m.get("isnode_sessions_active"), 2.0);
 }
 
+/// Test 5d: disks that cannot sustain another reader: 503 `disk_read_bps`, while a viewer
+/// the pool serves (a second viewer of a title at its position) is still admitted.
+///
+/// `--disk-read-bps` is 1.5 sessions' send rate: the first viewer of `one.ts` reads from
+/// disk (one rate), the second shares its blocks (no more reads), a viewer of `two.ts`
+/// would read too (two rates > 1.5): refused.
+#[test]
+fn serve_admission_disk_read() {
+    let vol = Vol::create(&[]);
+    let one = vol.add_ts("one.ts", 2_000_000, 3.0, 53);
+    let two = vol.add_ts("two.ts", 2_000_000, 3.0, 54);
+    assert_eq!(one.len(), two.len(), "the titles' send rates are equal");
+    let rate = expected_send_rate(2_000_000, one.len() as u64);
+    let limit = (rate * 3 / 2).to_string();
+    let server = Server::start(&vol, &["--disk-read-bps", &limit]);
+    let s1 = udp(std::net::Ipv4Addr::LOCALHOST.into(), 0).unwrap();
+    let s2 = udp(std::net::Ipv4Addr::LOCALHOST.into(), 0).unwrap();
+    server.open_session("one.ts", &s1);
+    server.open_session("one.ts", &s2);
+    let b = server.post_session("two.ts", 40012);
+    assert_eq!(b.status, 503, "{}", b.body);
+    assert_eq!(b.json()["limit"], "disk_read_bps", "{}", b.body);
+    assert_eq!(b.json()["value"].as_u64(), Some(rate * 3 / 2), "{}", b.body);
+    let m = server.metrics();
+    assert_eq!(
+        m.get("isnode_sessions_refused_total{limit=\"disk_read_bps\"}"),
+        1.0
+    );
+    assert_eq!(m.get("isnode_sessions_active"), 2.0);
+}
+
 /// Test 6: the server's memory stays flat when 1 viewer of a title becomes 50.
 ///
 /// The pool (`--cache-size` 64 MiB) is allocated and touched at start, so it is in the RSS

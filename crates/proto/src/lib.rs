@@ -392,11 +392,14 @@ pub enum Limit {
     /// Sessions awaiting their token's echo per client (`--max-unvalidated-per-client`;
     /// an IPv4 address, an IPv6 /64).
     MaxUnvalidatedPerClient,
+    /// The disks' sustained read rate (`--disk-read-bps`), in bits per second: the reads the
+    /// sessions need beyond what the block pool shares between them.
+    DiskReadBps,
 }
 
 impl Limit {
     /// All limits, in metrics order.
-    pub const ALL: [Limit; 7] = [
+    pub const ALL: [Limit; 8] = [
         Limit::MaxBitrateBps,
         Limit::CacheSizeBytes,
         Limit::MaxSessionsPerClient,
@@ -404,6 +407,7 @@ impl Limit {
         Limit::MaxUnvalidatedSessions,
         Limit::MaxUnvalidatedPerClient,
         Limit::BroadcastBudgetBps,
+        Limit::DiskReadBps,
     ];
 
     /// The name used in the API and in metrics.
@@ -416,6 +420,7 @@ impl Limit {
             Limit::MaxSendfileSessions => "max_sendfile_sessions",
             Limit::MaxUnvalidatedSessions => "max_unvalidated_sessions",
             Limit::MaxUnvalidatedPerClient => "max_unvalidated_per_client",
+            Limit::DiskReadBps => "disk_read_bps",
         }
     }
 
@@ -429,6 +434,7 @@ impl Limit {
             Limit::MaxUnvalidatedSessions => 4,
             Limit::MaxUnvalidatedPerClient => 5,
             Limit::BroadcastBudgetBps => 6,
+            Limit::DiskReadBps => 7,
         }
     }
 }

@@ -24,6 +24,8 @@ use crate::pacer::blocks_of;
 use crate::plane::LOOKAHEAD_CODEWORDS;
 use crate::{EngineKind, Shared, StreamShared};
 
+mod disk;
+
 /// The limits a new session is admitted under.
 #[derive(Clone, Debug)]
 pub(crate) struct Limits {
@@ -50,6 +52,9 @@ pub(crate) struct PoolLimit {
     pub lookahead_codewords: u32,
     /// The configured pool size (the `value` of a refusal).
     pub cache_size_bytes: u64,
+    /// The disks' sustained read rate, bits per second (`None`: not checked): what the
+    /// sessions read beyond what the pool shares between them must fit ([`disk`]).
+    pub disk_read_bps: Option<u64>,
 }
 
 /// What one session asks of the server.
@@ -134,7 +139,7 @@ pub(crate) fn admit_unvalidated(
 
 /// Admits `new` beside the streaming sessions `active`, or says which limit refuses it.
 /// Checked in order: sessions per client ([`client_key`]), total sessions, bitrate, block
-/// pool.
+/// pool, disk reads (pool engines with `disk_read_bps` set: [`disk`]).
 pub(crate) fn admit(
     limits: &Limits,
     active: &[Demand<'_>],
@@ -190,8 +195,42 @@ pub(crate) fn admit(
                 ),
             });
         }
+        if let Some(max) = pool.disk_read_bps {
+            admit_disk(pool, max, blocks, active, new)?;
+        }
     }
     Ok(())
+}
+
+/// The disk check of [`admit`]: `new` is refused when the reads the sessions would need
+/// with it ([`disk::disk_rate_bps`], the pool's room beyond the `blocks` of the working
+/// sets keeping intervals) exceed `max_bps` and are more than they need without it (a
+/// follower the pool serves is admitted even on a busy disk).
+fn admit_disk(
+    pool: &PoolLimit,
+    max_bps: u64,
+    blocks: usize,
+    active: &[Demand<'_>],
+    new: &Demand<'_>,
+) -> Result<(), Refusal> {
+    let room = |blocks: usize| pool.slots.saturating_sub(blocks + pool.reserve_slots);
+    let with = disk::disk_rate_bps(active.iter().chain([new]), room(blocks));
+    if with <= max_bps {
+        return Ok(());
+    }
+    let before = working_set(pool.lookahead_codewords, active.iter());
+    let without = disk::disk_rate_bps(active.iter(), room(before));
+    if with <= without {
+        return Ok(());
+    }
+    Err(Refusal {
+        limit: Limit::DiskReadBps,
+        value: max_bps,
+        reason: format!(
+            "the disks cannot sustain the reads: the sessions would need {with} bit/s beyond \
+             what the block pool shares, of {max_bps}"
+        ),
+    })
 }
 
 /// Pool slots kept free beyond the sessions' working sets (rebuilds, in-flight sends).
@@ -214,6 +253,7 @@ pub(crate) fn limits(sh: &Shared) -> Limits {
             reserve_slots: CACHE_RESERVE_SLOTS,
             lookahead_codewords: LOOKAHEAD_CODEWORDS,
             cache_size_bytes: sh.config().cache_size_bytes,
+            disk_read_bps: Some(sh.config().disk_read_bps).filter(|bps| *bps > 0),
         }),
         max_sessions: sh.sendfile_sessions,
     }
@@ -415,6 +455,43 @@ mod tests {
     }
 
     #[test]
+    fn the_disk_admits_what_the_pool_shares_and_refuses_new_reads() {
+        let l = layout(400);
+        let limits = Limits {
+            pool: Some(PoolLimit {
+                slots: 200,
+                reserve_slots: 2,
+                lookahead_codewords: 3,
+                cache_size_bytes: 1,
+                // Room for two readers of 1 000 bit/s.
+                disk_read_bps: Some(2_500),
+            }),
+            ..unlimited()
+        };
+        let a = [demand(&l, 1, 1_000, 1, 300), demand(&l, 2, 1_000, 2, 0)];
+        // A third title reads from disk: refused.
+        let r = admit(&limits, &a, &demand(&l, 3, 1_000, 3, 0)).unwrap_err();
+        assert_eq!((r.limit, r.value), (Limit::DiskReadBps, 2_500));
+        // A viewer at a title's position shares its blocks: admitted.
+        assert!(admit(&limits, &a, &demand(&l, 3, 1_000, 1, 300)).is_ok());
+        // A viewer a little behind one: its interval fits in the pool's room.
+        assert!(admit(&limits, &a, &demand(&l, 3, 1_000, 1, 290)).is_ok());
+        // Far behind (the interval does not fit beside the working sets): refused.
+        let far = demand(&l, 3, 1_000, 1, 0);
+        assert!(disk::interval_blocks(&l, 0, 300) > 200);
+        assert_eq!(
+            admit(&limits, &a, &far).unwrap_err().limit,
+            Limit::DiskReadBps
+        );
+        // Not checked when unset.
+        let mut off = limits.clone();
+        if let Some(p) = off.pool.as_mut() {
+            p.disk_read_bps = None;
+        }
+        assert!(admit(&off, &a, &far).is_ok());
+    }
+
+    #[test]
     fn viewers_of_one_position_share_the_pool() {
         let l = layout(10);
         let need = working_set(3, [demand(&l, 1, 1, 1, 0)].iter());
@@ -425,6 +502,7 @@ mod tests {
                 reserve_slots: 2,
                 lookahead_codewords: 3,
                 cache_size_bytes: 12345,
+                disk_read_bps: None,
             }),
             ..unlimited()
         };
@@ -496,7 +574,7 @@ mod tests {
                 max_sessions_per_client: max_per_client,
                 max_bitrate_bps: max_bitrate,
                 burst_headroom_bps: 0,
-                pool: Some(PoolLimit { slots, reserve_slots: 2, lookahead_codewords: 3, cache_size_bytes: 1 }),
+                pool: Some(PoolLimit { slots, reserve_slots: 2, lookahead_codewords: 3, cache_size_bytes: 1, disk_read_bps: None }),
                 max_sessions: None,
             };
             if admit(&limits, &act, &nd).is_ok() {

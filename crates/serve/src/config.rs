@@ -164,6 +164,10 @@ pub struct ServeConfig {
     pub max_bitrate_bps: Option<u64>,
     /// Most concurrent sessions per client IP address.
     pub max_sessions_per_client: u32,
+    /// The disks' sustained read rate, bits per second (0: not checked). With a pool engine
+    /// a session is refused when the reads the sessions would need beyond what the pool
+    /// shares between viewers of a title (interval caching) exceed it.
+    pub disk_read_bps: u64,
     /// Data-plane threads (default: one per core).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads: Option<usize>,
@@ -388,6 +392,8 @@ const DEFAULT_MEMBER_FAIL_ERRORS: u32 = 5;
 const DEFAULT_MEMBER_PROBE_INTERVAL_MS: u64 = 30_000;
 /// Default of `hedge_after_ms`: a read slower than this is hedged (milliseconds).
 const DEFAULT_HEDGE_AFTER_MS: u64 = 50;
+/// The largest `disk_read_bps` (10 Tbit/s: past any disk array).
+const MAX_DISK_READ_BPS: u64 = 10_000_000_000_000;
 
 impl Default for ServeConfig {
     fn default() -> Self {
@@ -399,6 +405,7 @@ impl Default for ServeConfig {
             egress_capacity_bps: DEFAULT_EGRESS_CAPACITY_BPS,
             max_bitrate_bps: None,
             max_sessions_per_client: DEFAULT_MAX_SESSIONS_PER_CLIENT,
+            disk_read_bps: 0,
             threads: None,
             degraded: Degraded::Rebuild,
             member_fail_errors: DEFAULT_MEMBER_FAIL_ERRORS,
@@ -571,6 +578,12 @@ impl ServeConfig {
         }
         if self.max_sessions_per_client == 0 {
             return bad("max_sessions_per_client", "must be at least 1");
+        }
+        if self.disk_read_bps > MAX_DISK_READ_BPS {
+            return bad(
+                "disk_read_bps",
+                "must be at most 10^13 (10 Tbit/s; 0: not checked)",
+            );
         }
         if matches!(self.threads, Some(t) if !(1..=256).contains(&t)) {
             return bad("threads", "must be between 1 and 256");

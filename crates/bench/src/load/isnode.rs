@@ -130,12 +130,14 @@ pub(crate) struct Opened {
 }
 
 impl IsnodeServer {
-    /// Starts `isnode serve` on the volume with `engine` (inside `group` when there is one).
+    /// Starts `isnode serve` on the volume with `engine` and `extra` arguments (inside
+    /// `group` when there is one).
     pub(crate) fn start(
         vol_dir: &Path,
         exe: &Path,
         engine: &str,
         cache_size_bytes: u64,
+        extra: &[&str],
         net: &Net,
         group: Option<&crate::cgroup::Cgroup>,
     ) -> anyhow::Result<IsnodeServer> {
@@ -145,6 +147,7 @@ impl IsnodeServer {
             engine,
             exe,
             cache_size_bytes,
+            extra,
             group,
         )?;
         Ok(IsnodeServer {

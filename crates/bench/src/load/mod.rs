@@ -148,6 +148,24 @@ pub struct LoadBenchConfig {
     pub net: NetMode,
     /// Memory and disk limits of every server (a library larger than memory).
     pub confine: Confinement,
+    /// Whether isnode servers admit sessions against the disk read limit.
+    pub disk_admission: DiskAdmission,
+}
+
+/// Whether isnode's servers are told the disk's read rate (`isnode serve --disk-read-bps`),
+/// so that admission refuses a session whose reads the disk cannot sustain.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiskAdmission {
+    /// Not told: admission knows the bitrate budget and the pool only.
+    #[default]
+    Off,
+    /// Told this share (percent) of the `--disk-read-limit` (× 8, in bits per second), when
+    /// one is set.
+    AtReadLimit {
+        /// Percent of the read limit.
+        percent: u32,
+    },
 }
 
 /// Runs every server of `cfg` in turn; `progress` hears what is going on.
@@ -261,5 +279,6 @@ fn confinement_report(
             .map(|m| library_bytes as f64 / m as f64),
         isnode_pool_bytes: cfg.confine.isnode_pool_bytes(cfg.cache_size_bytes)?,
         cgroup: cgroup.into(),
+        disk_admission: cfg.disk_admission,
     }))
 }

@@ -490,7 +490,7 @@ fn confined_table(r: &LoadReport, c: &super::ConfinementReport) -> String {
     let mut s =
         format!(
         "limits per server: memory {}, disk reads {} ({} cgroup); library {} MiB ({} x memory); \
-         isnode pool {} MiB\n",
+         isnode pool {} MiB{}\n",
         mib(c.limits.memory_limit_bytes),
         c.limits
             .disk_read_limit_bps
@@ -499,6 +499,12 @@ fn confined_table(r: &LoadReport, c: &super::ConfinementReport) -> String {
         c.library_bytes >> 20,
         opt(c.library_over_memory, 1.0, 1),
         c.isnode_pool_bytes >> 20,
+        match c.disk_admission {
+            super::DiskAdmission::AtReadLimit { percent } => {
+                format!(", isnode admitting against {percent} % of the disk read limit")
+            }
+            super::DiskAdmission::Off => String::new(),
+        },
     );
     s.push_str(&format!(
         "{:<15} {:>9} {:>11} {:>9} {:>8} {:>8}\n",

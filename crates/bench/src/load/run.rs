@@ -120,7 +120,17 @@ pub(crate) fn ramp_isnode(
     // Declared before the server, so the group outlives the server's processes.
     let group = cfg.confine.group_for(&spec.label(), vol)?;
     let pool = cfg.confine.isnode_pool_bytes(cfg.cache_size_bytes)?;
-    let server = IsnodeServer::start(vol, exe, kind, pool, net, group.as_ref())?;
+    let disk_bps = match (cfg.disk_admission, cfg.confine.disk_read_limit_bps) {
+        (super::DiskAdmission::AtReadLimit { percent }, Some(bytes_per_s)) => {
+            Some((bytes_per_s.saturating_mul(8) / 100 * u64::from(percent)).to_string())
+        }
+        _ => None,
+    };
+    let extra: Vec<&str> = match &disk_bps {
+        Some(bps) => vec!["--disk-read-bps", bps],
+        None => Vec::new(),
+    };
+    let server = IsnodeServer::start(vol, exe, kind, pool, &extra, net, group.as_ref())?;
     // The server runs in the root namespace; the clients (this thread from here on, the
     // sockets and threads it makes) on the other side.
     let _inside = net.enter()?;

@@ -107,6 +107,10 @@ pub(super) fn load(args: &crate::cli::LoadBenchArgs) -> anyhow::Result<ExitCode>
             crate::cli::LoadNet::Loopback => NetMode::Loopback,
         },
         confine: Confinement::default(),
+        disk_admission: match args.disk_admission {
+            Some(percent) => load::DiskAdmission::AtReadLimit { percent },
+            None => load::DiskAdmission::Off,
+        },
     };
     // One run per memory limit (one unlimited run without any).
     let memory: Vec<Option<u64>> = match args.memory_limit.is_empty() {

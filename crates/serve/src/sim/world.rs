@@ -290,6 +290,7 @@ impl World {
                 reserve_slots: 2,
                 lookahead_codewords: LOOKAHEAD_CODEWORDS,
                 cache_size_bytes: u64::from(SLOTS) * u64::from(params().block_len),
+                disk_read_bps: None,
             }),
             max_sessions: None,
         };
