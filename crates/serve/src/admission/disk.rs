@@ -27,7 +27,7 @@ pub(crate) fn disk_rate_bps<'a>(
     // (interval in blocks, the rate of the viewer behind it)
     let mut intervals: Vec<(u64, u64)> = Vec::new();
     for viewers in titles.values_mut() {
-        viewers.sort_by(|a, b| b.codeword.cmp(&a.codeword));
+        viewers.sort_by_key(|v| std::cmp::Reverse(v.codeword));
         if let Some(first) = viewers.first() {
             rate = rate.saturating_add(first.send_rate_bps);
         }
