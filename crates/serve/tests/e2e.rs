@@ -636,7 +636,7 @@ fn admission_refuses_bitrate_and_cache() {
     let body = refused.expect("the pool must refuse at some point");
     assert_eq!(body["limit"], "cache_size_bytes");
     assert_eq!(body["value"], 16 * 8192);
-    assert_eq!(server.metrics().sessions_refused, [0, 1, 0, 0, 0, 0, 0]);
+    assert_eq!(server.metrics().sessions_refused, [0, 1, 0, 0, 0, 0, 0, 0]);
 }
 
 #[test]
@@ -759,7 +759,7 @@ fn default_limits_refuse_a_seventeenth_session_per_client() {
     assert_eq!(err.limit, Some(isnode_serve::Limit::MaxSessionsPerClient));
     assert_eq!(err.value, Some(16));
     assert!(err.error.starts_with("admission refused: "), "{body}");
-    assert_eq!(server.metrics().sessions_refused, [0, 0, 1, 0, 0, 0, 0]);
+    assert_eq!(server.metrics().sessions_refused, [0, 0, 1, 0, 0, 0, 0, 0]);
 }
 
 /// Defect 9: the default bitrate budget is 90 % of the default egress capacity
@@ -778,7 +778,7 @@ fn default_bitrate_budget_refuses_beyond_the_egress_capacity() {
     assert_eq!(err.value, Some(900_000_000));
     let (st, body) = create(&server, "ok.ts", 9);
     assert_eq!(st, 201, "{body}");
-    assert_eq!(server.metrics().sessions_refused, [1, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(server.metrics().sessions_refused, [1, 0, 0, 0, 0, 0, 0, 0]);
 }
 
 /// Defect 5: an object replaced in the catalog while the server runs is streamed with its
