@@ -417,7 +417,7 @@ impl Worker {
     fn turn(&mut self, a: &mut Active, now: u64) {
         self.adapt_repair(a);
         for _ in 0..MAX_STEPS_PER_TURN {
-            let Some(step) = a.pacer.peek(now + self.batch.slack_ns()) else {
+            let Some(step) = a.pacer.peek(now + a.pacer.early_ns(self.batch.slack_ns())) else {
                 break;
             };
             let due = a.pacer.next_due().unwrap_or(now);

@@ -39,6 +39,19 @@ impl Schedule {
         }
     }
 
+    /// How early (ns) this entry's steps may leave, given the thread's pacing slack: a
+    /// session's client buffers ahead, so the slack; a channel's none. Receivers join a
+    /// channel at the plan's times (`recv::broadcast::tune`), 250 ms ahead when they can,
+    /// but one arriving just before a transmission starts joins at once, and a burst sent
+    /// before it had joined was lost to it: its codeword came a slot late, from the unicast
+    /// repair (seen with a 32 ms slack in `broadcast_play`).
+    pub(crate) fn early_ns(&self, slack_ns: u64) -> u64 {
+        match self {
+            Schedule::Session(_) => slack_ns,
+            Schedule::Channel(_) => 0,
+        }
+    }
+
     /// When the next step is due.
     pub(crate) fn next_due(&self) -> Option<u64> {
         match self {
