@@ -160,6 +160,13 @@ impl Layout {
         }
     }
 
+    /// The block of `member`'s segment file in which codeword `sbn`'s run starts (the
+    /// block of [`MemberRun::first_packet`]).
+    pub fn run_block(&self, sbn: u32, member: u32) -> u64 {
+        assert!(member < self.params.members);
+        self.packet_position(self.packets_before(member, sbn)).0
+    }
+
     /// The member holding symbol `esi` of codeword `sbn`.
     pub fn member_of(&self, sbn: u32, esi: u32) -> u32 {
         let k = self.source_symbols(sbn);

@@ -60,12 +60,9 @@ pub(crate) fn interval_blocks(layout: &Layout, behind: u32, ahead: u32) -> u64 {
     }
     (0..layout.params().members)
         .map(|m| {
-            let block = |sbn: u32| {
-                layout
-                    .packet_position(layout.member_run(sbn, m).first_packet)
-                    .0
-            };
-            block(ahead).saturating_sub(block(behind))
+            layout
+                .run_block(ahead, m)
+                .saturating_sub(layout.run_block(behind, m))
         })
         .sum()
 }

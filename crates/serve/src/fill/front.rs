@@ -151,13 +151,7 @@ pub(crate) fn readable_codewords(layout: &Layout, front: u32) -> u32 {
     }
     let members = layout.params().members;
     // On each member, the first block not wholly written.
-    let open_block: Vec<u64> = (0..members)
-        .map(|m| {
-            layout
-                .packet_position(layout.member_run(front, m).first_packet)
-                .0
-        })
-        .collect();
+    let open_block: Vec<u64> = (0..members).map(|m| layout.run_block(front, m)).collect();
     let readable = |sbn: u32| {
         (0..members).all(|m| {
             let run = layout.member_run(sbn, m);
@@ -194,9 +188,7 @@ mod tests {
             last = r;
             // Every block holding a readable codeword's packets lies before the front's.
             for (member, block) in crate::pacer::blocks_of(&l, 0..r) {
-                let open = l
-                    .packet_position(l.member_run(front, member).first_packet)
-                    .0;
+                let open = l.run_block(front, member);
                 assert!(
                     block < open,
                     "front {front}: block {block} of member {member}"
