@@ -13,7 +13,7 @@
 //! 1 KiB chunks) and ran at 3.1 s/GB on this machine, SHA-256 with the CPU's SHA
 //! extensions at 1.1-1.5 s/GB (`isnode bench verify` reports the figure of the machine
 //! it runs on). Where many packets are digested together (ingest), [`packet_digests`]
-//! interleaves eight: 0.30-0.33 s/GB against 0.52 one at a time on this machine (the ignored
+//! interleaves eight: 0.30-0.37 s/GB against 0.50-0.52 one at a time on this machine (the ignored
 //! test `sha256_lanes::speed`). Byte layout of the catalog rows and of the digest route in
 //! `docs/format.md` and `docs/protocol.md`.
 
