@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use crate::choice::ChoiceParser;
 use clap::{Args, Parser, Subcommand};
 
 /// Intermediate storage node for media-on-demand: stores media as prefabricated
@@ -717,8 +718,8 @@ pub(crate) struct TokenFileArgs {
 #[derive(Args, Debug)]
 pub(crate) struct TokenAddArgs {
     /// A role of the token (repeatable).
-    #[arg(long = "role", value_enum, required = true)]
-    pub roles: Vec<isnode_serve::auth::Role>,
+    #[arg(long = "role", value_parser = ChoiceParser::new(isnode_auth::Role::CHOICES), required = true)]
+    pub roles: Vec<isnode_auth::Role>,
     /// The token's name (default: `token-` and its creation time).
     #[arg(long)]
     pub name: Option<String>,

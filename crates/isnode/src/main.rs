@@ -1,6 +1,7 @@
 //! `isnode`: the intermediate storage node for media-on-demand, one binary
 //! with a subcommand per job (volume admin, ingest, read-back, benchmarks, demo).
 
+mod choice;
 mod cli;
 mod commands;
 mod play_flags;

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use isnode_serve::broadcast::groups::GroupRange;
+use isnode_serve_config::{Choice, GroupRange};
+
+use crate::choice::ChoiceParser;
 use isnode_serve::{BroadcastMode, Degraded, EngineKind, ReadIo, ServeConfig, ValidateDestination};
 
 /// The commented default configuration, as shipped in `packaging/isnode.toml`.
@@ -24,7 +26,7 @@ pub(crate) struct ServeFlags {
     #[arg(long)]
     pub listen: Option<SocketAddr>,
     /// Send engine (default gso).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = ChoiceParser::new(EngineKind::CHOICES))]
     pub engine: Option<EngineKind>,
     /// Size of the block pool in bytes (default 256 MiB).
     #[arg(long, visible_alias = "cache-size")]
@@ -46,7 +48,7 @@ pub(crate) struct ServeFlags {
     #[arg(long)]
     pub threads: Option<usize>,
     /// What to send for a failed member's packets (default rebuild).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = ChoiceParser::new(Degraded::CHOICES))]
     pub degraded: Option<Degraded>,
     /// Block read errors in a row that mark a member failed (default 5; 0: never).
     #[arg(long)]
@@ -62,13 +64,13 @@ pub(crate) struct ServeFlags {
     #[arg(long)]
     pub validate_timeout_ms: Option<u64>,
     /// Return routability of new sessions' destinations (default token).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = ChoiceParser::new(ValidateDestination::CHOICES))]
     pub validate_destination: Option<ValidateDestination>,
     /// Lowest destination UDP port a session may ask for (default 1024).
     #[arg(long)]
     pub min_dest_port: Option<u16>,
     /// How blocks are read into the pool (default uring).
-    #[arg(long, value_enum, env = "ISNODE_READ_IO")]
+    #[arg(long, value_parser = ChoiceParser::new(ReadIo::CHOICES), env = "ISNODE_READ_IO")]
     pub read_io: Option<ReadIo>,
     /// Most HTTP content bodies and repair answers produced at once (default 32).
     #[arg(long)]
@@ -95,7 +97,7 @@ pub(crate) struct ServeFlags {
     #[arg(long)]
     pub multicast_if: Option<String>,
     /// Hybrid serving: `auto` broadcasts a title when that costs less than its unicast.
-    #[arg(long = "broadcast", value_enum)]
+    #[arg(long = "broadcast", value_parser = ChoiceParser::new(BroadcastMode::CHOICES))]
     pub broadcast_mode: Option<BroadcastMode>,
     /// The scheme of automatic broadcasts (default cautious-harmonic).
     #[arg(long)]

@@ -6,13 +6,11 @@
 
 mod broadcast;
 mod common;
-mod conns;
 mod content;
 mod control;
 mod create;
 mod digests;
 mod drain;
-pub(crate) mod errors;
 mod fills;
 pub mod fuzzing;
 mod hybrid;
@@ -36,18 +34,19 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
 use axum::{Json, Router};
-use isnode_proto::{ErrorBody, SessionStatus};
+use isnode_proto::SessionStatus;
 use isnode_store::StoreError;
 
-pub(crate) use conns::ConnLimits;
-use conns::ConnServer;
+pub(crate) use isnode_http::conns::ConnLimits;
+use isnode_http::conns::ConnServer;
+use isnode_http::limits as errors;
 
 use crate::{ServeError, SessionState, Shared};
 
 type Sh = State<Arc<Shared>>;
 
 /// Runs the API until `stop` fires; reports readiness (or the setup error) on `ready`.
-/// Connections are accepted under `limits` ([`conns`]), over TLS with `tls` if given.
+/// Connections are accepted under `limits` (`isnode_http::conns`), over TLS with `tls` if given.
 pub(crate) fn serve(
     sh: Arc<Shared>,
     listener: std::net::TcpListener,
@@ -194,9 +193,9 @@ fn router(sh: Arc<Shared>) -> Router {
 }
 
 /// Writes the tokens' last uses beside the token file every
-/// [`crate::auth::last_use::FLUSH_INTERVAL_S`] (when they changed), off the runtime.
+/// [`isnode_auth::last_use::FLUSH_INTERVAL_S`] (when they changed), off the runtime.
 async fn write_last_use(sh: Arc<Shared>) {
-    let every = Duration::from_secs(crate::auth::last_use::FLUSH_INTERVAL_S);
+    let every = Duration::from_secs(isnode_auth::last_use::FLUSH_INTERVAL_S);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     loop {
         tick.tick().await;
@@ -257,30 +256,7 @@ fn reap_once(sh: &Shared) -> Reaped {
     }
 }
 
-/// An error answer: its status and JSON body.
-struct ApiError {
-    status: StatusCode,
-    body: ErrorBody,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, msg: impl std::fmt::Display) -> ApiError {
-        ApiError {
-            status,
-            body: ErrorBody::new(msg.to_string()),
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.status, Json(self.body)).into_response()
-    }
-}
-
-fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
-    ApiError::new(status, msg).into_response()
-}
+use isnode_http::error::{error, ApiError};
 
 fn store_error(e: StoreError) -> Response {
     match e {
@@ -442,7 +418,7 @@ async fn health(State(sh): Sh) -> Response {
         false => StatusCode::OK,
         true => StatusCode::SERVICE_UNAVAILABLE,
     };
-    let load = crate::admission::load_share(&sh);
+    let load = crate::admit::load_share(&sh);
     (
         status,
         Json(serde_json::json!({ "node": name, "draining": draining, "load": load })),

@@ -22,8 +22,9 @@ use std::time::Duration;
 use isnode_proto::keepalive::{parse_keepalive, KEEPALIVE_LEN};
 
 use crate::registry::SessionState;
-use crate::wake::{wait_any, IDLE_WAIT};
+use crate::wake::IDLE_WAIT;
 use crate::Shared;
+use isnode_sys::event::wait_any;
 
 /// Datagrams taken per `recvmmsg` call.
 const BATCH: usize = 64;

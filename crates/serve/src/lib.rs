@@ -25,42 +25,37 @@
 
 #![deny(missing_docs)]
 
-mod admission;
+mod admit;
 mod api;
-pub mod auth;
 pub mod broadcast;
 pub mod cache;
 mod cluster;
-mod config;
 mod fd_budget;
 mod fill;
 mod keepalive;
 mod lifecycle;
 mod member_health;
 pub mod metrics;
-pub mod net;
 pub mod objects;
 mod origin;
-pub mod pacer;
 mod plane;
 mod reader;
 mod registry;
-pub mod repair_policy;
 pub mod scrub;
 mod server;
-#[cfg(test)]
-mod sim;
-mod tls;
 mod uploads;
 mod uring;
 mod viewer_pace;
 mod wake;
 
-pub use api::errors::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 #[doc(hidden)]
 pub use api::fuzzing;
 pub use cluster::{ClusterStatus, NodeStatus};
-pub use config::{
+pub use fd_budget::DEFAULT_MAX_SENDFILE_SESSIONS;
+/// One edge of a cluster's node list (`nodes` in the configuration).
+pub use isnode_edge::placement::Node as ClusterNode;
+pub use isnode_http::limits::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
+pub use isnode_serve_config::{
     BroadcastMode, ConfigError, Degraded, EngineKind, ReadIo, Secret, ServeConfig,
     ValidateDestination, DEFAULT_API_HEADER_TIMEOUT_MS, DEFAULT_API_IDLE_TIMEOUT_MS,
     DEFAULT_API_MAX_CONNECTIONS, DEFAULT_BROADCAST_GROUPS, DEFAULT_BROADCAST_MAX_GROUPS,
@@ -68,16 +63,13 @@ pub use config::{
     DEFAULT_CACHE_SIZE_BYTES, DEFAULT_EGRESS_CAPACITY_BPS, DEFAULT_MAX_CONTENT_READERS,
     DEFAULT_MAX_SESSIONS_PER_CLIENT, DEFAULT_SHUTDOWN_GRACE_S, EGRESS_BUDGET_PERCENT, ENGINES,
 };
-pub use config::{
+pub use isnode_serve_config::{
     DEFAULT_API_WRITE_TIMEOUT_MS, DEFAULT_MAX_UNVALIDATED_PER_CLIENT,
     DEFAULT_MAX_UNVALIDATED_SESSIONS,
 };
-pub use fd_budget::DEFAULT_MAX_SENDFILE_SESSIONS;
-/// One edge of a cluster's node list (`nodes` in the configuration).
-pub use isnode_edge::placement::Node as ClusterNode;
+pub use isnode_serve_core::slack::PlaybackSlack;
 pub use lifecycle::{run, Drained};
 pub use metrics::{Limit, MetricsSnapshot};
-pub use plane::slack::PlaybackSlack;
 pub use server::{start, ServeError, ServerHandle};
 
 /// The small volume of the unit tests: 6 members, k <= 20, m = 4, 1024-byte symbols,

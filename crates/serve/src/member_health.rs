@@ -270,7 +270,7 @@ pub(crate) fn record_member_failures(sh: std::sync::Arc<Shared>, root: std::path
             false => crate::wake::IDLE_WAIT,
         };
         let events = [sh.wakes.stopped.as_fd(), sh.wakes.members.as_fd()];
-        if crate::wake::wait_any(&events, wait) == Some(1) {
+        if isnode_sys::event::wait_any(&events, wait) == Some(1) {
             sh.wakes.members.clear();
         }
     }

@@ -14,14 +14,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::Serialize;
 
-use crate::config::ENGINES;
 use crate::EngineKind;
+use isnode_serve_config::ENGINES;
 
 pub use expose::{AuthFailure, UploadFailure};
 pub use isnode_proto::Limit;
-
-/// A burst sent later than this after its due time counts as late (`bursts_late`).
-pub(crate) const LATE_BURST_NS: u64 = 100_000_000;
 
 /// Live counters, shared by the data plane and the control API.
 #[derive(Debug)]

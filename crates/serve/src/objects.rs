@@ -16,7 +16,7 @@ use isnode_store::{
 use isnode_wire::fdt::{build_fdt_packets, FdtFile, FdtInstance, FecOti};
 
 use crate::fill::front::FillFront;
-use crate::pacer::send_rate_bps;
+use isnode_serve_core::pacer::send_rate_bps;
 
 /// Seconds between the NTP epoch (1900) and the Unix epoch (1970).
 const NTP_UNIX_OFFSET: u64 = 2_208_988_800;
@@ -148,7 +148,8 @@ impl ObjectInfo {
     /// The largest burst of the object's packets one send carries.
     pub(crate) fn max_burst(&self) -> u32 {
         let packet_len = self.layout.params().packet_len() as usize;
-        (crate::net::MAX_SEND_BYTES / packet_len).clamp(1, crate::net::MAX_GSO_SEGMENTS) as u32
+        (isnode_sys::net::MAX_SEND_BYTES / packet_len).clamp(1, isnode_sys::net::MAX_GSO_SEGMENTS)
+            as u32
     }
 
     /// The JSON description (`docs/protocol.md`, "Objects").

@@ -45,7 +45,7 @@ pub(crate) enum Control {
     /// Send again.
     Resume,
     /// The destination echoed its token: start sending, with this start-up burst.
-    Start(crate::pacer::StartBurst),
+    Start(isnode_serve_core::pacer::StartBurst),
 }
 
 /// Most control requests waiting for the data plane per session (more are refused).
@@ -188,7 +188,7 @@ impl StreamShared {
     }
 
     /// The extra rate of the start-up burst at `now_ns` (beyond the plain send rate): what
-    /// it draws on the burst headroom (see `crate::admission`); 0 once it is over.
+    /// it draws on the burst headroom (see `isnode_serve_core::admission`); 0 once it is over.
     pub(crate) fn burst_extra_bps(&self, now_ns: u64) -> u64 {
         if now_ns < self.burst_until_ns.load(Ordering::Acquire) {
             self.burst_rate_bps

@@ -91,7 +91,7 @@ pub(crate) fn run(sh: Arc<Shared>) {
             sh.scrub.rate_bps.store(0, Ordering::Relaxed);
             // Off until a reload turns it on (that wakes it) or the server stops.
             let events = [sh.wakes.stopped.as_fd(), sh.wakes.reloaded.as_fd()];
-            if crate::wake::wait_any(&events, crate::wake::IDLE_WAIT) == Some(1) {
+            if isnode_sys::event::wait_any(&events, crate::wake::IDLE_WAIT) == Some(1) {
                 sh.wakes.reloaded.clear();
             }
             continue;

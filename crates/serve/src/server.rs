@@ -14,9 +14,7 @@ use crate::member_health::MemberState;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::objects::Objects;
 use crate::registry::{Registry, SessionState, SessionTable};
-use crate::{
-    api, fd_budget, keepalive, plane, reader, tls, uring, EngineKind, ReadIo, ServeConfig,
-};
+use crate::{api, fd_budget, keepalive, plane, reader, uring, EngineKind, ReadIo, ServeConfig};
 
 /// Errors of starting a server.
 #[derive(Debug, thiserror::Error)]
@@ -67,10 +65,12 @@ pub(crate) struct Shared {
     pub engine: EngineKind,
     /// Block reads in use (uring falls back to sync where io_uring is unavailable).
     pub read_io: ReadIo,
+    /// The multicast options of every send socket (`--multicast-ttl`, `--multicast-if`).
+    pub multicast: isnode_sys::net::Multicast,
     /// Where each data-plane thread's sessions are (eviction decisions; data plane only).
     pub positions: plane::demand::PositionBoard,
     /// Each data-plane thread's playback slack (pacing of background work; `plane/slack.rs`).
-    pub slack: plane::slack::SlackBoard,
+    pub slack: isnode_serve_core::slack::SlackBoard,
     /// Why the data plane failed (a thread panicked): the server stops.
     pub failure: std::sync::OnceLock<String>,
     /// UDP port of the keepalive datagrams (`keepalive.rs`), on the control API's IP.
@@ -82,13 +82,13 @@ pub(crate) struct Shared {
     /// Most sessions the `sendfile` engine may hold a socket for (`None`: another engine).
     pub sendfile_sessions: Option<u64>,
     /// The role tokens in force (`None`: no token file); swapped by [`reload_tokens`].
-    pub tokens: std::sync::RwLock<Option<Arc<crate::auth::TokenStore>>>,
+    pub tokens: std::sync::RwLock<Option<Arc<isnode_auth::TokenStore>>>,
     /// Failed authentications per client, which slow it down (`api/roles.rs`).
-    pub auth_throttle: std::sync::Mutex<crate::auth::throttle::Throttle>,
+    pub auth_throttle: std::sync::Mutex<isnode_auth::throttle::Throttle>,
     /// The token file [`reload_tokens`] reads.
     pub tokens_path: std::path::PathBuf,
     /// When each token was last used (written beside the token file by the API's writer).
-    pub last_use: crate::auth::last_use::LastUse,
+    pub last_use: isnode_auth::last_use::LastUse,
     /// The quota room held by the uploads under way (`uploads.rs`).
     pub uploads: Arc<crate::uploads::Uploads>,
     /// The background scrub's progress and findings (`scrub.rs`).
@@ -104,9 +104,9 @@ pub(crate) struct Shared {
 
 /// Reads the token file again and puts it in force at once (revoked tokens are refused
 /// from the next request); a missing or broken file is refused and the old tokens kept.
-pub(crate) fn reload_tokens(sh: &Shared) -> Result<(), crate::auth::TokenError> {
-    let store = crate::auth::TokenStore::load(&sh.tokens_path)?.ok_or_else(|| {
-        crate::auth::TokenError::Usage(format!(
+pub(crate) fn reload_tokens(sh: &Shared) -> Result<(), isnode_auth::TokenError> {
+    let store = isnode_auth::TokenStore::load(&sh.tokens_path)?.ok_or_else(|| {
+        isnode_auth::TokenError::Usage(format!(
             "token file {} is missing: the old tokens are kept",
             sh.tokens_path.display()
         ))
@@ -122,10 +122,10 @@ pub(crate) fn reload_tokens(sh: &Shared) -> Result<(), crate::auth::TokenError> 
 fn load_tokens(
     volume_dir: &Path,
     config: &ServeConfig,
-) -> Result<(std::path::PathBuf, Option<Arc<crate::auth::TokenStore>>), ServeError> {
-    let path = crate::auth::tokens_path(volume_dir, config.tokens_file.as_deref());
+) -> Result<(std::path::PathBuf, Option<Arc<isnode_auth::TokenStore>>), ServeError> {
+    let path = isnode_auth::tokens_path(volume_dir, config.tokens_file.as_deref());
     let store =
-        crate::auth::TokenStore::load(&path).map_err(|e| ServeError::Config(e.to_string()))?;
+        isnode_auth::TokenStore::load(&path).map_err(|e| ServeError::Config(e.to_string()))?;
     if store.is_none() && !config.listen.ip().is_loopback() {
         if !config.insecure_open_operator_routes {
             return Err(ServeError::Config(format!(
@@ -152,7 +152,7 @@ impl Shared {
         let Some(tokens) = tokens else {
             return;
         };
-        let path = crate::auth::last_use::side_path(&self.tokens_path);
+        let path = isnode_auth::last_use::side_path(&self.tokens_path);
         if let Err(e) = self.last_use.flush(&path, &tokens) {
             tracing::warn!("writing the tokens' last uses: {e}");
         }
@@ -290,7 +290,7 @@ pub struct ServerHandle {
 
 impl ServerHandle {
     /// Reloads the token file ([`reload_tokens`]): what SIGHUP does.
-    pub fn reload_tokens(&self) -> Result<(), crate::auth::TokenError> {
+    pub fn reload_tokens(&self) -> Result<(), isnode_auth::TokenError> {
         reload_tokens(&self.shared)
     }
 
@@ -472,10 +472,10 @@ fn api_limits(
 /// would be served on a non-loopback address without `--plain-http`.
 fn tls_acceptor(config: &ServeConfig) -> Result<Option<tokio_rustls::TlsAcceptor>, ServeError> {
     let plain = match config.plain_http {
-        true => tls::PlainHttp::Allowed,
-        false => tls::PlainHttp::LoopbackOnly,
+        true => isnode_http::tls::PlainHttp::Allowed,
+        false => isnode_http::tls::PlainHttp::LoopbackOnly,
     };
-    let transport = tls::transport(
+    let transport = isnode_http::tls::transport(
         config.listen,
         config.tls_cert.as_deref(),
         config.tls_key.as_deref(),
@@ -483,8 +483,8 @@ fn tls_acceptor(config: &ServeConfig) -> Result<Option<tokio_rustls::TlsAcceptor
     )
     .map_err(ServeError::Config)?;
     match transport {
-        tls::Transport::Plain => Ok(None),
-        tls::Transport::Tls { cert, key } => tls::acceptor(&cert, &key)
+        isnode_http::tls::Transport::Plain => Ok(None),
+        isnode_http::tls::Transport::Tls { cert, key } => isnode_http::tls::acceptor(&cert, &key)
             .map(Some)
             .map_err(ServeError::Config),
     }
@@ -514,7 +514,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         .clamp(1, 256);
     let (engine, read_io) = io_choices(config);
     let (limits, sendfile_sessions) = api_limits(config, &vol, threads, engine)?;
-    multicast_options(config)?;
+    let multicast = multicast_options(config)?;
     let residency = match engine {
         EngineKind::Sendfile => Residency::OnUse,
         _ => Residency::Touched,
@@ -554,16 +554,17 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         next_worker: AtomicUsize::new(0),
         engine,
         read_io,
+        multicast,
         positions: plane::demand::PositionBoard::new(threads),
-        slack: plane::slack::SlackBoard::new(threads),
+        slack: isnode_serve_core::slack::SlackBoard::new(threads),
         failure: std::sync::OnceLock::new(),
         keepalive_port,
         token_socket,
         broadcasts: crate::broadcast::Broadcasts::kept_in(volume_dir),
         sendfile_sessions,
         tokens: std::sync::RwLock::new(tokens),
-        auth_throttle: std::sync::Mutex::new(crate::auth::throttle::Throttle::default()),
-        last_use: crate::auth::last_use::LastUse::load(&crate::auth::last_use::side_path(
+        auth_throttle: std::sync::Mutex::new(isnode_auth::throttle::Throttle::default()),
+        last_use: isnode_auth::last_use::LastUse::load(&isnode_auth::last_use::side_path(
             &tokens_path,
         )),
         tokens_path,
@@ -648,15 +649,16 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
     Ok(handle)
 }
 
-/// Sets the multicast options of every send socket from `--multicast-ttl` and
-/// `--multicast-if`.
-fn multicast_options(config: &ServeConfig) -> Result<(), ServeError> {
+/// The multicast options of every send socket, from `--multicast-ttl` and `--multicast-if`.
+fn multicast_options(config: &ServeConfig) -> Result<isnode_sys::net::Multicast, ServeError> {
     let ifindex = match &config.multicast_if {
         None => 0,
-        Some(name) => crate::net::interface_index(name).ok_or_else(|| {
+        Some(name) => isnode_sys::net::interface_index(name).ok_or_else(|| {
             ServeError::Config(format!("--multicast-if {name}: no such interface"))
         })?,
     };
-    crate::net::set_multicast_defaults(config.multicast_ttl, ifindex);
-    Ok(())
+    Ok(isnode_sys::net::Multicast {
+        ttl: config.multicast_ttl,
+        ifindex,
+    })
 }

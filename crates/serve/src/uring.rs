@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use io_uring::{cqueue, opcode, types, IoUring};
 
 use crate::cache::{Cache, Pinned};
-use crate::net::{self, RawAddr};
 use crate::{EngineKind, Shared, StreamShared};
+use isnode_sys::net::{self, RawAddr};
 
 /// Most buffers io_uring lets a ring register (indices are u16).
 const MAX_REGISTERED: usize = 1 << 14;
@@ -147,7 +147,7 @@ impl UringSender {
         if let Some(s) = self.sockets.get(&key) {
             return Ok(s.as_raw_fd());
         }
-        let s = net::send_socket(dest)?;
+        let s = net::send_socket(dest, self.sh.multicast)?;
         net::set_gso_size(&s, u16::try_from(seg).map_err(io::Error::other)?)?;
         let fd = s.as_raw_fd();
         self.sockets.insert(key, s);

@@ -23,7 +23,7 @@ use std::os::fd::AsFd;
 
 use crate::scrub::LoadSampler;
 use crate::server::Shared;
-use crate::wake::wait_any;
+use isnode_sys::event::wait_any;
 
 /// The thread's body: writes the file until the server stops, then removes it.
 pub(crate) fn run(sh: Arc<Shared>, volume: PathBuf) {

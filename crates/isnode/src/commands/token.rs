@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use isnode_serve::auth::{last_use, tokens_path, TokenStore};
+use isnode_auth::{last_use, tokens_path, TokenStore};
 
 use crate::cli::{TokenAddArgs, TokenCommand, TokenFileArgs, TokenRevokeArgs};
 
@@ -122,7 +122,7 @@ fn revoke(volume: &Path, a: &TokenRevokeArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use isnode_serve::auth::Role;
+    use isnode_auth::Role;
 
     #[test]
     fn dates_are_utc() {

@@ -8,10 +8,10 @@ use axum::response::Response;
 use isnode_proto::ErrorBody;
 
 use super::{blocking, store_error, ApiError};
-use crate::admission::Refusal;
 use crate::broadcast::BroadcastError;
 use crate::objects::{ObjectInfo, SessionFdt};
 use crate::Shared;
+use isnode_serve_core::admission::Refusal;
 
 /// The object called `name` and a fresh FDT instance of it (catalog lookups, off the
 /// runtime); the error answer otherwise.
@@ -34,14 +34,14 @@ pub(super) async fn object_and_fdt(
 /// Counts the refusal; the `503` answer naming the limit.
 pub(super) fn refuse(sh: &Shared, r: Refusal) -> ApiError {
     sh.metrics.refused(r.limit);
-    ApiError {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        body: ErrorBody {
+    ApiError::with_body(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ErrorBody {
             error: format!("admission refused: {}", r.reason),
             limit: Some(r.limit),
             value: Some(r.value),
         },
-    }
+    )
 }
 
 /// The answer to a broadcast that cannot start.

@@ -22,16 +22,16 @@ use isnode_proto::{CreateSession, FecInfo, SessionInfo};
 use super::common::{object_and_fdt, refuse};
 use super::media::{locate, Located};
 use super::{ApiError, Sh};
-use crate::admission::{
-    admit, admit_unvalidated, demand, limits, start_burst_factor, Demand, Refusal,
-    UnvalidatedLimits,
-};
-use crate::config::ValidateDestination;
+use crate::admit::{demand, limits};
 use crate::objects::{ObjectInfo, SessionFdt};
-use crate::pacer::{Pacer, PacerConfig, StartBurst};
 use crate::plane::NewSession;
 use crate::registry::{Expiry, NewStreamShared, Owner, RegisterError, Snapshot};
 use crate::{Shared, StreamShared};
+use isnode_serve_config::ValidateDestination;
+use isnode_serve_core::admission::{
+    admit, admit_unvalidated, start_burst_factor, Demand, Refusal, UnvalidatedLimits,
+};
+use isnode_serve_core::pacer::{Pacer, PacerConfig, StartBurst};
 
 /// The FDT is repeated before every this many codewords.
 pub(crate) const FDT_EVERY: u32 = 8;

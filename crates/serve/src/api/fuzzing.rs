@@ -20,7 +20,7 @@ pub const MAX_DURATION_S: f64 = 7200.0;
 /// A `POST /v1/sessions` body as the handler parses it (peer [`PEER`], lowest port
 /// [`MIN_PORT`]): the destination and start it asks for, or why it is refused.
 pub fn create_session(body: &[u8]) -> Result<(SocketAddr, u32, Option<f64>), String> {
-    let r = super::create::parse(body, PEER, MIN_PORT).map_err(|e| e.body.error)?;
+    let r = super::create::parse(body, PEER, MIN_PORT).map_err(|e| e.into_message())?;
     Ok((r.dest, r.start_codeword, r.start_at_s))
 }
 
@@ -116,7 +116,7 @@ pub fn upload(
             headers.insert(h, v);
         }
     }
-    let up = super::upload::parse(name, q, &headers).map_err(|e| e.body.error)?;
+    let up = super::upload::parse(name, q, &headers).map_err(|e| e.into_message())?;
     Ok(Upload {
         name: up.name,
         len: up.len,

@@ -29,9 +29,9 @@ use isnode_proto::auth::{
 };
 
 use super::{ApiError, Sh};
-use crate::pacer::StartBurst;
 use crate::registry::Control;
 use crate::{SessionState, Shared, StreamShared};
+use isnode_serve_core::pacer::StartBurst;
 
 /// Gaps between token datagrams: the first goes at once, then after each gap, while the
 /// session waits (a lost datagram costs the client one gap, not the session).

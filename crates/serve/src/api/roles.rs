@@ -9,20 +9,20 @@
 //! - `401` for no or an unknown token, `403` for a token without the role; JSON bodies that
 //!   name the role. The token is `Authorization: Bearer TOKEN`, or `?token=TOKEN` on
 //!   viewer routes (players that cannot send headers).
-//! - A client (IPv4 address, IPv6 /64) that failed too often ([`crate::auth::throttle`]:
+//! - A client (IPv4 address, IPv6 /64) that failed too often ([`isnode_auth::throttle`]:
 //!   a burst of 10, then one a second) is answered `429` with `Retry-After`, its token not
 //!   even looked at.
 
 use std::sync::Arc;
 
 use super::ApiError;
-use crate::auth::Role;
 use crate::metrics::AuthFailure;
 use crate::Shared;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use isnode_auth::Role;
 
 /// A request allowed on a viewer route.
 pub(super) struct Viewer;
@@ -56,7 +56,7 @@ fn client_of(parts: &Parts) -> Option<std::net::IpAddr> {
     let peer = parts
         .extensions
         .get::<ConnectInfo<std::net::SocketAddr>>()?;
-    Some(crate::admission::client_key(peer.0.ip()))
+    Some(isnode_serve_core::admission::client_key(peer.0.ip()))
 }
 
 /// A refused request: its error, and how long to wait for a client slowed down.

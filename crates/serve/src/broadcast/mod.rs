@@ -11,7 +11,6 @@
 //! The table here is behind one short mutex, never held across I/O; the channels' entries
 //! are the data plane's, ended by [`Broadcasts::remove`] like a deleted session.
 
-pub mod channel;
 pub mod durable;
 pub mod groups;
 pub(crate) mod policy;
@@ -26,10 +25,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use isnode_broadcast::Plan;
 
-use crate::admission::Refusal;
 use crate::objects::ObjectInfo;
 use crate::registry::{SessionState, StreamShared};
 use groups::ChannelGroups;
+use isnode_serve_core::admission::Refusal;
 use policy::{AutoClaim, AutoStarts};
 
 /// Most broadcasts running at once.

@@ -5,8 +5,8 @@
 use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::admission::Refusal;
 use crate::metrics::Limit;
+use isnode_serve_core::admission::Refusal;
 
 /// The broadcasts' share of a bitrate budget: `percent` of it.
 pub(crate) fn broadcast_budget_bps(bitrate_budget_bps: u64, percent: u32) -> u64 {

@@ -14,8 +14,8 @@ use super::groups::{allocate, assign, ChannelGroups, GroupRange};
 use super::request::{Family, Request};
 use super::{Broadcast, BroadcastError};
 use crate::objects::ObjectInfo;
-use crate::pacer::send_rate_bps;
 use crate::StreamShared;
+use isnode_serve_core::pacer::send_rate_bps;
 
 /// The plan of `scheme` over the object. A codeword of the plan holds what the object's
 /// first (largest) codeword holds: RFC 5052 partitioning may give every codeword fewer than

@@ -8,17 +8,18 @@ use std::sync::Arc;
 
 use isnode_broadcast::{Plan, Scheme, SchemeParams};
 
-use super::channel::ChannelPacer;
 use super::groups::ChannelGroups;
 use super::policy::{admit_broadcast, broadcast_budget_bps};
 use super::request::{End, Family, Request, Settings};
 use super::service::{channel_groups, channel_rates};
 use super::{stop_channels, Broadcast, BroadcastError};
-use crate::admission::{admit, demand, limits, Demand};
+use crate::admit::{demand, limits};
 use crate::objects::{ObjectInfo, SessionFdt};
 use crate::plane::{NewSession, PlaneMsg, Schedule};
 use crate::registry::{Expiry, NewStreamShared};
 use crate::{Shared, StreamShared};
+use isnode_serve_core::admission::{admit, Demand};
+use isnode_serve_core::channel::ChannelPacer;
 
 /// Who started a broadcast.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,7 +1,7 @@
 //! The block cache: a fixed pool of aligned block buffers, allocated (and touched) once at
 //! start, keyed by (object, member, block) and shared by every session of every thread.
 //!
-//! The decisions live in a sans-IO state machine ([`core`]: slots, pins, reads in flight,
+//! The decisions live in a sans-IO state machine (`isnode_serve_core::cache_core`: slots, pins, reads in flight,
 //! failed reads, eviction), simulated with a virtual clock in its tests. This shell adds
 //! the pool's memory, a mutex, and the counters; it never reads a file and never waits:
 //! the caller that takes a miss gets a [`Load`] (the slot, marked loading), fills it (the
@@ -13,11 +13,7 @@
 //! again, then the block whose next use is farthest away (interval caching: a block
 //! between two sessions of the same title stays for the follower).
 //! Choosing costs O(log n) amortised under the lock, not a walk of every slot: the
-//! evictable slots are kept ordered by their last scored next use (see [`core`]).
-
-pub(crate) mod core;
-#[cfg(test)]
-mod sim;
+//! evictable slots are kept ordered by their last scored next use (see `isnode_serve_core::cache_core`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,52 +21,8 @@ use std::time::{Duration, Instant};
 
 use isnode_store::io::AlignedBuf;
 
-use self::core::{CacheCore, CoreLookup};
-
-/// Identity of a cached block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BlockKey {
-    /// Object (TOI).
-    pub toi: u32,
-    /// Member index.
-    pub member: u32,
-    /// Block index in the member's segment file.
-    pub block: u64,
-}
-
-/// Why a block could not be provided.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-pub enum FetchError {
-    /// The block could not be read or failed its checksum (just now); the string says why.
-    #[error("block unreadable: {0}")]
-    Failed(String),
-    /// The block failed recently and is not retried yet.
-    #[error("block unreadable (remembered): {0}")]
-    Unavailable(String),
-    /// A read of it is in flight: come back later.
-    #[error("block is being read")]
-    Busy,
-    /// Every slot is pinned or loading.
-    #[error("block cache full: every buffer is in use")]
-    Full,
-}
-
-/// Where active sessions are, for eviction.
-pub trait Demand {
-    /// How far (in nanoseconds of stream time) the nearest active session is from needing
-    /// block `block` of `member` of object `toi` (0: in use now), or `None` if no active
-    /// session will need it again.
-    fn next_use(&self, toi: u32, member: u32, block: u64) -> Option<u64>;
-}
-
-/// No demand information: plain LRU.
-pub struct NoDemand;
-
-impl Demand for NoDemand {
-    fn next_use(&self, _: u32, _: u32, _: u64) -> Option<u64> {
-        Some(0)
-    }
-}
+pub use isnode_serve_core::block::{BlockKey, Demand, FetchError, NoDemand};
+use isnode_serve_core::cache_core::{CacheCore, CoreLookup};
 
 /// A failed block is retried after this long.
 const FAILED_RETRY: Duration = Duration::from_secs(2);

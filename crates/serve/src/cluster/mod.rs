@@ -22,7 +22,7 @@ use std::time::Instant;
 use isnode_edge::cluster::{Cluster, ClusterConfig, Decision};
 use serde::Serialize;
 
-use crate::config::ServeConfig;
+use isnode_serve_config::ServeConfig;
 
 /// Half-life of the title request rates that decide replication, milliseconds.
 const RATE_HALF_LIFE_MS: u64 = 10_000;
@@ -367,8 +367,8 @@ pub(crate) fn with_cluster_metrics(metrics: String, cluster: &ClusterState) -> S
 
 #[cfg(test)]
 mod tests_support {
-    use crate::config::ServeConfig;
     use isnode_edge::placement::Node;
+    use isnode_serve_config::ServeConfig;
 
     /// The configuration of node `me` of `n` on loopback ports 9000 + i.
     pub(super) fn config(n: usize, me: usize) -> ServeConfig {

@@ -111,7 +111,7 @@ pub(crate) async fn to_the_serving_node(
         false => Asked::Placed,
     };
     let own_load = match asked == Asked::Placed && cluster.uses_load() {
-        true => Some(crate::admission::load_share(&sh)),
+        true => Some(crate::admit::load_share(&sh)),
         false => None,
     };
     match cluster.route(&title, asked, own_load) {

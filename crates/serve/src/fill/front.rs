@@ -187,7 +187,7 @@ mod tests {
             assert!(r >= last, "the readable front never goes back");
             last = r;
             // Every block holding a readable codeword's packets lies before the front's.
-            for (member, block) in crate::pacer::blocks_of(&l, 0..r) {
+            for (member, block) in isnode_serve_core::pacer::blocks_of(&l, 0..r) {
                 let open = l.run_block(front, member);
                 assert!(
                     block < open,

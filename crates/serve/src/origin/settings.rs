@@ -1,56 +1,13 @@
 //! Where the origin is and how to sign for it, from the configuration and the standard AWS
 //! environment variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`).
 
-use std::path::PathBuf;
-
 use object_store::aws::AmazonS3Builder;
+
+pub(crate) use isnode_serve_config::origin::OriginKind;
 
 /// The region when neither the configuration nor `AWS_REGION` names one (Garage's
 /// default `s3_region` is `garage`; AWS's default is this).
 const DEFAULT_REGION: &str = "us-east-1";
-
-/// The kind of origin an `origin` setting names.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum OriginKind {
-    /// `s3://BUCKET`.
-    S3 {
-        /// The bucket.
-        bucket: String,
-    },
-    /// `file:///DIR`: keys are paths under the directory.
-    Dir(PathBuf),
-}
-
-impl OriginKind {
-    /// Parses an `origin` setting (`s3://BUCKET` or `file:///DIR`).
-    pub(crate) fn parse(origin: &str) -> Result<OriginKind, String> {
-        if let Some(bucket) = origin.strip_prefix("s3://") {
-            let bucket = bucket.trim_end_matches('/');
-            let ok = !bucket.is_empty()
-                && bucket.len() <= 63
-                && bucket
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.".contains(&b));
-            return match ok {
-                true => Ok(OriginKind::S3 {
-                    bucket: bucket.to_string(),
-                }),
-                false => Err(format!(
-                    "{origin:?}: a bucket name is 1 to 63 lower-case letters, digits, '-' or '.'"
-                )),
-            };
-        }
-        if let Some(dir) = origin.strip_prefix("file://") {
-            if !dir.starts_with('/') {
-                return Err(format!("{origin:?}: a file origin is file:///ABSOLUTE/DIR"));
-            }
-            return Ok(OriginKind::Dir(PathBuf::from(dir)));
-        }
-        Err(format!(
-            "{origin:?}: an origin is s3://BUCKET or file:///DIR"
-        ))
-    }
-}
 
 /// Everything needed to reach the origin. Its `Debug` shows no secret.
 #[derive(Clone)]

@@ -17,10 +17,10 @@ use isnode_store::codeword::{Assembler, Want};
 use isnode_wire::{build_data_packet, DataPacketId};
 
 use super::{code_for, Active, Worker};
-use crate::net;
 use crate::objects::ObjectInfo;
-use crate::pacer::Burst;
 use crate::{EngineKind, Shared};
+use isnode_serve_core::pacer::Burst;
+use isnode_sys::net;
 
 /// Per-session state of the baseline engine.
 pub(super) struct Baseline {

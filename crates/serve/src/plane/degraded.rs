@@ -15,9 +15,9 @@ use super::{Active, Sent, Worker};
 use crate::cache::{BlockKey, Cache, FetchError, Pinned};
 use crate::member_health::MemberHealth;
 use crate::objects::ObjectInfo;
-use crate::pacer::Burst;
 use crate::reader::Reader;
 use crate::Degraded;
+use isnode_serve_core::pacer::Burst;
 
 /// Per-thread state of rebuilds: the codeword decoder and which codeword it holds.
 pub(super) struct Rebuild {

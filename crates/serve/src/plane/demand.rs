@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::cache::Demand;
 use crate::objects::ObjectInfo;
-use crate::pacer::codewords_in_block;
+use isnode_serve_core::pacer::codewords_in_block;
 
 /// Per object: the object and the sorted codewords one thread's sessions are at.
 pub(crate) type Positions = HashMap<u32, (Arc<ObjectInfo>, Vec<u32>)>;

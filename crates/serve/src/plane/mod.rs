@@ -11,13 +11,10 @@
 //! server: the process fails loudly instead of running half-alive.
 
 mod baseline;
-mod batch;
 mod degraded;
 pub(crate) mod demand;
-mod schedule;
 mod send;
 mod sendfile;
-pub(crate) mod slack;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -28,24 +25,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use isnode_fec::Code;
+use isnode_serve_core::{batch, slack};
 
 use self::baseline::Baseline;
 use self::degraded::Rebuild;
 use self::demand::{LazyDemand, Positions};
 use self::send::Mode;
 use crate::cache::BlockKey;
-use crate::metrics::LATE_BURST_NS;
-use crate::net::{self, RawAddr};
-use crate::pacer::{blocks_of, RepairCounts, Step};
 use crate::reader::{Prefetch, Reader, QUEUE_DEPTH};
 use crate::registry::{Control, Expiry};
-use crate::repair_policy::repair_symbols;
 use crate::uring::UringSender;
 use crate::{EngineKind, ReadIo, SessionState, Shared, StreamShared};
 use isnode_proto::keepalive::LossReport;
+use isnode_serve_core::pacer::{blocks_of, RepairCounts, Step};
+use isnode_serve_core::repair_policy::repair_symbols;
+use isnode_serve_core::slack::LATE_BURST_NS;
+use isnode_sys::net::{self, RawAddr};
 
-/// Codewords (current one included) whose blocks a session keeps in the pool.
-pub(crate) const LOOKAHEAD_CODEWORDS: u32 = 3;
+pub(crate) use isnode_serve_core::admission::LOOKAHEAD_CODEWORDS;
 /// Most steps one session may take per loop iteration (catching up stays bounded).
 const MAX_STEPS_PER_TURN: u32 = 256;
 /// Most new sessions taken per loop iteration.
@@ -94,7 +91,7 @@ pub(crate) fn wake(workers: &[SyncSender<PlaneMsg>], queued: &[AtomicBool]) {
     }
 }
 
-pub(crate) use schedule::Schedule;
+pub(crate) use isnode_serve_core::schedule::Schedule;
 
 /// One session on this thread.
 struct Active {
@@ -142,7 +139,7 @@ impl Dest {
 impl Active {
     /// Where burst `b` goes: a broadcast channel's repair packets to its repair group,
     /// everything else to the main destination.
-    fn dest_for(&self, b: &crate::pacer::Burst) -> &Dest {
+    fn dest_for(&self, b: &isnode_serve_core::pacer::Burst) -> &Dest {
         match &self.repair_dest {
             Some(r) if self.is_repair(b) => r,
             _ => &self.dest,
@@ -150,7 +147,7 @@ impl Active {
     }
 
     /// [`Active::dest_for`], mutable (the `sendfile` engine keeps a socket per destination).
-    fn dest_for_mut(&mut self, b: &crate::pacer::Burst) -> &mut Dest {
+    fn dest_for_mut(&mut self, b: &isnode_serve_core::pacer::Burst) -> &mut Dest {
         let repair = self.is_repair(b);
         match &mut self.repair_dest {
             Some(r) if repair => r,
@@ -160,7 +157,7 @@ impl Active {
 
     /// Whether burst `b` carries repair symbols (a burst is one member's run: all source
     /// or all repair).
-    fn is_repair(&self, b: &crate::pacer::Burst) -> bool {
+    fn is_repair(&self, b: &isnode_serve_core::pacer::Burst) -> bool {
         b.esis.start >= self.s.object.layout.source_symbols(b.sbn)
     }
 }

@@ -16,10 +16,10 @@ use super::degraded::Hedge;
 use super::demand::LazyDemand;
 use super::{Active, Dest, Sent, Worker};
 use crate::cache::{BlockKey, FetchError, Pinned};
-use crate::net;
-use crate::pacer::{Burst, Step};
 use crate::uring::UringSender;
 use crate::EngineKind;
+use isnode_serve_core::pacer::{Burst, Step};
+use isnode_sys::net;
 
 /// The send engine of one data-plane thread.
 pub(super) enum Mode {
@@ -54,7 +54,7 @@ impl Worker {
             &mut self.v6
         };
         if slot.is_none() {
-            *slot = Some(net::send_socket(dest)?);
+            *slot = Some(net::send_socket(dest, self.sh.multicast)?);
         }
         slot.as_ref()
             .ok_or_else(|| std::io::Error::other("no socket"))

@@ -20,11 +20,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Active, Sent, Worker, LOOKAHEAD_CODEWORDS};
-use crate::net;
 use crate::objects::ObjectInfo;
-use crate::pacer::blocks_of;
-use crate::pacer::Burst;
 use crate::EngineKind;
+use isnode_serve_core::pacer::blocks_of;
+use isnode_serve_core::pacer::Burst;
+use isnode_sys::net;
 
 /// Most segment files a thread keeps open (beyond that, the table starts over).
 const MAX_OPEN_FILES: usize = 4096;
@@ -156,8 +156,12 @@ fn cached_byte(file: &File, offset: u64) -> bool {
 }
 
 /// A socket connected to `dest`, segmenting every send into `packet_len`-byte packets.
-pub(super) fn session_socket(dest: SocketAddr, packet_len: usize) -> std::io::Result<UdpSocket> {
-    let sock = net::send_socket(&dest)?;
+pub(super) fn session_socket(
+    dest: SocketAddr,
+    packet_len: usize,
+    multicast: net::Multicast,
+) -> std::io::Result<UdpSocket> {
+    let sock = net::send_socket(&dest, multicast)?;
     sock.connect(dest)?;
     net::set_gso_size(
         &sock,
@@ -195,9 +199,10 @@ impl Worker {
     pub(super) fn send_sendfile(&mut self, a: &mut Active, b: &Burst) -> Sent {
         let obj: Arc<ObjectInfo> = a.s.object.clone();
         let p = obj.layout.params().packet_len() as usize;
+        let multicast = self.sh.multicast;
         let dest = a.dest_for_mut(b);
         if dest.conn.is_none() {
-            match session_socket(dest.addr, p) {
+            match session_socket(dest.addr, p, multicast) {
                 Ok(s) => dest.conn = Some(s),
                 Err(e) => {
                     self.send_error(&e);

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::api::roles::{Rule, ROUTES};
-use crate::auth::{Role, TokenStore};
 use crate::metrics::AuthFailure;
+use isnode_auth::{Role, TokenStore};
 
 /// The tokens of a test server, one per role, and one with every role.
 struct Tokens {
@@ -20,7 +20,7 @@ fn with_tokens(dir: &tempfile::TempDir) -> Tokens {
         operator: s.add("o", &[Role::Operator], 0).unwrap(),
         metrics: s.add("m", &[Role::Metrics], 0).unwrap(),
     };
-    s.save(&dir.path().join(crate::auth::DEFAULT_TOKENS_FILE))
+    s.save(&dir.path().join(isnode_auth::DEFAULT_TOKENS_FILE))
         .unwrap();
     t
 }
@@ -193,7 +193,7 @@ fn a_revoked_token_is_refused_after_reload_and_a_broken_file_keeps_the_old_ones(
     let addr = server.local_addr();
     let (status, _) = http_as(addr, "GET", "/metrics", "", &t.metrics).unwrap();
     assert_eq!(status, 200);
-    let path = dir.path().join(crate::auth::DEFAULT_TOKENS_FILE);
+    let path = dir.path().join(isnode_auth::DEFAULT_TOKENS_FILE);
     let mut s = TokenStore::load(&path).unwrap().unwrap();
     assert!(s.revoke("m"));
     s.save(&path).unwrap();
@@ -227,7 +227,7 @@ fn failed_authentications_are_slowed_down_with_429() {
     let server = server_with(&dir, true);
     let addr = server.local_addr();
     let unknown = "cd".repeat(32);
-    for i in 0..crate::auth::throttle::BURST {
+    for i in 0..isnode_auth::throttle::BURST {
         let (status, _) = http_as(addr, "GET", "/metrics", "", &unknown).unwrap();
         assert_eq!(status, 401, "failure {i}");
     }
@@ -259,11 +259,11 @@ fn a_token_s_use_is_recorded_and_written_beside_the_token_file() {
     assert_eq!(status, 403);
     assert!(server.shared.last_use.get(&hash("m")).is_some());
     assert_eq!(server.shared.last_use.get(&hash("v")), None);
-    let side = crate::auth::last_use::side_path(&server.shared.tokens_path);
+    let side = isnode_auth::last_use::side_path(&server.shared.tokens_path);
     assert!(!side.exists(), "not written on the request path");
     // Written at shutdown (and every FLUSH_INTERVAL_S while running).
     server.shutdown();
-    let times = crate::auth::last_use::read(&side).unwrap();
+    let times = isnode_auth::last_use::read(&side).unwrap();
     assert!(times.contains_key(&hash("m")), "{times:?}");
     assert!(!times.contains_key(&hash("v")) && !times.contains_key(&hash("o")));
 }

@@ -1,0 +1,65 @@
+//! The server's side of admission: the limits in force and the demand of each stream, read
+//! from the running server for the pure decision (`isnode_serve_core::admission`).
+
+use std::sync::atomic::Ordering;
+
+use isnode_serve_core::admission::burst_headroom_bps;
+use isnode_serve_core::admission::{
+    Demand, Limits, PoolLimit, CACHE_RESERVE_SLOTS, LOOKAHEAD_CODEWORDS,
+};
+
+use crate::{EngineKind, Shared, StreamShared};
+
+/// The configured limits.
+pub(crate) fn limits(sh: &Shared) -> Limits {
+    Limits {
+        max_sessions_per_client: sh.config().max_sessions_per_client,
+        max_bitrate_bps: sh.config().bitrate_budget_bps(),
+        burst_headroom_bps: burst_headroom_bps(sh.config().bitrate_budget_bps()),
+        // The pool-backed engines only: `traditional` reads per session and `sendfile`
+        // sends from the page cache (its pool backs the degraded path alone).
+        pool: matches!(
+            sh.engine,
+            EngineKind::Gso | EngineKind::Sendmmsg | EngineKind::UringZc
+        )
+        .then(|| PoolLimit {
+            slots: sh.cache.slots() as usize,
+            reserve_slots: CACHE_RESERVE_SLOTS,
+            lookahead_codewords: LOOKAHEAD_CODEWORDS,
+            cache_size_bytes: sh.config().cache_size_bytes,
+            disk_read_bps: Some(sh.config().disk_read_bps).filter(|bps| *bps > 0),
+        }),
+        max_sessions: sh.sendfile_sessions,
+    }
+}
+
+/// The server's load: the share of its bitrate budget its streaming sessions and broadcast
+/// channels hold (their send rates; the larger share of the session budget with the
+/// `sendfile` engine), 1 = full (`GET /v1/health`, what the cluster's placement bounds).
+pub(crate) fn load_share(sh: &Shared) -> f64 {
+    let snap = sh.sessions.snapshot();
+    let channels = sh.broadcasts.channels();
+    let streams = snap.sessions.len() + channels.len();
+    let used = snap
+        .sessions
+        .iter()
+        .chain(channels.iter())
+        .fold(0u64, |sum, s| sum.saturating_add(s.send_rate_bps));
+    let budget = sh.config().bitrate_budget_bps().max(1);
+    let by_rate = used as f64 / budget as f64;
+    match sh.sendfile_sessions {
+        Some(max) => by_rate.max(streams as f64 / max.max(1) as f64),
+        None => by_rate,
+    }
+}
+
+/// What a streaming session or broadcast channel asks of the server now.
+pub(crate) fn demand(s: &StreamShared) -> Demand<'_> {
+    Demand {
+        peer_ip: s.peer_ip,
+        send_rate_bps: s.send_rate_bps,
+        toi: s.object.rec.toi,
+        layout: &s.object.layout,
+        codeword: s.next_codeword.load(Ordering::Relaxed),
+    }
+}
