@@ -272,7 +272,7 @@ fn store_error(e: StoreError) -> Response {
 async fn lookup(
     sh: &Arc<Shared>,
     name: String,
-) -> Result<Arc<crate::objects::ObjectInfo>, Response> {
+) -> Result<Arc<isnode_pool::objects::ObjectInfo>, Response> {
     let sh = sh.clone();
     match tokio::task::spawn_blocking(move || crate::fill::object_for(&sh, &name)).await {
         Ok(Ok(o)) => Ok(o),
@@ -312,7 +312,11 @@ async fn list_objects(_: roles::Viewer, State(sh): Sh) -> Response {
         Ok(Ok((v, filling))) => {
             let tsi = sh.objects.tsi();
             let mut list: isnode_proto::ObjectList = v.iter().map(|o| o.json(tsi)).collect();
-            list.extend(filling.iter().map(|f| crate::objects::filling_json(f, tsi)));
+            list.extend(
+                filling
+                    .iter()
+                    .map(|f| isnode_pool::objects::filling_json(f, tsi)),
+            );
             Json(list).into_response()
         }
         Ok(Err(e)) => store_error(e),

@@ -62,7 +62,7 @@ pub(crate) fn bind(control: SocketAddr) -> std::io::Result<UdpSocket> {
 /// the server shuts down.
 pub(crate) fn run(sh: Arc<Shared>, sock: UdpSocket) {
     let mut batch = Batch::new();
-    while !sh.shutdown.load(Ordering::Acquire) {
+    while !sh.stop.is_stopped() {
         let mut taken = 0;
         for _ in 0..MAX_BATCHES_PER_DRAIN {
             let n = batch.receive(&sock);
@@ -81,7 +81,7 @@ pub(crate) fn run(sh: Arc<Shared>, sock: UdpSocket) {
                 break;
             }
         } else {
-            wait_any(&[sock.as_fd(), sh.wakes.stopped.as_fd()], IDLE_WAIT);
+            wait_any(&[sock.as_fd(), sh.stop.as_fd()], IDLE_WAIT);
         }
     }
 }

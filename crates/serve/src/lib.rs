@@ -28,23 +28,17 @@
 mod admit;
 mod api;
 pub mod broadcast;
-pub mod cache;
 mod cluster;
 mod fd_budget;
 mod fill;
 mod keepalive;
 mod lifecycle;
-mod member_health;
 pub mod metrics;
-pub mod objects;
 mod origin;
-mod plane;
-mod reader;
 mod registry;
 pub mod scrub;
 mod server;
 mod uploads;
-mod uring;
 mod viewer_pace;
 mod wake;
 

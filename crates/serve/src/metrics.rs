@@ -10,11 +10,10 @@ pub(crate) mod egress;
 pub(crate) mod expose;
 pub(crate) mod titles;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
-use crate::EngineKind;
 use isnode_serve_config::ENGINES;
 
 pub use expose::{AuthFailure, UploadFailure};
@@ -26,29 +25,12 @@ pub(crate) struct Metrics {
     pub sessions_started: AtomicU64,
     pub broadcasts_started: AtomicU64,
     pub broadcast_redirects: AtomicU64,
-    pub broadcast_packets: AtomicU64,
-    pub broadcast_bytes: AtomicU64,
-    pub sessions_ended: AtomicU64,
-    pub sessions_expired: AtomicU64,
     pub keepalives_udp: AtomicU64,
     pub keepalives_refused: AtomicU64,
     pub tokens_sent: AtomicU64,
     pub sessions_unvalidated: AtomicU64,
     pub forbidden: AtomicU64,
     pub refused: [AtomicU64; Limit::ALL.len()],
-    pub packets: [AtomicU64; ENGINES],
-    pub bytes: [AtomicU64; ENGINES],
-    pub send_errors: AtomicU64,
-    pub member_errors: Vec<AtomicU64>,
-    pub member_logged: Vec<AtomicBool>,
-    /// Each member's health (failed, slow) from its reads.
-    pub health: crate::member_health::MemberHealth,
-    /// Bursts sent later than [`LATE_BURST_NS`] after their due time.
-    pub bursts_late: AtomicU64,
-    pub symbols_rebuilt: AtomicU64,
-    pub packets_skipped: AtomicU64,
-    pub zc_sends: AtomicU64,
-    pub zc_copied: AtomicU64,
     pub http_content_requests: AtomicU64,
     pub http_range_requests: AtomicU64,
     pub http_bytes: AtomicU64,
@@ -56,8 +38,6 @@ pub(crate) struct Metrics {
     pub http_readers_refused: AtomicU64,
     pub repair_requests: AtomicU64,
     pub repair_packets: AtomicU64,
-    pub repair_sent: AtomicU64,
-    pub repair_skipped: AtomicU64,
     pub loss_reports: AtomicU64,
     pub start_bursts: AtomicU64,
     /// The labelled families (auth, upload, start-up latency).
@@ -207,32 +187,17 @@ impl MetricsSnapshot {
 }
 
 impl Metrics {
-    pub(crate) fn new(members: u32) -> Metrics {
+    pub(crate) fn new() -> Metrics {
         Metrics {
             sessions_started: AtomicU64::new(0),
             broadcasts_started: AtomicU64::new(0),
             broadcast_redirects: AtomicU64::new(0),
-            broadcast_packets: AtomicU64::new(0),
-            broadcast_bytes: AtomicU64::new(0),
-            sessions_ended: AtomicU64::new(0),
-            sessions_expired: AtomicU64::new(0),
             keepalives_udp: AtomicU64::new(0),
             keepalives_refused: AtomicU64::new(0),
             tokens_sent: AtomicU64::new(0),
             sessions_unvalidated: AtomicU64::new(0),
             forbidden: AtomicU64::new(0),
             refused: Default::default(),
-            packets: Default::default(),
-            bytes: Default::default(),
-            send_errors: AtomicU64::new(0),
-            member_errors: (0..members).map(|_| AtomicU64::new(0)).collect(),
-            member_logged: (0..members).map(|_| AtomicBool::new(false)).collect(),
-            health: crate::member_health::MemberHealth::new(members),
-            bursts_late: AtomicU64::new(0),
-            symbols_rebuilt: AtomicU64::new(0),
-            packets_skipped: AtomicU64::new(0),
-            zc_sends: AtomicU64::new(0),
-            zc_copied: AtomicU64::new(0),
             http_content_requests: AtomicU64::new(0),
             http_range_requests: AtomicU64::new(0),
             http_bytes: AtomicU64::new(0),
@@ -240,8 +205,6 @@ impl Metrics {
             http_readers_refused: AtomicU64::new(0),
             repair_requests: AtomicU64::new(0),
             repair_packets: AtomicU64::new(0),
-            repair_sent: AtomicU64::new(0),
-            repair_skipped: AtomicU64::new(0),
             loss_reports: AtomicU64::new(0),
             start_bursts: AtomicU64::new(0),
             families: expose::Families::new(),
@@ -271,35 +234,14 @@ impl Metrics {
         self.families.upload_failure(reason);
     }
 
-    /// Records a unicast session's first packet, `created_ns` after its creation (on the
-    /// server's clock): the start-up latency, validation included.
-    pub(crate) fn session_first_packet(&self, created_ns: u64, now_ns: u64) {
-        let s = now_ns.saturating_sub(created_ns) as f64 / 1e9;
+    /// Records a unicast session's first packet, `latency_ns` after its creation: the
+    /// start-up latency, validation included.
+    pub(crate) fn session_first_packet(&self, latency_ns: u64) {
+        let s = latency_ns as f64 / 1e9;
         self.families.session_start.observe(s);
-    }
-
-    pub(crate) fn sent(&self, engine: EngineKind, packets: u64, bytes: u64) {
-        self.packets[engine.index()].fetch_add(packets, Ordering::Relaxed);
-        self.bytes[engine.index()].fetch_add(bytes, Ordering::Relaxed);
     }
 
     pub(crate) fn refused(&self, limit: Limit) {
         self.refused[limit.index()].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a failed read on `member`; logs the first one of each member (the member is
-    /// marked failed after repeated errors: `member_health.rs`).
-    pub(crate) fn member_error(&self, member: u32, why: &str) {
-        if let Some(c) = self.member_errors.get(member as usize) {
-            c.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(l) = self.member_logged.get(member as usize) {
-            if !l.swap(true, Ordering::Relaxed) {
-                tracing::error!(
-                    member,
-                    "block read failed on member {member}, streams continue from the other members: {why}"
-                );
-            }
-        }
     }
 }

@@ -86,11 +86,11 @@ impl ScrubState {
 /// The thread's body: passes while the server runs (idle while `scrub_rate_bps` is 0).
 pub(crate) fn run(sh: Arc<Shared>) {
     let root = sh.objects.root().to_path_buf();
-    while !sh.shutdown.load(Ordering::Acquire) {
+    while !sh.stop.is_stopped() {
         if sh.config().scrub_rate_bps == 0 {
             sh.scrub.rate_bps.store(0, Ordering::Relaxed);
             // Off until a reload turns it on (that wakes it) or the server stops.
-            let events = [sh.wakes.stopped.as_fd(), sh.wakes.reloaded.as_fd()];
+            let events = [sh.stop.as_fd(), sh.wakes.reloaded.as_fd()];
             if isnode_sys::event::wait_any(&events, crate::wake::IDLE_WAIT) == Some(1) {
                 sh.wakes.reloaded.clear();
             }
@@ -134,7 +134,7 @@ fn pass(sh: &Shared, root: &std::path::Path) -> Result<ControlFlow<()>, isnode_s
     state.bad_packets.fetch_add(bad_packets, Ordering::Relaxed);
     if report.stopped {
         // Stopped by the server's end, or by a reload that set the rate to 0.
-        return Ok(match sh.shutdown.load(Ordering::Acquire) {
+        return Ok(match sh.stop.is_stopped() {
             true => ControlFlow::Break(()),
             false => ControlFlow::Continue(()),
         });
@@ -173,14 +173,14 @@ impl LoadSampler {
     /// Counts from now.
     pub(crate) fn new(sh: &Shared) -> LoadSampler {
         LoadSampler {
-            skipped: sh.metrics.packets_skipped.load(Ordering::Relaxed),
+            skipped: sh.plane_counters.packets_skipped.load(Ordering::Relaxed),
             misses: sh.cache.stats().misses.load(Ordering::Relaxed),
         }
     }
 
     /// The load now: a packet skipped since the last sample counts as a late stream.
     pub(crate) fn sample(&mut self, sh: &Shared) -> ViewerLoad {
-        let skipped = sh.metrics.packets_skipped.load(Ordering::Relaxed);
+        let skipped = sh.plane_counters.packets_skipped.load(Ordering::Relaxed);
         let misses = sh.cache.stats().misses.load(Ordering::Relaxed);
         let slack = sh.slack.total();
         let load = ViewerLoad {
@@ -204,7 +204,7 @@ struct ScrubSignal<'a> {
 impl RateSignal for ScrubSignal<'_> {
     fn rate_bps(&mut self) -> Option<u64> {
         let base = self.sh.config().scrub_rate_bps;
-        if self.sh.shutdown.load(Ordering::Acquire) || base == 0 {
+        if self.sh.stop.is_stopped() || base == 0 {
             return None;
         }
         let rate = paced_rate_bps(base, self.sampler.sample(self.sh));

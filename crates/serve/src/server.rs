@@ -4,17 +4,25 @@
 use std::net::SocketAddr;
 use std::ops::ControlFlow;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
 
-use crate::cache::{Cache, Residency};
-use crate::member_health::MemberState;
+use isnode_plane::counters::PlaneCounters;
+use isnode_plane::deps::PlaneDeps;
+use isnode_plane::Plane;
+use isnode_pool::cache::{Cache, Residency};
+use isnode_pool::demand::PositionBoard;
+use isnode_pool::members::{MemberState, Members};
+use isnode_pool::objects::Objects;
+use isnode_serve_config::ConfigCell;
+use isnode_serve_core::slack::SlackBoard;
+use isnode_sys::clock::Clock;
+use isnode_sys::stop::Stop;
+
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::objects::Objects;
 use crate::registry::{Registry, SessionState, SessionTable};
-use crate::{api, fd_budget, keepalive, plane, reader, uring, EngineKind, ReadIo, ServeConfig};
+use crate::{api, fd_budget, keepalive, EngineKind, ReadIo, ServeConfig};
 
 /// Errors of starting a server.
 #[derive(Debug, thiserror::Error)]
@@ -46,33 +54,31 @@ fn io_error(context: &str) -> impl FnOnce(std::io::Error) -> ServeError + '_ {
 /// Everything the threads of a server share.
 pub(crate) struct Shared {
     /// The configuration in force (swapped whole by a reload: [`Shared::reload_config`]).
-    config: arc_swap::ArcSwap<ServeConfig>,
+    config: ConfigCell,
     pub objects: Objects,
     pub cache: Cache,
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     pub sessions: Registry,
-    pub epoch: Instant,
-    pub shutdown: AtomicBool,
+    /// The server's clock.
+    pub clock: Clock,
+    /// The server's stop signal (a data-plane failure stops it too).
+    pub stop: Arc<Stop>,
     /// What wakes the threads that sleep until something happens (`wake.rs`).
     pub wakes: crate::wake::Wakes,
     /// Set by SIGTERM: new sessions, broadcasts and uploads are refused (`api/drain.rs`).
     pub draining: AtomicBool,
-    pub workers: Vec<std::sync::mpsc::SyncSender<plane::PlaneMsg>>,
-    /// Whether a wake-up is queued for each data-plane thread ([`plane::wake`]).
-    pub wakes_queued: Vec<AtomicBool>,
-    pub next_worker: AtomicUsize,
+    /// The data plane's threads: new streams go to them, control requests wake them.
+    pub plane: Arc<Plane>,
+    /// What the data plane counts.
+    pub plane_counters: Arc<PlaneCounters>,
+    /// The members' health from their reads.
+    pub members: Arc<Members>,
     /// Engine in use (uring-zc falls back to gso where io_uring is unavailable).
     pub engine: EngineKind,
-    /// Block reads in use (uring falls back to sync where io_uring is unavailable).
-    pub read_io: ReadIo,
-    /// The multicast options of every send socket (`--multicast-ttl`, `--multicast-if`).
-    pub multicast: isnode_sys::net::Multicast,
-    /// Where each data-plane thread's sessions are (eviction decisions; data plane only).
-    pub positions: plane::demand::PositionBoard,
-    /// Each data-plane thread's playback slack (pacing of background work; `plane/slack.rs`).
-    pub slack: isnode_serve_core::slack::SlackBoard,
-    /// Why the data plane failed (a thread panicked): the server stops.
-    pub failure: std::sync::OnceLock<String>,
+    /// Where each data-plane thread's sessions are (eviction decisions).
+    pub positions: Arc<PositionBoard>,
+    /// Each data-plane thread's playback slack (pacing of background work).
+    pub slack: Arc<SlackBoard>,
     /// UDP port of the keepalive datagrams (`keepalive.rs`), on the control API's IP.
     pub keepalive_port: u16,
     /// The keepalive socket's twin: token datagrams go out from it (`api/owner.rs`).
@@ -93,9 +99,6 @@ pub(crate) struct Shared {
     pub uploads: Arc<crate::uploads::Uploads>,
     /// The background scrub's progress and findings (`scrub.rs`).
     pub scrub: crate::scrub::ScrubState,
-    /// Members marked failed, waiting to be written into the catalog
-    /// (`member_health::record_member_failures`).
-    pub member_failures: std::sync::Mutex<Vec<(u32, String)>>,
     /// This edge's cluster (inactive without a node list: a single node).
     pub cluster: crate::cluster::ClusterState,
     /// Fills from the origin (`crate::fill`).
@@ -169,43 +172,26 @@ impl Shared {
         let old = self.config();
         let kept = old.keep_restart_only(&mut new);
         self.cluster.reconfigure(&new);
-        self.config.store(Arc::new(new));
+        self.config.store(new);
         self.wakes.reloaded.set();
         self.wakes.cluster.notify_one();
         kept
     }
 
-    /// Records a data-plane failure and stops the server.
-    pub(crate) fn fail(&self, why: String) {
-        let _ = self.failure.set(why);
-        self.stop();
-    }
-
-    /// Tells every thread to stop: sets `shutdown` and wakes the sleepers (the events they
-    /// wait on, and each data-plane thread's queue).
-    pub(crate) fn stop(&self) {
-        self.shutdown.store(true, Ordering::Release);
-        self.wakes.stopped.set();
-        self.wakes.stop_notify.notify_one();
-        plane::wake(&self.workers, &self.wakes_queued);
-    }
-
     /// Sleeps `d` unless the server stops meanwhile (`Break` then, at once).
     pub(crate) fn sleep_unless_stopped(&self, d: std::time::Duration) -> ControlFlow<()> {
-        if self.shutdown.load(Ordering::Acquire) || self.wakes.stopped.wait(d) {
-            return ControlFlow::Break(());
-        }
-        ControlFlow::Continue(())
+        self.stop.sleep_unless_stopped(d)
     }
 
     /// Wakes every data-plane thread, so that control requests just queued on a session
     /// apply at once (a full queue means the thread is awake anyway).
     pub(crate) fn wake_data_plane(&self) {
-        plane::wake(&self.workers, &self.wakes_queued);
+        self.plane.wake();
     }
 
+    /// Nanoseconds on the server's clock.
     pub(crate) fn now_ns(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        self.clock.now_ns()
     }
 
     pub(crate) fn lock_sessions(&self) -> impl std::ops::DerefMut<Target = SessionTable> + '_ {
@@ -214,6 +200,8 @@ impl Shared {
 
     pub(crate) fn snapshot(&self) -> MetricsSnapshot {
         let m = &self.metrics;
+        let p = self.plane_counters.snapshot();
+        let health = &self.members.health;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let active = self
             .lock_sessions()
@@ -227,30 +215,30 @@ impl Shared {
             broadcasts_active: self.broadcasts.list().len() as u64,
             broadcasts_started: load(&m.broadcasts_started),
             broadcast_redirects: load(&m.broadcast_redirects),
-            broadcast_packets_sent: load(&m.broadcast_packets),
-            broadcast_bytes_sent: load(&m.broadcast_bytes),
-            sessions_expired: load(&m.sessions_expired),
+            broadcast_packets_sent: p.broadcast_packets,
+            broadcast_bytes_sent: p.broadcast_bytes,
+            sessions_expired: p.sessions_expired,
             keepalives_udp: load(&m.keepalives_udp),
             keepalives_refused: load(&m.keepalives_refused),
             tokens_sent: load(&m.tokens_sent),
             sessions_unvalidated: load(&m.sessions_unvalidated),
             forbidden: load(&m.forbidden),
             sessions_refused: std::array::from_fn(|i| load(&m.refused[i])),
-            packets_sent: std::array::from_fn(|i| load(&m.packets[i])),
-            bytes_sent: std::array::from_fn(|i| load(&m.bytes[i])),
-            send_errors: load(&m.send_errors),
+            packets_sent: p.packets,
+            bytes_sent: p.bytes,
+            send_errors: p.send_errors,
             cache_hits: load(&cs.hits),
             cache_misses: load(&cs.misses),
             cache_bytes: self.cache.bytes_cached(),
             cache_pool_bytes: u64::from(self.cache.slots()) * self.cache.block_len() as u64,
             cache_read_bytes: load(&cs.bytes_read),
-            member_errors: m.member_errors.iter().map(load).collect(),
-            symbols_rebuilt: load(&m.symbols_rebuilt),
-            packets_skipped: load(&m.packets_skipped),
-            zc_sends: load(&m.zc_sends),
-            zc_copied: load(&m.zc_copied),
-            repair_packets_sent: load(&m.repair_sent),
-            repair_packets_skipped: load(&m.repair_skipped),
+            member_errors: self.members.errors(),
+            symbols_rebuilt: p.symbols_rebuilt,
+            packets_skipped: p.packets_skipped,
+            zc_sends: p.zc_sends,
+            zc_copied: p.zc_copied,
+            repair_packets_sent: p.repair_sent,
+            repair_packets_skipped: p.repair_skipped,
             loss_reports: load(&m.loss_reports),
             start_bursts: load(&m.start_bursts),
             catalog_lookups_active: self.objects.lookups_active(),
@@ -263,16 +251,16 @@ impl Shared {
             repair_packets: load(&m.repair_packets),
             cache_evictions: load(&cs.evictions),
             scrub: self.scrub.snapshot(),
-            fill: self.fills.snapshot(),
-            member_failed: (0..m.health.members() as u32)
-                .map(|i| m.health.is_failed(i))
+            fill: self.fills.snapshot(p.sessions_held),
+            member_failed: (0..health.members() as u32)
+                .map(|i| health.is_failed(i))
                 .collect(),
-            member_slow: (0..m.health.members() as u32)
-                .map(|i| m.health.state(i, self.now_ns()) == MemberState::Slow)
+            member_slow: (0..health.members() as u32)
+                .map(|i| health.state(i, self.now_ns()) == MemberState::Slow)
                 .collect(),
-            reads_hedged: load(&m.health.hedged),
-            bursts_late: load(&m.bursts_late),
-            members_revived: load(&m.health.revived),
+            reads_hedged: load(&health.hedged),
+            bursts_late: p.bursts_late,
+            members_revived: load(&health.revived),
             playback: self.slack.total(),
         }
     }
@@ -317,7 +305,7 @@ impl ServerHandle {
 
     /// Why the data plane failed, if it did (the server has then stopped serving).
     pub fn failure(&self) -> Option<String> {
-        self.shared.failure.get().cloned()
+        self.shared.stop.failure().map(str::to_string)
     }
 
     /// Stops the data plane and the control API and waits for their threads.
@@ -326,7 +314,7 @@ impl ServerHandle {
     }
 
     fn stop(&mut self) {
-        self.shared.stop();
+        self.shared.stop.stop();
         self.shared.broadcasts.clear(self.shared.now_ns());
         if let Some(tx) = self.api_stop.take() {
             let _ = tx.send(());
@@ -362,7 +350,7 @@ fn pool_slots(config: &ServeConfig, members: u32, block_len: usize) -> Result<u3
 /// The engine and block reads to use, falling back where io_uring is unavailable.
 fn io_choices(config: &ServeConfig) -> (EngineKind, ReadIo) {
     let engine = match config.engine {
-        EngineKind::UringZc if !uring::available() => {
+        EngineKind::UringZc if !isnode_pool::uring_probe::send_zc_available() => {
             tracing::warn!(
                 "io_uring SEND_ZC is not available on this kernel: using the gso engine"
             );
@@ -371,7 +359,7 @@ fn io_choices(config: &ServeConfig) -> (EngineKind, ReadIo) {
         e => e,
     };
     let read_io = match config.read_io {
-        ReadIo::Uring if !reader::available() => {
+        ReadIo::Uring if !isnode_pool::reader::available() => {
             tracing::warn!(
                 "io_uring reads are not available on this kernel: reading blocks with pread"
             );
@@ -393,24 +381,6 @@ fn bind(listen: SocketAddr) -> Result<(std::net::TcpListener, SocketAddr), Serve
         .set_nonblocking(true)
         .map_err(io_error("setting the listener non-blocking"))?;
     Ok((listener, local))
-}
-
-type PlaneQueue = std::sync::mpsc::Receiver<plane::PlaneMsg>;
-
-fn spawn_workers(
-    shared: &Arc<Shared>,
-    queues: Vec<PlaneQueue>,
-) -> Result<Vec<JoinHandle<()>>, ServeError> {
-    let mut workers = Vec::with_capacity(queues.len());
-    for (i, rx) in queues.into_iter().enumerate() {
-        let sh = shared.clone();
-        let h = std::thread::Builder::new()
-            .name(format!("isnode-plane-{i}"))
-            .spawn(move || plane::worker(sh, i, rx))
-            .map_err(io_error("starting a data-plane thread"))?;
-        workers.push(h);
-    }
-    Ok(workers)
 }
 
 /// The control API's connection limits: the cap from the descriptors the data plane
@@ -490,9 +460,22 @@ fn tls_acceptor(config: &ServeConfig) -> Result<Option<tokio_rustls::TlsAcceptor
     }
 }
 
-/// Starts a server on the volume at `volume_dir` (created with default parameters if
-/// absent) and returns once it listens.
-pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, ServeError> {
+/// What a server runs on, opened and sized before any thread starts.
+struct Opened {
+    vol: isnode_store::Volume,
+    failed_in_catalog: Vec<u32>,
+    slots: u32,
+    threads: usize,
+    engine: EngineKind,
+    read_io: ReadIo,
+    limits: api::ConnLimits,
+    sendfile_sessions: Option<u64>,
+    multicast: isnode_sys::net::Multicast,
+}
+
+/// Validates `config`, opens the volume at `volume_dir` (created with default parameters
+/// if absent) and sizes the pool, the threads and the API's connections.
+fn open(volume_dir: &Path, config: &ServeConfig) -> Result<Opened, ServeError> {
     config
         .validate()
         .map_err(|e| ServeError::Config(e.to_string()))?;
@@ -506,8 +489,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         .filter(|(_, st)| matches!(st, isnode_store::MemberState::Failed { .. }))
         .map(|(m, _)| m as u32)
         .collect();
-    let block_len = params.block_len as usize;
-    let slots = pool_slots(config, params.members, block_len)?;
+    let slots = pool_slots(config, params.members, params.block_len as usize)?;
     let threads = config
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -515,49 +497,206 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
     let (engine, read_io) = io_choices(config);
     let (limits, sendfile_sessions) = api_limits(config, &vol, threads, engine)?;
     let multicast = multicast_options(config)?;
-    let residency = match engine {
+    Ok(Opened {
+        vol,
+        failed_in_catalog,
+        slots,
+        threads,
+        engine,
+        read_io,
+        limits,
+        sendfile_sessions,
+        multicast,
+    })
+}
+
+/// The data plane's handles, its threads started.
+struct Started {
+    plane: Arc<Plane>,
+    deps: Arc<PlaneDeps>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// Builds the data plane's handles from `o` and starts its threads.
+fn start_plane(
+    o: &Opened,
+    config: &ConfigCell,
+    stop: &Arc<Stop>,
+    wakes: &crate::wake::Wakes,
+    first_packet: isnode_plane::deps::FirstPacket,
+) -> Result<Started, ServeError> {
+    let params = *o.vol.params();
+    let residency = match o.engine {
         EngineKind::Sendfile => Residency::OnUse,
         _ => Residency::Touched,
     };
-    let cache = Cache::with_residency(slots, block_len, residency);
+    let clock = Clock::start();
+    let members = Members::new(params.members, config.clone(), clock)
+        .map_err(io_error("creating an eventfd"))?;
+    for &m in &o.failed_in_catalog {
+        members.health.mark_failed(m);
+        tracing::warn!(member = m, "member {m} is failed in the catalog: not read (rebuild it with `isnode volume rebuild --member {m}`)");
+    }
+    let deps = Arc::new(PlaneDeps {
+        cache: Cache::with_residency(o.slots, params.block_len as usize, residency),
+        params,
+        members: Arc::new(members),
+        positions: Arc::new(PositionBoard::new(o.threads)),
+        slack: Arc::new(SlackBoard::new(o.threads)),
+        pace: wakes.pace.clone(),
+        counters: Arc::default(),
+        stop: stop.clone(),
+        clock,
+        config: config.clone(),
+        engine: o.engine,
+        read_io: o.read_io,
+        multicast: o.multicast,
+        first_packet,
+    });
+    let (plane, workers) =
+        Plane::start(deps.clone(), o.threads).map_err(io_error("starting a data-plane thread"))?;
+    Ok(Started {
+        plane,
+        deps,
+        workers,
+    })
+}
+
+/// The keepalive socket on the API's IP, its port, and its twin the token datagrams go
+/// out from.
+fn keepalive_sockets(
+    local_addr: SocketAddr,
+) -> Result<(std::net::UdpSocket, u16, std::net::UdpSocket), ServeError> {
+    let sock = keepalive::bind(local_addr).map_err(io_error(&format!(
+        "binding the keepalive port on {}",
+        local_addr.ip()
+    )))?;
+    let port = sock
+        .local_addr()
+        .map_err(io_error("reading the keepalive port"))?
+        .port();
+    let token_socket = sock
+        .try_clone()
+        .map_err(io_error("cloning the keepalive socket"))?;
+    Ok((sock, port, token_socket))
+}
+
+/// Spawns a named background thread of the server.
+fn spawn(
+    name: &str,
+    what: &str,
+    body: impl FnOnce() + Send + 'static,
+) -> Result<JoinHandle<()>, ServeError> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(body)
+        .map_err(io_error(what))
+}
+
+/// Starts the background threads beside the data plane: keepalives, the members' writer,
+/// the scrub and the viewer-pace writer.
+fn spawn_background(
+    shared: &Arc<Shared>,
+    volume_dir: &Path,
+    keepalive_sock: std::net::UdpSocket,
+) -> Result<Vec<JoinHandle<()>>, ServeError> {
+    let sh = shared.clone();
+    let keepalives = spawn(
+        "isnode-keepalive",
+        "starting the keepalive thread",
+        move || keepalive::run(sh, keepalive_sock),
+    )?;
+    let (members, stop, root) = (
+        shared.members.clone(),
+        shared.stop.clone(),
+        volume_dir.to_path_buf(),
+    );
+    let writer = spawn(
+        "isnode-members",
+        "starting the member-state thread",
+        move || members.record_failures(&root, &stop),
+    )?;
+    let sh = shared.clone();
+    let scrub = spawn("isnode-scrub", "starting the scrub thread", move || {
+        crate::scrub::run(sh)
+    })?;
+    let (sh, root) = (shared.clone(), volume_dir.to_path_buf());
+    let pace = spawn(
+        "isnode-pace",
+        "starting the viewer-pace thread",
+        move || crate::viewer_pace::run(sh, root),
+    )?;
+    Ok(vec![keepalives, writer, scrub, pace])
+}
+
+/// Starts the control API's thread and waits until it listens.
+fn spawn_api(
+    handle: &mut ServerHandle,
+    listener: std::net::TcpListener,
+    conn: (api::ConnLimits, Option<tokio_rustls::TlsAcceptor>),
+) -> Result<(), ServeError> {
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let sh = handle.shared.clone();
+    handle.api_stop = Some(stop_tx);
+    handle.api_thread = Some(spawn(
+        "isnode-api",
+        "starting the control API thread",
+        move || api::serve(sh, listener, conn, stop_rx, ready_tx),
+    )?);
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(ServeError::Config("the control API thread died".into())),
+    }
+}
+
+/// Starts a server on the volume at `volume_dir` (created with default parameters if
+/// absent) and returns once it listens.
+pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, ServeError> {
+    let o = open(volume_dir, config)?;
     let tls = tls_acceptor(config)?;
     let fills = crate::fill::Fills::new(config).map_err(ServeError::Config)?;
     let (tokens_path, tokens) = load_tokens(volume_dir, config)?;
     let (std_listener, local_addr) = bind(config.listen)?;
-    let keepalive_sock = keepalive::bind(local_addr).map_err(io_error(&format!(
-        "binding the keepalive port on {}",
-        local_addr.ip()
-    )))?;
-    let keepalive_port = keepalive_sock
-        .local_addr()
-        .map_err(io_error("reading the keepalive port"))?
-        .port();
-    let token_socket = keepalive_sock
-        .try_clone()
-        .map_err(io_error("cloning the keepalive socket"))?;
-    let (senders, queues): (Vec<_>, Vec<_>) = (0..threads)
-        .map(|_| std::sync::mpsc::sync_channel(1024))
-        .unzip();
+    let (keepalive_sock, keepalive_port, token_socket) = keepalive_sockets(local_addr)?;
     let cluster = crate::cluster::ClusterState::of(config).map_err(ServeError::Config)?;
-    let shared = Arc::new(Shared {
-        config: arc_swap::ArcSwap::from_pointee(config.clone()),
-        objects: Objects::new(vol),
-        cache,
-        metrics: Metrics::new(params.members),
-        sessions: Registry::new(),
-        epoch: Instant::now(),
-        shutdown: AtomicBool::new(false),
-        wakes: crate::wake::Wakes::new().map_err(io_error("creating an eventfd"))?,
-        draining: AtomicBool::new(false),
-        workers: senders,
-        wakes_queued: (0..threads).map(|_| AtomicBool::new(false)).collect(),
-        next_worker: AtomicUsize::new(0),
+    let cell = ConfigCell::new(config.clone());
+    let stop = Arc::new(Stop::new().map_err(io_error("creating an eventfd"))?);
+    let wakes = crate::wake::Wakes::new().map_err(io_error("creating an eventfd"))?;
+    let notify = wakes.stop_notify.clone();
+    stop.on_stop(Box::new(move || notify.notify_one()));
+    let metrics = Arc::new(Metrics::new());
+    let m = metrics.clone();
+    let first_packet = Box::new(move |ns: u64| m.session_first_packet(ns));
+    let started = start_plane(&o, &cell, &stop, &wakes, first_packet)?;
+    let Opened {
+        vol,
+        limits,
+        sendfile_sessions,
+        slots,
         engine,
         read_io,
-        multicast,
-        positions: plane::demand::PositionBoard::new(threads),
-        slack: isnode_serve_core::slack::SlackBoard::new(threads),
-        failure: std::sync::OnceLock::new(),
+        threads,
+        ..
+    } = o;
+    let deps = &started.deps;
+    let shared = Arc::new(Shared {
+        config: cell,
+        objects: Objects::new(vol),
+        cache: deps.cache.clone(),
+        metrics,
+        sessions: Registry::new(),
+        clock: deps.clock,
+        stop,
+        wakes,
+        draining: AtomicBool::new(false),
+        plane: started.plane.clone(),
+        plane_counters: deps.counters.clone(),
+        members: deps.members.clone(),
+        engine,
+        positions: deps.positions.clone(),
+        slack: deps.slack.clone(),
         keepalive_port,
         token_socket,
         broadcasts: crate::broadcast::Broadcasts::kept_in(volume_dir),
@@ -570,69 +709,23 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         tokens_path,
         uploads: Arc::default(),
         scrub: crate::scrub::ScrubState::default(),
-        member_failures: std::sync::Mutex::default(),
         cluster,
         fills,
     });
-    let api_tls = tls.clone();
     let mut handle = ServerHandle {
         local_addr,
         https: tls.is_some(),
         shared: shared.clone(),
-        workers: Vec::new(),
+        workers: started.workers,
         api_thread: None,
         api_stop: None,
     };
-    handle.workers = spawn_workers(&shared, queues)?;
     // Before the API answers: a receiver asking at once finds its broadcast.
     crate::broadcast::start::restore(&shared, volume_dir);
-    let sh = shared.clone();
-    handle.workers.push(
-        std::thread::Builder::new()
-            .name("isnode-keepalive".into())
-            .spawn(move || keepalive::run(sh, keepalive_sock))
-            .map_err(io_error("starting the keepalive thread"))?,
-    );
-    for &m in &failed_in_catalog {
-        shared.metrics.health.mark_failed(m);
-        tracing::warn!(member = m, "member {m} is failed in the catalog: not read (rebuild it with `isnode volume rebuild --member {m}`)");
-    }
-    let (sh, root) = (shared.clone(), volume_dir.to_path_buf());
-    handle.workers.push(
-        std::thread::Builder::new()
-            .name("isnode-members".into())
-            .spawn(move || crate::member_health::record_member_failures(sh, root))
-            .map_err(io_error("starting the member-state thread"))?,
-    );
-    let sh = shared.clone();
-    handle.workers.push(
-        std::thread::Builder::new()
-            .name("isnode-scrub".into())
-            .spawn(move || crate::scrub::run(sh))
-            .map_err(io_error("starting the scrub thread"))?,
-    );
-    let (sh, root) = (shared.clone(), volume_dir.to_path_buf());
-    handle.workers.push(
-        std::thread::Builder::new()
-            .name("isnode-pace".into())
-            .spawn(move || crate::viewer_pace::run(sh, root))
-            .map_err(io_error("starting the viewer-pace thread"))?,
-    );
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let sh = shared.clone();
-    handle.api_stop = Some(stop_tx);
-    handle.api_thread = Some(
-        std::thread::Builder::new()
-            .name("isnode-api".into())
-            .spawn(move || api::serve(sh, std_listener, (limits, api_tls), stop_rx, ready_tx))
-            .map_err(io_error("starting the control API thread"))?,
-    );
-    match ready_rx.recv() {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(e),
-        Err(_) => return Err(ServeError::Config("the control API thread died".into())),
-    }
+    handle
+        .workers
+        .extend(spawn_background(&shared, volume_dir, keepalive_sock)?);
+    spawn_api(&mut handle, std_listener, (limits, tls))?;
     crate::fill::resume_all(&shared);
     tracing::info!(
         listen = %local_addr,
@@ -640,7 +733,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         engine = engine.name(),
         read_io = ?read_io,
         threads,
-        cache_bytes = u64::from(slots) * block_len as u64,
+        cache_bytes = u64::from(slots) * u64::from(deps.params.block_len),
         bitrate_budget_bps = config.bitrate_budget_bps(),
         max_sessions_per_client = config.max_sessions_per_client,
         api_max_connections = limits.max_connections,

@@ -11,7 +11,6 @@
 //! the server stops.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -31,14 +30,14 @@ pub(crate) fn run(sh: Arc<Shared>, volume: PathBuf) {
     let mut sampler = LoadSampler::new(&sh);
     let mut rule = WriteRule::default();
     let mut warned = false;
-    while !sh.shutdown.load(Ordering::Acquire) {
+    while !sh.stop.is_stopped() {
         mark.hold(&volume);
         let load = sampler.sample(&sh);
         let now_ms = sh.now_ns() / 1_000_000;
         if rule.due(load, now_ms) {
             write(&volume, load, &mut warned);
         }
-        let events = [sh.wakes.stopped.as_fd(), sh.wakes.pace.as_fd()];
+        let events = [sh.stop.as_fd(), sh.wakes.pace.as_fd()];
         match wait_any(&events, next_sample_in(load)) {
             Some(0) => break,
             Some(_) => sh.wakes.pace.clear(),

@@ -8,28 +8,19 @@
 //! An `Event` (`isnode_sys::event`) is an `eventfd`, so a thread can wait on it together
 //! with a socket.
 
-use std::time::Duration;
-
 use isnode_sys::event::Event;
 
-/// The longest a thread with nothing due sleeps before looking again (a backstop: what it
-/// waits for wakes it at once).
-pub(crate) const IDLE_WAIT: Duration = Duration::from_secs(5);
+pub(crate) use isnode_sys::event::IDLE_WAIT;
 
 /// What wakes the server's sleeping threads (one set per server, in `Shared`).
 #[derive(Debug)]
 pub(crate) struct Wakes {
-    /// Set with `Shared::shutdown` (`Shared::stop`): the threads sleeping on it wake at once.
-    pub stopped: Event,
-    /// Told with `Shared::shutdown`: the signal loop (`lifecycle.rs`) sees a failed data
-    /// plane at once.
-    pub stop_notify: tokio::sync::Notify,
+    /// Told at the server's stop (`isnode_sys::stop::Stop`): the signal loop
+    /// (`lifecycle.rs`) sees a failed data plane at once.
+    pub stop_notify: std::sync::Arc<tokio::sync::Notify>,
     /// Set when a data-plane thread takes its first stream: the viewer-pace writer, asleep
     /// while there are none, samples at once (`viewer_pace.rs`).
-    pub pace: Event,
-    /// Set when a member failure is queued (`Shared::member_failures`): its writer wakes
-    /// (`member_health.rs`).
-    pub members: Event,
+    pub pace: std::sync::Arc<Event>,
     /// Set by a reload of the configuration: the background scrub, asleep while it is off,
     /// looks at its rate again (`scrub.rs`).
     pub reloaded: Event,
@@ -45,10 +36,8 @@ impl Wakes {
     /// A new set, nothing set or told.
     pub(crate) fn new() -> std::io::Result<Wakes> {
         Ok(Wakes {
-            stopped: Event::new()?,
-            stop_notify: tokio::sync::Notify::new(),
-            pace: Event::new()?,
-            members: Event::new()?,
+            stop_notify: std::sync::Arc::new(tokio::sync::Notify::new()),
+            pace: std::sync::Arc::new(Event::new()?),
             reloaded: Event::new()?,
             reap: tokio::sync::Notify::new(),
             cluster: tokio::sync::Notify::new(),

@@ -1,6 +1,9 @@
-//! isnode's system calls, apart from every decision: the UDP send calls of the engines
-//! (GSO `sendmsg`, `sendmmsg`, `sendto`, multicast options) and the events threads sleep
-//! on (`eventfd`, `ppoll`). It knows no isnode type; everything above it passes values in.
+//! isnode's system calls and time, apart from every decision: the UDP send calls of the
+//! engines (GSO `sendmsg`, `sendmmsg`, `sendto`, multicast options), the events threads
+//! sleep on (`eventfd`, `ppoll`), the server's clock and its stop signal. It knows no
+//! isnode type; everything above it passes values in.
 
+pub mod clock;
 pub mod event;
 pub mod net;
+pub mod stop;

@@ -9,8 +9,8 @@ use isnode_proto::ErrorBody;
 
 use super::{blocking, store_error, ApiError};
 use crate::broadcast::BroadcastError;
-use crate::objects::{ObjectInfo, SessionFdt};
 use crate::Shared;
+use isnode_pool::objects::{ObjectInfo, SessionFdt};
 use isnode_serve_core::admission::Refusal;
 
 /// The object called `name` and a fresh FDT instance of it (catalog lookups, off the

@@ -27,8 +27,8 @@ use tokio::sync::mpsc;
 
 use super::pool_read::PoolRead;
 use super::{error, ApiError, Sh};
-use crate::objects::ObjectInfo;
 use crate::Shared;
+use isnode_pool::objects::ObjectInfo;
 
 /// Chunks queued between the reading thread and the connection.
 const BODY_QUEUE_CHUNKS: usize = 2;
@@ -313,12 +313,12 @@ pub(super) fn wait_at_front(obj: &ObjectInfo, sbn: u32) -> Result<(), String> {
     };
     let deadline = std::time::Instant::now() + crate::fill::FRONT_WAIT;
     match front.wait_for(sbn, deadline) {
-        crate::fill::front::Wait::Ready => Ok(()),
-        crate::fill::front::Wait::Failed => Err(format!(
+        isnode_pool::front::Wait::Ready => Ok(()),
+        isnode_pool::front::Wait::Failed => Err(format!(
             "the fill of {:?} from the origin failed at codeword {sbn}",
             obj.rec.name
         )),
-        crate::fill::front::Wait::TimedOut => Err(format!(
+        isnode_pool::front::Wait::TimedOut => Err(format!(
             "the fill of {:?} from the origin did not reach codeword {sbn} in time",
             obj.rec.name
         )),
@@ -419,8 +419,8 @@ pub(super) async fn packets(
             let m = &sh.metrics;
             m.repair_requests.fetch_add(1, Ordering::Relaxed);
             m.repair_packets.fetch_add(count, Ordering::Relaxed);
-            m.symbols_rebuilt
-                .fetch_add(u64::from(rebuilt), Ordering::Relaxed);
+            let rebuilt_symbols = &sh.plane_counters.symbols_rebuilt;
+            rebuilt_symbols.fetch_add(u64::from(rebuilt), Ordering::Relaxed);
             m.http_bytes.fetch_add(body.len() as u64, Ordering::Relaxed);
             ([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response()
         }

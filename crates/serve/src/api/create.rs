@@ -23,10 +23,10 @@ use super::common::{object_and_fdt, refuse};
 use super::media::{locate, Located};
 use super::{ApiError, Sh};
 use crate::admit::{demand, limits};
-use crate::objects::{ObjectInfo, SessionFdt};
-use crate::plane::NewSession;
-use crate::registry::{Expiry, NewStreamShared, Owner, RegisterError, Snapshot};
+use crate::registry::{Expiry, NewStreamShared, RegisterError, Snapshot};
 use crate::{Shared, StreamShared};
+use isnode_plane::NewSession;
+use isnode_pool::objects::{ObjectInfo, SessionFdt};
 use isnode_serve_config::ValidateDestination;
 use isnode_serve_core::admission::{
     admit, admit_unvalidated, start_burst_factor, Demand, Refusal, UnvalidatedLimits,
@@ -255,23 +255,18 @@ fn admit_and_register(
                 start_codeword: req.start_codeword,
                 now_ns: sh.now_ns(),
                 burst,
-                owner: Some(Owner::random()),
+                owner: Some(crate::registry::random_owner()),
                 validated: !validate,
             }))
         };
         let new_id = || format!("{:016x}", rand::random::<u64>());
         let hand_over = |s: &Arc<StreamShared>| {
-            let w = sh.next_worker.fetch_add(1, Ordering::Relaxed) % sh.workers.len().max(1);
             let pacer = pacer.take().ok_or(())?;
             let ns = NewSession {
                 shared: s.clone(),
-                pacer: crate::plane::Schedule::Session(pacer),
+                pacer: isnode_serve_core::schedule::Schedule::Session(pacer),
             };
-            sh.workers
-                .get(w)
-                .ok_or(())?
-                .try_send(crate::plane::PlaneMsg::New(Box::new(ns)))
-                .map_err(|_| ())
+            sh.plane.submit(ns).map_err(|_| ())
         };
         match sh.sessions.register(&snap, make, new_id, hand_over) {
             Ok(s) => {

@@ -30,8 +30,8 @@ use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use super::{blocking, error, Sh};
-use crate::objects::ObjectInfo;
 use crate::Shared;
+use isnode_pool::objects::ObjectInfo;
 
 /// Most codewords one request returns (about 1 MiB of digests at 255 symbols).
 pub(crate) const MAX_DIGEST_CODEWORDS: u32 = 256;
@@ -94,7 +94,7 @@ pub(super) async fn digests(
             Ok(Err(why)) => return error(StatusCode::SERVICE_UNAVAILABLE, why),
             Err(r) => return r,
         }
-        if front.state() != crate::fill::front::FrontState::Complete {
+        if front.state() != isnode_pool::front::FrontState::Complete {
             range.end = range.end.min(front.readable().max(from + 1));
         }
     }

@@ -16,8 +16,8 @@ use crate::broadcast::policy::worth_broadcasting;
 use crate::broadcast::service::{channel_rates, make_plan};
 use crate::broadcast::start::{auto_request, start, Origin};
 use crate::broadcast::{Broadcast, BroadcastError};
-use crate::objects::{ObjectInfo, SessionFdt};
 use crate::Shared;
+use isnode_pool::objects::{ObjectInfo, SessionFdt};
 use isnode_serve_config::BroadcastMode;
 
 /// The answer to a session request for `obj` when the title is (or now becomes) served by

@@ -11,7 +11,7 @@ use isnode_proto::SeekBy;
 use isnode_store::Layout;
 
 use super::{ApiError, Sh};
-use crate::objects::ObjectInfo;
+use isnode_pool::objects::ObjectInfo;
 
 /// Segments are cut at random-access points at least this long apart when the points allow.
 pub(crate) const MIN_SEGMENT_S: f64 = 2.0;
@@ -203,7 +203,7 @@ fn render(uri: &str, segments: &[Segment], kind: PlaylistType) -> String {
 /// segment is readable yet.
 fn filling_playlist(obj: &ObjectInfo, uri: &str) -> Option<String> {
     let front = obj.fill.as_ref()?;
-    if front.state() != crate::fill::front::FrontState::Filling {
+    if front.state() != isnode_pool::front::FrontState::Filling {
         return None;
     }
     let readable = front.readable();
@@ -262,7 +262,7 @@ pub(super) async fn complete_object(
     sh: &std::sync::Arc<crate::Shared>,
     name: String,
     need: NeedsWhole,
-) -> Result<std::sync::Arc<crate::objects::ObjectInfo>, Response> {
+) -> Result<std::sync::Arc<isnode_pool::objects::ObjectInfo>, Response> {
     let obj = super::lookup(sh, name.clone()).await?;
     if obj.fill.is_none() {
         return Ok(obj);

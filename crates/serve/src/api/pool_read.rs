@@ -16,11 +16,11 @@ use isnode_store::codeword::{
 use isnode_store::{BlockError, BlockSource};
 use isnode_wire::{build_data_packet, DataPacketId};
 
-use crate::cache::{BlockKey, FetchError, Pinned};
-use crate::objects::ObjectInfo;
-use crate::plane::demand::LazyDemand;
-use crate::reader::Reader;
 use crate::{ReadIo, Shared};
+use isnode_pool::cache::{BlockKey, FetchError, Pinned};
+use isnode_pool::demand::LazyDemand;
+use isnode_pool::objects::ObjectInfo;
+use isnode_pool::reader::Reader;
 
 /// Longest wait for blocks that other threads are reading (or for a free pool slot).
 const BLOCK_WAIT: Duration = Duration::from_secs(10);
@@ -89,11 +89,11 @@ impl BlockSource for Blocks<'_> {
 impl PoolRead {
     /// A reader of `obj`'s codewords.
     pub(crate) fn new(sh: &Arc<Shared>, obj: &Arc<ObjectInfo>) -> PoolRead {
-        let failures = sh.clone();
+        let failures = sh.members.clone();
         let reader = Reader::new(
             &sh.cache,
             ReadIo::Sync,
-            Box::new(move |key, why| failures.member_read_failed(key.member, why)),
+            Box::new(move |key, why| failures.read_failed(key.member, why)),
         );
         let p = obj.layout.params();
         let max_symbols = (p.source_symbols + p.repair_symbols) as usize;

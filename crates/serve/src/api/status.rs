@@ -79,7 +79,7 @@ pub(super) async fn sample_egress(sh: Arc<Shared>) {
     loop {
         tick.tick().await;
         let m = &sh.metrics;
-        let udp: u64 = m.bytes.iter().map(|b| b.load(Ordering::Relaxed)).sum();
+        let udp: u64 = sh.plane_counters.snapshot().bytes.iter().sum();
         let http = m.http_bytes.load(Ordering::Relaxed);
         m.egress.sample(sh.now_ns(), udp, http);
     }
@@ -128,7 +128,7 @@ fn body(sh: &Shared, objects: Vec<isnode_proto::ObjectInfo>) -> StatusBody {
         .collect();
     StatusBody {
         version: env!("CARGO_PKG_VERSION").to_string(),
-        uptime_s: sh.epoch.elapsed().as_secs(),
+        uptime_s: sh.clock.epoch().elapsed().as_secs(),
         engine: sh.engine.name().to_string(),
         titles,
         broadcasts: broadcasts(sh),

@@ -25,9 +25,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use isnode_broadcast::Plan;
 
-use crate::objects::ObjectInfo;
 use crate::registry::{SessionState, StreamShared};
 use groups::ChannelGroups;
+use isnode_pool::objects::ObjectInfo;
 use isnode_serve_core::admission::Refusal;
 use policy::{AutoClaim, AutoStarts};
 

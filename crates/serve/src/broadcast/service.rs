@@ -13,8 +13,8 @@ use isnode_proto::FecInfo;
 use super::groups::{allocate, assign, ChannelGroups, GroupRange};
 use super::request::{Family, Request};
 use super::{Broadcast, BroadcastError};
-use crate::objects::ObjectInfo;
 use crate::StreamShared;
+use isnode_pool::objects::ObjectInfo;
 use isnode_serve_core::pacer::send_rate_bps;
 
 /// The plan of `scheme` over the object. A codeword of the plan holds what the object's

@@ -14,12 +14,13 @@ use super::request::{End, Family, Request, Settings};
 use super::service::{channel_groups, channel_rates};
 use super::{stop_channels, Broadcast, BroadcastError};
 use crate::admit::{demand, limits};
-use crate::objects::{ObjectInfo, SessionFdt};
-use crate::plane::{NewSession, PlaneMsg, Schedule};
 use crate::registry::{Expiry, NewStreamShared};
 use crate::{Shared, StreamShared};
+use isnode_plane::NewSession;
+use isnode_pool::objects::{ObjectInfo, SessionFdt};
 use isnode_serve_core::admission::{admit, Demand};
 use isnode_serve_core::channel::ChannelPacer;
+use isnode_serve_core::schedule::Schedule;
 
 /// Who started a broadcast.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -174,18 +175,13 @@ fn start_channel(
         owner: None,
         validated: true,
     }));
-    let w = sh.next_worker.fetch_add(1, Ordering::Relaxed) % sh.workers.len().max(1);
     let ns = NewSession {
         shared: s.clone(),
         pacer: Schedule::Channel(pacer),
     };
-    let handed = sh
-        .workers
-        .get(w)
-        .map(|q| q.try_send(PlaneMsg::New(Box::new(ns))).is_ok());
-    match handed {
-        Some(true) => Ok(s),
-        _ => Err("data plane busy, try again".into()),
+    match sh.plane.submit(ns) {
+        Ok(()) => Ok(s),
+        Err(_) => Err("data plane busy, try again".into()),
     }
 }
 

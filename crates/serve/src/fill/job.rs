@@ -8,9 +8,9 @@ use std::time::Instant;
 use axum::http::StatusCode;
 use serde::Serialize;
 
-use super::front::{FillFront, FrontState};
-use crate::objects::ObjectInfo;
 use crate::origin::OriginError;
+use isnode_pool::front::{FillFront, FrontState};
+use isnode_pool::objects::ObjectInfo;
 
 /// Who asked for a fill.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

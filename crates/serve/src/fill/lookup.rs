@@ -8,8 +8,8 @@ use axum::http::StatusCode;
 use isnode_store::StoreError;
 
 use super::{start_or_join, FillKind, FIRST_BYTES_WAIT};
-use crate::objects::ObjectInfo;
 use crate::Shared;
+use isnode_pool::objects::ObjectInfo;
 
 /// Why a request gets no object.
 #[derive(Debug)]
@@ -90,7 +90,7 @@ fn changed_at_origin(sh: &Shared, name: &str) -> bool {
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     match rt.block_on(origin.head(name)) {
         Ok(meta) if meta.etag == local => {
-            let now = crate::objects::system_clock_s() as i64;
+            let now = isnode_pool::objects::system_clock_s() as i64;
             let r = sh
                 .objects
                 .with_volume_mut(|v| v.set_origin_checked(name, now));

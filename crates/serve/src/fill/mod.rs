@@ -12,7 +12,6 @@
 
 mod content_check;
 mod evict;
-pub(crate) mod front;
 mod job;
 mod lookup;
 mod probe;
@@ -47,8 +46,6 @@ pub(crate) struct FillCounters {
     pub fills_done: AtomicU64,
     pub errors: [AtomicU64; 5],
     pub titles_evicted: AtomicU64,
-    /// Times a session was held at a fill front (data plane).
-    pub holds: AtomicU64,
 }
 
 impl FillCounters {
@@ -178,7 +175,8 @@ impl Fills {
     }
 
     /// The counters as the metrics and status report them.
-    pub(crate) fn snapshot(&self) -> crate::metrics::FillSnapshot {
+    /// The fills' counters now, with `sessions_held` (counted by the data plane).
+    pub(crate) fn snapshot(&self, sessions_held: u64) -> crate::metrics::FillSnapshot {
         let c = &self.counters;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         crate::metrics::FillSnapshot {
@@ -189,7 +187,7 @@ impl Fills {
             fills_done: load(&c.fills_done),
             fill_errors: std::array::from_fn(|i| c.errors.get(i).map_or(0, load)),
             titles_evicted: load(&c.titles_evicted),
-            sessions_held: load(&c.holds),
+            sessions_held,
         }
     }
 }

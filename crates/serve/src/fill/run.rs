@@ -13,11 +13,11 @@ use bytes::Bytes;
 use isnode_store::{Fill, FillSpec, StoreError, Volume};
 
 use super::content_check::ContentCheck;
-use super::front::readable_codewords;
 use super::job::{FillJob, JobFailure};
-use crate::objects::ObjectInfo;
 use crate::origin::{ErrorClass, Origin, OriginError, OriginMeta};
 use crate::Shared;
+use isnode_pool::front::readable_codewords;
+use isnode_pool::objects::ObjectInfo;
 
 /// Commits at least this often while bytes come (the front moves for the viewers).
 const COMMIT_EVERY: Duration = Duration::from_millis(100);
@@ -144,12 +144,12 @@ pub(super) fn run(sh: &Arc<Shared>, job: &Arc<FillJob>) {
 fn sleep_unless_shutdown(sh: &Shared, d: Duration) -> bool {
     let end = Instant::now() + d;
     while Instant::now() < end {
-        if sh.shutdown.load(Ordering::Acquire) {
+        if sh.stop.is_stopped() {
             return true;
         }
         std::thread::sleep(THROTTLE_STEP.min(end.saturating_duration_since(Instant::now())));
     }
-    sh.shutdown.load(Ordering::Acquire)
+    sh.stop.is_stopped()
 }
 
 /// Counts one origin request of `job` and its outcome.
@@ -254,7 +254,7 @@ fn attempt(
                 held_back(check, &layout, committed),
             );
         }
-        if sh.shutdown.load(Ordering::Acquire) {
+        if sh.stop.is_stopped() {
             let _ = fill.commit(&mut vol);
             return Err(Stop::Shutdown);
         }

@@ -12,58 +12,35 @@ use std::ops::Range;
 
 use smallvec::SmallVec;
 
-use super::degraded::Hedge;
-use super::demand::LazyDemand;
-use super::{Active, Dest, Sent, Worker};
-use crate::cache::{BlockKey, FetchError, Pinned};
-use crate::uring::UringSender;
-use crate::EngineKind;
+use isnode_pool::cache::{BlockKey, FetchError, Pinned};
+use isnode_pool::demand::LazyDemand;
+use isnode_serve_config::{Degraded, EngineKind};
+
+use crate::active::{Active, Dest, Mode, Sent};
+use crate::rebuild::Hedge;
+use crate::stream::Expiry;
+use crate::worker::Worker;
 use isnode_serve_core::pacer::{Burst, Step};
 use isnode_sys::net;
 
-/// The send engine of one data-plane thread.
-pub(super) enum Mode {
-    Gso,
-    Mmsg,
-    Uring(Box<UringSender>),
-    /// The seed papers' baseline (`baseline.rs`).
-    Traditional,
-    /// `sendfile` from the page cache (`sendfile.rs`).
-    Sendfile,
-}
-
-impl Mode {
-    /// The engine every packet a session sends is counted under, whatever the path
-    /// (FDT datagrams and rebuilt packets included).
-    pub(super) fn engine(&self) -> EngineKind {
-        match self {
-            Mode::Traditional => EngineKind::Traditional,
-            Mode::Uring(_) => EngineKind::UringZc,
-            Mode::Mmsg => EngineKind::Sendmmsg,
-            Mode::Gso => EngineKind::Gso,
-            Mode::Sendfile => EngineKind::Sendfile,
-        }
-    }
-}
-
 impl Worker {
-    pub(super) fn socket(&mut self, dest: &SocketAddr) -> std::io::Result<&UdpSocket> {
+    pub(crate) fn socket(&mut self, dest: &SocketAddr) -> std::io::Result<&UdpSocket> {
         let slot = if dest.is_ipv4() {
             &mut self.v4
         } else {
             &mut self.v6
         };
         if slot.is_none() {
-            *slot = Some(net::send_socket(dest, self.sh.multicast)?);
+            *slot = Some(net::send_socket(dest, self.deps.multicast)?);
         }
         slot.as_ref()
             .ok_or_else(|| std::io::Error::other("no socket"))
     }
 
-    pub(super) fn count(&self, a: &Active, engine: EngineKind, packets: u64, bytes: u64) {
-        self.sh.metrics.sent(engine, packets, bytes);
+    pub(crate) fn count(&self, a: &Active, engine: EngineKind, packets: u64, bytes: u64) {
+        self.deps.counters.sent(engine, packets, bytes);
         if a.repair_dest.is_some() {
-            let m = &self.sh.metrics;
+            let m = &self.deps.counters;
             m.broadcast_packets
                 .fetch_add(packets, std::sync::atomic::Ordering::Relaxed);
             m.broadcast_bytes
@@ -72,22 +49,22 @@ impl Worker {
         let before =
             a.s.packets_sent
                 .fetch_add(packets, std::sync::atomic::Ordering::Relaxed);
-        if before == 0 && a.s.expiry == crate::registry::Expiry::Keepalive {
-            let m = &self.sh.metrics;
-            m.session_first_packet(a.s.created_ns, self.sh.now_ns());
+        if before == 0 && a.s.expiry == Expiry::Keepalive {
+            let now = self.deps.clock.now_ns();
+            (self.deps.first_packet)(now.saturating_sub(a.s.created_ns));
         }
         a.s.bytes_sent
             .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
-    pub(super) fn send_error(&self, e: &std::io::Error) {
-        let errors = &self.sh.metrics.send_errors;
+    pub(crate) fn send_error(&self, e: &std::io::Error) {
+        let errors = &self.deps.counters.send_errors;
         if errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
             tracing::warn!("send failed: {e}");
         }
     }
 
-    pub(super) fn send_fdt(&mut self, a: &Active) {
+    pub(crate) fn send_fdt(&mut self, a: &Active) {
         // The session's own FDT (its `Expires` counts from the session's start).
         let session = a.s.clone();
         // Counted under the session's engine (the FDT is a few small datagrams: sendto).
@@ -104,7 +81,7 @@ impl Worker {
     }
 
     /// Sends a run of packets that this thread built (rebuilt symbols), synchronously.
-    pub(super) fn send_built(&mut self, a: &Active, b: &Burst, len: usize, seg: usize) {
+    pub(crate) fn send_built(&mut self, a: &Active, b: &Burst, len: usize, seg: usize) {
         let packets = len.div_ceil(seg) as u64;
         let gso = !matches!(self.mode, Mode::Mmsg);
         let dest = a.dest_for(b);
@@ -132,7 +109,7 @@ impl Worker {
     /// Sends one burst from the pool (with the `gso` engine, joined to the start of the
     /// bursts after it: [`Worker::send_joined`]); [`Sent::Later`] when its block is not in
     /// memory yet (its read is started) or the pool is full.
-    pub(super) fn send_burst(&mut self, a: &mut Active, b: &Burst, now: u64) -> Sent {
+    pub(crate) fn send_burst(&mut self, a: &mut Active, b: &Burst, now: u64) -> Sent {
         let obj = a.s.object.clone();
         let p = obj.layout.params().packet_len() as usize;
         let key = BlockKey {
@@ -140,14 +117,14 @@ impl Worker {
             member: b.member,
             block: b.block,
         };
-        if !self.sh.cache.contains(&key) {
+        if !self.deps.cache.contains(&key) {
             match self.read_or_rebuild(a, b.member) {
                 ReadOrRebuild::Read => {}
                 ReadOrRebuild::Rebuild => return self.degraded(a, &obj, b, Hedge::No),
                 ReadOrRebuild::Hedge => return self.degraded(a, &obj, b, Hedge::Member(b.member)),
             }
         }
-        let demand = LazyDemand::new(&self.sh.positions);
+        let demand = LazyDemand::new(&self.deps.positions);
         // A failed read has gone to `member_read_failed` through the reader's callback.
         let pin = match self.reader.fetch(key, &*obj, &demand) {
             Ok(pin) => pin,
@@ -248,10 +225,10 @@ impl Worker {
             member: next.member,
             block: next.block,
         };
-        if !self.sh.cache.contains(&key) {
+        if !self.deps.cache.contains(&key) {
             return None;
         }
-        let demand = LazyDemand::new(&self.sh.positions);
+        let demand = LazyDemand::new(&self.deps.positions);
         let pin = self.reader.fetch(key, &**obj, &demand).ok()?;
         let take = next.len().min(room);
         let start = next.first_in_block as usize * seg;
@@ -331,17 +308,17 @@ impl Worker {
     /// (`member_health.rs`); the one slow member's bursts are hedged (unless the server
     /// sends only what is available, which would drop them instead).
     fn read_or_rebuild(&self, a: &Active, member: u32) -> ReadOrRebuild {
-        let health = &self.sh.metrics.health;
+        let health = &self.deps.members.health;
         if health.is_failed(member) {
             return ReadOrRebuild::Rebuild;
         }
-        let Some(bound) = self.sh.hedge_after() else {
+        let Some(bound) = self.deps.members.hedge_after() else {
             return ReadOrRebuild::Read;
         };
-        if self.sh.config().degraded == crate::Degraded::SendAvailable {
+        if self.deps.config.load().degraded == Degraded::SendAvailable {
             return ReadOrRebuild::Read;
         }
-        let now = self.sh.now_ns();
+        let now = self.deps.clock.now_ns();
         let waited_ns = match a.waiting_since_ns {
             0 => 0,
             since => now.saturating_sub(since),

@@ -13,30 +13,28 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 
 use isnode_fec::Code;
+use isnode_pool::objects::ObjectInfo;
 use isnode_store::codeword::{Assembler, Want};
-use isnode_wire::{build_data_packet, DataPacketId};
+use isnode_wire::DataPacketId;
 
-use super::{code_for, Active, Worker};
-use crate::objects::ObjectInfo;
-use crate::{EngineKind, Shared};
-use isnode_serve_core::pacer::Burst;
-use isnode_sys::net;
+use crate::codes::code_for;
+use crate::deps::PlaneDeps;
 
 /// Per-session state of the baseline engine.
-pub(super) struct Baseline {
+pub(crate) struct Baseline {
     /// Segment files, buffered, opened on first use.
     files: Vec<Option<File>>,
     tried: Vec<bool>,
-    asm: Assembler,
+    pub(crate) asm: Assembler,
     /// The codeword in `asm` and whether all its n symbols are good.
-    loaded: Option<(u32, bool)>,
+    pub(crate) loaded: Option<(u32, bool)>,
     /// One packet: the per-packet copy.
-    pkt: Vec<u8>,
+    pub(crate) pkt: Vec<u8>,
 }
 
 impl Baseline {
     /// State for a session on `obj`.
-    pub(super) fn new(obj: &ObjectInfo) -> Baseline {
+    pub(crate) fn new(obj: &ObjectInfo) -> Baseline {
         let p = obj.layout.params();
         let n = (p.source_symbols + p.repair_symbols) as usize;
         Baseline {
@@ -49,16 +47,16 @@ impl Baseline {
     }
 
     /// Reads the packets `member` holds of codeword `sbn` into the assembler.
-    fn read_member(&mut self, obj: &ObjectInfo, sbn: u32, member: u32, sh: &Shared) {
+    fn read_member(&mut self, obj: &ObjectInfo, sbn: u32, member: u32, deps: &PlaneDeps) {
         let m = member as usize;
         let path = &obj.seg_paths[m];
         if !self.tried[m] {
             self.tried[m] = true;
             match File::open(path) {
                 Ok(f) => self.files[m] = Some(f),
-                Err(err) => sh
-                    .metrics
-                    .member_error(member, &format!("{}: {err}", path.display())),
+                Err(err) => deps
+                    .members
+                    .count_error(member, &format!("{}: {err}", path.display())),
             }
         }
         let layout = &obj.layout;
@@ -72,8 +70,8 @@ impl Baseline {
                 None => return,
             };
             if let Err(err) = &read {
-                sh.metrics
-                    .member_error(member, &format!("{}: {err}", path.display()));
+                deps.members
+                    .count_error(member, &format!("{}: {err}", path.display()));
             }
             let id = DataPacketId {
                 tsi: obj.tsi,
@@ -88,27 +86,27 @@ impl Baseline {
 
     /// Loads codeword `sbn`: source packets read, lost ones rebuilt from the repair
     /// member, parity encoded; true if all n symbols are ready.
-    fn load(
+    pub(crate) fn load(
         &mut self,
         obj: &ObjectInfo,
         sbn: u32,
         codes: &mut HashMap<u32, Code>,
-        sh: &Shared,
+        deps: &PlaneDeps,
     ) -> bool {
         let layout = &obj.layout;
         let members = layout.params().members;
         self.asm.begin(layout, sbn);
         for member in 0..members - 1 {
-            self.read_member(obj, sbn, member, sh);
+            self.read_member(obj, sbn, member, deps);
         }
         let k = layout.source_symbols(sbn);
         // Repair symbols are read only when a source symbol is lost.
         if self.asm.needs(k, Want::Source) {
-            self.read_member(obj, sbn, members - 1, sh);
+            self.read_member(obj, sbn, members - 1, deps);
         }
         match self.asm.rebuild(Want::Source) {
             Ok(t) => {
-                sh.metrics
+                deps.counters
                     .symbols_rebuilt
                     .fetch_add(u64::from(t.rebuilt_source), Ordering::Relaxed);
             }
@@ -131,51 +129,5 @@ impl Baseline {
             return false;
         }
         true
-    }
-}
-
-impl Worker {
-    /// Sends a burst the baseline way: per packet, header built, payload copied, one `sendto`.
-    pub(super) fn send_baseline(&mut self, a: &mut Active, b: &Burst) {
-        let obj = a.s.object.clone();
-        let Some(mut t) = a.baseline.take() else {
-            return;
-        };
-        if t.loaded.is_none_or(|(sbn, _)| sbn != b.sbn) {
-            let ok = t.load(&obj, b.sbn, &mut self.codes, &self.sh);
-            t.loaded = Some((b.sbn, ok));
-        }
-        let ready = t.loaded.is_some_and(|(_, ok)| ok);
-        for esi in b.esis.clone() {
-            if !ready {
-                self.sh
-                    .metrics
-                    .packets_skipped
-                    .fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let id = DataPacketId {
-                tsi: obj.tsi,
-                toi: obj.rec.toi,
-                sbn: b.sbn,
-                esi: esi as u8,
-            };
-            let n = match build_data_packet(&mut t.pkt, &id, t.asm.symbol(esi)) {
-                Ok(n) => n,
-                Err(err) => {
-                    tracing::error!("framing a packet: {err}");
-                    continue;
-                }
-            };
-            let dest = a.dest_for(b);
-            let r = self
-                .socket(&dest.addr)
-                .and_then(|s| net::send_to(s, &dest.raw, &t.pkt[..n]));
-            match r {
-                Ok(()) => self.count(a, EngineKind::Traditional, 1, n as u64),
-                Err(err) => self.send_error(&err),
-            }
-        }
-        a.baseline = Some(t);
     }
 }

@@ -12,7 +12,7 @@ use isnode_store::Layout;
 /// Where a fill stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub(crate) enum FrontState {
+pub enum FrontState {
     /// Codewords are still coming.
     Filling = 0,
     /// Every codeword is there: the object is complete.
@@ -24,7 +24,7 @@ pub(crate) enum FrontState {
 
 /// What a reader waiting at the front learns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Wait {
+pub enum Wait {
     /// The codeword may be read.
     Ready,
     /// The fill failed: the reader must stop.
@@ -35,7 +35,7 @@ pub(crate) enum Wait {
 
 /// The readable front of one filling object.
 #[derive(Debug)]
-pub(crate) struct FillFront {
+pub struct FillFront {
     readable: AtomicU32,
     state: AtomicU8,
     lock: Mutex<()>,
@@ -45,9 +45,15 @@ pub(crate) struct FillFront {
     points: Mutex<Option<Vec<(f64, u64)>>>,
 }
 
+impl Default for FillFront {
+    fn default() -> FillFront {
+        FillFront::new()
+    }
+}
+
 impl FillFront {
     /// A front with nothing readable yet.
-    pub(crate) fn new() -> FillFront {
+    pub fn new() -> FillFront {
         FillFront {
             readable: AtomicU32::new(0),
             state: AtomicU8::new(FrontState::Filling as u8),
@@ -63,7 +69,7 @@ impl FillFront {
 
     /// Records the fill's random-access points so far (every one found, in order: those
     /// not recorded yet are appended).
-    pub(crate) fn add_points(&self, all: &[isnode_media::AccessPoint]) {
+    pub fn add_points(&self, all: &[isnode_media::AccessPoint]) {
         let mut p = self.lock_points();
         let known = p.get_or_insert_with(Vec::new);
         if let Some(new) = all.get(known.len()..) {
@@ -73,7 +79,7 @@ impl FillFront {
 
     /// The random-access points at offsets before `end_bytes` (`None`: not MPEG-TS, or
     /// none recorded yet).
-    pub(crate) fn points_before(&self, end_bytes: u64) -> Option<Vec<(f64, u64)>> {
+    pub fn points_before(&self, end_bytes: u64) -> Option<Vec<(f64, u64)>> {
         let p = self.lock_points();
         let all = p.as_ref()?;
         let n = all.partition_point(|&(_, o)| o < end_bytes);
@@ -81,12 +87,12 @@ impl FillFront {
     }
 
     /// Leading codewords that may be read (cheap: one atomic load).
-    pub(crate) fn readable(&self) -> u32 {
+    pub fn readable(&self) -> u32 {
         self.readable.load(Ordering::Acquire)
     }
 
     /// Where the fill stands.
-    pub(crate) fn state(&self) -> FrontState {
+    pub fn state(&self) -> FrontState {
         match self.state.load(Ordering::Acquire) {
             0 => FrontState::Filling,
             1 => FrontState::Complete,
@@ -95,18 +101,18 @@ impl FillFront {
     }
 
     /// Whether codeword `sbn` may be read now.
-    pub(crate) fn has(&self, sbn: u32) -> bool {
+    pub fn has(&self, sbn: u32) -> bool {
         sbn < self.readable() || self.state() == FrontState::Complete
     }
 
     /// Moves the readable front to `readable` codewords (never back) and wakes the waiters.
-    pub(crate) fn advance(&self, readable: u32) {
+    pub fn advance(&self, readable: u32) {
         self.readable.fetch_max(readable, Ordering::AcqRel);
         self.notify();
     }
 
     /// Ends the fill: complete (every codeword readable) or failed; wakes the waiters.
-    pub(crate) fn end(&self, state: FrontState, codewords: u32) {
+    pub fn end(&self, state: FrontState, codewords: u32) {
         if state == FrontState::Complete {
             self.readable.fetch_max(codewords, Ordering::AcqRel);
         }
@@ -120,7 +126,7 @@ impl FillFront {
     }
 
     /// Blocks until codeword `sbn` may be read, the fill fails, or `deadline`.
-    pub(crate) fn wait_for(&self, sbn: u32, deadline: Instant) -> Wait {
+    pub fn wait_for(&self, sbn: u32, deadline: Instant) -> Wait {
         let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if self.has(sbn) {
@@ -144,7 +150,7 @@ impl FillFront {
 /// Leading codewords of an object laid out as `layout` that may be read when its first
 /// `front` codewords are written: those whose packets all lie in blocks wholly before the
 /// front's (a block the front cuts is still being written and is never read).
-pub(crate) fn readable_codewords(layout: &Layout, front: u32) -> u32 {
+pub fn readable_codewords(layout: &Layout, front: u32) -> u32 {
     let codewords = layout.codewords();
     if front >= codewords {
         return codewords;
@@ -170,7 +176,7 @@ mod tests {
     use super::*;
 
     fn layout(len: u64) -> Layout {
-        Layout::new(crate::test_params(), len).unwrap()
+        Layout::new(crate::test_volume::test_params(), len).unwrap()
     }
 
     #[test]

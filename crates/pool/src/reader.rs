@@ -21,19 +21,19 @@ use isnode_store::io::BlockFile;
 
 use crate::cache::{BlockKey, Cache, Demand, FetchError, Load, Lookup, Pinned};
 use crate::objects::ObjectInfo;
-use crate::ReadIo;
+use isnode_serve_config::ReadIo;
 
 /// Reads in flight per thread at most (the fixed submission depth).
-pub(crate) const QUEUE_DEPTH: usize = 32;
+pub const QUEUE_DEPTH: usize = 32;
 /// Submission ring entries (more than the depth: a push never finds the ring full).
 const RING_ENTRIES: u32 = 2 * QUEUE_DEPTH as u32;
 /// True if this kernel lets us create a ring that supports `READ_FIXED` and `READ`.
-pub(crate) fn available() -> bool {
-    crate::uring::supports(&[opcode::ReadFixed::CODE, opcode::Read::CODE])
+pub fn available() -> bool {
+    crate::uring_probe::supports(&[opcode::ReadFixed::CODE, opcode::Read::CODE])
 }
 
 /// Where the blocks of an object are on disk.
-pub(crate) trait SegmentFiles {
+pub trait SegmentFiles {
     /// Path of the segment file holding `key` (for messages).
     fn segment_path(&self, key: &BlockKey) -> PathBuf;
     /// The open segment file holding `key` (opened once and kept: a read never opens a
@@ -75,7 +75,7 @@ impl SegmentFiles for ObjectInfo {
 
 /// What [`Reader::prefetch`] did.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Prefetch {
+pub enum Prefetch {
     /// In memory, being read (here or elsewhere), or known unreadable: nothing to do.
     Done,
     /// A read was started (asynchronous) or done (synchronous).
@@ -85,9 +85,9 @@ pub(crate) enum Prefetch {
 }
 
 /// Called with every block whose read failed (I/O error or checksum mismatch).
-pub(crate) type OnFail = Box<dyn FnMut(&BlockKey, &str) + Send>;
+pub type OnFail = Box<dyn FnMut(&BlockKey, &str) + Send>;
 /// Called with every block read that succeeded, with the time it took.
-pub(crate) type OnOk = Box<dyn FnMut(&BlockKey, Duration) + Send>;
+pub type OnOk = Box<dyn FnMut(&BlockKey, Duration) + Send>;
 
 /// One block read: where from, and what it must hash to.
 struct BlockRead {
@@ -137,7 +137,7 @@ struct UringReads {
 /// Reads blocks into the pool for one data-plane thread. Never waits for a read: a block
 /// being read answers [`FetchError::Busy`] and the caller comes back later (only the
 /// synchronous `pread` of `--read-io sync` blocks, for the time of one read).
-pub(crate) struct Reader {
+pub struct Reader {
     cache: Cache,
     uring: Option<UringReads>,
     on_fail: OnFail,
@@ -150,7 +150,7 @@ static LOGGED_SETUP: AtomicBool = AtomicBool::new(false);
 impl Reader {
     /// A reader of `io` kind; `Uring` falls back to synchronous reads (logged once) if the
     /// ring cannot be set up.
-    pub(crate) fn new(cache: &Cache, io: ReadIo, on_fail: OnFail) -> Reader {
+    pub fn new(cache: &Cache, io: ReadIo, on_fail: OnFail) -> Reader {
         let uring = match io {
             ReadIo::Sync => None,
             ReadIo::Uring => match UringReads::new(cache) {
@@ -174,13 +174,13 @@ impl Reader {
     }
 
     /// This reader, calling `f` with every successful read and its latency.
-    pub(crate) fn on_ok(mut self, f: OnOk) -> Reader {
+    pub fn on_ok(mut self, f: OnOk) -> Reader {
         self.on_ok = Some(f);
         self
     }
 
     /// Reads of `member` this reader has in flight.
-    pub(crate) fn in_flight_of(&self, member: u32) -> usize {
+    pub fn in_flight_of(&self, member: u32) -> usize {
         self.uring.as_ref().map_or(0, |u| {
             u.inflight
                 .values()
@@ -190,7 +190,7 @@ impl Reader {
     }
 
     /// The kind of reads this reader does.
-    pub(crate) fn kind(&self) -> ReadIo {
+    pub fn kind(&self) -> ReadIo {
         if self.uring.is_some() {
             ReadIo::Uring
         } else {
@@ -199,12 +199,12 @@ impl Reader {
     }
 
     /// Reads in flight.
-    pub(crate) fn in_flight(&self) -> usize {
+    pub fn in_flight(&self) -> usize {
         self.uring.as_ref().map_or(0, |u| u.inflight.len())
     }
 
     /// How many more reads may start now (synchronous: unbounded; the caller bounds).
-    pub(crate) fn room(&self) -> usize {
+    pub fn room(&self) -> usize {
         self.uring
             .as_ref()
             .map_or(usize::MAX, |u| QUEUE_DEPTH - u.inflight.len())
@@ -213,7 +213,7 @@ impl Reader {
     /// Starts reading `key` unless it is in memory, being read, or known bad; never
     /// waits (a synchronous reader reads it now). It evicts only a block needed later
     /// than `key` ([`Cache::begin_ahead`]): otherwise [`Prefetch::NoRoom`].
-    pub(crate) fn prefetch(
+    pub fn prefetch(
         &mut self,
         key: BlockKey,
         files: &dyn SegmentFiles,
@@ -265,7 +265,7 @@ impl Reader {
     /// synchronous reader reads it at once. A read that fails here answers
     /// [`FetchError::Failed`] once (and goes to the failure callback); afterwards the
     /// block is [`FetchError::Unavailable`] for a while.
-    pub(crate) fn fetch(
+    pub fn fetch(
         &mut self,
         key: BlockKey,
         files: &dyn SegmentFiles,
@@ -292,7 +292,7 @@ impl Reader {
     }
 
     /// Submits queued reads and finishes the completed ones (never blocks).
-    pub(crate) fn poll(&mut self) {
+    pub fn poll(&mut self) {
         if let Some(u) = &mut self.uring {
             u.submit_pushed();
             u.reap(&mut self.on_fail, &mut self.on_ok);
@@ -301,7 +301,7 @@ impl Reader {
 
     /// Waits up to `timeout` for at least one completion (if reads are in flight) and
     /// finishes what completed.
-    pub(crate) fn wait(&mut self, timeout: Duration) {
+    pub fn wait(&mut self, timeout: Duration) {
         let Some(u) = &mut self.uring else { return };
         u.submit_pushed();
         if !u.inflight.is_empty() && !timeout.is_zero() {
@@ -315,7 +315,7 @@ impl Reader {
 
     /// Waits (bounded) until no read is in flight; reads still in flight after `limit`
     /// are leaked with the pool (the kernel may still write into it).
-    pub(crate) fn drain(&mut self, limit: Duration) {
+    pub fn drain(&mut self, limit: Duration) {
         let deadline = Instant::now() + limit;
         while self.in_flight() > 0 && Instant::now() < deadline {
             self.wait(Duration::from_millis(10));
@@ -344,7 +344,7 @@ impl UringReads {
         let ring = IoUring::new(RING_ENTRIES)?;
         // SAFETY: `cache` (a field dropped after the ring) keeps the pool alive for the
         // ring's whole life.
-        let registered = match unsafe { crate::uring::register_pool(&ring, cache) } {
+        let registered = match unsafe { crate::uring_probe::register_pool(&ring, cache) } {
             Ok(n) => n,
             Err(e) => {
                 if !LOGGED_REGISTER.swap(true, Ordering::Relaxed) {

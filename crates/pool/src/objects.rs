@@ -15,7 +15,7 @@ use isnode_store::{
 };
 use isnode_wire::fdt::{build_fdt_packets, FdtFile, FdtInstance, FecOti};
 
-use crate::fill::front::FillFront;
+use crate::front::FillFront;
 use isnode_serve_core::pacer::send_rate_bps;
 
 /// Seconds between the NTP epoch (1900) and the Unix epoch (1970).
@@ -50,8 +50,8 @@ pub struct ObjectInfo {
     /// Whether the catalog has its packets' digests (not for objects ingested before).
     pub has_digests: bool,
     /// The fill front of an object still filling from the origin (`None`: complete):
-    /// nothing at or past it is read ([`crate::fill`]).
-    pub(crate) fill: Option<Arc<FillFront>>,
+    /// nothing at or past it is read (the fill from the origin).
+    pub fill: Option<Arc<FillFront>>,
     /// The origin's ETag of the version this copy holds (filled from the origin; `None`:
     /// ingested locally): the identity a session answer carries
     /// (`SessionInfo::origin_etag`).
@@ -100,7 +100,7 @@ impl ObjectInfo {
     /// The serving view of an object still filling (`rec`, the catalog's record of it):
     /// its blocks are read without catalog checksums (they are being written; each packet
     /// carries its own checksum and digest), never at or past `front`.
-    pub(crate) fn filling(
+    pub fn filling(
         vol: &Volume,
         rec: ObjectRecord,
         front: Arc<FillFront>,
@@ -141,12 +141,12 @@ impl ObjectInfo {
 
     /// Whether codeword `sbn` may be read (always, unless the object is still filling and
     /// `sbn` is at or past its front).
-    pub(crate) fn readable(&self, sbn: u32) -> bool {
+    pub fn readable(&self, sbn: u32) -> bool {
         self.fill.as_ref().is_none_or(|f| f.has(sbn))
     }
 
     /// The largest burst of the object's packets one send carries.
-    pub(crate) fn max_burst(&self) -> u32 {
+    pub fn max_burst(&self) -> u32 {
         let packet_len = self.layout.params().packet_len() as usize;
         (isnode_sys::net::MAX_SEND_BYTES / packet_len).clamp(1, isnode_sys::net::MAX_GSO_SEGMENTS)
             as u32
@@ -376,7 +376,7 @@ impl Objects {
     }
 
     /// Runs `f` on the volume, counted in [`Objects::lookups_active`].
-    pub(crate) fn with_volume<T>(&self, f: impl FnOnce(&Volume) -> T) -> T {
+    pub fn with_volume<T>(&self, f: impl FnOnce(&Volume) -> T) -> T {
         self.lookups_active.fetch_add(1, Ordering::Relaxed);
         let vol = self.vol.lock().unwrap_or_else(|e| e.into_inner());
         let r = f(&vol);
@@ -387,7 +387,7 @@ impl Objects {
 
     /// Runs `f` on the volume for a write (a use, a pin), counted in
     /// [`Objects::lookups_active`].
-    pub(crate) fn with_volume_mut<T>(&self, f: impl FnOnce(&mut Volume) -> T) -> T {
+    pub fn with_volume_mut<T>(&self, f: impl FnOnce(&mut Volume) -> T) -> T {
         self.lookups_active.fetch_add(1, Ordering::Relaxed);
         let mut vol = self.vol.lock().unwrap_or_else(|e| e.into_inner());
         let r = f(&mut vol);
@@ -484,8 +484,7 @@ impl Objects {
     }
 
     /// Holds the volume (tests: a catalog that is slow or locked).
-    #[cfg(test)]
-    pub(crate) fn lock_volume(&self) -> MutexGuard<'_, Volume> {
+    pub fn lock_volume(&self) -> MutexGuard<'_, Volume> {
         self.vol.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -500,7 +499,7 @@ mod tests {
     const DAY_S: u64 = 86_400;
 
     fn params() -> VolumeParams {
-        crate::test_params()
+        crate::test_volume::test_params()
     }
 
     fn put(dir: &Path, name: &str, fill: u8, len: usize, replace: bool) {

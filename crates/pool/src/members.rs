@@ -4,7 +4,7 @@
 //!   mismatches; a successful read of the member starts the count again). A failed member
 //!   is not read any more: its symbols are rebuilt from the other members
 //!   (`plane/degraded.rs`). It becomes failed once, logged once (a warning naming the
-//!   member), through [`Shared::member_failed`]. It is read again ([`MemberWatch`]) when
+//!   member), through [`Members::failed`]. It is read again ([`MemberWatch`]) when
 //!   its catalog state turns ok again (after `isnode volume rebuild`), or, failed by read
 //!   errors alone, when a periodic probe (`member_probe_interval_ms`: its identity and one
 //!   block read back with its checksum) succeeds and it missed no write meanwhile.
@@ -22,14 +22,20 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::Shared;
+use std::path::Path;
+use std::sync::Mutex;
+
+use isnode_serve_config::ConfigCell;
+use isnode_sys::clock::Clock;
+use isnode_sys::event::{Event, IDLE_WAIT};
+use isnode_sys::stop::Stop;
 
 /// How long a member stays slow after its last slow read (or wait).
-pub(crate) const SLOW_HOLD_NS: u64 = 1_000_000_000;
+pub const SLOW_HOLD_NS: u64 = 1_000_000_000;
 
 /// A member's state in the data plane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum MemberState {
+pub enum MemberState {
     /// Read as usual.
     Ok,
     /// Its reads are slow: hedged ([`hedge_member`]).
@@ -50,7 +56,7 @@ struct Slot {
 
 /// Every member's health (shared by the data-plane threads and the control API).
 #[derive(Debug)]
-pub(crate) struct MemberHealth {
+pub struct MemberHealth {
     slots: Vec<Slot>,
     /// Bursts whose codeword was rebuilt instead of waiting for a slow member.
     pub hedged: AtomicU64,
@@ -59,7 +65,7 @@ pub(crate) struct MemberHealth {
 }
 
 /// Whether `errors_in_a_row` read errors make a member failed (`threshold` 0: never).
-pub(crate) fn fails_after(errors_in_a_row: u32, threshold: u32) -> bool {
+pub fn fails_after(errors_in_a_row: u32, threshold: u32) -> bool {
     threshold > 0 && errors_in_a_row >= threshold
 }
 
@@ -67,7 +73,7 @@ pub(crate) fn fails_after(errors_in_a_row: u32, threshold: u32) -> bool {
 /// when exactly one is slow and none is failed (the code rebuilds one member's symbols; a
 /// failed member already takes that margin, and several slow members mean a slow
 /// machine, which rebuilding would only load more).
-pub(crate) fn hedge_member(states: impl Iterator<Item = MemberState>) -> Option<u32> {
+pub fn hedge_member(states: impl Iterator<Item = MemberState>) -> Option<u32> {
     let mut slow = None;
     for (m, s) in states.enumerate() {
         match s {
@@ -82,7 +88,7 @@ pub(crate) fn hedge_member(states: impl Iterator<Item = MemberState>) -> Option<
 
 impl MemberHealth {
     /// `members` members, all ok.
-    pub(crate) fn new(members: u32) -> MemberHealth {
+    pub fn new(members: u32) -> MemberHealth {
         MemberHealth {
             slots: (0..members).map(|_| Slot::default()).collect(),
             hedged: AtomicU64::new(0),
@@ -91,12 +97,12 @@ impl MemberHealth {
     }
 
     /// Number of members.
-    pub(crate) fn members(&self) -> usize {
+    pub fn members(&self) -> usize {
         self.slots.len()
     }
 
     /// `member`'s state at `now_ns`.
-    pub(crate) fn state(&self, member: u32, now_ns: u64) -> MemberState {
+    pub fn state(&self, member: u32, now_ns: u64) -> MemberState {
         let Some(s) = self.slots.get(member as usize) else {
             return MemberState::Failed;
         };
@@ -110,18 +116,18 @@ impl MemberHealth {
     }
 
     /// Whether `member` is failed.
-    pub(crate) fn is_failed(&self, member: u32) -> bool {
+    pub fn is_failed(&self, member: u32) -> bool {
         self.state(member, 0) == MemberState::Failed
     }
 
     /// The member hedged now ([`hedge_member`]).
-    pub(crate) fn hedged_member(&self, now_ns: u64) -> Option<u32> {
+    pub fn hedged_member(&self, now_ns: u64) -> Option<u32> {
         hedge_member((0..self.slots.len() as u32).map(|m| self.state(m, now_ns)))
     }
 
     /// A read of `member` succeeded after `latency`; a latency above `hedge_after` (if
     /// hedging is on) makes it slow.
-    pub(crate) fn read_ok(
+    pub fn read_ok(
         &self,
         member: u32,
         latency: Duration,
@@ -138,7 +144,7 @@ impl MemberHealth {
     }
 
     /// `member` is slow from now on (for [`SLOW_HOLD_NS`]).
-    pub(crate) fn mark_slow(&self, member: u32, now_ns: u64) {
+    pub fn mark_slow(&self, member: u32, now_ns: u64) {
         if let Some(s) = self.slots.get(member as usize) {
             s.slow_until_ns
                 .fetch_max(now_ns.saturating_add(SLOW_HOLD_NS), Ordering::Relaxed);
@@ -146,7 +152,7 @@ impl MemberHealth {
     }
 
     /// Marks `member` failed (the catalog says so at start); true if it was not before.
-    pub(crate) fn mark_failed(&self, member: u32) -> bool {
+    pub fn mark_failed(&self, member: u32) -> bool {
         self.slots
             .get(member as usize)
             .is_some_and(|s| !s.failed.swap(true, Ordering::AcqRel))
@@ -166,14 +172,14 @@ impl MemberHealth {
     }
 
     /// Whether `member` is failed by read errors alone (may be probed).
-    pub(crate) fn failed_by_reads(&self, member: u32) -> bool {
+    pub fn failed_by_reads(&self, member: u32) -> bool {
         self.slots.get(member as usize).is_some_and(|s| {
             s.failed.load(Ordering::Acquire) && s.failed_by_reads.load(Ordering::Acquire)
         })
     }
 
     /// `member` is read again: not failed, no error counted, not slow; true if it was failed.
-    pub(crate) fn revive(&self, member: u32) -> bool {
+    pub fn revive(&self, member: u32) -> bool {
         let Some(s) = self.slots.get(member as usize) else {
             return false;
         };
@@ -188,99 +194,158 @@ impl MemberHealth {
     }
 }
 
-impl Shared {
+/// The members' health as the whole server shares it: the data plane's reads report to it,
+/// the control API and the metrics read it, and its writer thread
+/// ([`Members::record_failures`]) puts failures into the catalog and watches failed members.
+pub struct Members {
+    /// Each member's state from its reads.
+    pub health: MemberHealth,
+    /// Failed reads per member (`isnode_member_errors_total`).
+    errors: Vec<AtomicU64>,
+    /// Whether a member's first failed read was logged.
+    logged: Vec<AtomicBool>,
+    /// Members marked failed, waiting to be written into the catalog.
+    failures: Mutex<Vec<(u32, String)>>,
+    /// Set when a failure is queued: its writer wakes.
+    queued: Event,
+    config: ConfigCell,
+    clock: Clock,
+}
+
+impl std::fmt::Debug for Members {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Members")
+            .field("health", &self.health)
+            .finish()
+    }
+}
+
+impl Members {
+    /// `members` members, all ok, with the thresholds of `config`.
+    pub fn new(members: u32, config: ConfigCell, clock: Clock) -> std::io::Result<Members> {
+        Ok(Members {
+            health: MemberHealth::new(members),
+            errors: (0..members).map(|_| AtomicU64::new(0)).collect(),
+            logged: (0..members).map(|_| AtomicBool::new(false)).collect(),
+            failures: Mutex::default(),
+            queued: Event::new()?,
+            config,
+            clock,
+        })
+    }
+
+    /// Failed reads of each member so far.
+    pub fn errors(&self) -> Vec<u64> {
+        self.errors
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .collect()
+    }
+
+    /// Counts a failed read on `member`; logs the first one of each member.
+    pub fn count_error(&self, member: u32, why: &str) {
+        if let Some(c) = self.errors.get(member as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(l) = self.logged.get(member as usize) {
+            if !l.swap(true, Ordering::Relaxed) {
+                tracing::error!(
+                    member,
+                    "block read failed on member {member}, streams continue from the other members: {why}"
+                );
+            }
+        }
+    }
+
     /// A block read of `member` failed (`why`): counted, and past `member_fail_errors` in a
-    /// row the member is failed ([`Shared::member_failed`]).
-    pub(crate) fn member_read_failed(&self, member: u32, why: &str) {
-        self.metrics.member_error(member, why);
-        let threshold = self.config().member_fail_errors;
-        if self.metrics.health.read_failed(member, threshold) {
-            self.member_failed(member, why);
+    /// row the member is failed ([`Members::failed`]).
+    pub fn read_failed(&self, member: u32, why: &str) {
+        self.count_error(member, why);
+        let threshold = self.config.load().member_fail_errors;
+        if self.health.read_failed(member, threshold) {
+            self.failed(member, why);
         }
     }
 
     /// A block read of `member` succeeded after `latency`.
-    pub(crate) fn member_read_ok(&self, member: u32, latency: Duration) {
+    pub fn read_ok(&self, member: u32, latency: Duration) {
         let hedge_after = self.hedge_after();
-        let now = self.now_ns();
-        self.metrics
-            .health
-            .read_ok(member, latency, hedge_after, now);
+        let now = self.clock.now_ns();
+        self.health.read_ok(member, latency, hedge_after, now);
     }
 
     /// The hedging bound (`hedge_after_ms`; `None`: hedging off).
-    pub(crate) fn hedge_after(&self) -> Option<Duration> {
-        let ms = self.config().hedge_after_ms;
+    pub fn hedge_after(&self) -> Option<Duration> {
+        let ms = self.config.load().hedge_after_ms;
         (ms > 0).then(|| Duration::from_millis(ms))
     }
 
     /// The one place where a member becomes failed (called once per member): says so.
     /// Its reads stop and its symbols are rebuilt from the other members from now on. The
     /// catalog learns it too (so that `volume check`, `volume rebuild` and a restart know),
-    /// written by [`record_member_failures`], off the data plane.
-    pub(crate) fn member_failed(&self, member: u32, why: &str) {
+    /// written by [`Members::record_failures`], off the data plane.
+    pub fn failed(&self, member: u32, why: &str) {
+        let errors_in_a_row = self.config.load().member_fail_errors;
         tracing::warn!(
             member,
-            errors_in_a_row = self.config().member_fail_errors,
+            errors_in_a_row,
             "member {member} marked failed after repeated read errors; its symbols are rebuilt \
              from the other members from now on (last error: {why})"
         );
-        let reason = format!(
-            "{} read errors in a row: {why}",
-            self.config().member_fail_errors
-        );
-        self.member_failures
+        let reason = format!("{errors_in_a_row} read errors in a row: {why}");
+        self.failures
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((member, reason));
-        self.wakes.members.set();
+        self.queued.set();
     }
 }
 
 /// How often the catalog's state of a failed member is looked at (and how long
-/// [`record_member_failures`] sleeps while a member is failed; without one it sleeps until
-/// a failure is queued, the server stops, or [`crate::wake::IDLE_WAIT`] passes).
+/// [`Members::record_failures`] sleeps while a member is failed; without one it sleeps until
+/// a failure is queued, the server stops, or `IDLE_WAIT` passes).
 const CATALOG_EVERY: Duration = Duration::from_secs(1);
 
-/// The thread that writes members marked failed into the catalog (each once: marking is
-/// once per member), with a catalog connection of its own, so that no SQLite write happens
-/// on the data plane, and watches the failed members ([`MemberWatch`]). A member the
-/// catalog already calls failed or rebuilding keeps that state (a rebuild under way
-/// records its own progress). Runs until the server stops, then writes what is left.
-pub(crate) fn record_member_failures(sh: std::sync::Arc<Shared>, root: std::path::PathBuf) {
-    let mut watch = MemberWatch::new(&sh);
-    loop {
-        let stopping = sh.shutdown.load(Ordering::Acquire);
-        let pending: Vec<(u32, String)> =
-            std::mem::take(&mut *sh.member_failures.lock().unwrap_or_else(|e| e.into_inner()));
-        for (member, reason) in pending {
-            if let Err(e) = record_failed(&root, member, reason) {
-                tracing::warn!("recording member {member} as failed in the catalog: {e}");
+// The writer of members marked failed into the catalog (each once: marking is once per
+// member), with a catalog connection of its own, so that no SQLite write happens on the
+// data plane; it watches the failed members too ([`MemberWatch`]). A member the catalog
+// already calls failed or rebuilding keeps that state (a rebuild under way records its
+// own progress).
+impl Members {
+    /// The thread body that writes members marked failed into the catalog at `root`. Runs
+    /// until `stop`, then writes what is left.
+    pub fn record_failures(&self, root: &Path, stop: &Stop) {
+        let mut watch = MemberWatch::new(&self.health);
+        loop {
+            let stopping = stop.is_stopped();
+            let pending: Vec<(u32, String)> =
+                std::mem::take(&mut *self.failures.lock().unwrap_or_else(|e| e.into_inner()));
+            for (member, reason) in pending {
+                if let Err(e) = record_failed(root, member, reason) {
+                    tracing::warn!("recording member {member} as failed in the catalog: {e}");
+                }
             }
-        }
-        if stopping {
-            return;
-        }
-        if let Err(e) = watch.run(&sh, &root) {
-            tracing::warn!("watching the failed members: {e}");
-        }
-        let health = &sh.metrics.health;
-        let wait = match (0..health.members() as u32).any(|m| health.is_failed(m)) {
-            true => CATALOG_EVERY,
-            false => crate::wake::IDLE_WAIT,
-        };
-        let events = [sh.wakes.stopped.as_fd(), sh.wakes.members.as_fd()];
-        if isnode_sys::event::wait_any(&events, wait) == Some(1) {
-            sh.wakes.members.clear();
+            if stopping {
+                return;
+            }
+            let interval_ms = self.config.load().member_probe_interval_ms;
+            if let Err(e) = watch.run(&self.health, interval_ms, root) {
+                tracing::warn!("watching the failed members: {e}");
+            }
+            let health = &self.health;
+            let wait = match (0..health.members() as u32).any(|m| health.is_failed(m)) {
+                true => CATALOG_EVERY,
+                false => IDLE_WAIT,
+            };
+            let events = [stop.as_fd(), self.queued.as_fd()];
+            if isnode_sys::event::wait_any(&events, wait) == Some(1) {
+                self.queued.clear();
+            }
         }
     }
 }
 
-fn record_failed(
-    root: &std::path::Path,
-    member: u32,
-    reason: String,
-) -> Result<(), isnode_store::StoreError> {
+fn record_failed(root: &Path, member: u32, reason: String) -> Result<(), isnode_store::StoreError> {
     let mut vol = isnode_store::Volume::open(root)?;
     let states = vol.member_states()?;
     if matches!(
@@ -295,7 +360,7 @@ fn record_failed(
 
 /// What [`MemberWatch`] decides for one failed member (pure: [`watch_decision`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WatchDecision {
+pub enum WatchDecision {
     /// Leave it failed.
     Keep,
     /// The catalog says ok again after saying otherwise (rebuilt): read it again.
@@ -307,7 +372,7 @@ pub(crate) enum WatchDecision {
 /// The decision for a failed member from the catalog's state, whether the catalog was seen
 /// not ok since the member failed, whether it failed by read errors alone, whether it
 /// missed writes (`missing_segments`), and whether its probe is due.
-pub(crate) fn watch_decision(
+pub fn watch_decision(
     state: &isnode_store::MemberState,
     seen_degraded: bool,
     by_reads: bool,
@@ -329,7 +394,7 @@ pub(crate) fn watch_decision(
 /// ([`isnode_store::probe::probe_member`]) and, when the probe succeeds and it missed no
 /// write, set ok in the catalog and read again. Each return is logged and counted
 /// (`isnode_members_revived_total`).
-pub(crate) struct MemberWatch {
+pub struct MemberWatch {
     checked: Option<std::time::Instant>,
     /// Per member: the catalog was seen not ok since the member failed.
     seen_degraded: Vec<bool>,
@@ -338,20 +403,22 @@ pub(crate) struct MemberWatch {
 }
 
 impl MemberWatch {
-    fn new(sh: &Shared) -> MemberWatch {
-        let n = sh.metrics.health.members();
+    fn new(health: &MemberHealth) -> MemberWatch {
+        let n = health.members();
         MemberWatch {
             checked: None,
             // Failed in the catalog at start: its state is not ok there.
-            seen_degraded: (0..n as u32)
-                .map(|m| sh.metrics.health.is_failed(m))
-                .collect(),
+            seen_degraded: (0..n as u32).map(|m| health.is_failed(m)).collect(),
             probed: vec![None; n],
         }
     }
 
-    fn run(&mut self, sh: &Shared, root: &std::path::Path) -> Result<(), isnode_store::StoreError> {
-        let health = &sh.metrics.health;
+    fn run(
+        &mut self,
+        health: &MemberHealth,
+        interval_ms: u64,
+        root: &Path,
+    ) -> Result<(), isnode_store::StoreError> {
         let failed: Vec<u32> = (0..health.members() as u32)
             .filter(|&m| health.is_failed(m))
             .collect();
@@ -362,7 +429,6 @@ impl MemberWatch {
         self.checked = Some(now);
         let mut vol = isnode_store::Volume::open(root)?;
         let states = vol.member_states()?;
-        let interval_ms = sh.config().member_probe_interval_ms;
         for m in failed {
             let (Some(state), Some(seen), Some(probed)) = (
                 states.get(m as usize),

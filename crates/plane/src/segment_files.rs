@@ -1,29 +1,15 @@
-//! The `sendfile` engine: each burst (a run of stored packets of one block) goes from the
-//! segment file's page-cache pages straight into the session's connected UDP socket, which
-//! segments it by `UDP_SEGMENT` into the stored packets. No byte passes through user memory
-//! and no copy is made into socket buffers: the kernel hands the pages to the socket, as
-//! nginx's `sendfile` does for HTTP.
-//!
-//! The page cache takes the block pool's place for this engine: the files are opened
-//! buffered (not O_DIRECT) and shared by the thread's sessions of a title, and the block
-//! checksum is not checked before sending (each packet carries its CRC32C, which the client
-//! checks: a damaged packet is an erasure there). A block that cannot be read (a failed
-//! member: `sendfile` fails or comes up short) goes to the degraded path, which rebuilds it
-//! from the other members through the pool.
+//! One thread's open segment files for the `sendfile` engine (buffered, shared by the
+//! thread's sessions of a title, reopened with backoff after a failure), the page-cache
+//! read-ahead it asks for, and the per-session connected sockets it sends into.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Active, Sent, Worker, LOOKAHEAD_CODEWORDS};
-use crate::objects::ObjectInfo;
-use crate::EngineKind;
-use isnode_serve_core::pacer::blocks_of;
-use isnode_serve_core::pacer::Burst;
+use isnode_pool::objects::ObjectInfo;
 use isnode_sys::net;
 
 /// Most segment files a thread keeps open (beyond that, the table starts over).
@@ -53,7 +39,7 @@ enum Opened {
 /// (descriptors exhausted for a moment, a member being replaced) is tried again with
 /// backoff, not remembered as missing: its member is served degraded only meanwhile.
 #[derive(Default)]
-pub(super) struct SegmentFiles {
+pub(crate) struct SegmentFiles {
     files: HashMap<(u32, u32), Opened>,
     /// Blocks (TOI, member, block) whose reading ahead was asked for: each is asked once,
     /// however many sessions pass it (asking again costs a page-cache walk of the block).
@@ -62,7 +48,7 @@ pub(super) struct SegmentFiles {
 
 impl SegmentFiles {
     /// The segment file of `member` of `obj`, opened (buffered) on first use.
-    fn get(&mut self, obj: &ObjectInfo, member: u32) -> Option<&File> {
+    pub(crate) fn get(&mut self, obj: &ObjectInfo, member: u32) -> Option<&File> {
         let path = obj.seg_paths.get(member as usize)?;
         self.open((obj.rec.toi, member), path, Instant::now())
     }
@@ -99,7 +85,7 @@ impl SegmentFiles {
     /// Asks the kernel to start reading block `block` of `member`'s segment file of `obj`
     /// into the page cache (`POSIX_FADV_WILLNEED`: the reads are started, not waited for),
     /// once per block, unless the block is already there ([`resident`]).
-    fn advise(&mut self, obj: &ObjectInfo, member: u32, block: u64) {
+    pub(crate) fn advise(&mut self, obj: &ObjectInfo, member: u32, block: u64) {
         if self.advised.len() >= MAX_ADVISED {
             self.advised.clear();
         }
@@ -122,7 +108,7 @@ impl SegmentFiles {
     }
 
     /// Closes the files of titles no session of this thread is on.
-    pub(super) fn retain_titles(&mut self, active: impl Fn(u32) -> bool) {
+    pub(crate) fn retain_titles(&mut self, active: impl Fn(u32) -> bool) {
         self.files.retain(|(toi, _), _| active(*toi));
         self.advised.retain(|(toi, _, _)| active(*toi));
     }
@@ -156,7 +142,7 @@ fn cached_byte(file: &File, offset: u64) -> bool {
 }
 
 /// A socket connected to `dest`, segmenting every send into `packet_len`-byte packets.
-pub(super) fn session_socket(
+pub(crate) fn session_socket(
     dest: SocketAddr,
     packet_len: usize,
     multicast: net::Multicast,
@@ -168,110 +154,6 @@ pub(super) fn session_socket(
         u16::try_from(packet_len).map_err(std::io::Error::other)?,
     )?;
     Ok(sock)
-}
-
-impl Worker {
-    /// Starts the page-cache reads of each session's next [`LOOKAHEAD_CODEWORDS`]
-    /// codewords once per codeword: a `sendfile` of a block not in the page cache would
-    /// block the thread (every session of it) on the disk.
-    pub(super) fn advise_ahead(&mut self, sessions: &mut [Active]) {
-        for a in sessions.iter_mut() {
-            let c = a.pacer.codeword();
-            if a.pacer.is_done()
-                || a.read_ahead_at == Some(c)
-                || !a.s.validated.load(std::sync::atomic::Ordering::Acquire)
-            {
-                continue;
-            }
-            let obj = &a.s.object;
-            let ahead = c.saturating_add(LOOKAHEAD_CODEWORDS);
-            let end = super::readable_end(obj).min(ahead);
-            if end == ahead {
-                a.read_ahead_at = Some(c);
-            }
-            for (member, block) in blocks_of(&obj.layout, c..end) {
-                self.files.advise(obj, member, block);
-            }
-        }
-    }
-
-    /// Sends one burst with `sendfile`; a block that cannot be read goes to the degraded path.
-    pub(super) fn send_sendfile(&mut self, a: &mut Active, b: &Burst) -> Sent {
-        let obj: Arc<ObjectInfo> = a.s.object.clone();
-        let p = obj.layout.params().packet_len() as usize;
-        let multicast = self.sh.multicast;
-        let dest = a.dest_for_mut(b);
-        if dest.conn.is_none() {
-            match session_socket(dest.addr, p, multicast) {
-                Ok(s) => dest.conn = Some(s),
-                Err(e) => {
-                    self.send_error(&e);
-                    return Sent::Yes;
-                }
-            }
-        }
-        let len = b.len() as usize * p;
-        let offset = obj.layout.block_offset(b.block) + u64::from(b.first_in_block) * p as u64;
-        let (Some(conn), Some(file)) = (&a.dest_for(b).conn, self.files.get(&obj, b.member)) else {
-            return self.degraded(a, &obj, b, super::degraded::Hedge::No);
-        };
-        match sendfile_all(conn, file, offset, len) {
-            Ok(()) => {
-                self.count(a, EngineKind::Sendfile, u64::from(b.len()), len as u64);
-                Sent::Yes
-            }
-            Err(SendfileError::Socket(e)) => {
-                self.send_error(&e);
-                Sent::Yes
-            }
-            Err(SendfileError::File(why)) => {
-                let path = obj.seg_paths.get(b.member as usize);
-                let at = path.map_or_else(String::new, |p| p.display().to_string());
-                self.sh
-                    .metrics
-                    .member_error(b.member, &format!("{at}: block {}: {why}", b.block));
-                self.degraded(a, &obj, b, super::degraded::Hedge::No)
-            }
-        }
-    }
-}
-
-/// Why a `sendfile` did not send the whole run.
-enum SendfileError {
-    /// The socket refused (counted as a send error; the packets are lost like a drop).
-    Socket(std::io::Error),
-    /// The file could not give the bytes (an I/O error, or it is shorter than the layout).
-    File(String),
-}
-
-/// Sends `len` bytes of `file` at `offset` into `conn` with one `sendfile` (one datagram,
-/// segmented by the socket's `UDP_SEGMENT`).
-fn sendfile_all(
-    conn: &UdpSocket,
-    file: &File,
-    offset: u64,
-    len: usize,
-) -> Result<(), SendfileError> {
-    let mut off =
-        libc::off_t::try_from(offset).map_err(|_| SendfileError::File("offset".into()))?;
-    // SAFETY: both descriptors are open for the call; `off` is a valid off_t the kernel
-    // advances; no user memory is read or written.
-    let r = unsafe { libc::sendfile(conn.as_raw_fd(), file.as_raw_fd(), &mut off, len) };
-    if r < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::EIO) | Some(libc::EBADF) | Some(libc::EINVAL) => {
-                SendfileError::File(e.to_string())
-            }
-            _ => SendfileError::Socket(e),
-        });
-    }
-    if r as usize != len {
-        return Err(SendfileError::File(format!(
-            "short read: {r} of {len} bytes"
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -12,24 +12,24 @@ use crate::objects::ObjectInfo;
 use isnode_serve_core::pacer::codewords_in_block;
 
 /// Per object: the object and the sorted codewords one thread's sessions are at.
-pub(crate) type Positions = HashMap<u32, (Arc<ObjectInfo>, Vec<u32>)>;
+pub type Positions = HashMap<u32, (Arc<ObjectInfo>, Vec<u32>)>;
 
 /// Every data-plane thread's last published positions (locks shared only by data-plane
 /// threads, held for an `Arc` clone or swap).
-pub(crate) struct PositionBoard {
+pub struct PositionBoard {
     threads: Vec<Mutex<Arc<Positions>>>,
 }
 
 impl PositionBoard {
     /// A board for `threads` data-plane threads.
-    pub(crate) fn new(threads: usize) -> PositionBoard {
+    pub fn new(threads: usize) -> PositionBoard {
         PositionBoard {
             threads: (0..threads).map(|_| Mutex::default()).collect(),
         }
     }
 
     /// Replaces thread `thread`'s positions.
-    pub(crate) fn publish(&self, thread: usize, positions: Positions) {
+    pub fn publish(&self, thread: usize, positions: Positions) {
         if let Some(slot) = self.threads.get(thread) {
             *slot.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(positions);
         }
@@ -44,14 +44,14 @@ impl PositionBoard {
 }
 
 /// Eviction demand read from the board, once per cache miss that needs it.
-pub(crate) struct LazyDemand<'a> {
+pub struct LazyDemand<'a> {
     board: &'a PositionBoard,
     snap: OnceCell<Vec<Arc<Positions>>>,
 }
 
 impl<'a> LazyDemand<'a> {
     /// Demand over `board` (read on first use).
-    pub(crate) fn new(board: &'a PositionBoard) -> Self {
+    pub fn new(board: &'a PositionBoard) -> Self {
         LazyDemand {
             board,
             snap: OnceCell::new(),

@@ -1,48 +1,46 @@
 //! Data-plane threads. Each owns its sessions (handed over through a bounded channel),
 //! drives their pacers with the real clock, sends from the shared block pool with its
-//! engine ([`send`]), reads ahead ([`crate::reader`]), and rebuilds the symbols of a
-//! failed member ([`degraded`]). The seed papers' baseline engine lives apart
-//! ([`baseline`]).
+//! engine (`send.rs`, `sendfile.rs`, `traditional.rs`), reads ahead
+//! (`isnode_pool::reader`), and rebuilds the symbols of a failed member (`degraded.rs`).
 //!
 //! Nothing here waits for a read: a burst whose block is not in memory yet starts the
 //! read and the session is retried after [`RETRY_BACKOFF_NS`], so one slow disk never
 //! stalls the thread's other sessions and a full pool never spins the thread. A thread
-//! that panics records why in [`Shared::plane_failure`](crate::Shared) and stops the
+//! that panics records why with the server's `Stop::fail` and stops the
 //! server: the process fails loudly instead of running half-alive.
 
-mod baseline;
-mod degraded;
-pub(crate) mod demand;
-mod send;
-mod sendfile;
-
 use std::collections::HashMap;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
 
 use isnode_fec::Code;
-use isnode_serve_core::{batch, slack};
-
-use self::baseline::Baseline;
-use self::degraded::Rebuild;
-use self::demand::{LazyDemand, Positions};
-use self::send::Mode;
-use crate::cache::BlockKey;
-use crate::reader::{Prefetch, Reader, QUEUE_DEPTH};
-use crate::registry::{Control, Expiry};
-use crate::uring::UringSender;
-use crate::{EngineKind, ReadIo, SessionState, Shared, StreamShared};
-use isnode_proto::keepalive::LossReport;
+use isnode_pool::cache::BlockKey;
+use isnode_pool::demand::{LazyDemand, Positions};
+use isnode_pool::front::FrontState;
+use isnode_pool::objects::ObjectInfo;
+use isnode_pool::reader::{Prefetch, Reader, QUEUE_DEPTH};
+use isnode_serve_config::{EngineKind, ReadIo};
+use isnode_serve_core::admission::LOOKAHEAD_CODEWORDS;
 use isnode_serve_core::pacer::{blocks_of, RepairCounts, Step};
 use isnode_serve_core::repair_policy::repair_symbols;
 use isnode_serve_core::slack::LATE_BURST_NS;
-use isnode_sys::net::{self, RawAddr};
+use isnode_serve_core::{batch, slack};
+use isnode_sys::event::IDLE_WAIT;
+use isnode_sys::net;
 
-pub(crate) use isnode_serve_core::admission::LOOKAHEAD_CODEWORDS;
+use crate::active::{Active, Dest, Mode, Sent};
+use crate::baseline::Baseline;
+use crate::deps::PlaneDeps;
+use crate::handle::{NewSession, PlaneMsg};
+use crate::rebuild::Rebuild;
+use crate::segment_files::SegmentFiles;
+use crate::stream::{Control, Expiry, SessionState};
+use crate::uring::UringSender;
+
 /// Most steps one session may take per loop iteration (catching up stays bounded).
 const MAX_STEPS_PER_TURN: u32 = 256;
 /// Most new sessions taken per loop iteration.
@@ -58,159 +56,57 @@ const READ_POLL: Duration = Duration::from_millis(1);
 /// load sleeps from one batch to the next: [`batch`]).
 const MAX_IDLE: Duration = Duration::from_nanos(batch::MAX_SLACK_NS);
 /// Longest sleep of a thread without sessions: its queue wakes it for a new session, a
-/// control request or the server's stop ([`Shared::stop`](crate::Shared)), so it need not
+/// control request or the server's stop (`Stop::stop` wakes it), so it need not
 /// look every [`MAX_IDLE`].
-const EMPTY_IDLE: Duration = crate::wake::IDLE_WAIT;
+const EMPTY_IDLE: Duration = IDLE_WAIT;
 /// Positions are published for eviction decisions at most this often.
 const PUBLISH_EVERY_NS: u64 = 5_000_000;
 
-/// A session handed to a data-plane thread.
-pub(crate) struct NewSession {
-    pub shared: Arc<StreamShared>,
-    pub pacer: Schedule,
-}
-
-/// What the control API sends a data-plane thread.
-pub(crate) enum PlaneMsg {
-    /// A session to serve (boxed: the queue's slots stay small for the wake-ups).
-    New(Box<NewSession>),
-    /// Control requests are queued on one of its sessions (a validation's resume, a seek,
-    /// a pause): apply them now rather than after the loop's sleep. At most one is queued
-    /// per thread ([`wake`]), so wake-ups never fill the queue new sessions come by.
-    Wake,
-}
-
-/// Wakes each data-plane thread whose queue holds no wake-up yet (`queued`, one flag per
-/// thread, cleared by the thread when it takes the wake-up): however many control
-/// requests come, a thread's queue holds at most one wake-up.
-pub(crate) fn wake(workers: &[SyncSender<PlaneMsg>], queued: &[AtomicBool]) {
-    for (w, q) in workers.iter().zip(queued) {
-        if !q.swap(true, Ordering::AcqRel) && w.try_send(PlaneMsg::Wake).is_err() {
-            q.store(false, Ordering::Release);
-        }
-    }
-}
-
-pub(crate) use isnode_serve_core::schedule::Schedule;
-
-/// One session on this thread.
-struct Active {
-    s: Arc<StreamShared>,
-    pacer: Schedule,
-    /// Where the packets go: the session's address, or a broadcast channel's source group.
-    dest: Dest,
-    /// A broadcast channel's repair group (its repair packets go there).
-    repair_dest: Option<Dest>,
-    /// Codeword up to which read-ahead was done.
-    read_ahead_at: Option<u32>,
-    /// Not before this time (ns): its last burst had to wait for a block.
-    retry_at_ns: u64,
-    /// Since when (ns) its next step has been waiting for a block (0: it is not waiting);
-    /// waited longer than `hedge_after_ms`, the block's member is slow ([`hedge`]).
-    waiting_since_ns: u64,
-    /// State of the baseline engine (`traditional` only).
-    baseline: Option<Box<Baseline>>,
-    /// The loss report the pacer's repair limit was last set from.
-    applied_loss: Option<LossReport>,
-    /// The pacer's repair counts already added to the metrics.
-    repair_counted: RepairCounts,
-    /// Held at its object's fill front: its pacer is paused until the front passes.
-    held: bool,
-}
-
-/// One destination of a data-plane entry.
-struct Dest {
-    addr: SocketAddr,
-    raw: RawAddr,
-    /// Its connected, segmenting socket (`sendfile` only; made on first send).
-    conn: Option<UdpSocket>,
-}
-
-impl Dest {
-    fn new(addr: SocketAddr) -> Dest {
-        Dest {
-            raw: RawAddr::new(&addr),
-            addr,
-            conn: None,
-        }
-    }
-}
-
-impl Active {
-    /// Where burst `b` goes: a broadcast channel's repair packets to its repair group,
-    /// everything else to the main destination.
-    fn dest_for(&self, b: &isnode_serve_core::pacer::Burst) -> &Dest {
-        match &self.repair_dest {
-            Some(r) if self.is_repair(b) => r,
-            _ => &self.dest,
-        }
-    }
-
-    /// [`Active::dest_for`], mutable (the `sendfile` engine keeps a socket per destination).
-    fn dest_for_mut(&mut self, b: &isnode_serve_core::pacer::Burst) -> &mut Dest {
-        let repair = self.is_repair(b);
-        match &mut self.repair_dest {
-            Some(r) if repair => r,
-            _ => &mut self.dest,
-        }
-    }
-
-    /// Whether burst `b` carries repair symbols (a burst is one member's run: all source
-    /// or all repair).
-    fn is_repair(&self, b: &isnode_serve_core::pacer::Burst) -> bool {
-        b.esis.start >= self.s.object.layout.source_symbols(b.sbn)
-    }
-}
-
-/// Whether a step went out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Sent {
-    /// Sent (or deliberately skipped): the pacer moves on.
-    Yes,
-    /// Sent together with the start of the steps after it: the pacer has already moved
-    /// past everything sent ([`send`]'s joined sends).
-    Taken,
-    /// Not now (block not in memory yet, pool full): retry the same step later.
-    Later,
-}
-
-struct Worker {
-    sh: Arc<Shared>,
+pub(crate) struct Worker {
+    pub(crate) deps: Arc<PlaneDeps>,
+    /// Whether a wake-up is queued for each thread (this one's is cleared when taken).
+    pub(crate) queued: Arc<[AtomicBool]>,
     /// Index of this thread (its row on the position board).
-    index: usize,
-    mode: Mode,
+    pub(crate) index: usize,
+    pub(crate) mode: Mode,
     /// Fills the pool (io_uring or pread).
-    reader: Reader,
-    v4: Option<UdpSocket>,
-    v6: Option<UdpSocket>,
-    rebuild: Rebuild,
-    codes: HashMap<u32, Code>,
+    pub(crate) reader: Reader,
+    pub(crate) v4: Option<UdpSocket>,
+    pub(crate) v6: Option<UdpSocket>,
+    pub(crate) rebuild: Rebuild,
+    pub(crate) codes: HashMap<u32, Code>,
     /// Packets built by this thread (rebuilt runs): up to one burst.
-    out: Vec<u8>,
-    published_ns: u64,
+    pub(crate) out: Vec<u8>,
+    pub(crate) published_ns: u64,
     /// Whether this thread had sessions at its last publication (a thread whose sessions
     /// all ended publishes at once, before its long sleep).
-    published_sessions: bool,
+    pub(crate) published_sessions: bool,
     /// Streams in this thread's last published slack (its first wakes the viewer-pace
     /// writer).
-    published_streams: u32,
+    pub(crate) published_streams: u32,
     /// Open segment files (`sendfile` only).
-    files: sendfile::SegmentFiles,
+    pub(crate) files: SegmentFiles,
     /// How early bursts may leave, from this thread's burst rate: bursts due within the
     /// slack are sent in the same turn, so the thread wakes about once per slack instead of
     /// once per burst (each wake-up is a context switch for the server and, on loopback,
     /// for the receivers it wakes). Measured with `bench load` (sendfile, 200 streams): a
     /// fixed 2 ms → 8 ms cut server CPU per GB from 0.36 to 0.24 s; 16 ms gained nothing
     /// more there; below that load the slack grows ([`batch`]).
-    batch: batch::BatchWindow,
+    pub(crate) batch: batch::BatchWindow,
     /// Bursts sent in this loop turn (for [`Worker::batch`]).
-    bursts_this_turn: u64,
+    pub(crate) bursts_this_turn: u64,
 }
 
 /// The data-plane thread body: runs the loop, and turns a panic into a recorded failure
 /// that stops the server (never a silently dead thread).
-pub(crate) fn worker(sh: Arc<Shared>, index: usize, rx: Receiver<PlaneMsg>) {
-    let run = std::panic::catch_unwind(AssertUnwindSafe(|| run(sh.clone(), index, rx)));
+pub(crate) fn worker(
+    deps: Arc<PlaneDeps>,
+    queued: Arc<[AtomicBool]>,
+    index: usize,
+    rx: Receiver<PlaneMsg>,
+) {
+    let d = deps.clone();
+    let run = std::panic::catch_unwind(AssertUnwindSafe(|| run(d, queued, index, rx)));
     if let Err(payload) = run {
         let why = payload
             .downcast_ref::<String>()
@@ -219,14 +115,14 @@ pub(crate) fn worker(sh: Arc<Shared>, index: usize, rx: Receiver<PlaneMsg>) {
             .unwrap_or_else(|| "unknown panic".into());
         let msg = format!("data-plane thread {index} panicked: {why}");
         tracing::error!("{msg}; stopping the server");
-        sh.fail(msg);
+        deps.stop.fail(msg);
     }
 }
 
-fn run(sh: Arc<Shared>, index: usize, rx: Receiver<PlaneMsg>) {
-    let mut w = Worker::new(sh, index);
+fn run(deps: Arc<PlaneDeps>, queued: Arc<[AtomicBool]>, index: usize, rx: Receiver<PlaneMsg>) {
+    let mut w = Worker::new(deps, queued, index);
     let mut sessions: Vec<Active> = Vec::with_capacity(64);
-    while !w.sh.shutdown.load(Ordering::Acquire) {
+    while !w.deps.stop.is_stopped() {
         w.reader.poll();
         for msg in rx.try_iter().take(MAX_NEW_PER_TURN) {
             match msg {
@@ -273,15 +169,15 @@ fn injected_panic() -> bool {
 }
 
 impl Worker {
-    fn new(sh: Arc<Shared>, index: usize) -> Worker {
-        let params = *sh.objects.params();
+    fn new(deps: Arc<PlaneDeps>, queued: Arc<[AtomicBool]>, index: usize) -> Worker {
+        let params = deps.params;
         let n_max = (params.source_symbols + params.repair_symbols) as usize;
-        let mode = match sh.engine {
+        let mode = match deps.engine {
             EngineKind::Gso => Mode::Gso,
             EngineKind::Sendmmsg => Mode::Mmsg,
             EngineKind::Traditional => Mode::Traditional,
             EngineKind::Sendfile => Mode::Sendfile,
-            EngineKind::UringZc => match UringSender::new(&sh.cache, sh.clone()) {
+            EngineKind::UringZc => match UringSender::new(&deps.cache, deps.clone()) {
                 Ok(u) => Mode::Uring(Box::new(u)),
                 Err(err) => {
                     tracing::error!(
@@ -293,17 +189,16 @@ impl Worker {
         };
         let read_io = match mode {
             Mode::Traditional | Mode::Sendfile => ReadIo::Sync,
-            _ => sh.read_io,
+            _ => deps.read_io,
         };
-        let fail_sh = sh.clone();
-        let ok_sh = sh.clone();
+        let (on_fail, on_ok) = (deps.members.clone(), deps.members.clone());
         let reader = Reader::new(
-            &sh.cache,
+            &deps.cache,
             read_io,
-            Box::new(move |key: &BlockKey, why| fail_sh.member_read_failed(key.member, why)),
+            Box::new(move |key: &BlockKey, why| on_fail.read_failed(key.member, why)),
         )
         .on_ok(Box::new(move |key: &BlockKey, latency| {
-            ok_sh.member_read_ok(key.member, latency)
+            on_ok.read_ok(key.member, latency)
         }));
         Worker {
             mode,
@@ -316,17 +211,18 @@ impl Worker {
             published_ns: 0,
             published_sessions: false,
             published_streams: 0,
-            files: sendfile::SegmentFiles::default(),
-            batch: batch::BatchWindow::new(sh.now_ns()),
+            files: SegmentFiles::default(),
+            batch: batch::BatchWindow::new(deps.clock.now_ns()),
             bursts_this_turn: 0,
             index,
-            sh,
+            queued,
+            deps,
         }
     }
 
     /// The thread took its wake-up: the next control request queues another.
     fn woken(&self) {
-        if let Some(q) = self.sh.wakes_queued.get(self.index) {
+        if let Some(q) = self.queued.get(self.index) {
             q.store(false, Ordering::Release);
         }
     }
@@ -352,14 +248,14 @@ impl Worker {
 
     /// Gives every session its turn; drops the ones that ended.
     fn serve(&mut self, sessions: &mut Vec<Active>) {
-        let now = self.sh.now_ns();
+        let now = self.deps.clock.now_ns();
         let mut i = 0;
         while i < sessions.len() {
             if self.serve_one(&mut sessions[i], now) {
                 i += 1;
             } else {
-                self.sh
-                    .metrics
+                self.deps
+                    .counters
                     .sessions_ended
                     .fetch_add(1, Ordering::Relaxed);
                 sessions.swap_remove(i);
@@ -376,14 +272,15 @@ impl Worker {
         }
         let idle = now.saturating_sub(a.s.last_keepalive_ns.load(Ordering::Acquire));
         let timeout_ns = self
-            .sh
-            .config()
+            .deps
+            .config
+            .load()
             .session_timeout_ms
             .saturating_mul(1_000_000);
         if a.s.expiry == Expiry::Keepalive && idle > timeout_ns {
             if a.s.end(SessionState::Expired, now) {
-                self.sh
-                    .metrics
+                self.deps
+                    .counters
                     .sessions_expired
                     .fetch_add(1, Ordering::Relaxed);
                 tracing::info!(id = %a.s.id, "session expired: no keepalive for {} ms", idle / 1_000_000);
@@ -402,7 +299,7 @@ impl Worker {
             }
         }
         if a.pacer.is_done() {
-            a.s.end(SessionState::Done, self.sh.now_ns());
+            a.s.end(SessionState::Done, self.deps.clock.now_ns());
             tracing::info!(id = %a.s.id, "session done");
             return false;
         }
@@ -424,7 +321,7 @@ impl Worker {
                     a.pacer.pause(due.min(now));
                     if !a.held {
                         a.held = true;
-                        let holds = &self.sh.fills.counters.holds;
+                        let holds = &self.deps.counters.sessions_held;
                         holds.fetch_add(1, Ordering::Relaxed);
                     }
                     break;
@@ -453,7 +350,7 @@ impl Worker {
             a.waiting_since_ns = 0;
             self.bursts_this_turn += u64::from(burst);
             if burst && now > due.saturating_add(LATE_BURST_NS) {
-                let late = &self.sh.metrics.bursts_late;
+                let late = &self.deps.counters.bursts_late;
                 late.fetch_add(1, Ordering::Relaxed);
             }
             if sent == Sent::Yes {
@@ -485,14 +382,14 @@ impl Worker {
         let skipped = c.skipped - a.repair_counted.skipped;
         a.repair_counted = c;
         if sent > 0 {
-            self.sh
-                .metrics
+            self.deps
+                .counters
                 .repair_sent
                 .fetch_add(sent, Ordering::Relaxed);
             a.s.repair_sent.fetch_add(sent, Ordering::Relaxed);
         }
         if skipped > 0 {
-            let m = &self.sh.metrics;
+            let m = &self.deps.counters;
             m.repair_skipped.fetch_add(skipped, Ordering::Relaxed);
             a.s.repair_skipped.fetch_add(skipped, Ordering::Relaxed);
         }
@@ -502,7 +399,7 @@ impl Worker {
     /// retry, at most [`MAX_IDLE`] ([`EMPTY_IDLE`] without sessions; 1 ms while zero-copy
     /// sends await their notification).
     fn idle_time(&self, sessions: &[Active]) -> Duration {
-        let now = self.sh.now_ns();
+        let now = self.deps.clock.now_ns();
         let next = next_wake_ns(sessions.iter().map(|a| (a.pacer.next_due(), a.retry_at_ns)));
         let longest = match sessions.is_empty() {
             true => EMPTY_IDLE,
@@ -521,7 +418,7 @@ impl Worker {
     /// (for pacing background work: [`slack`]), at most every [`PUBLISH_EVERY_NS`], and at
     /// once when its last session ended (the thread may then sleep [`EMPTY_IDLE`]).
     fn publish(&mut self, sessions: &[Active]) {
-        let now = self.sh.now_ns();
+        let now = self.deps.clock.now_ns();
         let emptied = sessions.is_empty() && self.published_sessions;
         if now.saturating_sub(self.published_ns) < PUBLISH_EVERY_NS && !emptied {
             return;
@@ -529,9 +426,9 @@ impl Worker {
         self.published_ns = now;
         let deadlines = sessions.iter().map(|a| a.pacer.playback_deadline_ns());
         let s = slack::PlaybackSlack::of(deadlines, now);
-        self.sh.slack.publish(self.index, s);
+        self.deps.slack.publish(self.index, s);
         if self.published_streams == 0 && s.streams > 0 {
-            self.sh.wakes.pace.set();
+            self.deps.pace.set();
         }
         self.published_streams = s.streams;
         self.published_sessions = !sessions.is_empty();
@@ -547,7 +444,7 @@ impl Worker {
             at.sort_unstable();
         }
         self.files.retain_titles(|toi| positions.contains_key(&toi));
-        self.sh.positions.publish(self.index, positions);
+        self.deps.positions.publish(self.index, positions);
     }
 
     /// Starts reading the blocks of each session's next codewords that are not in the
@@ -559,7 +456,7 @@ impl Worker {
             ReadIo::Sync => READ_AHEAD_PER_TURN,
         };
         let mut budget = self.reader.room().min(limit);
-        let demand = LazyDemand::new(&self.sh.positions);
+        let demand = LazyDemand::new(&self.deps.positions);
         'sessions: for a in sessions.iter_mut() {
             // Nothing is read for a session whose destination has not echoed its token.
             if a.pacer.is_done() || !a.s.validated.load(Ordering::Acquire) {
@@ -579,7 +476,7 @@ impl Worker {
                     member,
                     block,
                 };
-                if self.sh.cache.contains(&key) || !self.may_read_ahead(member) {
+                if self.deps.cache.contains(&key) || !self.may_read_ahead(member) {
                     continue;
                 }
                 if budget == 0 {
@@ -603,19 +500,19 @@ impl Worker {
     /// for the hedged (slow) member only while none of its reads is in flight here (one
     /// probe at a time tells when it is fast again).
     fn may_read_ahead(&self, member: u32) -> bool {
-        let health = &self.sh.metrics.health;
+        let health = &self.deps.members.health;
         if health.is_failed(member) {
             return false;
         }
-        health.hedged_member(self.sh.now_ns()) != Some(member)
+        health.hedged_member(self.deps.clock.now_ns()) != Some(member)
             || self.reader.in_flight_of(member) == 0
     }
 }
 
 /// The codeword before which `obj` may be read ahead: all of it unless it is filling.
-pub(crate) fn readable_end(obj: &crate::objects::ObjectInfo) -> u32 {
+pub fn readable_end(obj: &ObjectInfo) -> u32 {
     match &obj.fill {
-        Some(f) if f.state() != crate::fill::front::FrontState::Complete => f.readable(),
+        Some(f) if f.state() != FrontState::Complete => f.readable(),
         _ => u32::MAX,
     }
 }
@@ -647,7 +544,7 @@ fn hold(a: &mut Active, now: u64) -> Hold {
         }
         return Hold::Go;
     }
-    if front.state() == crate::fill::front::FrontState::Failed {
+    if front.state() == FrontState::Failed {
         return Hold::End;
     }
     a.held = true;
@@ -682,51 +579,9 @@ fn next_wake_ns(sessions: impl Iterator<Item = (Option<u64>, u64)>) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// The code for k source symbols of n (cached per thread).
-fn code_for(codes: &mut HashMap<u32, Code>, k: u32, n: u32) -> Option<&Code> {
-    if let std::collections::hash_map::Entry::Vacant(v) = codes.entry(k) {
-        match Code::new(k as usize, n as usize) {
-            Ok(c) => {
-                v.insert(c);
-            }
-            Err(err) => {
-                tracing::error!("no code for k={k} n={n}: {err}");
-                return None;
-            }
-        }
-    }
-    codes.get(&k)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// However many control requests wake the threads, a thread's queue holds at most one
-    /// wake-up, and a new session still finds room (issue 21: wake-ups filled the queue and
-    /// session creation answered 503 "data plane busy").
-    #[test]
-    fn wake_ups_never_fill_the_queue_of_new_sessions() {
-        let (tx, rx) = std::sync::mpsc::sync_channel(4);
-        let queued = [AtomicBool::new(false)];
-        let workers = [tx];
-        for _ in 0..1000 {
-            wake(&workers, &queued);
-        }
-        assert_eq!(rx.try_iter().count(), 1, "one wake-up queued");
-        // Taken: the next request queues one again.
-        queued[0].store(false, Ordering::Release);
-        wake(&workers, &queued);
-        wake(&workers, &queued);
-        assert_eq!(rx.try_iter().count(), 1);
-        // A full queue: the flag is not left set (the next wake-up is tried again).
-        queued[0].store(false, Ordering::Release);
-        for _ in 0..4 {
-            workers[0].try_send(PlaneMsg::Wake).unwrap();
-        }
-        wake(&workers, &queued);
-        assert!(!queued[0].load(Ordering::Acquire));
-    }
 
     #[test]
     fn a_backed_off_session_does_not_wake_the_loop_early() {

@@ -16,47 +16,19 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, types, IoUring};
 
-use crate::cache::{Cache, Pinned};
-use crate::{EngineKind, Shared, StreamShared};
+use isnode_pool::cache::{Cache, Pinned};
+use isnode_pool::uring_probe::register_pool;
+use isnode_serve_config::EngineKind;
+
+use crate::deps::PlaneDeps;
+use crate::stream::{Expiry, StreamShared};
 use isnode_sys::net::{self, RawAddr};
 
-/// Most buffers io_uring lets a ring register (indices are u16).
-const MAX_REGISTERED: usize = 1 << 14;
 const RING_ENTRIES: u32 = 256;
 /// `IORING_SEND_ZC_REPORT_USAGE` (Linux 6.2): report in the notification whether data was copied.
 const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 /// `IORING_NOTIF_USAGE_ZC_COPIED`: set in a notification's result when the kernel copied.
 const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
-
-/// True if this kernel lets us create a ring that supports every opcode in `codes`.
-pub(crate) fn supports(codes: &[u8]) -> bool {
-    let Ok(ring) = IoUring::new(8) else {
-        return false;
-    };
-    let mut probe = io_uring::Probe::new();
-    if ring.submitter().register_probe(&mut probe).is_err() {
-        return false;
-    }
-    codes.iter().all(|&c| probe.is_supported(c))
-}
-
-/// True if this kernel lets us create a ring that supports `SEND_ZC`.
-pub(crate) fn available() -> bool {
-    supports(&[opcode::SendZc::CODE])
-}
-
-/// Registers the pool's buffers (as many as io_uring allows) with `ring` as fixed buffers;
-/// returns how many, which are the slots `0..n`.
-///
-/// # Safety
-/// The pool behind `cache` must stay alive as long as `ring`.
-pub(crate) unsafe fn register_pool(ring: &IoUring, cache: &Cache) -> io::Result<usize> {
-    let mut iovecs = cache.iovecs();
-    iovecs.truncate(MAX_REGISTERED);
-    // SAFETY: the iovecs point into the pool, which the caller keeps alive for the ring's life.
-    unsafe { ring.submitter().register_buffers(&iovecs) }?;
-    Ok(iovecs.len())
-}
 
 struct InFlight {
     _pin: Pinned,
@@ -105,7 +77,7 @@ pub(crate) struct UringSender {
     sockets: HashMap<(bool, usize), UdpSocket>,
     inflight: HashMap<u64, InFlight>,
     next_id: u64,
-    sh: Arc<Shared>,
+    deps: Arc<PlaneDeps>,
     logged_copy: bool,
     logged_zc: bool,
     /// Keeps the registered memory alive as long as the ring (declared after it: dropped after).
@@ -114,7 +86,7 @@ pub(crate) struct UringSender {
 
 impl UringSender {
     /// A ring with the pool's buffers registered (as many as io_uring allows).
-    pub(crate) fn new(cache: &Cache, sh: Arc<Shared>) -> io::Result<UringSender> {
+    pub(crate) fn new(cache: &Cache, deps: Arc<PlaneDeps>) -> io::Result<UringSender> {
         let ring = IoUring::new(RING_ENTRIES)?;
         // SAFETY: `_cache` keeps the pool alive for the ring's life.
         let registered = match unsafe { register_pool(&ring, cache) } {
@@ -130,7 +102,7 @@ impl UringSender {
             sockets: HashMap::new(),
             inflight: HashMap::new(),
             next_id: 1,
-            sh,
+            deps,
             logged_copy: false,
             logged_zc: false,
             _cache: cache.clone(),
@@ -147,7 +119,7 @@ impl UringSender {
         if let Some(s) = self.sockets.get(&key) {
             return Ok(s.as_raw_fd());
         }
-        let s = net::send_socket(dest, self.sh.multicast)?;
+        let s = net::send_socket(dest, self.deps.multicast)?;
         net::set_gso_size(&s, u16::try_from(seg).map_err(io::Error::other)?)?;
         let fd = s.as_raw_fd();
         self.sockets.insert(key, s);
@@ -224,9 +196,9 @@ impl UringSender {
             .collect();
         for (id, res, flags) in cqes {
             if cqueue::notif(flags) {
-                self.sh.metrics.zc_sends.fetch_add(1, Ordering::Relaxed);
+                self.deps.counters.zc_sends.fetch_add(1, Ordering::Relaxed);
                 if (res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0 {
-                    self.sh.metrics.zc_copied.fetch_add(1, Ordering::Relaxed);
+                    self.deps.counters.zc_copied.fetch_add(1, Ordering::Relaxed);
                     if !self.logged_copy {
                         self.logged_copy = true;
                         tracing::warn!(
@@ -258,19 +230,23 @@ impl UringSender {
     fn settle(&self, session: Arc<StreamShared>, settled: Settled) {
         match settled {
             Settled::Sent { packets, bytes } => {
-                self.sh.metrics.sent(EngineKind::UringZc, packets, bytes);
+                self.deps.counters.sent(EngineKind::UringZc, packets, bytes);
                 let before = session.packets_sent.fetch_add(packets, Ordering::Relaxed);
-                if before == 0 && session.expiry == crate::registry::Expiry::Keepalive {
-                    let now = self.sh.now_ns();
-                    self.sh
-                        .metrics
-                        .session_first_packet(session.created_ns, now);
+                if before == 0 && session.expiry == Expiry::Keepalive {
+                    let now = self.deps.clock.now_ns();
+                    (self.deps.first_packet)(now.saturating_sub(session.created_ns));
                 }
                 session.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
             }
             Settled::Failed(errno) => {
                 let e = io::Error::from_raw_os_error(errno);
-                if self.sh.metrics.send_errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                if self
+                    .deps
+                    .counters
+                    .send_errors
+                    .fetch_add(1, Ordering::Relaxed)
+                    == 0
+                {
                     tracing::warn!("uring-zc send failed: {e}");
                 }
             }
