@@ -2,7 +2,7 @@
 //!
 //! Each benchmark is a library function returning a serialisable report, so the CLI can print
 //! a table or write JSON. See [`codec`] for the Reed-Solomon codec benchmark, [`peers`] for
-//! the codecs it compares ours with, [`serve`] for the send engines side by side, [`load`] for isnode's engines and nginx under
+//! the codecs it compares ours with ([`contender`]: what both measure), [`serve`] for the send engines side by side, [`load`] for isnode's engines and nginx under
 //! the same load, [`startup`] for the start-up delay of `isnode play`, [`background`] for viewers beside a scrub and a
 //! rebuild on a disk-bound volume ([`cgroup`]: the disk and memory limits), and [`plot`] for
 //! the SVG figures.
@@ -14,6 +14,7 @@ pub mod background;
 pub mod cgroup;
 pub mod codec;
 mod common;
+pub mod contender;
 pub mod cputime;
 pub mod load;
 mod netns;

@@ -10,8 +10,9 @@ use std::time::Duration;
 use anyhow::Context;
 use isnode_store::{IngestOptions, Volume, VolumeParams};
 
+use super::net::Net;
 use super::receivers::{set_udp_gro, Conn};
-use super::{Net, Title};
+use super::title::Title;
 use crate::common::{with_session_secret, ServerChild};
 use crate::udp::{server_ip, set_int_option};
 

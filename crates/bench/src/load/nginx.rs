@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use super::{Net, Title};
+use super::net::Net;
+use super::title::Title;
 use crate::common::{children_of, ServerChild};
 
 /// Worker processes (the machine's cores).
