@@ -16,6 +16,7 @@ pub mod codec;
 mod common;
 pub mod contender;
 pub mod cputime;
+mod harness;
 pub mod load;
 mod netns;
 pub mod peers;

@@ -33,7 +33,6 @@ pub mod workload;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub(crate) use self::isnode::metric;
 use self::net::Net;
 use self::title::Title;
 use anyhow::Context;

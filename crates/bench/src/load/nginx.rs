@@ -14,7 +14,8 @@ use anyhow::{bail, Context};
 
 use super::net::Net;
 use super::title::Title;
-use crate::common::{children_of, ServerChild};
+use crate::harness::process::children_of;
+use crate::harness::server::ServerChild;
 
 /// Worker processes (the machine's cores).
 const WORKERS: usize = 2;

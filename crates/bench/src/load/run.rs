@@ -13,7 +13,7 @@ use super::report::{level_result, Judged, LevelResult, Measured, ServerIo, Serve
 use super::title::Title;
 use super::validity::{judge, Nominal, StreamRecord};
 use super::workload::{schedule, WorkloadConfig};
-use crate::common::{process_cpu_s, process_read_bytes, process_rss_bytes};
+use crate::harness::process::{process_cpu_s, process_read_bytes, process_rss_bytes};
 
 /// Receiver threads.
 const RECEIVER_THREADS: usize = 2;

@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use super::config::SoakConfig;
-use crate::common::ServerChild;
+use crate::harness::server::{answers_in_time, ServerChild};
 
 /// What the churn did.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -261,15 +261,11 @@ impl Churn {
     }
 
     fn wait_ready(&mut self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if self
-                .curl(&["-o", "/dev/null", &format!("{BASE}/v1/objects")])
+        if answers_in_time(|| {
+            self.curl(&["-o", "/dev/null", &format!("{BASE}/v1/objects")])
                 .is_ok_and(|c| c == 200)
-            {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        }) {
+            return Ok(());
         }
         bail!(
             "the server did not answer within 20 s (log: {})",
