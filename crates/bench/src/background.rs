@@ -25,7 +25,8 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 
 use crate::cgroup::{Cgroup, Limits};
-use crate::common::ServerChild;
+use crate::harness::metrics::{self, metric};
+use crate::harness::server::{self, BlockIo, Output, ServerChild, ServerSpec};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -298,45 +299,27 @@ fn phase(
     Ok(row)
 }
 
-/// `isnode serve` in the group (gso engine, small pool), ready.
+/// `isnode serve` in the group (gso engine, small pool, O_DIRECT block reads, its output
+/// discarded), ready.
 fn start_server(
     cfg: &BackgroundConfig,
     group: &Cgroup,
     vol: &Path,
     extra: &[&str],
 ) -> anyhow::Result<(ServerChild, String)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let listen = format!("127.0.0.1:{port}");
-    let child = group
-        .command(&cfg.isnode_exe)
-        .args([
-            "--volume",
-            &vol.display().to_string(),
-            "serve",
-            "--listen",
-            &listen,
-        ])
-        .args(["--engine", "gso"])
-        .args(["--cache-size", &cfg.cache_size_bytes.to_string()])
-        .args([
-            "--max-bitrate",
-            "1000000000000",
-            "--max-sessions-per-client",
-            "100000",
-        ])
-        .args(extra)
-        .env_remove("ISNODE_BUFFERED_IO")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting isnode serve")?;
-    let server = ServerChild(child);
-    let base = format!("http://{listen}");
-    crate::serve::wait_ready(&base)?;
-    Ok((server, base))
+    server::start(&ServerSpec {
+        extra,
+        group: Some(group),
+        output: Output::Silent,
+        block_io: BlockIo::Direct,
+        ..ServerSpec::new(
+            &cfg.isnode_exe,
+            vol,
+            "127.0.0.1",
+            "gso",
+            cfg.cache_size_bytes,
+        )
+    })
 }
 
 /// A rebuild of the removed member, in the group, running.
@@ -473,13 +456,8 @@ struct Metrics {
 
 impl Metrics {
     fn get(base: &str) -> anyhow::Result<Metrics> {
-        let text = ureq::get(format!("{base}/metrics"))
-            .call()
-            .context("GET /metrics")?
-            .body_mut()
-            .read_to_string()?;
-        let m =
-            |name| crate::load::metric(&text, name).with_context(|| format!("{name} in /metrics"));
+        let text = metrics::fetch(&ureq::Agent::new_with_defaults(), base)?;
+        let m = |name| metric(&text, name).with_context(|| format!("{name} in /metrics"));
         Ok(Metrics {
             late_bursts: m("isnode_bursts_late_total")?,
             pool_read: m("isnode_cache_read_bytes_total")?,

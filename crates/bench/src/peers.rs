@@ -14,7 +14,7 @@
 //!   `isnode_fec::matrix`, then `ec_init_tables` + `ec_encode_data`): ISA-L's kernels at
 //!   their best.
 
-use crate::codec::{CodecBenchError, Codeword, Contender};
+use crate::contender::{CodecBenchError, Codeword, Contender};
 
 /// The peers that accept a `k`, `m`, `symbol_len_bytes` codeword, and the names (with the
 /// reason) of those that do not.

@@ -17,7 +17,7 @@
 //! Every row also carries what the server's metrics say it sent ("sent by
 //! the server"), a figure the server counts itself, not measured at the sink.
 
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,7 +26,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::common::{process_cpu_s, with_session_secret, ServerChild};
+use crate::harness::keepalive::{Datagrams, Live, Route};
+use crate::harness::process::process_cpu_s;
+use crate::harness::server::{self, ServerSpec};
+use crate::harness::session::Sessions;
 use crate::udp::{enable_gro, packets_in, recv_gro};
 use isnode_store::{IngestOptions, Volume, VolumeParams};
 use serde::{Deserialize, Serialize};
@@ -68,6 +71,8 @@ pub struct ServeBenchConfig {
 
 const NETNS_ENV: &str = "ISNODE_BENCH_NETNS";
 const REPORT_ENV: &str = "ISNODE_BENCH_REPORT";
+/// How often the sessions are kept alive (the server's default period).
+const KEEPALIVE_PERIOD: Duration = Duration::from_secs(1);
 /// The client's address inside the benchmark namespace (never leaves it).
 const NETNS_CLIENT_IP: &str = "10.77.0.2";
 
@@ -254,19 +259,19 @@ fn run_engine(
     }
     // The ifb sink swallows the token datagrams too: its sockets cannot echo them. The
     // token is a per-session cost; this benchmark measures the per-packet path.
-    let (server, base) = start_server_with(
-        vol_dir,
-        host,
-        engine,
-        &args.isnode_exe,
-        args.cache_size_bytes,
-        &["--validate-destination", "off"],
-        None,
-    )?;
+    let (server, base) = server::start(&ServerSpec {
+        extra: &["--validate-destination", "off"],
+        ..ServerSpec::new(
+            &args.isnode_exe,
+            vol_dir,
+            host,
+            engine,
+            args.cache_size_bytes,
+        )
+    })?;
     let receivers = Receivers::start(host, args.streams, sink)?;
-    let (ids, keepalive_port) = create_sessions(&base, &receivers.ports, objects)?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let keep = keep_alive(&base, host, keepalive_port, &ids, &stop)?;
+    let sessions = Sessions::new(&base, KEEPALIVE_PERIOD);
+    let ids = open_sessions(&sessions, host, &receivers.ports, objects)?;
 
     // Warm up, then measure.
     std::thread::sleep(Duration::from_secs(1));
@@ -281,12 +286,10 @@ fn run_engine(
     let sent1 = sent_by_server(&base)?;
     let secs = t0.elapsed().as_secs_f64();
 
-    stop.store(true, Ordering::Relaxed);
-    for s in &ids {
-        let req = ureq::delete(format!("{base}/v1/sessions/{}", s.id));
-        let _ = with_session_secret(req, &s.secret).call();
+    for id in &ids {
+        sessions.end(id);
     }
-    let _ = keep.join();
+    drop(sessions);
     receivers.stop();
     drop(server);
     let delivered = at_sink1.since(at_sink0);
@@ -329,15 +332,16 @@ fn run_http(
         bail!("{engine} measures HTTP readers on loopback only (--sink loopback)");
     }
     let readers_limit = args.streams.max(1).to_string();
-    let (server, base) = start_server_with(
-        vol_dir,
-        "127.0.0.1",
-        "gso",
-        &args.isnode_exe,
-        args.cache_size_bytes,
-        &["--max-content-readers", &readers_limit],
-        None,
-    )?;
+    let (server, base) = server::start(&ServerSpec {
+        extra: &["--max-content-readers", &readers_limit],
+        ..ServerSpec::new(
+            &args.isnode_exe,
+            vol_dir,
+            "127.0.0.1",
+            "gso",
+            args.cache_size_bytes,
+        )
+    })?;
     let readers = http::Readers::start(&base, objects, args.streams, args.bitrate_bps, pattern)?;
     std::thread::sleep(Duration::from_secs(1));
     let pid = server.0.id();
@@ -369,99 +373,6 @@ fn run_http(
         delivered_bps: delivered as f64 * 8.0 / secs,
         ratio_to_traditional: None,
     })
-}
-
-/// Starts `isnode serve` (the binary `exe`) with `engine` and a block pool of
-/// `cache_size_bytes` on the volume; returns it and its base URL once it answers.
-pub(crate) fn start_server(
-    vol_dir: &Path,
-    host: &str,
-    engine: &str,
-    exe: &Path,
-    cache_size_bytes: u64,
-) -> anyhow::Result<(ServerChild, String)> {
-    start_server_with(vol_dir, host, engine, exe, cache_size_bytes, &[], None)
-}
-
-/// [`start_server`] with `extra` arguments for `isnode serve`, inside `group` (its memory and
-/// disk limits) when there is one.
-pub(crate) fn start_server_in(
-    vol_dir: &Path,
-    host: &str,
-    engine: &str,
-    exe: &Path,
-    cache_size_bytes: u64,
-    extra: &[&str],
-    group: Option<&crate::cgroup::Cgroup>,
-) -> anyhow::Result<(ServerChild, String)> {
-    start_server_with(vol_dir, host, engine, exe, cache_size_bytes, extra, group)
-}
-
-/// Whether `exe serve` takes `flag` (its `--help` names it): before/after runs start
-/// binaries older than some flags.
-fn serve_knows(exe: &Path, flag: &str) -> bool {
-    Command::new(exe)
-        .args(["serve", "--help"])
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(flag))
-}
-
-/// [`start_server`] with `extra` arguments for `isnode serve`.
-fn start_server_with(
-    vol_dir: &Path,
-    host: &str,
-    engine: &str,
-    exe: &Path,
-    cache_size_bytes: u64,
-    extra: &[&str],
-    group: Option<&crate::cgroup::Cgroup>,
-) -> anyhow::Result<(ServerChild, String)> {
-    let port = TcpListener::bind((host, 0))?.local_addr()?.port();
-    let listen: SocketAddr = format!("{host}:{port}").parse()?;
-    let mut command = match group {
-        Some(g) => g.command(exe),
-        None => Command::new(exe),
-    };
-    let child = command
-        .args([
-            "--volume",
-            &vol_dir.display().to_string(),
-            "serve",
-            "--listen",
-            &listen.to_string(),
-            "--engine",
-            engine,
-        ])
-        .args([
-            "--max-bitrate",
-            "1000000000000",
-            "--max-sessions-per-client",
-            "100000",
-        ])
-        .args(["--cache-size", &cache_size_bytes.to_string()])
-        // The bench's own network (a veth pair in a namespace): plain HTTP by choice (a
-        // binary from before HTTPS serves plain HTTP anywhere and knows no such flag).
-        .args(
-            (!listen.ip().is_loopback() && serve_knows(exe, "--plain-http"))
-                .then_some("--plain-http")
-                .as_slice(),
-        )
-        // ... and without role tokens: the bench is its only client (a binary from before
-        // tokens knows no such flag and opens them anyway).
-        .args(
-            (!listen.ip().is_loopback() && serve_knows(exe, "--insecure-open-operator-routes"))
-                .then_some("--insecure-open-operator-routes")
-                .as_slice(),
-        )
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .context("starting isnode serve")?;
-    let server = ServerChild(child);
-    let base = format!("http://{listen}");
-    wait_ready(&base)?;
-    Ok((server, base))
 }
 
 /// One UDP socket per stream; on loopback, with `UDP_GRO` set, two threads drain them and
@@ -531,41 +442,6 @@ impl Receivers {
     }
 }
 
-/// A session as its keepalives and its deletion need it.
-struct Owned {
-    id: String,
-    secret: String,
-}
-
-/// Creates one session per receiver port, round robin over the objects; returns them and
-/// the server's keepalive port (if it has one).
-fn create_sessions(
-    base: &str,
-    ports: &[u16],
-    objects: &[String],
-) -> anyhow::Result<(Vec<Owned>, Option<u16>)> {
-    let agent = ureq::Agent::new_with_defaults();
-    let mut ids = Vec::new();
-    let mut keepalive_port = None;
-    for (i, port) in ports.iter().enumerate() {
-        let body = serde_json::json!({ "object": objects[i % objects.len()], "port": port });
-        let mut resp = agent
-            .post(format!("{base}/v1/sessions"))
-            .send_json(&body)
-            .context("creating a session")?;
-        let v: serde_json::Value = resp.body_mut().read_json()?;
-        let id = v["id"].as_str().context("session id")?.to_string();
-        let secret = v["secret"].as_str().context("session secret")?.to_string();
-        // A server from before keepalive MACs (no `keepalive_version`) gets HTTP keepalives.
-        keepalive_port = v["keepalive_port"]
-            .as_u64()
-            .filter(|_| v["keepalive_version"].as_u64().is_some())
-            .and_then(|p| u16::try_from(p).ok());
-        ids.push(Owned { id, secret });
-    }
-    Ok((ids, keepalive_port))
-}
-
 /// The firewall mark of the keepalive datagrams: the ifb namespace routes them locally
 /// (UDP to the client's address otherwise goes into the sink).
 const KEEPALIVE_MARK: u32 = 0x15a;
@@ -577,67 +453,57 @@ fn mark(sock: &UdpSocket) {
     crate::udp::set_int_option(sock, libc::SOL_SOCKET, libc::SO_MARK, v);
 }
 
-/// Keeps the sessions alive until `stop`, once a second (the server's default period): with
-/// keepalive datagrams from the clients' address when the server has a keepalive port (the
-/// server checks the source IP, not the port), else HTTP over one persistent connection.
-fn keep_alive(
-    base: &str,
+/// Creates one session per receiver port, round robin over the objects, each kept alive
+/// once a second (the server's default period); returns their ids. The keepalives are
+/// datagrams from the clients' address (one socket, marked: the server checks the source
+/// IP, not the port) when the server has a keepalive port, else HTTP over one persistent
+/// connection; a server from before keepalive MACs (no `keepalive_version`) gets HTTP ones.
+fn open_sessions(
+    sessions: &Sessions,
     host: &str,
-    keepalive_port: Option<u16>,
-    ids: &[Owned],
-    stop: &Arc<AtomicBool>,
-) -> anyhow::Result<std::thread::JoinHandle<()>> {
-    let udp = match keepalive_port {
-        Some(port) => {
-            let sock = UdpSocket::bind((host, 0)).context("binding the keepalive socket")?;
-            mark(&sock);
-            let server = crate::udp::server_ip(base)?;
-            Some((sock, std::net::SocketAddr::new(server, port)))
-        }
-        None => None,
-    };
-    let keys: Vec<_> = ids
-        .iter()
-        .map(|s| {
-            let key = isnode_proto::auth::parse_key_hex(&s.secret).context("session secret")?;
-            Ok((s.id.clone(), s.secret.clone(), key))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let (base, stop) = (base.to_string(), stop.clone());
-    let agent = ureq::Agent::new_with_defaults();
-    Ok(std::thread::spawn(move || {
-        for counter in 1u64.. {
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            for (id, secret, key) in &keys {
-                let datagram = isnode_proto::keepalive::keepalive_datagram(id, key, counter, None);
-                match (&udp, datagram) {
-                    (Some((sock, to)), Some(d)) => {
-                        let _ = sock.send_to(&d, to);
-                    }
-                    _ => {
-                        let req = agent.post(format!("{base}/v1/sessions/{id}/keepalive"));
-                        let _ = with_session_secret(req, secret).send_empty();
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(1000));
-        }
-    }))
+    ports: &[u16],
+    objects: &[String],
+) -> anyhow::Result<Vec<String>> {
+    let mut socket = None;
+    let mut ids = Vec::new();
+    for (i, port) in ports.iter().enumerate() {
+        let (v, id) = sessions.create(&objects[i % objects.len()], *port)?;
+        let secret = v["secret"].as_str().context("session secret")?.to_string();
+        let key = isnode_proto::auth::parse_key_hex(&secret).context("session secret")?;
+        let keepalive_port = v["keepalive_port"]
+            .as_u64()
+            .filter(|_| v["keepalive_version"].as_u64().is_some())
+            .and_then(|p| u16::try_from(p).ok());
+        let route = match keepalive_port {
+            Some(port) => Route::Udp {
+                socket: keepalive_socket(&mut socket, host)?,
+                to: SocketAddr::new(crate::udp::server_ip(sessions.base())?, port),
+            },
+            None => Route::Http,
+        };
+        sessions.keep(Live {
+            id: id.clone(),
+            secret,
+            datagrams: Datagrams::mac(key),
+            route,
+        });
+        ids.push(id);
+    }
+    Ok(ids)
 }
 
-pub(crate) fn wait_ready(base: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if ureq::get(format!("{base}/v1/objects")).call().is_ok() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("the server did not answer on {base} within 20 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
+/// The keepalive socket of every session, bound to the clients' address and marked, made
+/// by the first that needs it.
+fn keepalive_socket(
+    socket: &mut Option<Arc<UdpSocket>>,
+    host: &str,
+) -> anyhow::Result<Arc<UdpSocket>> {
+    if let Some(s) = socket {
+        return Ok(s.clone());
     }
+    let sock = UdpSocket::bind((host, 0)).context("binding the keepalive socket")?;
+    mark(&sock);
+    Ok(socket.insert(Arc::new(sock)).clone())
 }
 
 /// Receives one datagram (a coalesced run or a plain datagram) into `buf`: its bytes and

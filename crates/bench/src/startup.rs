@@ -27,7 +27,7 @@ use isnode_store::{Volume, VolumeParams};
 use rand::SeedableRng;
 use serde::Serialize;
 
-use crate::serve::start_server;
+use crate::harness::server::{self, ServerSpec};
 
 /// The target of the first byte at the player (issue 20), from the process start, ms.
 pub const TARGET_PLAYER_P50_MS: f64 = 20.0;
@@ -136,7 +136,13 @@ pub fn run(cfg: &StartupBenchConfig) -> anyhow::Result<StartupReport> {
     let dir = tempfile::tempdir()?;
     let vol = dir.path().join("vol");
     let names = make_titles(&vol, &cfg.bitrates_bps, cfg.seed)?;
-    let (_server, base) = start_server(&vol, "127.0.0.1", &cfg.engine, &cfg.isnode_exe, 64 << 20)?;
+    let (_server, base) = server::start(&ServerSpec::new(
+        &cfg.isnode_exe,
+        &vol,
+        "127.0.0.1",
+        &cfg.engine,
+        64 << 20,
+    ))?;
     let mut rows = Vec::new();
     for (name, &bitrate) in names.iter().zip(&cfg.bitrates_bps) {
         for &mode in &cfg.modes {

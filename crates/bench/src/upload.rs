@@ -14,7 +14,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
-use crate::serve::start_server;
+use crate::harness::server::{self, ServerSpec};
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -71,7 +71,13 @@ pub fn run(cfg: &UploadBenchConfig) -> anyhow::Result<UploadReport> {
     for v in [&local_vol, &server_vol] {
         isnode(&cfg.isnode_exe, v, &["volume", "create"])?;
     }
-    let (_server, base) = start_server(&server_vol, "127.0.0.1", "gso", &cfg.isnode_exe, 64 << 20)?;
+    let (_server, base) = server::start(&ServerSpec::new(
+        &cfg.isnode_exe,
+        &server_vol,
+        "127.0.0.1",
+        "gso",
+        64 << 20,
+    ))?;
     let (mut local_s, mut upload_s) = (Vec::new(), Vec::new());
     let f = file.display().to_string();
     for round in 0..cfg.rounds {

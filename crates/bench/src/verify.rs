@@ -23,7 +23,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::cputime::thread_cpu_time;
-use crate::serve::start_server;
+use crate::harness::server::{self, ServerSpec};
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -75,7 +75,13 @@ pub fn run(cfg: &VerifyBenchConfig) -> anyhow::Result<VerifyReport> {
     let dir = tempfile::tempdir()?;
     let vol = dir.path().join("vol");
     let title_bytes = make_title(&vol, cfg)?;
-    let (_server, base) = start_server(&vol, "127.0.0.1", "gso", &cfg.isnode_exe, 64 << 20)?;
+    let (_server, base) = server::start(&ServerSpec::new(
+        &cfg.isnode_exe,
+        &vol,
+        "127.0.0.1",
+        "gso",
+        64 << 20,
+    ))?;
     let modes = ["on", "off"];
     let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     for round in 0..cfg.rounds {

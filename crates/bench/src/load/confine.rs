@@ -119,7 +119,23 @@ pub struct ConfinementReport {
     pub cgroup: String,
     /// Whether isnode's servers admitted sessions against the disk read limit.
     #[serde(default)]
-    pub disk_admission: super::DiskAdmission,
+    pub disk_admission: DiskAdmission,
+}
+
+/// Whether isnode's servers are told the disk's read rate (`isnode serve --disk-read-bps`),
+/// so that admission refuses a session whose reads the disk cannot sustain.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiskAdmission {
+    /// Not told: admission knows the bitrate budget and the pool only.
+    #[default]
+    Off,
+    /// Told this share (percent) of the `--disk-read-limit` (× 8, in bits per second), when
+    /// one is set.
+    AtReadLimit {
+        /// Percent of the read limit.
+        percent: u32,
+    },
 }
 
 #[cfg(test)]

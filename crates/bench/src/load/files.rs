@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
-use super::Title;
+use super::title::Title;
 
 /// Runs of each command.
 pub const REPS: usize = 3;

@@ -16,157 +16,32 @@
 //! control requests, the sockets it creates and the receiver threads it spawns are all
 //! inside, and isnode (which sends to the HTTP peer's address) streams across the pair.
 
+mod config;
 pub mod confine;
 pub mod files;
 mod isnode;
+mod net;
 pub mod nginx;
 pub mod plots;
 mod receivers;
 pub mod report;
 mod run;
+mod title;
 pub mod validity;
 pub mod workload;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use self::net::Net;
+use self::title::Title;
 use anyhow::Context;
-use serde::{Deserialize, Serialize};
-
-use crate::netns::{Entered, VethNamespace};
-
-pub(crate) use self::isnode::metric;
-pub use confine::{Confinement, ConfinementReport};
+pub use config::LoadBenchConfig;
+pub use confine::{Confinement, ConfinementReport, DiskAdmission};
 pub use files::FileOps;
+pub use net::NetMode;
 pub use nginx::NginxVariant;
 pub use report::{LevelResult, LoadReport, ServerResult};
-
-/// Where the clients run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NetMode {
-    /// In a network namespace of their own behind a veth pair (root and iproute2 needed).
-    Veth,
-    /// In the root namespace, over loopback (no root needed; no device between the two).
-    Loopback,
-}
-
-/// The network of a run: the servers' and the clients' addresses.
-pub(crate) enum Net {
-    /// Both on 127.0.0.1.
-    Loopback,
-    /// Clients inside the namespace.
-    Veth(VethNamespace),
-}
-
-impl Net {
-    fn new(mode: NetMode) -> anyhow::Result<Net> {
-        Ok(match mode {
-            NetMode::Loopback => Net::Loopback,
-            NetMode::Veth => Net::Veth(VethNamespace::create()?),
-        })
-    }
-
-    /// The address the servers listen on.
-    pub(crate) fn server_host(&self) -> &str {
-        match self {
-            Net::Loopback => "127.0.0.1",
-            Net::Veth(ns) => ns.host_ip(),
-        }
-    }
-
-    /// The address of the clients.
-    pub(crate) fn client_host(&self) -> &str {
-        match self {
-            Net::Loopback => "127.0.0.1",
-            Net::Veth(ns) => ns.peer_ip(),
-        }
-    }
-
-    /// Moves the calling thread to the clients' side until the guard is dropped.
-    pub(crate) fn enter(&self) -> anyhow::Result<Option<Entered>> {
-        match self {
-            Net::Loopback => Ok(None),
-            Net::Veth(ns) => ns.enter().map(Some),
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            Net::Loopback => "loopback (clients and servers in the root namespace, 127.0.0.1; \
-                              no device between them)"
-                .into(),
-            Net::Veth(ns) => format!(
-                "veth (clients in namespace {} at {}, servers in the root namespace at {})",
-                ns.name(),
-                ns.peer_ip(),
-                ns.host_ip()
-            ),
-        }
-    }
-}
-
-/// One title: its name, bitrate and bytes.
-pub(crate) struct Title {
-    name: String,
-    bitrate_bps: u64,
-    bytes: Arc<Vec<u8>>,
-}
-
-/// What to run.
-#[derive(Clone, Debug)]
-pub struct LoadBenchConfig {
-    /// The `isnode` binary to start servers from.
-    pub isnode_exe: PathBuf,
-    /// isnode engines to load, in order.
-    pub engines: Vec<String>,
-    /// nginx variants to load after the engines (none: isnode only).
-    pub nginx: Vec<NginxVariant>,
-    /// Number of titles.
-    pub titles: usize,
-    /// Bitrate of every title.
-    pub bitrate_bps: u64,
-    /// Length of every title, seconds.
-    pub title_s: f64,
-    /// Seconds of load per level.
-    pub seconds: f64,
-    /// Concurrent streams of the first level.
-    pub streams: usize,
-    /// Highest level tried (no ramp when at most `streams`).
-    pub max_streams: usize,
-    /// Bisection steps after the doubling found a failing level.
-    pub bisect_steps: usize,
-    /// Smallest share of valid streams for a level to pass.
-    pub pass_fraction: f64,
-    /// Seconds of the stream a client buffers before playing.
-    pub startup_buffer_s: f64,
-    /// isnode's block pool size.
-    pub cache_size_bytes: u64,
-    /// Seed of the schedules.
-    pub seed: u64,
-    /// Where the clients run.
-    pub net: NetMode,
-    /// Memory and disk limits of every server (a library larger than memory).
-    pub confine: Confinement,
-    /// Whether isnode servers admit sessions against the disk read limit.
-    pub disk_admission: DiskAdmission,
-}
-
-/// Whether isnode's servers are told the disk's read rate (`isnode serve --disk-read-bps`),
-/// so that admission refuses a session whose reads the disk cannot sustain.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DiskAdmission {
-    /// Not told: admission knows the bitrate budget and the pool only.
-    #[default]
-    Off,
-    /// Told this share (percent) of the `--disk-read-limit` (× 8, in bits per second), when
-    /// one is set.
-    AtReadLimit {
-        /// Percent of the read limit.
-        percent: u32,
-    },
-}
 
 /// Runs every server of `cfg` in turn; `progress` hears what is going on.
 pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Result<LoadReport> {

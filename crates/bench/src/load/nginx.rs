@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use super::{Net, Title};
-use crate::common::{children_of, ServerChild};
+use super::net::Net;
+use super::title::Title;
+use crate::harness::process::children_of;
+use crate::harness::server::ServerChild;
 
 /// Worker processes (the machine's cores).
 const WORKERS: usize = 2;

@@ -2,9 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::config::LoadBenchConfig;
+use super::confine::{ConfinementReport, DiskAdmission};
 use super::files::FileOps;
 use super::validity::{Nominal, Verdict};
-use super::LoadBenchConfig;
 
 /// What the servers accepted during a level (sans IO).
 pub(crate) struct Tally {
@@ -370,7 +371,7 @@ pub struct LoadReport {
     pub servers: Vec<ServerResult>,
     /// The memory and disk limits every server ran under (none: not limited).
     #[serde(default)]
-    pub confinement: Option<super::ConfinementReport>,
+    pub confinement: Option<ConfinementReport>,
 }
 
 /// The report of `servers`, with the ratios to the best nginx variant of the run: its
@@ -380,7 +381,7 @@ pub(crate) fn finish(
     net: String,
     file_ops: Option<FileOps>,
     mut servers: Vec<ServerResult>,
-    confinement: Option<super::ConfinementReport>,
+    confinement: Option<ConfinementReport>,
 ) -> LoadReport {
     let nginxes = || servers.iter().filter(|s| s.server.starts_with("nginx"));
     let best_cpu = nginxes()
@@ -485,7 +486,7 @@ pub fn format_table(r: &LoadReport) -> String {
 
 /// The summary of a run under memory and disk limits: per server, at its most valid
 /// streams (else its first level), what a delivered byte cost the disk.
-fn confined_table(r: &LoadReport, c: &super::ConfinementReport) -> String {
+fn confined_table(r: &LoadReport, c: &ConfinementReport) -> String {
     let mib = |b: Option<u64>| b.map_or("none".into(), |b| format!("{} MiB", b >> 20));
     let mut s =
         format!(
@@ -500,10 +501,10 @@ fn confined_table(r: &LoadReport, c: &super::ConfinementReport) -> String {
         opt(c.library_over_memory, 1.0, 1),
         c.isnode_pool_bytes >> 20,
         match c.disk_admission {
-            super::DiskAdmission::AtReadLimit { percent } => {
+            DiskAdmission::AtReadLimit { percent } => {
                 format!(", isnode admitting against {percent} % of the disk read limit")
             }
-            super::DiskAdmission::Off => String::new(),
+            DiskAdmission::Off => String::new(),
         },
     );
     s.push_str(&format!(

@@ -3,14 +3,17 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use super::config::LoadBenchConfig;
+use super::confine::DiskAdmission;
 use super::isnode::IsnodeServer;
+use super::net::Net;
 use super::nginx::{NginxServer, NginxVariant};
 use super::receivers::{Conn, ReceiverPool, Stream};
 use super::report::{level_result, Judged, LevelResult, Measured, ServerIo, ServerResult, Tally};
+use super::title::Title;
 use super::validity::{judge, Nominal, StreamRecord};
 use super::workload::{schedule, WorkloadConfig};
-use super::{LoadBenchConfig, Net, Title};
-use crate::common::{process_cpu_s, process_read_bytes, process_rss_bytes};
+use crate::harness::process::{process_cpu_s, process_read_bytes, process_rss_bytes};
 
 /// Receiver threads.
 const RECEIVER_THREADS: usize = 2;
@@ -121,7 +124,7 @@ pub(crate) fn ramp_isnode(
     let group = cfg.confine.group_for(&spec.label(), vol)?;
     let pool = cfg.confine.isnode_pool_bytes(cfg.cache_size_bytes)?;
     let disk_bps = match (cfg.disk_admission, cfg.confine.disk_read_limit_bps) {
-        (super::DiskAdmission::AtReadLimit { percent }, Some(bytes_per_s)) => {
+        (DiskAdmission::AtReadLimit { percent }, Some(bytes_per_s)) => {
             Some((bytes_per_s.saturating_mul(8) / 100 * u64::from(percent)).to_string())
         }
         _ => None,

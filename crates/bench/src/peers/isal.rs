@@ -5,7 +5,7 @@ use std::os::raw::{c_int, c_uchar};
 use isnode_fec::matrix::Matrix;
 use isnode_fec::Code;
 
-use crate::codec::{CodecBenchError, Codeword, Contender};
+use crate::contender::{CodecBenchError, Codeword, Contender};
 
 extern "C" {
     fn ec_init_tables(k: c_int, rows: c_int, a: *mut c_uchar, gftbls: *mut c_uchar);

@@ -8,9 +8,39 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde::Serialize;
 
-use super::{Actions, SoakConfig};
-use crate::common::ServerChild;
+use super::config::SoakConfig;
+use crate::harness::server::{answers_in_time, ServerChild};
+
+/// What the churn did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Actions {
+    /// Clients started (including seeks and restarts).
+    pub sessions_started: u64,
+    /// Clients refused by admission (`503` naming a limit): counted, not errors.
+    pub sessions_refused: u64,
+    /// Clients killed (vanished without a word).
+    pub stops: u64,
+    /// Seeks (a client killed and started again elsewhere).
+    pub seeks: u64,
+    /// Pauses (SIGSTOP then SIGCONT).
+    pub pauses: u64,
+    /// Clients stopped until the server timed their session out.
+    pub timeouts: u64,
+    /// Clients that played to the end of their title.
+    pub finished: u64,
+    /// Uploads.
+    pub uploads: u64,
+    /// Deletes.
+    pub deletes: u64,
+    /// Broadcasts started.
+    pub broadcasts_started: u64,
+    /// Broadcasts refused with 503 (the budget).
+    pub broadcasts_refused: u64,
+    /// Broadcasts stopped early.
+    pub broadcasts_stopped: u64,
+}
 
 /// Where the server listens inside the namespace (nothing else lives there).
 const BASE: &str = "http://127.0.0.1:7878";
@@ -231,15 +261,11 @@ impl Churn {
     }
 
     fn wait_ready(&mut self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if self
-                .curl(&["-o", "/dev/null", &format!("{BASE}/v1/objects")])
+        if answers_in_time(|| {
+            self.curl(&["-o", "/dev/null", &format!("{BASE}/v1/objects")])
                 .is_ok_and(|c| c == 200)
-            {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        }) {
+            return Ok(());
         }
         bail!(
             "the server did not answer within 20 s (log: {})",

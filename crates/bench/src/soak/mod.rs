@@ -19,71 +19,21 @@
 //! (a budget refusal is the server doing its job, counted apart).
 
 mod churn;
+mod config;
 pub mod drift;
 mod sample;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::Serialize;
 
+pub use self::churn::Actions;
 use self::churn::Churn;
+pub use self::config::SoakConfig;
 use self::drift::{default_bounds, drift, exceeded, Drift};
 use self::sample::Sample;
 use crate::plot::{self, Chart, LineStyle, Series};
-
-/// What to run.
-#[derive(Clone, Debug)]
-pub struct SoakConfig {
-    /// The isnode binary (server and clients).
-    pub isnode_exe: PathBuf,
-    /// Length of the run, seconds.
-    pub seconds: f64,
-    /// Clients kept running.
-    pub sessions: usize,
-    /// Titles ingested before the start (uploads come and go on top of them).
-    pub titles: usize,
-    /// Playing time of each title, seconds.
-    pub title_s: u64,
-    /// Bitrate of each title.
-    pub bitrate_bps: u64,
-    /// Seed of the churn.
-    pub seed: u64,
-    /// The server's block pool (`--cache-size-bytes`); `None`: its default (256 MiB). The
-    /// pool's pages become resident as slots are first used, so a short soak with the
-    /// default pool measures that warm-up; a small pool is warm within the first half.
-    pub cache_size_bytes: Option<u64>,
-}
-
-/// What the churn did.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Actions {
-    /// Clients started (including seeks and restarts).
-    pub sessions_started: u64,
-    /// Clients refused by admission (`503` naming a limit): counted, not errors.
-    pub sessions_refused: u64,
-    /// Clients killed (vanished without a word).
-    pub stops: u64,
-    /// Seeks (a client killed and started again elsewhere).
-    pub seeks: u64,
-    /// Pauses (SIGSTOP then SIGCONT).
-    pub pauses: u64,
-    /// Clients stopped until the server timed their session out.
-    pub timeouts: u64,
-    /// Clients that played to the end of their title.
-    pub finished: u64,
-    /// Uploads.
-    pub uploads: u64,
-    /// Deletes.
-    pub deletes: u64,
-    /// Broadcasts started.
-    pub broadcasts_started: u64,
-    /// Broadcasts refused with 503 (the budget).
-    pub broadcasts_refused: u64,
-    /// Broadcasts stopped early.
-    pub broadcasts_stopped: u64,
-}
 
 /// The result.
 #[derive(Clone, Debug, Serialize)]

@@ -1,0 +1,13 @@
+//! The titles a load run serves.
+
+use std::sync::Arc;
+
+/// One title: its name, bitrate and bytes.
+pub(crate) struct Title {
+    /// File name.
+    pub(super) name: String,
+    /// Bitrate, bits per second.
+    pub(super) bitrate_bps: u64,
+    /// The MPEG-TS bytes.
+    pub(super) bytes: Arc<Vec<u8>>,
+}
