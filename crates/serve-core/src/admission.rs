@@ -16,7 +16,7 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv6Addr};
 
-use isnode_store::Layout;
+use isnode_layout::Layout;
 
 use isnode_proto::Limit;
 

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use isnode_broadcast::{Plan, Ratio, Transmission};
-use isnode_store::Layout;
+use isnode_layout::Layout;
 
 use crate::pacer::{Pacer, PacerConfig, PacerError, Step};
 

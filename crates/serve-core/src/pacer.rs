@@ -31,7 +31,7 @@
 
 use std::ops::Range;
 
-use isnode_store::Layout;
+use isnode_layout::Layout;
 
 /// How a session is to be paced.
 #[derive(Clone, Debug)]
@@ -578,7 +578,7 @@ fn partition_point(n: u32, pred: impl Fn(u32) -> bool) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use isnode_store::VolumeParams;
+    use isnode_layout::VolumeParams;
     use proptest::prelude::*;
     use std::collections::HashSet;
 

@@ -24,11 +24,11 @@ mod fill_rows;
 mod fill_tests;
 pub mod ingest;
 pub mod io;
-pub mod layout;
+pub use isnode_layout::layout;
 pub(crate) mod lock;
 pub mod members;
 pub mod pace;
-pub mod params;
+pub use isnode_layout::params;
 mod prefab;
 pub mod prefetch;
 pub mod probe;
@@ -53,10 +53,9 @@ pub use codeword::{BlockError, BlockSource, Readiness, SymbolCheck, Want};
 pub use fill::{verify_fill_block, Fill, FillSpec, FillingObject};
 pub use fill_rows::OriginRecord;
 pub use ingest::{ingest, ingest_then_describe, IngestOptions};
-pub use layout::Layout;
-pub use layout::SymbolLocation;
+pub use isnode_layout::VolumeParams;
+pub use isnode_layout::{Layout, SymbolLocation};
 pub use members::MemberState;
-pub use params::VolumeParams;
 pub use read::{DiskBlocks, ObjectReader, ReadOrder, ReadStats};
 pub use rebuild::{rebuild_member, RebuildReport};
 pub use rows::{BadObject, CatalogEntry};
@@ -178,6 +177,12 @@ pub enum StoreError {
     /// Packet framing failed.
     #[error("packet framing: {0}")]
     Wire(#[from] isnode_wire::WireError),
+}
+
+impl From<isnode_layout::ParamsError> for StoreError {
+    fn from(e: isnode_layout::ParamsError) -> StoreError {
+        StoreError::BadParams(e.0)
+    }
 }
 
 fn spool_full_message(bytes: u64, bound: &spool::SpoolBound, when: spool::SpoolStage) -> String {

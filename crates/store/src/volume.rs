@@ -383,7 +383,7 @@ impl Volume {
             repair_symbols: rec.repair_symbols,
             ..self.params
         };
-        crate::Layout::new(params, rec.size_bytes)
+        Ok(crate::Layout::new(params, rec.size_bytes)?)
     }
 
     /// Segment file of object `toi` on `member`.

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use isnode_store::Layout;
+use isnode_layout::Layout;
 
 use super::Demand;
 

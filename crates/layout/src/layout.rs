@@ -17,7 +17,8 @@ use std::ops::Range;
 
 use isnode_wire::partition::Partition;
 
-use crate::{StoreError, VolumeParams};
+use crate::error::ParamsError;
+use crate::params::VolumeParams;
 
 /// The layout of one object on a volume.
 #[derive(Clone, Debug)]
@@ -45,10 +46,10 @@ pub struct MemberRun {
 
 impl Layout {
     /// Lays out an object of `transfer_len` bytes.
-    pub fn new(params: VolumeParams, transfer_len: u64) -> Result<Layout, StoreError> {
+    pub fn new(params: VolumeParams, transfer_len: u64) -> Result<Layout, ParamsError> {
         params.validate()?;
         let partition = Partition::new(transfer_len, params.symbol_len, params.source_symbols)
-            .map_err(|e| StoreError::BadParams(format!("block partitioning: {e}")))?;
+            .map_err(|e| ParamsError(format!("block partitioning: {e}")))?;
         let codewords = partition.blocks();
         let (k_large, k_small, large_codewords) = if codewords == 0 {
             (0, 0, 0)

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::StoreError;
+use crate::error::ParamsError;
 
 /// Default encoding symbol length in bytes: a multiple of 64 that, with the
 /// 28-byte ALC header, UDP, and IPv6 headers, still fits one 1500-byte packet.
@@ -49,8 +49,8 @@ impl Default for VolumeParams {
 
 impl VolumeParams {
     /// Checks every rule, with an explanation when one is broken.
-    pub fn validate(&self) -> Result<(), StoreError> {
-        let bad = |why: String| Err(StoreError::BadParams(why));
+    pub fn validate(&self) -> Result<(), ParamsError> {
+        let bad = |why: String| Err(ParamsError(why));
         if self.symbol_len == 0 {
             return bad("symbol size must be at least 1 byte".into());
         }
