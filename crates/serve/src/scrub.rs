@@ -20,9 +20,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use isnode_plane::counters::PlaneCounters;
+use isnode_pool::cache::Cache;
+use isnode_serve_config::ConfigCell;
+use isnode_serve_core::slack::SlackBoard;
 use isnode_store::pace::{paced_rate_bps, Clock, RateSignal, SignalPace, ViewerLoad};
-
-use crate::server::Shared;
+use isnode_sys::event::{Event, IDLE_WAIT};
+use isnode_sys::stop::Stop;
 /// Pause between two passes, seconds.
 pub(crate) const PASS_PAUSE_S: u64 = 60;
 
@@ -83,20 +87,46 @@ impl ScrubState {
     }
 }
 
+/// What the server sees of its viewers, the handles a paced background worker reads.
+#[derive(Clone)]
+pub(crate) struct Viewers {
+    /// The data plane's playback slack.
+    pub slack: Arc<SlackBoard>,
+    /// The pool (its misses are the sessions' block reads).
+    pub cache: Cache,
+    /// The data plane's counters (its skipped packets are late streams).
+    pub plane: Arc<PlaneCounters>,
+}
+
+/// The background scrub's worker: what it holds, and nothing of the rest of the server.
+pub(crate) struct Scrub {
+    /// The volume's directory.
+    pub root: std::path::PathBuf,
+    /// The configuration in force (`scrub_rate_bps`).
+    pub config: ConfigCell,
+    /// Its progress and findings.
+    pub state: Arc<ScrubState>,
+    /// The server's stop.
+    pub stop: Arc<Stop>,
+    /// Set by a reload of the configuration: asleep while off, it looks at its rate again.
+    pub reloaded: Arc<Event>,
+    /// The viewers it yields to.
+    pub viewers: Viewers,
+}
+
 /// The thread's body: passes while the server runs (idle while `scrub_rate_bps` is 0).
-pub(crate) fn run(sh: Arc<Shared>) {
-    let root = sh.objects.root().to_path_buf();
+pub(crate) fn run(sh: Scrub) {
     while !sh.stop.is_stopped() {
-        if sh.config().scrub_rate_bps == 0 {
-            sh.scrub.rate_bps.store(0, Ordering::Relaxed);
+        if sh.config.load().scrub_rate_bps == 0 {
+            sh.state.rate_bps.store(0, Ordering::Relaxed);
             // Off until a reload turns it on (that wakes it) or the server stops.
-            let events = [sh.stop.as_fd(), sh.wakes.reloaded.as_fd()];
-            if isnode_sys::event::wait_any(&events, crate::wake::IDLE_WAIT) == Some(1) {
-                sh.wakes.reloaded.clear();
+            let events = [sh.stop.as_fd(), sh.reloaded.as_fd()];
+            if isnode_sys::event::wait_any(&events, IDLE_WAIT) == Some(1) {
+                sh.reloaded.clear();
             }
             continue;
         }
-        let pause = match pass(&sh, &root) {
+        let pause = match pass(&sh) {
             Ok(ControlFlow::Break(())) => return,
             Ok(ControlFlow::Continue(())) => Duration::from_secs(PASS_PAUSE_S),
             Err(e) => {
@@ -104,21 +134,21 @@ pub(crate) fn run(sh: Arc<Shared>) {
                 Duration::from_secs(PASS_PAUSE_S)
             }
         };
-        if sh.sleep_unless_stopped(pause).is_break() {
+        if sh.stop.sleep_unless_stopped(pause).is_break() {
             return;
         }
     }
 }
 
 /// One pass over the volume; `Break` when the server stops.
-fn pass(sh: &Shared, root: &std::path::Path) -> Result<ControlFlow<()>, isnode_store::StoreError> {
-    let vol = isnode_store::Volume::open(root)?;
+fn pass(sh: &Scrub) -> Result<ControlFlow<()>, isnode_store::StoreError> {
+    let vol = isnode_store::Volume::open(&sh.root)?;
     let signal = ScrubSignal {
         sh,
-        sampler: LoadSampler::new(sh),
+        sampler: LoadSampler::new(sh.viewers.clone()),
     };
-    let mut pace = SignalPace::new(signal, ShutdownClock(sh));
-    let state = &sh.scrub;
+    let mut pace = SignalPace::new(signal, ShutdownClock(&sh.stop));
+    let state = &sh.state;
     let report = isnode_store::scrub(&vol, &mut pace, &mut |p| {
         state.pass_done_bytes.store(p.bytes_done, Ordering::Relaxed);
         state
@@ -165,24 +195,26 @@ fn pass(sh: &Shared, root: &std::path::Path) -> Result<ControlFlow<()>, isnode_s
 /// What the server sees of its viewers, sampled: the data plane's playback slack, and
 /// the packets skipped and pool misses since the previous sample.
 pub(crate) struct LoadSampler {
+    viewers: Viewers,
     skipped: u64,
     misses: u64,
 }
 
 impl LoadSampler {
     /// Counts from now.
-    pub(crate) fn new(sh: &Shared) -> LoadSampler {
+    pub(crate) fn new(viewers: Viewers) -> LoadSampler {
         LoadSampler {
-            skipped: sh.plane_counters.packets_skipped.load(Ordering::Relaxed),
-            misses: sh.cache.stats().misses.load(Ordering::Relaxed),
+            skipped: viewers.plane.packets_skipped.load(Ordering::Relaxed),
+            misses: viewers.cache.stats().misses.load(Ordering::Relaxed),
+            viewers,
         }
     }
 
     /// The load now: a packet skipped since the last sample counts as a late stream.
-    pub(crate) fn sample(&mut self, sh: &Shared) -> ViewerLoad {
-        let skipped = sh.plane_counters.packets_skipped.load(Ordering::Relaxed);
-        let misses = sh.cache.stats().misses.load(Ordering::Relaxed);
-        let slack = sh.slack.total();
+    pub(crate) fn sample(&mut self) -> ViewerLoad {
+        let skipped = self.viewers.plane.packets_skipped.load(Ordering::Relaxed);
+        let misses = self.viewers.cache.stats().misses.load(Ordering::Relaxed);
+        let slack = self.viewers.slack.total();
         let load = ViewerLoad {
             streams: slack.streams,
             min_slack_ms: slack.min_slack_ms,
@@ -197,24 +229,24 @@ impl LoadSampler {
 /// The background scrub's rate: the configured rate scaled by the viewers' load; stops
 /// when the server does or the rate is set to 0.
 struct ScrubSignal<'a> {
-    sh: &'a Shared,
+    sh: &'a Scrub,
     sampler: LoadSampler,
 }
 
 impl RateSignal for ScrubSignal<'_> {
     fn rate_bps(&mut self) -> Option<u64> {
-        let base = self.sh.config().scrub_rate_bps;
+        let base = self.sh.config.load().scrub_rate_bps;
         if self.sh.stop.is_stopped() || base == 0 {
             return None;
         }
-        let rate = paced_rate_bps(base, self.sampler.sample(self.sh));
-        self.sh.scrub.rate_bps.store(rate, Ordering::Relaxed);
+        let rate = paced_rate_bps(base, self.sampler.sample());
+        self.sh.state.rate_bps.store(rate, Ordering::Relaxed);
         Some(rate)
     }
 }
 
 /// The real clock, whose waits end when the server stops.
-struct ShutdownClock<'a>(&'a Shared);
+struct ShutdownClock<'a>(&'a Stop);
 
 impl Clock for ShutdownClock<'_> {
     fn now(&self) -> Instant {

@@ -98,7 +98,7 @@ pub(crate) struct Shared {
     /// The quota room held by the uploads under way (`uploads.rs`).
     pub uploads: Arc<crate::uploads::Uploads>,
     /// The background scrub's progress and findings (`scrub.rs`).
-    pub scrub: crate::scrub::ScrubState,
+    pub scrub: Arc<crate::scrub::ScrubState>,
     /// This edge's cluster (inactive without a node list: a single node).
     pub cluster: crate::cluster::ClusterState,
     /// Fills from the origin (`crate::fill`).
@@ -164,6 +164,11 @@ impl Shared {
     /// The configuration in force (cheap: an atomic load; hold it only briefly).
     pub(crate) fn config(&self) -> arc_swap::Guard<Arc<ServeConfig>> {
         self.config.load()
+    }
+
+    /// The cell of the configuration in force (for the threads that hold their own).
+    pub(crate) fn config_cell(&self) -> &ConfigCell {
+        &self.config
     }
 
     /// Puts `new` in force, keeping the running values of the settings that need a restart;
@@ -616,15 +621,33 @@ fn spawn_background(
         "starting the member-state thread",
         move || members.record_failures(&root, &stop),
     )?;
-    let sh = shared.clone();
+    let viewers = crate::scrub::Viewers {
+        slack: shared.slack.clone(),
+        cache: shared.cache.clone(),
+        plane: shared.plane_counters.clone(),
+    };
+    let scrub = crate::scrub::Scrub {
+        root: volume_dir.to_path_buf(),
+        config: shared.config_cell().clone(),
+        state: shared.scrub.clone(),
+        stop: shared.stop.clone(),
+        reloaded: shared.wakes.reloaded.clone(),
+        viewers: viewers.clone(),
+    };
     let scrub = spawn("isnode-scrub", "starting the scrub thread", move || {
-        crate::scrub::run(sh)
+        crate::scrub::run(scrub)
     })?;
-    let (sh, root) = (shared.clone(), volume_dir.to_path_buf());
+    let pace = crate::viewer_pace::Pace {
+        volume: volume_dir.to_path_buf(),
+        viewers,
+        clock: shared.clock,
+        stop: shared.stop.clone(),
+        first_stream: shared.wakes.pace.clone(),
+    };
     let pace = spawn(
         "isnode-pace",
         "starting the viewer-pace thread",
-        move || crate::viewer_pace::run(sh, root),
+        move || crate::viewer_pace::run(pace),
     )?;
     Ok(vec![keepalives, writer, scrub, pace])
 }
@@ -708,7 +731,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         )),
         tokens_path,
         uploads: Arc::default(),
-        scrub: crate::scrub::ScrubState::default(),
+        scrub: Arc::default(),
         cluster,
         fills,
     });

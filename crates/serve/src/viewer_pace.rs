@@ -20,31 +20,47 @@ use isnode_store::viewer_pace::{
 };
 use std::os::fd::AsFd;
 
-use crate::scrub::LoadSampler;
-use crate::server::Shared;
-use isnode_sys::event::wait_any;
+use crate::scrub::{LoadSampler, Viewers};
+use isnode_sys::clock::Clock;
+use isnode_sys::event::{wait_any, Event};
+use isnode_sys::stop::Stop;
+
+/// The viewer-pace writer: what it holds.
+pub(crate) struct Pace {
+    /// The volume's directory.
+    pub volume: PathBuf,
+    /// The viewers whose load it writes.
+    pub viewers: Viewers,
+    /// The server's clock.
+    pub clock: Clock,
+    /// The server's stop.
+    pub stop: Arc<Stop>,
+    /// Set when a data-plane thread takes its first stream: it samples at once.
+    pub first_stream: Arc<Event>,
+}
 
 /// The thread's body: writes the file until the server stops, then removes it.
-pub(crate) fn run(sh: Arc<Shared>, volume: PathBuf) {
+pub(crate) fn run(p: Pace) {
     let mut mark = Mark::default();
-    let mut sampler = LoadSampler::new(&sh);
+    let mut sampler = LoadSampler::new(p.viewers.clone());
     let mut rule = WriteRule::default();
     let mut warned = false;
-    while !sh.stop.is_stopped() {
-        mark.hold(&volume);
-        let load = sampler.sample(&sh);
-        let now_ms = sh.now_ns() / 1_000_000;
+    let volume = &p.volume;
+    while !p.stop.is_stopped() {
+        mark.hold(volume);
+        let load = sampler.sample();
+        let now_ms = p.clock.now_ns() / 1_000_000;
         if rule.due(load, now_ms) {
-            write(&volume, load, &mut warned);
+            write(volume, load, &mut warned);
         }
-        let events = [sh.stop.as_fd(), sh.wakes.pace.as_fd()];
+        let events = [p.stop.as_fd(), p.first_stream.as_fd()];
         match wait_any(&events, next_sample_in(load)) {
             Some(0) => break,
-            Some(_) => sh.wakes.pace.clear(),
+            Some(_) => p.first_stream.clear(),
             None => {}
         }
     }
-    viewer_pace::remove(&volume);
+    viewer_pace::remove(volume);
     drop(mark);
 }
 

@@ -23,7 +23,7 @@ pub(crate) struct Wakes {
     pub pace: std::sync::Arc<Event>,
     /// Set by a reload of the configuration: the background scrub, asleep while it is off,
     /// looks at its rate again (`scrub.rs`).
-    pub reloaded: Event,
+    pub reloaded: std::sync::Arc<Event>,
     /// Told when a session is registered or a broadcast starts: the reaper (`api.rs`),
     /// asleep while there is nothing to forget, looks again.
     pub reap: tokio::sync::Notify,
@@ -38,7 +38,7 @@ impl Wakes {
         Ok(Wakes {
             stop_notify: std::sync::Arc::new(tokio::sync::Notify::new()),
             pace: std::sync::Arc::new(Event::new()?),
-            reloaded: Event::new()?,
+            reloaded: std::sync::Arc::new(Event::new()?),
             reap: tokio::sync::Notify::new(),
             cluster: tokio::sync::Notify::new(),
         })
