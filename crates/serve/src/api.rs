@@ -258,6 +258,19 @@ fn reap_once(sh: &Shared) -> Reaped {
 
 use isnode_http::error::{error, ApiError};
 
+/// The HTTP status of a fill's failure.
+fn fill_status(s: isnode_fill::FillStatus) -> StatusCode {
+    use isnode_fill::FillStatus as F;
+    match s {
+        F::NotFound => StatusCode::NOT_FOUND,
+        F::Conflict => StatusCode::CONFLICT,
+        F::BadGateway => StatusCode::BAD_GATEWAY,
+        F::InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
+        F::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        F::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 fn store_error(e: StoreError) -> Response {
     match e {
         StoreError::NotFound(_) => error(StatusCode::NOT_FOUND, e),
@@ -268,17 +281,17 @@ fn store_error(e: StoreError) -> Response {
 }
 
 /// The object `name` to serve, filled from the origin if the volume lacks it
-/// ([`crate::fill::object_for`], off the runtime); the error answer otherwise.
+/// ([`isnode_fill::object_for`], off the runtime); the error answer otherwise.
 async fn lookup(
     sh: &Arc<Shared>,
     name: String,
 ) -> Result<Arc<isnode_pool::objects::ObjectInfo>, Response> {
     let sh = sh.clone();
-    match tokio::task::spawn_blocking(move || crate::fill::object_for(&sh, &name)).await {
+    match tokio::task::spawn_blocking(move || isnode_fill::object_for(&sh.fills, &name)).await {
         Ok(Ok(o)) => Ok(o),
         Ok(Err(e)) => {
             let (status, msg) = e.status_and_message();
-            Err(error(status, msg))
+            Err(error(fill_status(status), msg))
         }
         Err(e) => Err(error(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -21,10 +21,13 @@ use std::time::Duration;
 
 use isnode_proto::keepalive::{parse_keepalive, KEEPALIVE_LEN};
 
+use crate::metrics::Metrics;
+use crate::registry::Registry;
 use crate::registry::SessionState;
 use crate::wake::IDLE_WAIT;
-use crate::Shared;
+use isnode_sys::clock::Clock;
 use isnode_sys::event::wait_any;
+use isnode_sys::stop::Stop;
 
 /// Datagrams taken per `recvmmsg` call.
 const BATCH: usize = 64;
@@ -58,9 +61,21 @@ pub(crate) fn bind(control: SocketAddr) -> std::io::Result<UdpSocket> {
     Ok(sock)
 }
 
+/// The keepalive thread: what it holds.
+pub(crate) struct Keepalives {
+    /// The sessions datagrams keep alive.
+    pub sessions: Arc<Registry>,
+    /// Where datagrams taken and refused are counted.
+    pub metrics: Arc<Metrics>,
+    /// The server's clock.
+    pub clock: Clock,
+    /// The server's stop.
+    pub stop: Arc<Stop>,
+}
+
 /// The thread body: drains and naps (or, when nothing came, waits for a datagram) until
 /// the server shuts down.
-pub(crate) fn run(sh: Arc<Shared>, sock: UdpSocket) {
+pub(crate) fn run(sh: Keepalives, sock: UdpSocket) {
     let mut batch = Batch::new();
     while !sh.stop.is_stopped() {
         let mut taken = 0;
@@ -77,7 +92,7 @@ pub(crate) fn run(sh: Arc<Shared>, sock: UdpSocket) {
         }
         if taken > 0 {
             // More are coming: take them together after the nap.
-            if sh.sleep_unless_stopped(NAP).is_break() {
+            if sh.stop.sleep_unless_stopped(NAP).is_break() {
                 break;
             }
         } else {
@@ -88,7 +103,7 @@ pub(crate) fn run(sh: Arc<Shared>, sock: UdpSocket) {
 
 /// Applies one datagram.
 /// A version 2 datagram's loss report goes to the session (adaptive repair).
-fn take(sh: &Shared, data: &[u8], from: Option<IpAddr>) {
+fn take(sh: &Keepalives, data: &[u8], from: Option<IpAddr>) {
     let Some(k) = parse_keepalive(data) else {
         sh.metrics
             .keepalives_refused
@@ -106,7 +121,8 @@ fn take(sh: &Shared, data: &[u8], from: Option<IpAddr>) {
             w.take(k.counter)
         })
         .map(|s| {
-            s.last_keepalive_ns.store(sh.now_ns(), Ordering::Release);
+            s.last_keepalive_ns
+                .store(sh.clock.now_ns(), Ordering::Release);
             if let Some(loss) = k.loss {
                 s.report_loss(loss);
                 sh.metrics.loss_reports.fetch_add(1, Ordering::Relaxed);

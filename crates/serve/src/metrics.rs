@@ -17,6 +17,7 @@ use serde::Serialize;
 use isnode_serve_config::ENGINES;
 
 pub use expose::{AuthFailure, UploadFailure};
+pub use isnode_fill::FillSnapshot;
 pub use isnode_proto::Limit;
 
 /// Live counters, shared by the data plane and the control API.
@@ -46,27 +47,6 @@ pub(crate) struct Metrics {
     pub titles: titles::Titles,
     /// Egress over the last minutes, sampled by the API's sampler task.
     pub egress: egress::EgressRing,
-}
-
-/// The fills from the origin, counted apart from the bytes served.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct FillSnapshot {
-    /// Bytes read from the origin.
-    pub fill_bytes: u64,
-    /// Requests made to the origin (HEAD and ranged GET).
-    pub origin_requests: u64,
-    /// Fills running now.
-    pub fills_active: u64,
-    /// Fills started since start (one per title however many requests share it).
-    pub fills_started: u64,
-    /// Fills finished since start (complete objects).
-    pub fills_done: u64,
-    /// Failed origin requests by class: not_found, changed, unreachable, refused, garbled.
-    pub fill_errors: [u64; 5],
-    /// Titles evicted to make room (`cache_max_bytes`).
-    pub titles_evicted: u64,
-    /// Times a session caught up with a fill front and was held there.
-    pub sessions_held: u64,
 }
 
 /// A point-in-time copy of the server's counters.

@@ -2,7 +2,6 @@
 //! control API thread, and the handle that stops them.
 
 use std::net::SocketAddr;
-use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -55,10 +54,10 @@ fn io_error(context: &str) -> impl FnOnce(std::io::Error) -> ServeError + '_ {
 pub(crate) struct Shared {
     /// The configuration in force (swapped whole by a reload: [`Shared::reload_config`]).
     config: ConfigCell,
-    pub objects: Objects,
+    pub objects: Arc<Objects>,
     pub cache: Cache,
     pub metrics: Arc<Metrics>,
-    pub sessions: Registry,
+    pub sessions: Arc<Registry>,
     /// The server's clock.
     pub clock: Clock,
     /// The server's stop signal (a data-plane failure stops it too).
@@ -84,7 +83,7 @@ pub(crate) struct Shared {
     /// The keepalive socket's twin: token datagrams go out from it (`api/owner.rs`).
     pub token_socket: std::net::UdpSocket,
     /// The running broadcasts.
-    pub broadcasts: crate::broadcast::Broadcasts,
+    pub broadcasts: Arc<crate::broadcast::Broadcasts>,
     /// Most sessions the `sendfile` engine may hold a socket for (`None`: another engine).
     pub sendfile_sessions: Option<u64>,
     /// The role tokens in force (`None`: no token file); swapped by [`reload_tokens`].
@@ -101,8 +100,8 @@ pub(crate) struct Shared {
     pub scrub: Arc<crate::scrub::ScrubState>,
     /// This edge's cluster (inactive without a node list: a single node).
     pub cluster: crate::cluster::ClusterState,
-    /// Fills from the origin (`crate::fill`).
-    pub fills: crate::fill::Fills,
+    /// Fills from the origin (`isnode_fill`).
+    pub fills: Arc<isnode_fill::Fills>,
 }
 
 /// Reads the token file again and puts it in force at once (revoked tokens are refused
@@ -181,11 +180,6 @@ impl Shared {
         self.wakes.reloaded.set();
         self.wakes.cluster.notify_one();
         kept
-    }
-
-    /// Sleeps `d` unless the server stops meanwhile (`Break` then, at once).
-    pub(crate) fn sleep_unless_stopped(&self, d: std::time::Duration) -> ControlFlow<()> {
-        self.stop.sleep_unless_stopped(d)
     }
 
     /// Wakes every data-plane thread, so that control requests just queued on a session
@@ -467,7 +461,9 @@ fn tls_acceptor(config: &ServeConfig) -> Result<Option<tokio_rustls::TlsAcceptor
 
 /// What a server runs on, opened and sized before any thread starts.
 struct Opened {
-    vol: isnode_store::Volume,
+    /// The volume (taken by the catalog's handle once the plane is sized).
+    vol: Option<isnode_store::Volume>,
+    params: isnode_store::VolumeParams,
     failed_in_catalog: Vec<u32>,
     slots: u32,
     threads: usize,
@@ -503,7 +499,8 @@ fn open(volume_dir: &Path, config: &ServeConfig) -> Result<Opened, ServeError> {
     let (limits, sendfile_sessions) = api_limits(config, &vol, threads, engine)?;
     let multicast = multicast_options(config)?;
     Ok(Opened {
-        vol,
+        vol: Some(vol),
+        params,
         failed_in_catalog,
         slots,
         threads,
@@ -513,6 +510,33 @@ fn open(volume_dir: &Path, config: &ServeConfig) -> Result<Opened, ServeError> {
         sendfile_sessions,
         multicast,
     })
+}
+
+/// The fills from the origin of `config`; a title is in use (not evicted) while a session
+/// or broadcast of `control` sends it.
+fn fills(
+    config: &ServeConfig,
+    objects: &Arc<Objects>,
+    cell: &ConfigCell,
+    stop: &Arc<Stop>,
+    control: (&Arc<Registry>, &Arc<crate::broadcast::Broadcasts>),
+) -> Result<Arc<isnode_fill::Fills>, ServeError> {
+    let (sessions, broadcasts) = (control.0.clone(), control.1.clone());
+    let in_use = Box::new(move |name: &str| {
+        let session = sessions
+            .lock_sessions()
+            .values()
+            .any(|s| s.state() == SessionState::Streaming && s.object.rec.name == name);
+        session || broadcasts.list().iter().any(|b| b.object.rec.name == name)
+    });
+    let env = isnode_fill::FillEnv {
+        objects: objects.clone(),
+        config: cell.clone(),
+        stop: stop.clone(),
+        in_use,
+    };
+    let fills = isnode_fill::Fills::new(config, env).map_err(ServeError::Config)?;
+    Ok(Arc::new(fills))
 }
 
 /// The data plane's handles, its threads started.
@@ -530,7 +554,7 @@ fn start_plane(
     wakes: &crate::wake::Wakes,
     first_packet: isnode_plane::deps::FirstPacket,
 ) -> Result<Started, ServeError> {
-    let params = *o.vol.params();
+    let params = o.params;
     let residency = match o.engine {
         EngineKind::Sendfile => Residency::OnUse,
         _ => Residency::Touched,
@@ -605,11 +629,16 @@ fn spawn_background(
     volume_dir: &Path,
     keepalive_sock: std::net::UdpSocket,
 ) -> Result<Vec<JoinHandle<()>>, ServeError> {
-    let sh = shared.clone();
+    let keepalives = keepalive::Keepalives {
+        sessions: shared.sessions.clone(),
+        metrics: shared.metrics.clone(),
+        clock: shared.clock,
+        stop: shared.stop.clone(),
+    };
     let keepalives = spawn(
         "isnode-keepalive",
         "starting the keepalive thread",
-        move || keepalive::run(sh, keepalive_sock),
+        move || keepalive::run(keepalives, keepalive_sock),
     )?;
     let (members, stop, root) = (
         shared.members.clone(),
@@ -674,27 +703,59 @@ fn spawn_api(
     }
 }
 
-/// Starts a server on the volume at `volume_dir` (created with default parameters if
-/// absent) and returns once it listens.
-pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, ServeError> {
-    let o = open(volume_dir, config)?;
-    let tls = tls_acceptor(config)?;
-    let fills = crate::fill::Fills::new(config).map_err(ServeError::Config)?;
-    let (tokens_path, tokens) = load_tokens(volume_dir, config)?;
-    let (std_listener, local_addr) = bind(config.listen)?;
-    let (keepalive_sock, keepalive_port, token_socket) = keepalive_sockets(local_addr)?;
-    let cluster = crate::cluster::ClusterState::of(config).map_err(ServeError::Config)?;
-    let cell = ConfigCell::new(config.clone());
+/// The stop signal (which also wakes the signal loop), the sleepers' events, the counters.
+fn signals() -> Result<(Arc<Stop>, crate::wake::Wakes, Arc<Metrics>), ServeError> {
     let stop = Arc::new(Stop::new().map_err(io_error("creating an eventfd"))?);
     let wakes = crate::wake::Wakes::new().map_err(io_error("creating an eventfd"))?;
     let notify = wakes.stop_notify.clone();
     stop.on_stop(Box::new(move || notify.notify_one()));
-    let metrics = Arc::new(Metrics::new());
+    Ok((stop, wakes, Arc::new(Metrics::new())))
+}
+
+/// Says that the server started, and with what.
+fn log_started(
+    handle: &ServerHandle,
+    shared: &Shared,
+    config: &ServeConfig,
+    (engine, read_io, threads, slots): (EngineKind, ReadIo, usize, u32),
+    api_max_connections: usize,
+) {
+    tracing::info!(
+        listen = %handle.local_addr,
+        keepalive_port = shared.keepalive_port,
+        engine = engine.name(),
+        read_io = ?read_io,
+        threads,
+        cache_bytes = u64::from(slots) * shared.cache.block_len() as u64,
+        bitrate_budget_bps = config.bitrate_budget_bps(),
+        max_sessions_per_client = config.max_sessions_per_client,
+        api_max_connections,
+        "isnode serve started"
+    );
+}
+
+/// Starts a server on the volume at `volume_dir` (created with default parameters if
+/// absent) and returns once it listens.
+pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, ServeError> {
+    let mut o = open(volume_dir, config)?;
+    let tls = tls_acceptor(config)?;
+    let cell = ConfigCell::new(config.clone());
+    let (stop, wakes, metrics) = signals()?;
+    let objects =
+        Arc::new(Objects::new(o.vol.take().ok_or_else(|| {
+            ServeError::Config("the volume was opened once".into())
+        })?));
+    let sessions = Arc::new(Registry::new());
+    let broadcasts = Arc::new(crate::broadcast::Broadcasts::kept_in(volume_dir));
+    let fills = fills(config, &objects, &cell, &stop, (&sessions, &broadcasts))?;
+    let (tokens_path, tokens) = load_tokens(volume_dir, config)?;
+    let (std_listener, local_addr) = bind(config.listen)?;
+    let (keepalive_sock, keepalive_port, token_socket) = keepalive_sockets(local_addr)?;
+    let cluster = crate::cluster::ClusterState::of(config).map_err(ServeError::Config)?;
     let m = metrics.clone();
     let first_packet = Box::new(move |ns: u64| m.session_first_packet(ns));
     let started = start_plane(&o, &cell, &stop, &wakes, first_packet)?;
     let Opened {
-        vol,
         limits,
         sendfile_sessions,
         slots,
@@ -706,10 +767,10 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
     let deps = &started.deps;
     let shared = Arc::new(Shared {
         config: cell,
-        objects: Objects::new(vol),
+        objects,
         cache: deps.cache.clone(),
         metrics,
-        sessions: Registry::new(),
+        sessions,
         clock: deps.clock,
         stop,
         wakes,
@@ -722,7 +783,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         slack: deps.slack.clone(),
         keepalive_port,
         token_socket,
-        broadcasts: crate::broadcast::Broadcasts::kept_in(volume_dir),
+        broadcasts,
         sendfile_sessions,
         tokens: std::sync::RwLock::new(tokens),
         auth_throttle: std::sync::Mutex::new(isnode_auth::throttle::Throttle::default()),
@@ -749,18 +810,13 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         .workers
         .extend(spawn_background(&shared, volume_dir, keepalive_sock)?);
     spawn_api(&mut handle, std_listener, (limits, tls))?;
-    crate::fill::resume_all(&shared);
-    tracing::info!(
-        listen = %local_addr,
-        keepalive_port = shared.keepalive_port,
-        engine = engine.name(),
-        read_io = ?read_io,
-        threads,
-        cache_bytes = u64::from(slots) * u64::from(deps.params.block_len),
-        bitrate_budget_bps = config.bitrate_budget_bps(),
-        max_sessions_per_client = config.max_sessions_per_client,
-        api_max_connections = limits.max_connections,
-        "isnode serve started"
+    isnode_fill::resume_all(&shared.fills);
+    log_started(
+        &handle,
+        &shared,
+        config,
+        (engine, read_io, threads, slots),
+        limits.max_connections,
     );
     Ok(handle)
 }

@@ -311,7 +311,7 @@ pub(super) fn wait_at_front(obj: &ObjectInfo, sbn: u32) -> Result<(), String> {
     let Some(front) = &obj.fill else {
         return Ok(());
     };
-    let deadline = std::time::Instant::now() + crate::fill::FRONT_WAIT;
+    let deadline = std::time::Instant::now() + isnode_fill::FRONT_WAIT;
     match front.wait_for(sbn, deadline) {
         isnode_pool::front::Wait::Ready => Ok(()),
         isnode_pool::front::Wait::Failed => Err(format!(

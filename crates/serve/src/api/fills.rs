@@ -10,7 +10,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::{blocking, error, Sh};
-use crate::fill::{FillKind, FillReport};
+use isnode_fill::{FillKind, FillReport};
 
 /// Most titles one pre-fill request names.
 const MAX_PREFILL_TITLES: usize = 1000;
@@ -108,7 +108,7 @@ fn prefill_one(sh: &std::sync::Arc<crate::Shared>, name: &str, rate_bps: u64) ->
     if sh.fills.job(name).is_none() && sh.objects.get(name).is_ok() {
         return answer("present", None);
     }
-    match crate::fill::start_or_join(sh, name, FillKind::Prefill { rate_bps }) {
+    match isnode_fill::start_or_join(&sh.fills, name, FillKind::Prefill { rate_bps }) {
         Ok(_) => answer("filling", None),
         Err(e) => answer("refused", Some(e)),
     }

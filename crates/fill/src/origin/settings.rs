@@ -3,7 +3,7 @@
 
 use object_store::aws::AmazonS3Builder;
 
-pub(crate) use isnode_serve_config::origin::OriginKind;
+pub use isnode_serve_config::origin::OriginKind;
 
 /// The region when neither the configuration nor `AWS_REGION` names one (Garage's
 /// default `s3_region` is `garage`; AWS's default is this).
@@ -11,7 +11,7 @@ const DEFAULT_REGION: &str = "us-east-1";
 
 /// Everything needed to reach the origin. Its `Debug` shows no secret.
 #[derive(Clone)]
-pub(crate) struct OriginSettings {
+pub struct OriginSettings {
     /// Which origin.
     pub kind: OriginKind,
     /// The S3 endpoint (`http://host:3900` for Garage); `None`: AWS.
@@ -37,8 +37,8 @@ impl std::fmt::Debug for OriginSettings {
 impl OriginSettings {
     /// The origin of `config`, `None` when it has none; the environment fills in what the
     /// configuration leaves out.
-    pub(crate) fn from_config(
-        config: &crate::ServeConfig,
+    pub fn from_config(
+        config: &isnode_serve_config::ServeConfig,
     ) -> Result<Option<OriginSettings>, String> {
         if config.origin.is_empty() {
             return Ok(None);
@@ -66,12 +66,12 @@ impl OriginSettings {
     }
 
     /// The strings no message may show.
-    pub(crate) fn secrets(&self) -> Vec<String> {
+    pub fn secrets(&self) -> Vec<String> {
         self.secret_access_key.iter().cloned().collect()
     }
 
     /// What logs call the origin: `s3://BUCKET at ENDPOINT` or `file:///DIR`.
-    pub(crate) fn label(&self) -> String {
+    pub fn label(&self) -> String {
         match &self.kind {
             OriginKind::S3 { bucket } => match &self.endpoint {
                 Some(e) => format!("s3://{bucket} at {e}"),
@@ -83,7 +83,7 @@ impl OriginSettings {
 
     /// The S3 client's builder: path-style requests, plain HTTP allowed for an `http://`
     /// endpoint, signed when credentials are known (else unsigned: a public bucket).
-    pub(crate) fn s3_builder(&self, bucket: &str) -> AmazonS3Builder {
+    pub fn s3_builder(&self, bucket: &str) -> AmazonS3Builder {
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(bucket)
             .with_region(&self.region)

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use isnode_store::{FillSpec, StoreError, Volume};
 
-use super::FillKind;
+use crate::fills::Fills;
+use crate::job::FillKind;
 use crate::origin::OriginMeta;
-use crate::Shared;
 
 /// The spec of `name`'s filling object when it is the version `meta` describes (same ETag
 /// and size): the fill resumes from its durable front without probing again.
@@ -33,11 +33,11 @@ pub(super) fn resumable_spec(
 
 /// Resumes, in the background, every fill the volume holds (a server stopped or killed
 /// mid-fill); each goes on from its durable front. Nothing without an origin.
-pub(crate) fn resume_all(sh: &Arc<Shared>) {
-    if sh.fills.origin().is_none() {
+pub fn resume_all(fills: &Arc<Fills>) {
+    if fills.origin().is_none() {
         return;
     }
-    let names = sh.objects.with_volume(|vol| vol.filling_objects());
+    let names = fills.env.objects.with_volume(|vol| vol.filling_objects());
     let names = match names {
         Ok(f) => f,
         Err(e) => {
@@ -48,7 +48,7 @@ pub(crate) fn resume_all(sh: &Arc<Shared>) {
     for f in names {
         let name = f.record.name;
         tracing::info!(title = %name, front_codewords = f.front_codewords, "resuming the fill");
-        if let Err(e) = super::start_or_join(sh, &name, FillKind::Demand) {
+        if let Err(e) = crate::start::start_or_join(fills, &name, FillKind::Demand) {
             tracing::warn!(title = %name, "resuming the fill: {e}");
         }
     }

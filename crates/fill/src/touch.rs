@@ -5,14 +5,14 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::Shared;
+use crate::fills::Fills;
 
 /// Least time between two recorded uses of one title.
 const TOUCH_EVERY: Duration = Duration::from_secs(5);
 
 /// When each title's use was last recorded.
 #[derive(Debug, Default)]
-pub(crate) struct Touches(Mutex<HashMap<String, Instant>>);
+pub struct Touches(Mutex<HashMap<String, Instant>>);
 
 impl Touches {
     /// Whether a use of `name` is due to be recorded now (marked recorded if so).
@@ -33,11 +33,11 @@ impl Touches {
 }
 
 /// Records a use of `name` (only with a cache capacity; at most every [`TOUCH_EVERY`]).
-pub(crate) fn touched(sh: &Shared, name: &str) {
-    if sh.config().cache_max_bytes == 0 || !sh.fills.touches.due(name) {
+pub(crate) fn touched(fills: &Fills, name: &str) {
+    if fills.env.config.load().cache_max_bytes == 0 || !fills.touches.due(name) {
         return;
     }
-    if let Err(e) = sh.objects.with_volume_mut(|v| v.touch(name)) {
+    if let Err(e) = fills.env.objects.with_volume_mut(|v| v.touch(name)) {
         tracing::warn!(title = %name, "recording a use: {e}");
     }
 }

@@ -1,5 +1,5 @@
 use super::*;
-use axum::http::StatusCode;
+use crate::status::FillStatus;
 
 fn dir_origin(dir: &std::path::Path) -> Origin {
     let settings = OriginSettings {
@@ -48,7 +48,7 @@ fn missing_changed_and_bad_keys_are_told_apart() {
     let rt = rt();
     let e = rt.block_on(o.head("nope.ts")).unwrap_err();
     assert_eq!(e.class(), ErrorClass::NotFound, "{e}");
-    assert_eq!(e.http_status(), StatusCode::NOT_FOUND);
+    assert_eq!(e.status(), FillStatus::NotFound);
     let meta = rt.block_on(o.head("a.ts")).unwrap();
     // Another version (another length: another ETag).
     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -57,7 +57,7 @@ fn missing_changed_and_bad_keys_are_told_apart() {
         .block_on(o.get_range("a.ts", 0..1000, &meta.etag))
         .unwrap_err();
     assert_eq!(e.class(), ErrorClass::Changed, "{e}");
-    assert_eq!(e.http_status(), StatusCode::CONFLICT);
+    assert_eq!(e.status(), FillStatus::Conflict);
     let e = rt.block_on(o.head("../etc/passwd")).unwrap_err();
     assert_eq!(e.class(), ErrorClass::NotFound, "{e}");
 }
@@ -85,7 +85,7 @@ fn an_unreachable_s3_origin_is_502_and_no_secret_is_shown() {
     assert!(!format!("{o:?}").contains(secret));
     let e = rt().block_on(o.head("a.ts")).unwrap_err();
     assert_eq!(e.class(), ErrorClass::Unreachable, "{e}");
-    assert_eq!(e.http_status(), StatusCode::BAD_GATEWAY);
+    assert_eq!(e.status(), FillStatus::BadGateway);
     assert!(!e.to_string().contains(secret), "{e}");
 }
 

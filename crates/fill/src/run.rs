@@ -8,14 +8,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
+use crate::status::FillStatus;
 use bytes::Bytes;
 use isnode_store::{Fill, FillSpec, StoreError, Volume};
 
-use super::content_check::ContentCheck;
-use super::job::{FillJob, JobFailure};
+use crate::content_check::ContentCheck;
+use crate::fills::Fills;
+use crate::job::{FillJob, JobFailure};
 use crate::origin::{ErrorClass, Origin, OriginError, OriginMeta};
-use crate::Shared;
 use isnode_pool::front::readable_codewords;
 use isnode_pool::objects::ObjectInfo;
 
@@ -54,8 +54,8 @@ impl From<OriginError> for Stop {
 impl From<StoreError> for Stop {
     fn from(e: StoreError) -> Stop {
         let status = match e {
-            _ if e.is_no_room() => StatusCode::INSUFFICIENT_STORAGE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
+            _ if e.is_no_room() => FillStatus::InsufficientStorage,
+            _ => FillStatus::Internal,
         };
         Stop::Fatal(JobFailure::Other {
             status,
@@ -64,12 +64,12 @@ impl From<StoreError> for Stop {
     }
 }
 
-impl From<super::probe::ProbeError> for Stop {
-    fn from(e: super::probe::ProbeError) -> Stop {
+impl From<crate::probe::ProbeError> for Stop {
+    fn from(e: crate::probe::ProbeError) -> Stop {
         match e {
-            super::probe::ProbeError::Origin(e) => e.into(),
-            e @ super::probe::ProbeError::Media(_) => Stop::Fatal(JobFailure::Other {
-                status: StatusCode::BAD_GATEWAY,
+            crate::probe::ProbeError::Origin(e) => e.into(),
+            e @ crate::probe::ProbeError::Media(_) => Stop::Fatal(JobFailure::Other {
+                status: FillStatus::BadGateway,
                 msg: e.to_string(),
             }),
         }
@@ -77,12 +77,9 @@ impl From<super::probe::ProbeError> for Stop {
 }
 
 /// Runs the fill of `job` to its end (done, failed, or the server stopping).
-pub(super) fn run(sh: &Arc<Shared>, job: &Arc<FillJob>) {
-    let Some((origin, rt)) = sh.fills.origin() else {
-        job.fail_with(
-            "no origin is configured".into(),
-            Some(StatusCode::NOT_FOUND),
-        );
+pub(super) fn run(fills: &Arc<Fills>, job: &Arc<FillJob>) {
+    let Some((origin, rt)) = fills.origin() else {
+        job.fail_with("no origin is configured".into(), Some(FillStatus::NotFound));
         return;
     };
     let origin = origin.clone();
@@ -91,11 +88,11 @@ pub(super) fn run(sh: &Arc<Shared>, job: &Arc<FillJob>) {
     // The MD5 of the bytes pushed, kept across attempts (a resume re-reads what it lacks).
     let mut check: Option<ContentCheck> = None;
     loop {
-        let stop = match attempt(sh, job, (&origin, &rt), fresh, &mut check) {
+        let stop = match attempt(fills, job, (&origin, &rt), fresh, &mut check) {
             Ok(()) => {
-                sh.fills.mark_checked(&job.name);
+                fills.mark_checked(&job.name);
                 job.done();
-                sh.fills.counters.fills_done.fetch_add(1, Ordering::Relaxed);
+                fills.counters.fills_done.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(title = %job.name, "fill complete");
                 return;
             }
@@ -121,7 +118,7 @@ pub(super) fn run(sh: &Arc<Shared>, job: &Arc<FillJob>) {
             {
                 tracing::warn!(title = %job.name, "fill interrupted ({e}); retrying in {} ms from its front", backoff.as_millis());
                 job.retrying();
-                if sleep_unless_shutdown(sh, backoff) {
+                if sleep_unless_shutdown(fills, backoff) {
                     return;
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(8));
@@ -141,25 +138,25 @@ pub(super) fn run(sh: &Arc<Shared>, job: &Arc<FillJob>) {
 }
 
 /// Sleeps `d` unless the server stops first (true then).
-fn sleep_unless_shutdown(sh: &Shared, d: Duration) -> bool {
+fn sleep_unless_shutdown(fills: &Fills, d: Duration) -> bool {
     let end = Instant::now() + d;
     while Instant::now() < end {
-        if sh.stop.is_stopped() {
+        if fills.env.stop.is_stopped() {
             return true;
         }
         std::thread::sleep(THROTTLE_STEP.min(end.saturating_duration_since(Instant::now())));
     }
-    sh.stop.is_stopped()
+    fills.env.stop.is_stopped()
 }
 
 /// Counts one origin request of `job` and its outcome.
 fn counted<T>(
-    sh: &Shared,
+    fills: &Fills,
     job: &FillJob,
     r: Result<T, OriginError>,
     bytes: impl Fn(&T) -> u64,
 ) -> Result<T, OriginError> {
-    let c = &sh.fills.counters;
+    let c = &fills.counters;
     c.origin_requests.fetch_add(1, Ordering::Relaxed);
     job.origin_requests.fetch_add(1, Ordering::Relaxed);
     match &r {
@@ -176,13 +173,53 @@ fn counted<T>(
 /// One attempt: from the durable front (or zero) to the complete object; `check`: the
 /// content check of the version (made here for a plain MD5 ETag).
 fn attempt(
-    sh: &Arc<Shared>,
+    fills: &Arc<Fills>,
     job: &Arc<FillJob>,
     (origin, rt): (&Arc<Origin>, &tokio::runtime::Handle),
     fresh: bool,
     check: &mut Option<ContentCheck>,
 ) -> Result<(), Stop> {
-    let meta = counted(sh, job, rt.block_on(origin.head(&job.name)), |_| 0)?;
+    let mut f = open_attempt(fills, job, (origin, rt), fresh, check)?;
+    let mut p = Pipeline::new(
+        fills,
+        job,
+        origin,
+        rt,
+        &f.spec,
+        f.range_bytes,
+        f.fill.next_byte_offset(),
+    );
+    if let Some(h) = f.head.take().filter(|_| f.fill.next_byte_offset() == 0) {
+        p.queue.push_back(Pending::ready(0..h.len() as u64, h));
+        p.next_request = p
+            .next_request
+            .max(p.queue.back().map_or(0, |x| x.range.end));
+    }
+    copy_ranges(fills, job, &mut p, &mut f, check)?;
+    finish_attempt(fills, job, f, check)
+}
+
+/// An attempt's fill, opened: where it writes and what it fills.
+struct Attempt {
+    vol: Volume,
+    fill: Fill,
+    spec: FillSpec,
+    /// The first bytes, read with the HEAD's probe (if any).
+    head: Option<bytes::Bytes>,
+    layout: isnode_store::Layout,
+    range_bytes: u64,
+}
+
+/// Asks the origin for the version, makes room, and opens (or resumes) the fill: its
+/// filling object is published, readable up to its durable front.
+fn open_attempt(
+    fills: &Arc<Fills>,
+    job: &Arc<FillJob>,
+    (origin, rt): (&Arc<Origin>, &tokio::runtime::Handle),
+    fresh: bool,
+    check: &mut Option<ContentCheck>,
+) -> Result<Attempt, Stop> {
+    let meta = counted(fills, job, rt.block_on(origin.head(&job.name)), |_| 0)?;
     if check.as_ref().map(ContentCheck::etag) != Some(meta.etag.as_str()) {
         *check = ContentCheck::for_etag(&meta.etag);
     }
@@ -192,11 +229,11 @@ fn attempt(
         ))));
     }
     job.begin_attempt(meta.size_bytes, fresh);
-    let mut vol = Volume::open(sh.objects.root())?;
-    super::evict::make_room(sh, &mut vol, &job.name, meta.size_bytes)?;
-    let range_bytes = sh.config().fill_range_bytes;
-    let (spec, head) = spec_for(sh, job, &vol, origin, rt, &meta, range_bytes)?;
-    let mut fill = Fill::begin_or_resume(&mut vol, &spec)?;
+    let mut vol = Volume::open(fills.env.objects.root())?;
+    crate::evict::make_room(fills, &mut vol, &job.name, meta.size_bytes)?;
+    let range_bytes = fills.env.config.load().fill_range_bytes;
+    let (spec, head) = spec_for(fills, job, &vol, origin, rt, &meta, range_bytes)?;
+    let fill = Fill::begin_or_resume(&mut vol, &spec)?;
     let front = job.front();
     if let Some(c) = check.as_mut() {
         catch_up(&vol, &fill, c)?;
@@ -209,56 +246,79 @@ fn attempt(
         fill.next_byte_offset(),
         held_back(check, &layout, fill.front_codewords()),
     );
-    let mut p = Pipeline::new(
-        sh,
-        job,
-        origin,
-        rt,
-        &spec,
+    Ok(Attempt {
+        vol,
+        fill,
+        spec,
+        head,
+        layout,
         range_bytes,
-        fill.next_byte_offset(),
-    );
-    if let Some(h) = head.filter(|_| fill.next_byte_offset() == 0) {
-        p.queue.push_back(Pending::ready(0..h.len() as u64, h));
-        p.next_request = p
-            .next_request
-            .max(p.queue.back().map_or(0, |x| x.range.end));
-    }
+    })
+}
+
+/// Writes the origin's ranges into the fill as they come, committing the front at the
+/// first codeword and every [`COMMIT_EVERY`]; stops (committed) when the server does.
+fn copy_ranges(
+    fills: &Fills,
+    job: &FillJob,
+    p: &mut Pipeline<'_>,
+    f: &mut Attempt,
+    check: &mut Option<ContentCheck>,
+) -> Result<(), Stop> {
+    let (vol, fill) = (&mut f.vol, &mut f.fill);
     let mut last_commit = Instant::now();
     while let Some((range, bytes)) = p.next()? {
         let at = fill.next_byte_offset();
         let skip = usize::try_from(at.saturating_sub(range.start)).unwrap_or(usize::MAX);
         let Some(new) = bytes.get(skip..) else {
             return Err(Stop::Fatal(JobFailure::Other {
-                status: StatusCode::INTERNAL_SERVER_ERROR,
+                status: FillStatus::Internal,
                 msg: format!(
                     "fill of {:?}: range {range:?} is before the front {at}",
                     job.name
                 ),
             }));
         };
-        fill.push(&mut vol, new)?;
+        fill.push(vol, new)?;
         if let Some(c) = check.as_mut() {
             c.update(new);
         }
         let first = job.front().readable() == 0;
         if first
             || last_commit.elapsed() >= COMMIT_EVERY
-            || fill.next_byte_offset() >= spec.size_bytes
+            || fill.next_byte_offset() >= f.spec.size_bytes
         {
-            let committed = fill.commit(&mut vol)?;
+            let committed = fill.commit(vol)?;
             last_commit = Instant::now();
-            publish_points(job, &fill);
+            publish_points(job, fill);
             job.progress(
                 fill.next_byte_offset(),
-                held_back(check, &layout, committed),
+                held_back(check, &f.layout, committed),
             );
         }
-        if sh.stop.is_stopped() {
-            let _ = fill.commit(&mut vol);
+        if fills.env.stop.is_stopped() {
+            let _ = fill.commit(vol);
             return Err(Stop::Shutdown);
         }
     }
+    Ok(())
+}
+
+/// Completes the fill if the origin gave every byte and the content check (if any) holds;
+/// a version that fails its check is abandoned.
+fn finish_attempt(
+    fills: &Fills,
+    job: &FillJob,
+    f: Attempt,
+    check: &mut Option<ContentCheck>,
+) -> Result<(), Stop> {
+    let Attempt {
+        mut vol,
+        mut fill,
+        spec,
+        ..
+    } = f;
+    let vol = &mut vol;
     if fill.next_byte_offset() < spec.size_bytes {
         return Err(Stop::Origin(OriginError::Garbled(format!(
             "{:?}: the origin's ranges ended at byte {} of {}",
@@ -269,15 +329,15 @@ fn attempt(
     }
     if let Some(Err(why)) = check.as_ref().map(ContentCheck::verdict) {
         // Never complete: the filling object goes, its readers stop, waiters get 502.
-        fill.abandon(&mut vol)?;
+        fill.abandon(vol)?;
         *check = None;
-        sh.fills.counters.error(ErrorClass::Garbled);
+        fills.counters.error(ErrorClass::Garbled);
         return Err(Stop::Fatal(JobFailure::Origin(OriginError::Garbled(
             format!("{:?}: {why}", job.name),
         ))));
     }
-    fill.commit(&mut vol)?;
-    fill.finish(&mut vol)?;
+    fill.commit(vol)?;
+    fill.finish(vol)?;
     Ok(())
 }
 
@@ -330,7 +390,7 @@ fn catch_up(vol: &Volume, fill: &Fill, check: &mut ContentCheck) -> Result<(), S
 /// The fill's spec: the filling object's own (resuming the same version: no probe), or a
 /// probe of the first range, which is then pushed rather than fetched again.
 fn spec_for(
-    sh: &Shared,
+    fills: &Fills,
     job: &FillJob,
     vol: &Volume,
     origin: &Origin,
@@ -338,23 +398,23 @@ fn spec_for(
     meta: &OriginMeta,
     range_bytes: u64,
 ) -> Result<(FillSpec, Option<Bytes>), Stop> {
-    if let Some(spec) = super::resume::resumable_spec(vol, &job.name, meta)? {
+    if let Some(spec) = crate::resume::resumable_spec(vol, &job.name, meta)? {
         return Ok((spec, None));
     }
     let head_end = range_bytes.min(meta.size_bytes);
     let head = counted(
-        sh,
+        fills,
         job,
         rt.block_on(origin.get_range(&job.name, 0..head_end, &meta.etag)),
         |b| b.len() as u64,
     )?;
-    let probed = super::probe::probe(rt, origin, &job.name, (meta.size_bytes, &meta.etag), &head);
+    let probed = crate::probe::probe(rt, origin, &job.name, (meta.size_bytes, &meta.etag), &head);
     if let Ok(p) = &probed {
         let (requests, bytes) = p.fetched;
         for _ in 0..requests {
-            let _ = counted(sh, job, Ok::<_, OriginError>(()), |_| 0);
+            let _ = counted(fills, job, Ok::<_, OriginError>(()), |_| 0);
         }
-        sh.fills
+        fills
             .counters
             .fill_bytes
             .fetch_add(bytes, Ordering::Relaxed);
@@ -399,7 +459,7 @@ impl Drop for Pending {
 /// The ranged GETs of one attempt: at most `fill_parallel_ranges` in flight, handed out
 /// in order, started no faster than the job's rate cap.
 struct Pipeline<'a> {
-    sh: &'a Arc<Shared>,
+    fills: &'a Arc<Fills>,
     job: &'a Arc<FillJob>,
     origin: &'a Arc<Origin>,
     rt: &'a tokio::runtime::Handle,
@@ -414,7 +474,7 @@ struct Pipeline<'a> {
 
 impl<'a> Pipeline<'a> {
     fn new(
-        sh: &'a Arc<Shared>,
+        fills: &'a Arc<Fills>,
         job: &'a Arc<FillJob>,
         origin: &'a Arc<Origin>,
         rt: &'a tokio::runtime::Handle,
@@ -425,7 +485,7 @@ impl<'a> Pipeline<'a> {
         // Ranges are aligned to the range size (the origin's blocks).
         let aligned = from - from % range_bytes.max(1);
         Pipeline {
-            sh,
+            fills,
             job,
             origin,
             rt,
@@ -465,7 +525,7 @@ impl<'a> Pipeline<'a> {
 
     /// Starts ranged GETs until `fill_parallel_ranges` are in flight (rate cap allowing).
     fn fill_queue(&mut self) -> Result<(), Stop> {
-        let parallel = self.sh.config().fill_parallel_ranges.max(1) as usize;
+        let parallel = self.fills.env.config.load().fill_parallel_ranges.max(1) as usize;
         while self.queue.len() < parallel && self.next_request < self.size {
             if !self.queue.is_empty() && !self.may_start() {
                 break;
@@ -481,10 +541,10 @@ impl<'a> Pipeline<'a> {
                 self.job.name.clone(),
                 self.etag.clone(),
             );
-            let (sh, job) = (self.sh.clone(), self.job.clone());
+            let (fills, job) = (self.fills.clone(), self.job.clone());
             let task = self.rt.spawn(async move {
                 let r = origin.get_range(&name, start..end, &etag).await;
-                counted(&sh, &job, r, |b| b.len() as u64)
+                counted(&fills, &job, r, |b| b.len() as u64)
             });
             self.queue.push_back(Pending {
                 range: start..end,
@@ -509,7 +569,7 @@ impl<'a> Pipeline<'a> {
     /// Waits until the rate cap lets the next range start (the server stopping ends it).
     fn wait_for_cap(&self) -> Result<(), Stop> {
         while !self.may_start() {
-            if sleep_unless_shutdown(self.sh, THROTTLE_STEP) {
+            if sleep_unless_shutdown(self.fills, THROTTLE_STEP) {
                 return Err(Stop::Shutdown);
             }
         }

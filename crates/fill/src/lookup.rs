@@ -4,20 +4,21 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
+use crate::status::FillStatus;
 use isnode_store::StoreError;
 
-use super::{start_or_join, FillKind, FIRST_BYTES_WAIT};
-use crate::Shared;
+use crate::fills::{Fills, FIRST_BYTES_WAIT};
+use crate::job::{FillJob, FillKind};
+use crate::start::start_or_join;
 use isnode_pool::objects::ObjectInfo;
 
 /// Why a request gets no object.
 #[derive(Debug)]
-pub(crate) enum LookupError {
+pub enum LookupError {
     /// The catalog's answer (no origin, or not a fill matter).
     Store(StoreError),
     /// The fill failed: the status (`404`, `409`, `502`, ...) and why.
-    Fill(StatusCode, String),
+    Fill(FillStatus, String),
     /// The fill's first codewords did not come in time (`503`).
     Slow(String),
 }
@@ -26,37 +27,37 @@ pub(crate) enum LookupError {
 /// ETag checked at most every `origin_check_interval_s`: a changed one is filled again and
 /// served from the new fill), or a new fill when the volume lacks it and an origin is
 /// configured. Blocks (catalog, origin HEAD, the first codewords): call it off the runtime.
-pub(crate) fn object_for(sh: &Arc<Shared>, name: &str) -> Result<Arc<ObjectInfo>, LookupError> {
+pub fn object_for(fills: &Arc<Fills>, name: &str) -> Result<Arc<ObjectInfo>, LookupError> {
     // A job that is done but not yet forgotten holds the object as it was while filling:
     // the catalog has it complete.
-    if let Some(job) = sh.fills.job(name).filter(|j| !j.is_done()) {
+    if let Some(job) = fills.job(name).filter(|j| !j.is_done()) {
         job.join(FillKind::Demand);
         return wait_first(&job);
     }
-    match sh.objects.get(name) {
+    match fills.env.objects.get(name) {
         Ok(o) => {
-            super::touch::touched(sh, name);
-            match changed_at_origin(sh, name) {
-                true => fill(sh, name),
+            crate::touch::touched(fills, name);
+            match changed_at_origin(fills, name) {
+                true => fill(fills, name),
                 false => Ok(o),
             }
         }
-        Err(StoreError::NotFound(_)) if sh.fills.origin().is_some() => {
+        Err(StoreError::NotFound(_)) if fills.origin().is_some() => {
             isnode_store::ingest::validate_name(name).map_err(LookupError::Store)?;
-            fill(sh, name)
+            fill(fills, name)
         }
         Err(e) => Err(LookupError::Store(e)),
     }
 }
 
 /// Starts or joins the fill of `name` and waits for its first codewords.
-fn fill(sh: &Arc<Shared>, name: &str) -> Result<Arc<ObjectInfo>, LookupError> {
-    let job = start_or_join(sh, name, FillKind::Demand)
-        .map_err(|e| LookupError::Fill(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+fn fill(fills: &Arc<Fills>, name: &str) -> Result<Arc<ObjectInfo>, LookupError> {
+    let job = start_or_join(fills, name, FillKind::Demand)
+        .map_err(|e| LookupError::Fill(FillStatus::Internal, e))?;
     wait_first(&job)
 }
 
-fn wait_first(job: &super::FillJob) -> Result<Arc<ObjectInfo>, LookupError> {
+fn wait_first(job: &FillJob) -> Result<Arc<ObjectInfo>, LookupError> {
     match job.wait_first(Instant::now() + FIRST_BYTES_WAIT) {
         Some(Ok(info)) => Ok(info),
         Some(Err(f)) => {
@@ -73,25 +74,26 @@ fn wait_first(job: &super::FillJob) -> Result<Arc<ObjectInfo>, LookupError> {
 
 /// Whether the complete object `name`, filled from the origin, has another ETag there now
 /// (checked at most every `origin_check_interval_s`; an origin error keeps the local copy).
-fn changed_at_origin(sh: &Shared, name: &str) -> bool {
-    let interval = Duration::from_secs(sh.config().origin_check_interval_s);
-    if !sh.fills.check_due(name, interval) {
+fn changed_at_origin(fills: &Fills, name: &str) -> bool {
+    let interval = Duration::from_secs(fills.env.config.load().origin_check_interval_s);
+    if !fills.check_due(name, interval) {
         return false;
     }
-    let Ok(Some(local)) = sh.objects.with_volume(|v| v.origin_etag(name)) else {
+    let Ok(Some(local)) = fills.env.objects.with_volume(|v| v.origin_etag(name)) else {
         return false; // ingested locally, or the catalog failed: nothing to compare
     };
-    let Some((origin, rt)) = sh.fills.origin() else {
+    let Some((origin, rt)) = fills.origin() else {
         return false;
     };
-    sh.fills
+    fills
         .counters
         .origin_requests
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     match rt.block_on(origin.head(name)) {
         Ok(meta) if meta.etag == local => {
             let now = isnode_pool::objects::system_clock_s() as i64;
-            let r = sh
+            let r = fills
+                .env
                 .objects
                 .with_volume_mut(|v| v.set_origin_checked(name, now));
             if let Err(e) = r {
@@ -104,7 +106,7 @@ fn changed_at_origin(sh: &Shared, name: &str) -> bool {
             true
         }
         Err(e) => {
-            sh.fills.counters.error(e.class());
+            fills.counters.error(e.class());
             tracing::warn!(title = %name, "checking the origin: {e}; serving the local copy");
             false
         }
@@ -113,20 +115,20 @@ fn changed_at_origin(sh: &Shared, name: &str) -> bool {
 
 impl LookupError {
     /// The answer a client gets.
-    pub(crate) fn status_and_message(&self) -> (StatusCode, String) {
+    pub fn status_and_message(&self) -> (FillStatus, String) {
         match self {
             LookupError::Store(e) => (store_status(e), e.to_string()),
             LookupError::Fill(s, m) => (*s, m.clone()),
-            LookupError::Slow(m) => (StatusCode::SERVICE_UNAVAILABLE, m.clone()),
+            LookupError::Slow(m) => (FillStatus::Unavailable, m.clone()),
         }
     }
 }
 
 /// The status of a catalog error (as the API's other routes answer it).
-fn store_status(e: &StoreError) -> StatusCode {
+fn store_status(e: &StoreError) -> FillStatus {
     match e {
-        StoreError::NotFound(_) | StoreError::BadName { .. } => StatusCode::NOT_FOUND,
-        StoreError::BadObject { .. } => StatusCode::CONFLICT,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
+        StoreError::NotFound(_) | StoreError::BadName { .. } => FillStatus::NotFound,
+        StoreError::BadObject { .. } => FillStatus::Conflict,
+        _ => FillStatus::Internal,
     }
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use axum::http::StatusCode;
+use crate::status::FillStatus;
 use serde::Serialize;
 
 use crate::origin::OriginError;
@@ -14,7 +14,7 @@ use isnode_pool::objects::ObjectInfo;
 
 /// Who asked for a fill.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum FillKind {
+pub enum FillKind {
     /// A viewer's request: as fast as the origin goes.
     Demand,
     /// An operator's pre-fill, at most this fast (bits per second; 0: unlimited).
@@ -26,13 +26,13 @@ pub(crate) enum FillKind {
 
 /// Why a fill failed, as a client is told.
 #[derive(Clone, Debug)]
-pub(crate) enum JobFailure {
+pub enum JobFailure {
     /// The origin's answer (`404`, `409`, `502`).
     Origin(OriginError),
     /// Anything else, with its status.
     Other {
         /// The status a request gets.
-        status: StatusCode,
+        status: FillStatus,
         /// Why.
         msg: String,
     },
@@ -40,9 +40,9 @@ pub(crate) enum JobFailure {
 
 impl JobFailure {
     /// The status and message a client gets.
-    pub(crate) fn answer(&self) -> (StatusCode, String) {
+    pub fn answer(&self) -> (FillStatus, String) {
         match self {
-            JobFailure::Origin(e) => (e.http_status(), e.to_string()),
+            JobFailure::Origin(e) => (e.status(), e.to_string()),
             JobFailure::Other { status, msg } => (*status, msg.clone()),
         }
     }
@@ -51,7 +51,7 @@ impl JobFailure {
 /// Where a fill is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Phase {
+pub enum Phase {
     /// Asking the origin (HEAD, probe) or resuming.
     Starting,
     /// Codewords are coming.
@@ -78,7 +78,7 @@ struct State {
 }
 
 /// One title's fill.
-pub(crate) struct FillJob {
+pub struct FillJob {
     /// The title.
     pub name: String,
     /// The pre-fill's rate cap (bits per second; 0: unlimited); see
@@ -99,7 +99,7 @@ pub(crate) struct FillJob {
 
 /// A fill as `GET /v1/fills` reports it.
 #[derive(Clone, Debug, Serialize)]
-pub(crate) struct FillReport {
+pub struct FillReport {
     /// The title.
     pub name: String,
     /// Where it is.
@@ -129,7 +129,7 @@ pub(crate) struct FillReport {
 
 impl FillJob {
     /// A job not started yet.
-    pub(crate) fn new(name: &str, kind: FillKind) -> FillJob {
+    pub fn new(name: &str, kind: FillKind) -> FillJob {
         let cap = match kind {
             FillKind::Demand => 0,
             FillKind::Prefill { rate_bps } => rate_bps,
@@ -165,7 +165,7 @@ impl FillJob {
     /// Another request joins: a viewer raises a pre-fill's cap to at least twice the
     /// title's bitrate (the fill outruns the playing); a pre-fill with a higher cap (or
     /// none) raises it to that.
-    pub(crate) fn join(&self, kind: FillKind) {
+    pub fn join(&self, kind: FillKind) {
         match kind {
             FillKind::Demand => self.demanded.store(true, Ordering::Relaxed),
             FillKind::Prefill { rate_bps } => {
@@ -180,7 +180,7 @@ impl FillJob {
 
     /// The rate cap in force, bits per second (0: unlimited): a pre-fill's cap, raised to
     /// twice the title's bitrate once a viewer asks for it; none for a viewer's fill.
-    pub(crate) fn rate_cap_bps(&self) -> u64 {
+    pub fn rate_cap_bps(&self) -> u64 {
         let cap = self.prefill_cap_bps.load(Ordering::Relaxed);
         if cap == 0 || !self.demanded.load(Ordering::Relaxed) {
             return cap;
@@ -193,13 +193,13 @@ impl FillJob {
     }
 
     /// The front of the version being filled.
-    pub(crate) fn front(&self) -> Arc<FillFront> {
+    pub fn front(&self) -> Arc<FillFront> {
         self.lock().front.clone()
     }
 
     /// A new attempt begins (size known); `fresh`: a new version (the old front fails, its
     /// readers stop).
-    pub(crate) fn begin_attempt(&self, size_bytes: u64, fresh: bool) {
+    pub fn begin_attempt(&self, size_bytes: u64, fresh: bool) {
         let mut st = self.lock();
         st.attempts += 1;
         st.size_bytes = size_bytes;
@@ -215,7 +215,7 @@ impl FillJob {
     }
 
     /// The serving view of the object being filled (first codewords committed or not).
-    pub(crate) fn publish(&self, info: Arc<ObjectInfo>) {
+    pub fn publish(&self, info: Arc<ObjectInfo>) {
         self.bitrate_bps
             .store(info.rec.bitrate_bps, Ordering::Relaxed);
         let mut st = self.lock();
@@ -226,7 +226,7 @@ impl FillJob {
     }
 
     /// The durable front moved: `pushed_bytes` bytes, `readable` codewords readable.
-    pub(crate) fn progress(&self, pushed_bytes: u64, readable: u32) {
+    pub fn progress(&self, pushed_bytes: u64, readable: u32) {
         let mut st = self.lock();
         st.pushed_bytes = pushed_bytes;
         st.readable_codewords = readable;
@@ -235,12 +235,12 @@ impl FillJob {
     }
 
     /// Waiting to retry after an origin error.
-    pub(crate) fn retrying(&self) {
+    pub fn retrying(&self) {
         self.lock().phase = Phase::Retrying;
     }
 
     /// The fill is complete.
-    pub(crate) fn done(&self) {
+    pub fn done(&self) {
         let mut st = self.lock();
         st.phase = Phase::Done;
         st.readable_codewords = st.codewords;
@@ -251,7 +251,7 @@ impl FillJob {
     }
 
     /// The fill failed for good.
-    pub(crate) fn fail(&self, failure: JobFailure) {
+    pub fn fail(&self, failure: JobFailure) {
         let mut st = self.lock();
         st.phase = Phase::Failed;
         st.failure = Some(failure);
@@ -261,19 +261,16 @@ impl FillJob {
     }
 
     /// [`FillJob::fail`] with a message (`status`: 500 unless given).
-    pub(crate) fn fail_with(&self, msg: String, status: Option<StatusCode>) {
+    pub fn fail_with(&self, msg: String, status: Option<FillStatus>) {
         self.fail(JobFailure::Other {
-            status: status.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            status: status.unwrap_or(FillStatus::Internal),
             msg,
         });
     }
 
     /// Waits until the first codeword may be read (the serving view), the fill fails, or
     /// `deadline` (`None`).
-    pub(crate) fn wait_first(
-        &self,
-        deadline: Instant,
-    ) -> Option<Result<Arc<ObjectInfo>, JobFailure>> {
+    pub fn wait_first(&self, deadline: Instant) -> Option<Result<Arc<ObjectInfo>, JobFailure>> {
         let mut st = self.lock();
         loop {
             if let Some(f) = &st.failure {
@@ -297,12 +294,12 @@ impl FillJob {
 
     /// Whether the fill is complete (its object is then complete in the catalog, though the
     /// job may still be listed for a moment: [`super::Fills::job`]).
-    pub(crate) fn is_done(&self) -> bool {
+    pub fn is_done(&self) -> bool {
         self.lock().phase == Phase::Done
     }
 
     /// Waits until the fill ends (done or failed) or `deadline`; its phase then.
-    pub(crate) fn wait_end(&self, deadline: Instant) -> Phase {
+    pub fn wait_end(&self, deadline: Instant) -> Phase {
         let mut st = self.lock();
         loop {
             if matches!(st.phase, Phase::Done | Phase::Failed) || Instant::now() >= deadline {
@@ -317,7 +314,7 @@ impl FillJob {
     }
 
     /// Its state for `GET /v1/fills`.
-    pub(crate) fn report(&self) -> FillReport {
+    pub fn report(&self) -> FillReport {
         let st = self.lock();
         let fetched = self.fetched_bytes.load(Ordering::Relaxed);
         let secs = st

@@ -18,8 +18,8 @@ use object_store::{GetOptions, GetRange, ObjectStore};
 mod error;
 mod settings;
 
-pub(crate) use error::{ErrorClass, OriginError};
-pub(crate) use settings::{OriginKind, OriginSettings};
+pub use error::{ErrorClass, OriginError};
+pub use settings::{OriginKind, OriginSettings};
 
 use error::Redact;
 
@@ -32,7 +32,7 @@ const CLIENT_RETRIES: usize = 1;
 
 /// What the origin says of an object.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct OriginMeta {
+pub struct OriginMeta {
     /// Its length in bytes.
     pub size_bytes: u64,
     /// Its ETag (the version every range of a fill must match).
@@ -40,7 +40,7 @@ pub(crate) struct OriginMeta {
 }
 
 /// One configured origin.
-pub(crate) struct Origin {
+pub struct Origin {
     store: Arc<dyn ObjectStore>,
     /// What the logs call it (`s3://BUCKET at ENDPOINT`, `file:///DIR`): never a secret.
     label: String,
@@ -57,7 +57,7 @@ impl std::fmt::Debug for Origin {
 
 impl Origin {
     /// The origin `settings` describe; an error (redacted) if it cannot be set up.
-    pub(crate) fn new(settings: &OriginSettings) -> Result<Origin, OriginError> {
+    pub fn new(settings: &OriginSettings) -> Result<Origin, OriginError> {
         let redact = Redact::new(settings.secrets());
         let store: Arc<dyn ObjectStore> = match &settings.kind {
             OriginKind::S3 { bucket } => {
@@ -82,12 +82,12 @@ impl Origin {
     }
 
     /// What the logs call this origin (no secret).
-    pub(crate) fn label(&self) -> &str {
+    pub fn label(&self) -> &str {
         &self.label
     }
 
     /// The size and ETag of `key`.
-    pub(crate) async fn head(&self, key: &str) -> Result<OriginMeta, OriginError> {
+    pub async fn head(&self, key: &str) -> Result<OriginMeta, OriginError> {
         let path = store_path(key)?;
         let meta = self
             .store
@@ -107,7 +107,7 @@ impl Origin {
     /// Bytes `range` of `key`, of the version `etag` (`If-Match`): exactly `range`'s length
     /// or an error ([`OriginError::Garbled`] for a short or long body, [`OriginError::Changed`]
     /// for another version).
-    pub(crate) async fn get_range(
+    pub async fn get_range(
         &self,
         key: &str,
         range: Range<u64>,

@@ -9,17 +9,16 @@ use std::sync::Arc;
 
 use isnode_store::{StoreError, Volume};
 
-use crate::registry::SessionState;
-use crate::Shared;
+use crate::fills::Fills;
 
 /// Makes room for a title of `size_bytes` called `name` under `cache_max_bytes`.
 pub(super) fn make_room(
-    sh: &Arc<Shared>,
+    fills: &Arc<Fills>,
     vol: &mut Volume,
     name: &str,
     size_bytes: u64,
 ) -> Result<(), StoreError> {
-    let max = sh.config().cache_max_bytes;
+    let max = fills.env.config.load().cache_max_bytes;
     if max == 0 {
         return Ok(());
     }
@@ -39,13 +38,13 @@ pub(super) fn make_room(
         if freed >= over {
             break;
         }
-        if c.name == name || in_use(sh, &c.name) {
+        if c.name == name || in_use(fills, &c.name) {
             continue;
         }
-        match sh.objects.delete(&c.name) {
+        match fills.env.objects.delete(&c.name) {
             Ok(_) => {
                 freed += c.stored_bytes;
-                sh.fills
+                fills
                     .counters
                     .titles_evicted
                     .fetch_add(1, Ordering::Relaxed);
@@ -61,16 +60,6 @@ pub(super) fn make_room(
 }
 
 /// Whether a session, broadcast or fill uses the title `name`.
-fn in_use(sh: &Shared, name: &str) -> bool {
-    let session = sh
-        .lock_sessions()
-        .values()
-        .any(|s| s.state() == SessionState::Streaming && s.object.rec.name == name);
-    session
-        || sh
-            .broadcasts
-            .list()
-            .iter()
-            .any(|b| b.object.rec.name == name)
-        || sh.fills.is_filling(name)
+fn in_use(fills: &Fills, name: &str) -> bool {
+    (fills.env.in_use)(name) || fills.is_filling(name)
 }

@@ -10,56 +10,93 @@
 //! retries with backoff from the durable front; an object changed at the origin abandons
 //! the fill and starts again (sessions of the old version end: never two versions mixed).
 
-mod content_check;
-mod evict;
-mod job;
-mod lookup;
-mod probe;
-mod resume;
-mod run;
-mod touch;
-
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub(crate) use job::{FillJob, FillKind, FillReport};
-pub(crate) use lookup::object_for;
-pub(crate) use resume::resume_all;
+use isnode_pool::objects::Objects;
+use isnode_serve_config::{ConfigCell, ServeConfig};
+use isnode_sys::stop::Stop;
 
+use crate::job::{FillJob, FillReport};
 use crate::origin::{ErrorClass, Origin, OriginSettings};
 
 /// How long a request waits for a fill's first codewords before `503` (a slow origin).
-pub(crate) const FIRST_BYTES_WAIT: Duration = Duration::from_secs(30);
+pub const FIRST_BYTES_WAIT: Duration = Duration::from_secs(30);
 /// How long a reader (HTTP body, digests) waits at the front for one codeword.
-pub(crate) const FRONT_WAIT: Duration = Duration::from_secs(30);
+pub const FRONT_WAIT: Duration = Duration::from_secs(30);
 /// Finished fills `GET /v1/fills` still reports.
 const RECENT_FILLS: usize = 64;
 
+/// The fills from the origin, counted apart from the bytes served.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FillSnapshot {
+    /// Bytes read from the origin.
+    pub fill_bytes: u64,
+    /// Requests made to the origin (HEAD and ranged GET).
+    pub origin_requests: u64,
+    /// Fills running now.
+    pub fills_active: u64,
+    /// Fills started since start (one per title however many requests share it).
+    pub fills_started: u64,
+    /// Fills finished since start (complete objects).
+    pub fills_done: u64,
+    /// Failed origin requests by class: not_found, changed, unreachable, refused, garbled.
+    pub fill_errors: [u64; 5],
+    /// Titles evicted to make room (`cache_max_bytes`).
+    pub titles_evicted: u64,
+    /// Times a session caught up with a fill front and was held there.
+    pub sessions_held: u64,
+}
+
 /// The counters of the fills (metrics, status).
 #[derive(Debug, Default)]
-pub(crate) struct FillCounters {
+pub struct FillCounters {
+    /// Bytes read from the origin.
     pub fill_bytes: AtomicU64,
+    /// Requests made to the origin.
     pub origin_requests: AtomicU64,
+    /// Fills started.
     pub fills_started: AtomicU64,
+    /// Fills finished (complete objects).
     pub fills_done: AtomicU64,
+    /// Failed origin requests by class ([`ErrorClass::index`]).
     pub errors: [AtomicU64; 5],
+    /// Titles evicted to make room.
     pub titles_evicted: AtomicU64,
 }
 
 impl FillCounters {
     /// Counts a failed origin request of class `c`.
-    pub(crate) fn error(&self, c: ErrorClass) {
+    pub fn error(&self, c: ErrorClass) {
         if let Some(a) = self.errors.get(c.index()) {
             a.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
+/// Whether a session or broadcast uses a title (it must not be evicted): asked of the
+/// server's session table and broadcasts.
+pub type InUse = Box<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// What the fills use of the rest of the server.
+pub struct FillEnv {
+    /// The served objects (the volume: fills write to it).
+    pub objects: Arc<Objects>,
+    /// The configuration in force (range size, parallel ranges, `cache_max_bytes`).
+    pub config: ConfigCell,
+    /// The server's stop: a fill commits its front and ends.
+    pub stop: Arc<Stop>,
+    /// Whether a session or broadcast uses a title.
+    pub in_use: InUse,
+}
+
 /// The fills of a server.
-pub(crate) struct Fills {
-    origin: Option<Arc<Origin>>,
+pub struct Fills {
+    /// What they use of the rest of the server.
+    pub env: FillEnv,
+    pub(crate) origin: Option<Arc<Origin>>,
     /// The origin's requests run here (`None` without an origin).
     rt: Option<tokio::runtime::Runtime>,
     jobs: Mutex<HashMap<String, Arc<FillJob>>>,
@@ -67,13 +104,14 @@ pub(crate) struct Fills {
     /// When each complete title's origin ETag was last checked.
     checked: Mutex<HashMap<String, Instant>>,
     /// When each title's last use was recorded.
-    touches: touch::Touches,
+    pub touches: crate::touch::Touches,
+    /// Their counters.
     pub counters: FillCounters,
 }
 
 impl Fills {
     /// The fills of a server with the origin of `config`, if any (its runtime started).
-    pub(crate) fn new(config: &crate::ServeConfig) -> Result<Fills, String> {
+    pub fn new(config: &ServeConfig, env: FillEnv) -> Result<Fills, String> {
         let settings = OriginSettings::from_config(config)?;
         let (origin, rt) = match settings {
             None => (None, None),
@@ -90,37 +128,38 @@ impl Fills {
             }
         };
         Ok(Fills {
+            env,
             origin,
             rt,
             jobs: Mutex::default(),
             recent: Mutex::default(),
             checked: Mutex::default(),
-            touches: touch::Touches::default(),
+            touches: crate::touch::Touches::default(),
             counters: FillCounters::default(),
         })
     }
 
     /// The origin and its runtime, if one is configured.
-    pub(crate) fn origin(&self) -> Option<(&Arc<Origin>, tokio::runtime::Handle)> {
+    pub fn origin(&self) -> Option<(&Arc<Origin>, tokio::runtime::Handle)> {
         Some((self.origin.as_ref()?, self.rt.as_ref()?.handle().clone()))
     }
 
-    fn lock_jobs(&self) -> MutexGuard<'_, HashMap<String, Arc<FillJob>>> {
+    pub(crate) fn lock_jobs(&self) -> MutexGuard<'_, HashMap<String, Arc<FillJob>>> {
         self.jobs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The fill of `name` running now, if any.
-    pub(crate) fn job(&self, name: &str) -> Option<Arc<FillJob>> {
+    pub fn job(&self, name: &str) -> Option<Arc<FillJob>> {
         self.lock_jobs().get(name).cloned()
     }
 
     /// Whether a title is being filled (it must not be evicted).
-    pub(crate) fn is_filling(&self, name: &str) -> bool {
+    pub fn is_filling(&self, name: &str) -> bool {
         self.lock_jobs().contains_key(name)
     }
 
     /// Forgets a finished job and keeps its report for `GET /v1/fills`.
-    fn finished(&self, job: &Arc<FillJob>) {
+    pub fn finished(&self, job: &Arc<FillJob>) {
         let mut jobs = self.lock_jobs();
         if jobs.get(&job.name).is_some_and(|j| Arc::ptr_eq(j, job)) {
             jobs.remove(&job.name);
@@ -135,7 +174,7 @@ impl Fills {
     }
 
     /// Every fill running and the last ones finished (`GET /v1/fills`).
-    pub(crate) fn reports(&self) -> Vec<FillReport> {
+    pub fn reports(&self) -> Vec<FillReport> {
         let running: Vec<FillReport> = self.lock_jobs().values().map(|j| j.report()).collect();
         let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         let mut all: Vec<FillReport> = recent
@@ -149,7 +188,7 @@ impl Fills {
 
     /// Whether the origin ETag of complete title `name` is due for a check (at most every
     /// `interval`; 0: never); marks it checked now if so.
-    pub(crate) fn check_due(&self, name: &str, interval: Duration) -> bool {
+    pub fn check_due(&self, name: &str, interval: Duration) -> bool {
         if interval.is_zero() || self.origin.is_none() {
             return false;
         }
@@ -169,17 +208,16 @@ impl Fills {
 
     /// Records that `name` was just found at the origin as the volume has it (a fill that
     /// completed): its next check is an interval away.
-    pub(crate) fn mark_checked(&self, name: &str) {
+    pub fn mark_checked(&self, name: &str) {
         let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
         checked.insert(name.to_string(), Instant::now());
     }
 
-    /// The counters as the metrics and status report them.
     /// The fills' counters now, with `sessions_held` (counted by the data plane).
-    pub(crate) fn snapshot(&self, sessions_held: u64) -> crate::metrics::FillSnapshot {
+    pub fn snapshot(&self, sessions_held: u64) -> FillSnapshot {
         let c = &self.counters;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        crate::metrics::FillSnapshot {
+        FillSnapshot {
             fill_bytes: load(&c.fill_bytes),
             origin_requests: load(&c.origin_requests),
             fills_active: self.lock_jobs().len() as u64,
@@ -200,41 +238,4 @@ impl Drop for Fills {
             rt.shutdown_background();
         }
     }
-}
-
-/// Starts the fill of `name` unless one runs (then joins it: one fill per title); the job.
-/// An error without an origin.
-pub(crate) fn start_or_join(
-    sh: &Arc<crate::Shared>,
-    name: &str,
-    kind: FillKind,
-) -> Result<Arc<FillJob>, String> {
-    if sh.fills.origin.is_none() {
-        return Err("no origin is configured".into());
-    }
-    let mut jobs = sh.fills.lock_jobs();
-    if let Some(j) = jobs.get(name) {
-        j.join(kind);
-        return Ok(j.clone());
-    }
-    let job = Arc::new(FillJob::new(name, kind));
-    jobs.insert(name.to_string(), job.clone());
-    drop(jobs);
-    sh.fills
-        .counters
-        .fills_started
-        .fetch_add(1, Ordering::Relaxed);
-    let (sh2, j2) = (sh.clone(), job.clone());
-    let spawned = std::thread::Builder::new()
-        .name("isnode-fill".into())
-        .spawn(move || {
-            run::run(&sh2, &j2);
-            sh2.fills.finished(&j2);
-        });
-    if let Err(e) = spawned {
-        job.fail_with(format!("starting the fill thread: {e}"), None);
-        sh.fills.finished(&job);
-        return Err(format!("starting the fill thread: {e}"));
-    }
-    Ok(job)
 }

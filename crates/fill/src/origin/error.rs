@@ -1,10 +1,10 @@
 //! Origin errors: the classes a client is told apart, and the redaction of secrets.
 
-use axum::http::StatusCode;
+use crate::status::FillStatus;
 
 /// Why an origin request failed.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
-pub(crate) enum OriginError {
+pub enum OriginError {
     /// No such object at the origin (`404`).
     #[error("not at the origin: {0}")]
     NotFound(String),
@@ -24,7 +24,7 @@ pub(crate) enum OriginError {
 
 /// The class of an [`OriginError`], for metrics and `GET /v1/fills`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum ErrorClass {
+pub enum ErrorClass {
     /// [`OriginError::NotFound`].
     NotFound,
     /// [`OriginError::Changed`].
@@ -40,14 +40,14 @@ pub(crate) enum ErrorClass {
 impl ErrorClass {
     /// Position in the metrics' class list (`isnode_fill_errors_total{class}`: not_found,
     /// changed, unreachable, refused, garbled).
-    pub(crate) fn index(self) -> usize {
+    pub fn index(self) -> usize {
         self as usize
     }
 }
 
 impl OriginError {
     /// Its class.
-    pub(crate) fn class(&self) -> ErrorClass {
+    pub fn class(&self) -> ErrorClass {
         match self {
             OriginError::NotFound(_) => ErrorClass::NotFound,
             OriginError::Changed(_) => ErrorClass::Changed,
@@ -58,36 +58,36 @@ impl OriginError {
     }
 
     /// What a client is answered: `404`, `409` or `502` (docs/protocol.md).
-    pub(crate) fn http_status(&self) -> StatusCode {
+    pub fn status(&self) -> FillStatus {
         match self {
-            OriginError::NotFound(_) => StatusCode::NOT_FOUND,
-            OriginError::Changed(_) => StatusCode::CONFLICT,
-            _ => StatusCode::BAD_GATEWAY,
+            OriginError::NotFound(_) => FillStatus::NotFound,
+            OriginError::Changed(_) => FillStatus::Conflict,
+            _ => FillStatus::BadGateway,
         }
     }
 
     /// Whether a fill may retry after it (from its durable front): not for a missing object.
-    pub(crate) fn is_retryable(&self) -> bool {
+    pub fn is_retryable(&self) -> bool {
         !matches!(self, OriginError::NotFound(_))
     }
 }
 
 /// Removes the secrets from a message (a credential must never reach a log or a client).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Redact {
+pub(super) struct Redact {
     secrets: Vec<String>,
 }
 
 impl Redact {
     /// Redacts these strings (empty ones are ignored).
-    pub(crate) fn new(secrets: Vec<String>) -> Redact {
+    pub(super) fn new(secrets: Vec<String>) -> Redact {
         Redact {
             secrets: secrets.into_iter().filter(|s| !s.is_empty()).collect(),
         }
     }
 
     /// `text` with every secret replaced by `***`.
-    pub(crate) fn text(&self, text: &str) -> String {
+    pub(super) fn text(&self, text: &str) -> String {
         self.secrets
             .iter()
             .fold(text.to_string(), |t, s| t.replace(s.as_str(), "***"))
@@ -95,7 +95,7 @@ impl Redact {
 }
 
 /// The class of an `object_store` error, its message redacted.
-pub(crate) fn classify(e: object_store::Error, key: &str, redact: &Redact) -> OriginError {
+pub(super) fn classify(e: object_store::Error, key: &str, redact: &Redact) -> OriginError {
     let msg = redact.text(&format!("{key:?}: {}", chain(&e)));
     match e {
         object_store::Error::NotFound { .. } => OriginError::NotFound(msg),
