@@ -14,9 +14,9 @@ use std::io::{ErrorKind, Read};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::catalog::{MediaIndexRecord, ObjectRecord, ObjectState, OnNameTaken};
 use crate::lock::{FileLock, LockWait};
 use crate::prefab::{Crcs, Job, Pipeline, Shape, Stopped};
+use crate::records::{MediaIndexRecord, ObjectRecord, ObjectState, OnNameTaken};
 use crate::segment::{BlockWrites, SegmentWriter};
 use crate::spool::Described;
 pub use crate::validate::validate_name;

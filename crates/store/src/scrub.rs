@@ -12,12 +12,12 @@ use isnode_fec::Code;
 use isnode_wire::DataPacketId;
 use serde::Serialize;
 
-use crate::catalog::ObjectRecord;
 use crate::check::BadObjectReport;
 use crate::codeword::verify_block;
 use crate::io::{AlignedBuf, BlockFile};
 use crate::members::MemberState;
 use crate::pace::Pace;
+use crate::records::ObjectRecord;
 use crate::rows::CatalogEntry;
 use crate::verify::{verify_codeword, ParityCheck, StoredCodeword, SymbolVerdict};
 use crate::{Layout, StoreError, Volume};
@@ -400,7 +400,7 @@ fn open_segments<'a>(
     vol: &Volume,
     rec: &ObjectRecord,
     layout: &'a Layout,
-    blocks: &[Vec<crate::catalog::BlockRecord>],
+    blocks: &[Vec<crate::records::BlockRecord>],
     result: &mut ObjectScrub,
 ) -> ScrubBlocks<'a> {
     let params = layout.params();
