@@ -29,9 +29,8 @@ use isnode_proto::broadcast::BroadcastInfo;
 use tune::{ChannelListen, TunePlan};
 
 pub use crate::config::RepairGroups;
+pub use tune::MAX_BROADCAST_CODEWORDS;
 
-/// Largest title (codewords) received from a broadcast: the receive window is the title.
-pub const MAX_BROADCAST_CODEWORDS: u64 = 1 << 20;
 /// A channel is joined this long before its first needed transmission, left this long after.
 const MARGIN_S: f64 = 0.25;
 /// After the schedule's end, the receiver waits this long for stragglers.

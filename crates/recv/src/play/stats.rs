@@ -9,7 +9,7 @@ use crate::queue::QueueStats;
 use crate::receiver::{FdtCheck, Receiver, ReceiverStats};
 use crate::repair::RepairStats;
 
-use super::session::SessionSetup;
+use super::setup::SessionSetup;
 
 /// A codeword that could not be recovered and the byte range of the output it zeroed
 /// (the part of the codeword not released as data before: see [`crate::receiver`]).
