@@ -530,20 +530,7 @@ pub(super) fn run_session(
 ) -> anyhow::Result<PlayStats> {
     let Aids { loss, auth, resume } = aids;
     let limits = Limits::from_args(args, requested)?;
-    let config = ReceiverConfig {
-        release: args.release.into(),
-        loss_horizon: args.loss_horizon,
-        window_codewords: args.window_codewords,
-    };
-    let mut rx = Receiver::new(setup.params.clone(), config)?;
-    let digests = auth.map(|a| {
-        rx.authenticate(crate::digests::MAX_BOOK_CODEWORDS);
-        for (sbn, d) in a.initial {
-            rx.add_digests(sbn, d);
-        }
-        let symbols = symbols_of(*rx.partition(), setup.params.repair_symbols);
-        DigestFetcher::start(a.control, setup.object.clone(), symbols)
-    });
+    let (rx, digests, config) = receiver_for(args, setup, auth)?;
     let playout_config = playout_config(args, setup, &rx, limits.deadline);
     let codeword_bytes = u64::from(rx.partition().a_large) * u64::from(setup.params.symbol_len);
     let queue_limit =
@@ -551,18 +538,7 @@ pub(super) fn run_session(
     // Checked even when it does nothing, as `play_on` checks it before the session.
     let impairer = Impairer::new(&args.impair)?;
     let (pieces, to_play) = queue::bounded(queue_limit);
-    let tls = args.tls()?;
-    let repair = (!args.no_repair && setup.session_id.is_some()).then(|| {
-        let backoff = Duration::from_millis(args.repair_backoff_ms);
-        let cw = repair::codeword_time(&rx, setup.bitrate_bps);
-        Repair::start(
-            (&args.server, tls, args.token.as_deref()),
-            &setup.object,
-            backoff,
-            cw,
-            requested,
-        )
-    });
+    let repair = start_repair(args, setup, &rx, requested)?;
     let mut feed = Feed {
         rx,
         digests,
@@ -587,6 +563,70 @@ pub(super) fn run_session(
     let writer = playout::spawn(out, playout_config, to_play)?;
     let end_reason = receive(socket, &mut feed, limits, requested, resume)?;
     feed.finish(end_reason, args.cut_short(), limits.deadline);
+    let times = PlayTimes {
+        requested,
+        first_symbol: feed.rx.symbol_times().0,
+        paced: playout_config.pacing == Pacing::AtBitrate && setup.bitrate_bps > 0,
+        end_reason,
+    };
+    session_stats(setup, feed, writer, times)
+}
+
+/// The receive core of a session, its configuration from `args`, and, when its packets
+/// are authenticated (`auth`), the digests fetched first booked in it and the fetcher of
+/// the rest.
+fn receiver_for(
+    args: &PlayConfig,
+    setup: &SessionSetup,
+    auth: Option<Auth>,
+) -> anyhow::Result<(Receiver, Option<DigestFetcher>, ReceiverConfig)> {
+    let config = ReceiverConfig {
+        release: args.release.into(),
+        loss_horizon: args.loss_horizon,
+        window_codewords: args.window_codewords,
+    };
+    let mut rx = Receiver::new(setup.params.clone(), config)?;
+    let digests = auth.map(|a| {
+        rx.authenticate(crate::digests::MAX_BOOK_CODEWORDS);
+        for (sbn, d) in a.initial {
+            rx.add_digests(sbn, d);
+        }
+        let symbols = symbols_of(*rx.partition(), setup.params.repair_symbols);
+        DigestFetcher::start(a.control, setup.object.clone(), symbols)
+    });
+    Ok((rx, digests, config))
+}
+
+/// The unicast repair of a session from its server, unless `--no-repair` or the session is
+/// preset (no server to ask).
+fn start_repair(
+    args: &PlayConfig,
+    setup: &SessionSetup,
+    rx: &Receiver,
+    requested: Instant,
+) -> anyhow::Result<Option<Repair>> {
+    let tls = args.tls()?;
+    Ok((!args.no_repair && setup.session_id.is_some()).then(|| {
+        let backoff = Duration::from_millis(args.repair_backoff_ms);
+        let cw = repair::codeword_time(rx, setup.bitrate_bps);
+        Repair::start(
+            (&args.server, tls, args.token.as_deref()),
+            &setup.object,
+            backoff,
+            cw,
+            requested,
+        )
+    }))
+}
+
+/// The statistics of a session whose receive loop ended: waits for the playout thread
+/// (`writer`) to write what `feed` handed it, and adds up what both measured.
+fn session_stats(
+    setup: &SessionSetup,
+    feed: Feed<'_>,
+    writer: std::thread::JoinHandle<std::io::Result<PlayoutStats>>,
+    times: PlayTimes,
+) -> anyhow::Result<PlayStats> {
     let Feed {
         rx,
         impairer,
@@ -600,12 +640,6 @@ pub(super) fn run_session(
     let playout: PlayoutStats = match writer.join() {
         Ok(r) => r.context("writing the output")?,
         Err(_) => bail!("the playout thread panicked"),
-    };
-    let times = PlayTimes {
-        requested,
-        first_symbol: rx.symbol_times().0,
-        paced: playout_config.pacing == Pacing::AtBitrate && setup.bitrate_bps > 0,
-        end_reason,
     };
     let mut stats = assemble(
         setup,
