@@ -43,6 +43,7 @@ pub mod matrix;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod simd;
+mod tables;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock};

@@ -9,9 +9,9 @@
 //! * a *row* multiply(-accumulate) `dst (^)= c * src`, for short rows (matrix inversion).
 //!
 //! GF(2^8)/0x11D multiplication by a constant `c` is either one `GF2P8AFFINEQB` with the
-//! 8x8 bit matrix of `c` (see [`crate::kernel::affine_matrix`]; `GF2P8MULB` would use the
+//! 8x8 bit matrix of `c` (see [`crate::tables::affine_matrix`]; `GF2P8MULB` would use the
 //! AES polynomial 0x11B and is never used), or two `PSHUFB` lookups in the 16-entry tables
-//! of `c` times the low and the high nibble (see [`crate::kernel::NIBBLE_TABLES`]).
+//! of `c` times the low and the high nibble (see [`crate::tables::NIBBLE_TABLES`]).
 //!
 //! # Safety contract (all functions)
 //! The caller has checked that the CPU supports the features named in the function's
@@ -22,7 +22,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::kernel::{AFFINE, NIBBLE_TABLES};
+use crate::tables::{AFFINE, NIBBLE_TABLES};
 
 /// Input and output pointers of one matrix product.
 pub(crate) struct Ptrs<'a> {

@@ -18,21 +18,13 @@
 //! Points are kept in increasing time and offset order (a point that would go back is
 //! dropped), at most [`MAX_POINTS`]. Nothing here panics on any input.
 
+pub use crate::access_point::AccessPoint;
 use crate::{detect, ts, Container, DETECT_LEN};
 
 /// Most random-access points an index keeps (later ones are dropped).
 pub const MAX_POINTS: usize = 1 << 20;
 /// Largest `moov` box the MP4 indexer keeps in memory to read its sample tables.
 pub const MAX_MOOV_BYTES: u64 = 64 << 20;
-
-/// One random-access point.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AccessPoint {
-    /// Presentation (TS) or decode (MP4) time from the start of the title, seconds.
-    pub time_s: f64,
-    /// Byte offset in the object where decoding can start.
-    pub offset_bytes: u64,
-}
 
 /// What [`Indexer::finish`] learned.
 #[derive(Clone, Debug, PartialEq)]

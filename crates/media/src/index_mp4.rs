@@ -2,7 +2,7 @@
 //! (see [`crate::index`]): parsed from the `moov` box's content held in memory, every
 //! count bounded by the bytes of its table.
 
-use crate::index::AccessPoint;
+use crate::access_point::AccessPoint;
 
 /// Most samples walked (about 7.7 days of 25 frame/s video): a table that claims more is
 /// cut there, so a small forged `moov` cannot cost billions of steps.

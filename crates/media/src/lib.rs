@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod access_point;
 mod crc;
 pub mod index;
 mod index_mp4;
@@ -29,8 +30,9 @@ mod tsgen;
 use std::fmt;
 use std::io;
 
+pub use access_point::AccessPoint;
 pub use crc::crc32_mpeg2;
-pub use index::{AccessPoint, Indexer, MediaIndex};
+pub use index::{Indexer, MediaIndex};
 pub use mp4::probe_mp4;
 pub use ts::probe_ts;
 pub use tsgen::{

@@ -164,44 +164,7 @@ fn announced_pcr_pid(head: &[u8]) -> Option<u16> {
 /// Assumes one continuous timeline (no PCR discontinuity between the windows) and a file
 /// shorter than the PCR period (about 26.5 hours).
 pub fn probe_ts(head: &[u8], tail: &[u8], total_len: u64) -> Result<MediaInfo, MediaError> {
-    if head.len() as u64 > total_len || tail.len() as u64 > total_len {
-        return Err(MediaError::InvalidArgument(format!(
-            "head ({} bytes) or tail ({} bytes) is longer than the object ({total_len} bytes)",
-            head.len(),
-            tail.len()
-        )));
-    }
-    if total_len == 0 {
-        return Err(MediaError::Truncated {
-            container: Container::MpegTs,
-            reason: "the object is empty".into(),
-        });
-    }
-    if total_len % PACKET_LEN as u64 != 0 {
-        return Err(not_whole_packets(total_len));
-    }
-    let end = if tail.len() >= PACKET_LEN {
-        tail
-    } else if head.len() as u64 == total_len {
-        head
-    } else {
-        return Err(MediaError::InvalidArgument(format!(
-            "the tail ({} bytes) must hold at least the last {PACKET_LEN}-byte packet",
-            tail.len()
-        )));
-    };
-    let last_packet = &end[end.len() - PACKET_LEN..];
-    if last_packet[0] != SYNC_BYTE {
-        return Err(MediaError::Truncated {
-            container: Container::MpegTs,
-            reason: format!(
-                "the last packet (at byte {}) does not start with the sync byte 0x47 (found 0x{:02X})",
-                total_len - PACKET_LEN as u64,
-                last_packet[0]
-            ),
-        });
-    }
-
+    check_complete(head, tail, total_len)?;
     let announced = announced_pcr_pid(head);
     let on_pcr_pid = |p: &[u8]| match announced {
         Some(pid) => packet_pid(p) == Some(pid),
@@ -248,6 +211,50 @@ pub fn probe_ts(head: &[u8], tail: &[u8], total_len: u64) -> Result<MediaInfo, M
         content_type: Container::MpegTs.content_type(),
         bitrate_unknown: None,
     })
+}
+
+/// The checks of [`probe_ts`] on the windows and the object's end: `head` and `tail` fit in
+/// `total_len`, which is a non-zero whole number of packets, and the last packet (in `tail`,
+/// or in `head` when it is the whole object) starts with the sync byte.
+fn check_complete(head: &[u8], tail: &[u8], total_len: u64) -> Result<(), MediaError> {
+    if head.len() as u64 > total_len || tail.len() as u64 > total_len {
+        return Err(MediaError::InvalidArgument(format!(
+            "head ({} bytes) or tail ({} bytes) is longer than the object ({total_len} bytes)",
+            head.len(),
+            tail.len()
+        )));
+    }
+    if total_len == 0 {
+        return Err(MediaError::Truncated {
+            container: Container::MpegTs,
+            reason: "the object is empty".into(),
+        });
+    }
+    if total_len % PACKET_LEN as u64 != 0 {
+        return Err(not_whole_packets(total_len));
+    }
+    let end = if tail.len() >= PACKET_LEN {
+        tail
+    } else if head.len() as u64 == total_len {
+        head
+    } else {
+        return Err(MediaError::InvalidArgument(format!(
+            "the tail ({} bytes) must hold at least the last {PACKET_LEN}-byte packet",
+            tail.len()
+        )));
+    };
+    let last_packet = &end[end.len() - PACKET_LEN..];
+    if last_packet[0] != SYNC_BYTE {
+        return Err(MediaError::Truncated {
+            container: Container::MpegTs,
+            reason: format!(
+                "the last packet (at byte {}) does not start with the sync byte 0x47 (found 0x{:02X})",
+                total_len - PACKET_LEN as u64,
+                last_packet[0]
+            ),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -135,113 +135,191 @@ fn past(deadline: Option<Instant>) -> bool {
 }
 
 fn run(out: &mut dyn Write, config: PlayoutConfig, pieces: Consumer) -> io::Result<PlayoutStats> {
-    let mut paced = config.pacing == Pacing::AtBitrate && config.bitrate_bps > 0;
-    // The deadline still ahead (None once it passed under `AtDeadline::Unpaced`).
-    let mut deadline = config.deadline;
-    // 20 ms of media per write when paced, within [1 KiB, 64 KiB].
-    let piece_len = if paced {
-        (config.bitrate_bps / 8 / 50).clamp(1024, 65536) as usize
-    } else {
-        65536
-    };
-    let mut stats = PlayoutStats::default();
-    let mut bins = PerSecond::default();
-    // Schedule origin (slides on underruns) and the fixed start of playout.
-    let mut origin: Option<Instant> = None;
-    let mut rel: u64 = 0;
+    let mut playout = Playout::new(config);
     loop {
-        let Some(piece) = pieces.recv(deadline) else {
-            if !past(deadline) {
+        let Some(piece) = pieces.recv(playout.deadline) else {
+            if !past(playout.deadline) {
                 break; // the receive loop is done and everything is written
             }
             match config.at_deadline {
                 AtDeadline::Stop => break,
                 AtDeadline::Unpaced => {
-                    (paced, deadline) = (false, None);
+                    playout.unpace();
                     continue;
                 }
             }
         };
-        let arrived = Instant::now();
-        let start = match (stats.started_at, origin) {
-            (Some(start), Some(o)) => {
-                if paced {
-                    let due = due_time(o, rel, config.bitrate_bps);
-                    if arrived > due {
-                        let late = arrived - due;
-                        if late > UNDERRUN_TOLERANCE {
-                            stats.underruns += 1;
-                            stats.stall_ms += late.as_millis() as u64;
-                        }
-                        origin = Some(o + late);
-                    }
-                }
-                start
-            }
-            _ => {
-                let start = if paced {
-                    arrived + config.prebuffer
-                } else {
-                    arrived
-                };
-                stats.started_at = Some(start);
-                origin = Some(start);
-                start
-            }
-        };
-        let total = piece.len();
-        let mut done = 0u64;
-        while done < total {
-            let n = (total - done).min(piece_len as u64) as usize;
-            if paced {
-                if let Some(o) = origin {
-                    let due = due_time(o, rel, config.bitrate_bps);
-                    let wake = deadline.map_or(due, |d| due.min(d));
-                    let now = Instant::now();
-                    if wake > now {
-                        // What is written is due: the player gets it before we wait.
-                        out.flush()?;
-                        std::thread::sleep(wake - now);
-                    }
-                }
-            }
-            if past(deadline) {
-                match config.at_deadline {
-                    AtDeadline::Stop => {
-                        stats.per_second_bitrate_bps = bins.bitrates();
-                        return Ok(stats);
-                    }
-                    AtDeadline::Unpaced => (paced, deadline) = (false, None),
-                }
-            }
-            match &piece {
-                Output::Data { bytes, .. } => {
-                    out.write_all(&bytes[done as usize..done as usize + n])?;
-                }
-                Output::Lost { .. } => {
-                    let mut left = n;
-                    while left > 0 {
-                        let z = left.min(ZEROS.len());
-                        out.write_all(&ZEROS[..z])?;
-                        left -= z;
-                    }
-                    stats.zero_bytes_written += n as u64;
-                }
-            }
-            bins.add(Instant::now().saturating_duration_since(start), n as u64);
-            done += n as u64;
-            rel += n as u64;
-            stats.bytes_written += n as u64;
+        let start = playout.start_of(Instant::now());
+        if playout.write_piece(out, &piece, start)? == Flow::Stop {
+            return Ok(playout.finish());
         }
-        pieces.played(total);
+        pieces.played(piece.len());
         if pieces.is_drained() {
             // Nothing else is here yet: hand the player what it has instead of holding it in
             // the output buffer until the buffer fills (the first bytes, above all).
             out.flush()?;
         }
     }
-    stats.per_second_bitrate_bps = bins.bitrates();
-    Ok(stats)
+    Ok(playout.finish())
+}
+
+/// Whether the writer thread goes on after a piece.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flow {
+    /// Take the next piece.
+    Go,
+    /// The deadline passed under [`AtDeadline::Stop`]: stop here.
+    Stop,
+}
+
+/// The writer thread's schedule and measurements.
+struct Playout {
+    config: PlayoutConfig,
+    /// Whether writes are paced at the bitrate (false once the deadline passed under
+    /// `AtDeadline::Unpaced`).
+    paced: bool,
+    /// The deadline still ahead (None once it passed under `AtDeadline::Unpaced`).
+    deadline: Option<Instant>,
+    /// Bytes per write.
+    piece_len: usize,
+    stats: PlayoutStats,
+    bins: PerSecond,
+    /// Schedule origin (slides on underruns); the fixed start of playout is in `stats`.
+    origin: Option<Instant>,
+    /// Bytes written so far (the schedule's position).
+    rel: u64,
+}
+
+impl Playout {
+    fn new(config: PlayoutConfig) -> Playout {
+        let paced = config.pacing == Pacing::AtBitrate && config.bitrate_bps > 0;
+        // 20 ms of media per write when paced, within [1 KiB, 64 KiB].
+        let piece_len = if paced {
+            (config.bitrate_bps / 8 / 50).clamp(1024, 65536) as usize
+        } else {
+            65536
+        };
+        Playout {
+            config,
+            paced,
+            deadline: config.deadline,
+            piece_len,
+            stats: PlayoutStats::default(),
+            bins: PerSecond::default(),
+            origin: None,
+            rel: 0,
+        }
+    }
+
+    /// Stops pacing and forgets the deadline (it passed under `AtDeadline::Unpaced`).
+    fn unpace(&mut self) {
+        (self.paced, self.deadline) = (false, None);
+    }
+
+    /// The start of playout, for a piece that `arrived` then: set by the first piece (after
+    /// the prebuffer when paced); a later paced piece that is late counts an underrun (if
+    /// beyond the tolerance) and slides the schedule by its lateness.
+    fn start_of(&mut self, arrived: Instant) -> Instant {
+        match (self.stats.started_at, self.origin) {
+            (Some(start), Some(o)) => {
+                if self.paced {
+                    let due = due_time(o, self.rel, self.config.bitrate_bps);
+                    if arrived > due {
+                        let late = arrived - due;
+                        if late > UNDERRUN_TOLERANCE {
+                            self.stats.underruns += 1;
+                            self.stats.stall_ms += late.as_millis() as u64;
+                        }
+                        self.origin = Some(o + late);
+                    }
+                }
+                start
+            }
+            _ => {
+                let start = if self.paced {
+                    arrived + self.config.prebuffer
+                } else {
+                    arrived
+                };
+                self.stats.started_at = Some(start);
+                self.origin = Some(start);
+                start
+            }
+        }
+    }
+
+    /// Writes `piece` in writes of `piece_len` bytes, each when due if paced;
+    /// [`Flow::Stop`] if the deadline passed under `AtDeadline::Stop`.
+    fn write_piece(
+        &mut self,
+        out: &mut dyn Write,
+        piece: &Output,
+        start: Instant,
+    ) -> io::Result<Flow> {
+        let total = piece.len();
+        let mut done = 0u64;
+        while done < total {
+            let n = (total - done).min(self.piece_len as u64) as usize;
+            self.wait_due(out)?;
+            if past(self.deadline) {
+                match self.config.at_deadline {
+                    AtDeadline::Stop => return Ok(Flow::Stop),
+                    AtDeadline::Unpaced => self.unpace(),
+                }
+            }
+            write_part(out, piece, done as usize, n)?;
+            if let Output::Lost { .. } = piece {
+                self.stats.zero_bytes_written += n as u64;
+            }
+            self.bins
+                .add(Instant::now().saturating_duration_since(start), n as u64);
+            done += n as u64;
+            self.rel += n as u64;
+            self.stats.bytes_written += n as u64;
+        }
+        Ok(Flow::Go)
+    }
+
+    /// When paced, flushes what is written and sleeps until the next byte is due (or the
+    /// deadline, if sooner).
+    fn wait_due(&self, out: &mut dyn Write) -> io::Result<()> {
+        if !self.paced {
+            return Ok(());
+        }
+        if let Some(o) = self.origin {
+            let due = due_time(o, self.rel, self.config.bitrate_bps);
+            let wake = self.deadline.map_or(due, |d| due.min(d));
+            let now = Instant::now();
+            if wake > now {
+                // What is written is due: the player gets it before we wait.
+                out.flush()?;
+                std::thread::sleep(wake - now);
+            }
+        }
+        Ok(())
+    }
+
+    /// The measurements, with the bitrate of each second.
+    fn finish(mut self) -> PlayoutStats {
+        self.stats.per_second_bitrate_bps = self.bins.bitrates();
+        self.stats
+    }
+}
+
+/// Writes bytes `done..done + n` of `piece`: its data, or zeros for a lost piece.
+fn write_part(out: &mut dyn Write, piece: &Output, done: usize, n: usize) -> io::Result<()> {
+    match piece {
+        Output::Data { bytes, .. } => out.write_all(&bytes[done..done + n]),
+        Output::Lost { .. } => {
+            let mut left = n;
+            while left > 0 {
+                let z = left.min(ZEROS.len());
+                out.write_all(&ZEROS[..z])?;
+                left -= z;
+            }
+            Ok(())
+        }
+    }
 }
 
 /// The writer of `--out`: nothing (`None`: bytes only counted), stdout (`-`) or a file.

@@ -6,11 +6,11 @@ use std::fs;
 
 use serde::Serialize;
 
-use crate::catalog::{BlockRecord, ObjectRecord};
 use crate::codeword::{verify_block, verify_packet, Want};
 use crate::io::{AlignedBuf, BlockFile};
-use crate::lock::{FileLock, LockWait};
+use crate::lock::{FileLock, LockWait, REPAIR_LOCK_FILE};
 use crate::read::{ObjectReader, ReadOrder};
+use crate::records::{BlockRecord, ObjectRecord};
 use crate::rows::CatalogEntry;
 use crate::segment::SegmentWriter;
 use crate::{Layout, StoreError, Volume};
@@ -104,8 +104,6 @@ impl CheckReport {
             || (!self.member_problems.is_empty() && !self.members_repaired)
     }
 }
-
-use crate::rebuild::REPAIR_LOCK_FILE;
 
 /// Checks (and with `opts.repair`, repairs) every object of the volume.
 pub fn check(

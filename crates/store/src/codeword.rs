@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use isnode_fec::Code;
 use isnode_wire::DataPacketId;
 
-use crate::catalog::ObjectRecord;
 use crate::crc_shift::ZeroShift;
+use crate::records::ObjectRecord;
 use crate::{Layout, StoreError};
 
 /// Which symbols of a codeword a read must produce.

@@ -34,11 +34,11 @@ use isnode_wire::digest::DIGEST_LEN;
 use isnode_wire::DataPacketId;
 use serde::Serialize;
 
-use crate::catalog::{BlockRecord, ObjectRecord, ObjectState};
 use crate::codeword::Want;
 use crate::fill_rows::FillRow;
 use crate::io::{AlignedBuf, BlockFile};
 use crate::lock::{FileLock, LockWait};
+use crate::records::{BlockRecord, ObjectRecord, ObjectState};
 use crate::rows::CatalogEntry;
 use crate::segment::SegmentWriter;
 use crate::{crash, Layout, ObjectReader, ReadOrder, StoreError, Volume, VolumeParams};

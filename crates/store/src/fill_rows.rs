@@ -5,32 +5,10 @@
 
 use rusqlite::{params, OptionalExtension, Transaction};
 
-use crate::catalog::{
-    db, insert_object_row, put_digest_rows, put_media_index, BlockRecord, Catalog,
-    MediaIndexRecord, NewRow, ObjectRecord,
-};
+use crate::catalog::{db, insert_object_row, put_digest_rows, put_media_index, Catalog, NewRow};
+use crate::records::{BlockRecord, MediaIndexRecord, ObjectRecord};
 use crate::rows::{validate_object, CatalogEntry, RawObjectRow, OBJECT_COLUMNS};
 use crate::StoreError;
-
-/// The fill tables (added after format version 2 shipped, like the media index: created
-/// when missing, after the `objects` table allows state `filling`).
-pub(crate) const FILL_SCHEMA: &str = "
-CREATE UNIQUE INDEX IF NOT EXISTS objects_filling_name ON objects(name) WHERE state = 'filling';
-CREATE TABLE IF NOT EXISTS fills (
-    toi             INTEGER PRIMARY KEY REFERENCES objects(toi) ON DELETE CASCADE,
-    front_codewords INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS origin_objects (
-    toi           INTEGER PRIMARY KEY REFERENCES objects(toi) ON DELETE CASCADE,
-    etag          TEXT NOT NULL,
-    checked_unix  INTEGER NOT NULL,
-    last_use_unix INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS pins (
-    name        TEXT PRIMARY KEY,
-    pinned_unix INTEGER NOT NULL
-) WITHOUT ROWID;
-";
 
 /// A `filling` object's rows as read: its object row (validated), durable front and the
 /// origin's ETag.

@@ -4,9 +4,9 @@ use std::path::Path;
 
 use proptest::prelude::*;
 
-use crate::catalog::ObjectState;
 use crate::codeword::Want;
 use crate::fill::{verify_fill_block, Fill, FillSpec};
+use crate::records::ObjectState;
 use crate::{IngestOptions, ObjectReader, ObjectRecord, StoreError, Volume, VolumeParams};
 
 /// Small codewords (k = 20 symbols of 64 bytes) and blocks of 4096 bytes (44 packets):
@@ -134,7 +134,7 @@ fn assert_same_as_ingest(vol: &Volume, a: &ObjectRecord, b: &ObjectRecord, bytes
     let layout = vol.layout(a).unwrap();
     let blocks_a = vol.blocks(a, &layout).unwrap();
     let blocks_b = vol.blocks(b, &layout).unwrap();
-    let shape = |bl: &Vec<Vec<crate::catalog::BlockRecord>>| -> Vec<Vec<(u64, u32)>> {
+    let shape = |bl: &Vec<Vec<crate::records::BlockRecord>>| -> Vec<Vec<(u64, u32)>> {
         bl.iter()
             .map(|m| m.iter().map(|r| (r.block, r.packets)).collect())
             .collect()
@@ -316,7 +316,7 @@ fn readers_see_verified_committed_codewords_while_the_fill_goes_on() {
     let bytes = data(20 * 64 * 9 + 17, 3);
     let mut f = Fill::begin_or_resume(&mut vol, &spec("t", bytes.len(), "e")).unwrap();
     let mut at = 0;
-    let mut old: Option<crate::catalog::BlockRecord> = None;
+    let mut old: Option<crate::records::BlockRecord> = None;
     while at < bytes.len() {
         let end = (at + 1500).min(bytes.len());
         f.push(&mut vol, &bytes[at..end]).unwrap();
@@ -359,7 +359,7 @@ fn a_block_checked_against_a_newer_row_is_an_erasure_not_a_wrong_byte() {
     let new_block = std::fs::read(vol.segment_path(0, toi)).unwrap()[..4096].to_vec();
     let mut torn = old_block.clone();
     torn[..2048].copy_from_slice(&new_block[..2048]);
-    let older_row = crate::catalog::BlockRecord {
+    let older_row = crate::records::BlockRecord {
         packets: newer.packets / 2,
         crc32c: crc32c::crc32c(
             &old_block[..(newer.packets / 2) as usize * p.packet_len() as usize],

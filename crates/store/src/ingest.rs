@@ -14,9 +14,9 @@ use std::io::{ErrorKind, Read};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::catalog::{MediaIndexRecord, ObjectRecord, ObjectState, OnNameTaken};
 use crate::lock::{FileLock, LockWait};
 use crate::prefab::{Crcs, Job, Pipeline, Shape, Stopped};
+use crate::records::{BlockRecord, MediaIndexRecord, ObjectRecord, ObjectState, OnNameTaken};
 use crate::segment::{BlockWrites, SegmentWriter};
 use crate::spool::Described;
 pub use crate::validate::validate_name;
@@ -153,29 +153,68 @@ fn write_object(
     let p = *layout.params();
     let skipped = skipped_member(vol)?;
     let behind = WriteBehind::start(WRITE_THREADS, WRITE_SPARE_BLOCKS, p.block_len as usize)?;
-    let writers = (0..p.members)
-        .map(|member| {
-            let path = vol.tmp_segment_path(member, rec.toi);
-            match skipped == Some(member) {
-                true => Ok(SegmentWriter::phantom(&path, member, layout)),
-                false => SegmentWriter::create_with(
-                    &path,
-                    member,
-                    layout,
-                    BlockWrites::Behind(Arc::clone(&behind)),
-                ),
-            }
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let writers = segment_writers(vol, layout, rec.toi, skipped, &behind)?;
     let shape = Shape {
         layout: layout.clone(),
         tsi: vol.tsi(),
         toi: rec.toi,
         crcs: Crcs::new(p.symbol_len as usize),
     };
-    let read = std::thread::scope(|scope| {
-        let (mut pipeline, writer) = Pipeline::start(scope, &shape, writers)?;
-        let fed = feed(vol, &shape, &mut pipeline, src, progress);
+    let (read, blocks) = encode_and_write(vol, &shape, writers, src, progress)?;
+    drop(behind);
+    if let Some(d) = describe()? {
+        set_description(vol, rec, d)?;
+    }
+    crash::point("before-rename");
+    publish_segments(vol, rec.toi, p.members, skipped)?;
+    let index = media_index_record(read.indexer.finish());
+    vol.catalog_mut().set_media_index(rec.toi, &index)?;
+    crash::point("before-commit");
+    rec.content_crc32c = read.crc;
+    let old =
+        vol.catalog_mut()
+            .commit_object(rec.toi, read.crc, &blocks, taken, skipped.as_slice())?;
+    crash::point("after-commit");
+    Ok(old)
+}
+
+/// The temporary segment writers of object `toi`, one per member (a phantom one for the
+/// `skipped` member), writing their blocks through `behind`.
+fn segment_writers(
+    vol: &Volume,
+    layout: &Layout,
+    toi: u32,
+    skipped: Option<u32>,
+    behind: &Arc<WriteBehind>,
+) -> Result<Vec<SegmentWriter>, StoreError> {
+    (0..layout.params().members)
+        .map(|member| {
+            let path = vol.tmp_segment_path(member, toi);
+            match skipped == Some(member) {
+                true => Ok(SegmentWriter::phantom(&path, member, layout)),
+                false => SegmentWriter::create_with(
+                    &path,
+                    member,
+                    layout,
+                    BlockWrites::Behind(Arc::clone(behind)),
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Reads the input into the encoding pipeline, whose writer writes every block through
+/// `writers`; what the reader computed and the records of the blocks written.
+fn encode_and_write(
+    vol: &mut Volume,
+    shape: &Shape,
+    writers: Vec<SegmentWriter>,
+    src: &mut dyn Read,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(ReadSummary, Vec<BlockRecord>), StoreError> {
+    std::thread::scope(|scope| {
+        let (mut pipeline, writer) = Pipeline::start(scope, shape, writers)?;
+        let fed = feed(vol, shape, &mut pipeline, src, progress);
         // Closing the queue ends the encoders once they are done; the writer then ends.
         drop(pipeline);
         let written = writer
@@ -186,16 +225,20 @@ fn write_object(
             (Err(FeedError::Stopped(s)), w) => Err(s.into_error(w.err())),
             (Err(FeedError::Store(e)), _) | (Ok(_), Err(e)) => Err(e),
         }
-    });
-    let (read, blocks) = read?;
-    drop(behind);
-    if let Some(d) = describe()? {
-        set_description(vol, rec, d)?;
-    }
-    crash::point("before-rename");
-    for member in (0..p.members).filter(|m| skipped != Some(*m)) {
-        let from = vol.tmp_segment_path(member, rec.toi);
-        let to = vol.segment_path(member, rec.toi);
+    })
+}
+
+/// Moves the segments of object `toi` from `tmp/` to `objects/` on every member but the
+/// `skipped` one, and syncs both directories of each.
+fn publish_segments(
+    vol: &Volume,
+    toi: u32,
+    members: u32,
+    skipped: Option<u32>,
+) -> Result<(), StoreError> {
+    for member in (0..members).filter(|m| skipped != Some(*m)) {
+        let from = vol.tmp_segment_path(member, toi);
+        let to = vol.segment_path(member, toi);
         fs::rename(&from, &to).map_err(StoreError::io(format!("publishing {}", to.display())))?;
         crash::point("rename");
     }
@@ -210,15 +253,7 @@ fn write_object(
             crate::io::sync_dir(&d).map_err(StoreError::io(format!("syncing {}", d.display())))?;
         }
     }
-    let index = media_index_record(read.indexer.finish());
-    vol.catalog_mut().set_media_index(rec.toi, &index)?;
-    crash::point("before-commit");
-    rec.content_crc32c = read.crc;
-    let old =
-        vol.catalog_mut()
-            .commit_object(rec.toi, read.crc, &blocks, taken, skipped.as_slice())?;
-    crash::point("after-commit");
-    Ok(old)
+    Ok(())
 }
 
 /// Block write threads of one ingest (writes in flight at once).

@@ -31,9 +31,12 @@ pub mod pace;
 pub use isnode_layout::params;
 mod prefab;
 pub mod prefetch;
+#[cfg(test)]
+mod prefetch_tests;
 pub mod probe;
 pub mod read;
 pub mod rebuild;
+mod records;
 #[cfg(test)]
 mod recovery_tests;
 pub mod rows;
@@ -47,7 +50,6 @@ pub mod volume;
 mod write_behind;
 
 pub use cache::EvictionCandidate;
-pub use catalog::{MediaIndexRecord, ObjectRecord, ObjectState};
 pub use check::{check, CheckOptions, CheckReport};
 pub use codeword::{BlockError, BlockSource, Readiness, SymbolCheck, Want};
 pub use fill::{verify_fill_block, Fill, FillSpec, FillingObject};
@@ -58,6 +60,7 @@ pub use isnode_layout::{Layout, SymbolLocation};
 pub use members::MemberState;
 pub use read::{DiskBlocks, ObjectReader, ReadOrder, ReadStats};
 pub use rebuild::{rebuild_member, RebuildReport};
+pub use records::{MediaIndexRecord, ObjectRecord, ObjectState};
 pub use rows::{BadObject, CatalogEntry};
 pub use scrub::{scrub, ScrubReport};
 pub use volume::Volume;

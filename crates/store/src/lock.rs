@@ -6,6 +6,10 @@ use std::path::{Path, PathBuf};
 
 use crate::StoreError;
 
+/// The flock a repair holds (`DIR/repair.lock`): taken by a member rebuild and by
+/// `volume check --repair`, tried by recovery at open to leave their `.rebuild` files alone.
+pub(crate) const REPAIR_LOCK_FILE: &str = "repair.lock";
+
 /// Whether taking a lock waits for its holder to release it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LockWait {

@@ -27,8 +27,8 @@ use isnode_fec::Code;
 use isnode_wire::digest::{packet_digests, DIGEST_LEN};
 use isnode_wire::{DataPacketId, DATA_HEADER_LEN};
 
-use crate::catalog::BlockRecord;
 use crate::crc_shift::ZeroShift;
+use crate::records::BlockRecord;
 use crate::segment::SegmentWriter;
 use crate::{Layout, StoreError};
 

@@ -8,12 +8,12 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::catalog::ObjectRecord;
 use crate::codeword::{
     read_codeword, Assembler, BlockError, BlockSource, Readiness, SymbolCheck, Target, Want,
 };
 use crate::io::{AlignedBuf, BlockFile};
 use crate::prefetch::PrefetchBlocks;
+use crate::records::ObjectRecord;
 use crate::{Layout, StoreError, Volume};
 
 /// What reading an object met on the way.

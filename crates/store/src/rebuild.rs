@@ -15,12 +15,12 @@ use std::fs;
 
 use serde::Serialize;
 
-use crate::catalog::ObjectRecord;
 use crate::codeword::Want;
-use crate::lock::{FileLock, LockWait};
+use crate::lock::{FileLock, LockWait, REPAIR_LOCK_FILE};
 use crate::members::MemberState;
 use crate::pace::Pace;
 use crate::read::{ObjectReader, ReadOrder};
+use crate::records::ObjectRecord;
 use crate::segment::SegmentWriter;
 use crate::{StoreError, Volume};
 
@@ -89,9 +89,6 @@ pub struct RebuildReport {
     /// The member's state at the end.
     pub state: MemberState,
 }
-
-/// The flock a repair holds (`DIR/repair.lock`); shared with `volume check --repair`.
-pub(crate) const REPAIR_LOCK_FILE: &str = "repair.lock";
 
 /// Rebuilds `member` of `vol` from the others (see the module documentation).
 pub fn rebuild_member(
@@ -216,7 +213,7 @@ fn rebuild_object(
     let packet_len = u64::from(layout.params().packet_len());
     let tmp = vol.rebuild_segment_path(member, rec.toi);
     let written = layout.segment_len_bytes(member);
-    let decoded = (|| -> Result<Option<Vec<crate::catalog::BlockRecord>>, StoreError> {
+    let decoded = (|| -> Result<Option<Vec<crate::records::BlockRecord>>, StoreError> {
         let mut writer = SegmentWriter::create(&tmp, member, &layout)?;
         let mut reader = ObjectReader::for_record(vol, rec.clone(), ReadOrder::Any)?;
         let mut packets = 0u64;
@@ -279,7 +276,7 @@ fn rebuild_object(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::ObjectState;
+    use crate::records::ObjectState;
 
     fn rec(toi: u32) -> ObjectRecord {
         ObjectRecord {

@@ -6,7 +6,7 @@
 use rusqlite::types::Value;
 use serde::Serialize;
 
-use crate::catalog::{BlockRecord, ObjectRecord, ObjectState};
+use crate::records::{BlockRecord, ObjectRecord, ObjectState};
 pub use crate::validate::{check_bitrate, MAX_BITRATE_BPS, MAX_CONTENT_TYPE_LEN};
 use crate::{Layout, VolumeParams};
 
@@ -359,7 +359,7 @@ pub struct RawMediaIndex {
 pub fn validate_media_index(
     raw: &RawMediaIndex,
     size_bytes: u64,
-) -> Result<crate::catalog::MediaIndexRecord, String> {
+) -> Result<crate::records::MediaIndexRecord, String> {
     let container = text(&raw.container, "media container")?;
     if !["mpeg-ts", "mp4", "unknown"].contains(&container.as_str()) {
         return Err(format!(
@@ -417,7 +417,7 @@ pub fn validate_media_index(
         }
         points.push((time_s, offset));
     }
-    Ok(crate::catalog::MediaIndexRecord {
+    Ok(crate::records::MediaIndexRecord {
         container,
         moov_at_front,
         points,

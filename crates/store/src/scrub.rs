@@ -12,12 +12,12 @@ use isnode_fec::Code;
 use isnode_wire::DataPacketId;
 use serde::Serialize;
 
-use crate::catalog::ObjectRecord;
 use crate::check::BadObjectReport;
 use crate::codeword::verify_block;
 use crate::io::{AlignedBuf, BlockFile};
 use crate::members::MemberState;
 use crate::pace::Pace;
+use crate::records::ObjectRecord;
 use crate::rows::CatalogEntry;
 use crate::verify::{verify_codeword, ParityCheck, StoredCodeword, SymbolVerdict};
 use crate::{Layout, StoreError, Volume};
@@ -304,20 +304,15 @@ fn scrub_object(
     tick: &mut dyn FnMut(u64),
 ) -> Result<ControlFlow<()>, StoreError> {
     let layout = vol.layout(rec)?;
-    let params = *layout.params();
     let blocks = vol.blocks(rec, &layout)?;
     let mut result = ObjectScrub {
         object: rec.name.clone(),
         toi: rec.toi,
         ..ObjectScrub::default()
     };
-    let mut src = open_segments(vol, rec, &layout, &blocks, &mut result);
+    let src = open_segments(vol, rec, &layout, &blocks, &mut result);
     let has_digests = vol.catalog().has_digests(rec.toi)?;
-    let mut codes: HashMap<u32, Code> = HashMap::new();
-    let packet_len = params.packet_len() as usize;
-    let max_n = (params.source_symbols + params.repair_symbols) as usize;
-    let mut copy = vec![0u8; max_n * packet_len];
-    let mut scratch = Vec::new();
+    let mut scan = ObjectScan::new(vol, rec, &layout, src, result);
     let mut flow = ControlFlow::Continue(());
     for sbn in 0..layout.codewords() {
         let digests = match has_digests {
@@ -328,21 +323,74 @@ fn scrub_object(
                 .map(|(_, d)| d),
             false => None,
         };
-        let (k, n) = (layout.source_symbols(sbn), layout.encoding_symbols(sbn));
+        let ControlFlow::Continue(present) = scan.read_codeword(sbn, pace, report, tick) else {
+            flow = ControlFlow::Break(());
+            break;
+        };
+        scan.check_codeword(sbn, &present, digests.as_deref(), report)?;
+    }
+    report.object_results.push(scan.result);
+    Ok(flow)
+}
+
+/// The scrub of one object, codeword by codeword: its blocks as read, the packets of the
+/// codeword being checked, and what was found.
+struct ObjectScan<'a> {
+    vol: &'a Volume,
+    rec: &'a ObjectRecord,
+    layout: &'a Layout,
+    src: ScrubBlocks<'a>,
+    /// The RS codes met so far, by k.
+    codes: HashMap<u32, Code>,
+    /// The packets of the codeword being checked, by ESI, `packet_len` bytes each.
+    copy: Vec<u8>,
+    /// Repair symbols computed by the parity check.
+    scratch: Vec<u8>,
+    result: ObjectScrub,
+}
+
+impl<'a> ObjectScan<'a> {
+    fn new(
+        vol: &'a Volume,
+        rec: &'a ObjectRecord,
+        layout: &'a Layout,
+        src: ScrubBlocks<'a>,
+        result: ObjectScrub,
+    ) -> ObjectScan<'a> {
+        let params = layout.params();
+        let max_n = (params.source_symbols + params.repair_symbols) as usize;
+        ObjectScan {
+            vol,
+            rec,
+            layout,
+            src,
+            codes: HashMap::new(),
+            copy: vec![0u8; max_n * params.packet_len() as usize],
+            scratch: Vec::new(),
+            result,
+        }
+    }
+
+    /// Reads (paced) the blocks holding the symbols of codeword `sbn`, noting each block
+    /// read and ticking its bytes, and copies the packets that were readable; which ESIs
+    /// are present, or Break if the pace stopped the scrub.
+    fn read_codeword(
+        &mut self,
+        sbn: u32,
+        pace: &mut dyn Pace,
+        report: &mut ScrubReport,
+        tick: &mut dyn FnMut(u64),
+    ) -> ControlFlow<(), Vec<bool>> {
+        let params = *self.layout.params();
+        let packet_len = params.packet_len() as usize;
+        let n = self.layout.encoding_symbols(sbn);
         let mut present = vec![false; n as usize];
         for esi in 0..n {
-            let at = layout.symbol_location(sbn, esi);
-            let loaded = match src.load(at.member, at.block, pace) {
-                ControlFlow::Continue(l) => l,
-                ControlFlow::Break(()) => {
-                    flow = ControlFlow::Break(());
-                    break;
-                }
-            };
-            if let Some(read) = loaded {
+            let at = self.layout.symbol_location(sbn, esi);
+            if let Some(read) = self.src.load(at.member, at.block, pace)? {
                 note_block(
                     report,
-                    &mut result,
+                    &mut self.result,
                     at.member,
                     at.block,
                     read,
@@ -350,19 +398,34 @@ fn scrub_object(
                 );
                 tick(u64::from(params.block_len));
             }
-            if let Some(p) = src.packet(at.member, at.offset) {
+            if let Some(p) = self.src.packet(at.member, at.offset) {
                 let slot = esi as usize * packet_len;
-                copy[slot..slot + packet_len].copy_from_slice(p);
+                self.copy[slot..slot + packet_len].copy_from_slice(p);
                 present[esi as usize] = true;
             }
         }
-        if flow.is_break() {
-            break;
-        }
+        ControlFlow::Continue(present)
+    }
+
+    /// Verifies codeword `sbn` from its `present` packets (and the catalog's `digests`),
+    /// noting its verdict per symbol and counting it.
+    fn check_codeword(
+        &mut self,
+        sbn: u32,
+        present: &[bool],
+        digests: Option<&[u8]>,
+        report: &mut ScrubReport,
+    ) -> Result<(), StoreError> {
+        let params = self.layout.params();
+        let packet_len = params.packet_len() as usize;
+        let (k, n) = (
+            self.layout.source_symbols(sbn),
+            self.layout.encoding_symbols(sbn),
+        );
         let packets: Vec<Option<&[u8]>> = (0..n as usize)
-            .map(|i| present[i].then(|| &copy[i * packet_len..(i + 1) * packet_len]))
+            .map(|i| present[i].then(|| &self.copy[i * packet_len..(i + 1) * packet_len]))
             .collect();
-        let code = match codes.entry(k) {
+        let code = match self.codes.entry(k) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(Code::new(k as usize, n as usize)?)
@@ -370,18 +433,19 @@ fn scrub_object(
         };
         let cw = StoredCodeword {
             first_id: DataPacketId {
-                tsi: vol.tsi(),
-                toi: rec.toi,
+                tsi: self.vol.tsi(),
+                toi: self.rec.toi,
                 sbn,
                 esi: 0,
             },
             k,
             symbol_len: params.symbol_len as usize,
             packets: &packets,
-            digests: digests.as_deref(),
+            digests,
         };
-        let verdict = verify_codeword(&cw, code, &mut scratch);
-        note_codeword(report, &mut result, &layout, sbn, &verdict.symbols);
+        let verdict = verify_codeword(&cw, code, &mut self.scratch);
+        let result = &mut self.result;
+        note_codeword(report, result, self.layout, sbn, &verdict.symbols);
         result.codewords += 1;
         report.codewords += 1;
         if verdict.parity == ParityCheck::Checked {
@@ -390,9 +454,8 @@ fn scrub_object(
         if !verdict.recoverable(k) {
             result.unrecoverable_codewords += 1;
         }
+        Ok(())
     }
-    report.object_results.push(result);
-    Ok(flow)
 }
 
 /// Opens each member's segment, noting missing files and wrong sizes.
@@ -400,7 +463,7 @@ fn open_segments<'a>(
     vol: &Volume,
     rec: &ObjectRecord,
     layout: &'a Layout,
-    blocks: &[Vec<crate::catalog::BlockRecord>],
+    blocks: &[Vec<crate::records::BlockRecord>],
     result: &mut ObjectScrub,
 ) -> ScrubBlocks<'a> {
     let params = layout.params();

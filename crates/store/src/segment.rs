@@ -8,9 +8,9 @@ use std::sync::Arc;
 use isnode_wire::digest::{packet_digest, Digest};
 use isnode_wire::DataPacketId;
 
-use crate::catalog::BlockRecord;
 use crate::crc_shift::ZeroShift;
 use crate::io::{AlignedBuf, BlockFile};
+use crate::records::BlockRecord;
 use crate::write_behind::WriteBehind;
 use crate::{Layout, StoreError};
 

@@ -10,7 +10,8 @@ use std::fs::File;
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use crate::{Layout, ObjectState, StoreError, Volume, VolumeParams};
+use crate::records::ObjectState;
+use crate::{Layout, StoreError, Volume, VolumeParams};
 
 /// Bytes read from the input per write into the spool.
 const SPOOL_CHUNK_BYTES: usize = 1 << 20;

@@ -14,8 +14,9 @@ use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::catalog::{BlockRecord, Catalog, ObjectRecord, ObjectState};
-use crate::lock::{FileLock, LockWait};
+use crate::catalog::Catalog;
+use crate::lock::{FileLock, LockWait, REPAIR_LOCK_FILE};
+use crate::records::{BlockRecord, ObjectRecord, ObjectState};
 use crate::rows::CatalogEntry;
 use crate::{StoreError, VolumeParams};
 
@@ -226,10 +227,7 @@ impl Volume {
         }
         // A repair or rebuild running in another process owns its `.rebuild` files.
         // Held to the end, so none starts meanwhile.
-        let repair_lock = FileLock::exclusive(
-            &self.root.join(crate::rebuild::REPAIR_LOCK_FILE),
-            LockWait::Try,
-        )?;
+        let repair_lock = FileLock::exclusive(&self.root.join(REPAIR_LOCK_FILE), LockWait::Try)?;
         let repairing = repair_lock.is_none();
         // Finished objects have their files in objects/; only live ingests in tmp/.
         for member in &self.members {
@@ -365,7 +363,7 @@ impl Volume {
     pub fn media_index(
         &self,
         rec: &ObjectRecord,
-    ) -> Result<Option<crate::MediaIndexRecord>, StoreError> {
+    ) -> Result<Option<crate::records::MediaIndexRecord>, StoreError> {
         let Some(raw) = self.catalog.media_index_rows(rec.toi)? else {
             return Ok(None);
         };

@@ -29,9 +29,8 @@ use isnode_proto::broadcast::BroadcastInfo;
 use tune::{ChannelListen, TunePlan};
 
 pub use crate::config::RepairGroups;
+pub use tune::MAX_BROADCAST_CODEWORDS;
 
-/// Largest title (codewords) received from a broadcast: the receive window is the title.
-pub const MAX_BROADCAST_CODEWORDS: u64 = 1 << 20;
 /// A channel is joined this long before its first needed transmission, left this long after.
 const MARGIN_S: f64 = 0.25;
 /// After the schedule's end, the receiver waits this long for stragglers.
@@ -187,6 +186,39 @@ pub fn play_described(
     asked: Instant,
     rtt: Duration,
 ) -> anyhow::Result<BroadcastStats> {
+    check_request(args, info)?;
+    let impair = Impairer::new(&args.impair)?;
+    let arrived = asked + rtt / 2;
+    let plan = tune::plan_of(info)?;
+    let tp = tune::tune(&plan, info, info.elapsed_s, MARGIN_S)?;
+    let (mut rx, codewords) = receiver_of(info)?;
+    let digests = authenticate(args, info, &tp, &mut rx)?;
+    let chans = open_channels(&tp)?;
+    let mut out = crate::playout::open_output(args.out.as_deref())?;
+    let cpu0 = thread_cpu_s();
+    let mut run = Run::new(&tp, arrived, args.broadcast_repair);
+    run.unicast = unicast_repair(args, info, arrived)?;
+    let deadline = (tp.end_s + GRACE_S).min(args.max_seconds.max(0.0));
+    let mut reception = Reception {
+        run,
+        chans,
+        digests,
+        rx,
+        impair,
+    };
+    reception.receive(&mut *out, deadline)?;
+    reception.end(args, &mut *out)?;
+    let stats = reception.stats(info, &tp, codewords, cpu0);
+    if let Some(p) = &args.stats_json {
+        std::fs::write(p, serde_json::to_vec_pretty(&stats)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(stats)
+}
+
+/// Refuses what a broadcast receiver cannot do (`--http`) or take (a title over the limits
+/// of `args`) before anything is joined or allocated.
+fn check_request(args: &PlayConfig, info: &BroadcastInfo) -> anyhow::Result<()> {
     if args.http.is_some() {
         bail!("--http is not available with a broadcast yet: use --out FILE or --out -");
     }
@@ -195,13 +227,15 @@ pub fn play_described(
     args.announce_limits()
         .check(&crate::limits::Announced::of(&info.object), 1)
         .with_context(|| format!("refusing the broadcast {} of {}", info.id, info.object.name))?;
-    let mut impair = Impairer::new(&args.impair)?;
-    let arrived = asked + rtt / 2;
-    let plan = tune::plan_of(info)?;
-    let tp = tune::tune(&plan, info, info.elapsed_s, MARGIN_S)?;
+    Ok(())
+}
+
+/// The receive core of a broadcast (its window is the whole title, released at once) and
+/// the title's codewords.
+fn receiver_of(info: &BroadcastInfo) -> anyhow::Result<(Receiver, u32)> {
     let params = params_of(&info.object, &info.fec, 0)?;
     let codewords = u32::try_from(info.plan.codewords)?;
-    let mut rx = Receiver::new(
+    let rx = Receiver::new(
         params,
         ReceiverConfig {
             release: Release::Instant,
@@ -209,76 +243,107 @@ pub fn play_described(
             window_codewords: codewords,
         },
     )?;
-    let mut digests = authenticate(args, info, &tp, &mut rx)?;
-    let mut chans = open_channels(&tp)?;
-    let mut out = crate::playout::open_output(args.out.as_deref())?;
-    let cpu0 = thread_cpu_s();
-    let mut run = Run::new(&tp, arrived, args.broadcast_repair);
-    run.unicast = unicast_repair(args, info, arrived)?;
-    let deadline = (tp.end_s + GRACE_S).min(args.max_seconds.max(0.0));
-    loop {
+    Ok((rx, codewords))
+}
+
+/// A broadcast being received: the loop's state, the receive core and what feeds it.
+/// (Fields drop in this order, as the locals of `play_described` did before they were
+/// gathered here: the unicast repair's thread is joined first.)
+struct Reception {
+    run: Run,
+    chans: Vec<Chan>,
+    digests: Option<DigestFetcher>,
+    rx: Receiver,
+    impair: Impairer,
+}
+
+impl Reception {
+    /// Follows the schedule, receives and writes until the title is complete or `deadline`
+    /// (seconds after the arrival) has passed.
+    fn receive(&mut self, out: &mut dyn Write, deadline: f64) -> anyhow::Result<()> {
+        loop {
+            let now_s = self.run.arrived.elapsed().as_secs_f64();
+            if let Some(f) = &mut self.digests {
+                f.pump(&mut self.rx, 0);
+            }
+            self.run.schedule(&mut self.chans, now_s, &self.rx)?;
+            let got = self
+                .run
+                .receive(&mut self.chans, &mut self.rx, &mut self.impair, now_s)?;
+            self.run.write(&mut self.rx, out)?;
+            if self.rx.is_complete() || now_s > deadline {
+                return Ok(());
+            }
+            if !got {
+                wait_readable(&self.chans, POLL_TIMEOUT);
+            }
+        }
+    }
+
+    /// After the loop: repairs and writes the rest (unless cut short by `--max-seconds`),
+    /// flushes the output and leaves every channel.
+    fn end(&mut self, args: &PlayConfig, out: &mut dyn Write) -> anyhow::Result<()> {
+        let arrived = self.run.arrived;
+        // Cut short by --max-seconds: the output ends with what was played (unless
+        // --keep-length); at the plan's end what is missing is lost and written as zeros.
+        let cut_short =
+            !self.rx.is_complete() && arrived.elapsed().as_secs_f64() > args.max_seconds;
+        if !cut_short {
+            self.run.repair_rest(&mut self.rx, out, args.max_seconds)?;
+        }
+        if !cut_short || args.cut_short() == CutShort::KeepLength {
+            self.rx.finish();
+            self.run.write(&mut self.rx, out)?;
+        }
+        out.flush()?;
         let now_s = arrived.elapsed().as_secs_f64();
-        if let Some(f) = &mut digests {
-            f.pump(&mut rx, 0);
+        for c in &mut self.chans {
+            leave(c, now_s);
         }
-        run.schedule(&mut chans, now_s, &rx)?;
-        let got = run.receive(&mut chans, &mut rx, &mut impair, now_s)?;
-        run.write(&mut rx, &mut *out)?;
-        if rx.is_complete() || now_s > deadline {
-            break;
+        Ok(())
+    }
+
+    /// The statistics of the reception of `info` (planned as `tp`, `codewords` long), whose
+    /// thread had used `cpu0` seconds of CPU when it started. The channels (their sockets)
+    /// are gone after it; the rest (the unicast repair's thread) lives on to the caller's end.
+    fn stats(
+        &mut self,
+        info: &BroadcastInfo,
+        tp: &TunePlan,
+        codewords: u32,
+        cpu0: f64,
+    ) -> BroadcastStats {
+        let (run, rx) = (&self.run, &self.rx);
+        let chans = std::mem::take(&mut self.chans);
+        let st = rx.stats();
+        BroadcastStats {
+            object: info.object.name.clone(),
+            broadcast: info.id.clone(),
+            scheme: info.scheme.clone(),
+            arrival_s: info.elapsed_s,
+            plan_worst_wait_s: info.plan.worst_wait_s,
+            wait_s: tp.playback_start_s,
+            first_byte_s: run.first_byte_s,
+            late_codewords: run.late,
+            max_late_s: run.max_late_s,
+            max_channels_at_once: run.max_at_once,
+            repair_groups_joined: chans
+                .iter()
+                .filter(|c| c.stats.repair_joined_s.is_some())
+                .count(),
+            channels: chans.into_iter().map(|c| c.stats).collect(),
+            symbols_repaired: st.symbols_repaired,
+            codewords,
+            codewords_lost: st.codewords_unrecoverable.len() as u32,
+            authenticated: rx.is_authenticating(),
+            packets_forged: st.packets_forged,
+            packets_unverified: st.packets_unverified,
+            bytes_out: run.bytes_out,
+            cpu_s: thread_cpu_s() - cpu0,
+            impair: self.impair.stats(),
+            repair: run.unicast.as_ref().map(|r| r.stats()).unwrap_or_default(),
         }
-        if !got {
-            wait_readable(&chans, POLL_TIMEOUT);
-        }
     }
-    // Cut short by --max-seconds: the output ends with what was played (unless
-    // --keep-length); at the plan's end what is missing is lost and written as zeros.
-    let cut_short = !rx.is_complete() && arrived.elapsed().as_secs_f64() > args.max_seconds;
-    if !cut_short {
-        run.repair_rest(&mut rx, &mut *out, args.max_seconds)?;
-    }
-    if !cut_short || args.cut_short() == CutShort::KeepLength {
-        rx.finish();
-        run.write(&mut rx, &mut *out)?;
-    }
-    out.flush()?;
-    let now_s = arrived.elapsed().as_secs_f64();
-    for c in &mut chans {
-        leave(c, now_s);
-    }
-    let st = rx.stats();
-    let stats = BroadcastStats {
-        object: info.object.name.clone(),
-        broadcast: info.id.clone(),
-        scheme: info.scheme.clone(),
-        arrival_s: info.elapsed_s,
-        plan_worst_wait_s: info.plan.worst_wait_s,
-        wait_s: tp.playback_start_s,
-        first_byte_s: run.first_byte_s,
-        late_codewords: run.late,
-        max_late_s: run.max_late_s,
-        max_channels_at_once: run.max_at_once,
-        repair_groups_joined: chans
-            .iter()
-            .filter(|c| c.stats.repair_joined_s.is_some())
-            .count(),
-        channels: chans.into_iter().map(|c| c.stats).collect(),
-        symbols_repaired: st.symbols_repaired,
-        codewords,
-        codewords_lost: st.codewords_unrecoverable.len() as u32,
-        authenticated: rx.is_authenticating(),
-        packets_forged: st.packets_forged,
-        packets_unverified: st.packets_unverified,
-        bytes_out: run.bytes_out,
-        cpu_s: thread_cpu_s() - cpu0,
-        impair: impair.stats(),
-        repair: run.unicast.as_ref().map(|r| r.stats()).unwrap_or_default(),
-    };
-    if let Some(p) = &args.stats_json {
-        std::fs::write(p, serde_json::to_vec_pretty(&stats)?)
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
-    Ok(stats)
 }
 
 /// The unicast repair of a broadcast receiver from `--server` (None with `--no-repair`):

@@ -9,6 +9,9 @@ use anyhow::{bail, Context};
 use isnode_broadcast::{Figures, Plan, PlanRequest, Scheme, SchemeParams, Title};
 use isnode_proto::broadcast::BroadcastInfo;
 
+/// Largest title (codewords) received from a broadcast: the receive window is the title.
+pub const MAX_BROADCAST_CODEWORDS: u64 = 1 << 20;
+
 /// One channel as this receiver uses it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChannelListen {
@@ -54,11 +57,11 @@ pub struct TunePlan {
 /// Recomputes the server's plan from its description (planning is deterministic) and
 /// checks that it is the same plan.
 pub fn plan_of(info: &BroadcastInfo) -> anyhow::Result<Plan> {
-    if info.plan.codewords > super::MAX_BROADCAST_CODEWORDS {
+    if info.plan.codewords > MAX_BROADCAST_CODEWORDS {
         bail!(
             "the title has {} codewords, more than {}",
             info.plan.codewords,
-            super::MAX_BROADCAST_CODEWORDS
+            MAX_BROADCAST_CODEWORDS
         );
     }
     let params = SchemeParams::from_options(info.width, info.m);

@@ -30,14 +30,15 @@
 //! `http` (`--http`: the stream served to a local player, [`HttpServe`]).
 
 mod http;
+mod keepalive;
 mod resume;
 mod session;
+mod setup;
 mod stats;
 
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,10 +50,12 @@ use isnode_proto::keepalive::LossReport;
 
 pub use crate::config::{AcceptFrom, CutShort, PlayConfig, ReleaseArg, VerifyDigests};
 pub use http::{HttpListener, HttpOut, HttpServe};
-pub use session::{SessionSetup, SourceFilter};
+pub use setup::{SessionSetup, SourceFilter};
 pub use stats::{EndReason, LostRange, PlayStats};
 
+use keepalive::{keepalive_via, Keepalive, Owner, Reported};
 use session::run_session;
+use setup::RECV_BUFFER_BYTES;
 
 /// `play` was answered with a broadcast: the caller follows it
 /// ([`crate::broadcast::play_described`]).
@@ -103,120 +106,35 @@ pub fn play(args: &PlayConfig) -> anyhow::Result<PlayStats> {
 /// the receive port before the session starts): opens the session on the server, receives,
 /// keeps it alive, deletes it at the end.
 pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats> {
-    // Check everything local before asking the server for anything.
-    Impairer::new(&args.impair)?;
-    let linger = secs_arg(args.http_linger_s, "--http-linger-s")?;
-    let mut http = args.http.map(HttpListener::bind).transpose()?;
-    let mut out = match http {
-        None => Some(crate::playout::open_output(args.out.as_deref())?),
-        Some(_) => None,
-    };
-    let local = socket.local_addr()?;
-    let port = args.session_port.unwrap_or(local.port());
-    // Checked before anything is asked (made again below for the server that answers).
-    source_filter(args)?;
-    // The receive buffer is grown before the request: the server's start-up burst arrives
-    // at once, faster than the stream's rate, before the receive loop runs.
-    crate::net::grow_recv_buffer(&socket, RECV_BUFFER_BYTES);
+    let mut local = LocalSetup::check(args, &socket)?;
     let requested = Instant::now();
-    let (rotated, control, opened) = open_first(args, port)?;
+    let (rotated, control, opened) = open_first(args, local.port)?;
     // From here on the server that answered is the first of the list.
     let args = &rotated;
     // A redirect or a ranking may have named servers the first filter did not know.
     let source = source_filter(args)?;
-    let first = 0;
-    let info = match opened {
-        crate::control::Opened::Session(info) => *info,
-        crate::control::Opened::Broadcast(b) => {
-            tracing::info!(broadcast = %b.id, "the server serves {} by broadcast", args.name);
-            return Err(FollowBroadcast {
-                info: b,
-                asked: requested,
-                rtt: requested.elapsed(),
-            }
-            .into());
-        }
-    };
-    if let Err(e) = check_announced(args, &info) {
-        if let Err(d) = control.delete_session(&info.id, &info.secret) {
-            tracing::warn!("could not delete session {}: {d:#}", info.id);
-        }
-        return Err(e);
-    }
+    let info = session_of(args, opened, requested)?;
+    check_or_delete(args, &info, &control)?;
     let skip = leading_skip_bytes(&info)?;
-    if let (Some(offset), Some(by)) = (info.start_offset_bytes, info.seek_by) {
-        tracing::info!(
-            "starting at byte {offset} ({:.3} s, found by {by:?}), codeword {}",
-            info.start_time_s.unwrap_or(0.0),
-            info.start_codeword
-        );
-    }
-    tracing::info!(
-        session = %info.id, destination = %info.destination, receive = %local,
-        accept_from = ?source, "session opened for {}", info.object.name
-    );
+    log_opened(&info, local.addr, &source);
     let owner = Owner::of(&info)?;
     // The first digests come before the stream starts; the rest follow it.
-    let validated = prefetch_digests(args, &info, &control).and_then(|auth| {
-        control.await_token_and_validate(&info, &socket, |from| source.accepts(Some(from)))?;
-        Ok(auth)
-    });
-    let auth = match validated {
-        Ok(auth) => auth,
-        Err(e) => {
-            let _ = control.delete_session(&info.id, &info.secret);
-            return Err(e);
-        }
-    };
-    let via = keepalive_via(&info, &socket, &control);
+    let auth = validate_or_delete(args, &info, &control, &socket, &source)?;
     let loss = Arc::new(AtomicU32::new(NO_LOSS_MEASURED));
-    let keepalive = Keepalive::start(
-        via,
-        owner,
-        Duration::from_millis(info.keepalive_interval_ms.clamp(50, 60_000)),
-        info.loss_reports.then(|| loss.clone()),
-    );
+    let keepalive = start_keepalive(&info, &socket, &control, owner, &loss);
     let resume_source = source.clone();
-    let servers = args
-        .servers()
-        .map(|base| {
-            Ok(resume::Server {
-                base: base.to_string(),
-                control: Arc::new(args.control_of(base, RESUME_CONTROL_TIMEOUT)?),
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let mut resumer = resume::SessionResumer {
-        servers,
-        current: first,
-        failed_in_round: 0,
-        stream: resume::Stream::of(&info)?,
-        digests_window: auth.is_some().then(|| receive_window(args)),
+    let opening = Opening {
+        info: &info,
         socket: &socket,
         source: &resume_source,
-        object: args.name.clone(),
-        port,
-        loss: info.loss_reports.then(|| loss.clone()),
-        held: Some(resume::Held {
-            info: info.clone(),
-            keepalive,
-            server: first,
-        }),
-        reported: Reported::default(),
-        refused: None,
+        port: local.port,
+        loss: &loss,
     };
+    let mut resumer = opening.resumer(args, auth.is_some(), keepalive)?;
     let mut served = None;
     let result = SessionSetup::from_info(&info, source).and_then(|setup| {
-        let out = match (out.take(), http.take()) {
-            (Some(out), _) => out,
-            (None, listener) => {
-                let listener = listener.context("no output")?;
-                let len = setup.output_len()?.saturating_sub(skip);
-                let (server, out) = listener.serve(&setup.object, len, args.out.as_deref())?;
-                served = Some(server);
-                Box::new(out)
-            }
-        };
+        let (out, server) = local.output(args, &setup, skip)?;
+        served = server;
         run_session(
             args,
             &socket,
@@ -235,21 +153,249 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
         reported,
         refused,
     } = resumer.finish();
-    let (last, last_control) = held
-        .as_ref()
-        .map_or((&info, &control), |(info, control)| (info, control));
-    if let Err(e) = last_control.delete_session(&last.id, &last.secret) {
-        tracing::warn!("could not delete session {}: {e:#}", last.id);
-    }
+    delete_last(held.as_ref(), &info, &control);
     let mut stats = result?;
-    stats.loss_reports_sent = reported.sent;
-    stats.reported_loss_rate = reported.last.map(LossReport::rate);
-    stats.max_reported_loss_rate = reported.max.map(LossReport::rate);
+    add_reported(&mut stats, reported);
     write_stats_json(args, &stats)?;
     if let Some(server) = served {
         let deadline = session::deadline_after(requested, args.max_seconds)?;
-        server.linger(linger.min(deadline.saturating_duration_since(Instant::now())));
+        server.linger(
+            local
+                .linger
+                .min(deadline.saturating_duration_since(Instant::now())),
+        );
     }
+    check_end(args, &stats, refused)?;
+    Ok(stats)
+}
+
+/// What [`play_on`] checks and prepares on this host before it asks the server for anything.
+struct LocalSetup {
+    /// `--http-linger-s`.
+    linger: Duration,
+    /// `--http`: the listener the stream is served from (taken once the session is known).
+    http: Option<HttpListener>,
+    /// The output when the stream is not served over HTTP (`--out`, or nothing).
+    out: Option<Box<dyn Write + Send>>,
+    /// The receive socket's address.
+    addr: SocketAddr,
+    /// The port the server is asked to send to (`--session-port`, else the socket's).
+    port: u16,
+}
+
+impl LocalSetup {
+    /// Checks everything local (the impairment, the HTTP linger and listener, the output,
+    /// the source filter) and grows the socket's receive buffer.
+    fn check(args: &PlayConfig, socket: &UdpSocket) -> anyhow::Result<LocalSetup> {
+        // Check everything local before asking the server for anything.
+        Impairer::new(&args.impair)?;
+        let linger = secs_arg(args.http_linger_s, "--http-linger-s")?;
+        let http = args.http.map(HttpListener::bind).transpose()?;
+        let out = match http {
+            None => Some(crate::playout::open_output(args.out.as_deref())?),
+            Some(_) => None,
+        };
+        let addr = socket.local_addr()?;
+        let port = args.session_port.unwrap_or(addr.port());
+        // Checked before anything is asked (made again below for the server that answers).
+        source_filter(args)?;
+        // The receive buffer is grown before the request: the server's start-up burst arrives
+        // at once, faster than the stream's rate, before the receive loop runs.
+        crate::net::grow_recv_buffer(socket, RECV_BUFFER_BYTES);
+        Ok(LocalSetup {
+            linger,
+            http,
+            out,
+            addr,
+            port,
+        })
+    }
+
+    /// The playout's writer for `setup`: the output opened at the start, else the HTTP
+    /// stream of `--http` (started here, the object's length known), with its server.
+    fn output(
+        &mut self,
+        args: &PlayConfig,
+        setup: &SessionSetup,
+        skip: u64,
+    ) -> anyhow::Result<(Box<dyn Write + Send>, Option<HttpServe>)> {
+        Ok(match (self.out.take(), self.http.take()) {
+            (Some(out), _) => (out, None),
+            (None, listener) => {
+                let listener = listener.context("no output")?;
+                let len = setup.output_len()?.saturating_sub(skip);
+                let (server, out) = listener.serve(&setup.object, len, args.out.as_deref())?;
+                (Box::new(out), Some(server))
+            }
+        })
+    }
+}
+
+/// The session of the server's answer; an answer naming a broadcast is the error
+/// [`FollowBroadcast`].
+fn session_of(
+    args: &PlayConfig,
+    opened: crate::control::Opened,
+    requested: Instant,
+) -> anyhow::Result<isnode_proto::SessionInfo> {
+    match opened {
+        crate::control::Opened::Session(info) => Ok(*info),
+        crate::control::Opened::Broadcast(b) => {
+            tracing::info!(broadcast = %b.id, "the server serves {} by broadcast", args.name);
+            Err(FollowBroadcast {
+                info: b,
+                asked: requested,
+                rtt: requested.elapsed(),
+            }
+            .into())
+        }
+    }
+}
+
+/// [`check_announced`], deleting the session on the server if it is refused.
+fn check_or_delete(
+    args: &PlayConfig,
+    info: &isnode_proto::SessionInfo,
+    control: &ControlClient,
+) -> anyhow::Result<()> {
+    if let Err(e) = check_announced(args, info) {
+        if let Err(d) = control.delete_session(&info.id, &info.secret) {
+            tracing::warn!("could not delete session {}: {d:#}", info.id);
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Logs the session just opened (and where it starts, if not at the title's start).
+fn log_opened(info: &isnode_proto::SessionInfo, local: SocketAddr, source: &SourceFilter) {
+    if let (Some(offset), Some(by)) = (info.start_offset_bytes, info.seek_by) {
+        tracing::info!(
+            "starting at byte {offset} ({:.3} s, found by {by:?}), codeword {}",
+            info.start_time_s.unwrap_or(0.0),
+            info.start_codeword
+        );
+    }
+    tracing::info!(
+        session = %info.id, destination = %info.destination, receive = %local,
+        accept_from = ?source, "session opened for {}", info.object.name
+    );
+}
+
+/// Fetches the first digests ([`prefetch_digests`]) and waits for the session's token on
+/// `socket` (return routability); deletes the session on the server if either fails.
+fn validate_or_delete(
+    args: &PlayConfig,
+    info: &isnode_proto::SessionInfo,
+    control: &Arc<ControlClient>,
+    socket: &UdpSocket,
+    source: &SourceFilter,
+) -> anyhow::Result<Option<session::Auth>> {
+    let validated = prefetch_digests(args, info, control).and_then(|auth| {
+        control.await_token_and_validate(info, socket, |from| source.accepts(Some(from)))?;
+        Ok(auth)
+    });
+    validated.inspect_err(|_| {
+        let _ = control.delete_session(&info.id, &info.secret);
+    })
+}
+
+/// Starts the keepalives of the session `info` (carrying the measured `loss` if the server
+/// takes loss reports).
+fn start_keepalive(
+    info: &isnode_proto::SessionInfo,
+    socket: &UdpSocket,
+    control: &Arc<ControlClient>,
+    owner: Owner,
+    loss: &Arc<AtomicU32>,
+) -> Keepalive {
+    let via = keepalive_via(info, socket, control);
+    Keepalive::start(
+        via,
+        owner,
+        Duration::from_millis(info.keepalive_interval_ms.clamp(50, 60_000)),
+        info.loss_reports.then(|| loss.clone()),
+    )
+}
+
+/// The first session as opened on the first server: what its resumer starts from.
+struct Opening<'a> {
+    /// The server's answer.
+    info: &'a isnode_proto::SessionInfo,
+    /// The receive socket.
+    socket: &'a UdpSocket,
+    /// Where datagrams may come from.
+    source: &'a SourceFilter,
+    /// The port the server sends to.
+    port: u16,
+    /// The measured loss, shared with the keepalives.
+    loss: &'a Arc<AtomicU32>,
+}
+
+impl<'a> Opening<'a> {
+    /// The resumer of the session (holding it with its `keepalive`) over the servers of
+    /// `args`; `authenticated`: its packets are checked against their digests.
+    fn resumer(
+        &self,
+        args: &PlayConfig,
+        authenticated: bool,
+        keepalive: Keepalive,
+    ) -> anyhow::Result<resume::SessionResumer<'a>> {
+        let first = 0;
+        let servers = args
+            .servers()
+            .map(|base| {
+                Ok(resume::Server {
+                    base: base.to_string(),
+                    control: Arc::new(args.control_of(base, RESUME_CONTROL_TIMEOUT)?),
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(resume::SessionResumer {
+            servers,
+            current: first,
+            failed_in_round: 0,
+            stream: resume::Stream::of(self.info)?,
+            digests_window: authenticated.then(|| receive_window(args)),
+            socket: self.socket,
+            source: self.source,
+            object: args.name.clone(),
+            port: self.port,
+            loss: self.info.loss_reports.then(|| self.loss.clone()),
+            held: Some(resume::Held {
+                info: self.info.clone(),
+                keepalive,
+                server: first,
+            }),
+            reported: Reported::default(),
+            refused: None,
+        })
+    }
+}
+
+/// Deletes the session held last (`held`, else the first: `info` on `control`).
+fn delete_last(
+    held: Option<&(isnode_proto::SessionInfo, Arc<ControlClient>)>,
+    info: &isnode_proto::SessionInfo,
+    control: &Arc<ControlClient>,
+) {
+    let (last, last_control) = held.map_or((info, control), |(info, control)| (info, control));
+    if let Err(e) = last_control.delete_session(&last.id, &last.secret) {
+        tracing::warn!("could not delete session {}: {e:#}", last.id);
+    }
+}
+
+/// Puts the keepalives' loss reports into the statistics.
+fn add_reported(stats: &mut PlayStats, reported: Reported) {
+    stats.loss_reports_sent = reported.sent;
+    stats.reported_loss_rate = reported.last.map(LossReport::rate);
+    stats.max_reported_loss_rate = reported.max.map(LossReport::rate);
+}
+
+/// The error a session that ended short is reported as: the server shut down
+/// ([`ServerShuttingDown`]), or went quiet with `--cut-short truncate` ([`ServerGone`], with
+/// why the last server `refused` a resume if one did); Ok otherwise.
+fn check_end(args: &PlayConfig, stats: &PlayStats, refused: Option<String>) -> anyhow::Result<()> {
     if stats.end_reason == EndReason::ServerShutdown && !stats.is_clean() {
         return Err(ServerShuttingDown {
             bytes_written: stats.bytes_written,
@@ -272,7 +418,7 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
             None => gone,
         });
     }
-    Ok(stats)
+    Ok(())
 }
 
 /// The digests of the session's first codewords when packets are to be authenticated (the
@@ -372,9 +518,6 @@ fn check_announced(args: &PlayConfig, info: &isnode_proto::SessionInfo) -> anyho
 fn secs_arg(v: f64, what: &str) -> anyhow::Result<Duration> {
     Duration::try_from_secs_f64(v).map_err(|_| anyhow::anyhow!("{what} must be >= 0, got {v}"))
 }
-/// Receive buffer asked for the session's socket (`SO_RCVBUFFORCE`, else `SO_RCVBUF`).
-pub(crate) const RECV_BUFFER_BYTES: usize = 8 << 20;
-
 /// The shared measured loss before any measurement (else [`LossReport::units`]).
 pub(crate) const NO_LOSS_MEASURED: u32 = u32::MAX;
 
@@ -528,176 +671,6 @@ impl Write for SkipWriter {
     }
 }
 
-/// How keepalives go: a datagram from the stream's socket to the server's keepalive port
-/// (also keeps a NAT mapping of the stream's path open), or an HTTP request when the
-/// server has no keepalive port.
-enum KeepaliveVia {
-    Udp {
-        socket: UdpSocket,
-        to: SocketAddr,
-        /// The counter of the last datagram sent (the first is 1).
-        counter: AtomicU64,
-    },
-    Http(Arc<ControlClient>),
-}
-
-/// UDP when the server offers a keepalive port taking this client's datagram version and
-/// the socket can be shared, else HTTP.
-fn keepalive_via(
-    info: &isnode_proto::SessionInfo,
-    socket: &UdpSocket,
-    control: &Arc<ControlClient>,
-) -> KeepaliveVia {
-    let version = Some(isnode_proto::keepalive::KEEPALIVE_VERSION);
-    let port = info
-        .keepalive_port
-        .filter(|_| info.keepalive_version == version);
-    let udp = port.and_then(|port| {
-        let server = control.server_addr().ok()?;
-        let socket = socket.try_clone().ok()?;
-        Some(KeepaliveVia::Udp {
-            socket,
-            to: SocketAddr::new(server.ip(), port),
-            counter: AtomicU64::new(0),
-        })
-    });
-    udp.unwrap_or_else(|| KeepaliveVia::Http(control.clone()))
-}
-
-/// A session's id and secret, as its keepalives carry them.
-struct Owner {
-    id: String,
-    secret: String,
-    key: isnode_proto::auth::Key,
-}
-
-impl Owner {
-    fn of(info: &isnode_proto::SessionInfo) -> anyhow::Result<Owner> {
-        let key = isnode_proto::auth::parse_key_hex(&info.secret).with_context(|| {
-            format!(
-                "the server's session secret {:?} is not 32 hexadecimal digits",
-                info.secret
-            )
-        })?;
-        Ok(Owner {
-            id: info.id.clone(),
-            secret: info.secret.clone(),
-            key,
-        })
-    }
-}
-
-impl KeepaliveVia {
-    /// Sends one keepalive, with the loss report `loss` if any; false once the server said
-    /// the session is gone (HTTP only: a datagram has no answer, the session's end shows in
-    /// the stream).
-    fn send(&self, owner: &Owner, loss: Option<LossReport>) -> bool {
-        use isnode_proto::keepalive::keepalive_datagram;
-        let id = &owner.id;
-        match self {
-            KeepaliveVia::Udp {
-                socket,
-                to,
-                counter,
-            } => {
-                let n = counter.fetch_add(1, Ordering::Relaxed) + 1;
-                let datagram = keepalive_datagram(id, &owner.key, n, loss);
-                match datagram {
-                    Some(d) => {
-                        if let Err(e) = socket.send_to(&d, to) {
-                            tracing::warn!("keepalive of session {id} to {to}: {e}");
-                        }
-                        true
-                    }
-                    None => {
-                        tracing::warn!("session id {id:?} cannot be sent in a keepalive datagram");
-                        false
-                    }
-                }
-            }
-            KeepaliveVia::Http(control) => {
-                match control.keepalive_with_loss(id, &owner.secret, loss.map(LossReport::rate)) {
-                    Ok(true) => true,
-                    Ok(false) => {
-                        tracing::debug!("session {id} is gone: keepalives stop");
-                        false
-                    }
-                    Err(e) => {
-                        tracing::warn!("keepalive of session {id}: {e:#}");
-                        true
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// Timeout of the control requests of a resume: a server that does not answer at once is
 /// tried again later (the receive loop must not wait on it).
 const RESUME_CONTROL_TIMEOUT: Duration = Duration::from_millis(1000);
-
-/// The loss reports a keepalive thread sent.
-#[derive(Clone, Copy, Debug, Default)]
-struct Reported {
-    /// Keepalives that carried a loss report.
-    sent: u64,
-    /// The last loss reported.
-    last: Option<LossReport>,
-    /// The highest loss reported.
-    max: Option<LossReport>,
-}
-
-impl Reported {
-    /// Adds the reports of a later keepalive thread (of a resumed session).
-    fn merge(&mut self, later: Reported) {
-        self.sent += later.sent;
-        self.last = later.last.or(self.last);
-        self.max = match (self.max, later.max) {
-            (Some(a), Some(b)) => Some(if b.rate() > a.rate() { b } else { a }),
-            (a, b) => a.or(b),
-        };
-    }
-}
-
-/// Sends keepalives from a thread until stopped.
-struct Keepalive {
-    stop: mpsc::Sender<()>,
-    handle: std::thread::JoinHandle<Reported>,
-}
-
-impl Keepalive {
-    /// Starts the thread; with `loss` (the server takes loss reports), every keepalive
-    /// carries the measured loss once there is one.
-    fn start(
-        via: KeepaliveVia,
-        owner: Owner,
-        interval: Duration,
-        loss: Option<Arc<AtomicU32>>,
-    ) -> Keepalive {
-        let (stop, stopped) = mpsc::channel::<()>();
-        let handle = std::thread::spawn(move || {
-            let mut reported = Reported::default();
-            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
-                let report = loss.as_ref().and_then(|l| {
-                    let units = u16::try_from(l.load(Ordering::Relaxed)).ok()?;
-                    LossReport::from_units(units)
-                });
-                if let Some(r) = report {
-                    reported.sent += 1;
-                    reported.last = Some(r);
-                    reported.max = reported.max.max(Some(r));
-                }
-                if !via.send(&owner, report) {
-                    break;
-                }
-            }
-            reported
-        });
-        Keepalive { stop, handle }
-    }
-
-    fn stop(self) -> Reported {
-        let _ = self.stop.send(());
-        self.handle.join().unwrap_or_default()
-    }
-}

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use super::session::SourceFilter;
-use super::{keepalive_via, Keepalive, Owner, Reported};
+use super::keepalive::{keepalive_via, Keepalive, Owner, Reported};
+use super::setup::SourceFilter;
 use crate::control::{ControlClient, Opened, Placement, SessionInfoExt};
 use crate::digests::DigestRows;
 use crate::receiver::SessionParams;

@@ -1,103 +1,26 @@
 //! One session's receive loop: socket → source filter → impairment → receive core → playout.
 
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use isnode_wire::DATA_HEADER_LEN;
 
-use crate::control::{SessionInfo, SessionInfoExt};
 use crate::digest_fetch::{ahead_codewords, symbols_of, DigestFetcher};
 use crate::impair::{Impairer, Verdict};
 use crate::loss::LossMeter;
 use crate::net::{enable_gro, grow_recv_buffer, set_poll_timeout, Batch};
 use crate::playout::{self, AtDeadline, Pacing, PlayoutConfig, PlayoutStats};
 use crate::queue::{self, Producer};
-use crate::receiver::{verify_fdt, FdtCheck, Receiver, ReceiverConfig, Release, SessionParams};
+use crate::receiver::{Receiver, ReceiverConfig, Release};
 use crate::repair::{self, Repair};
 
 use super::resume::{Moved, Rebind, Resume, Resumed};
+use super::setup::{SessionSetup, SourceFilter, RECV_BUFFER_BYTES};
 use super::stats::{assemble, EndReason, LoopCounts, PlayStats, PlayTimes};
 use crate::config::{CutShort, PlayConfig};
-
-/// Which datagrams the receive loop takes, by their source address.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SourceFilter {
-    /// Datagrams from every address (`--accept-from any`).
-    Any,
-    /// Datagrams whose source IP is one of these, from any port (the server sends from the
-    /// ephemeral ports of its data-plane sockets). IPv4-mapped IPv6 addresses count as IPv4.
-    Ips(Vec<IpAddr>),
-}
-
-impl SourceFilter {
-    /// Datagrams from `ip` only.
-    pub fn ip(ip: IpAddr) -> SourceFilter {
-        SourceFilter::Ips(vec![ip])
-    }
-
-    /// Whether a datagram from `from` (None: unknown) is taken.
-    pub fn accepts(&self, from: Option<SocketAddr>) -> bool {
-        match self {
-            SourceFilter::Any => true,
-            SourceFilter::Ips(ips) => from.is_some_and(|from| {
-                let ip = from.ip().to_canonical();
-                ips.iter().any(|a| a.to_canonical() == ip)
-            }),
-        }
-    }
-}
-
-/// A session as the receive loop needs it: from the server's answer, or preset (tests, demos).
-#[derive(Clone, Debug, PartialEq)]
-pub struct SessionSetup {
-    /// Object name (for the statistics).
-    pub object: String,
-    /// Server session id, if any.
-    pub session_id: Option<String>,
-    /// Receiver parameters.
-    pub params: SessionParams,
-    /// The object's bitrate, for pacing.
-    pub bitrate_bps: u64,
-    /// The FDT check of the session answer.
-    pub fdt_session: FdtCheck,
-    /// Where the session's datagrams may come from.
-    pub source: SourceFilter,
-}
-
-impl SessionSetup {
-    /// From the server's session answer (checked), taking datagrams from `source`.
-    pub fn from_info(info: &SessionInfo, source: SourceFilter) -> anyhow::Result<SessionSetup> {
-        let params = info.params()?;
-        let fdt_session = if info.fdt_xml.is_empty() {
-            FdtCheck::NotReceived
-        } else {
-            match verify_fdt(info.fdt_xml.as_bytes(), &params) {
-                Ok(()) => FdtCheck::Verified,
-                Err(r) => FdtCheck::Mismatch(r),
-            }
-        };
-        Ok(SessionSetup {
-            object: info.object.name.clone(),
-            session_id: Some(info.id.clone()),
-            params,
-            bitrate_bps: info.object.bitrate_bps,
-            fdt_session,
-            source,
-        })
-    }
-}
-
-impl SessionSetup {
-    /// Bytes of the output: the object from the start codeword's first byte to its end.
-    pub fn output_len(&self) -> anyhow::Result<u64> {
-        let part = self.params.partition()?;
-        let start = part.block_offset(self.params.start_codeword);
-        Ok(self.params.transfer_length.saturating_sub(start))
-    }
-}
 
 /// When the receive loop gives up, from `--timeout-s` and `--max-seconds`.
 #[derive(Clone, Copy, Debug)]
@@ -433,7 +356,7 @@ fn receive(
     requested: Instant,
     mut resume: Option<&mut dyn Resume>,
 ) -> anyhow::Result<EndReason> {
-    grow_recv_buffer(socket, super::RECV_BUFFER_BYTES);
+    grow_recv_buffer(socket, RECV_BUFFER_BYTES);
     set_poll_timeout(socket, Duration::from_millis(50))?;
     // FDT packets may be a little longer than data packets: leave room.
     let slot = (DATA_HEADER_LEN + feed.rx.params().symbol_len as usize + 256).max(2048);
@@ -607,20 +530,7 @@ pub(super) fn run_session(
 ) -> anyhow::Result<PlayStats> {
     let Aids { loss, auth, resume } = aids;
     let limits = Limits::from_args(args, requested)?;
-    let config = ReceiverConfig {
-        release: args.release.into(),
-        loss_horizon: args.loss_horizon,
-        window_codewords: args.window_codewords,
-    };
-    let mut rx = Receiver::new(setup.params.clone(), config)?;
-    let digests = auth.map(|a| {
-        rx.authenticate(crate::digests::MAX_BOOK_CODEWORDS);
-        for (sbn, d) in a.initial {
-            rx.add_digests(sbn, d);
-        }
-        let symbols = symbols_of(*rx.partition(), setup.params.repair_symbols);
-        DigestFetcher::start(a.control, setup.object.clone(), symbols)
-    });
+    let (rx, digests, config) = receiver_for(args, setup, auth)?;
     let playout_config = playout_config(args, setup, &rx, limits.deadline);
     let codeword_bytes = u64::from(rx.partition().a_large) * u64::from(setup.params.symbol_len);
     let queue_limit =
@@ -628,18 +538,7 @@ pub(super) fn run_session(
     // Checked even when it does nothing, as `play_on` checks it before the session.
     let impairer = Impairer::new(&args.impair)?;
     let (pieces, to_play) = queue::bounded(queue_limit);
-    let tls = args.tls()?;
-    let repair = (!args.no_repair && setup.session_id.is_some()).then(|| {
-        let backoff = Duration::from_millis(args.repair_backoff_ms);
-        let cw = repair::codeword_time(&rx, setup.bitrate_bps);
-        Repair::start(
-            (&args.server, tls, args.token.as_deref()),
-            &setup.object,
-            backoff,
-            cw,
-            requested,
-        )
-    });
+    let repair = start_repair(args, setup, &rx, requested)?;
     let mut feed = Feed {
         rx,
         digests,
@@ -664,6 +563,70 @@ pub(super) fn run_session(
     let writer = playout::spawn(out, playout_config, to_play)?;
     let end_reason = receive(socket, &mut feed, limits, requested, resume)?;
     feed.finish(end_reason, args.cut_short(), limits.deadline);
+    let times = PlayTimes {
+        requested,
+        first_symbol: feed.rx.symbol_times().0,
+        paced: playout_config.pacing == Pacing::AtBitrate && setup.bitrate_bps > 0,
+        end_reason,
+    };
+    session_stats(setup, feed, writer, times)
+}
+
+/// The receive core of a session, its configuration from `args`, and, when its packets
+/// are authenticated (`auth`), the digests fetched first booked in it and the fetcher of
+/// the rest.
+fn receiver_for(
+    args: &PlayConfig,
+    setup: &SessionSetup,
+    auth: Option<Auth>,
+) -> anyhow::Result<(Receiver, Option<DigestFetcher>, ReceiverConfig)> {
+    let config = ReceiverConfig {
+        release: args.release.into(),
+        loss_horizon: args.loss_horizon,
+        window_codewords: args.window_codewords,
+    };
+    let mut rx = Receiver::new(setup.params.clone(), config)?;
+    let digests = auth.map(|a| {
+        rx.authenticate(crate::digests::MAX_BOOK_CODEWORDS);
+        for (sbn, d) in a.initial {
+            rx.add_digests(sbn, d);
+        }
+        let symbols = symbols_of(*rx.partition(), setup.params.repair_symbols);
+        DigestFetcher::start(a.control, setup.object.clone(), symbols)
+    });
+    Ok((rx, digests, config))
+}
+
+/// The unicast repair of a session from its server, unless `--no-repair` or the session is
+/// preset (no server to ask).
+fn start_repair(
+    args: &PlayConfig,
+    setup: &SessionSetup,
+    rx: &Receiver,
+    requested: Instant,
+) -> anyhow::Result<Option<Repair>> {
+    let tls = args.tls()?;
+    Ok((!args.no_repair && setup.session_id.is_some()).then(|| {
+        let backoff = Duration::from_millis(args.repair_backoff_ms);
+        let cw = repair::codeword_time(rx, setup.bitrate_bps);
+        Repair::start(
+            (&args.server, tls, args.token.as_deref()),
+            &setup.object,
+            backoff,
+            cw,
+            requested,
+        )
+    }))
+}
+
+/// The statistics of a session whose receive loop ended: waits for the playout thread
+/// (`writer`) to write what `feed` handed it, and adds up what both measured.
+fn session_stats(
+    setup: &SessionSetup,
+    feed: Feed<'_>,
+    writer: std::thread::JoinHandle<std::io::Result<PlayoutStats>>,
+    times: PlayTimes,
+) -> anyhow::Result<PlayStats> {
     let Feed {
         rx,
         impairer,
@@ -677,12 +640,6 @@ pub(super) fn run_session(
     let playout: PlayoutStats = match writer.join() {
         Ok(r) => r.context("writing the output")?,
         Err(_) => bail!("the playout thread panicked"),
-    };
-    let times = PlayTimes {
-        requested,
-        first_symbol: rx.symbol_times().0,
-        paced: playout_config.pacing == Pacing::AtBitrate && setup.bitrate_bps > 0,
-        end_reason,
     };
     let mut stats = assemble(
         setup,
@@ -715,22 +672,5 @@ mod tests {
             let distinct: std::collections::HashSet<_> = waits.iter().collect();
             assert!(distinct.len() > 32, "{failures}: no jitter: {waits:?}");
         }
-    }
-
-    #[test]
-    fn source_filter_compares_ips_of_any_port() {
-        let server = SourceFilter::ip([127, 0, 0, 1].into());
-        assert!(server.accepts(Some("127.0.0.1:40000".parse().unwrap())));
-        assert!(
-            server.accepts(Some("[::ffff:127.0.0.1]:9".parse().unwrap())),
-            "mapped IPv4"
-        );
-        assert!(!server.accepts(Some("127.0.0.2:40000".parse().unwrap())));
-        assert!(!server.accepts(Some("[::1]:40000".parse().unwrap())));
-        assert!(!server.accepts(None), "an unknown source is not the server");
-        let v6 = SourceFilter::ip("::1".parse().unwrap());
-        assert!(v6.accepts(Some("[::1]:1".parse().unwrap())));
-        assert!(SourceFilter::Any.accepts(None));
-        assert!(!SourceFilter::Ips(vec![]).accepts(Some("127.0.0.1:1".parse().unwrap())));
     }
 }

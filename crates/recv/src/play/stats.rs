@@ -9,7 +9,7 @@ use crate::queue::QueueStats;
 use crate::receiver::{FdtCheck, Receiver, ReceiverStats};
 use crate::repair::RepairStats;
 
-use super::session::SessionSetup;
+use super::setup::SessionSetup;
 
 /// A codeword that could not be recovered and the byte range of the output it zeroed
 /// (the part of the codeword not released as data before: see [`crate::receiver`]).
@@ -160,6 +160,14 @@ impl PlayStats {
     /// A short human summary, several lines.
     pub fn summary(&self) -> String {
         let mut s = String::new();
+        self.summary_packets(&mut s);
+        self.summary_losses(&mut s);
+        self.summary_timing(&mut s);
+        s
+    }
+
+    /// The summary's lines on the object, its packets and its codewords.
+    fn summary_packets(&self, s: &mut String) {
         let verdict = if self.is_clean() {
             "complete".to_string()
         } else {
@@ -192,6 +200,11 @@ impl PlayStats {
             self.symbols_repaired,
             self.codewords_unrecoverable
         ));
+    }
+
+    /// The summary's lines on what was lost (the first ten codewords), repaired over HTTP,
+    /// and held up by a full queue to playout.
+    fn summary_losses(&self, s: &mut String) {
         for r in self.unrecoverable.iter().take(10) {
             s.push_str(&format!(
                 "  lost codeword {}: bytes {}..{} written as zeros\n",
@@ -222,6 +235,11 @@ impl PlayStats {
                 q.limit_bytes, q.full_events
             ));
         }
+    }
+
+    /// The summary's lines on start-up, stalls, the FDT, the loss reported and the bitrate
+    /// of each second.
+    fn summary_timing(&self, s: &mut String) {
         let ms = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} ms"));
         s.push_str(&format!(
             "start-up delay {} (first packet {}), {} underruns ({} ms stalled), FDT: stream {}, session {}\n",
@@ -250,7 +268,6 @@ impl PlayStats {
             if self.paced { ", paced" } else { ", unpaced" },
             rates.join(" ")
         ));
-        s
     }
 }
 
