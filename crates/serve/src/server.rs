@@ -755,15 +755,6 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
     let m = metrics.clone();
     let first_packet = Box::new(move |ns: u64| m.session_first_packet(ns));
     let started = start_plane(&o, &cell, &stop, &wakes, first_packet)?;
-    let Opened {
-        limits,
-        sendfile_sessions,
-        slots,
-        engine,
-        read_io,
-        threads,
-        ..
-    } = o;
     let deps = &started.deps;
     let shared = Arc::new(Shared {
         config: cell,
@@ -778,13 +769,13 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         plane: started.plane.clone(),
         plane_counters: deps.counters.clone(),
         members: deps.members.clone(),
-        engine,
+        engine: o.engine,
         positions: deps.positions.clone(),
         slack: deps.slack.clone(),
         keepalive_port,
         token_socket,
         broadcasts,
-        sendfile_sessions,
+        sendfile_sessions: o.sendfile_sessions,
         tokens: std::sync::RwLock::new(tokens),
         auth_throttle: std::sync::Mutex::new(isnode_auth::throttle::Throttle::default()),
         last_use: isnode_auth::last_use::LastUse::load(&isnode_auth::last_use::side_path(
@@ -809,14 +800,14 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
     handle
         .workers
         .extend(spawn_background(&shared, volume_dir, keepalive_sock)?);
-    spawn_api(&mut handle, std_listener, (limits, tls))?;
+    spawn_api(&mut handle, std_listener, (o.limits, tls))?;
     isnode_fill::resume_all(&shared.fills);
     log_started(
         &handle,
         &shared,
         config,
-        (engine, read_io, threads, slots),
-        limits.max_connections,
+        (o.engine, o.read_io, o.threads, o.slots),
+        o.limits.max_connections,
     );
     Ok(handle)
 }
