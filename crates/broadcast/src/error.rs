@@ -39,7 +39,7 @@ pub enum PlanError {
         bitrate_bps: u64,
     },
     /// The scheme's name is not one of ours.
-    #[error("unknown broadcast scheme {0:?}; known: {known}", known = crate::Scheme::NAMES.join(", "))]
+    #[error("unknown broadcast scheme {0:?}; known: {known}", known = crate::names::SCHEME_NAMES.join(", "))]
     UnknownScheme(String),
     /// A scheme parameter is outside its range.
     #[error("{scheme}: parameter {name} = {value} is out of range ({range})")]

@@ -19,6 +19,7 @@
 mod build;
 mod client;
 mod error;
+mod names;
 mod plan;
 mod ratio;
 mod scheme;

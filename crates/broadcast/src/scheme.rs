@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::PlanError;
+use crate::error::PlanError;
 
 /// Default width cap W of skyscraper broadcasting.
 pub const DEFAULT_SKYSCRAPER_WIDTH: u64 = 52;
@@ -84,17 +84,7 @@ impl Default for SchemeParams {
 
 impl Scheme {
     /// The schemes' names, as `parse` takes them.
-    pub const NAMES: [&'static str; 9] = [
-        "staggered",
-        "pyramid",
-        "skyscraper",
-        "fast",
-        "pagoda",
-        "harmonic",
-        "cautious-harmonic",
-        "quasi-harmonic",
-        "polyharmonic",
-    ];
+    pub const NAMES: [&'static str; 9] = crate::names::SCHEME_NAMES;
 
     /// Every scheme with `params`, in table order.
     pub fn all(params: SchemeParams) -> Vec<Scheme> {

@@ -48,6 +48,16 @@ impl Default for VolumeParams {
 }
 
 impl VolumeParams {
+    /// A small volume for tests and examples: 6 members, k <= 20, m = 4, 1024-byte symbols,
+    /// 7 packets per 8 KiB block.
+    pub const SMALL: VolumeParams = VolumeParams {
+        symbol_len: 1024,
+        source_symbols: 20,
+        repair_symbols: 4,
+        members: 6,
+        block_len: 8192,
+    };
+
     /// Checks every rule, with an explanation when one is broken.
     pub fn validate(&self) -> Result<(), ParamsError> {
         let bad = |why: String| Err(ParamsError(why));

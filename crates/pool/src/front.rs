@@ -176,7 +176,7 @@ mod tests {
     use super::*;
 
     fn layout(len: u64) -> Layout {
-        Layout::new(crate::test_volume::test_params(), len).unwrap()
+        Layout::new(isnode_store::VolumeParams::SMALL, len).unwrap()
     }
 
     #[test]

@@ -12,6 +12,3 @@ pub mod members;
 pub mod objects;
 pub mod reader;
 pub mod uring_probe;
-
-#[cfg(test)]
-mod test_volume;

@@ -499,7 +499,7 @@ mod tests {
     const DAY_S: u64 = 86_400;
 
     fn params() -> VolumeParams {
-        crate::test_volume::test_params()
+        isnode_store::VolumeParams::SMALL
     }
 
     fn put(dir: &Path, name: &str, fill: u8, len: usize, replace: bool) {

@@ -203,7 +203,7 @@ mod tests {
 
     fn layout(codewords: u64) -> Layout {
         Layout::new(
-            crate::test_volume::test_params(),
+            isnode_layout::VolumeParams::SMALL,
             codewords * CODEWORD_BYTES,
         )
         .expect("layout")

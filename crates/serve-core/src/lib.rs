@@ -24,5 +24,3 @@ pub mod pacer;
 pub mod repair_policy;
 pub mod schedule;
 pub mod slack;
-#[cfg(test)]
-mod test_volume;

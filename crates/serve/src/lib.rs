@@ -64,17 +64,10 @@ pub use lifecycle::{run, Drained};
 pub use metrics::{Limit, MetricsSnapshot};
 pub use server::{start, ServeError, ServerHandle};
 
-/// The small volume of the unit tests: 6 members, k <= 20, m = 4, 1024-byte symbols,
-/// 7 packets per 8 KiB block.
+/// The small volume of the unit tests (`VolumeParams::SMALL`).
 #[cfg(test)]
 pub(crate) fn test_params() -> isnode_store::VolumeParams {
-    isnode_store::VolumeParams {
-        symbol_len: 1024,
-        source_symbols: 20,
-        repair_symbols: 4,
-        members: 6,
-        block_len: 8192,
-    }
+    isnode_store::VolumeParams::SMALL
 }
 
 pub(crate) use registry::{SessionState, StreamShared};

@@ -199,7 +199,7 @@ impl Shared {
 
     pub(crate) fn snapshot(&self) -> MetricsSnapshot {
         let m = &self.metrics;
-        let p = self.plane_counters.snapshot();
+        let p = &self.plane_counters;
         let health = &self.members.health;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let active = self
@@ -214,30 +214,30 @@ impl Shared {
             broadcasts_active: self.broadcasts.list().len() as u64,
             broadcasts_started: load(&m.broadcasts_started),
             broadcast_redirects: load(&m.broadcast_redirects),
-            broadcast_packets_sent: p.broadcast_packets,
-            broadcast_bytes_sent: p.broadcast_bytes,
-            sessions_expired: p.sessions_expired,
+            broadcast_packets_sent: load(&p.broadcast_packets),
+            broadcast_bytes_sent: load(&p.broadcast_bytes),
+            sessions_expired: load(&p.sessions_expired),
             keepalives_udp: load(&m.keepalives_udp),
             keepalives_refused: load(&m.keepalives_refused),
             tokens_sent: load(&m.tokens_sent),
             sessions_unvalidated: load(&m.sessions_unvalidated),
             forbidden: load(&m.forbidden),
             sessions_refused: std::array::from_fn(|i| load(&m.refused[i])),
-            packets_sent: p.packets,
-            bytes_sent: p.bytes,
-            send_errors: p.send_errors,
+            packets_sent: std::array::from_fn(|i| load(&p.packets[i])),
+            bytes_sent: std::array::from_fn(|i| load(&p.bytes[i])),
+            send_errors: load(&p.send_errors),
             cache_hits: load(&cs.hits),
             cache_misses: load(&cs.misses),
             cache_bytes: self.cache.bytes_cached(),
             cache_pool_bytes: u64::from(self.cache.slots()) * self.cache.block_len() as u64,
             cache_read_bytes: load(&cs.bytes_read),
             member_errors: self.members.errors(),
-            symbols_rebuilt: p.symbols_rebuilt,
-            packets_skipped: p.packets_skipped,
-            zc_sends: p.zc_sends,
-            zc_copied: p.zc_copied,
-            repair_packets_sent: p.repair_sent,
-            repair_packets_skipped: p.repair_skipped,
+            symbols_rebuilt: load(&p.symbols_rebuilt),
+            packets_skipped: load(&p.packets_skipped),
+            zc_sends: load(&p.zc_sends),
+            zc_copied: load(&p.zc_copied),
+            repair_packets_sent: load(&p.repair_sent),
+            repair_packets_skipped: load(&p.repair_skipped),
             loss_reports: load(&m.loss_reports),
             start_bursts: load(&m.start_bursts),
             catalog_lookups_active: self.objects.lookups_active(),
@@ -250,7 +250,7 @@ impl Shared {
             repair_packets: load(&m.repair_packets),
             cache_evictions: load(&cs.evictions),
             scrub: self.scrub.snapshot(),
-            fill: self.fills.snapshot(p.sessions_held),
+            fill: self.fills.snapshot(load(&p.sessions_held)),
             member_failed: (0..health.members() as u32)
                 .map(|i| health.is_failed(i))
                 .collect(),
@@ -258,7 +258,7 @@ impl Shared {
                 .map(|i| health.state(i, self.now_ns()) == MemberState::Slow)
                 .collect(),
             reads_hedged: load(&health.hedged),
-            bursts_late: p.bursts_late,
+            bursts_late: load(&p.bursts_late),
             members_revived: load(&health.revived),
             playback: self.slack.total(),
         }

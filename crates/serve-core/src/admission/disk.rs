@@ -74,7 +74,7 @@ mod tests {
     use std::net::IpAddr;
 
     fn layout(codewords: u64) -> Layout {
-        let p = crate::test_volume::test_params();
+        let p = isnode_layout::VolumeParams::SMALL;
         Layout::new(p, codewords * 20 * 1024).unwrap()
     }
 

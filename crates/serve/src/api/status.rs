@@ -79,7 +79,12 @@ pub(super) async fn sample_egress(sh: Arc<Shared>) {
     loop {
         tick.tick().await;
         let m = &sh.metrics;
-        let udp: u64 = sh.plane_counters.snapshot().bytes.iter().sum();
+        let udp: u64 = sh
+            .plane_counters
+            .bytes
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .sum();
         let http = m.http_bytes.load(Ordering::Relaxed);
         m.egress.sample(sh.now_ns(), udp, http);
     }
