@@ -104,7 +104,7 @@ pub struct Fills {
     /// When each complete title's origin ETag was last checked.
     checked: Mutex<HashMap<String, Instant>>,
     /// When each title's last use was recorded.
-    pub touches: crate::touch::Touches,
+    pub(crate) touches: crate::touch::Touches,
     /// Their counters.
     pub counters: FillCounters,
 }

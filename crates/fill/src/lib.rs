@@ -27,6 +27,5 @@ mod touch;
 pub use fills::{FillCounters, FillEnv, FillSnapshot, Fills, InUse, FIRST_BYTES_WAIT, FRONT_WAIT};
 pub use job::{FillJob, FillKind, FillReport};
 pub use lookup::{object_for, LookupError};
-pub use resume::resume_all;
-pub use start::start_or_join;
+pub use start::{resume_all, start_or_join};
 pub use status::FillStatus;

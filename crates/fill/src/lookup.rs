@@ -36,7 +36,7 @@ pub fn object_for(fills: &Arc<Fills>, name: &str) -> Result<Arc<ObjectInfo>, Loo
     }
     match fills.env.objects.get(name) {
         Ok(o) => {
-            crate::touch::touched(fills, name);
+            touched(fills, name);
             match changed_at_origin(fills, name) {
                 true => fill(fills, name),
                 false => Ok(o),
@@ -130,5 +130,15 @@ fn store_status(e: &StoreError) -> FillStatus {
         StoreError::NotFound(_) | StoreError::BadName { .. } => FillStatus::NotFound,
         StoreError::BadObject { .. } => FillStatus::Conflict,
         _ => FillStatus::Internal,
+    }
+}
+
+/// Records a use of `name` (only with a cache capacity; at most every `TOUCH_EVERY`).
+fn touched(fills: &Fills, name: &str) {
+    if fills.env.config.load().cache_max_bytes == 0 || !fills.touches.due(name) {
+        return;
+    }
+    if let Err(e) = fills.env.objects.with_volume_mut(|v| v.touch(name)) {
+        tracing::warn!(title = %name, "recording a use: {e}");
     }
 }

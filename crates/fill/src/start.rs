@@ -1,4 +1,5 @@
-//! Starting a fill, or joining the one that runs: one fill per title, on its own thread.
+//! Starting a fill, or joining the one that runs: one fill per title, on its own thread;
+//! and, at the server's start, resuming the fills the volume holds.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -38,4 +39,27 @@ pub fn start_or_join(
         return Err(format!("starting the fill thread: {e}"));
     }
     Ok(job)
+}
+
+/// Resumes, in the background, every fill the volume holds (a server stopped or killed
+/// mid-fill); each goes on from its durable front. Nothing without an origin.
+pub fn resume_all(fills: &Arc<Fills>) {
+    if fills.origin().is_none() {
+        return;
+    }
+    let names = fills.env.objects.with_volume(|vol| vol.filling_objects());
+    let names = match names {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!("listing the fills to resume: {e}");
+            return;
+        }
+    };
+    for f in names {
+        let name = f.record.name;
+        tracing::info!(title = %name, front_codewords = f.front_codewords, "resuming the fill");
+        if let Err(e) = start_or_join(fills, &name, FillKind::Demand) {
+            tracing::warn!(title = %name, "resuming the fill: {e}");
+        }
+    }
 }

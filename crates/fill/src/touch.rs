@@ -5,18 +5,16 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::fills::Fills;
-
 /// Least time between two recorded uses of one title.
-const TOUCH_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const TOUCH_EVERY: Duration = Duration::from_secs(5);
 
 /// When each title's use was last recorded.
 #[derive(Debug, Default)]
-pub struct Touches(Mutex<HashMap<String, Instant>>);
+pub(crate) struct Touches(Mutex<HashMap<String, Instant>>);
 
 impl Touches {
     /// Whether a use of `name` is due to be recorded now (marked recorded if so).
-    fn due(&self, name: &str) -> bool {
+    pub(crate) fn due(&self, name: &str) -> bool {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         if m.get(name)
@@ -29,15 +27,5 @@ impl Touches {
         }
         m.insert(name.to_string(), now);
         true
-    }
-}
-
-/// Records a use of `name` (only with a cache capacity; at most every [`TOUCH_EVERY`]).
-pub(crate) fn touched(fills: &Fills, name: &str) {
-    if fills.env.config.load().cache_max_bytes == 0 || !fills.touches.due(name) {
-        return;
-    }
-    if let Err(e) = fills.env.objects.with_volume_mut(|v| v.touch(name)) {
-        tracing::warn!(title = %name, "recording a use: {e}");
     }
 }

@@ -7,32 +7,12 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use isnode_serve_core::schedule::Schedule;
-
 use crate::deps::PlaneDeps;
-use crate::stream::StreamShared;
+use crate::msg::{NewSession, PlaneMsg};
 use crate::worker;
 
 /// Most messages waiting for one data-plane thread.
 const QUEUE_LEN: usize = 1024;
-
-/// A stream handed to a data-plane thread.
-pub struct NewSession {
-    /// What the API and the data plane share about it.
-    pub shared: Arc<StreamShared>,
-    /// Its pacer.
-    pub pacer: Schedule,
-}
-
-/// What the control API sends a data-plane thread.
-pub(crate) enum PlaneMsg {
-    /// A session to serve (boxed: the queue's slots stay small for the wake-ups).
-    New(Box<NewSession>),
-    /// Control requests are queued on one of its sessions (a validation's resume, a seek,
-    /// a pause): apply them now rather than after the loop's sleep. At most one is queued
-    /// per thread ([`Plane::wake`]), so wake-ups never fill the queue new sessions come by.
-    Wake,
-}
 
 /// The data plane is busy: a thread's queue is full (try again later).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,6 +17,7 @@ pub mod counters;
 mod degraded;
 pub mod deps;
 mod handle;
+mod msg;
 mod rebuild;
 mod segment_files;
 mod send;
@@ -26,5 +27,6 @@ mod traditional;
 mod uring;
 mod worker;
 
-pub use handle::{NewSession, Plane, PlaneBusy};
+pub use handle::{Plane, PlaneBusy};
+pub use msg::NewSession;
 pub use worker::readable_end;

@@ -35,7 +35,7 @@ use isnode_sys::net;
 use crate::active::{Active, Dest, Mode, Sent};
 use crate::baseline::Baseline;
 use crate::deps::PlaneDeps;
-use crate::handle::{NewSession, PlaneMsg};
+use crate::msg::{NewSession, PlaneMsg};
 use crate::rebuild::Rebuild;
 use crate::segment_files::SegmentFiles;
 use crate::stream::{Control, Expiry, SessionState};
