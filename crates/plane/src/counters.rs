@@ -43,6 +43,7 @@ pub struct PlaneCounters {
 
 impl PlaneCounters {
     /// Counts `packets` and `bytes` sent by `engine`.
+    #[inline]
     pub fn sent(&self, engine: EngineKind, packets: u64, bytes: u64) {
         self.packets[engine.index()].fetch_add(packets, Ordering::Relaxed);
         self.bytes[engine.index()].fetch_add(bytes, Ordering::Relaxed);

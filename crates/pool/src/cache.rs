@@ -96,6 +96,7 @@ pub struct Pinned {
 
 impl Pinned {
     /// The block's bytes.
+    #[inline]
     pub fn bytes(&self) -> &[u8] {
         let len = self.inner.block_len;
         // SAFETY: the slot is ready and pinned: nobody writes it while this pin lives.
@@ -225,6 +226,7 @@ impl Cache {
     }
 
     /// Whether `key` is ready in memory (pins nothing, counts nothing).
+    #[inline]
     pub fn contains(&self, key: &BlockKey) -> bool {
         self.inner.lock().contains(key)
     }

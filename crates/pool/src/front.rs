@@ -87,11 +87,13 @@ impl FillFront {
     }
 
     /// Leading codewords that may be read (cheap: one atomic load).
+    #[inline]
     pub fn readable(&self) -> u32 {
         self.readable.load(Ordering::Acquire)
     }
 
     /// Where the fill stands.
+    #[inline]
     pub fn state(&self) -> FrontState {
         match self.state.load(Ordering::Acquire) {
             0 => FrontState::Filling,
@@ -101,6 +103,7 @@ impl FillFront {
     }
 
     /// Whether codeword `sbn` may be read now.
+    #[inline]
     pub fn has(&self, sbn: u32) -> bool {
         sbn < self.readable() || self.state() == FrontState::Complete
     }

@@ -141,6 +141,7 @@ impl ObjectInfo {
 
     /// Whether codeword `sbn` may be read (always, unless the object is still filling and
     /// `sbn` is at or past its front).
+    #[inline]
     pub fn readable(&self, sbn: u32) -> bool {
         self.fill.as_ref().is_none_or(|f| f.has(sbn))
     }

@@ -54,12 +54,14 @@ impl BatchWindow {
     }
 
     /// The slack in force, ns.
+    #[inline]
     pub fn slack_ns(&self) -> u64 {
         self.slack_ns
     }
 
     /// Counts `bursts` sent at `now_ns`; at the end of a window, sets the slack from the
     /// window's burst rate.
+    #[inline]
     pub fn record(&mut self, bursts: u64, now_ns: u64) {
         self.bursts = self.bursts.saturating_add(bursts);
         let elapsed_ns = now_ns.saturating_sub(self.window_start_ns);

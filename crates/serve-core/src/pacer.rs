@@ -225,6 +225,7 @@ impl Pacer {
     }
 
     /// True between [`Pacer::pause`] and [`Pacer::resume`].
+    #[inline]
     pub fn is_paused(&self) -> bool {
         self.paused_at_ns.is_some()
     }
@@ -296,6 +297,7 @@ impl Pacer {
     }
 
     /// Repair packets sent and skipped so far.
+    #[inline]
     pub fn repair_counts(&self) -> RepairCounts {
         self.repair
     }
@@ -321,11 +323,13 @@ impl Pacer {
     }
 
     /// The codeword being sent (or the object's codeword count when done).
+    #[inline]
     pub fn codeword(&self) -> u32 {
         self.sbn
     }
 
     /// True once everything has been sent.
+    #[inline]
     pub fn is_done(&self) -> bool {
         self.done
     }
@@ -379,6 +383,7 @@ impl Pacer {
     }
 
     /// The time (ns) at which the next step is due, or `None` when done.
+    #[inline]
     pub fn next_due(&self) -> Option<u64> {
         self.due_ns
     }
@@ -422,6 +427,7 @@ impl Pacer {
     /// When the client plays the next step (ns on the caller's clock): the session's start
     /// plus the step's media time on the nominal schedule. A step sent at its due time
     /// leaves the start-up burst's gain ahead of it; `None` while paused or when done.
+    #[inline]
     pub fn playback_deadline_ns(&self) -> Option<u64> {
         if self.paused_at_ns.is_some() {
             return None;

@@ -15,6 +15,7 @@ pub enum Schedule {
 
 impl Schedule {
     /// The next step if it is due at `now_ns`.
+    #[inline]
     pub fn peek(&mut self, now_ns: u64) -> Option<Step> {
         match self {
             Schedule::Session(p) => p.peek(now_ns),
@@ -23,6 +24,7 @@ impl Schedule {
     }
 
     /// The current step went out (at `now_ns`).
+    #[inline]
     pub fn advance(&mut self, now_ns: u64) {
         match self {
             Schedule::Session(p) => p.advance(),
@@ -45,6 +47,7 @@ impl Schedule {
     /// but one arriving just before a transmission starts joins at once, and a burst sent
     /// before it had joined was lost to it: its codeword came a slot late, from the unicast
     /// repair (seen with a 32 ms slack in `broadcast_play`).
+    #[inline]
     pub fn early_ns(&self, slack_ns: u64) -> u64 {
         match self {
             Schedule::Session(_) => slack_ns,
@@ -53,6 +56,7 @@ impl Schedule {
     }
 
     /// When the next step is due.
+    #[inline]
     pub fn next_due(&self) -> Option<u64> {
         match self {
             Schedule::Session(p) => p.next_due(),
@@ -62,6 +66,7 @@ impl Schedule {
 
     /// When the client plays the next step (`None` while paused or done): a session's
     /// nominal schedule; a channel's receivers have no lead, its due time.
+    #[inline]
     pub fn playback_deadline_ns(&self) -> Option<u64> {
         match self {
             Schedule::Session(p) => p.playback_deadline_ns(),
@@ -70,6 +75,7 @@ impl Schedule {
     }
 
     /// The codeword being sent.
+    #[inline]
     pub fn codeword(&self) -> u32 {
         match self {
             Schedule::Session(p) => p.codeword(),
@@ -78,6 +84,7 @@ impl Schedule {
     }
 
     /// True once a session has sent everything (a channel never is).
+    #[inline]
     pub fn is_done(&self) -> bool {
         match self {
             Schedule::Session(p) => p.is_done(),
@@ -94,6 +101,7 @@ impl Schedule {
     }
 
     /// Repair packets sent and skipped (sessions; zero for a channel).
+    #[inline]
     pub fn repair_counts(&self) -> RepairCounts {
         match self {
             Schedule::Session(p) => p.repair_counts(),
@@ -102,6 +110,7 @@ impl Schedule {
     }
 
     /// Pauses a session (a channel ignores it).
+    #[inline]
     pub fn pause(&mut self, now_ns: u64) {
         if let Schedule::Session(p) = self {
             p.pause(now_ns);
@@ -109,6 +118,7 @@ impl Schedule {
     }
 
     /// Resumes a session (a channel ignores it).
+    #[inline]
     pub fn resume(&mut self, now_ns: u64) {
         if let Schedule::Session(p) = self {
             p.resume(now_ns);

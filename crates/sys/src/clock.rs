@@ -23,6 +23,7 @@ impl Clock {
     }
 
     /// Nanoseconds since the start (saturating at `u64::MAX`, after 584 years).
+    #[inline]
     pub fn now_ns(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }

@@ -78,6 +78,7 @@ impl Stop {
     }
 
     /// Whether the server is stopping.
+    #[inline]
     pub fn is_stopped(&self) -> bool {
         self.stopped.load(Ordering::Acquire)
     }
