@@ -305,7 +305,7 @@ enum ReadOrRebuild {
 impl Worker {
     /// [`ReadOrRebuild`] for a burst of `a` from `member` whose block is not in memory. A
     /// session that has waited `hedge_after_ms` for it makes the member slow
-    /// (`member_health.rs`); the one slow member's bursts are hedged (unless the server
+    /// (`isnode_pool::members`); the one slow member's bursts are hedged (unless the server
     /// sends only what is available, which would drop them instead).
     fn read_or_rebuild(&self, a: &Active, member: u32) -> ReadOrRebuild {
         let health = &self.deps.members.health;

@@ -387,7 +387,7 @@ pub fn watch_decision(
     }
 }
 
-/// Watches the members the data plane failed: every [`CATALOG_EVERY`] while one is
+/// Watches the members the data plane failed: every `CATALOG_EVERY` while one is
 /// failed, reads the catalog's states; a member whose state is ok again after being
 /// failed or rebuilding there (`isnode volume rebuild` finished) is read again; a member
 /// failed by read errors alone is probed every `member_probe_interval_ms`

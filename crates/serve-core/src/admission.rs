@@ -1,6 +1,7 @@
 //! Admission control: whether one more session fits, decided by a pure function over a
-//! snapshot of the streaming sessions and the configured limits ([`admit`]); [`limits`]
-//! and [`demand`] read those from the server's state for the session and broadcast routes.
+//! snapshot of the streaming sessions and the configured limits ([`admit`]); the server
+//! reads those from its state for the session and broadcast routes (`isnode-serve`'s
+//! `admit.rs`).
 //!
 //! Start-up bursts: sessions are admitted against the bitrate budget at their plain send
 //! rate (all m repair symbols, even when adaptive repair sends fewer: a client's loss may

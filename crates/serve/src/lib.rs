@@ -1,24 +1,18 @@
-//! `isnode serve`: the data plane and the control API of the isnode server.
+//! `isnode serve`: the server above its data plane. It starts the house (`server.rs`:
+//! the configuration cell, the stop signal, the pool and the data plane of `isnode-plane`,
+//! the fills of `isnode-fill`, the background threads, each with the handles it uses) and
+//! runs its control half:
 //!
-//! - [`pacer`]: the sans-IO pacing core (what to send when), tested with a virtual clock.
-//! - [`cache`]: the fixed pool of aligned block buffers shared by every session.
-//! - `reader`: fills the pool, per data-plane thread: io_uring `READ_FIXED` (O_DIRECT,
-//!   registered pool buffers) without stalling the thread's other sessions, or `pread`.
-//! - [`net`]: the UDP send system calls (GSO `sendmsg`, `sendmmsg`, `sendto`); the
-//!   io_uring zero-copy engine lives in `uring`.
-//! - data-plane threads (one per core by default) each own their sessions and send from
-//!   the pool; the control API (HTTP/JSON, `docs/protocol.md`) runs on a small tokio
-//!   runtime beside them.
-//!
-//! - `config`: the configuration ([`ServeConfig`], from flags or a TOML file) and the enums
-//!   it selects; `registry`: what the
-//!   API and the data plane share about each session, and the session table; `server`:
-//!   start and stop.
-//! - `api`: the control API's handlers, among them the original bytes over HTTP (`Range`)
-//!   and the unicast repair route, read from the shared pool on tokio's blocking pool
-//!   (`api/content.rs`, `api/pool_read.rs`); `admission`: the pure admission decision over a
-//!   snapshot of the sessions; [`objects`]: the served objects, looked up in the catalog
-//!   off the API's runtime.
+//! - `api`: the control API's routes (HTTP/JSON, `docs/protocol.md`) on `isnode-http`'s
+//!   connection loop, among them the original bytes over HTTP (`Range`), HLS and the
+//!   unicast repair route, read from the shared pool on tokio's blocking pool.
+//! - `registry`: the session table (the hand-off record itself is `isnode_plane::stream`);
+//!   `admit`: the limits and demands the core's admission decides over.
+//! - `broadcast`, `cluster`, `uploads`, `keepalive`: broadcasts and their channels, the
+//!   edge's peers, uploads' quota, keepalive datagrams.
+//! - `scrub`, `viewer_pace`: background work paced by the viewers.
+//! - `metrics`: the counters of this crate and the exposition of every crate's counters.
+//! - `lifecycle`: signals, SIGHUP reload, drain.
 //!
 //! Embedding: [`start`] runs a server in-process and returns a [`ServerHandle`];
 //! [`run`] does the same and blocks until SIGINT or SIGTERM.

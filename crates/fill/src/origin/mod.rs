@@ -6,7 +6,7 @@
 //! length. Errors are classified ([`OriginError`]) into what a client is told
 //! (docs/protocol.md, "Origin fills"): a missing object `404`, an object changed under a
 //! fill `409`, anything else `502`. No message carries a credential: every error text goes
-//! through [`Redact`] before it is returned, and the builders never print their options.
+//! through `Redact` before it is returned, and the builders never print their options.
 
 use std::ops::Range;
 use std::sync::Arc;

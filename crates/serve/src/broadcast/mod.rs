@@ -2,7 +2,7 @@
 //! "Broadcasts"; the plans: `isnode-broadcast`, docs/broadcast.md).
 //!
 //! A broadcast is a plan over one object and one data-plane entry per channel: a
-//! [`channel::ChannelPacer`] walking the channel's timetable from the broadcast's epoch,
+//! `isnode_serve_core::channel::ChannelPacer` walking the channel's timetable from the broadcast's epoch,
 //! sending the object's stored packets unchanged (source packets and the FDT to the
 //! channel's source group, repair packets to its repair group: [`groups`]) from the same
 //! block pool as the unicast sessions. The server's bandwidth for the title is the plan's,
