@@ -30,6 +30,7 @@ pub mod metrics;
 mod registry;
 pub mod scrub;
 mod server;
+mod sessions;
 mod uploads;
 mod viewer_pace;
 mod wake;

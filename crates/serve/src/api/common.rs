@@ -44,6 +44,17 @@ pub(super) fn refuse(sh: &Shared, r: Refusal) -> ApiError {
     )
 }
 
+/// The answer to a session that could not be created or started.
+pub(super) fn session_error(sh: &Shared, e: crate::sessions::SessionError) -> ApiError {
+    match e {
+        crate::sessions::SessionError::Refused(r) => refuse(sh, r),
+        crate::sessions::SessionError::Busy => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "data plane busy, try again",
+        ),
+    }
+}
+
 /// The answer to a broadcast that cannot start.
 pub(super) fn broadcast_error(sh: &Shared, e: BroadcastError) -> ApiError {
     let status = match e {

@@ -1,15 +1,9 @@
-//! `POST /v1/sessions`: parse the request, look the object up (off the runtime), admit
-//! over a snapshot of the sessions (the pure [`admit`]), register with a re-check.
-//!
-//! A session that must wait for its token's echo takes no bitrate budget, pool nor
-//! start-up burst headroom until then: at creation it is checked against the limits of
-//! such sessions ([`admit_unvalidated`]) and against what the streaming sessions leave (so
-//! that a refusal comes early), and admitted for real, with its burst, at the echo
-//! ([`admit_at_echo`]). The data plane reads nothing for it before.
+//! `POST /v1/sessions`: parse the request, look the object up (off the runtime), and ask
+//! the session policy (`crate::sessions`: admission over a snapshot of the sessions,
+//! registration with a re-check); render what it decides.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, State};
@@ -19,24 +13,12 @@ use axum::Json;
 use isnode_proto::auth::key_hex;
 use isnode_proto::{CreateSession, FecInfo, SessionInfo};
 
-use super::common::{object_and_fdt, refuse};
+use super::common::{object_and_fdt, session_error};
 use super::media::{locate, Located};
 use super::{ApiError, Sh};
-use crate::admit::{demand, limits};
-use crate::registry::{Expiry, NewStreamShared, RegisterError, Snapshot};
+use crate::sessions::{admit_and_register, pacer, Ask};
 use crate::{Shared, StreamShared};
-use isnode_plane::NewSession;
-use isnode_pool::objects::{ObjectInfo, SessionFdt};
-use isnode_serve_config::ValidateDestination;
-use isnode_serve_core::admission::{
-    admit, admit_unvalidated, start_burst_factor, Demand, Refusal, UnvalidatedLimits,
-};
-use isnode_serve_core::pacer::{Pacer, PacerConfig, StartBurst};
-
-/// The FDT is repeated before every this many codewords.
-pub(crate) const FDT_EVERY: u32 = 8;
-/// Admissions retried when other sessions were registered meanwhile.
-const REGISTER_ATTEMPTS: usize = 16;
+use isnode_pool::objects::SessionFdt;
 
 /// A well-formed request.
 pub(super) struct Request {
@@ -89,201 +71,6 @@ pub(super) fn parse(body: &[u8], peer: SocketAddr, min_port: u16) -> Result<Requ
         start_at_s: req.start_at_s,
         no_start_burst: req.no_start_burst,
     })
-}
-
-/// The pacer of a session of `obj` from `start_codeword`.
-fn pacer(sh: &Shared, obj: &ObjectInfo, start_codeword: u32) -> Result<Pacer, ApiError> {
-    let cfg = PacerConfig {
-        layout: obj.layout.clone(),
-        bitrate_bps: obj.rec.bitrate_bps,
-        start_codeword,
-        max_burst: obj.max_burst(),
-        fdt_every: FDT_EVERY,
-    };
-    Pacer::new(cfg, sh.now_ns()).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))
-}
-
-/// Whether `s` streams (or waits for nothing): what admission counts.
-fn is_validated(s: &StreamShared) -> bool {
-    s.validated.load(Ordering::Acquire)
-}
-
-/// The sessions and broadcast channels admission counts at `now`: those validated, and
-/// the extra rate of their bursts in progress.
-fn counted(sh: &Shared, snap: &Snapshot, now: u64) -> (Vec<Arc<StreamShared>>, u64) {
-    let streaming: Vec<Arc<StreamShared>> = snap
-        .sessions
-        .iter()
-        .filter(|s| is_validated(s))
-        .cloned()
-        .chain(sh.broadcasts.channels())
-        .collect();
-    let bursting = streaming
-        .iter()
-        .fold(0u64, |sum, s| sum.saturating_add(s.burst_extra_bps(now)));
-    (streaming, bursting)
-}
-
-/// The start-up burst factor a client wants (1: none).
-fn wanted_factor(sh: &Shared, no_start_burst: bool) -> u32 {
-    if no_start_burst || sh.config().start_burst_ms == 0 {
-        1
-    } else {
-        sh.config().start_burst_factor
-    }
-}
-
-/// Admits session `s` at its token's echo over the streaming sessions; its start-up burst
-/// factor (1: none).
-pub(super) fn admit_at_echo(sh: &Shared, s: &StreamShared) -> Result<u32, Refusal> {
-    let now = sh.now_ns();
-    let snap = sh.sessions.snapshot();
-    let (streaming, bursting) = counted(sh, &snap, now);
-    let active: Vec<Demand> = streaming
-        .iter()
-        .filter(|o| o.id != s.id)
-        .map(|o| demand(o))
-        .collect();
-    let limits = limits(sh);
-    admit(&limits, &active, &demand(s))?;
-    Ok(start_burst_factor(
-        &limits,
-        bursting,
-        s.send_rate_bps,
-        s.wanted_burst_factor(),
-    ))
-}
-
-/// Admits the session over `snap`, without any lock held; the start-up burst factor the
-/// budget leaves it (1: none).
-fn admit_over(
-    sh: &Shared,
-    snap: &Snapshot,
-    req: &Request,
-    obj: &ObjectInfo,
-) -> Result<u32, Refusal> {
-    let now = sh.now_ns();
-    // Broadcast channels draw on the same budget and pool; sessions awaiting their echo
-    // do not (they have limits of their own).
-    let (streaming, bursting) = counted(sh, snap, now);
-    let active: Vec<Demand> = streaming.iter().map(|s| demand(s)).collect();
-    if sh.config().validate_destination == ValidateDestination::Token {
-        let waiting: Vec<IpAddr> = snap
-            .sessions
-            .iter()
-            .filter(|s| !is_validated(s) && s.state() == crate::SessionState::Streaming)
-            .map(|s| s.peer_ip)
-            .collect();
-        let ulimits = UnvalidatedLimits {
-            max_sessions: sh.config().max_unvalidated_sessions,
-            max_per_client: sh.config().max_unvalidated_per_client,
-        };
-        admit_unvalidated(&ulimits, &waiting, req.dest.ip())?;
-    }
-    let new = Demand {
-        peer_ip: req.dest.ip(),
-        send_rate_bps: obj.send_rate_bps,
-        toi: obj.rec.toi,
-        layout: &obj.layout,
-        codeword: req.start_codeword,
-    };
-    let limits = limits(sh);
-    admit(&limits, &active, &new)?;
-    let wanted = wanted_factor(sh, req.no_start_burst);
-    Ok(start_burst_factor(
-        &limits,
-        bursting,
-        new.send_rate_bps,
-        wanted,
-    ))
-}
-
-/// The pacer with the start-up burst of `factor` (none below 2), and the burst's (rate,
-/// end time) for the session's admission record.
-fn with_burst(
-    sh: &Shared,
-    pacer: &Pacer,
-    send_rate_bps: u64,
-    factor: u32,
-) -> (Pacer, Option<(u64, u64)>) {
-    let burst = StartBurst {
-        media_ms: sh.config().start_burst_ms,
-        factor,
-    };
-    let p = pacer.clone().with_start_burst(burst);
-    let record = p
-        .burst_end_ns()
-        .map(|end| (send_rate_bps.saturating_mul(u64::from(factor)), end));
-    (p, record)
-}
-
-/// Admits and registers the session and hands it to a data-plane thread.
-fn admit_and_register(
-    sh: &Shared,
-    req: &Request,
-    obj: &Arc<ObjectInfo>,
-    fdt: &SessionFdt,
-    pacer: Pacer,
-) -> Result<Arc<StreamShared>, ApiError> {
-    for _ in 0..REGISTER_ATTEMPTS {
-        let snap = sh.sessions.snapshot();
-        let factor = admit_over(sh, &snap, req, obj).map_err(|r| refuse(sh, r))?;
-        let validate = sh.config().validate_destination == ValidateDestination::Token;
-        let (mut pacer, burst) = match validate {
-            false => with_burst(sh, &pacer, obj.send_rate_bps, factor),
-            // Nothing is sent until the destination echoes the token (`owner.rs`); the
-            // burst is decided and counted then (its wanted rate kept, not counted).
-            true => {
-                let wanted = wanted_factor(sh, req.no_start_burst);
-                let rate = obj.send_rate_bps.saturating_mul(u64::from(wanted));
-                (pacer.clone(), Some((rate, 0)))
-            }
-        };
-        if validate {
-            pacer.pause(sh.now_ns());
-        }
-        let mut pacer = Some(pacer);
-        let make = |id| {
-            Arc::new(StreamShared::new(NewStreamShared {
-                id,
-                object: obj.clone(),
-                fdt_packets: fdt.packets.clone(),
-                dest: req.dest,
-                repair_dest: None,
-                expiry: Expiry::Keepalive,
-                send_rate_bps: None,
-                start_codeword: req.start_codeword,
-                now_ns: sh.now_ns(),
-                burst,
-                owner: Some(crate::registry::random_owner()),
-                validated: !validate,
-            }))
-        };
-        let new_id = || format!("{:016x}", rand::random::<u64>());
-        let hand_over = |s: &Arc<StreamShared>| {
-            let pacer = pacer.take().ok_or(())?;
-            let ns = NewSession {
-                shared: s.clone(),
-                pacer: isnode_serve_core::schedule::Schedule::Session(pacer),
-            };
-            sh.plane.submit(ns).map_err(|_| ())
-        };
-        match sh.sessions.register(&snap, make, new_id, hand_over) {
-            Ok(s) => {
-                sh.wakes.reap.notify_one();
-                if burst.is_some_and(|(_, until)| until > 0) {
-                    sh.metrics.start_bursts.fetch_add(1, Ordering::Relaxed);
-                }
-                return Ok(s);
-            }
-            Err(RegisterError::Stale) => continue,
-            Err(RegisterError::HandOver(())) => break,
-        }
-    }
-    Err(ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "data plane busy, try again",
-    ))
 }
 
 fn created(sh: &Shared, s: &StreamShared, fdt: SessionFdt, at: Option<Located>) -> Response {
@@ -343,9 +130,14 @@ pub(super) async fn create_session(
     }
     let pacer = match pacer(&sh, &obj, req.start_codeword) {
         Ok(p) => p,
-        Err(e) => return e.into_response(),
+        Err(e) => return ApiError::new(StatusCode::BAD_REQUEST, e).into_response(),
     };
-    match admit_and_register(&sh, &req, &obj, &fdt, pacer) {
+    let ask = Ask {
+        dest: req.dest,
+        start_codeword: req.start_codeword,
+        no_start_burst: req.no_start_burst,
+    };
+    match admit_and_register(&sh, &ask, &obj, &fdt, pacer) {
         Ok(s) => {
             sh.metrics.sessions_started.fetch_add(1, Ordering::Relaxed);
             sh.metrics.titles.started(&obj.rec.name);
@@ -353,6 +145,6 @@ pub(super) async fn create_session(
             tokio::spawn(super::owner::send_tokens(sh.clone(), s.clone()));
             created(&sh, &s, fdt, at)
         }
-        Err(e) => e.into_response(),
+        Err(e) => session_error(&sh, e).into_response(),
     }
 }

@@ -29,9 +29,7 @@ use isnode_proto::auth::{
 };
 
 use super::{ApiError, Sh};
-use crate::registry::Control;
 use crate::{SessionState, Shared, StreamShared};
-use isnode_serve_core::pacer::StartBurst;
 
 /// Gaps between token datagrams: the first goes at once, then after each gap, while the
 /// session waits (a lost datagram costs the client one gap, not the session).
@@ -171,32 +169,6 @@ impl FromRequestParts<Arc<Shared>> for OwnedSessionAnyState {
     }
 }
 
-/// Admits `s` at its token's echo (its bitrate, pool and burst counted from now) and
-/// starts its stream; the `503` naming the limit otherwise (the session still waits: the
-/// client may echo again until the validation timeout).
-fn start(sh: &Shared, s: &StreamShared) -> Result<(), ApiError> {
-    let factor = super::create::admit_at_echo(sh, s).map_err(|r| super::common::refuse(sh, r))?;
-    let burst = StartBurst {
-        media_ms: sh.config().start_burst_ms,
-        factor,
-    };
-    if !s.push_control(Control::Start(burst)) {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "data plane busy, try again",
-        ));
-    }
-    s.validated.store(true, Ordering::Release);
-    if factor >= 2 {
-        // An upper bound of the burst's end (the rest of the title may be shorter).
-        let media_ns = sh.config().start_burst_ms.saturating_mul(1_000_000);
-        let until = sh.now_ns().saturating_add(media_ns / u64::from(factor));
-        s.start_burst(s.send_rate_bps.saturating_mul(u64::from(factor)), until);
-        sh.metrics.start_bursts.fetch_add(1, Ordering::Relaxed);
-    }
-    Ok(())
-}
-
 /// Sends the token datagram to the session's destination until it is validated, and
 /// ends it if that does not happen within `--validate-timeout-ms`.
 pub(super) async fn send_tokens(sh: Arc<Shared>, s: Arc<StreamShared>) {
@@ -259,8 +231,8 @@ pub(super) async fn validate_session(
         return ApiError::new(StatusCode::FORBIDDEN, "wrong token").into_response();
     }
     if !s.validated.load(Ordering::Acquire) {
-        if let Err(e) = start(&sh, &s) {
-            return e.into_response();
+        if let Err(e) = crate::sessions::start(&sh, &s) {
+            return super::common::session_error(&sh, e).into_response();
         }
     }
     sh.wake_data_plane();
