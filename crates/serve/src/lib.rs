@@ -31,6 +31,7 @@ mod registry;
 pub mod scrub;
 mod server;
 mod sessions;
+mod upload_ingest;
 mod uploads;
 mod viewer_pace;
 mod wake;

@@ -11,7 +11,7 @@
 //!
 //! No fuzz target covers this route yet (the fuzz targets are kept apart, in `fuzz/`).
 
-use std::io::{BufReader, Read};
+use std::io::Read;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,20 +21,17 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use isnode_store::spool::{self, SpoolBound, SpoolNeed};
-use isnode_store::{IngestOptions, ObjectRecord, StoreError, Volume};
+use isnode_store::{ObjectRecord, StoreError};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use super::{blocking, error, ApiError, Sh};
 use crate::metrics::UploadFailure;
-use crate::uploads::Reservation;
+use crate::upload_ingest::{ingest_upload, precheck, Existing, Upload};
 use crate::Shared;
 
 /// Body chunks queued for the ingest thread (a few MiB at most: hyper's chunks are small).
 const QUEUED_CHUNKS: usize = 64;
-/// Read buffer of the ingest over the spool.
-const INGEST_READ_BYTES: usize = 1 << 20;
 
 /// The query of an upload.
 #[derive(Debug, Default, Deserialize)]
@@ -42,25 +39,6 @@ pub(super) struct PutQuery {
     /// Overrides the probed bitrate.
     bitrate_bps: Option<u64>,
     /// Overrides the probed content type.
-    content_type: Option<String>,
-}
-
-/// What to do with an object of the same name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Existing {
-    /// Replace it (atomically, when the upload commits).
-    Replace,
-    /// Refuse the upload (`If-None-Match: *`): `412`.
-    Refuse,
-}
-
-/// One upload as asked.
-#[derive(Clone, Debug)]
-pub(super) struct Upload {
-    pub(super) name: String,
-    pub(super) len: Option<u64>,
-    existing: Existing,
-    pub(super) bitrate_bps: Option<u64>,
     content_type: Option<String>,
 }
 
@@ -208,179 +186,6 @@ pub(super) fn parse(name: String, q: PutQuery, headers: &HeaderMap) -> Result<Up
         bitrate_bps: q.bitrate_bps,
         content_type: q.content_type,
     })
-}
-
-/// Before a byte of the body is read: `412` for a name taken under `If-None-Match: *`,
-/// and `507` when the announced length would not fit the free space or the quota; the
-/// quota room the upload holds meanwhile ([`crate::uploads`]: nothing yet for a body of
-/// unknown length).
-fn precheck(sh: &Shared, up: &Upload) -> Result<Reservation, StoreError> {
-    sh.objects.with_volume(|vol| {
-        if up.existing == Existing::Refuse && vol.catalog().complete_toi(&up.name)?.is_some() {
-            return Err(StoreError::NameExists(up.name.clone()));
-        }
-        let stored = match up.len {
-            Some(len) => spool::stored_bytes(*vol.params(), len)?,
-            None => 0,
-        };
-        let room = sh
-            .uploads
-            .reserve(vol, &up.name, stored, sh.config().max_volume_bytes)?;
-        if let Some(len) = up.len {
-            spool::check_room(vol, len, SpoolNeed::ToSpool, None)?;
-        }
-        Ok(room)
-    })
-}
-
-/// The blocking side: spool, probe, check the room, ingest.
-fn ingest_upload(
-    sh: &Shared,
-    up: &Upload,
-    src: ChunkReader,
-    room: Reservation,
-) -> Result<ObjectRecord, StoreError> {
-    let mut vol = Volume::open(sh.objects.root())?;
-    match up.len {
-        Some(len) => ingest_while_spooling(&mut vol, up, src, len),
-        None => spool_then_ingest(sh, &mut vol, up, src, &room),
-    }
-}
-
-/// A body of known length (its room checked already): ingested as it arrives; what the
-/// probe needs is kept on the way ([`spool::ProbeCopy`]) and probed once the last byte is
-/// in, before the commit.
-fn ingest_while_spooling(
-    vol: &mut Volume,
-    up: &Upload,
-    src: ChunkReader,
-    len: u64,
-) -> Result<ObjectRecord, StoreError> {
-    let copy = std::cell::RefCell::new(spool::ProbeCopy::new(&vol.tmp_dir(), len));
-    let mut tee = Tee { src, copy: &copy };
-    let opts = IngestOptions {
-        name: up.name.clone(),
-        // Provisional: the probe at the end gives the real ones.
-        bitrate_bps: up.bitrate_bps.unwrap_or(1),
-        content_type: up.content_type.clone().unwrap_or_default(),
-        replace: up.existing == Existing::Replace,
-    };
-    let mut describe = || {
-        copy.borrow()
-            .describe(up.bitrate_bps, up.content_type.clone())
-            .map(Some)
-    };
-    isnode_store::ingest_then_describe(vol, &opts, &mut tee, len, &mut |_| {}, &mut describe)
-}
-
-/// A chunked body: spooled whole (bounded by the free space and the quota, its quota
-/// room reserved as it arrives), probed, checked against the room, then ingested.
-fn spool_then_ingest(
-    sh: &Shared,
-    vol: &mut Volume,
-    up: &Upload,
-    src: ChunkReader,
-    room: &Reservation,
-) -> Result<ObjectRecord, StoreError> {
-    let max = sh.config().max_volume_bytes;
-    let bound = SpoolBound::new(up.len, u64::MAX, spool::free_bytes(vol)?)
-        .within_quota(spool::quota_left(vol, max)?);
-    let tmp = vol.tmp_dir();
-    let mut src = Reserving::new(src, &*vol, room, max);
-    let spooled = spool::spool(&tmp, &mut src, up.len, bound, &mut |_| {});
-    let file = match (spooled, src.refused.take()) {
-        (_, Some(over)) => return Err(over),
-        (r, None) => r?,
-    };
-    let len = file
-        .metadata()
-        .map_err(StoreError::io("reading the size of the spool"))?
-        .len();
-    let described = spool::describe(&file, len, up.bitrate_bps, up.content_type.clone())?;
-    room.resize(vol, spool::stored_bytes(*vol.params(), len)?, max)?;
-    spool::check_room(vol, len, SpoolNeed::None, None)?;
-    let opts = IngestOptions {
-        name: up.name.clone(),
-        bitrate_bps: described.bitrate_bps,
-        content_type: described.content_type,
-        replace: up.existing == Existing::Replace,
-    };
-    let mut reader = BufReader::with_capacity(INGEST_READ_BYTES, file);
-    isnode_store::ingest(vol, &opts, &mut reader, len, &mut |_| {})
-}
-
-/// A body of unknown length grows its reservation every this many bytes.
-const RESERVE_STEP_BYTES: u64 = 8 << 20;
-
-/// A body of unknown length, its quota room reserved as it arrives (every
-/// [`RESERVE_STEP_BYTES`], and whole at its end): once what has arrived does not fit, the
-/// read fails and `refused` says why.
-struct Reserving<'a> {
-    src: ChunkReader,
-    vol: &'a Volume,
-    room: &'a Reservation,
-    max: Option<u64>,
-    read_bytes: u64,
-    next_at: u64,
-    refused: Option<StoreError>,
-}
-
-impl<'a> Reserving<'a> {
-    fn new(src: ChunkReader, vol: &'a Volume, room: &'a Reservation, max: Option<u64>) -> Self {
-        Reserving {
-            src,
-            vol,
-            room,
-            max,
-            read_bytes: 0,
-            next_at: RESERVE_STEP_BYTES,
-            refused: None,
-        }
-    }
-
-    /// Reserves the room of what has arrived; the next time is a step further.
-    fn reserve_arrived(&mut self) -> Result<(), StoreError> {
-        let stored = spool::stored_bytes(*self.vol.params(), self.read_bytes)?;
-        self.room.resize(self.vol, stored, self.max)?;
-        self.next_at = self.read_bytes.saturating_add(RESERVE_STEP_BYTES);
-        Ok(())
-    }
-}
-
-impl Read for Reserving<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.src.read(buf)?;
-        self.read_bytes += n as u64;
-        if self.read_bytes >= self.next_at && n > 0 {
-            if let Err(e) = self.reserve_arrived() {
-                let text = e.to_string();
-                self.refused = Some(e);
-                return Err(std::io::Error::other(text));
-            }
-        }
-        Ok(n)
-    }
-}
-
-/// The body as the ingest reads it, given to the probe's copy on the way.
-struct Tee<'a> {
-    src: ChunkReader,
-    copy: &'a std::cell::RefCell<spool::ProbeCopy>,
-}
-
-impl Read for Tee<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.src.read(buf)?;
-        self.copy
-            .borrow_mut()
-            .write(&buf[..n])
-            // An OS error stays one (a full disk is a 507).
-            .map_err(|e| match e {
-                StoreError::Io { source, .. } => source,
-                e => std::io::Error::other(e),
-            })?;
-        Ok(n)
-    }
 }
 
 /// `201 Created` with the object's JSON and its `Location`.

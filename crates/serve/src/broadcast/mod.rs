@@ -13,6 +13,7 @@
 
 pub mod durable;
 pub mod groups;
+pub(crate) mod hybrid;
 pub(crate) mod policy;
 pub(crate) mod request;
 pub(crate) mod service;
