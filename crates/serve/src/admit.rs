@@ -8,7 +8,9 @@ use isnode_serve_core::admission::{
     Demand, Limits, PoolLimit, CACHE_RESERVE_SLOTS, LOOKAHEAD_CODEWORDS,
 };
 
-use crate::{EngineKind, Shared, StreamShared};
+use crate::server::Shared;
+use isnode_plane::stream::StreamShared;
+use isnode_serve_config::EngineKind;
 
 /// The configured limits.
 pub(crate) fn limits(sh: &Shared) -> Limits {

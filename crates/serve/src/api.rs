@@ -41,7 +41,9 @@ pub(crate) use isnode_http::conns::ConnLimits;
 use isnode_http::conns::ConnServer;
 use isnode_http::limits as errors;
 
-use crate::{ServeError, SessionState, Shared};
+use crate::server::ServeError;
+use crate::server::Shared;
+use isnode_plane::stream::SessionState;
 
 type Sh = State<Arc<Shared>>;
 
@@ -403,7 +405,7 @@ async fn delete_session(
     owner::OwnedSessionAnyState(s): owner::OwnedSessionAnyState,
     State(sh): Sh,
 ) -> Response {
-    let retire = |s: &crate::StreamShared| {
+    let retire = |s: &isnode_plane::stream::StreamShared| {
         let bytes = s.bytes_sent.load(Ordering::Relaxed);
         sh.metrics.titles.retired(&s.object.rec.name, bytes);
     };

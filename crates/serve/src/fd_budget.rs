@@ -81,7 +81,7 @@ impl FdNeeds {
         })
     }
 
-    /// The API connection cap: `asked` (or [`crate::DEFAULT_API_MAX_CONNECTIONS`]) if the
+    /// The API connection cap: `asked` (or [`isnode_serve_config::DEFAULT_API_MAX_CONNECTIONS`]) if the
     /// descriptors left after the data plane's reserve allow it; the error says why not.
     pub(crate) fn api_connections(&self, asked: Option<usize>) -> Result<usize, String> {
         let reserved = self
@@ -108,7 +108,7 @@ impl FdNeeds {
         }
         let left = usize::try_from(left).unwrap_or(usize::MAX);
         match asked {
-            None => Ok(left.min(crate::DEFAULT_API_MAX_CONNECTIONS)),
+            None => Ok(left.min(isnode_serve_config::DEFAULT_API_MAX_CONNECTIONS)),
             Some(0) => Err("--api-max-connections must be at least 1".into()),
             Some(n) if n <= left => Ok(n),
             Some(n) => Err(format!(
@@ -179,7 +179,7 @@ mod tests {
         // A large limit: the default cap.
         assert_eq!(
             needs(1 << 20).api_connections(None),
-            Ok(crate::DEFAULT_API_MAX_CONNECTIONS)
+            Ok(isnode_serve_config::DEFAULT_API_MAX_CONNECTIONS)
         );
     }
 

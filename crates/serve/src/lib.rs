@@ -66,7 +66,4 @@ pub(crate) fn test_params() -> isnode_store::VolumeParams {
     isnode_store::VolumeParams::SMALL
 }
 
-pub(crate) use registry::{SessionState, StreamShared};
-pub(crate) use server::Shared;
-
 const _: () = assert!(isnode_proto::FEC_ENCODING_ID_RS28 == isnode_wire::FEC_ENCODING_ID_RS28);

@@ -14,7 +14,9 @@ use isnode_proto::goodbye::{goodbye_datagram, GoodbyeReason};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::registry::SessionState;
-use crate::{start, ServeConfig, ServerHandle};
+use crate::server::start;
+use crate::server::ServerHandle;
+use isnode_serve_config::ServeConfig;
 
 /// How often the drain looks at what is still running.
 const DRAIN_POLL: Duration = Duration::from_millis(100);

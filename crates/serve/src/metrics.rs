@@ -151,7 +151,7 @@ pub struct MetricsSnapshot {
     /// Failed members read again (their catalog state ok again, or a probe succeeded).
     pub members_revived: u64,
     /// The live streams' playback slack (the data plane's pacing signal).
-    pub playback: crate::PlaybackSlack,
+    pub playback: isnode_serve_core::slack::PlaybackSlack,
 }
 
 impl MetricsSnapshot {

@@ -21,7 +21,10 @@ use isnode_sys::stop::Stop;
 
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::registry::{Registry, SessionState, SessionTable};
-use crate::{api, fd_budget, keepalive, EngineKind, ReadIo, ServeConfig};
+use crate::{api, fd_budget, keepalive};
+use isnode_serve_config::EngineKind;
+use isnode_serve_config::ReadIo;
+use isnode_serve_config::ServeConfig;
 
 /// Errors of starting a server.
 #[derive(Debug, thiserror::Error)]

@@ -25,7 +25,7 @@ use isnode_serve_core::pacer::{Pacer, PacerConfig, PacerError, StartBurst};
 use crate::admit::{demand, limits};
 use crate::registry::{Expiry, NewStreamShared, RegisterError, SessionState, Snapshot};
 use crate::server::Shared;
-use crate::StreamShared;
+use isnode_plane::stream::StreamShared;
 
 /// The FDT is repeated before every this many codewords.
 const FDT_EVERY: u32 = 8;

@@ -19,7 +19,7 @@ use crate::broadcast::request::{lifetime_s, parse};
 use crate::broadcast::service::{describe, make_plan};
 use crate::broadcast::start::{settings, start, unix_now_s, Origin};
 use crate::broadcast::{Broadcast, MAX_BROADCASTS};
-use crate::Shared;
+use crate::server::Shared;
 
 /// The description of a running broadcast now.
 pub(super) fn info(sh: &Shared, b: &Broadcast) -> BroadcastInfo {

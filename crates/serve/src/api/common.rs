@@ -9,7 +9,7 @@ use isnode_proto::ErrorBody;
 
 use super::{blocking, store_error, ApiError};
 use crate::broadcast::BroadcastError;
-use crate::Shared;
+use crate::server::Shared;
 use isnode_pool::objects::{ObjectInfo, SessionFdt};
 use isnode_serve_core::admission::Refusal;
 

@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 
 use super::pool_read::PoolRead;
 use super::{error, ApiError, Sh};
-use crate::Shared;
+use crate::server::Shared;
 use isnode_pool::objects::ObjectInfo;
 
 /// Chunks queued between the reading thread and the connection.

@@ -16,8 +16,9 @@ use isnode_proto::{CreateSession, FecInfo, SessionInfo};
 use super::common::{object_and_fdt, session_error};
 use super::media::{locate, Located};
 use super::{ApiError, Sh};
+use crate::server::Shared;
 use crate::sessions::{admit_and_register, pacer, Ask};
-use crate::{Shared, StreamShared};
+use isnode_plane::stream::StreamShared;
 use isnode_pool::objects::SessionFdt;
 
 /// A well-formed request.

@@ -30,7 +30,7 @@ use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use super::{blocking, error, Sh};
-use crate::Shared;
+use crate::server::Shared;
 use isnode_pool::objects::ObjectInfo;
 
 /// Most codewords one request returns (about 1 MiB of digests at 255 symbols).

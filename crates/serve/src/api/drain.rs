@@ -12,7 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::ApiError;
-use crate::Shared;
+use crate::server::Shared;
 
 /// Seconds a refused client is told to wait (another node, or this one restarted).
 const RETRY_AFTER_S: &str = "5";

@@ -96,7 +96,7 @@ async fn prefill(
     }
 }
 
-fn prefill_one(sh: &std::sync::Arc<crate::Shared>, name: &str, rate_bps: u64) -> Prefilled {
+fn prefill_one(sh: &std::sync::Arc<crate::server::Shared>, name: &str, rate_bps: u64) -> Prefilled {
     let answer = |state, error| Prefilled {
         name: name.to_string(),
         state,

@@ -11,7 +11,7 @@ use axum::Json;
 
 use super::broadcast::info;
 use crate::broadcast::hybrid::start_auto;
-use crate::Shared;
+use crate::server::Shared;
 use isnode_pool::objects::{ObjectInfo, SessionFdt};
 use isnode_serve_config::BroadcastMode;
 

@@ -29,7 +29,9 @@ use isnode_proto::auth::{
 };
 
 use super::{ApiError, Sh};
-use crate::{SessionState, Shared, StreamShared};
+use crate::server::Shared;
+use isnode_plane::stream::SessionState;
+use isnode_plane::stream::StreamShared;
 
 /// Gaps between token datagrams: the first goes at once, then after each gap, while the
 /// session waits (a lost datagram costs the client one gap, not the session).

@@ -16,11 +16,12 @@ use isnode_store::codeword::{
 use isnode_store::{BlockError, BlockSource};
 use isnode_wire::{build_data_packet, DataPacketId};
 
-use crate::{ReadIo, Shared};
+use crate::server::Shared;
 use isnode_pool::cache::{BlockKey, FetchError, Pinned};
 use isnode_pool::demand::LazyDemand;
 use isnode_pool::objects::ObjectInfo;
 use isnode_pool::reader::Reader;
+use isnode_serve_config::ReadIo;
 
 /// Longest wait for blocks that other threads are reading (or for a free pool slot).
 const BLOCK_WAIT: Duration = Duration::from_secs(10);

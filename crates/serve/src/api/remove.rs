@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::{blocking, error, store_error, Sh};
 use crate::registry::{SessionState, StreamShared};
-use crate::Shared;
+use crate::server::Shared;
 
 /// The query of a delete.
 #[derive(Debug, Default, Deserialize)]

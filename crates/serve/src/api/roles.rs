@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use super::ApiError;
 use crate::metrics::AuthFailure;
-use crate::Shared;
+use crate::server::Shared;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};

@@ -21,7 +21,8 @@ use isnode_proto::ObjectStatus;
 use super::{blocking, store_error, Sh};
 use crate::metrics::expose::Scrape;
 use crate::metrics::MetricsSnapshot;
-use crate::{SessionState, Shared};
+use crate::server::Shared;
+use isnode_plane::stream::SessionState;
 
 const PAGE_HTML: &str = include_str!("../ui/index.html");
 const PAGE_JS: &str = include_str!("../ui/app.js");

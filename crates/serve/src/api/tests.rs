@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use isnode_store::{ingest, IngestOptions, Volume};
 
-use crate::{start, ServeConfig, ServerHandle};
+use crate::server::start;
+use crate::server::ServerHandle;
+use isnode_serve_config::ServeConfig;
 
 /// Longest wait for an answer the server owes at once (a bound, not a measurement).
 const ANSWER_BOUND: Duration = Duration::from_secs(20);
@@ -41,7 +43,7 @@ fn server(dir: &tempfile::TempDir) -> ServerHandle {
         threads: Some(1),
         // Port 9, nobody to echo a token: these tests are about the API's answers.
         min_dest_port: 1,
-        validate_destination: crate::ValidateDestination::Off,
+        validate_destination: isnode_serve_config::ValidateDestination::Off,
         ..ServeConfig::default()
     };
     start(dir.path(), &args).unwrap()

@@ -27,8 +27,8 @@ use tokio::sync::mpsc;
 
 use super::{blocking, error, ApiError, Sh};
 use crate::metrics::UploadFailure;
+use crate::server::Shared;
 use crate::upload_ingest::{ingest_upload, precheck, Existing, Upload};
-use crate::Shared;
 
 /// Body chunks queued for the ingest thread (a few MiB at most: hyper's chunks are small).
 const QUEUED_CHUNKS: usize = 64;

@@ -13,7 +13,7 @@ use isnode_proto::FecInfo;
 use super::groups::{allocate, assign, ChannelGroups, GroupRange};
 use super::request::{Family, Request};
 use super::{Broadcast, BroadcastError};
-use crate::StreamShared;
+use isnode_plane::stream::StreamShared;
 use isnode_pool::objects::ObjectInfo;
 use isnode_serve_core::pacer::send_rate_bps;
 

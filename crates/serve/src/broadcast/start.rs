@@ -15,7 +15,8 @@ use super::service::{channel_groups, channel_rates};
 use super::{stop_channels, Broadcast, BroadcastError};
 use crate::admit::{demand, limits};
 use crate::registry::{Expiry, NewStreamShared};
-use crate::{Shared, StreamShared};
+use crate::server::Shared;
+use isnode_plane::stream::StreamShared;
 use isnode_plane::NewSession;
 use isnode_pool::objects::{ObjectInfo, SessionFdt};
 use isnode_serve_core::admission::{admit, Demand};
@@ -32,7 +33,7 @@ pub(crate) enum Origin {
 }
 
 /// The request settings of the configuration in force.
-pub(crate) fn settings(config: &crate::ServeConfig) -> Settings<'_> {
+pub(crate) fn settings(config: &isnode_serve_config::ServeConfig) -> Settings<'_> {
     Settings {
         group_ranges: &config.broadcast_groups,
         max_groups: config.broadcast_max_groups,

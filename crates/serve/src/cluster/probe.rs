@@ -12,7 +12,7 @@ use std::time::Duration;
 use isnode_edge::cluster::Probe;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::Shared;
+use crate::server::Shared;
 
 /// The probed route (public, cheap: docs/protocol.md).
 pub(crate) const HEALTH_PATH: &str = "/v1/health";

@@ -16,7 +16,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::{Asked, Route, Why};
-use crate::Shared;
+use crate::server::Shared;
 
 /// The header carrying a title's live ranking: its nodes' URLs, the owner first, separated by
 /// `, `.
@@ -87,7 +87,7 @@ pub(crate) async fn to_the_serving_node(
     }
     let (title, req) = if *req.method() == Method::POST && req.uri().path() == "/v1/sessions" {
         let (parts, body) = req.into_parts();
-        let bytes = match axum::body::to_bytes(body, crate::MAX_BODY_BYTES).await {
+        let bytes = match axum::body::to_bytes(body, isnode_http::limits::MAX_BODY_BYTES).await {
             Ok(b) => b,
             Err(e) => {
                 let body = isnode_proto::ErrorBody::new(format!("request body: {e}"));

@@ -17,7 +17,7 @@ use prometheus_client::registry::Registry;
 
 use super::titles::TitleCount;
 use super::{Limit, MetricsSnapshot};
-use crate::EngineKind;
+use isnode_serve_config::EngineKind;
 
 /// The `Content-Type` of `GET /metrics` (Prometheus text format 0.0.4).
 pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;

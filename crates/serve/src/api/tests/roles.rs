@@ -31,7 +31,7 @@ fn server_with(dir: &tempfile::TempDir, anonymous_viewers: bool) -> ServerHandle
         cache_size_bytes: 2 << 20,
         threads: Some(1),
         min_dest_port: 1,
-        validate_destination: crate::ValidateDestination::Off,
+        validate_destination: isnode_serve_config::ValidateDestination::Off,
         anonymous_viewers,
         ..ServeConfig::default()
     };

@@ -10,7 +10,7 @@ fn server_with_quota(dir: &tempfile::TempDir, max_volume_bytes: u64) -> ServerHa
         cache_size_bytes: 2 << 20,
         threads: Some(1),
         min_dest_port: 1,
-        validate_destination: crate::ValidateDestination::Off,
+        validate_destination: isnode_serve_config::ValidateDestination::Off,
         max_volume_bytes: Some(max_volume_bytes),
         ..ServeConfig::default()
     };
