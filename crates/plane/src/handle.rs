@@ -81,11 +81,6 @@ impl Plane {
     pub fn wake(&self) {
         wake(&self.senders, &self.queued);
     }
-
-    /// The number of data-plane threads.
-    pub fn threads(&self) -> usize {
-        self.senders.len()
-    }
 }
 
 #[cfg(test)]
