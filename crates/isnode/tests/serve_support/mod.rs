@@ -201,12 +201,33 @@ impl Vol {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (free when asked; the server start retries on a clash).
+/// A free TCP port on 127.0.0.1, free when asked and never handed out twice by this process.
+///
+/// Ports come from 20000..32000, below Linux's ephemeral range (32768..61000): a port the
+/// kernel picked for `bind(0)` and we then released can be picked again at once for another
+/// test's listener or for any outgoing connection (Garage nodes connect to each other), and a
+/// node of one cluster then answers another cluster's handshakes. A counter starting at a
+/// point drawn from the process id walks the range; a port something else holds is skipped.
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("binding an ephemeral port")
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        (std::process::id().wrapping_mul(2_654_435_761)) % SPAN,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        let tcp = std::net::TcpListener::bind(("127.0.0.1", port));
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        if tcp.is_ok() && udp.is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000..32000 on 127.0.0.1");
 }
 
 /// An `isnode serve` child on 127.0.0.1, killed when dropped.
