@@ -17,8 +17,10 @@ mod hybrid;
 mod media;
 mod owner;
 mod pool_read;
+mod redirect;
 mod remove;
 mod roles;
+pub(crate) mod state;
 mod status;
 #[cfg(test)]
 mod tests;
@@ -41,16 +43,16 @@ pub(crate) use isnode_http::conns::ConnLimits;
 use isnode_http::conns::ConnServer;
 use isnode_http::limits as errors;
 
+use crate::api::state::ApiState;
 use crate::server::ServeError;
-use crate::server::Shared;
 use isnode_plane::stream::SessionState;
 
-type Sh = State<Arc<Shared>>;
+type Sh = State<Arc<ApiState>>;
 
 /// Runs the API until `stop` fires; reports readiness (or the setup error) on `ready`.
 /// Connections are accepted under `limits` (`isnode_http::conns`), over TLS with `tls` if given.
 pub(crate) fn serve(
-    sh: Arc<Shared>,
+    sh: Arc<ApiState>,
     listener: std::net::TcpListener,
     (limits, tls): (ConnLimits, Option<tokio_rustls::TlsAcceptor>),
     stop: tokio::sync::oneshot::Receiver<()>,
@@ -85,7 +87,7 @@ pub(crate) fn serve(
         let reaper = tokio::spawn(reap(sh.clone()));
         let sampler = tokio::spawn(status::sample_egress(sh.clone()));
         let last_use = tokio::spawn(write_last_use(sh.clone()));
-        let prober = tokio::spawn(crate::cluster::probe::run(sh.clone()));
+        let prober = tokio::spawn(isnode_control::cluster::probe::run(prober(&sh)));
         // Connections still busy 2 s after the stop are dropped.
         server.run(listener, stop, Duration::from_secs(2)).await;
         reaper.abort();
@@ -104,7 +106,7 @@ pub(crate) fn serve(
 /// the table test (`api/tests/roles.rs`) checks what it recorded against
 /// [`roles::ROUTES`] (every path in the table, every method of a path in the table).
 pub(super) struct Routes {
-    router: Router<Arc<Shared>>,
+    router: Router<Arc<ApiState>>,
     /// The paths added, in order.
     #[cfg(test)]
     paths: Vec<&'static str>,
@@ -123,7 +125,7 @@ impl Routes {
     pub(super) fn route(
         mut self,
         path: &'static str,
-        methods: MethodRouter<Arc<Shared>>,
+        methods: MethodRouter<Arc<ApiState>>,
     ) -> Routes {
         #[cfg(test)]
         self.paths.push(path);
@@ -166,12 +168,12 @@ fn routes() -> Routes {
             get(broadcast::get_broadcast).delete(broadcast::delete_broadcast),
         )
         .route("/metrics", get(metrics))
-        .route(crate::cluster::probe::HEALTH_PATH, get(health))
+        .route(isnode_control::cluster::probe::HEALTH_PATH, get(health))
         .route("/v1/cluster", get(cluster_status));
     fills::routes(status::routes(r))
 }
 
-fn router(sh: Arc<Shared>) -> Router {
+fn router(sh: Arc<ApiState>) -> Router {
     routes()
         .router
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such resource") })
@@ -184,7 +186,7 @@ fn router(sh: Arc<Shared>) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(errors::MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             sh.clone(),
-            crate::cluster::redirect::to_the_serving_node,
+            redirect::to_the_serving_node,
         ))
         .layer(axum::middleware::from_fn_with_state(
             sh.clone(),
@@ -194,9 +196,18 @@ fn router(sh: Arc<Shared>) -> Router {
         .with_state(sh)
 }
 
+/// The cluster prober's handles.
+fn prober(sh: &ApiState) -> isnode_control::cluster::probe::Prober {
+    isnode_control::cluster::probe::Prober {
+        config: sh.control.config.clone(),
+        cluster: sh.cluster.clone(),
+        reloaded: sh.wakes.cluster.clone(),
+    }
+}
+
 /// Writes the tokens' last uses beside the token file every
 /// [`isnode_auth::last_use::FLUSH_INTERVAL_S`] (when they changed), off the runtime.
-async fn write_last_use(sh: Arc<Shared>) {
+async fn write_last_use(sh: Arc<ApiState>) {
     let every = Duration::from_secs(isnode_auth::last_use::FLUSH_INTERVAL_S);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     loop {
@@ -209,7 +220,7 @@ async fn write_last_use(sh: Arc<Shared>) {
 /// Forgets ended sessions: expired and deleted ones at once, done ones after the timeout;
 /// stops broadcasts at their end. Looks every 250 ms while there are sessions or
 /// broadcasts; without, it sleeps until one is registered (`Wakes::reap`).
-async fn reap(sh: Arc<Shared>) {
+async fn reap(sh: Arc<ApiState>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
         tick.tick().await;
@@ -231,9 +242,9 @@ enum Reaped {
 }
 
 /// One round of [`reap`].
-fn reap_once(sh: &Shared) -> Reaped {
+fn reap_once(sh: &ApiState) -> Reaped {
     let now = sh.now_ns();
-    for id in sh.broadcasts.stop_over(now) {
+    for id in sh.control.broadcasts.stop_over(now) {
         tracing::info!(%id, "broadcast stopped: at its end, or its viewers have finished");
     }
     let keep_ns = sh.config().session_timeout_ms.saturating_mul(1_000_000);
@@ -252,7 +263,7 @@ fn reap_once(sh: &Shared) -> Reaped {
     });
     let none = sessions.is_empty();
     drop(sessions);
-    match none && sh.broadcasts.list().is_empty() {
+    match none && sh.control.broadcasts.list().is_empty() {
         true => Reaped::Empty,
         false => Reaped::Left,
     }
@@ -285,7 +296,7 @@ fn store_error(e: StoreError) -> Response {
 /// The object `name` to serve, filled from the origin if the volume lacks it
 /// ([`isnode_fill::object_for`], off the runtime); the error answer otherwise.
 async fn lookup(
-    sh: &Arc<Shared>,
+    sh: &Arc<ApiState>,
     name: String,
 ) -> Result<Arc<isnode_pool::objects::ObjectInfo>, Response> {
     let sh = sh.clone();
@@ -304,8 +315,8 @@ async fn lookup(
 
 /// Runs `f` (which may block: catalog lookups) on the runtime's blocking pool.
 async fn blocking<T: Send + 'static>(
-    sh: &Arc<Shared>,
-    f: impl FnOnce(&Shared) -> T + Send + 'static,
+    sh: &Arc<ApiState>,
+    f: impl FnOnce(&ApiState) -> T + Send + 'static,
 ) -> Result<T, Response> {
     let sh = sh.clone();
     tokio::task::spawn_blocking(move || f(&sh))
@@ -320,12 +331,12 @@ async fn blocking<T: Send + 'static>(
 
 async fn list_objects(_: roles::Viewer, State(sh): Sh) -> Response {
     let listed = blocking(&sh, |sh| {
-        let complete = sh.objects.list()?;
-        Ok::<_, isnode_store::StoreError>((complete, sh.objects.filling()?))
+        let complete = sh.control.objects.list()?;
+        Ok::<_, isnode_store::StoreError>((complete, sh.control.objects.filling()?))
     });
     match listed.await {
         Ok(Ok((v, filling))) => {
-            let tsi = sh.objects.tsi();
+            let tsi = sh.control.objects.tsi();
             let mut list: isnode_proto::ObjectList = v.iter().map(|o| o.json(tsi)).collect();
             list.extend(
                 filling
@@ -347,7 +358,7 @@ async fn get_object(_: roles::Viewer, State(sh): Sh, Path(name): Path<String>) -
 }
 
 async fn get_session(_: roles::Viewer, State(sh): Sh, Path(id): Path<String>) -> Response {
-    let Some(s) = sh.sessions.find(&id) else {
+    let Some(s) = sh.control.sessions.find(&id) else {
         return error(StatusCode::NOT_FOUND, format!("no session {id:?}"));
     };
     Json(SessionStatus {
@@ -395,7 +406,10 @@ async fn keepalive(
     s.last_keepalive_ns.store(sh.now_ns(), Ordering::Release);
     if let Some(loss) = loss {
         s.report_loss(loss);
-        sh.metrics.loss_reports.fetch_add(1, Ordering::Relaxed);
+        sh.control
+            .counters
+            .loss_reports
+            .fetch_add(1, Ordering::Relaxed);
     }
     StatusCode::NO_CONTENT.into_response()
 }
@@ -409,7 +423,7 @@ async fn delete_session(
         let bytes = s.bytes_sent.load(Ordering::Relaxed);
         sh.metrics.titles.retired(&s.object.rec.name, bytes);
     };
-    match sh.sessions.remove_with(&s.id, retire) {
+    match sh.control.sessions.remove_with(&s.id, retire) {
         Some(s) => {
             s.end(SessionState::Deleted, sh.now_ns());
             StatusCode::NO_CONTENT.into_response()
@@ -420,7 +434,7 @@ async fn delete_session(
 
 async fn metrics(_: roles::MetricsReader, State(sh): Sh) -> Response {
     let text = crate::metrics::expose::render(status::scrape(&sh), &sh.metrics.families);
-    let text = crate::cluster::with_cluster_metrics(text, &sh.cluster);
+    let text = isnode_control::cluster::with_cluster_metrics(text, &sh.cluster);
     (
         [(header::CONTENT_TYPE, crate::metrics::expose::CONTENT_TYPE)],
         text,
@@ -437,7 +451,7 @@ async fn health(State(sh): Sh) -> Response {
         false => StatusCode::OK,
         true => StatusCode::SERVICE_UNAVAILABLE,
     };
-    let load = crate::admit::load_share(&sh);
+    let load = isnode_control::admit::load_share(&sh.control);
     (
         status,
         Json(serde_json::json!({ "node": name, "draining": draining, "load": load })),

@@ -19,27 +19,20 @@
 
 #![deny(missing_docs)]
 
-mod admit;
 mod api;
-pub mod broadcast;
-mod cluster;
 mod fd_budget;
-mod keepalive;
 mod lifecycle;
 pub mod metrics;
-mod registry;
 pub mod scrub;
 mod server;
-mod sessions;
-mod upload_ingest;
-mod uploads;
 mod viewer_pace;
 mod wake;
 
 #[doc(hidden)]
 pub use api::fuzzing;
-pub use cluster::{ClusterStatus, NodeStatus};
 pub use fd_budget::DEFAULT_MAX_SENDFILE_SESSIONS;
+pub use isnode_control::broadcast;
+pub use isnode_control::cluster::{ClusterStatus, NodeStatus};
 /// One edge of a cluster's node list (`nodes` in the configuration).
 pub use isnode_edge::placement::Node as ClusterNode;
 pub use isnode_http::limits::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};

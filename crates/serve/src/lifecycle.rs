@@ -13,9 +13,9 @@ use anyhow::Context as _;
 use isnode_proto::goodbye::{goodbye_datagram, GoodbyeReason};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::registry::SessionState;
 use crate::server::start;
 use crate::server::ServerHandle;
+use isnode_control::registry::SessionState;
 use isnode_serve_config::ServeConfig;
 
 /// How often the drain looks at what is still running.
@@ -51,7 +51,7 @@ impl ServerHandle {
             .values()
             .filter(|s| live(s.state()) && s.owner.is_some())
             .count();
-        sessions + self.shared.broadcasts.list().len()
+        sessions + self.shared.control.broadcasts.list().len()
     }
 
     /// Ends every streaming session, telling its client with a goodbye datagram; returns
@@ -73,7 +73,7 @@ impl ServerHandle {
                 }
             }
         }
-        self.shared.broadcasts.clear(now);
+        self.shared.control.broadcasts.clear(now);
         cut
     }
 

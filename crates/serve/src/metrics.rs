@@ -10,7 +10,7 @@ pub(crate) mod egress;
 pub(crate) mod expose;
 pub(crate) mod titles;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use serde::Serialize;
 
@@ -20,18 +20,12 @@ pub use expose::{AuthFailure, UploadFailure};
 pub use isnode_fill::FillSnapshot;
 pub use isnode_proto::Limit;
 
-/// Live counters, shared by the data plane and the control API.
+/// The control API's live counters (content, repair, authentication, uploads, titles,
+/// egress); the control half's are `isnode_control::counters`, the data plane's
+/// `isnode_plane::counters`.
 #[derive(Debug)]
 pub(crate) struct Metrics {
-    pub sessions_started: AtomicU64,
-    pub broadcasts_started: AtomicU64,
-    pub broadcast_redirects: AtomicU64,
-    pub keepalives_udp: AtomicU64,
-    pub keepalives_refused: AtomicU64,
-    pub tokens_sent: AtomicU64,
-    pub sessions_unvalidated: AtomicU64,
     pub forbidden: AtomicU64,
-    pub refused: [AtomicU64; Limit::ALL.len()],
     pub http_content_requests: AtomicU64,
     pub http_range_requests: AtomicU64,
     pub http_bytes: AtomicU64,
@@ -39,8 +33,6 @@ pub(crate) struct Metrics {
     pub http_readers_refused: AtomicU64,
     pub repair_requests: AtomicU64,
     pub repair_packets: AtomicU64,
-    pub loss_reports: AtomicU64,
-    pub start_bursts: AtomicU64,
     /// The labelled families (auth, upload, start-up latency).
     pub families: expose::Families,
     /// Sessions and bytes per title (a bounded label set).
@@ -169,15 +161,7 @@ impl MetricsSnapshot {
 impl Metrics {
     pub(crate) fn new() -> Metrics {
         Metrics {
-            sessions_started: AtomicU64::new(0),
-            broadcasts_started: AtomicU64::new(0),
-            broadcast_redirects: AtomicU64::new(0),
-            keepalives_udp: AtomicU64::new(0),
-            keepalives_refused: AtomicU64::new(0),
-            tokens_sent: AtomicU64::new(0),
-            sessions_unvalidated: AtomicU64::new(0),
             forbidden: AtomicU64::new(0),
-            refused: Default::default(),
             http_content_requests: AtomicU64::new(0),
             http_range_requests: AtomicU64::new(0),
             http_bytes: AtomicU64::new(0),
@@ -185,8 +169,6 @@ impl Metrics {
             http_readers_refused: AtomicU64::new(0),
             repair_requests: AtomicU64::new(0),
             repair_packets: AtomicU64::new(0),
-            loss_reports: AtomicU64::new(0),
-            start_bursts: AtomicU64::new(0),
             families: expose::Families::new(),
             titles: titles::Titles::new(titles::LABELLED_TITLES),
             egress: egress::EgressRing::new(egress::SAMPLES),
@@ -219,9 +201,5 @@ impl Metrics {
     pub(crate) fn session_first_packet(&self, latency_ns: u64) {
         let s = latency_ns as f64 / 1e9;
         self.families.session_start.observe(s);
-    }
-
-    pub(crate) fn refused(&self, limit: Limit) {
-        self.refused[limit.index()].fetch_add(1, Ordering::Relaxed);
     }
 }

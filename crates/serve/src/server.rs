@@ -1,27 +1,31 @@
-//! Server start and stop: the state every thread shares, the data-plane threads, the
-//! control API thread, and the handle that stops them.
+//! Server start and stop: builds each thread's handles (the data plane's `PlaneDeps`, the
+//! control half's `Control`, the API's `ApiState`, the background threads' own), starts
+//! the threads, and the handle that stops them.
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use isnode_plane::counters::PlaneCounters;
 use isnode_plane::deps::PlaneDeps;
 use isnode_plane::Plane;
 use isnode_pool::cache::{Cache, Residency};
 use isnode_pool::demand::PositionBoard;
-use isnode_pool::members::{MemberState, Members};
+use isnode_pool::members::Members;
 use isnode_pool::objects::Objects;
 use isnode_serve_config::ConfigCell;
 use isnode_serve_core::slack::SlackBoard;
 use isnode_sys::clock::Clock;
 use isnode_sys::stop::Stop;
 
+use crate::api::state::ApiState;
 use crate::metrics::{Metrics, MetricsSnapshot};
-use crate::registry::{Registry, SessionState, SessionTable};
-use crate::{api, fd_budget, keepalive};
+use crate::{api, fd_budget};
+use isnode_control::broadcast::Broadcasts;
+use isnode_control::keepalive;
+use isnode_control::registry::{Registry, SessionState};
+use isnode_control::Control;
 use isnode_serve_config::EngineKind;
 use isnode_serve_config::ReadIo;
 use isnode_serve_config::ServeConfig;
@@ -53,63 +57,9 @@ fn io_error(context: &str) -> impl FnOnce(std::io::Error) -> ServeError + '_ {
     }
 }
 
-/// Everything the threads of a server share.
-pub(crate) struct Shared {
-    /// The configuration in force (swapped whole by a reload: [`Shared::reload_config`]).
-    config: ConfigCell,
-    pub objects: Arc<Objects>,
-    pub cache: Cache,
-    pub metrics: Arc<Metrics>,
-    pub sessions: Arc<Registry>,
-    /// The server's clock.
-    pub clock: Clock,
-    /// The server's stop signal (a data-plane failure stops it too).
-    pub stop: Arc<Stop>,
-    /// What wakes the threads that sleep until something happens (`wake.rs`).
-    pub wakes: crate::wake::Wakes,
-    /// Set by SIGTERM: new sessions, broadcasts and uploads are refused (`api/drain.rs`).
-    pub draining: AtomicBool,
-    /// The data plane's threads: new streams go to them, control requests wake them.
-    pub plane: Arc<Plane>,
-    /// What the data plane counts.
-    pub plane_counters: Arc<PlaneCounters>,
-    /// The members' health from their reads.
-    pub members: Arc<Members>,
-    /// Engine in use (uring-zc falls back to gso where io_uring is unavailable).
-    pub engine: EngineKind,
-    /// Where each data-plane thread's sessions are (eviction decisions).
-    pub positions: Arc<PositionBoard>,
-    /// Each data-plane thread's playback slack (pacing of background work).
-    pub slack: Arc<SlackBoard>,
-    /// UDP port of the keepalive datagrams (`keepalive.rs`), on the control API's IP.
-    pub keepalive_port: u16,
-    /// The keepalive socket's twin: token datagrams go out from it (`api/owner.rs`).
-    pub token_socket: std::net::UdpSocket,
-    /// The running broadcasts.
-    pub broadcasts: Arc<crate::broadcast::Broadcasts>,
-    /// Most sessions the `sendfile` engine may hold a socket for (`None`: another engine).
-    pub sendfile_sessions: Option<u64>,
-    /// The role tokens in force (`None`: no token file); swapped by [`reload_tokens`].
-    pub tokens: std::sync::RwLock<Option<Arc<isnode_auth::TokenStore>>>,
-    /// Failed authentications per client, which slow it down (`api/roles.rs`).
-    pub auth_throttle: std::sync::Mutex<isnode_auth::throttle::Throttle>,
-    /// The token file [`reload_tokens`] reads.
-    pub tokens_path: std::path::PathBuf,
-    /// When each token was last used (written beside the token file by the API's writer).
-    pub last_use: isnode_auth::last_use::LastUse,
-    /// The quota room held by the uploads under way (`uploads.rs`).
-    pub uploads: Arc<crate::uploads::Uploads>,
-    /// The background scrub's progress and findings (`scrub.rs`).
-    pub scrub: Arc<crate::scrub::ScrubState>,
-    /// This edge's cluster (inactive without a node list: a single node).
-    pub cluster: crate::cluster::ClusterState,
-    /// Fills from the origin (`isnode_fill`).
-    pub fills: Arc<isnode_fill::Fills>,
-}
-
 /// Reads the token file again and puts it in force at once (revoked tokens are refused
 /// from the next request); a missing or broken file is refused and the old tokens kept.
-pub(crate) fn reload_tokens(sh: &Shared) -> Result<(), isnode_auth::TokenError> {
+pub(crate) fn reload_tokens(sh: &ApiState) -> Result<(), isnode_auth::TokenError> {
     let store = isnode_auth::TokenStore::load(&sh.tokens_path)?.ok_or_else(|| {
         isnode_auth::TokenError::Usage(format!(
             "token file {} is missing: the old tokens are kept",
@@ -145,134 +95,11 @@ fn load_tokens(
     Ok((path, store.map(Arc::new)))
 }
 
-impl Shared {
-    /// Writes the tokens' last uses beside the token file if they changed (blocking); a
-    /// failure is logged and retried at the next call.
-    pub(crate) fn flush_last_use(&self) {
-        let tokens = self
-            .tokens
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let Some(tokens) = tokens else {
-            return;
-        };
-        let path = isnode_auth::last_use::side_path(&self.tokens_path);
-        if let Err(e) = self.last_use.flush(&path, &tokens) {
-            tracing::warn!("writing the tokens' last uses: {e}");
-        }
-    }
-
-    /// The configuration in force (cheap: an atomic load; hold it only briefly).
-    pub(crate) fn config(&self) -> arc_swap::Guard<Arc<ServeConfig>> {
-        self.config.load()
-    }
-
-    /// The cell of the configuration in force (for the threads that hold their own).
-    pub(crate) fn config_cell(&self) -> &ConfigCell {
-        &self.config
-    }
-
-    /// Puts `new` in force, keeping the running values of the settings that need a restart;
-    /// returns the names of those that differed (a reload reports them).
-    pub(crate) fn reload_config(&self, mut new: ServeConfig) -> Vec<&'static str> {
-        let old = self.config();
-        let kept = old.keep_restart_only(&mut new);
-        self.cluster.reconfigure(&new);
-        self.config.store(new);
-        self.wakes.reloaded.set();
-        self.wakes.cluster.notify_one();
-        kept
-    }
-
-    /// Wakes every data-plane thread, so that control requests just queued on a session
-    /// apply at once (a full queue means the thread is awake anyway).
-    pub(crate) fn wake_data_plane(&self) {
-        self.plane.wake();
-    }
-
-    /// Nanoseconds on the server's clock.
-    pub(crate) fn now_ns(&self) -> u64 {
-        self.clock.now_ns()
-    }
-
-    pub(crate) fn lock_sessions(&self) -> impl std::ops::DerefMut<Target = SessionTable> + '_ {
-        self.sessions.lock_sessions()
-    }
-
-    pub(crate) fn snapshot(&self) -> MetricsSnapshot {
-        let m = &self.metrics;
-        let p = &self.plane_counters;
-        let health = &self.members.health;
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let active = self
-            .lock_sessions()
-            .values()
-            .filter(|s| s.state() == SessionState::Streaming)
-            .count() as u64;
-        let cs = self.cache.stats();
-        MetricsSnapshot {
-            sessions_active: active,
-            sessions_started: load(&m.sessions_started),
-            broadcasts_active: self.broadcasts.list().len() as u64,
-            broadcasts_started: load(&m.broadcasts_started),
-            broadcast_redirects: load(&m.broadcast_redirects),
-            broadcast_packets_sent: load(&p.broadcast_packets),
-            broadcast_bytes_sent: load(&p.broadcast_bytes),
-            sessions_expired: load(&p.sessions_expired),
-            keepalives_udp: load(&m.keepalives_udp),
-            keepalives_refused: load(&m.keepalives_refused),
-            tokens_sent: load(&m.tokens_sent),
-            sessions_unvalidated: load(&m.sessions_unvalidated),
-            forbidden: load(&m.forbidden),
-            sessions_refused: std::array::from_fn(|i| load(&m.refused[i])),
-            packets_sent: std::array::from_fn(|i| load(&p.packets[i])),
-            bytes_sent: std::array::from_fn(|i| load(&p.bytes[i])),
-            send_errors: load(&p.send_errors),
-            cache_hits: load(&cs.hits),
-            cache_misses: load(&cs.misses),
-            cache_bytes: self.cache.bytes_cached(),
-            cache_pool_bytes: u64::from(self.cache.slots()) * self.cache.block_len() as u64,
-            cache_read_bytes: load(&cs.bytes_read),
-            member_errors: self.members.errors(),
-            symbols_rebuilt: load(&p.symbols_rebuilt),
-            packets_skipped: load(&p.packets_skipped),
-            zc_sends: load(&p.zc_sends),
-            zc_copied: load(&p.zc_copied),
-            repair_packets_sent: load(&p.repair_sent),
-            repair_packets_skipped: load(&p.repair_skipped),
-            loss_reports: load(&m.loss_reports),
-            start_bursts: load(&m.start_bursts),
-            catalog_lookups_active: self.objects.lookups_active(),
-            http_content_requests: load(&m.http_content_requests),
-            http_range_requests: load(&m.http_range_requests),
-            http_bytes: load(&m.http_bytes),
-            http_readers_active: load(&m.http_readers_active),
-            http_readers_refused: load(&m.http_readers_refused),
-            repair_requests: load(&m.repair_requests),
-            repair_packets: load(&m.repair_packets),
-            cache_evictions: load(&cs.evictions),
-            scrub: self.scrub.snapshot(),
-            fill: self.fills.snapshot(load(&p.sessions_held)),
-            member_failed: (0..health.members() as u32)
-                .map(|i| health.is_failed(i))
-                .collect(),
-            member_slow: (0..health.members() as u32)
-                .map(|i| health.state(i, self.now_ns()) == MemberState::Slow)
-                .collect(),
-            reads_hedged: load(&health.hedged),
-            bursts_late: load(&p.bursts_late),
-            members_revived: load(&health.revived),
-            playback: self.slack.total(),
-        }
-    }
-}
-
 /// A running server (in-process). Dropping it shuts it down.
 pub struct ServerHandle {
     local_addr: SocketAddr,
     https: bool,
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<ApiState>,
     workers: Vec<JoinHandle<()>>,
     api_thread: Option<JoinHandle<()>>,
     api_stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -297,7 +124,7 @@ impl ServerHandle {
 
     /// The engine in use (`uring-zc` falls back to `gso` if io_uring is unavailable).
     pub fn engine(&self) -> EngineKind {
-        self.shared.engine
+        self.shared.control.engine
     }
 
     /// A snapshot of the counters (as `GET /metrics` reports them).
@@ -317,7 +144,7 @@ impl ServerHandle {
 
     fn stop(&mut self) {
         self.shared.stop.stop();
-        self.shared.broadcasts.clear(self.shared.now_ns());
+        self.shared.control.broadcasts.clear(self.shared.now_ns());
         if let Some(tx) = self.api_stop.take() {
             let _ = tx.send(());
         }
@@ -522,7 +349,7 @@ fn fills(
     objects: &Arc<Objects>,
     cell: &ConfigCell,
     stop: &Arc<Stop>,
-    control: (&Arc<Registry>, &Arc<crate::broadcast::Broadcasts>),
+    control: (&Arc<Registry>, &Arc<Broadcasts>),
 ) -> Result<Arc<isnode_fill::Fills>, ServeError> {
     let (sessions, broadcasts) = (control.0.clone(), control.1.clone());
     let in_use = Box::new(move |name: &str| {
@@ -628,14 +455,14 @@ fn spawn(
 /// Starts the background threads beside the data plane: keepalives, the members' writer,
 /// the scrub and the viewer-pace writer.
 fn spawn_background(
-    shared: &Arc<Shared>,
+    shared: &Arc<ApiState>,
     volume_dir: &Path,
     keepalive_sock: std::net::UdpSocket,
 ) -> Result<Vec<JoinHandle<()>>, ServeError> {
     let keepalives = keepalive::Keepalives {
-        sessions: shared.sessions.clone(),
-        metrics: shared.metrics.clone(),
-        clock: shared.clock,
+        sessions: shared.control.sessions.clone(),
+        counters: shared.control.counters.clone(),
+        clock: shared.control.clock,
         stop: shared.stop.clone(),
     };
     let keepalives = spawn(
@@ -655,7 +482,7 @@ fn spawn_background(
     )?;
     let viewers = crate::scrub::Viewers {
         slack: shared.slack.clone(),
-        cache: shared.cache.clone(),
+        cache: shared.control.cache.clone(),
         plane: shared.plane_counters.clone(),
     };
     let scrub = crate::scrub::Scrub {
@@ -672,7 +499,7 @@ fn spawn_background(
     let pace = crate::viewer_pace::Pace {
         volume: volume_dir.to_path_buf(),
         viewers,
-        clock: shared.clock,
+        clock: shared.control.clock,
         stop: shared.stop.clone(),
         first_stream: shared.wakes.pace.clone(),
     };
@@ -718,7 +545,7 @@ fn signals() -> Result<(Arc<Stop>, crate::wake::Wakes, Arc<Metrics>), ServeError
 /// Says that the server started, and with what.
 fn log_started(
     handle: &ServerHandle,
-    shared: &Shared,
+    shared: &ApiState,
     config: &ServeConfig,
     (engine, read_io, threads, slots): (EngineKind, ReadIo, usize, u32),
     api_max_connections: usize,
@@ -729,12 +556,36 @@ fn log_started(
         engine = engine.name(),
         read_io = ?read_io,
         threads,
-        cache_bytes = u64::from(slots) * shared.cache.block_len() as u64,
+        cache_bytes = u64::from(slots) * shared.control.cache.block_len() as u64,
         bitrate_budget_bps = config.bitrate_budget_bps(),
         max_sessions_per_client = config.max_sessions_per_client,
         api_max_connections,
         "isnode serve started"
     );
+}
+
+/// The control half's handles, over the data plane `started`.
+fn control_handles(
+    o: &Opened,
+    config: ConfigCell,
+    (objects, sessions, broadcasts): (Arc<Objects>, Arc<Registry>, Arc<Broadcasts>),
+    started: &Started,
+    wakes: &crate::wake::Wakes,
+) -> Arc<Control> {
+    Arc::new(Control {
+        config,
+        clock: started.deps.clock,
+        objects,
+        cache: started.deps.cache.clone(),
+        sessions,
+        broadcasts,
+        plane: started.plane.clone(),
+        engine: o.engine,
+        sendfile_sessions: o.sendfile_sessions,
+        uploads: Arc::default(),
+        counters: Arc::default(),
+        reap: wakes.reap.clone(),
+    })
 }
 
 /// Starts a server on the volume at `volume_dir` (created with default parameters if
@@ -749,45 +600,37 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
             ServeError::Config("the volume was opened once".into())
         })?));
     let sessions = Arc::new(Registry::new());
-    let broadcasts = Arc::new(crate::broadcast::Broadcasts::kept_in(volume_dir));
+    let broadcasts = Arc::new(Broadcasts::kept_in(volume_dir));
     let fills = fills(config, &objects, &cell, &stop, (&sessions, &broadcasts))?;
     let (tokens_path, tokens) = load_tokens(volume_dir, config)?;
     let (std_listener, local_addr) = bind(config.listen)?;
     let (keepalive_sock, keepalive_port, token_socket) = keepalive_sockets(local_addr)?;
-    let cluster = crate::cluster::ClusterState::of(config).map_err(ServeError::Config)?;
+    let cluster = isnode_control::cluster::ClusterState::of(config).map_err(ServeError::Config)?;
     let m = metrics.clone();
     let first_packet = Box::new(move |ns: u64| m.session_first_packet(ns));
     let started = start_plane(&o, &cell, &stop, &wakes, first_packet)?;
     let deps = &started.deps;
-    let shared = Arc::new(Shared {
-        config: cell,
-        objects,
-        cache: deps.cache.clone(),
+    let control = control_handles(&o, cell, (objects, sessions, broadcasts), &started, &wakes);
+    let shared = Arc::new(ApiState {
+        control,
         metrics,
-        sessions,
-        clock: deps.clock,
         stop,
         wakes,
         draining: AtomicBool::new(false),
-        plane: started.plane.clone(),
         plane_counters: deps.counters.clone(),
         members: deps.members.clone(),
-        engine: o.engine,
         positions: deps.positions.clone(),
         slack: deps.slack.clone(),
         keepalive_port,
         token_socket,
-        broadcasts,
-        sendfile_sessions: o.sendfile_sessions,
         tokens: std::sync::RwLock::new(tokens),
         auth_throttle: std::sync::Mutex::new(isnode_auth::throttle::Throttle::default()),
         last_use: isnode_auth::last_use::LastUse::load(&isnode_auth::last_use::side_path(
             &tokens_path,
         )),
         tokens_path,
-        uploads: Arc::default(),
         scrub: Arc::default(),
-        cluster,
+        cluster: Arc::new(cluster),
         fills,
     });
     let mut handle = ServerHandle {
@@ -799,7 +642,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         api_stop: None,
     };
     // Before the API answers: a receiver asking at once finds its broadcast.
-    crate::broadcast::start::restore(&shared, volume_dir);
+    isnode_control::broadcast::start::restore(&shared.control, volume_dir);
     handle
         .workers
         .extend(spawn_background(&shared, volume_dir, keepalive_sock)?);

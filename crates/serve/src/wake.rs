@@ -12,7 +12,7 @@ use isnode_sys::event::Event;
 
 pub(crate) use isnode_sys::event::IDLE_WAIT;
 
-/// What wakes the server's sleeping threads (one set per server, in `Shared`).
+/// What wakes the server's sleeping threads (one set per server).
 #[derive(Debug)]
 pub(crate) struct Wakes {
     /// Told at the server's stop (`isnode_sys::stop::Stop`): the signal loop
@@ -24,12 +24,12 @@ pub(crate) struct Wakes {
     /// Set by a reload of the configuration: the background scrub, asleep while it is off,
     /// looks at its rate again (`scrub.rs`).
     pub reloaded: std::sync::Arc<Event>,
-    /// Told when a session is registered or a broadcast starts: the reaper (`api.rs`),
+    /// Told when a session is registered or a broadcast starts: the reaper (`api.rs`; the control half holds it too),
     /// asleep while there is nothing to forget, looks again.
-    pub reap: tokio::sync::Notify,
+    pub reap: std::sync::Arc<tokio::sync::Notify>,
     /// Told by a reload of the configuration: the cluster's prober, asleep without peers,
-    /// looks at the node list again (`cluster/probe.rs`).
-    pub cluster: tokio::sync::Notify,
+    /// looks at the node list again (`isnode_control::cluster::probe`).
+    pub cluster: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl Wakes {
@@ -39,8 +39,8 @@ impl Wakes {
             stop_notify: std::sync::Arc::new(tokio::sync::Notify::new()),
             pace: std::sync::Arc::new(Event::new()?),
             reloaded: std::sync::Arc::new(Event::new()?),
-            reap: tokio::sync::Notify::new(),
-            cluster: tokio::sync::Notify::new(),
+            reap: std::sync::Arc::new(tokio::sync::Notify::new()),
+            cluster: std::sync::Arc::new(tokio::sync::Notify::new()),
         })
     }
 }

@@ -1,5 +1,5 @@
 //! The broadcast routes (docs/protocol.md, "Broadcasts"): `POST /v1/broadcasts` checks the
-//! request, plans it off the runtime and starts it ([`crate::broadcast`]: groups,
+//! request, plans it off the runtime and starts it ([`isnode_control::broadcast`]: groups,
 //! admission, channels on the data plane, an end); `GET` describes it (everything a
 //! receiver needs to tune in); `DELETE` stops it.
 
@@ -15,14 +15,14 @@ use isnode_proto::broadcast::{BroadcastInfo, BroadcastList};
 use super::common::{broadcast_error, object_and_fdt};
 use super::media::NeedsWhole;
 use super::{blocking, error, Sh};
-use crate::broadcast::request::{lifetime_s, parse};
-use crate::broadcast::service::{describe, make_plan};
-use crate::broadcast::start::{settings, start, unix_now_s, Origin};
-use crate::broadcast::{Broadcast, MAX_BROADCASTS};
-use crate::server::Shared;
+use crate::api::state::ApiState;
+use isnode_control::broadcast::request::{lifetime_s, parse};
+use isnode_control::broadcast::service::{describe, make_plan};
+use isnode_control::broadcast::start::{settings, start, unix_now_s, Origin};
+use isnode_control::broadcast::{Broadcast, MAX_BROADCASTS};
 
 /// The description of a running broadcast now.
-pub(super) fn info(sh: &Shared, b: &Broadcast) -> BroadcastInfo {
+pub(super) fn info(sh: &ApiState, b: &Broadcast) -> BroadcastInfo {
     describe(b, sh.now_ns(), sh.config().multicast_ttl)
 }
 
@@ -36,7 +36,7 @@ pub(super) async fn create_broadcast(
         Ok(r) => r,
         Err(e) => return broadcast_error(&sh, e).into_response(),
     };
-    if sh.broadcasts.list().len() >= MAX_BROADCASTS {
+    if sh.control.broadcasts.list().len() >= MAX_BROADCASTS {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{MAX_BROADCASTS} broadcasts run already"),
@@ -59,8 +59,17 @@ pub(super) async fn create_broadcast(
         Ok(Err(e)) => return broadcast_error(&sh, e).into_response(),
         Err(r) => return r,
     };
-    let started = lifetime_s(&settings(&sh.config()), req.end, &plan, unix_now_s())
-        .and_then(|lifetime_s| start(&sh, &req, &obj, plan, &fdt, Origin::Request { lifetime_s }));
+    let started =
+        lifetime_s(&settings(&sh.config()), req.end, &plan, unix_now_s()).and_then(|lifetime_s| {
+            start(
+                &sh.control,
+                &req,
+                &obj,
+                plan,
+                &fdt,
+                Origin::Request { lifetime_s },
+            )
+        });
     match started {
         Ok(b) => (StatusCode::CREATED, Json(info(&sh, &b))).into_response(),
         Err(e) => broadcast_error(&sh, e).into_response(),
@@ -69,7 +78,13 @@ pub(super) async fn create_broadcast(
 
 /// `GET /v1/broadcasts`.
 pub(super) async fn list_broadcasts(_: super::roles::Viewer, State(sh): Sh) -> Response {
-    let broadcasts = sh.broadcasts.list().iter().map(|b| info(&sh, b)).collect();
+    let broadcasts = sh
+        .control
+        .broadcasts
+        .list()
+        .iter()
+        .map(|b| info(&sh, b))
+        .collect();
     Json(BroadcastList { broadcasts }).into_response()
 }
 
@@ -79,7 +94,7 @@ pub(super) async fn get_broadcast(
     State(sh): Sh,
     Path(id): Path<String>,
 ) -> Response {
-    match sh.broadcasts.get(&id) {
+    match sh.control.broadcasts.get(&id) {
         Some(b) => Json(info(&sh, &b)).into_response(),
         None => error(StatusCode::NOT_FOUND, format!("no broadcast {id:?}")),
     }
@@ -91,7 +106,7 @@ pub(super) async fn delete_broadcast(
     State(sh): Sh,
     Path(id): Path<String>,
 ) -> Response {
-    match sh.broadcasts.remove(&id, sh.now_ns()) {
+    match sh.control.broadcasts.remove(&id, sh.now_ns()) {
         Some(_) => StatusCode::NO_CONTENT.into_response(),
         None => error(StatusCode::NOT_FOUND, format!("no broadcast {id:?}")),
     }

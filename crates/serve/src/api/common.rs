@@ -8,20 +8,20 @@ use axum::response::Response;
 use isnode_proto::ErrorBody;
 
 use super::{blocking, store_error, ApiError};
-use crate::broadcast::BroadcastError;
-use crate::server::Shared;
+use crate::api::state::ApiState;
+use isnode_control::broadcast::BroadcastError;
 use isnode_pool::objects::{ObjectInfo, SessionFdt};
 use isnode_serve_core::admission::Refusal;
 
 /// The object called `name` and a fresh FDT instance of it (catalog lookups, off the
 /// runtime); the error answer otherwise.
 pub(super) async fn object_and_fdt(
-    sh: &Arc<Shared>,
+    sh: &Arc<ApiState>,
     name: &str,
 ) -> Result<(Arc<ObjectInfo>, SessionFdt), Response> {
     let obj = super::lookup(sh, name.to_string()).await?;
     let found = blocking(sh, move |sh| {
-        let fdt = sh.objects.session_fdt(&obj)?;
+        let fdt = sh.control.objects.session_fdt(&obj)?;
         Ok::<_, isnode_store::StoreError>((obj, fdt))
     });
     match found.await {
@@ -32,8 +32,8 @@ pub(super) async fn object_and_fdt(
 }
 
 /// Counts the refusal; the `503` answer naming the limit.
-pub(super) fn refuse(sh: &Shared, r: Refusal) -> ApiError {
-    sh.metrics.refused(r.limit);
+pub(super) fn refuse(sh: &ApiState, r: Refusal) -> ApiError {
+    sh.control.counters.refused(r.limit);
     ApiError::with_body(
         StatusCode::SERVICE_UNAVAILABLE,
         ErrorBody {
@@ -45,10 +45,10 @@ pub(super) fn refuse(sh: &Shared, r: Refusal) -> ApiError {
 }
 
 /// The answer to a session that could not be created or started.
-pub(super) fn session_error(sh: &Shared, e: crate::sessions::SessionError) -> ApiError {
+pub(super) fn session_error(sh: &ApiState, e: isnode_control::sessions::SessionError) -> ApiError {
     match e {
-        crate::sessions::SessionError::Refused(r) => refuse(sh, r),
-        crate::sessions::SessionError::Busy => ApiError::new(
+        isnode_control::sessions::SessionError::Refused(r) => refuse(sh, r),
+        isnode_control::sessions::SessionError::Busy => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "data plane busy, try again",
         ),
@@ -56,7 +56,7 @@ pub(super) fn session_error(sh: &Shared, e: crate::sessions::SessionError) -> Ap
 }
 
 /// The answer to a broadcast that cannot start.
-pub(super) fn broadcast_error(sh: &Shared, e: BroadcastError) -> ApiError {
+pub(super) fn broadcast_error(sh: &ApiState, e: BroadcastError) -> ApiError {
     let status = match e {
         BroadcastError::Refused(r) => return refuse(sh, r),
         BroadcastError::BadRequest(_) => StatusCode::BAD_REQUEST,

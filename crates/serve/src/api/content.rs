@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 
 use super::pool_read::PoolRead;
 use super::{error, ApiError, Sh};
-use crate::server::Shared;
+use crate::api::state::ApiState;
 use isnode_pool::objects::ObjectInfo;
 
 /// Chunks queued between the reading thread and the connection.
@@ -147,10 +147,10 @@ fn answer_plan(
 }
 
 /// One of the `--max-content-readers` places of a body being produced (freed on drop).
-struct ReaderPermit(Arc<Shared>);
+struct ReaderPermit(Arc<ApiState>);
 
 impl ReaderPermit {
-    fn take(sh: &Arc<Shared>) -> Result<ReaderPermit, ApiError> {
+    fn take(sh: &Arc<ApiState>) -> Result<ReaderPermit, ApiError> {
         let m = &sh.metrics;
         let max = sh.config().max_content_readers;
         if m.http_readers_active.fetch_add(1, Ordering::AcqRel) >= max {
@@ -249,7 +249,7 @@ type Chunk = Result<Bytes, io::Error>;
 /// Produces the body of `plan` into `tx`, one codeword slice at a time; stops when the
 /// client goes away. A codeword that cannot be read nor rebuilt ends the body with an error
 /// (the connection is cut: the client sees a short body, never wrong bytes).
-fn produce(sh: &Arc<Shared>, obj: &Arc<ObjectInfo>, plan: &Plan, tx: &mpsc::Sender<Chunk>) {
+fn produce(sh: &Arc<ApiState>, obj: &Arc<ObjectInfo>, plan: &Plan, tx: &mpsc::Sender<Chunk>) {
     let mut read = PoolRead::new(sh, obj);
     let send = |bytes: Vec<u8>| -> bool {
         let n = bytes.len() as u64;

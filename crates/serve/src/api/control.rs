@@ -1,6 +1,6 @@
 //! `POST /v1/sessions/{id}/control`: seek (to a time or a codeword), pause or resume a
 //! live session. The request is checked whole here, then queued on the session for its
-//! data-plane thread, which is woken (`Shared::wake_data_plane`) and applies it
+//! data-plane thread, which is woken (`ApiState::wake_data_plane`) and applies it
 //! to the session's pacer on its next turn.
 
 use std::sync::atomic::Ordering;
@@ -14,7 +14,7 @@ use isnode_proto::{ControlAnswer, SessionControl};
 
 use super::media::locate;
 use super::{ApiError, Sh};
-use crate::registry::Control;
+use isnode_control::registry::Control;
 use isnode_plane::stream::StreamShared;
 
 /// What a valid request does, and what the answer says of a seek.

@@ -1,5 +1,5 @@
 //! `POST /v1/sessions`: parse the request, look the object up (off the runtime), and ask
-//! the session policy (`crate::sessions`: admission over a snapshot of the sessions,
+//! the session policy (`isnode_control::sessions`: admission over a snapshot of the sessions,
 //! registration with a re-check); render what it decides.
 
 use std::net::{IpAddr, SocketAddr};
@@ -16,8 +16,8 @@ use isnode_proto::{CreateSession, FecInfo, SessionInfo};
 use super::common::{object_and_fdt, session_error};
 use super::media::{locate, Located};
 use super::{ApiError, Sh};
-use crate::server::Shared;
-use crate::sessions::{admit_and_register, pacer, Ask};
+use crate::api::state::ApiState;
+use isnode_control::sessions::{admit_and_register, pacer, Ask};
 use isnode_plane::stream::StreamShared;
 use isnode_pool::objects::SessionFdt;
 
@@ -74,7 +74,7 @@ pub(super) fn parse(body: &[u8], peer: SocketAddr, min_port: u16) -> Result<Requ
     })
 }
 
-fn created(sh: &Shared, s: &StreamShared, fdt: SessionFdt, at: Option<Located>) -> Response {
+fn created(sh: &ApiState, s: &StreamShared, fdt: SessionFdt, at: Option<Located>) -> Response {
     let obj = &s.object;
     let secret = s.owner.map(|o| key_hex(&o.secret)).unwrap_or_default();
     let body = SessionInfo {
@@ -129,7 +129,7 @@ pub(super) async fn create_session(
     if let Some(at) = at {
         req.start_codeword = at.codeword;
     }
-    let pacer = match pacer(&sh, &obj, req.start_codeword) {
+    let pacer = match pacer(&sh.control, &obj, req.start_codeword) {
         Ok(p) => p,
         Err(e) => return ApiError::new(StatusCode::BAD_REQUEST, e).into_response(),
     };
@@ -138,9 +138,12 @@ pub(super) async fn create_session(
         start_codeword: req.start_codeword,
         no_start_burst: req.no_start_burst,
     };
-    match admit_and_register(&sh, &ask, &obj, &fdt, pacer) {
+    match admit_and_register(&sh.control, &ask, &obj, &fdt, pacer) {
         Ok(s) => {
-            sh.metrics.sessions_started.fetch_add(1, Ordering::Relaxed);
+            sh.control
+                .counters
+                .sessions_started
+                .fetch_add(1, Ordering::Relaxed);
             sh.metrics.titles.started(&obj.rec.name);
             tracing::info!(id = %s.id, object = %obj.rec.name, dest = %s.dest, "session created");
             tokio::spawn(super::owner::send_tokens(sh.clone(), s.clone()));

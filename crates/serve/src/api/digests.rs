@@ -30,7 +30,7 @@ use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use super::{blocking, error, Sh};
-use crate::server::Shared;
+use crate::api::state::ApiState;
 use isnode_pool::objects::ObjectInfo;
 
 /// Most codewords one request returns (about 1 MiB of digests at 255 symbols).
@@ -138,12 +138,13 @@ fn row_len(n: u32) -> u64 {
 
 /// The rows of codewords `range`, read from the catalog (blocking); an error if one is
 /// missing or damaged.
-fn chunk(sh: &Shared, obj: &ObjectInfo, range: Range<u32>) -> Result<Bytes, String> {
+fn chunk(sh: &ApiState, obj: &ObjectInfo, range: Range<u32>) -> Result<Bytes, String> {
     let count = range.end - range.start;
     if let Some(last) = range.end.checked_sub(1) {
         super::content::wait_at_front(obj, last)?;
     }
     let rows = sh
+        .control
         .objects
         .digests(obj, range.start, count)
         .map_err(|e| e.to_string())?;
@@ -177,7 +178,7 @@ fn chunk(sh: &Shared, obj: &ObjectInfo, range: Range<u32>) -> Result<Bytes, Stri
 /// The answer's chunks: the one ready, then each next one read on the blocking pool only
 /// when the connection asks for it.
 struct DigestStream {
-    sh: Arc<Shared>,
+    sh: Arc<ApiState>,
     obj: Arc<ObjectInfo>,
     /// Codewords not read yet.
     next: Range<u32>,

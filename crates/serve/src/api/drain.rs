@@ -12,7 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::ApiError;
-use crate::server::Shared;
+use crate::api::state::ApiState;
 
 /// Seconds a refused client is told to wait (another node, or this one restarted).
 const RETRY_AFTER_S: &str = "5";
@@ -26,7 +26,7 @@ fn starts_work(method: &Method, path: &str) -> bool {
 
 /// The middleware: `503` + `Retry-After` for new work while draining.
 pub(super) async fn refuse_new_work_while_draining(
-    State(sh): State<Arc<Shared>>,
+    State(sh): State<Arc<ApiState>>,
     req: Request,
     next: Next,
 ) -> Response {

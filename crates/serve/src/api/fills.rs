@@ -96,7 +96,11 @@ async fn prefill(
     }
 }
 
-fn prefill_one(sh: &std::sync::Arc<crate::server::Shared>, name: &str, rate_bps: u64) -> Prefilled {
+fn prefill_one(
+    sh: &std::sync::Arc<crate::api::state::ApiState>,
+    name: &str,
+    rate_bps: u64,
+) -> Prefilled {
     let answer = |state, error| Prefilled {
         name: name.to_string(),
         state,
@@ -105,7 +109,7 @@ fn prefill_one(sh: &std::sync::Arc<crate::server::Shared>, name: &str, rate_bps:
     if let Err(e) = isnode_store::ingest::validate_name(name) {
         return answer("refused", Some(e.to_string()));
     }
-    if sh.fills.job(name).is_none() && sh.objects.get(name).is_ok() {
+    if sh.fills.job(name).is_none() && sh.control.objects.get(name).is_ok() {
         return answer("present", None);
     }
     match isnode_fill::start_or_join(&sh.fills, name, FillKind::Prefill { rate_bps }) {
@@ -115,7 +119,7 @@ fn prefill_one(sh: &std::sync::Arc<crate::server::Shared>, name: &str, rate_bps:
 }
 
 async fn list_fills(_: super::roles::Operator, State(sh): Sh) -> Response {
-    let pins = blocking(&sh, |sh| sh.objects.with_volume(|v| v.pins())).await;
+    let pins = blocking(&sh, |sh| sh.control.objects.with_volume(|v| v.pins())).await;
     match pins {
         Ok(Ok(pins)) => Json(FillList {
             fills: sh.fills.reports(),
@@ -131,7 +135,11 @@ async fn pin(_: super::roles::Operator, State(sh): Sh, Path(name): Path<String>)
     if let Err(e) = isnode_store::ingest::validate_name(&name) {
         return error(StatusCode::BAD_REQUEST, e);
     }
-    match blocking(&sh, move |sh| sh.objects.with_volume_mut(|v| v.pin(&name))).await {
+    match blocking(&sh, move |sh| {
+        sh.control.objects.with_volume_mut(|v| v.pin(&name))
+    })
+    .await
+    {
         Ok(Ok(())) => StatusCode::NO_CONTENT.into_response(),
         Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
         Err(r) => r,
@@ -140,7 +148,7 @@ async fn pin(_: super::roles::Operator, State(sh): Sh, Path(name): Path<String>)
 
 async fn unpin(_: super::roles::Operator, State(sh): Sh, Path(name): Path<String>) -> Response {
     match blocking(&sh, move |sh| {
-        sh.objects.with_volume_mut(|v| v.unpin(&name))
+        sh.control.objects.with_volume_mut(|v| v.unpin(&name))
     })
     .await
     {

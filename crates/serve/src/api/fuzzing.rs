@@ -7,8 +7,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use axum::extract::Query;
 use axum::http::{header, HeaderMap, HeaderValue, Uri};
 
-use crate::broadcast::groups::GroupRange;
-use crate::broadcast::request::{self, End, Settings};
+use isnode_control::broadcast::groups::GroupRange;
+use isnode_control::broadcast::request::{self, End, Settings};
 
 /// The peer every parsed session request comes from.
 pub const PEER: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)), 40_000);

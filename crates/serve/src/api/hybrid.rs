@@ -1,6 +1,6 @@
 //! Hybrid serving (`--broadcast auto`): a session request for a title that is (or now
 //! becomes) served by broadcast is answered with the broadcast. The decision and the start
-//! are `crate::broadcast::hybrid`'s; this renders the answer.
+//! are `isnode_control::broadcast::hybrid`'s; this renders the answer.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::broadcast::info;
-use crate::broadcast::hybrid::start_auto;
-use crate::server::Shared;
+use crate::api::state::ApiState;
+use isnode_control::broadcast::hybrid::start_auto;
 use isnode_pool::objects::{ObjectInfo, SessionFdt};
 use isnode_serve_config::BroadcastMode;
 
@@ -20,19 +20,20 @@ use isnode_serve_config::BroadcastMode;
 /// otherwise one is started when the title's unicast demand with this request, its
 /// streaming sessions × their send rate, would exceed the broadcast's paced rate.
 pub(super) async fn hybrid(
-    sh: &Arc<Shared>,
+    sh: &Arc<ApiState>,
     obj: &Arc<ObjectInfo>,
     fdt: &SessionFdt,
 ) -> Option<Response> {
     if sh.config().broadcast_mode != BroadcastMode::Auto {
         return None;
     }
-    let b = match sh.broadcasts.of_object(obj.rec.toi) {
+    let b = match sh.control.broadcasts.of_object(obj.rec.toi) {
         Some(b) => b,
-        None => start_auto(sh, obj, fdt).await?,
+        None => start_auto(&sh.control, obj, fdt).await?,
     };
     b.add_viewer(sh.now_ns());
-    sh.metrics
+    sh.control
+        .counters
         .broadcast_redirects
         .fetch_add(1, Ordering::Relaxed);
     let body = isnode_proto::broadcast::SessionRedirect {

@@ -259,7 +259,7 @@ pub(super) enum NeedsWhole {
 /// started or joined and waited for (bounded: `503` with `Retry-After` past
 /// [`INDEX_FILL_WAIT`], the fill going on).
 pub(super) async fn complete_object(
-    sh: &std::sync::Arc<crate::server::Shared>,
+    sh: &std::sync::Arc<crate::api::state::ApiState>,
     name: String,
     need: NeedsWhole,
 ) -> Result<std::sync::Arc<isnode_pool::objects::ObjectInfo>, Response> {

@@ -29,7 +29,7 @@ use isnode_proto::auth::{
 };
 
 use super::{ApiError, Sh};
-use crate::server::Shared;
+use crate::api::state::ApiState;
 use isnode_plane::stream::SessionState;
 use isnode_plane::stream::StreamShared;
 
@@ -128,13 +128,14 @@ fn authorize(
 /// it; counted in `isnode_forbidden_total` when it may not.
 async fn extract(
     parts: &mut Parts,
-    sh: &Arc<Shared>,
+    sh: &Arc<ApiState>,
     wanted: Wanted,
 ) -> Result<Arc<StreamShared>, NotOwned> {
     let Path(id) = Path::<String>::from_request_parts(parts, sh)
         .await
         .map_err(NotOwned::BadPath)?;
     let s = sh
+        .control
         .sessions
         .find(&id)
         .filter(|s| wanted == Wanted::AnyState || s.state() == SessionState::Streaming);
@@ -151,20 +152,20 @@ async fn extract(
     Ok(s)
 }
 
-impl FromRequestParts<Arc<Shared>> for OwnedSession {
+impl FromRequestParts<Arc<ApiState>> for OwnedSession {
     type Rejection = NotOwned;
 
-    async fn from_request_parts(parts: &mut Parts, sh: &Arc<Shared>) -> Result<Self, NotOwned> {
+    async fn from_request_parts(parts: &mut Parts, sh: &Arc<ApiState>) -> Result<Self, NotOwned> {
         extract(parts, sh, Wanted::Streaming)
             .await
             .map(OwnedSession)
     }
 }
 
-impl FromRequestParts<Arc<Shared>> for OwnedSessionAnyState {
+impl FromRequestParts<Arc<ApiState>> for OwnedSessionAnyState {
     type Rejection = NotOwned;
 
-    async fn from_request_parts(parts: &mut Parts, sh: &Arc<Shared>) -> Result<Self, NotOwned> {
+    async fn from_request_parts(parts: &mut Parts, sh: &Arc<ApiState>) -> Result<Self, NotOwned> {
         extract(parts, sh, Wanted::AnyState)
             .await
             .map(OwnedSessionAnyState)
@@ -173,7 +174,7 @@ impl FromRequestParts<Arc<Shared>> for OwnedSessionAnyState {
 
 /// Sends the token datagram to the session's destination until it is validated, and
 /// ends it if that does not happen within `--validate-timeout-ms`.
-pub(super) async fn send_tokens(sh: Arc<Shared>, s: Arc<StreamShared>) {
+pub(super) async fn send_tokens(sh: Arc<ApiState>, s: Arc<StreamShared>) {
     let Some(owner) = s.owner else {
         return;
     };
@@ -190,7 +191,11 @@ pub(super) async fn send_tokens(sh: Arc<Shared>, s: Arc<StreamShared>) {
             break;
         }
         match sh.token_socket.send_to(&datagram, s.dest) {
-            Ok(_) => sh.metrics.tokens_sent.fetch_add(1, Ordering::Relaxed),
+            Ok(_) => sh
+                .control
+                .counters
+                .tokens_sent
+                .fetch_add(1, Ordering::Relaxed),
             Err(e) => {
                 tracing::debug!(id = %s.id, dest = %s.dest, "token datagram: {e}");
                 0
@@ -202,7 +207,8 @@ pub(super) async fn send_tokens(sh: Arc<Shared>, s: Arc<StreamShared>) {
         tokio::time::sleep_until((now + gap).min(deadline)).await;
     }
     if s.end(SessionState::Expired, sh.now_ns()) {
-        sh.metrics
+        sh.control
+            .counters
             .sessions_unvalidated
             .fetch_add(1, Ordering::Relaxed);
         tracing::info!(id = %s.id, dest = %s.dest, "session ended: its destination never echoed the token");
@@ -233,7 +239,7 @@ pub(super) async fn validate_session(
         return ApiError::new(StatusCode::FORBIDDEN, "wrong token").into_response();
     }
     if !s.validated.load(Ordering::Acquire) {
-        if let Err(e) = crate::sessions::start(&sh, &s) {
+        if let Err(e) = isnode_control::sessions::start(&sh.control, &s) {
             return super::common::session_error(&sh, e).into_response();
         }
     }

@@ -16,7 +16,7 @@ use isnode_store::codeword::{
 use isnode_store::{BlockError, BlockSource};
 use isnode_wire::{build_data_packet, DataPacketId};
 
-use crate::server::Shared;
+use crate::api::state::ApiState;
 use isnode_pool::cache::{BlockKey, FetchError, Pinned};
 use isnode_pool::demand::LazyDemand;
 use isnode_pool::objects::ObjectInfo;
@@ -31,7 +31,7 @@ const RETRY_PAUSE: Duration = Duration::from_millis(2);
 /// Reads the codewords of one object for one HTTP request: one codeword decoder (the
 /// request's only codeword-sized buffer) and a synchronous pool reader.
 pub(crate) struct PoolRead {
-    sh: Arc<Shared>,
+    sh: Arc<ApiState>,
     obj: Arc<ObjectInfo>,
     reader: Reader,
     asm: Assembler,
@@ -41,14 +41,14 @@ pub(crate) struct PoolRead {
 
 /// The blocks of one object from the pool, one pin per member held for one codeword.
 struct Blocks<'a> {
-    sh: &'a Shared,
+    sh: &'a ApiState,
     reader: &'a mut Reader,
     obj: &'a ObjectInfo,
     pins: Vec<Option<(u64, Pinned)>>,
 }
 
 impl<'a> Blocks<'a> {
-    fn new(sh: &'a Shared, reader: &'a mut Reader, obj: &'a ObjectInfo) -> Blocks<'a> {
+    fn new(sh: &'a ApiState, reader: &'a mut Reader, obj: &'a ObjectInfo) -> Blocks<'a> {
         let pins = (0..obj.layout.params().members).map(|_| None).collect();
         Blocks {
             sh,
@@ -89,10 +89,10 @@ impl BlockSource for Blocks<'_> {
 
 impl PoolRead {
     /// A reader of `obj`'s codewords.
-    pub(crate) fn new(sh: &Arc<Shared>, obj: &Arc<ObjectInfo>) -> PoolRead {
+    pub(crate) fn new(sh: &Arc<ApiState>, obj: &Arc<ObjectInfo>) -> PoolRead {
         let failures = sh.members.clone();
         let reader = Reader::new(
-            &sh.cache,
+            &sh.control.cache,
             ReadIo::Sync,
             Box::new(move |key, why| failures.read_failed(key.member, why)),
         );

@@ -10,8 +10,8 @@ use isnode_store::StoreError;
 use serde::Deserialize;
 
 use super::{blocking, error, store_error, Sh};
-use crate::registry::{SessionState, StreamShared};
-use crate::server::Shared;
+use crate::api::state::ApiState;
+use isnode_control::registry::{SessionState, StreamShared};
 
 /// The query of a delete.
 #[derive(Debug, Default, Deserialize)]
@@ -28,7 +28,7 @@ struct Users {
 }
 
 impl Users {
-    fn of(sh: &Shared, toi: u32) -> Users {
+    fn of(sh: &ApiState, toi: u32) -> Users {
         let sessions = sh
             .lock_sessions()
             .values()
@@ -36,6 +36,7 @@ impl Users {
             .cloned()
             .collect();
         let broadcasts = sh
+            .control
             .broadcasts
             .list()
             .into_iter()
@@ -53,14 +54,14 @@ impl Users {
     }
 
     /// Ends every session and broadcast.
-    fn end(self, sh: &Shared) {
+    fn end(self, sh: &ApiState) {
         let now = sh.now_ns();
         for s in self.sessions {
-            sh.sessions.remove(&s.id);
+            sh.control.sessions.remove(&s.id);
             s.end(SessionState::Deleted, now);
         }
         for id in self.broadcasts {
-            sh.broadcasts.remove(&id, now);
+            sh.control.broadcasts.remove(&id, now);
         }
     }
 }
@@ -74,7 +75,7 @@ pub(super) async fn delete_object(
     Query(q): Query<DeleteQuery>,
 ) -> Response {
     let lookup = name.clone();
-    let toi = match blocking(&sh, move |sh| sh.objects.get(&lookup)).await {
+    let toi = match blocking(&sh, move |sh| sh.control.objects.get(&lookup)).await {
         Ok(Ok(o)) => Some(o.rec.toi),
         // An object whose rows are impossible has no user: it can go.
         Ok(Err(StoreError::BadObject { .. })) => None,
@@ -105,7 +106,7 @@ pub(super) async fn delete_object(
         }
     }
     let gone = name.clone();
-    match blocking(&sh, move |sh| sh.objects.delete(&gone)).await {
+    match blocking(&sh, move |sh| sh.control.objects.delete(&gone)).await {
         Ok(Ok(toi)) => {
             tracing::info!(%name, toi, "object deleted");
             StatusCode::NO_CONTENT.into_response()

@@ -16,8 +16,8 @@
 use std::sync::Arc;
 
 use super::ApiError;
+use crate::api::state::ApiState;
 use crate::metrics::AuthFailure;
-use crate::server::Shared;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
@@ -78,7 +78,7 @@ impl IntoResponse for Refusal {
 }
 
 /// Whether the request may use a route of `role`.
-pub(super) fn check(sh: &Shared, parts: &Parts, role: Role) -> Result<(), Refusal> {
+pub(super) fn check(sh: &ApiState, parts: &Parts, role: Role) -> Result<(), Refusal> {
     // An anonymous viewer is not slowed down (it may share its address with a guesser).
     let anonymous = token_of(parts, role == Role::Viewer).is_none();
     if anonymous && role == Role::Viewer && sh.config().anonymous_viewers {
@@ -109,7 +109,7 @@ pub(super) fn check(sh: &Shared, parts: &Parts, role: Role) -> Result<(), Refusa
 }
 
 /// Whether the request's token (or its absence) allows `role`.
-fn check_token(sh: &Shared, parts: &Parts, role: Role) -> Result<(), ApiError> {
+fn check_token(sh: &ApiState, parts: &Parts, role: Role) -> Result<(), ApiError> {
     let store = sh.tokens.read().unwrap_or_else(|e| e.into_inner()).clone();
     let token = token_of(parts, role == Role::Viewer);
     let anonymous_ok = match role {
@@ -157,7 +157,7 @@ enum Failure {
     WrongRole,
 }
 
-fn fail(sh: &Shared, why: Failure, role: Role) -> ApiError {
+fn fail(sh: &ApiState, why: Failure, role: Role) -> ApiError {
     sh.metrics.auth_failure(match why {
         Failure::Missing => AuthFailure::Missing,
         Failure::Unknown => AuthFailure::Unknown,
@@ -182,12 +182,12 @@ fn fail(sh: &Shared, why: Failure, role: Role) -> ApiError {
 
 macro_rules! role_extractor {
     ($t:ty, $role:expr) => {
-        impl FromRequestParts<Arc<Shared>> for $t {
+        impl FromRequestParts<Arc<ApiState>> for $t {
             type Rejection = Refusal;
 
             async fn from_request_parts(
                 parts: &mut Parts,
-                sh: &Arc<Shared>,
+                sh: &Arc<ApiState>,
             ) -> Result<Self, Refusal> {
                 check(sh, parts, $role).map(|()| Self)
             }

@@ -19,9 +19,9 @@ use isnode_proto::status::{
 use isnode_proto::ObjectStatus;
 
 use super::{blocking, store_error, Sh};
+use crate::api::state::ApiState;
 use crate::metrics::expose::Scrape;
 use crate::metrics::MetricsSnapshot;
-use crate::server::Shared;
 use isnode_plane::stream::SessionState;
 
 const PAGE_HTML: &str = include_str!("../ui/index.html");
@@ -59,7 +59,7 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 
 /// Everything `GET /metrics` encodes: the counters and the per-title series (read under
 /// the session table's lock, as sessions leaving it are counted).
-pub(super) fn scrape(sh: &Shared) -> Scrape {
+pub(super) fn scrape(sh: &ApiState) -> Scrape {
     let snapshot = sh.snapshot();
     let table = sh.lock_sessions();
     let live = table.values().map(|s| {
@@ -74,7 +74,7 @@ pub(super) fn scrape(sh: &Shared) -> Scrape {
 }
 
 /// Samples the egress every second (`metrics::egress`) until aborted.
-pub(super) async fn sample_egress(sh: Arc<Shared>) {
+pub(super) async fn sample_egress(sh: Arc<ApiState>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -94,15 +94,15 @@ pub(super) async fn sample_egress(sh: Arc<Shared>) {
 /// `GET /v1/status`.
 async fn status(_: super::roles::MetricsReader, State(sh): Sh) -> Response {
     let read = blocking(&sh, |sh| {
-        let states = sh.objects.with_volume(|v| v.member_states());
-        sh.objects.list().map(|l| (l, states))
+        let states = sh.control.objects.with_volume(|v| v.member_states());
+        sh.control.objects.list().map(|l| (l, states))
     });
     let (listed, states) = match read.await {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => return store_error(e),
         Err(r) => return r,
     };
-    let tsi = sh.objects.tsi();
+    let tsi = sh.control.objects.tsi();
     let objects: Vec<isnode_proto::ObjectInfo> = listed.iter().map(|o| o.json(tsi)).collect();
     let mut body = body(&sh, objects);
     match states {
@@ -112,7 +112,7 @@ async fn status(_: super::roles::MetricsReader, State(sh): Sh) -> Response {
     Json(body).into_response()
 }
 
-fn body(sh: &Shared, objects: Vec<isnode_proto::ObjectInfo>) -> StatusBody {
+fn body(sh: &ApiState, objects: Vec<isnode_proto::ObjectInfo>) -> StatusBody {
     let snap = sh.snapshot();
     let sessions = sessions(sh);
     let mut streaming: HashMap<&str, u64> = HashMap::new();
@@ -134,8 +134,8 @@ fn body(sh: &Shared, objects: Vec<isnode_proto::ObjectInfo>) -> StatusBody {
         .collect();
     StatusBody {
         version: env!("CARGO_PKG_VERSION").to_string(),
-        uptime_s: sh.clock.epoch().elapsed().as_secs(),
-        engine: sh.engine.name().to_string(),
+        uptime_s: sh.control.clock.epoch().elapsed().as_secs(),
+        engine: sh.control.engine.name().to_string(),
         titles,
         broadcasts: broadcasts(sh),
         sessions,
@@ -172,7 +172,7 @@ fn body(sh: &Shared, objects: Vec<isnode_proto::ObjectInfo>) -> StatusBody {
     }
 }
 
-fn sessions(sh: &Shared) -> Vec<StatusSession> {
+fn sessions(sh: &ApiState) -> Vec<StatusSession> {
     let now = sh.now_ns();
     let mut v: Vec<StatusSession> = sh
         .lock_sessions()
@@ -202,8 +202,9 @@ fn sessions(sh: &Shared) -> Vec<StatusSession> {
     v
 }
 
-fn broadcasts(sh: &Shared) -> Vec<StatusBroadcast> {
-    sh.broadcasts
+fn broadcasts(sh: &ApiState) -> Vec<StatusBroadcast> {
+    sh.control
+        .broadcasts
         .list()
         .iter()
         .map(|b| StatusBroadcast {
@@ -254,7 +255,7 @@ fn add_member_states(members: &mut [StatusMember], states: &[isnode_store::Membe
     }
 }
 
-fn scrub(sh: &Shared, snap: &MetricsSnapshot) -> isnode_proto::status::StatusScrub {
+fn scrub(sh: &ApiState, snap: &MetricsSnapshot) -> isnode_proto::status::StatusScrub {
     let s = &snap.scrub;
     isnode_proto::status::StatusScrub {
         enabled: sh.config().scrub_rate_bps > 0,

@@ -166,7 +166,7 @@ fn a_locked_catalog_does_not_stall_metrics_or_keepalives() {
     let info = create_session(addr);
     let (id, secret) = (info.id, info.secret);
 
-    let held = server.shared.objects.lock_volume();
+    let held = server.shared.control.objects.lock_volume();
     let create = request(
         addr,
         "POST",

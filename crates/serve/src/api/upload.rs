@@ -26,9 +26,9 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use super::{blocking, error, ApiError, Sh};
+use crate::api::state::ApiState;
 use crate::metrics::UploadFailure;
-use crate::server::Shared;
-use crate::upload_ingest::{ingest_upload, precheck, Existing, Upload};
+use isnode_control::upload_ingest::{ingest_upload, precheck, Existing, Upload};
 
 /// Body chunks queued for the ingest thread (a few MiB at most: hyper's chunks are small).
 const QUEUED_CHUNKS: usize = 64;
@@ -45,7 +45,7 @@ pub(super) struct PutQuery {
 /// Counts an upload whose request ended before its answer (the client went away, or
 /// the connection was reset, and the request was dropped) as `disconnected`.
 struct Unanswered<'a> {
-    sh: &'a Shared,
+    sh: &'a ApiState,
     answered: bool,
 }
 
@@ -101,7 +101,7 @@ async fn store_upload(
         Err(e) => return e.into_response(),
     };
     let pre = up.clone();
-    let room = match blocking(&sh, move |sh| precheck(sh, &pre)).await {
+    let room = match blocking(&sh, move |sh| precheck(&sh.control, &pre)).await {
         Ok(Ok(room)) => room,
         Ok(Err(e)) => return upload_error(e),
         Err(r) => return r,
@@ -110,7 +110,9 @@ async fn store_upload(
     let job = {
         let (sh, up) = (sh.clone(), up.clone());
         // The room is given back as the ingest ends (its object then counts itself).
-        tokio::task::spawn_blocking(move || ingest_upload(&sh, &up, ChunkReader::new(rx), room))
+        tokio::task::spawn_blocking(move || {
+            ingest_upload(&sh.control, &up, ChunkReader::new(rx), room)
+        })
     };
     let fed = feed(body, tx, Pace::of(&sh)).await;
     // The ingest has cleaned up (or committed) before anything is answered.
@@ -189,10 +191,10 @@ pub(super) fn parse(name: String, q: PutQuery, headers: &HeaderMap) -> Result<Up
 }
 
 /// `201 Created` with the object's JSON and its `Location`.
-async fn created(sh: &Arc<Shared>, rec: ObjectRecord) -> Response {
+async fn created(sh: &Arc<ApiState>, rec: ObjectRecord) -> Response {
     let name = rec.name.clone();
     tracing::info!(name = %rec.name, toi = rec.toi, size_bytes = rec.size_bytes, "object uploaded");
-    match blocking(sh, move |sh| sh.objects.get(&name)).await {
+    match blocking(sh, move |sh| sh.control.objects.get(&name)).await {
         Ok(Ok(o)) => {
             let mut r = (StatusCode::CREATED, Json(o.json())).into_response();
             if let Ok(v) = HeaderValue::from_str(&format!("/v1/objects/{}", o.rec.name)) {
@@ -257,7 +259,7 @@ struct Pace {
 }
 
 impl Pace {
-    fn of(sh: &Shared) -> Pace {
+    fn of(sh: &ApiState) -> Pace {
         Pace {
             stall: Duration::from_millis(sh.config().upload_stall_timeout_ms.max(1)),
             min_rate_bps: sh.config().upload_min_rate_bps,

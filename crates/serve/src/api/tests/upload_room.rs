@@ -54,6 +54,7 @@ fn read_status(s: &mut TcpStream) -> u16 {
 fn stored_now(server: &ServerHandle) -> u64 {
     server
         .shared
+        .control
         .objects
         .with_volume(isnode_store::spool::volume_bytes)
         .unwrap()
@@ -95,7 +96,7 @@ fn two_uploads_that_fit_the_quota_alone_but_not_together_one_is_refused() {
         "the quota held"
     );
     assert_eq!(
-        server.shared.uploads.reserved_bytes(),
+        server.shared.control.uploads.reserved_bytes(),
         0,
         "the room given back"
     );
@@ -134,7 +135,7 @@ fn a_client_gone_mid_upload_is_counted_as_disconnected() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // The ingest thread ends once it sees the cut, and gives the room back.
-    while server.shared.uploads.reserved_bytes() != 0 {
+    while server.shared.control.uploads.reserved_bytes() != 0 {
         assert!(
             std::time::Instant::now() < deadline,
             "the room never given back"

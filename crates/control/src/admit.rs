@@ -8,12 +8,12 @@ use isnode_serve_core::admission::{
     Demand, Limits, PoolLimit, CACHE_RESERVE_SLOTS, LOOKAHEAD_CODEWORDS,
 };
 
-use crate::server::Shared;
+use crate::handles::Control;
 use isnode_plane::stream::StreamShared;
 use isnode_serve_config::EngineKind;
 
 /// The configured limits.
-pub(crate) fn limits(sh: &Shared) -> Limits {
+pub fn limits(sh: &Control) -> Limits {
     Limits {
         max_sessions_per_client: sh.config().max_sessions_per_client,
         max_bitrate_bps: sh.config().bitrate_budget_bps(),
@@ -38,7 +38,7 @@ pub(crate) fn limits(sh: &Shared) -> Limits {
 /// The server's load: the share of its bitrate budget its streaming sessions and broadcast
 /// channels hold (their send rates; the larger share of the session budget with the
 /// `sendfile` engine), 1 = full (`GET /v1/health`, what the cluster's placement bounds).
-pub(crate) fn load_share(sh: &Shared) -> f64 {
+pub fn load_share(sh: &Control) -> f64 {
     let snap = sh.sessions.snapshot();
     let channels = sh.broadcasts.channels();
     let streams = snap.sessions.len() + channels.len();
@@ -56,7 +56,7 @@ pub(crate) fn load_share(sh: &Shared) -> f64 {
 }
 
 /// What a streaming session or broadcast channel asks of the server now.
-pub(crate) fn demand(s: &StreamShared) -> Demand<'_> {
+pub fn demand(s: &StreamShared) -> Demand<'_> {
     Demand {
         peer_ip: s.peer_ip,
         send_rate_bps: s.send_rate_bps,

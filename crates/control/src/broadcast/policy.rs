@@ -5,22 +5,18 @@
 use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::metrics::Limit;
+use isnode_proto::Limit;
 use isnode_serve_core::admission::Refusal;
 
 /// The broadcasts' share of a bitrate budget: `percent` of it.
-pub(crate) fn broadcast_budget_bps(bitrate_budget_bps: u64, percent: u32) -> u64 {
+pub fn broadcast_budget_bps(bitrate_budget_bps: u64, percent: u32) -> u64 {
     let share = u128::from(bitrate_budget_bps) * u128::from(percent.min(100)) / 100;
     u64::try_from(share).unwrap_or(u64::MAX)
 }
 
 /// Admits a broadcast of `new_bps` beside running broadcasts of `running_bps` together
 /// under the broadcasts' budget `budget_bps`, or says that the budget refuses it.
-pub(crate) fn admit_broadcast(
-    budget_bps: u64,
-    running_bps: u64,
-    new_bps: u64,
-) -> Result<(), Refusal> {
+pub fn admit_broadcast(budget_bps: u64, running_bps: u64, new_bps: u64) -> Result<(), Refusal> {
     if running_bps.saturating_add(new_bps) <= budget_bps {
         return Ok(());
     }
@@ -36,19 +32,19 @@ pub(crate) fn admit_broadcast(
 
 /// Whether a title should go out by broadcast: its unicast demand with one more viewer,
 /// `(streaming + 1) × send_rate_bps`, would exceed the broadcast's cost `cost_bps`.
-pub(crate) fn worth_broadcasting(streaming: u64, send_rate_bps: u64, cost_bps: u64) -> bool {
+pub fn worth_broadcasting(streaming: u64, send_rate_bps: u64, cost_bps: u64) -> bool {
     streaming.saturating_add(1).saturating_mul(send_rate_bps) > cost_bps
 }
 
 /// The titles (by TOI) whose automatic broadcast a request is starting now: one request
 /// at a time per title holds the claim, so concurrent first requests start one broadcast.
 #[derive(Default)]
-pub(crate) struct AutoStarts {
+pub struct AutoStarts {
     starting: Mutex<HashSet<u32>>,
 }
 
 /// The claim to start title `toi`'s automatic broadcast; released on drop.
-pub(crate) struct AutoClaim<'a> {
+pub struct AutoClaim<'a> {
     starts: &'a AutoStarts,
     toi: u32,
 }
@@ -59,7 +55,7 @@ impl AutoStarts {
     }
 
     /// The claim for `toi`, `None` while another request holds it.
-    pub(crate) fn claim(&self, toi: u32) -> Option<AutoClaim<'_>> {
+    pub fn claim(&self, toi: u32) -> Option<AutoClaim<'_>> {
         // The lock is released before a claim exists (its drop takes the lock).
         let fresh = self.lock().insert(toi);
         fresh.then(|| AutoClaim { starts: self, toi })

@@ -15,8 +15,8 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::{Asked, Route, Why};
-use crate::server::Shared;
+use crate::api::state::ApiState;
+use isnode_control::cluster::{Asked, Route, Why};
 
 /// The header carrying a title's live ranking: its nodes' URLs, the owner first, separated by
 /// `, `.
@@ -77,7 +77,7 @@ fn title_in_body(body: &[u8]) -> Option<String> {
 
 /// Redirects or passes on (see the module's documentation).
 pub(crate) async fn to_the_serving_node(
-    State(sh): State<Arc<Shared>>,
+    State(sh): State<Arc<ApiState>>,
     req: Request,
     next: Next,
 ) -> Response {
@@ -111,7 +111,7 @@ pub(crate) async fn to_the_serving_node(
         false => Asked::Placed,
     };
     let own_load = match asked == Asked::Placed && cluster.uses_load() {
-        true => Some(crate::admit::load_share(&sh)),
+        true => Some(isnode_control::admit::load_share(&sh.control)),
         false => None,
     };
     match cluster.route(&title, asked, own_load) {
@@ -138,7 +138,7 @@ pub(crate) async fn to_the_serving_node(
     }
 }
 
-fn redirect(location: &str, sh: &Shared) -> Response {
+fn redirect(location: &str, sh: &ApiState) -> Response {
     let mut r = StatusCode::TEMPORARY_REDIRECT.into_response();
     if let Ok(v) = HeaderValue::from_str(location) {
         r.headers_mut().insert(header::LOCATION, v);

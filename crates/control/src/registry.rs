@@ -9,22 +9,23 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub(crate) use isnode_plane::stream::{
+pub use isnode_plane::stream::{
     Control, Expiry, NewStreamShared, Owner, SessionState, StreamShared,
 };
 
 /// The sessions by id.
-pub(crate) type SessionTable = HashMap<String, Arc<StreamShared>>;
+pub type SessionTable = HashMap<String, Arc<StreamShared>>;
 
 /// The streaming sessions at one moment, and the table's generation then.
-pub(crate) struct Snapshot {
+pub struct Snapshot {
+    /// The sessions in the table then.
     pub sessions: Vec<Arc<StreamShared>>,
     generation: u64,
 }
 
 /// Why a session could not be registered.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum RegisterError<E> {
+pub enum RegisterError<E> {
     /// Sessions were registered since the snapshot: admit again over a new one.
     Stale,
     /// The hand-over refused the session.
@@ -32,12 +33,19 @@ pub(crate) enum RegisterError<E> {
 }
 
 /// The session table and its generation (bumped by every insertion).
-pub(crate) struct Registry {
+pub struct Registry {
     table: Mutex<(SessionTable, u64)>,
 }
 
+impl Default for Registry {
+    fn default() -> Registry {
+        Registry::new()
+    }
+}
+
 impl Registry {
-    pub(crate) fn new() -> Registry {
+    /// An empty table.
+    pub fn new() -> Registry {
         Registry {
             table: Mutex::new((HashMap::new(), 0)),
         }
@@ -48,12 +56,12 @@ impl Registry {
     }
 
     /// The session table, locked (briefly, please).
-    pub(crate) fn lock_sessions(&self) -> impl std::ops::DerefMut<Target = SessionTable> + '_ {
+    pub fn lock_sessions(&self) -> impl std::ops::DerefMut<Target = SessionTable> + '_ {
         TableGuard(self.lock())
     }
 
     /// The streaming sessions now.
-    pub(crate) fn snapshot(&self) -> Snapshot {
+    pub fn snapshot(&self) -> Snapshot {
         let t = self.lock();
         Snapshot {
             sessions: t
@@ -69,7 +77,7 @@ impl Registry {
     /// Inserts `s` under a fresh id made by `new_id` if no session was registered since
     /// `snap` was taken, after `hand_over` accepted it (the table stays locked meanwhile,
     /// so `hand_over` must not block).
-    pub(crate) fn register<E>(
+    pub fn register<E>(
         &self,
         snap: &Snapshot,
         make: impl FnOnce(String) -> Arc<StreamShared>,
@@ -94,18 +102,18 @@ impl Registry {
     }
 
     /// The session `id`.
-    pub(crate) fn find(&self, id: &str) -> Option<Arc<StreamShared>> {
+    pub fn find(&self, id: &str) -> Option<Arc<StreamShared>> {
         self.lock().0.get(id).cloned()
     }
 
     /// Removes and returns the session `id`.
     #[allow(dead_code)] // kept for callers that count nothing at removal
-    pub(crate) fn remove(&self, id: &str) -> Option<Arc<StreamShared>> {
+    pub fn remove(&self, id: &str) -> Option<Arc<StreamShared>> {
         self.lock().0.remove(id)
     }
 
     /// Removes and returns the session `id`; `retire` sees it under the table's lock.
-    pub(crate) fn remove_with(
+    pub fn remove_with(
         &self,
         id: &str,
         retire: impl FnOnce(&StreamShared),
@@ -135,7 +143,7 @@ impl std::ops::DerefMut for TableGuard<'_> {
 
 /// Fresh random keys for a unicast session (rand's thread generator: a CSPRNG seeded from
 /// the OS).
-pub(crate) fn random_owner() -> Owner {
+pub fn random_owner() -> Owner {
     Owner {
         secret: rand::random(),
         token: rand::random(),

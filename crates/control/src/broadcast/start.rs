@@ -14,8 +14,8 @@ use super::request::{End, Family, Request, Settings};
 use super::service::{channel_groups, channel_rates};
 use super::{stop_channels, Broadcast, BroadcastError};
 use crate::admit::{demand, limits};
+use crate::handles::Control;
 use crate::registry::{Expiry, NewStreamShared};
-use crate::server::Shared;
 use isnode_plane::stream::StreamShared;
 use isnode_plane::NewSession;
 use isnode_pool::objects::{ObjectInfo, SessionFdt};
@@ -25,15 +25,18 @@ use isnode_serve_core::schedule::Schedule;
 
 /// Who started a broadcast.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Origin {
+pub enum Origin {
     /// `POST /v1/broadcasts`: it runs for `lifetime_s` seconds.
-    Request { lifetime_s: f64 },
+    Request {
+        /// Its lifetime, seconds.
+        lifetime_s: f64,
+    },
     /// The server, for demand (`--broadcast auto`): it runs while it has viewers.
     Auto,
 }
 
 /// The request settings of the configuration in force.
-pub(crate) fn settings(config: &isnode_serve_config::ServeConfig) -> Settings<'_> {
+pub fn settings(config: &isnode_serve_config::ServeConfig) -> Settings<'_> {
     Settings {
         group_ranges: &config.broadcast_groups,
         max_groups: config.broadcast_max_groups,
@@ -45,7 +48,7 @@ pub(crate) fn settings(config: &isnode_serve_config::ServeConfig) -> Settings<'_
 
 /// The request of an automatic broadcast of `obj`; `None` if the configured scheme does
 /// not parse.
-pub(crate) fn auto_request(sh: &Shared, obj: &ObjectInfo) -> Option<Request> {
+pub fn auto_request(sh: &Control, obj: &ObjectInfo) -> Option<Request> {
     let scheme = Scheme::parse(&sh.config().broadcast_scheme, SchemeParams::default()).ok()?;
     Some(Request {
         object: obj.rec.name.clone(),
@@ -61,14 +64,14 @@ pub(crate) fn auto_request(sh: &Shared, obj: &ObjectInfo) -> Option<Request> {
 }
 
 /// The unix time now, seconds.
-pub(crate) fn unix_now_s() -> f64 {
+pub fn unix_now_s() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// The broadcasts' budget (`--broadcast-budget-percent` of the bitrate budget).
-fn budget_bps(sh: &Shared) -> u64 {
+fn budget_bps(sh: &Control) -> u64 {
     broadcast_budget_bps(
         sh.config().bitrate_budget_bps(),
         sh.config().broadcast_budget_percent,
@@ -78,7 +81,7 @@ fn budget_bps(sh: &Shared) -> u64 {
 /// Admits the broadcast's total rate: within the broadcasts' budget, and within the
 /// server's limits beside the sessions and the other broadcasts.
 fn admit_rate(
-    sh: &Shared,
+    sh: &Control,
     obj: &ObjectInfo,
     group: IpAddr,
     rate_bps: u64,
@@ -118,20 +121,23 @@ struct Setup<'a> {
 
 /// Where a broadcast's timetable stands when it starts.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Phase {
+pub enum Phase {
     /// At its beginning: a new broadcast.
     New,
     /// Restored after a restart ([`super::durable`]): kept as `id`, its timetable
     /// `elapsed_ns` in, its epoch at unix time `epoch_unix_ns`.
     Restored {
+        /// Its id.
         id: String,
+        /// How long its timetable had run, ns.
         elapsed_ns: u64,
+        /// Its epoch, unix time in ns.
         epoch_unix_ns: u64,
     },
 }
 
 /// Starts the channels on the data plane; ends those started if one cannot be.
-fn start_channels(sh: &Shared, st: &Setup<'_>) -> Result<Vec<Arc<StreamShared>>, BroadcastError> {
+fn start_channels(sh: &Control, st: &Setup<'_>) -> Result<Vec<Arc<StreamShared>>, BroadcastError> {
     let mut started: Vec<Arc<StreamShared>> = Vec::with_capacity(st.groups.len());
     for (c, (g, rate)) in st.groups.iter().zip(st.rates).enumerate() {
         match start_channel(sh, st, c, g, *rate) {
@@ -147,7 +153,7 @@ fn start_channels(sh: &Shared, st: &Setup<'_>) -> Result<Vec<Arc<StreamShared>>,
 
 /// Hands channel `c` to a data-plane thread.
 fn start_channel(
-    sh: &Shared,
+    sh: &Control,
     st: &Setup<'_>,
     c: usize,
     g: &ChannelGroups,
@@ -187,8 +193,8 @@ fn start_channel(
 }
 
 /// Groups, admission, channels, registration.
-pub(crate) fn start(
-    sh: &Shared,
+pub fn start(
+    sh: &Control,
     req: &Request,
     obj: &Arc<ObjectInfo>,
     plan: Arc<Plan>,
@@ -224,7 +230,7 @@ struct Launch<'a> {
 }
 
 /// Admission, channels, registration; a broadcast started by request is kept for a restart.
-fn launch(sh: &Shared, l: Launch<'_>, plan: Arc<Plan>) -> Result<Arc<Broadcast>, BroadcastError> {
+fn launch(sh: &Control, l: Launch<'_>, plan: Arc<Plan>) -> Result<Arc<Broadcast>, BroadcastError> {
     let Launch {
         req,
         obj,
@@ -292,11 +298,11 @@ fn launch(sh: &Shared, l: Launch<'_>, plan: Arc<Plan>) -> Result<Arc<Broadcast>,
         stop_channels(&b.channels, sh.now_ns());
         return Err(e);
     }
-    sh.wakes.reap.notify_one();
+    sh.reap.notify_one();
     if !b.automatic {
         sh.broadcasts.save(sh.now_ns());
     }
-    sh.metrics
+    sh.counters
         .broadcasts_started
         .fetch_add(1, Ordering::Relaxed);
     tracing::info!(id = %b.id, object = %obj.rec.name, scheme = %b.scheme, channels = b.channels.len(), "broadcast started");
@@ -306,7 +312,7 @@ fn launch(sh: &Shared, l: Launch<'_>, plan: Arc<Plan>) -> Result<Arc<Broadcast>,
 /// Starts again the broadcasts kept in the volume directory `dir` ([`super::durable`]) at
 /// the phase of their timetable now; those that ended meanwhile are dropped. What cannot
 /// start (object gone, groups taken, admission) is logged and dropped.
-pub(crate) fn restore(sh: &Shared, dir: &std::path::Path) {
+pub fn restore(sh: &Control, dir: &std::path::Path) {
     let kept = match super::durable::read(dir) {
         Ok(k) => k,
         Err(e) => {
@@ -332,7 +338,7 @@ pub(crate) fn restore(sh: &Shared, dir: &std::path::Path) {
 
 /// One kept broadcast started again; `None` if it has ended.
 fn restore_one(
-    sh: &Shared,
+    sh: &Control,
     k: &super::durable::Kept,
 ) -> Result<Option<Arc<Broadcast>>, BroadcastError> {
     let Some((elapsed_ns, remaining_ns)) = super::durable::phase(k, super::durable::unix_now_ns())

@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 
-pub(crate) use isnode_serve_config::groups::GroupRange;
+pub use isnode_serve_config::groups::GroupRange;
 
 /// `count` groups of `range` not in `in_use`, lowest first (skipping the range's first
 /// address, often reserved); `None` if the range has too few free ones. Bounded: looks at

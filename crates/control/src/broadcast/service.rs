@@ -20,7 +20,7 @@ use isnode_serve_core::pacer::send_rate_bps;
 /// The plan of `scheme` over the object. A codeword of the plan holds what the object's
 /// first (largest) codeword holds: RFC 5052 partitioning may give every codeword fewer than
 /// k source symbols, and a plan of k-symbol codewords would let playback outrun delivery.
-pub(crate) fn make_plan(
+pub fn make_plan(
     obj: &ObjectInfo,
     scheme: Scheme,
     max_wait_s: f64,
@@ -44,7 +44,7 @@ pub(crate) fn make_plan(
 
 /// The groups of `channels` channels: the request's, or free ones (not in `in_use`) of the
 /// first of `ranges` of the request's family, at most `max_groups` in all.
-pub(crate) fn channel_groups(
+pub fn channel_groups(
     req: &Request,
     ranges: &[GroupRange],
     max_groups: u32,
@@ -86,7 +86,7 @@ pub(crate) fn channel_groups(
 }
 
 /// Each channel's wire rate (UDP payload with headers and every stored repair symbol).
-pub(crate) fn channel_rates(obj: &ObjectInfo, plan: &Plan) -> Vec<u64> {
+pub fn channel_rates(obj: &ObjectInfo, plan: &Plan) -> Vec<u64> {
     plan.channels
         .iter()
         .map(|c| send_rate_bps(&obj.layout, c.rate_bps.ceil() as u64))
@@ -94,7 +94,7 @@ pub(crate) fn channel_rates(obj: &ObjectInfo, plan: &Plan) -> Vec<u64> {
 }
 
 /// The description of a running broadcast at `now_ns` (server clock), sent with TTL `ttl`.
-pub(crate) fn describe(b: &Broadcast, now_ns: u64, ttl: u8) -> BroadcastInfo {
+pub fn describe(b: &Broadcast, now_ns: u64, ttl: u8) -> BroadcastInfo {
     let rec = &b.object.rec;
     let plan = &b.plan;
     let channels = plan

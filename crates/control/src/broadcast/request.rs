@@ -11,11 +11,11 @@ use super::groups::GroupRange;
 use super::BroadcastError;
 
 /// Groups a request names: (source, repair).
-pub(crate) type NamedGroups = (Vec<IpAddr>, Vec<IpAddr>);
+pub type NamedGroups = (Vec<IpAddr>, Vec<IpAddr>);
 
 /// The server's settings a request is checked against.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Settings<'a> {
+pub struct Settings<'a> {
     /// The ranges groups are taken from (`--broadcast-groups`).
     pub group_ranges: &'a [GroupRange],
     /// Most groups of one broadcast (`--broadcast-max-groups`).
@@ -30,7 +30,7 @@ pub(crate) struct Settings<'a> {
 
 /// When a requested broadcast ends, as asked.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum End {
+pub enum End {
     /// At this unix time, seconds.
     Until(u64),
     /// This long after it starts, seconds.
@@ -43,14 +43,16 @@ pub(crate) enum End {
 
 /// A checked request.
 #[derive(Clone, Debug)]
-pub(crate) struct Request {
+pub struct Request {
     /// The object's name.
     pub object: String,
+    /// The broadcast scheme.
     pub scheme: Scheme,
     /// Skyscraper's width cap, if the scheme is skyscraper and the request gave one.
     pub width: Option<u64>,
     /// Quasi-/polyharmonic's m, if the scheme takes one and the request gave one.
     pub m: Option<u32>,
+    /// The longest wait for the start of the title, seconds.
     pub max_wait_s: f64,
     /// Groups named by the request (source, repair), checked against the ranges.
     pub groups: Option<NamedGroups>,
@@ -58,13 +60,16 @@ pub(crate) struct Request {
     pub family: Family,
     /// Port of channel 0.
     pub port: u16,
+    /// When it ends.
     pub end: End,
 }
 
 /// An IP family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Family {
+pub enum Family {
+    /// IPv4 groups.
     V4,
+    /// IPv6 groups.
     V6,
 }
 
@@ -73,7 +78,7 @@ fn bad(msg: impl std::fmt::Display) -> BroadcastError {
 }
 
 /// Parses and checks a `POST /v1/broadcasts` body.
-pub(crate) fn parse(st: &Settings<'_>, body: &[u8]) -> Result<Request, BroadcastError> {
+pub fn parse(st: &Settings<'_>, body: &[u8]) -> Result<Request, BroadcastError> {
     let b: CreateBroadcast = serde_json::from_slice(body)
         .map_err(|e| bad(format!("malformed broadcast request: {e}")))?;
     if b.object.is_empty() {
@@ -161,7 +166,7 @@ fn within_max(st: &Settings<'_>, duration_s: f64) -> Result<f64, BroadcastError>
 /// How long the broadcast of `plan` runs from `now_unix_s`, seconds: as the request's
 /// `end` asks, the default without one; refused beyond the server's maximum or for an
 /// `until` not in the future.
-pub(crate) fn lifetime_s(
+pub fn lifetime_s(
     st: &Settings<'_>,
     end: End,
     plan: &Plan,
@@ -191,7 +196,7 @@ fn tau_s(plan: &Plan, t: f64) -> f64 {
 
 /// A cycle of the plan: its longest lane's period, seconds (in it every channel sends each
 /// of its segments at least once).
-pub(crate) fn cycle_s(plan: &Plan) -> f64 {
+pub fn cycle_s(plan: &Plan) -> f64 {
     let lanes = plan.channels.iter().flat_map(|c| &c.lanes);
     tau_s(plan, lanes.map(|l| l.period.to_f64()).fold(0.0, f64::max))
 }
@@ -246,7 +251,8 @@ fn in_range(st: &Settings<'_>, g: &str) -> Result<IpAddr, BroadcastError> {
     Ok(ip)
 }
 
-pub(crate) fn ranges(r: &[GroupRange]) -> String {
+/// The ranges as a list for messages (`239.1.0.0/16, ff15::/64`).
+pub fn ranges(r: &[GroupRange]) -> String {
     r.iter()
         .map(|g| g.to_string())
         .collect::<Vec<_>>()

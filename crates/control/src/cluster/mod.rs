@@ -12,8 +12,7 @@
 //! reloaded on SIGHUP ([`ClusterState::reconfigure`]): the placement follows the new list
 //! at once.
 
-pub(crate) mod probe;
-pub(crate) mod redirect;
+pub mod probe;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -28,7 +27,7 @@ use isnode_serve_config::ServeConfig;
 const RATE_HALF_LIFE_MS: u64 = 10_000;
 
 /// The cluster state the API and the prober share.
-pub(crate) struct ClusterState {
+pub struct ClusterState {
     /// `None`: no node list (a single node).
     core: Mutex<Option<Cluster>>,
     epoch: Instant,
@@ -75,7 +74,7 @@ pub struct ClusterStatus {
 
 /// How a request asks to be placed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Asked {
+pub enum Asked {
     /// By the cluster's placement.
     Placed,
     /// Here (`Isnode-Serve-Here`, or sent here for load: `isnode_spill=1`).
@@ -84,7 +83,7 @@ pub(crate) enum Asked {
 
 /// Why a request is redirected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Why {
+pub enum Why {
     /// To a node serving the title.
     Placement,
     /// Past the title's serving nodes, over the load bound, to the next under it.
@@ -92,7 +91,7 @@ pub(crate) enum Why {
 }
 
 /// What to do with a request for a title.
-pub(crate) enum Route {
+pub enum Route {
     /// Serve it here; the title's live ranking as URLs (the owner first).
     Here(Vec<String>),
     /// Redirect it to this base URL.
@@ -111,7 +110,7 @@ fn core_config(config: &ServeConfig) -> ClusterConfig {
 
 impl ClusterState {
     /// The cluster of `config` (inactive without a node list).
-    pub(crate) fn of(config: &ServeConfig) -> Result<ClusterState, String> {
+    pub fn of(config: &ServeConfig) -> Result<ClusterState, String> {
         let core = match config.nodes.is_empty() {
             true => None,
             false => Some(
@@ -136,7 +135,7 @@ impl ClusterState {
     /// keep their liveness, new ones start live, the title rates are kept; an empty list
     /// ends the cluster. A list the core refuses (the configuration was validated, so only
     /// in theory) keeps the running one, logged.
-    pub(crate) fn reconfigure(&self, config: &ServeConfig) {
+    pub fn reconfigure(&self, config: &ServeConfig) {
         let mut core = self.lock();
         let me = config.node_name.as_deref().unwrap_or_default();
         let next = match (config.nodes.is_empty(), core.as_ref()) {
@@ -168,7 +167,7 @@ impl ClusterState {
     }
 
     /// Whether there is a node list.
-    pub(crate) fn active(&self) -> bool {
+    pub fn active(&self) -> bool {
         self.lock().is_some()
     }
 
@@ -182,7 +181,7 @@ impl ClusterState {
 
     /// Whether the placement uses loads (a node list and `load_bound` > 0): then the
     /// caller measures this node's load for [`ClusterState::route`].
-    pub(crate) fn uses_load(&self) -> bool {
+    pub fn uses_load(&self) -> bool {
         self.lock()
             .as_ref()
             .is_some_and(|c| c.config().load_bound > 0.0)
@@ -191,7 +190,7 @@ impl ClusterState {
     /// Counts a request for `title` and decides where it is served (`Asked::ServeHere`: here,
     /// a client failing over along the ranking); `own_load`: this node's load now, if
     /// measured.
-    pub(crate) fn route(&self, title: &str, asked: Asked, own_load: Option<f64>) -> Route {
+    pub fn route(&self, title: &str, asked: Asked, own_load: Option<f64>) -> Route {
         let now = self.now_ms();
         let pick = self.next_pick.fetch_add(1, Ordering::Relaxed);
         let mut guard = self.lock();
@@ -230,7 +229,7 @@ impl ClusterState {
     }
 
     /// The peers to probe: (index, base URL).
-    pub(crate) fn peers(&self) -> Vec<(usize, String)> {
+    pub fn peers(&self) -> Vec<(usize, String)> {
         let guard = self.lock();
         let Some(core) = guard.as_ref() else {
             return Vec::new();
@@ -246,7 +245,7 @@ impl ClusterState {
 
     /// Records the outcome of a probe of node `i` at `url` (logging a change of liveness);
     /// a probe of a node the list no longer has there (reloaded meanwhile) is dropped.
-    pub(crate) fn record_probe(
+    pub fn record_probe(
         &self,
         i: usize,
         url: &str,
@@ -281,7 +280,7 @@ impl ClusterState {
     }
 
     /// The status of every node (`None` without a node list).
-    pub(crate) fn status(&self) -> Option<ClusterStatus> {
+    pub fn status(&self) -> Option<ClusterStatus> {
         let guard = self.lock();
         let core = guard.as_ref()?;
         let me = core.me();
@@ -311,7 +310,7 @@ impl ClusterState {
     }
 
     /// The cluster's metric families in OpenMetrics text (inserted before `# EOF`).
-    pub(crate) fn metrics_text(&self) -> String {
+    pub fn metrics_text(&self) -> String {
         let Some(s) = self.status() else {
             return String::new();
         };
@@ -351,7 +350,7 @@ fn label(v: &str) -> String {
 }
 
 /// `metrics` (OpenMetrics text ending in `# EOF`) with the cluster's families added.
-pub(crate) fn with_cluster_metrics(metrics: String, cluster: &ClusterState) -> String {
+pub fn with_cluster_metrics(metrics: String, cluster: &ClusterState) -> String {
     let extra = cluster.metrics_text();
     if extra.is_empty() {
         return metrics;

@@ -17,7 +17,7 @@ use isnode_store::{ObjectState, StoreError, Volume};
 
 /// The reservations of the uploads under way.
 #[derive(Default)]
-pub(crate) struct Uploads {
+pub struct Uploads {
     held: Mutex<Held>,
 }
 
@@ -136,7 +136,7 @@ impl Uploads {
     /// Reserves `stored_bytes` for an upload of `name` if it fits the quota `max_bytes`
     /// (none: always) with the volume's objects and the other reservations; `507`'s
     /// [`StoreError::NoRoom`] otherwise.
-    pub(crate) fn reserve(
+    pub fn reserve(
         self: &Arc<Self>,
         vol: &Volume,
         name: &str,
@@ -156,14 +156,13 @@ impl Uploads {
     }
 
     /// Bytes reserved by every upload under way.
-    #[cfg(test)]
-    pub(crate) fn reserved_bytes(&self) -> u64 {
+    pub fn reserved_bytes(&self) -> u64 {
         self.lock().reserved_bytes(None)
     }
 }
 
 /// The room one upload holds; given back when dropped.
-pub(crate) struct Reservation {
+pub struct Reservation {
     uploads: Arc<Uploads>,
     id: u64,
 }
@@ -171,7 +170,7 @@ pub(crate) struct Reservation {
 impl Reservation {
     /// Makes the reservation `stored_bytes` (a body of unknown length as it arrives, and
     /// at its end) if that fits, as [`Uploads::reserve`]; unchanged otherwise.
-    pub(crate) fn resize(
+    pub fn resize(
         &self,
         vol: &Volume,
         stored_bytes: u64,

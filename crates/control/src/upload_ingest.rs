@@ -9,7 +9,7 @@ use std::io::{BufReader, Read};
 use isnode_store::spool::{self, SpoolBound, SpoolNeed};
 use isnode_store::{IngestOptions, ObjectRecord, StoreError, Volume};
 
-use crate::server::Shared;
+use crate::handles::Control;
 use crate::uploads::Reservation;
 
 /// Read buffer of the ingest over the spool.
@@ -17,7 +17,7 @@ const INGEST_READ_BYTES: usize = 1 << 20;
 
 /// What to do with an object of the same name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Existing {
+pub enum Existing {
     /// Replace it (atomically, when the upload commits).
     Replace,
     /// Refuse the upload (`If-None-Match: *`): `412`.
@@ -26,7 +26,7 @@ pub(crate) enum Existing {
 
 /// One upload as asked.
 #[derive(Clone, Debug)]
-pub(crate) struct Upload {
+pub struct Upload {
     /// The object's name.
     pub name: String,
     /// The body's announced length (`None`: chunked).
@@ -43,7 +43,7 @@ pub(crate) struct Upload {
 /// and `507` when the announced length would not fit the free space or the quota; the
 /// quota room the upload holds meanwhile (`crate::uploads`: nothing yet for a body of
 /// unknown length).
-pub(crate) fn precheck(sh: &Shared, up: &Upload) -> Result<Reservation, StoreError> {
+pub fn precheck(sh: &Control, up: &Upload) -> Result<Reservation, StoreError> {
     sh.objects.with_volume(|vol| {
         if up.existing == Existing::Refuse && vol.catalog().complete_toi(&up.name)?.is_some() {
             return Err(StoreError::NameExists(up.name.clone()));
@@ -63,8 +63,8 @@ pub(crate) fn precheck(sh: &Shared, up: &Upload) -> Result<Reservation, StoreErr
 }
 
 /// The blocking side: spool, probe, check the room, ingest.
-pub(crate) fn ingest_upload(
-    sh: &Shared,
+pub fn ingest_upload(
+    sh: &Control,
     up: &Upload,
     src: impl Read,
     room: Reservation,
@@ -105,7 +105,7 @@ fn ingest_while_spooling<R: Read>(
 /// A chunked body: spooled whole (bounded by the free space and the quota, its quota
 /// room reserved as it arrives), probed, checked against the room, then ingested.
 fn spool_then_ingest<R: Read>(
-    sh: &Shared,
+    sh: &Control,
     vol: &mut Volume,
     up: &Upload,
     src: R,

@@ -21,12 +21,12 @@ use std::time::Duration;
 
 use isnode_proto::keepalive::{parse_keepalive, KEEPALIVE_LEN};
 
-use crate::metrics::Metrics;
+use crate::counters::ControlCounters;
 use crate::registry::Registry;
 use crate::registry::SessionState;
-use crate::wake::IDLE_WAIT;
 use isnode_sys::clock::Clock;
 use isnode_sys::event::wait_any;
+use isnode_sys::event::IDLE_WAIT;
 use isnode_sys::stop::Stop;
 
 /// Datagrams taken per `recvmmsg` call.
@@ -44,7 +44,7 @@ const SLOT_BYTES: usize = KEEPALIVE_LEN + 1;
 
 /// Binds the keepalive socket on the control API's IP: on its port if that UDP port is
 /// free, else on any port. Non-blocking.
-pub(crate) fn bind(control: SocketAddr) -> std::io::Result<UdpSocket> {
+pub fn bind(control: SocketAddr) -> std::io::Result<UdpSocket> {
     let sock =
         UdpSocket::bind(control).or_else(|_| UdpSocket::bind(SocketAddr::new(control.ip(), 0)))?;
     sock.set_nonblocking(true)?;
@@ -62,11 +62,11 @@ pub(crate) fn bind(control: SocketAddr) -> std::io::Result<UdpSocket> {
 }
 
 /// The keepalive thread: what it holds.
-pub(crate) struct Keepalives {
+pub struct Keepalives {
     /// The sessions datagrams keep alive.
     pub sessions: Arc<Registry>,
     /// Where datagrams taken and refused are counted.
-    pub metrics: Arc<Metrics>,
+    pub counters: Arc<ControlCounters>,
     /// The server's clock.
     pub clock: Clock,
     /// The server's stop.
@@ -75,7 +75,7 @@ pub(crate) struct Keepalives {
 
 /// The thread body: drains and naps (or, when nothing came, waits for a datagram) until
 /// the server shuts down.
-pub(crate) fn run(sh: Keepalives, sock: UdpSocket) {
+pub fn run(sh: Keepalives, sock: UdpSocket) {
     let mut batch = Batch::new();
     while !sh.stop.is_stopped() {
         let mut taken = 0;
@@ -105,7 +105,7 @@ pub(crate) fn run(sh: Keepalives, sock: UdpSocket) {
 /// A version 2 datagram's loss report goes to the session (adaptive repair).
 fn take(sh: &Keepalives, data: &[u8], from: Option<IpAddr>) {
     let Some(k) = parse_keepalive(data) else {
-        sh.metrics
+        sh.counters
             .keepalives_refused
             .fetch_add(1, Ordering::Relaxed);
         return;
@@ -125,14 +125,14 @@ fn take(sh: &Keepalives, data: &[u8], from: Option<IpAddr>) {
                 .store(sh.clock.now_ns(), Ordering::Release);
             if let Some(loss) = k.loss {
                 s.report_loss(loss);
-                sh.metrics.loss_reports.fetch_add(1, Ordering::Relaxed);
+                sh.counters.loss_reports.fetch_add(1, Ordering::Relaxed);
             }
         })
         .is_some();
     let counter = if kept {
-        &sh.metrics.keepalives_udp
+        &sh.counters.keepalives_udp
     } else {
-        &sh.metrics.keepalives_refused
+        &sh.counters.keepalives_refused
     };
     counter.fetch_add(1, Ordering::Relaxed);
 }

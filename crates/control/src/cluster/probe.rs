@@ -12,26 +12,39 @@ use std::time::Duration;
 use isnode_edge::cluster::Probe;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::server::Shared;
+use isnode_serve_config::ConfigCell;
+use isnode_sys::event::IDLE_WAIT;
+
+use super::ClusterState;
 
 /// The probed route (public, cheap: docs/protocol.md).
-pub(crate) const HEALTH_PATH: &str = "/v1/health";
+pub const HEALTH_PATH: &str = "/v1/health";
 /// Most bytes of a probe's answer read (its status line is all that counts).
 const MAX_ANSWER_BYTES: usize = 1024;
 
+/// What the prober holds.
+pub struct Prober {
+    /// The configuration in force (the probe settings are read each round).
+    pub config: ConfigCell,
+    /// The peers and their health.
+    pub cluster: Arc<ClusterState>,
+    /// Told by a reload: the prober, asleep without peers, looks at the node list again.
+    pub reloaded: Arc<tokio::sync::Notify>,
+}
+
 /// Probes the peers until aborted (no peers without a node list: nothing asked then).
-pub(crate) async fn run(sh: Arc<Shared>) {
-    let cluster = &sh.cluster;
+pub async fn run(p: Prober) {
+    let cluster = &p.cluster;
     loop {
-        let every = Duration::from_millis(sh.config().probe_interval_ms.max(1));
+        let every = Duration::from_millis(p.config.load().probe_interval_ms.max(1));
         if cluster.peers().is_empty() {
             // Nothing to probe until a reload brings peers (it wakes this at once).
-            let reloaded = sh.wakes.cluster.notified();
-            let _ = tokio::time::timeout(crate::wake::IDLE_WAIT, reloaded).await;
+            let reloaded = p.reloaded.notified();
+            let _ = tokio::time::timeout(IDLE_WAIT, reloaded).await;
             continue;
         }
         tokio::time::sleep(every).await;
-        let timeout = Duration::from_millis(sh.config().probe_timeout_ms.max(1));
+        let timeout = Duration::from_millis(p.config.load().probe_timeout_ms.max(1));
         let probes = cluster.peers().into_iter().map(|(i, url)| async move {
             let (outcome, load) = match tokio::time::timeout(timeout, probe(&url)).await {
                 Ok(Ok(load)) => (Probe::Answered, load),
@@ -66,7 +79,7 @@ where
 }
 
 /// The `host:port` of an `http://host[:port]` base URL.
-pub(crate) fn authority(url: &str) -> Result<&str, String> {
+pub fn authority(url: &str) -> Result<&str, String> {
     let rest = url
         .strip_prefix("http://")
         .ok_or_else(|| format!("{url:?} is not an http:// URL"))?;

@@ -11,13 +11,13 @@ use super::policy::worth_broadcasting;
 use super::service::{channel_rates, make_plan};
 use super::start::{auto_request, start, Origin};
 use super::{Broadcast, BroadcastError};
-use crate::server::Shared;
+use crate::handles::Control;
 
 /// Starts an automatic broadcast of `obj` if its unicast demand calls for one and no other
 /// request is starting one (that request's broadcast answers the next requests; this one
 /// is served by unicast).
-pub(crate) async fn start_auto(
-    sh: &Arc<Shared>,
+pub async fn start_auto(
+    sh: &Arc<Control>,
     obj: &Arc<ObjectInfo>,
     fdt: &SessionFdt,
 ) -> Option<Arc<Broadcast>> {
@@ -61,7 +61,7 @@ pub(crate) async fn start_auto(
         }
         Err(e) => {
             if let BroadcastError::Refused(r) = &e {
-                sh.metrics.refused(r.limit);
+                sh.counters.refused(r.limit);
             }
             tracing::warn!(object = %obj.rec.name, "automatic broadcast refused: {e}");
             None

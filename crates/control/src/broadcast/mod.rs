@@ -13,11 +13,11 @@
 
 pub mod durable;
 pub mod groups;
-pub(crate) mod hybrid;
-pub(crate) mod policy;
-pub(crate) mod request;
-pub(crate) mod service;
-pub(crate) mod start;
+pub mod hybrid;
+pub mod policy;
+pub mod request;
+pub mod service;
+pub mod start;
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -26,8 +26,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use isnode_broadcast::Plan;
 
-use crate::registry::{SessionState, StreamShared};
 use groups::ChannelGroups;
+use isnode_plane::stream::{SessionState, StreamShared};
 use isnode_pool::objects::ObjectInfo;
 use isnode_serve_core::admission::Refusal;
 use policy::{AutoClaim, AutoStarts};
@@ -40,7 +40,7 @@ pub const MAX_CACHED_PLANS: usize = 1024;
 /// Why a broadcast cannot start (the API answers `400`, `409`, `503`, or `503` naming the
 /// admission limit).
 #[derive(Debug)]
-pub(crate) enum BroadcastError {
+pub enum BroadcastError {
     /// The request is malformed or asks for what the server does not allow.
     BadRequest(String),
     /// A group it names is in use.
@@ -63,14 +63,20 @@ impl std::fmt::Display for BroadcastError {
 }
 
 /// One running broadcast.
-pub(crate) struct Broadcast {
+pub struct Broadcast {
+    /// Its id (16 hex digits).
     pub id: String,
+    /// The title it sends.
     pub object: Arc<ObjectInfo>,
+    /// Its scheme's plan: the channels and their segments.
     pub plan: Arc<Plan>,
     /// The scheme's name and parameters as requested.
     pub scheme: String,
+    /// Skyscraper's width cap, if one was asked.
     pub width: Option<u64>,
+    /// Quasi-/polyharmonic's m, if one was asked.
     pub m: Option<u32>,
+    /// The longest wait for the start of the title the plan promises, seconds.
     pub max_wait_s: f64,
     /// Where each channel's packets go.
     pub groups: Vec<ChannelGroups>,
@@ -83,6 +89,7 @@ pub(crate) struct Broadcast {
     pub elapsed_at_epoch_ns: u64,
     /// The epoch as wall-clock time (unix, ns): what is kept across a restart.
     pub epoch_unix_ns: u64,
+    /// The FDT instance (XML) receivers tune with.
     pub fdt_xml: String,
     /// Wire rate of all channels.
     pub send_rate_bps: u64,
@@ -99,33 +106,33 @@ pub(crate) struct Broadcast {
 
 impl Broadcast {
     /// Counts a session request answered with this broadcast.
-    pub(crate) fn add_viewer(&self, now_ns: u64) {
+    pub fn add_viewer(&self, now_ns: u64) {
         self.viewers.fetch_add(1, Ordering::Relaxed);
         self.last_viewer_ns.fetch_max(now_ns, Ordering::Relaxed);
     }
 
     /// An automatic broadcast whose last viewer has had the time to finish (the title's
     /// duration and the wait since its request).
-    pub(crate) fn idle(&self, now_ns: u64) -> bool {
+    pub fn idle(&self, now_ns: u64) -> bool {
         let title_ns = (self.object.rec.duration_s + self.max_wait_s).max(0.0) * 1e9;
         let last = self.last_viewer_ns.load(Ordering::Relaxed);
         self.automatic && now_ns.saturating_sub(last) as f64 > title_ns
     }
 
     /// Whether it is over at `now_ns`: past its end, or automatic and idle.
-    pub(crate) fn over(&self, now_ns: u64) -> bool {
+    pub fn over(&self, now_ns: u64) -> bool {
         self.end_ns.is_some_and(|end| now_ns >= end) || self.idle(now_ns)
     }
 
     /// How long its timetable has run at `now_ns` (server clock), ns.
-    pub(crate) fn elapsed_ns(&self, now_ns: u64) -> u64 {
+    pub fn elapsed_ns(&self, now_ns: u64) -> u64 {
         now_ns
             .saturating_sub(self.epoch_ns)
             .saturating_add(self.elapsed_at_epoch_ns)
     }
 
     /// What is kept of it across a restart; `None` for an automatic broadcast.
-    pub(crate) fn kept(&self, now_ns: u64, now_unix_ns: u64) -> Option<durable::Kept> {
+    pub fn kept(&self, now_ns: u64, now_unix_ns: u64) -> Option<durable::Kept> {
         let end_ns = self.end_ns.filter(|_| !self.automatic)?;
         Some(durable::Kept {
             id: self.id.clone(),
@@ -141,7 +148,7 @@ impl Broadcast {
     }
 
     /// The groups it uses.
-    pub(crate) fn group_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+    pub fn group_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.groups
             .iter()
             .flat_map(|g| [g.source.ip(), g.repair.ip()])
@@ -150,7 +157,7 @@ impl Broadcast {
 
 /// The running broadcasts by id.
 #[derive(Default)]
-pub(crate) struct Broadcasts {
+pub struct Broadcasts {
     table: Mutex<HashMap<String, Arc<Broadcast>>>,
     /// Plans of automatic broadcasts, by object TOI (planning a long title takes seconds).
     auto_plans: Mutex<HashMap<u32, Arc<Plan>>>,
@@ -165,7 +172,7 @@ pub(crate) struct Broadcasts {
 
 impl Broadcasts {
     /// An empty table whose broadcasts started by request are kept in `dir`.
-    pub(crate) fn kept_in(dir: &std::path::Path) -> Broadcasts {
+    pub fn kept_in(dir: &std::path::Path) -> Broadcasts {
         Broadcasts {
             kept_in: Some(dir.to_path_buf()),
             ..Broadcasts::default()
@@ -174,7 +181,7 @@ impl Broadcasts {
 
     /// Rewrites the kept broadcasts (those started by request that run now); a failure is
     /// logged (the broadcasts run on, not kept).
-    pub(crate) fn save(&self, now_ns: u64) {
+    pub fn save(&self, now_ns: u64) {
         let Some(dir) = &self.kept_in else {
             return;
         };
@@ -195,13 +202,13 @@ impl Broadcasts {
     }
 
     /// The running broadcast of the object `toi`, if any (the first started).
-    pub(crate) fn of_object(&self, toi: u32) -> Option<Arc<Broadcast>> {
+    pub fn of_object(&self, toi: u32) -> Option<Arc<Broadcast>> {
         self.list().into_iter().find(|b| b.object.rec.toi == toi)
     }
 
     /// Stops the broadcasts that are over: past their end, or automatic ones whose viewers
     /// have finished; their ids.
-    pub(crate) fn stop_over(&self, now_ns: u64) -> Vec<String> {
+    pub fn stop_over(&self, now_ns: u64) -> Vec<String> {
         let over: Vec<String> = self
             .lock()
             .values()
@@ -216,26 +223,26 @@ impl Broadcasts {
 
     /// The claim to start an automatic broadcast of object `toi`: `None` while another
     /// request starts one (so concurrent first requests start one broadcast).
-    pub(crate) fn claim_auto(&self, toi: u32) -> Option<AutoClaim<'_>> {
+    pub fn claim_auto(&self, toi: u32) -> Option<AutoClaim<'_>> {
         self.auto_starts.claim(toi)
     }
 
     /// The send rate of the running broadcasts together (their budget's use).
-    pub(crate) fn send_rate_bps(&self) -> u64 {
+    pub fn send_rate_bps(&self) -> u64 {
         self.lock()
             .values()
             .fold(0u64, |sum, b| sum.saturating_add(b.send_rate_bps))
     }
 
     /// The cached plan of an automatic broadcast of object `toi`.
-    pub(crate) fn auto_plan(&self, toi: u32) -> Option<Arc<Plan>> {
+    pub fn auto_plan(&self, toi: u32) -> Option<Arc<Plan>> {
         let plans = self.auto_plans.lock().unwrap_or_else(|e| e.into_inner());
         plans.get(&toi).cloned()
     }
 
     /// Caches the plan of an automatic broadcast of object `toi` (bounded: at most
     /// [`MAX_CACHED_PLANS`], the oldest entries dropped arbitrarily beyond).
-    pub(crate) fn cache_auto_plan(&self, toi: u32, plan: Arc<Plan>) {
+    pub fn cache_auto_plan(&self, toi: u32, plan: Arc<Plan>) {
         let mut plans = self.auto_plans.lock().unwrap_or_else(|e| e.into_inner());
         if plans.len() >= MAX_CACHED_PLANS {
             plans.clear();
@@ -244,24 +251,24 @@ impl Broadcasts {
     }
 
     /// Every running broadcast.
-    pub(crate) fn list(&self) -> Vec<Arc<Broadcast>> {
+    pub fn list(&self) -> Vec<Arc<Broadcast>> {
         let mut v: Vec<_> = self.lock().values().cloned().collect();
         v.sort_by_key(|b| b.epoch_ns);
         v
     }
 
     /// One broadcast.
-    pub(crate) fn get(&self, id: &str) -> Option<Arc<Broadcast>> {
+    pub fn get(&self, id: &str) -> Option<Arc<Broadcast>> {
         self.lock().get(id).cloned()
     }
 
     /// The groups the running broadcasts use.
-    pub(crate) fn groups_in_use(&self) -> HashSet<IpAddr> {
+    pub fn groups_in_use(&self) -> HashSet<IpAddr> {
         self.lock().values().flat_map(|b| b.group_ips()).collect()
     }
 
     /// The channels of every running broadcast (admission counts them).
-    pub(crate) fn channels(&self) -> Vec<Arc<StreamShared>> {
+    pub fn channels(&self) -> Vec<Arc<StreamShared>> {
         self.lock()
             .values()
             .flat_map(|b| b.channels.iter().cloned())
@@ -271,7 +278,7 @@ impl Broadcasts {
     /// Adds `b` unless [`MAX_BROADCASTS`] run already, one of its groups is taken (by a
     /// broadcast created meanwhile), or the broadcasts would pass their budget `budget_bps`
     /// (re-checked here, under the table's lock, for requests admitted concurrently).
-    pub(crate) fn insert(&self, b: Arc<Broadcast>, budget_bps: u64) -> Result<(), BroadcastError> {
+    pub fn insert(&self, b: Arc<Broadcast>, budget_bps: u64) -> Result<(), BroadcastError> {
         let mut t = self.lock();
         let taken: HashSet<IpAddr> = t.values().flat_map(|o| o.group_ips()).collect();
         if t.len() >= MAX_BROADCASTS || b.group_ips().any(|g| taken.contains(&g)) {
@@ -289,7 +296,7 @@ impl Broadcasts {
     }
 
     /// Stops and removes a broadcast: its channels leave the data plane on their next turn.
-    pub(crate) fn remove(&self, id: &str, now_ns: u64) -> Option<Arc<Broadcast>> {
+    pub fn remove(&self, id: &str, now_ns: u64) -> Option<Arc<Broadcast>> {
         let b = self.lock().remove(id)?;
         stop_channels(&b.channels, now_ns);
         if !b.automatic {
@@ -300,7 +307,7 @@ impl Broadcasts {
 
     /// Stops every broadcast (server shutdown; the kept ones stay kept, to start again with
     /// the server).
-    pub(crate) fn clear(&self, now_ns: u64) {
+    pub fn clear(&self, now_ns: u64) {
         let all: Vec<_> = self.lock().drain().map(|(_, b)| b).collect();
         for b in all {
             stop_channels(&b.channels, now_ns);
@@ -309,7 +316,7 @@ impl Broadcasts {
 }
 
 /// Ends the data-plane entries of channels.
-pub(crate) fn stop_channels(channels: &[Arc<StreamShared>], now_ns: u64) {
+pub fn stop_channels(channels: &[Arc<StreamShared>], now_ns: u64) {
     for c in channels {
         c.end(SessionState::Deleted, now_ns);
     }

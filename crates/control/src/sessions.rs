@@ -13,7 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use isnode_plane::stream::Control;
+use isnode_plane::stream::Control as StreamControl;
 use isnode_plane::NewSession;
 use isnode_pool::objects::{ObjectInfo, SessionFdt};
 use isnode_serve_config::ValidateDestination;
@@ -23,8 +23,8 @@ use isnode_serve_core::admission::{
 use isnode_serve_core::pacer::{Pacer, PacerConfig, PacerError, StartBurst};
 
 use crate::admit::{demand, limits};
+use crate::handles::Control;
 use crate::registry::{Expiry, NewStreamShared, RegisterError, SessionState, Snapshot};
-use crate::server::Shared;
 use isnode_plane::stream::StreamShared;
 
 /// The FDT is repeated before every this many codewords.
@@ -33,7 +33,7 @@ const FDT_EVERY: u32 = 8;
 const REGISTER_ATTEMPTS: usize = 16;
 
 /// What a new session asks for.
-pub(crate) struct Ask {
+pub struct Ask {
     /// Where its packets go (always the asking client's own address).
     pub dest: SocketAddr,
     /// The codeword it starts from.
@@ -44,7 +44,7 @@ pub(crate) struct Ask {
 
 /// Why a session was not created or started.
 #[derive(Debug)]
-pub(crate) enum SessionError {
+pub enum SessionError {
     /// Admission refused it: the limit, its value and why.
     Refused(Refusal),
     /// The data plane's queue is full: try again.
@@ -52,11 +52,7 @@ pub(crate) enum SessionError {
 }
 
 /// The pacer of a session of `obj` from `start_codeword`.
-pub(crate) fn pacer(
-    sh: &Shared,
-    obj: &ObjectInfo,
-    start_codeword: u32,
-) -> Result<Pacer, PacerError> {
+pub fn pacer(sh: &Control, obj: &ObjectInfo, start_codeword: u32) -> Result<Pacer, PacerError> {
     let cfg = PacerConfig {
         layout: obj.layout.clone(),
         bitrate_bps: obj.rec.bitrate_bps,
@@ -74,7 +70,7 @@ fn is_validated(s: &StreamShared) -> bool {
 
 /// The sessions and broadcast channels admission counts at `now`: those validated, and
 /// the extra rate of their bursts in progress.
-fn counted(sh: &Shared, snap: &Snapshot, now: u64) -> (Vec<Arc<StreamShared>>, u64) {
+fn counted(sh: &Control, snap: &Snapshot, now: u64) -> (Vec<Arc<StreamShared>>, u64) {
     let streaming: Vec<Arc<StreamShared>> = snap
         .sessions
         .iter()
@@ -89,7 +85,7 @@ fn counted(sh: &Shared, snap: &Snapshot, now: u64) -> (Vec<Arc<StreamShared>>, u
 }
 
 /// The start-up burst factor a client wants (1: none).
-fn wanted_factor(sh: &Shared, no_start_burst: bool) -> u32 {
+fn wanted_factor(sh: &Control, no_start_burst: bool) -> u32 {
     if no_start_burst || sh.config().start_burst_ms == 0 {
         1
     } else {
@@ -99,7 +95,7 @@ fn wanted_factor(sh: &Shared, no_start_burst: bool) -> u32 {
 
 /// Admits session `s` at its token's echo over the streaming sessions; its start-up burst
 /// factor (1: none).
-fn admit_at_echo(sh: &Shared, s: &StreamShared) -> Result<u32, Refusal> {
+fn admit_at_echo(sh: &Control, s: &StreamShared) -> Result<u32, Refusal> {
     let now = sh.now_ns();
     let snap = sh.sessions.snapshot();
     let (streaming, bursting) = counted(sh, &snap, now);
@@ -120,7 +116,7 @@ fn admit_at_echo(sh: &Shared, s: &StreamShared) -> Result<u32, Refusal> {
 
 /// Admits the session over `snap`, without any lock held; the start-up burst factor the
 /// budget leaves it (1: none).
-fn admit_over(sh: &Shared, snap: &Snapshot, req: &Ask, obj: &ObjectInfo) -> Result<u32, Refusal> {
+fn admit_over(sh: &Control, snap: &Snapshot, req: &Ask, obj: &ObjectInfo) -> Result<u32, Refusal> {
     let now = sh.now_ns();
     // Broadcast channels draw on the same budget and pool; sessions awaiting their echo
     // do not (they have limits of their own).
@@ -160,7 +156,7 @@ fn admit_over(sh: &Shared, snap: &Snapshot, req: &Ask, obj: &ObjectInfo) -> Resu
 /// The pacer with the start-up burst of `factor` (none below 2), and the burst's (rate,
 /// end time) for the session's admission record.
 fn with_burst(
-    sh: &Shared,
+    sh: &Control,
     pacer: &Pacer,
     send_rate_bps: u64,
     factor: u32,
@@ -177,8 +173,8 @@ fn with_burst(
 }
 
 /// Admits and registers the session and hands it to a data-plane thread.
-pub(crate) fn admit_and_register(
-    sh: &Shared,
+pub fn admit_and_register(
+    sh: &Control,
     req: &Ask,
     obj: &Arc<ObjectInfo>,
     fdt: &SessionFdt,
@@ -229,9 +225,9 @@ pub(crate) fn admit_and_register(
         };
         match sh.sessions.register(&snap, make, new_id, hand_over) {
             Ok(s) => {
-                sh.wakes.reap.notify_one();
+                sh.reap.notify_one();
                 if burst.is_some_and(|(_, until)| until > 0) {
-                    sh.metrics.start_bursts.fetch_add(1, Ordering::Relaxed);
+                    sh.counters.start_bursts.fetch_add(1, Ordering::Relaxed);
                 }
                 return Ok(s);
             }
@@ -245,13 +241,13 @@ pub(crate) fn admit_and_register(
 /// Admits `s` at its token's echo (its bitrate, pool and burst counted from now) and
 /// starts its stream; the refusal naming the limit otherwise (the session still waits:
 /// the client may echo again until the validation timeout).
-pub(crate) fn start(sh: &Shared, s: &StreamShared) -> Result<(), SessionError> {
+pub fn start(sh: &Control, s: &StreamShared) -> Result<(), SessionError> {
     let factor = admit_at_echo(sh, s).map_err(SessionError::Refused)?;
     let burst = StartBurst {
         media_ms: sh.config().start_burst_ms,
         factor,
     };
-    if !s.push_control(Control::Start(burst)) {
+    if !s.push_control(StreamControl::Start(burst)) {
         return Err(SessionError::Busy);
     }
     s.validated.store(true, Ordering::Release);
@@ -260,7 +256,7 @@ pub(crate) fn start(sh: &Shared, s: &StreamShared) -> Result<(), SessionError> {
         let media_ns = sh.config().start_burst_ms.saturating_mul(1_000_000);
         let until = sh.now_ns().saturating_add(media_ns / u64::from(factor));
         s.start_burst(s.send_rate_bps.saturating_mul(u64::from(factor)), until);
-        sh.metrics.start_bursts.fetch_add(1, Ordering::Relaxed);
+        sh.counters.start_bursts.fetch_add(1, Ordering::Relaxed);
     }
     Ok(())
 }
