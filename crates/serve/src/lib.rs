@@ -1,17 +1,15 @@
-//! `isnode serve`: the server above its data plane. It starts the house (`server.rs`:
+//! `isnode serve`: the house's front door and its API. It starts the house (`server.rs`:
 //! the configuration cell, the stop signal, the pool and the data plane of `isnode-plane`,
-//! the fills of `isnode-fill`, the background threads, each with the handles it uses) and
-//! runs its control half:
+//! the control half of `isnode-control`, the fills of `isnode-fill`, the background threads,
+//! each with the handles it uses) and runs the control API:
 //!
 //! - `api`: the control API's routes (HTTP/JSON, `docs/protocol.md`) on `isnode-http`'s
-//!   connection loop, among them the original bytes over HTTP (`Range`), HLS and the
-//!   unicast repair route, read from the shared pool on tokio's blocking pool.
-//! - `registry`: the session table (the hand-off record itself is `isnode_plane::stream`);
-//!   `admit`: the limits and demands the core's admission decides over.
-//! - `broadcast`, `cluster`, `uploads`, `keepalive`: broadcasts and their channels, the
-//!   edge's peers, uploads' quota, keepalive datagrams.
+//!   connection loop: each handler extracts, calls a service of `isnode-control` (or the
+//!   pool, the fills) and renders; among them the original bytes over HTTP (`Range`), HLS
+//!   and the unicast repair route, read from the shared pool on tokio's blocking pool. The
+//!   handlers hold `ApiState` (`api/state.rs`).
 //! - `scrub`, `viewer_pace`: background work paced by the viewers.
-//! - `metrics`: the counters of this crate and the exposition of every crate's counters.
+//! - `metrics`: the API's counters and the exposition of every crate's counters.
 //! - `lifecycle`: signals, SIGHUP reload, drain.
 //!
 //! Embedding: [`start`] runs a server in-process and returns a [`ServerHandle`];
