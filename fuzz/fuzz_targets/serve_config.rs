@@ -3,7 +3,7 @@
 //! round trip through TOML unchanged.
 #![no_main]
 
-use isnode_serve::ServeConfig;
+use isnode_serve_config::ServeConfig;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
