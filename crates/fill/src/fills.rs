@@ -21,6 +21,7 @@ use isnode_sys::stop::Stop;
 
 use crate::job::{FillJob, FillReport};
 use crate::origin::{ErrorClass, Origin, OriginSettings};
+use crate::status::FillStatus;
 
 /// How long a request waits for a fill's first codewords before `503` (a slow origin).
 pub const FIRST_BYTES_WAIT: Duration = Duration::from_secs(30);
@@ -105,6 +106,10 @@ pub struct Fills {
     checked: Mutex<HashMap<String, Instant>>,
     /// When each title's last use was recorded.
     pub(crate) touches: crate::touch::Touches,
+    /// The viewers' requests waiting on fills now (`fill_max_waiters`).
+    pub waiters: crate::limits::Waiters,
+    /// Titles the origin lacked lately (`origin_miss_ttl_s`).
+    pub misses: crate::limits::Misses,
     /// Their counters.
     pub counters: FillCounters,
 }
@@ -135,6 +140,8 @@ impl Fills {
             recent: Mutex::default(),
             checked: Mutex::default(),
             touches: crate::touch::Touches::default(),
+            waiters: crate::limits::Waiters::default(),
+            misses: crate::limits::Misses::default(),
             counters: FillCounters::default(),
         })
     }
@@ -165,12 +172,16 @@ impl Fills {
             jobs.remove(&job.name);
         }
         drop(jobs);
+        let report = job.report();
+        if report.phase == crate::job::Phase::Failed && job.status() == Some(FillStatus::NotFound) {
+            self.misses.remember(&job.name, Instant::now());
+        }
         let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         recent.retain(|r| r.name != job.name);
         if recent.len() >= RECENT_FILLS {
             recent.pop_front();
         }
-        recent.push_back(job.report());
+        recent.push_back(report);
     }
 
     /// Every fill running and the last ones finished (`GET /v1/fills`).

@@ -2,14 +2,15 @@
 //! its progress, and why it failed.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::status::FillStatus;
 use serde::Serialize;
 
+use crate::limits::ClientKey;
 use crate::origin::OriginError;
-use isnode_pool::front::{FillFront, FrontState};
+use isnode_pool::front::{FillFront, FrontState, Wait};
 use isnode_pool::objects::ObjectInfo;
 
 /// Who asked for a fill.
@@ -93,8 +94,12 @@ pub struct FillJob {
     /// Origin requests made for this title.
     pub origin_requests: AtomicU64,
     started: Instant,
+    /// The client whose request started it (`None`: an operator's pre-fill, a resume).
+    pub starter: Option<ClientKey>,
     state: Mutex<State>,
-    moved: Condvar,
+    /// Wakes the tasks waiting on the job (a waiter's task that is dropped, its client
+    /// gone, stops waiting).
+    changed: tokio::sync::Notify,
 }
 
 /// A fill as `GET /v1/fills` reports it.
@@ -130,6 +135,11 @@ pub struct FillReport {
 impl FillJob {
     /// A job not started yet.
     pub fn new(name: &str, kind: FillKind) -> FillJob {
+        FillJob::started_by(name, kind, None)
+    }
+
+    /// A job not started yet, started by `starter`'s request.
+    pub fn started_by(name: &str, kind: FillKind, starter: Option<ClientKey>) -> FillJob {
         let cap = match kind {
             FillKind::Demand => 0,
             FillKind::Prefill { rate_bps } => rate_bps,
@@ -142,6 +152,7 @@ impl FillJob {
             fetched_bytes: AtomicU64::new(0),
             origin_requests: AtomicU64::new(0),
             started: Instant::now(),
+            starter,
             state: Mutex::new(State {
                 front: Arc::new(FillFront::new()),
                 info: None,
@@ -154,7 +165,7 @@ impl FillJob {
                 attempts: 0,
                 ended: None,
             }),
-            moved: Condvar::new(),
+            changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -192,6 +203,66 @@ impl FillJob {
         }
     }
 
+    /// Wakes the tasks waiting on the job.
+    fn wake(&self) {
+        self.changed.notify_waiters();
+    }
+
+    /// Waits, without a thread, until `check` of the state answers or `deadline` passes
+    /// (`None` then). Dropping the future stops the wait.
+    async fn until<T>(
+        &self,
+        deadline: tokio::time::Instant,
+        check: impl Fn(&State) -> Option<T>,
+    ) -> Option<T> {
+        loop {
+            let notified = self.changed.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the state is read: a move in between still wakes this.
+            notified.as_mut().enable();
+            if let Some(t) = check(&self.lock()) {
+                return Some(t);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return check(&self.lock());
+            }
+        }
+    }
+
+    /// Without a thread: until the first codeword may be read, the
+    /// fill fails, or `deadline` (`None`).
+    pub async fn first_readable(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Option<Result<Arc<ObjectInfo>, JobFailure>> {
+        self.until(deadline, first_of).await
+    }
+
+    /// Without a thread: the phase once the fill ends or at `deadline`.
+    pub async fn ended(&self, deadline: tokio::time::Instant) -> Phase {
+        let end = |st: &State| matches!(st.phase, Phase::Done | Phase::Failed).then_some(st.phase);
+        match self.until(deadline, end).await {
+            Some(p) => p,
+            None => self.lock().phase,
+        }
+    }
+
+    /// Without a thread: until codeword `sbn` of the version whose front is `front` may be
+    /// read, that version fails, or `deadline`.
+    pub async fn reached(
+        &self,
+        front: &FillFront,
+        sbn: u32,
+        deadline: tokio::time::Instant,
+    ) -> Wait {
+        let at = |_: &State| match (front.has(sbn), front.state()) {
+            (true, _) => Some(Wait::Ready),
+            (false, FrontState::Failed) => Some(Wait::Failed),
+            _ => None,
+        };
+        self.until(deadline, at).await.unwrap_or(Wait::TimedOut)
+    }
+
     /// The front of the version being filled.
     pub fn front(&self) -> Arc<FillFront> {
         self.lock().front.clone()
@@ -211,7 +282,7 @@ impl FillJob {
             st.pushed_bytes = 0;
             st.readable_codewords = 0;
         }
-        self.moved.notify_all();
+        self.wake();
     }
 
     /// The serving view of the object being filled (first codewords committed or not).
@@ -222,7 +293,7 @@ impl FillJob {
         st.codewords = info.rec.codewords;
         st.info = Some(info);
         st.phase = Phase::Filling;
-        self.moved.notify_all();
+        self.wake();
     }
 
     /// The durable front moved: `pushed_bytes` bytes, `readable` codewords readable.
@@ -231,7 +302,7 @@ impl FillJob {
         st.pushed_bytes = pushed_bytes;
         st.readable_codewords = readable;
         st.front.advance(readable);
-        self.moved.notify_all();
+        self.wake();
     }
 
     /// Waiting to retry after an origin error.
@@ -247,7 +318,7 @@ impl FillJob {
         st.pushed_bytes = st.size_bytes;
         st.ended = Some(Instant::now());
         st.front.end(FrontState::Complete, st.codewords);
-        self.moved.notify_all();
+        self.wake();
     }
 
     /// The fill failed for good.
@@ -257,7 +328,7 @@ impl FillJob {
         st.failure = Some(failure);
         st.ended = Some(Instant::now());
         st.front.end(FrontState::Failed, 0);
-        self.moved.notify_all();
+        self.wake();
     }
 
     /// [`FillJob::fail`] with a message (`status`: 500 unless given).
@@ -268,49 +339,20 @@ impl FillJob {
         });
     }
 
-    /// Waits until the first codeword may be read (the serving view), the fill fails, or
-    /// `deadline` (`None`).
-    pub fn wait_first(&self, deadline: Instant) -> Option<Result<Arc<ObjectInfo>, JobFailure>> {
-        let mut st = self.lock();
-        loop {
-            if let Some(f) = &st.failure {
-                return Some(Err(f.clone()));
-            }
-            if let Some(info) = &st.info {
-                if info.readable(0) || st.phase == Phase::Done {
-                    return Some(Ok(info.clone()));
-                }
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            st = match self.moved.wait_timeout(st, deadline - now) {
-                Ok((g, _)) => g,
-                Err(e) => e.into_inner().0,
-            };
-        }
+    /// The first codewords if they may be read, or the failure; `None` while neither.
+    pub fn first(&self) -> Option<Result<Arc<ObjectInfo>, JobFailure>> {
+        first_of(&self.lock())
+    }
+
+    /// The failure's status, if the fill failed.
+    pub fn status(&self) -> Option<FillStatus> {
+        self.lock().failure.as_ref().map(|f| f.answer().0)
     }
 
     /// Whether the fill is complete (its object is then complete in the catalog, though the
     /// job may still be listed for a moment: [`super::Fills::job`]).
     pub fn is_done(&self) -> bool {
         self.lock().phase == Phase::Done
-    }
-
-    /// Waits until the fill ends (done or failed) or `deadline`; its phase then.
-    pub fn wait_end(&self, deadline: Instant) -> Phase {
-        let mut st = self.lock();
-        loop {
-            if matches!(st.phase, Phase::Done | Phase::Failed) || Instant::now() >= deadline {
-                return st.phase;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            st = match self.moved.wait_timeout(st, left) {
-                Ok((g, _)) => g,
-                Err(e) => e.into_inner().0,
-            };
-        }
     }
 
     /// Its state for `GET /v1/fills`.
@@ -341,4 +383,13 @@ impl FillJob {
             error: st.failure.as_ref().map(|f| f.answer().1),
         }
     }
+}
+
+/// The fill's first codewords, if they may be read or it failed.
+fn first_of(st: &State) -> Option<Result<Arc<ObjectInfo>, JobFailure>> {
+    if let Some(f) = &st.failure {
+        return Some(Err(f.clone()));
+    }
+    let info = st.info.as_ref()?;
+    (info.readable(0) || st.phase == Phase::Done).then(|| Ok(info.clone()))
 }

@@ -5,7 +5,7 @@
 //!
 //! One fill per title: [`Fills`] maps each title being filled to its job; every request for
 //! it (session, content, playlist, digests, pre-fill) joins that job ([`start_or_join`],
-//! [`object_for`]). The fill runs on its own thread (store writes block) with the origin's
+//! [`find`]). The fill runs on its own thread (store writes block) with the origin's
 //! requests on a small tokio runtime of its own ([`origin`]: S3 or a directory through
 //! `object_store`), off the data plane and the API's runtime. An origin error retries with
 //! backoff from the durable front; an object changed at the origin abandons the fill and
@@ -15,6 +15,7 @@ mod content_check;
 mod evict;
 mod fills;
 mod job;
+pub mod limits;
 mod lookup;
 pub mod origin;
 mod probe;
@@ -25,7 +26,7 @@ mod status;
 mod touch;
 
 pub use fills::{FillCounters, FillEnv, FillSnapshot, Fills, InUse, FIRST_BYTES_WAIT, FRONT_WAIT};
-pub use job::{FillJob, FillKind, FillReport};
-pub use lookup::{object_for, LookupError};
-pub use start::{resume_all, start_or_join};
+pub use job::{FillJob, FillKind, FillReport, Phase};
+pub use lookup::{find, first_answer, Found, LookupError};
+pub use start::{resume_all, start_or_join, Starter};
 pub use status::FillStatus;

@@ -8,8 +8,8 @@ use crate::status::FillStatus;
 use isnode_store::StoreError;
 
 use crate::fills::{Fills, FIRST_BYTES_WAIT};
-use crate::job::{FillJob, FillKind};
-use crate::start::start_or_join;
+use crate::job::{FillJob, FillKind, JobFailure};
+use crate::start::{start_or_join, Starter};
 use isnode_pool::objects::ObjectInfo;
 
 /// Why a request gets no object.
@@ -23,42 +23,60 @@ pub enum LookupError {
     Slow(String),
 }
 
+/// What a request finds for a title.
+pub enum Found {
+    /// The object to serve (complete, or a fill whose first codewords may be read).
+    Ready(Arc<ObjectInfo>),
+    /// A fill started or joined, its first codewords not yet readable: wait on the job
+    /// ([`FillJob::first_readable`]) under a permit of [`Fills::waiters`].
+    Filling(Arc<FillJob>),
+}
+
 /// The object `name` to serve: a fill under way (joined), the complete object (its origin
 /// ETag checked at most every `origin_check_interval_s`: a changed one is filled again and
 /// served from the new fill), or a new fill when the volume lacks it and an origin is
-/// configured. Blocks (catalog, origin HEAD, the first codewords): call it off the runtime.
-pub fn object_for(fills: &Arc<Fills>, name: &str) -> Result<Arc<ObjectInfo>, LookupError> {
+/// configured (refused past the caps of `starter`; `404` at once for a title the origin
+/// lacked within `origin_miss_ttl_s`). Blocks (catalog, origin HEAD) but never waits on a
+/// fill: call it off the runtime, and wait on a [`Found::Filling`] without a thread.
+pub fn find(fills: &Arc<Fills>, name: &str, starter: Starter) -> Result<Found, LookupError> {
     // A job that is done but not yet forgotten holds the object as it was while filling:
     // the catalog has it complete.
     if let Some(job) = fills.job(name).filter(|j| !j.is_done()) {
         job.join(FillKind::Demand);
-        return wait_first(&job);
+        return ready_or_filling(job);
     }
     match fills.env.objects.get(name) {
         Ok(o) => {
             touched(fills, name);
             match changed_at_origin(fills, name) {
-                true => fill(fills, name),
-                false => Ok(o),
+                true => fill(fills, name, starter),
+                false => Ok(Found::Ready(o)),
             }
         }
         Err(StoreError::NotFound(_)) if fills.origin().is_some() => {
             isnode_store::ingest::validate_name(name).map_err(LookupError::Store)?;
-            fill(fills, name)
+            let ttl = Duration::from_secs(fills.env.config.load().origin_miss_ttl_s);
+            if fills.misses.recent(name, ttl, Instant::now()) {
+                return Err(LookupError::Fill(
+                    FillStatus::NotFound,
+                    format!(
+                        "{name:?} is not at the origin (asked less than {} s ago)",
+                        ttl.as_secs()
+                    ),
+                ));
+            }
+            fill(fills, name, starter)
         }
         Err(e) => Err(LookupError::Store(e)),
     }
 }
 
-/// Starts or joins the fill of `name` and waits for its first codewords.
-fn fill(fills: &Arc<Fills>, name: &str) -> Result<Arc<ObjectInfo>, LookupError> {
-    let job = start_or_join(fills, name, FillKind::Demand)
-        .map_err(|e| LookupError::Fill(FillStatus::Internal, e))?;
-    wait_first(&job)
-}
-
-fn wait_first(job: &FillJob) -> Result<Arc<ObjectInfo>, LookupError> {
-    match job.wait_first(Instant::now() + FIRST_BYTES_WAIT) {
+/// What a wait for a fill's first codewords ended with, as the request's answer.
+pub fn first_answer(
+    job: &FillJob,
+    waited: Option<Result<Arc<ObjectInfo>, JobFailure>>,
+) -> Result<Arc<ObjectInfo>, LookupError> {
+    match waited {
         Some(Ok(info)) => Ok(info),
         Some(Err(f)) => {
             let (status, msg) = f.answer();
@@ -69,6 +87,22 @@ fn wait_first(job: &FillJob) -> Result<Arc<ObjectInfo>, LookupError> {
             job.name,
             FIRST_BYTES_WAIT.as_secs()
         ))),
+    }
+}
+
+/// Starts or joins the fill of `name`.
+fn fill(fills: &Arc<Fills>, name: &str, starter: Starter) -> Result<Found, LookupError> {
+    let job = start_or_join(fills, name, FillKind::Demand, starter)
+        .map_err(|(status, why)| LookupError::Fill(status, why))?;
+    ready_or_filling(job)
+}
+
+/// The job's object if its first codewords may be read already, or its failure (no
+/// wait); else the job to wait on.
+fn ready_or_filling(job: Arc<FillJob>) -> Result<Found, LookupError> {
+    match job.first() {
+        Some(r) => first_answer(&job, Some(r)).map(Found::Ready),
+        None => Ok(Found::Filling(job)),
     }
 }
 

@@ -309,6 +309,19 @@ pub struct ServeConfig {
     /// A complete title's origin ETag is checked again at most this often, on a request
     /// (seconds; 0: never).
     pub origin_check_interval_s: u64,
+    /// Viewers' requests waiting on fills at once, all clients together (past it: `503`).
+    pub fill_max_waiters: u32,
+    /// Viewers' requests waiting on fills at once from one client (an IPv4 address or an
+    /// IPv6 /64).
+    pub fill_max_waiters_per_client: u32,
+    /// Fills a viewer's request may start while this many run (pre-fills and resumed
+    /// fills count, and are not refused).
+    pub fill_max_active: u32,
+    /// Fills running that one client's requests started (an IPv4 address or an IPv6 /64).
+    pub fill_max_per_client: u32,
+    /// A title the origin lacks is answered `404` without asking it again for this long
+    /// (seconds; 0: always ask).
+    pub origin_miss_ttl_s: u64,
     /// Pre-fills (`POST /v1/fills`) read the origin at most this fast (bits per second;
     /// 0: unlimited); a request may ask for less.
     pub prefill_rate_bps: u64,
@@ -384,6 +397,16 @@ pub const DEFAULT_FILL_PARALLEL_RANGES: u32 = 4;
 pub const DEFAULT_FILL_RANGE_BYTES: u64 = 1 << 20;
 /// Default `origin_check_interval_s`.
 pub const DEFAULT_ORIGIN_CHECK_INTERVAL_S: u64 = 300;
+/// Default `fill_max_waiters`.
+pub const DEFAULT_FILL_MAX_WAITERS: u32 = 256;
+/// Default `fill_max_waiters_per_client`.
+pub const DEFAULT_FILL_MAX_WAITERS_PER_CLIENT: u32 = 16;
+/// Default `fill_max_active`.
+pub const DEFAULT_FILL_MAX_ACTIVE: u32 = 16;
+/// Default `fill_max_per_client`.
+pub const DEFAULT_FILL_MAX_PER_CLIENT: u32 = 4;
+/// Default `origin_miss_ttl_s`.
+pub const DEFAULT_ORIGIN_MISS_TTL_S: u64 = 60;
 
 /// Default of `member_fail_errors`: block read errors in a row that fail a member.
 const DEFAULT_MEMBER_FAIL_ERRORS: u32 = 5;
@@ -456,6 +479,11 @@ impl Default for ServeConfig {
             fill_range_bytes: DEFAULT_FILL_RANGE_BYTES,
             cache_max_bytes: 0,
             origin_check_interval_s: DEFAULT_ORIGIN_CHECK_INTERVAL_S,
+            fill_max_waiters: DEFAULT_FILL_MAX_WAITERS,
+            fill_max_waiters_per_client: DEFAULT_FILL_MAX_WAITERS_PER_CLIENT,
+            fill_max_active: DEFAULT_FILL_MAX_ACTIVE,
+            fill_max_per_client: DEFAULT_FILL_MAX_PER_CLIENT,
+            origin_miss_ttl_s: DEFAULT_ORIGIN_MISS_TTL_S,
             prefill_rate_bps: 0,
             member_probe_interval_ms: DEFAULT_MEMBER_PROBE_INTERVAL_MS,
             node_name: None,
@@ -640,6 +668,26 @@ impl ServeConfig {
             return bad(
                 "fill_range_bytes",
                 "must be a multiple of 1048576 (1 MiB), at most 64 MiB".into(),
+            );
+        }
+        let limits = [
+            ("fill_max_waiters", self.fill_max_waiters),
+            (
+                "fill_max_waiters_per_client",
+                self.fill_max_waiters_per_client,
+            ),
+            ("fill_max_active", self.fill_max_active),
+            ("fill_max_per_client", self.fill_max_per_client),
+        ];
+        for (key, v) in limits {
+            if !(1..=100_000).contains(&v) {
+                return bad(key, "must be 1 to 100000".into());
+            }
+        }
+        if self.origin_miss_ttl_s > 86_400 {
+            return bad(
+                "origin_miss_ttl_s",
+                "must be at most 86400 (0: always ask)".into(),
             );
         }
         if self.origin_access_key_id.is_some() != self.origin_secret_access_key.is_some() {

@@ -11,6 +11,7 @@ mod control;
 mod create;
 mod digests;
 mod drain;
+mod fill_wait;
 mod fills;
 pub mod fuzzing;
 mod hybrid;
@@ -30,7 +31,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::handler::Handler;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -45,6 +46,7 @@ use isnode_http::limits as errors;
 
 use crate::api::state::ApiState;
 use crate::server::ServeError;
+use fill_wait::{lookup, Asker};
 use isnode_plane::stream::SessionState;
 
 type Sh = State<Arc<ApiState>>;
@@ -293,26 +295,6 @@ fn store_error(e: StoreError) -> Response {
     }
 }
 
-/// The object `name` to serve, filled from the origin if the volume lacks it
-/// ([`isnode_fill::object_for`], off the runtime); the error answer otherwise.
-async fn lookup(
-    sh: &Arc<ApiState>,
-    name: String,
-) -> Result<Arc<isnode_pool::objects::ObjectInfo>, Response> {
-    let sh = sh.clone();
-    match tokio::task::spawn_blocking(move || isnode_fill::object_for(&sh.fills, &name)).await {
-        Ok(Ok(o)) => Ok(o),
-        Ok(Err(e)) => {
-            let (status, msg) = e.status_and_message();
-            Err(error(fill_status(status), msg))
-        }
-        Err(e) => Err(error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("catalog lookup failed: {e}"),
-        )),
-    }
-}
-
 /// Runs `f` (which may block: catalog lookups) on the runtime's blocking pool.
 async fn blocking<T: Send + 'static>(
     sh: &Arc<ApiState>,
@@ -350,8 +332,13 @@ async fn list_objects(_: roles::Viewer, State(sh): Sh) -> Response {
     }
 }
 
-async fn get_object(_: roles::Viewer, State(sh): Sh, Path(name): Path<String>) -> Response {
-    match lookup(&sh, name).await {
+async fn get_object(
+    _: roles::Viewer,
+    State(sh): Sh,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    Path(name): Path<String>,
+) -> Response {
+    match lookup(&sh, Asker::Viewer(peer.ip()), name).await {
         Ok(o) => Json(o.json()).into_response(),
         Err(r) => r,
     }

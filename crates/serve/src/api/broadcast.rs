@@ -44,11 +44,16 @@ pub(super) async fn create_broadcast(
     }
     // A title the volume lacks (or is filling) is filled first: a broadcast sends every
     // codeword in a loop from its start, so it waits (bounded) for the whole title.
-    let whole = super::media::complete_object(&sh, req.object.clone(), NeedsWhole::Broadcast);
+    let whole = super::media::complete_object(
+        &sh,
+        super::Asker::Operator,
+        req.object.clone(),
+        NeedsWhole::Broadcast,
+    );
     if let Err(r) = whole.await {
         return r;
     }
-    let (obj, fdt) = match object_and_fdt(&sh, &req.object).await {
+    let (obj, fdt) = match object_and_fdt(&sh, super::Asker::Operator, &req.object).await {
         Ok(v) => v,
         Err(r) => return r,
     };

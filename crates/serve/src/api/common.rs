@@ -17,9 +17,10 @@ use isnode_serve_core::admission::Refusal;
 /// runtime); the error answer otherwise.
 pub(super) async fn object_and_fdt(
     sh: &Arc<ApiState>,
+    asker: super::Asker,
     name: &str,
 ) -> Result<(Arc<ObjectInfo>, SessionFdt), Response> {
-    let obj = super::lookup(sh, name.to_string()).await?;
+    let obj = super::lookup(sh, asker, name.to_string()).await?;
     let found = blocking(sh, move |sh| {
         let fdt = sh.control.objects.session_fdt(&obj)?;
         Ok::<_, isnode_store::StoreError>((obj, fdt))

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use isnode_proto::range::{
@@ -26,7 +26,7 @@ use isnode_proto::ErrorBody;
 use tokio::sync::mpsc;
 
 use super::pool_read::PoolRead;
-use super::{error, ApiError, Sh};
+use super::{error, ApiError, Asker, Sh};
 use crate::api::state::ApiState;
 use isnode_pool::objects::ObjectInfo;
 
@@ -37,11 +37,12 @@ const BODY_QUEUE_CHUNKS: usize = 2;
 pub(super) async fn content(
     _: super::roles::Viewer,
     State(sh): Sh,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     method: Method,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let obj = match super::lookup(&sh, name).await {
+    let obj = match super::lookup(&sh, Asker::Viewer(peer.ip()), name).await {
         Ok(o) => o,
         Err(r) => return r,
     };
@@ -360,6 +361,7 @@ const MAX_REPAIR_ESIS: usize = 255;
 pub(super) async fn packets(
     _: super::roles::Viewer,
     State(sh): Sh,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     Path((name, sbn)): Path<(String, String)>,
     RawQuery(query): RawQuery,
 ) -> Response {
@@ -373,7 +375,7 @@ pub(super) async fn packets(
         Ok(e) => e,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
-    let obj = match super::lookup(&sh, name).await {
+    let obj = match super::lookup(&sh, Asker::Viewer(peer.ip()), name).await {
         Ok(o) => o,
         Err(r) => return r,
     };

@@ -115,7 +115,7 @@ pub(super) async fn create_session(
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let (obj, fdt) = match object_and_fdt(&sh, &req.object).await {
+    let (obj, fdt) = match object_and_fdt(&sh, super::Asker::Viewer(peer.ip()), &req.object).await {
         Ok(v) => v,
         Err(resp) => return resp,
     };

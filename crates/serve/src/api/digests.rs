@@ -23,13 +23,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
-use super::{blocking, error, Sh};
+use super::{blocking, error, Asker, Sh};
 use crate::api::state::ApiState;
 use isnode_pool::objects::ObjectInfo;
 
@@ -50,6 +50,7 @@ pub(super) struct DigestQuery {
 pub(super) async fn digests(
     _: super::roles::Viewer,
     State(sh): Sh,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     Path(name): Path<String>,
     Query(q): Query<DigestQuery>,
 ) -> Response {
@@ -61,7 +62,8 @@ pub(super) async fn digests(
             format!("count must be 1 to {MAX_DIGEST_CODEWORDS}, got {count}"),
         );
     }
-    let obj = match super::lookup(&sh, name).await {
+    let asker = Asker::Viewer(peer.ip());
+    let obj = match super::lookup(&sh, asker, name).await {
         Ok(o) => o,
         Err(r) => return r,
     };
@@ -88,11 +90,8 @@ pub(super) async fn digests(
     if let Some(front) = obj.fill.clone() {
         // A title still filling: its digests up to the front (at least codeword `from`,
         // waited for); the client asks again for the rest.
-        let obj2 = obj.clone();
-        match blocking(&sh, move |_| super::content::wait_at_front(&obj2, from)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(why)) => return error(StatusCode::SERVICE_UNAVAILABLE, why),
-            Err(r) => return r,
+        if let Err(r) = super::fill_wait::until_at_front(&sh, asker, &obj, from).await {
+            return r;
         }
         if front.state() != isnode_pool::front::FrontState::Complete {
             range.end = range.end.min(front.readable().max(from + 1));

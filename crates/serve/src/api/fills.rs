@@ -112,9 +112,10 @@ fn prefill_one(
     if sh.fills.job(name).is_none() && sh.control.objects.get(name).is_ok() {
         return answer("present", None);
     }
-    match isnode_fill::start_or_join(&sh.fills, name, FillKind::Prefill { rate_bps }) {
+    let kind = FillKind::Prefill { rate_bps };
+    match isnode_fill::start_or_join(&sh.fills, name, kind, isnode_fill::Starter::Operator) {
         Ok(_) => answer("filling", None),
-        Err(e) => answer("refused", Some(e)),
+        Err((_, e)) => answer("refused", Some(e)),
     }
 }
 

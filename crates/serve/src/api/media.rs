@@ -3,14 +3,14 @@
 //! of byte ranges of the content, MPEG-TS only), and the mapping of a time to a place to
 //! start from ([`locate`]), shared by session creation and seek.
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use isnode_proto::SeekBy;
 use isnode_store::Layout;
 
-use super::{ApiError, Sh};
+use super::{ApiError, Asker, Sh};
 use isnode_pool::objects::ObjectInfo;
 
 /// Segments are cut at random-access points at least this long apart when the points allow.
@@ -260,18 +260,19 @@ pub(super) enum NeedsWhole {
 /// [`INDEX_FILL_WAIT`], the fill going on).
 pub(super) async fn complete_object(
     sh: &std::sync::Arc<crate::api::state::ApiState>,
+    asker: Asker,
     name: String,
     need: NeedsWhole,
 ) -> Result<std::sync::Arc<isnode_pool::objects::ObjectInfo>, Response> {
-    let obj = super::lookup(sh, name.clone()).await?;
+    let obj = super::lookup(sh, asker, name.clone()).await?;
     if obj.fill.is_none() {
         return Ok(obj);
     }
-    let (sh2, n2) = (sh.clone(), name.clone());
-    let deadline = std::time::Instant::now() + INDEX_FILL_WAIT;
-    let _ =
-        tokio::task::spawn_blocking(move || sh2.fills.job(&n2).map(|j| j.wait_end(deadline))).await;
-    let obj = super::lookup(sh, name.clone()).await?;
+    if let Some(job) = sh.fills.job(&name) {
+        let deadline = tokio::time::Instant::now() + INDEX_FILL_WAIT;
+        super::fill_wait::until_ended(sh, asker, &job, deadline).await?;
+    }
+    let obj = super::lookup(sh, asker, name.clone()).await?;
     if obj.fill.is_none() {
         return Ok(obj);
     }
@@ -301,12 +302,14 @@ pub(super) async fn complete_object(
 pub(super) async fn get_playlist(
     _: super::roles::Viewer,
     State(sh): Sh,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
     let uri = segment_uri(query.as_deref());
     // A title being filled: the playlist of its filled part, when it has a whole segment.
-    let filling = match super::lookup(&sh, name.clone()).await {
+    let asker = Asker::Viewer(peer.ip());
+    let filling = match super::lookup(&sh, asker, name.clone()).await {
         Ok(o) => filling_playlist(&o, &uri),
         Err(r) => return r,
     };
@@ -317,7 +320,7 @@ pub(super) async fn get_playlist(
         )
             .into_response();
     }
-    let obj = match complete_object(&sh, name, NeedsWhole::Index).await {
+    let obj = match complete_object(&sh, asker, name, NeedsWhole::Index).await {
         Ok(o) => o,
         Err(r) => return r,
     };
@@ -335,9 +338,11 @@ pub(super) async fn get_playlist(
 pub(super) async fn get_index(
     _: super::roles::Viewer,
     State(sh): Sh,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     Path(name): Path<String>,
 ) -> Response {
-    let obj = match complete_object(&sh, name, NeedsWhole::Index).await {
+    let asker = Asker::Viewer(peer.ip());
+    let obj = match complete_object(&sh, asker, name, NeedsWhole::Index).await {
         Ok(o) => o,
         Err(r) => return r,
     };

@@ -1,0 +1,217 @@
+//! What strangers can ask of an edge's origin (issue 30): waits on fills are bounded per
+//! client and in total and end when the client hangs up, so an origin that stops answering
+//! cannot stall the titles the edge holds; a client starts few fills at once; a title the
+//! origin lacks is answered `404` without asking the origin again for a while.
+//!
+//! The silent origin is a TCP listener on loopback that takes every connection and never
+//! answers. Many clients are many loopback addresses (127.0.x.y).
+
+mod serve_support;
+
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serve_support::*;
+
+/// An S3 endpoint that accepts connections and never answers (held until dropped).
+struct SilentOrigin {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl SilentOrigin {
+    fn start() -> SilentOrigin {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => held.push(conn),
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        SilentOrigin { addr, stop }
+    }
+}
+
+impl Drop for SilentOrigin {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// An edge on `vol` whose origin is `origin` (bucket `films`, fake credentials).
+fn edge(vol: &Vol, origin: SocketAddr) -> Server {
+    let endpoint = format!("http://{origin}");
+    Server::start_env(
+        vol,
+        &["--origin", "s3://films", "--origin-endpoint", &endpoint],
+        &[
+            ("AWS_ACCESS_KEY_ID", "GKfake"),
+            ("AWS_SECRET_ACCESS_KEY", "fake-secret"),
+        ],
+    )
+}
+
+/// Client `i` of many: a loopback address of its own.
+fn client(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(
+        127,
+        0,
+        1 + (i / 200) as u8,
+        2 + (i % 200) as u8,
+    ))
+}
+
+/// Sends `GET path` from `from` and returns the connection without reading the answer.
+fn send_get(server: SocketAddr, from: IpAddr, path: &str) -> TcpStream {
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    sock.bind(&SocketAddr::new(from, 0).into()).unwrap();
+    sock.connect_timeout(&server.into(), Duration::from_secs(5))
+        .unwrap();
+    let mut s: TcpStream = sock.into();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {server}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    s
+}
+
+/// 700 anonymous requests for the index of titles the edge lacks, from 70 clients, each
+/// hanging up after 2 s, in batches (the issue's reproduction: 700 a minute). Before the
+/// bounds, each held a blocking thread for a minute after its client left, and with 512 of
+/// them taken the edge stopped answering for the titles it holds.
+#[test]
+fn waits_on_a_silent_origin_never_stall_the_titles_the_edge_holds() {
+    let vol = Vol::create(SMALL_SHAPE);
+    vol.add_ts("held.ts", 2_000_000, 8.0, 1);
+    let origin = SilentOrigin::start();
+    let server = edge(&vol, origin.addr);
+    for batch in 0..7 {
+        let conns: Vec<TcpStream> = (0..100)
+            .map(|i| {
+                let n = batch * 100 + i;
+                let path = format!("/v1/objects/missing{n}.ts/index");
+                send_get(server.addr, client(n % 70), &path)
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(2));
+        drop(conns);
+    }
+    // Read with a 10 s timeout each: the edge answers for what it holds at once.
+    let t0 = Instant::now();
+    let index = try_http(
+        server.addr,
+        None,
+        "GET",
+        "/v1/objects/held.ts/index",
+        None,
+        &[],
+    )
+    .expect("the index of a title the edge holds");
+    assert_eq!(index.status, 200, "{}", index.body);
+    let head = try_http(
+        server.addr,
+        Some(client(500)),
+        "GET",
+        "/o/held.ts",
+        None,
+        &[("Range", "bytes=0-1048575")],
+    )
+    .expect("the first megabyte of a title the edge holds");
+    assert_eq!(head.status, 206, "{}", head.body);
+    eprintln!("held title answered in {:?} after the flood", t0.elapsed());
+    let m = server.metrics();
+    let active = m.get("isnode_fills_active");
+    assert!(
+        active <= 16.0,
+        "fills running: {active} (fill_max_active 16)"
+    );
+    // A new title from a new client is refused or waited on, never left hanging: the caps
+    // answer at once.
+    let r = try_http(
+        server.addr,
+        Some(client(600)),
+        "GET",
+        "/v1/objects/another.ts/index",
+        None,
+        &[],
+    );
+    if let Ok(r) = r {
+        assert!(
+            r.status == 503 || r.status == 502,
+            "{} {}",
+            r.status,
+            r.body
+        );
+    }
+}
+
+/// One client's requests for many missing titles start at most `fill_max_per_client`
+/// fills; another client may still start one.
+#[test]
+fn one_client_starts_at_most_its_share_of_fills() {
+    let vol = Vol::create(SMALL_SHAPE);
+    let origin = SilentOrigin::start();
+    let server = edge(&vol, origin.addr);
+    let conns: Vec<TcpStream> = (0..10)
+        .map(|i| send_get(server.addr, client(1), &format!("/o/m{i}.ts")))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut active = 0.0;
+    while Instant::now() < deadline {
+        active = server.metrics().get("isnode_fills_active");
+        if active >= 4.0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Give the other six requests time to be refused rather than started.
+    std::thread::sleep(Duration::from_millis(500));
+    let active = server.metrics().get("isnode_fills_active").max(active);
+    assert_eq!(
+        active, 4.0,
+        "fills one client started (fill_max_per_client 4)"
+    );
+    let other = send_get(server.addr, client(2), "/o/other.ts");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.metrics().get("isnode_fills_active") < 5.0 {
+        assert!(
+            Instant::now() < deadline,
+            "another client could not start a fill"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop((conns, other));
+}
+
+/// A title the origin lacks is `404`; asked again within `origin_miss_ttl_s` it is `404`
+/// without a request to the origin.
+#[test]
+fn a_title_the_origin_lacks_is_not_asked_for_again_at_once() {
+    let vol = Vol::create(SMALL_SHAPE);
+    let dir = vol.path("origin");
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("file://{}", dir.display());
+    let server = Server::start(&vol, &["--origin", &url]);
+    let r = server.req("GET", "/o/nope.ts", None);
+    assert_eq!(r.status, 404, "{}", r.body);
+    let asked = server.metrics().get("isnode_origin_requests_total");
+    assert!(asked >= 1.0, "the origin was asked: {asked}");
+    for _ in 0..5 {
+        let r = server.req("GET", "/o/nope.ts", None);
+        assert_eq!(r.status, 404, "{}", r.body);
+    }
+    let again = server.metrics().get("isnode_origin_requests_total");
+    assert_eq!(
+        again, asked,
+        "the origin was asked again for a title it lacked"
+    );
+}
