@@ -19,6 +19,7 @@
 //! dropped), at most [`MAX_POINTS`]. Nothing here panics on any input.
 
 pub use crate::access_point::AccessPoint;
+use crate::fmp4::{FragmentBuilder, FragmentIndex};
 use crate::{detect, ts, Container, DETECT_LEN};
 
 /// Most random-access points an index keeps (later ones are dropped).
@@ -35,6 +36,10 @@ pub struct MediaIndex {
     pub points: Vec<AccessPoint>,
     /// MP4 only: `Some(true)` when `moov` comes before the first `mdat`.
     pub moov_at_front: Option<bool>,
+    /// Fragmented MP4 / CMAF only (a `moov` with `mvex`): the init segment and fragments
+    /// (see [`crate::fmp4`]); its points are then the starts of the fragments that start
+    /// with a sync sample.
+    pub fragments: Option<FragmentIndex>,
 }
 
 impl MediaIndex {
@@ -144,6 +149,7 @@ impl Indexer {
                 container: Container::MpegTs,
                 points: self.points.list,
                 moov_at_front: None,
+                fragments: None,
             },
             State::Mp4(m) => {
                 let moov_at_front = m.moov_at_front();
@@ -151,18 +157,41 @@ impl Indexer {
                 if let Some(moov) = &m.moov {
                     crate::index_mp4::index_moov(moov, &mut |p| points.push(p));
                 }
+                let fragments = m.frags.finish(self.pos);
+                if let Some(f) = &fragments {
+                    fragment_points(f, &mut points);
+                }
                 MediaIndex {
                     container: Container::Mp4,
                     points: points.list,
                     moov_at_front,
+                    fragments,
                 }
             }
             State::Detecting | State::Other => MediaIndex {
                 container: Container::Unknown,
                 points: Vec::new(),
                 moov_at_front: None,
+                fragments: None,
             },
         }
+    }
+}
+
+/// Adds a point at each fragment that starts with a sync sample: the `moof`'s offset, at
+/// its decode start. Times are from the first fragment's decode start when the `moov`
+/// holds no samples (points already pushed from its sample tables keep the `tfdt` scale).
+fn fragment_points(f: &FragmentIndex, points: &mut Points) {
+    let base = match (points.list.is_empty(), f.fragments.first()) {
+        (true, Some(first)) => first.decode_start,
+        _ => 0,
+    };
+    for frag in f.fragments.iter().filter(|g| g.starts_with_sync) {
+        let ticks = i128::from(frag.decode_start) - i128::from(base);
+        points.push(AccessPoint {
+            time_s: f.seconds(ticks),
+            offset_bytes: frag.bytes.offset,
+        });
     }
 }
 
@@ -407,23 +436,36 @@ fn key_nal(es: &[u8], codec: VideoCodec) -> bool {
     false
 }
 
+/// What the walker keeps the content of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Keep {
+    Moov,
+    Moof,
+    Sidx,
+}
+
 /// The streaming top-level box walker of an MP4.
 #[derive(Debug, Default)]
 struct Mp4Walker {
     /// Bytes of the current box header read so far (up to 16).
     header: Vec<u8>,
+    /// Bytes walked so far.
+    pos: u64,
+    /// Where the current box starts and ends (`u64::MAX`: at the end of the object).
+    box_at: (u64, u64),
     /// Bytes left of the current box's content (after its header).
     left: u64,
-    /// Keeping the current box's content (`moov`).
-    keeping: bool,
+    /// Keeping the current box's content (`moov`, or `moof`/`sidx` of a fragmented MP4).
+    keeping: Option<Keep>,
     moov: Option<Vec<u8>>,
-    /// The `moov` box being kept.
-    moov_buf: Vec<u8>,
+    /// The content of the box being kept.
+    buf: Vec<u8>,
     seen_moov: bool,
     seen_mdat: bool,
     moov_first: Option<bool>,
     /// The structure broke (bad size): nothing more is walked.
     broken: bool,
+    frags: FragmentBuilder,
 }
 
 impl Mp4Walker {
@@ -433,14 +475,14 @@ impl Mp4Walker {
                 let n = usize::try_from(self.left)
                     .unwrap_or(usize::MAX)
                     .min(data.len());
-                if self.keeping {
-                    self.moov_buf.extend_from_slice(&data[..n]);
+                if self.keeping.is_some() {
+                    self.buf.extend_from_slice(&data[..n]);
                 }
                 self.left -= n as u64;
+                self.pos += n as u64;
                 data = &data[n..];
-                if self.left == 0 && self.keeping {
-                    self.keeping = false;
-                    self.moov = Some(std::mem::take(&mut self.moov_buf));
+                if self.left == 0 {
+                    self.kept();
                 }
                 continue;
             }
@@ -451,10 +493,28 @@ impl Mp4Walker {
             };
             let n = (want - self.header.len()).min(data.len());
             self.header.extend_from_slice(&data[..n]);
+            self.pos += n as u64;
             data = &data[n..];
             if self.header.len() == want && (want == 16 || self.header[..4] != [0, 0, 0, 1]) {
                 self.start_box();
             }
+        }
+    }
+
+    /// The current box's content is all in: hand over what was kept.
+    fn kept(&mut self) {
+        let Some(keep) = self.keeping.take() else {
+            return;
+        };
+        let buf = std::mem::take(&mut self.buf);
+        let (start, end) = self.box_at;
+        match keep {
+            Keep::Moov => {
+                self.frags.moov(&buf);
+                self.moov = Some(buf);
+            }
+            Keep::Moof => self.frags.moof(&buf, start, end),
+            Keep::Sidx => self.frags.sidx(&buf, end),
         }
     }
 
@@ -476,22 +536,40 @@ impl Mp4Walker {
             self.broken = true;
             return;
         };
+        let start = self.pos - header_len;
+        let end = if size == u64::MAX {
+            u64::MAX
+        } else {
+            start.saturating_add(size)
+        };
+        self.box_at = (start, end);
         match &kind {
             b"moov" if !self.seen_moov => {
                 self.seen_moov = true;
                 self.moov_first.get_or_insert(true);
-                self.keeping = content <= MAX_MOOV_BYTES && size != u64::MAX;
+                let keep = content <= MAX_MOOV_BYTES && size != u64::MAX;
+                self.keeping = keep.then_some(Keep::Moov);
             }
             b"mdat" => {
                 self.seen_mdat = true;
                 self.moov_first.get_or_insert(false);
+                self.frags.box_start(kind, start, end);
             }
-            _ => {}
+            b"moof" | b"sidx" => {
+                let keep = self.frags.box_start(kind, start, end) && size != u64::MAX;
+                self.keeping = keep.then_some(if &kind == b"moof" {
+                    Keep::Moof
+                } else {
+                    Keep::Sidx
+                });
+            }
+            _ => {
+                self.frags.box_start(kind, start, end);
+            }
         }
         self.left = content;
-        if self.left == 0 && self.keeping {
-            self.keeping = false;
-            self.moov = Some(Vec::new());
+        if self.left == 0 {
+            self.kept();
         }
     }
 

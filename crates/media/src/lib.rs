@@ -20,7 +20,9 @@
 #![warn(missing_docs)]
 
 mod access_point;
+mod boxes;
 mod crc;
+pub mod fmp4;
 pub mod index;
 mod index_mp4;
 mod mp4;
@@ -32,6 +34,7 @@ use std::io;
 
 pub use access_point::AccessPoint;
 pub use crc::crc32_mpeg2;
+pub use fmp4::{ByteRange, Fragment, FragmentIndex, SidxUse};
 pub use index::{Indexer, MediaIndex};
 pub use mp4::probe_mp4;
 pub use ts::probe_ts;
