@@ -19,6 +19,8 @@
 //! dropped), at most [`MAX_POINTS`]. Nothing here panics on any input.
 
 pub use crate::access_point::AccessPoint;
+use crate::describe_ts::{describe_ts, DESCRIBE_TS_BYTES};
+use crate::descriptor::{describe_moov, FrameRate, FrameRateSource, RenditionDescriptor};
 use crate::fmp4::{FragmentBuilder, FragmentIndex};
 use crate::{detect, ts, Container, DETECT_LEN};
 
@@ -40,6 +42,10 @@ pub struct MediaIndex {
     /// (see [`crate::fmp4`]); its points are then the starts of the fragments that start
     /// with a sync sample.
     pub fragments: Option<FragmentIndex>,
+    /// The codecs, resolution and frame rate (see [`crate::descriptor`]): MPEG-TS from its
+    /// first [`DESCRIBE_TS_BYTES`] bytes, MP4 from its `moov`; `None` for an MP4 without a
+    /// (kept) `moov` or an unknown container.
+    pub rendition: Option<RenditionDescriptor>,
 }
 
 impl MediaIndex {
@@ -65,6 +71,8 @@ pub struct Indexer {
     head: Vec<u8>,
     state: State,
     points: Points,
+    /// An MPEG-TS's first bytes (at most [`DESCRIBE_TS_BYTES`]), for its descriptor.
+    ts_head: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -89,6 +97,7 @@ impl Indexer {
             head: Vec::new(),
             state: State::Detecting,
             points: Points::default(),
+            ts_head: Vec::new(),
         }
     }
 
@@ -108,7 +117,12 @@ impl Indexer {
         let at = self.pos;
         self.pos += data.len() as u64;
         match &mut self.state {
-            State::Ts(t) => t.feed(at, data, &mut self.points),
+            State::Ts(t) => {
+                t.feed(at, data, &mut self.points);
+                let room = DESCRIBE_TS_BYTES.saturating_sub(self.ts_head.len());
+                self.ts_head
+                    .extend_from_slice(data.get(..room).unwrap_or(data));
+            }
             State::Mp4(m) => m.feed(at, data),
             State::Detecting | State::Other => {}
         }
@@ -123,7 +137,10 @@ impl Indexer {
             Container::Unknown => State::Other,
         };
         match &mut self.state {
-            State::Ts(t) => t.feed(0, &head, &mut self.points),
+            State::Ts(t) => {
+                t.feed(0, &head, &mut self.points);
+                self.ts_head = head;
+            }
             State::Mp4(m) => m.feed(0, &head),
             State::Detecting | State::Other => {}
         }
@@ -150,6 +167,7 @@ impl Indexer {
                 points: self.points.list,
                 moov_at_front: None,
                 fragments: None,
+                rendition: Some(describe_ts(&self.ts_head)),
             },
             State::Mp4(m) => {
                 let moov_at_front = m.moov_at_front();
@@ -161,11 +179,16 @@ impl Indexer {
                 if let Some(f) = &fragments {
                     fragment_points(f, &mut points);
                 }
+                let rendition = m
+                    .moov
+                    .as_deref()
+                    .map(|moov| mp4_rendition(moov, fragments.as_ref()));
                 MediaIndex {
                     container: Container::Mp4,
                     points: points.list,
                     moov_at_front,
                     fragments,
+                    rendition,
                 }
             }
             State::Detecting | State::Other => MediaIndex {
@@ -173,6 +196,7 @@ impl Indexer {
                 points: Vec::new(),
                 moov_at_front: None,
                 fragments: None,
+                rendition: None,
             },
         }
     }
@@ -193,6 +217,30 @@ fn fragment_points(f: &FragmentIndex, points: &mut Points) {
             offset_bytes: frag.bytes.offset,
         });
     }
+}
+
+/// An MP4's descriptor from its `moov`; a fragmented one without a frame rate there takes
+/// it from the median fragment (by samples per tick) of its reference track.
+fn mp4_rendition(moov: &[u8], fragments: Option<&FragmentIndex>) -> RenditionDescriptor {
+    let mut d = describe_moov(moov);
+    if let (Some(v), Some(f)) = (d.video.as_mut(), fragments) {
+        if v.frame_rate.is_none() {
+            let mut rates: Vec<(u64, u64)> = f
+                .fragments
+                .iter()
+                .filter(|g| g.samples > 0 && g.duration > 0)
+                .map(|g| (u64::from(g.samples), g.duration))
+                .collect();
+            rates.sort_by(|a, b| {
+                (u128::from(a.0) * u128::from(b.1)).cmp(&(u128::from(b.0) * u128::from(a.1)))
+            });
+            v.frame_rate = rates.get(rates.len() / 2).and_then(|&(n, d)| {
+                FrameRate::from_ratio(n.saturating_mul(u64::from(f.timescale)), d)
+            });
+            v.frame_rate_source = v.frame_rate.map(|_| FrameRateSource::SampleDurations);
+        }
+    }
+    d
 }
 
 /// The points found so far: increasing, bounded.

@@ -22,7 +22,10 @@
 mod access_point;
 mod boxes;
 mod crc;
+mod describe_ts;
+pub mod descriptor;
 pub mod fmp4;
+mod h264;
 pub mod index;
 mod index_mp4;
 mod mp4;
@@ -34,6 +37,11 @@ use std::io;
 
 pub use access_point::AccessPoint;
 pub use crc::crc32_mpeg2;
+pub use describe_ts::{describe_ts, DESCRIBE_TS_BYTES};
+pub use descriptor::{
+    describe_moov, AudioDescriptor, FrameRate, FrameRateSource, RenditionDescriptor,
+    VideoDescriptor,
+};
 pub use fmp4::{ByteRange, Fragment, FragmentIndex, SidxUse};
 pub use index::{Indexer, MediaIndex};
 pub use mp4::probe_mp4;
