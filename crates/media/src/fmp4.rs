@@ -94,6 +94,15 @@ pub struct FragmentIndex {
 }
 
 impl FragmentIndex {
+    /// From the first fragment's decode start to the last one's end, seconds (`None`
+    /// without fragments).
+    pub fn duration_s(&self) -> Option<f64> {
+        let first = self.fragments.first()?;
+        let last = self.fragments.last()?;
+        let end = i128::from(last.decode_start) + i128::from(last.duration);
+        Some(self.seconds(end - i128::from(first.decode_start)))
+    }
+
     /// Seconds of `ticks` of the reference track.
     pub fn seconds(&self, ticks: i128) -> f64 {
         if self.timescale == 0 {

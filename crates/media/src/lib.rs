@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 mod access_point;
+pub mod align;
 mod boxes;
 mod crc;
 mod describe_ts;
@@ -36,6 +37,7 @@ use std::fmt;
 use std::io;
 
 pub use access_point::AccessPoint;
+pub use align::{check_aligned, AlignmentError, RenditionTiming, Tolerance};
 pub use crc::crc32_mpeg2;
 pub use describe_ts::{describe_ts, DESCRIBE_TS_BYTES};
 pub use descriptor::{
