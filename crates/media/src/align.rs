@@ -86,6 +86,11 @@ pub enum AlignmentError {
     },
 }
 
+/// `|diff| <= tol`, false for NaN.
+fn within(diff: f64, tol: f64) -> bool {
+    diff.abs() <= tol
+}
+
 /// Checks that every rendition's key frames match rendition 0's one to one (each pair
 /// within `tol.boundary_s`) and that durations match within `tol.duration_s`. Returns
 /// the common boundary times (rendition 0's). Pure; `O(total points)`.
@@ -102,7 +107,7 @@ pub fn check_aligned(
             .key_times_s
             .iter()
             .zip(r.key_times_s)
-            .find(|(a, b)| !((*a - *b).abs() <= tol.boundary_s))
+            .find(|(a, b)| !within(**a - **b, tol.boundary_s))
             .map(|(a, b)| a.min(*b));
         let n = reference.key_times_s.len().min(r.key_times_s.len());
         let extra = || {
@@ -120,7 +125,7 @@ pub fn check_aligned(
                 tolerance_s: tol.boundary_s,
             });
         }
-        if !((r.duration_s - reference.duration_s).abs() <= tol.duration_s) {
+        if !within(r.duration_s - reference.duration_s, tol.duration_s) {
             return Err(AlignmentError::Duration {
                 rendition: i,
                 duration_s: r.duration_s,

@@ -212,9 +212,9 @@ fn audio_entry(kind: [u8; 4], entry: &[u8]) -> AudioDescriptor {
                 Some((aot, rate, channels)) => {
                     a.sample_rate = rate.or(a.sample_rate);
                     a.channels = channels.or(a.channels);
-                    format!("mp4a.{oti:02x}.{aot}")
+                    format!("mp4a.{oti:02X}.{aot}")
                 }
-                None => format!("mp4a.{oti:02x}"),
+                None => format!("mp4a.{oti:02X}"),
             };
         }
     }
