@@ -2,7 +2,7 @@
 //! RFC 6381 strings, video resolution and frame rate), read from the media itself.
 //!
 //! * MP4 / fragmented MP4 ([`describe_moov`]): from the `moov` sample descriptions.
-//! * MPEG-TS ([`describe_ts`]): from the PMT stream types, the first H.264/HEVC SPS of
+//! * MPEG-TS ([`crate::describe_ts`]): from the PMT stream types, the first H.264/HEVC SPS of
 //!   the video PES and the first ADTS header of an AAC PES.
 //!
 //! Each field's doc says where it comes from. Unknown fields are `None`, never guessed;

@@ -2,7 +2,7 @@
 //! `moof`+`mdat` pairs, perhaps with `sidx` boxes): its init segment's byte range and, for
 //! each fragment, its bytes, times and whether it starts with a sync sample.
 //!
-//! Sans-IO: [`FragmentBuilder`] is given the top-level boxes as the walker of
+//! Sans-IO: a builder (private) is given the top-level boxes as the walker of
 //! [`crate::index`] meets them (`moov`, `moof` and `sidx` contents held in memory, bounded),
 //! and builds a [`FragmentIndex`]. Every count read from the input is bounded by the bytes
 //! that hold its entries (or by [`MAX_FRAGMENTS`]) before it sizes anything.

@@ -14,6 +14,9 @@
 //!   sample tables give each sync sample (`stss`; every sample without one) its byte
 //!   offset (`stco`/`co64` + `stsc` + `stsz`/`stz2`) and its decode time (`stts` over the
 //!   `mdhd` timescale). Whether `moov` comes before the first `mdat` is recorded too.
+//! * **Fragmented MP4 / CMAF** (a `moov` with `mvex`): each `moof` (and `sidx`) is kept
+//!   as it streams past and parsed into a fragment ([`crate::fmp4`]); the points are the
+//!   fragments that start with a sync sample, at their `moof`'s first byte.
 //!
 //! Points are kept in increasing time and offset order (a point that would go back is
 //! dropped), at most [`MAX_POINTS`]. Nothing here panics on any input.

@@ -12,6 +12,10 @@
 //!   [`probe_mp4`].
 //! * [`Indexer`]: the time index (random-access points) of an object fed in order, at ingest
 //!   (see [`index`]).
+//! * [`fmp4`]: the fragment index of a fragmented MP4 / CMAF ([`MediaIndex::fragments`]).
+//! * [`descriptor`]: a rendition's RFC 6381 codecs, resolution and frame rate
+//!   ([`MediaIndex::rendition`], [`describe_moov`], [`describe_ts`]).
+//! * [`align`]: [`check_aligned`], whether renditions' key frames and durations match.
 //! * [`generate_ts`]: a deterministic constant-bitrate MPEG-TS test-stream generator.
 //!
 //! Parsing never panics, whatever the input bytes.
