@@ -14,11 +14,17 @@
 //!   sample tables give each sync sample (`stss`; every sample without one) its byte
 //!   offset (`stco`/`co64` + `stsc` + `stsz`/`stz2`) and its decode time (`stts` over the
 //!   `mdhd` timescale). Whether `moov` comes before the first `mdat` is recorded too.
+//! * **Fragmented MP4 / CMAF** (a `moov` with `mvex`): each `moof` (and `sidx`) is kept
+//!   as it streams past and parsed into a fragment ([`crate::fmp4`]); the points are the
+//!   fragments that start with a sync sample, at their `moof`'s first byte.
 //!
 //! Points are kept in increasing time and offset order (a point that would go back is
 //! dropped), at most [`MAX_POINTS`]. Nothing here panics on any input.
 
 pub use crate::access_point::AccessPoint;
+use crate::describe_ts::{describe_ts, DESCRIBE_TS_BYTES};
+use crate::descriptor::{describe_moov, FrameRate, FrameRateSource, RenditionDescriptor};
+use crate::fmp4::{FragmentBuilder, FragmentIndex};
 use crate::{detect, ts, Container, DETECT_LEN};
 
 /// Most random-access points an index keeps (later ones are dropped).
@@ -35,6 +41,14 @@ pub struct MediaIndex {
     pub points: Vec<AccessPoint>,
     /// MP4 only: `Some(true)` when `moov` comes before the first `mdat`.
     pub moov_at_front: Option<bool>,
+    /// Fragmented MP4 / CMAF only (a `moov` with `mvex`): the init segment and fragments
+    /// (see [`crate::fmp4`]); its points are then the starts of the fragments that start
+    /// with a sync sample.
+    pub fragments: Option<FragmentIndex>,
+    /// The codecs, resolution and frame rate (see [`crate::descriptor`]): MPEG-TS from its
+    /// first [`DESCRIBE_TS_BYTES`] bytes, MP4 from its `moov`; `None` for an MP4 without a
+    /// (kept) `moov` or an unknown container.
+    pub rendition: Option<RenditionDescriptor>,
 }
 
 impl MediaIndex {
@@ -60,6 +74,8 @@ pub struct Indexer {
     head: Vec<u8>,
     state: State,
     points: Points,
+    /// An MPEG-TS's first bytes (at most [`DESCRIBE_TS_BYTES`]), for its descriptor.
+    ts_head: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -84,6 +100,7 @@ impl Indexer {
             head: Vec::new(),
             state: State::Detecting,
             points: Points::default(),
+            ts_head: Vec::new(),
         }
     }
 
@@ -103,7 +120,12 @@ impl Indexer {
         let at = self.pos;
         self.pos += data.len() as u64;
         match &mut self.state {
-            State::Ts(t) => t.feed(at, data, &mut self.points),
+            State::Ts(t) => {
+                t.feed(at, data, &mut self.points);
+                let room = DESCRIBE_TS_BYTES.saturating_sub(self.ts_head.len());
+                self.ts_head
+                    .extend_from_slice(data.get(..room).unwrap_or(data));
+            }
             State::Mp4(m) => m.feed(at, data),
             State::Detecting | State::Other => {}
         }
@@ -118,7 +140,10 @@ impl Indexer {
             Container::Unknown => State::Other,
         };
         match &mut self.state {
-            State::Ts(t) => t.feed(0, &head, &mut self.points),
+            State::Ts(t) => {
+                t.feed(0, &head, &mut self.points);
+                self.ts_head = head;
+            }
             State::Mp4(m) => m.feed(0, &head),
             State::Detecting | State::Other => {}
         }
@@ -144,6 +169,8 @@ impl Indexer {
                 container: Container::MpegTs,
                 points: self.points.list,
                 moov_at_front: None,
+                fragments: None,
+                rendition: Some(describe_ts(&self.ts_head)),
             },
             State::Mp4(m) => {
                 let moov_at_front = m.moov_at_front();
@@ -151,19 +178,72 @@ impl Indexer {
                 if let Some(moov) = &m.moov {
                     crate::index_mp4::index_moov(moov, &mut |p| points.push(p));
                 }
+                let fragments = m.frags.finish(self.pos);
+                if let Some(f) = &fragments {
+                    fragment_points(f, &mut points);
+                }
+                let rendition = m
+                    .moov
+                    .as_deref()
+                    .map(|moov| mp4_rendition(moov, fragments.as_ref()));
                 MediaIndex {
                     container: Container::Mp4,
                     points: points.list,
                     moov_at_front,
+                    fragments,
+                    rendition,
                 }
             }
             State::Detecting | State::Other => MediaIndex {
                 container: Container::Unknown,
                 points: Vec::new(),
                 moov_at_front: None,
+                fragments: None,
+                rendition: None,
             },
         }
     }
+}
+
+/// Adds a point at each fragment that starts with a sync sample: the `moof`'s offset, at
+/// its decode start. Times are from the first fragment's decode start when the `moov`
+/// holds no samples (points already pushed from its sample tables keep the `tfdt` scale).
+fn fragment_points(f: &FragmentIndex, points: &mut Points) {
+    let base = match (points.list.is_empty(), f.fragments.first()) {
+        (true, Some(first)) => first.decode_start,
+        _ => 0,
+    };
+    for frag in f.fragments.iter().filter(|g| g.starts_with_sync) {
+        let ticks = i128::from(frag.decode_start) - i128::from(base);
+        points.push(AccessPoint {
+            time_s: f.seconds(ticks),
+            offset_bytes: frag.bytes.offset,
+        });
+    }
+}
+
+/// An MP4's descriptor from its `moov`; a fragmented one without a frame rate there takes
+/// it from the median fragment (by samples per tick) of its reference track.
+fn mp4_rendition(moov: &[u8], fragments: Option<&FragmentIndex>) -> RenditionDescriptor {
+    let mut d = describe_moov(moov);
+    if let (Some(v), Some(f)) = (d.video.as_mut(), fragments) {
+        if v.frame_rate.is_none() {
+            let mut rates: Vec<(u64, u64)> = f
+                .fragments
+                .iter()
+                .filter(|g| g.samples > 0 && g.duration > 0)
+                .map(|g| (u64::from(g.samples), g.duration))
+                .collect();
+            rates.sort_by(|a, b| {
+                (u128::from(a.0) * u128::from(b.1)).cmp(&(u128::from(b.0) * u128::from(a.1)))
+            });
+            v.frame_rate = rates.get(rates.len() / 2).and_then(|&(n, d)| {
+                FrameRate::from_ratio(n.saturating_mul(u64::from(f.timescale)), d)
+            });
+            v.frame_rate_source = v.frame_rate.map(|_| FrameRateSource::SampleDurations);
+        }
+    }
+    d
 }
 
 /// The points found so far: increasing, bounded.
@@ -407,23 +487,36 @@ fn key_nal(es: &[u8], codec: VideoCodec) -> bool {
     false
 }
 
+/// What the walker keeps the content of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Keep {
+    Moov,
+    Moof,
+    Sidx,
+}
+
 /// The streaming top-level box walker of an MP4.
 #[derive(Debug, Default)]
 struct Mp4Walker {
     /// Bytes of the current box header read so far (up to 16).
     header: Vec<u8>,
+    /// Bytes walked so far.
+    pos: u64,
+    /// Where the current box starts and ends (`u64::MAX`: at the end of the object).
+    box_at: (u64, u64),
     /// Bytes left of the current box's content (after its header).
     left: u64,
-    /// Keeping the current box's content (`moov`).
-    keeping: bool,
+    /// Keeping the current box's content (`moov`, or `moof`/`sidx` of a fragmented MP4).
+    keeping: Option<Keep>,
     moov: Option<Vec<u8>>,
-    /// The `moov` box being kept.
-    moov_buf: Vec<u8>,
+    /// The content of the box being kept.
+    buf: Vec<u8>,
     seen_moov: bool,
     seen_mdat: bool,
     moov_first: Option<bool>,
     /// The structure broke (bad size): nothing more is walked.
     broken: bool,
+    frags: FragmentBuilder,
 }
 
 impl Mp4Walker {
@@ -433,14 +526,14 @@ impl Mp4Walker {
                 let n = usize::try_from(self.left)
                     .unwrap_or(usize::MAX)
                     .min(data.len());
-                if self.keeping {
-                    self.moov_buf.extend_from_slice(&data[..n]);
+                if self.keeping.is_some() {
+                    self.buf.extend_from_slice(&data[..n]);
                 }
                 self.left -= n as u64;
+                self.pos += n as u64;
                 data = &data[n..];
-                if self.left == 0 && self.keeping {
-                    self.keeping = false;
-                    self.moov = Some(std::mem::take(&mut self.moov_buf));
+                if self.left == 0 {
+                    self.kept();
                 }
                 continue;
             }
@@ -451,10 +544,28 @@ impl Mp4Walker {
             };
             let n = (want - self.header.len()).min(data.len());
             self.header.extend_from_slice(&data[..n]);
+            self.pos += n as u64;
             data = &data[n..];
             if self.header.len() == want && (want == 16 || self.header[..4] != [0, 0, 0, 1]) {
                 self.start_box();
             }
+        }
+    }
+
+    /// The current box's content is all in: hand over what was kept.
+    fn kept(&mut self) {
+        let Some(keep) = self.keeping.take() else {
+            return;
+        };
+        let buf = std::mem::take(&mut self.buf);
+        let (start, end) = self.box_at;
+        match keep {
+            Keep::Moov => {
+                self.frags.moov(&buf);
+                self.moov = Some(buf);
+            }
+            Keep::Moof => self.frags.moof(&buf, start, end),
+            Keep::Sidx => self.frags.sidx(&buf, end),
         }
     }
 
@@ -476,22 +587,40 @@ impl Mp4Walker {
             self.broken = true;
             return;
         };
+        let start = self.pos - header_len;
+        let end = if size == u64::MAX {
+            u64::MAX
+        } else {
+            start.saturating_add(size)
+        };
+        self.box_at = (start, end);
         match &kind {
             b"moov" if !self.seen_moov => {
                 self.seen_moov = true;
                 self.moov_first.get_or_insert(true);
-                self.keeping = content <= MAX_MOOV_BYTES && size != u64::MAX;
+                let keep = content <= MAX_MOOV_BYTES && size != u64::MAX;
+                self.keeping = keep.then_some(Keep::Moov);
             }
             b"mdat" => {
                 self.seen_mdat = true;
                 self.moov_first.get_or_insert(false);
+                self.frags.box_start(kind, start, end);
             }
-            _ => {}
+            b"moof" | b"sidx" => {
+                let keep = self.frags.box_start(kind, start, end) && size != u64::MAX;
+                self.keeping = keep.then_some(if &kind == b"moof" {
+                    Keep::Moof
+                } else {
+                    Keep::Sidx
+                });
+            }
+            _ => {
+                self.frags.box_start(kind, start, end);
+            }
         }
         self.left = content;
-        if self.left == 0 && self.keeping {
-            self.keeping = false;
-            self.moov = Some(Vec::new());
+        if self.left == 0 {
+            self.kept();
         }
     }
 

@@ -3,42 +3,11 @@
 //! count bounded by the bytes of its table.
 
 use crate::access_point::AccessPoint;
+use crate::boxes::{be32, be64, child, children};
 
 /// Most samples walked (about 7.7 days of 25 frame/s video): a table that claims more is
 /// cut there, so a small forged `moov` cannot cost billions of steps.
 const MAX_SAMPLES: usize = 1 << 24;
-
-/// The children of a box's content, as (type, content) pairs; stops at the first bad size.
-fn children(mut data: &[u8]) -> impl Iterator<Item = ([u8; 4], &[u8])> {
-    std::iter::from_fn(move || {
-        let hdr = data.get(..8)?;
-        let size32 = u32::from_be_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
-        let kind = [hdr[4], hdr[5], hdr[6], hdr[7]];
-        let (size, hlen) = match size32 {
-            0 => (data.len(), 8),
-            1 => {
-                let large = u64::from_be_bytes(data.get(8..16)?.try_into().ok()?);
-                (usize::try_from(large).ok()?, 16)
-            }
-            n => (usize::try_from(n).ok()?, 8),
-        };
-        let content = data.get(hlen..size)?;
-        data = data.get(size..)?;
-        Some((kind, content))
-    })
-}
-
-fn child<'a>(data: &'a [u8], kind: &[u8; 4]) -> Option<&'a [u8]> {
-    children(data).find(|(k, _)| k == kind).map(|(_, c)| c)
-}
-
-fn be32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn be64(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
-}
 
 /// A full box's table: its entry count (after version/flags at `count_at`) and entries of
 /// `entry_len` bytes, the count bounded by the bytes present.

@@ -12,6 +12,10 @@
 //!   [`probe_mp4`].
 //! * [`Indexer`]: the time index (random-access points) of an object fed in order, at ingest
 //!   (see [`index`]).
+//! * [`fmp4`]: the fragment index of a fragmented MP4 / CMAF ([`MediaIndex::fragments`]).
+//! * [`descriptor`]: a rendition's RFC 6381 codecs, resolution and frame rate
+//!   ([`MediaIndex::rendition`], [`describe_moov`], [`describe_ts`]).
+//! * [`align`]: [`check_aligned`], whether renditions' key frames and durations match.
 //! * [`generate_ts`]: a deterministic constant-bitrate MPEG-TS test-stream generator.
 //!
 //! Parsing never panics, whatever the input bytes.
@@ -20,7 +24,13 @@
 #![warn(missing_docs)]
 
 mod access_point;
+pub mod align;
+mod boxes;
 mod crc;
+mod describe_ts;
+pub mod descriptor;
+pub mod fmp4;
+mod h264;
 pub mod index;
 mod index_mp4;
 mod mp4;
@@ -31,7 +41,14 @@ use std::fmt;
 use std::io;
 
 pub use access_point::AccessPoint;
+pub use align::{check_aligned, AlignmentError, RenditionTiming, Tolerance};
 pub use crc::crc32_mpeg2;
+pub use describe_ts::{describe_ts, DESCRIBE_TS_BYTES};
+pub use descriptor::{
+    describe_moov, AudioDescriptor, FrameRate, FrameRateSource, RenditionDescriptor,
+    VideoDescriptor,
+};
+pub use fmp4::{ByteRange, Fragment, FragmentIndex, SidxUse};
 pub use index::{Indexer, MediaIndex};
 pub use mp4::probe_mp4;
 pub use ts::probe_ts;

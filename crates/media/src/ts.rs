@@ -85,7 +85,7 @@ pub(crate) fn not_whole_packets(total_len: u64) -> MediaError {
 /// Complete, sync-aligned packets of `data`, which starts at absolute offset `data_offset`,
 /// with their absolute offsets. Packets are aligned to multiples of 188 from the object start;
 /// packets without the sync byte are skipped.
-fn aligned_packets(data: &[u8], data_offset: u64) -> impl Iterator<Item = (u64, &[u8])> {
+pub(crate) fn aligned_packets(data: &[u8], data_offset: u64) -> impl Iterator<Item = (u64, &[u8])> {
     let skip = ((PACKET_LEN as u64 - data_offset % PACKET_LEN as u64) % PACKET_LEN as u64) as usize;
     data.get(skip..)
         .unwrap_or(&[])
@@ -97,7 +97,7 @@ fn aligned_packets(data: &[u8], data_offset: u64) -> impl Iterator<Item = (u64, 
 
 /// The PSI section starting in a packet with payload_unit_start_indicator set, if it fits in the
 /// packet, has the expected table_id and a valid CRC.
-fn single_packet_section(packet: &[u8], table_id: u8) -> Option<&[u8]> {
+pub(crate) fn single_packet_section(packet: &[u8], table_id: u8) -> Option<&[u8]> {
     if packet[1] & 0x40 == 0 {
         return None;
     }
