@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serve_support::fills::{kill_fill_past, Front};
 use serve_support::*;
 
 /// An S3 endpoint that accepts connections and never answers (held until dropped).
@@ -213,5 +214,93 @@ fn a_title_the_origin_lacks_is_not_asked_for_again_at_once() {
     assert_eq!(
         again, asked,
         "the origin was asked again for a title it lacked"
+    );
+}
+
+/// Bytes of the volume's segment files (what `du` reads of them).
+fn segment_bytes(root: &std::path::Path) -> u64 {
+    let mut sum = 0;
+    for member in std::fs::read_dir(root.join("members")).unwrap().flatten() {
+        let objects = member.path().join("objects");
+        for f in std::fs::read_dir(&objects).into_iter().flatten().flatten() {
+            sum += f.metadata().map(|m| m.len()).unwrap_or(0);
+        }
+    }
+    sum
+}
+
+/// The issue's reproduction: an edge with a `file://` origin of 16 titles of 5 MB and a
+/// 25 MB quota, asked anonymously for each title and 500 names the origin lacks, stays
+/// within its quota (fills evict the titles nothing uses) and takes an operator's 2 MB
+/// upload afterwards. Before, fills ignored the quota and the upload was refused with 507.
+#[test]
+fn fills_stay_within_the_quota_and_leave_room_for_uploads() {
+    let vol = Vol::create(SMALL_SHAPE);
+    let dir = vol.path("origin");
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 0..16u64 {
+        gen_ts(&dir.join(format!("t{i}.ts")), 8_000_000, 5.0, 100 + i);
+    }
+    let url = format!("file://{}", dir.display());
+    let server = Server::start(&vol, &["--origin", &url, "--max-volume-bytes", "25000000"]);
+    let mut served = 0;
+    for i in 0..16 {
+        let r = try_http(server.addr, None, "GET", &format!("/o/t{i}.ts"), None, &[]);
+        match r {
+            Ok(r) if r.status == 200 => served += 1,
+            Ok(r) => assert!([503, 507].contains(&r.status), "{} {}", r.status, r.body),
+            Err(e) => panic!("GET /o/t{i}.ts: {e}"),
+        }
+    }
+    assert!(served >= 8, "only {served} of 16 titles served");
+    for i in 0..500 {
+        let r = server.req("GET", &format!("/o/missing{i}.ts"), None);
+        assert_eq!(r.status, 404, "{}", r.body);
+    }
+    let used = segment_bytes(&vol.root);
+    assert!(
+        used <= 25_000_000,
+        "segment files take {used} bytes (quota 25000000)"
+    );
+    let up = vol.path("up.ts");
+    gen_ts(&up, 4_000_000, 4.0, 7);
+    let out = command()
+        .args(["ingest", "--server", &server.url()])
+        .arg(&up)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the operator's upload was refused: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A fill that failed part way leaves a partial object that `DELETE` removes (it answered
+/// `404` before) and that the next fill may evict.
+#[test]
+fn a_partial_fill_is_deletable() {
+    let vol = Vol::create(SMALL_SHAPE);
+    let dir = vol.path("origin");
+    std::fs::create_dir_all(&dir).unwrap();
+    gen_ts(&dir.join("cut.ts"), 8_000_000, 5.0, 3);
+    let url = format!("file://{}", dir.display());
+    {
+        let mut server = Server::start(&vol, &["--origin", &url]);
+        let body = r#"{"titles": ["cut.ts"], "rate_bps": 3000000}"#;
+        let r = server.req("POST", "/v1/fills", Some(body));
+        assert_eq!(r.status, 202, "{}", r.body);
+        kill_fill_past(&mut server, "cut.ts", 3 << 19, Front::Any);
+    }
+    let partial = segment_bytes(&vol.root);
+    assert!(partial > 0, "no partial fill left");
+    // Without the origin, nothing resumes it: the partial object stays as it is.
+    let server = Server::start(&vol, &[]);
+    let r = server.req("DELETE", "/v1/objects/cut.ts", None);
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(
+        segment_bytes(&vol.root),
+        0,
+        "the partial fill's files are left"
     );
 }

@@ -291,6 +291,7 @@ fn store_error(e: StoreError) -> Response {
         StoreError::NotFound(_) => error(StatusCode::NOT_FOUND, e),
         StoreError::BadName { .. } => error(StatusCode::NOT_FOUND, e),
         StoreError::BadObject { .. } => error(StatusCode::CONFLICT, e),
+        StoreError::FillBusy(_) => error(StatusCode::CONFLICT, e),
         e => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }

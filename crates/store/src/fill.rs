@@ -765,6 +765,23 @@ impl Volume {
             .transpose()
     }
 
+    /// Deletes the filling object called `name` that no fill writes now (one that failed,
+    /// or one not resumed): its catalog rows, then its segment files. Its TOI;
+    /// [`StoreError::NotFound`] without one, [`StoreError::FillBusy`] while a fill holds it.
+    pub fn delete_filling(&mut self, name: &str) -> Result<u32, StoreError> {
+        let toi = self
+            .filling(name)?
+            .ok_or_else(|| StoreError::NotFound(name.to_string()))?
+            .record
+            .toi;
+        let lock = FileLock::exclusive(&self.ingest_lock_path(toi), LockWait::Try)?
+            .ok_or_else(|| StoreError::FillBusy(name.to_string()))?;
+        self.catalog_mut().delete_fill(toi)?;
+        self.remove_object_files(toi);
+        lock.remove();
+        Ok(toi)
+    }
+
     /// Every filling object, by TOI (those whose rows are impossible left out).
     pub fn filling_objects(&self) -> Result<Vec<FillingObject>, StoreError> {
         Ok(self

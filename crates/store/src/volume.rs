@@ -254,14 +254,17 @@ impl Volume {
 
     /// Deletes the complete object `name`: its catalog rows (block checksums, packet
     /// digests and media index with it) in one transaction, then its segment files (a
-    /// crash between leaves files no object owns, removed at the next open). Its TOI.
+    /// crash between leaves files no object owns, removed at the next open). Without a
+    /// complete object of that name, the filling object no fill writes
+    /// ([`Volume::delete_filling`]: a fill that failed part way). Its TOI.
     pub fn delete(&mut self, name: &str) -> Result<u32, StoreError> {
-        let toi = self
-            .catalog
-            .delete_complete(name)?
-            .ok_or_else(|| StoreError::NotFound(name.to_string()))?;
-        self.remove_object_files(toi);
-        Ok(toi)
+        match self.catalog.delete_complete(name)? {
+            Some(toi) => {
+                self.remove_object_files(toi);
+                Ok(toi)
+            }
+            None => self.delete_filling(name),
+        }
     }
 
     pub(crate) fn remove_object_files(&self, toi: u32) {
