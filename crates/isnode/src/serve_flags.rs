@@ -212,8 +212,8 @@ pub(crate) struct ServeFlags {
     /// Bytes of one ranged GET, a multiple of 1 MiB (default 1048576).
     #[arg(long)]
     pub fill_range_bytes: Option<u64>,
-    /// Most bytes the volume's titles may take; fills evict the least recently used
-    /// unused, unpinned titles (default 0: unlimited).
+    /// Most bytes the volume's titles may take before fills evict the least recently used
+    /// unused, unpinned titles (default 0: 90 % of the volume).
     #[arg(long)]
     pub cache_max_bytes: Option<u64>,
     /// Check a complete title's origin ETag at most this often, seconds (default 300; 0: never).

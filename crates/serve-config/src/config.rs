@@ -303,8 +303,9 @@ pub struct ServeConfig {
     pub fill_parallel_ranges: u32,
     /// Bytes of one ranged GET (a multiple of 1 MiB: the origin's blocks).
     pub fill_range_bytes: u64,
-    /// Most bytes the titles of the volume may take (0: unlimited); a fill first evicts
-    /// the least recently used titles no session or broadcast uses and none pinned.
+    /// Most bytes the titles of the volume may take before a fill evicts (0: 90 % of
+    /// `max_volume_bytes`, or of what the volume holds plus its free space); a fill first
+    /// evicts the least recently used titles no session or broadcast uses and none pinned.
     pub cache_max_bytes: u64,
     /// A complete title's origin ETag is checked again at most this often, on a request
     /// (seconds; 0: never).

@@ -77,8 +77,9 @@ pub(super) async fn delete_object(
     let lookup = name.clone();
     let toi = match blocking(&sh, move |sh| sh.control.objects.get(&lookup)).await {
         Ok(Ok(o)) => Some(o.rec.toi),
-        // An object whose rows are impossible has no user: it can go.
-        Ok(Err(StoreError::BadObject { .. })) => None,
+        // An object whose rows are impossible has no user: it can go. Nor has a partial
+        // fill no fill writes (not served): the volume deletes it, or answers 404.
+        Ok(Err(StoreError::BadObject { .. } | StoreError::NotFound(_))) => None,
         Ok(Err(e)) => return store_error(e),
         Err(r) => return r,
     };
