@@ -35,16 +35,22 @@ pub fn limits(sh: &Control) -> Limits {
     }
 }
 
-/// The server's load: the share of its bitrate budget its streaming sessions and broadcast
-/// channels hold (their send rates; the larger share of the session budget with the
+/// The server's load: the share of its bitrate budget its validated streaming sessions and
+/// broadcast channels hold (their send rates; the larger share of the session budget with the
 /// `sendfile` engine), 1 = full (`GET /v1/health`, what the cluster's placement bounds).
 pub fn load_share(sh: &Control) -> f64 {
     let snap = sh.sessions.snapshot();
-    let channels = sh.broadcasts.channels();
-    let streams = snap.sessions.len() + channels.len();
-    let used = snap
+    // A session awaiting its token's echo sends nothing and takes no budget (as admission
+    // counts it): strangers' unvalidated sessions must not make the node look loaded.
+    let validated: Vec<_> = snap
         .sessions
         .iter()
+        .filter(|s| s.validated.load(Ordering::Acquire))
+        .collect();
+    let channels = sh.broadcasts.channels();
+    let streams = validated.len() + channels.len();
+    let used = validated
+        .into_iter()
         .chain(channels.iter())
         .fold(0u64, |sum, s| sum.saturating_add(s.send_rate_bps));
     let budget = sh.config().bitrate_budget_bps().max(1);

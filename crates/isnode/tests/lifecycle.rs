@@ -159,7 +159,9 @@ fn a_second_sigterm_stops_at_once() {
 #[test]
 fn sighup_keeps_the_running_config_when_the_file_is_broken() {
     let vol = Vol::create(&[]);
-    let original = vol.add_ts("t.ts", 2_000_000, 4.0, 4);
+    // Long enough that the first session still streams after two reloads on a busy
+    // machine (the second session's refusal needs it).
+    let original = vol.add_ts("t.ts", 2_000_000, 12.0, 4);
     let config = vol.path("isnode.toml");
     std::fs::write(&config, "max_sessions_per_client = 16\n").unwrap();
     let server = Server::start(&vol, &["--config", config.to_str().unwrap()]);

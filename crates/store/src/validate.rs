@@ -31,10 +31,29 @@ pub fn validate_name(name: &str) -> Result<(), StoreError> {
     if name.chars().any(char::is_control) {
         return bad("the name contains control characters");
     }
+    if name.chars().any(is_invisible_or_reordering) {
+        return bad("the name contains a bidirectional control or an invisible character");
+    }
     if name.trim() != name {
         return bad("the name starts or ends with white space");
     }
     Ok(())
+}
+
+/// Whether `c` reorders or hides text where a name is shown (a listing, a log, the status
+/// page): the bidirectional embeddings, overrides and isolates, the zero-width characters,
+/// the byte-order mark, the line and paragraph separators. A name holding one can pass for
+/// another.
+fn is_invisible_or_reordering(c: char) -> bool {
+    matches!(
+        c,
+        '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2028}'..='\u{2029}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{FEFF}'
+    )
 }
 
 /// Refuses a bitrate of 0 or one past [`MAX_BITRATE_BPS`].
@@ -59,4 +78,27 @@ pub fn check_content_type(content_type: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::validate_name;
+
+    #[test]
+    fn names_that_reorder_or_hide_text_are_refused() {
+        for bad in [
+            "film\u{202E}st.ts",
+            "a\u{200B}b.ts",
+            "\u{FEFF}a.ts",
+            "a\u{2066}b\u{2069}.ts",
+            "a\u{2028}b.ts",
+            "a\u{2060}.ts",
+        ] {
+            let e = validate_name(bad).unwrap_err().to_string();
+            assert!(e.contains("invisible"), "{bad:?}: {e}");
+        }
+        for good in ["film.ts", "Été à Paris.ts", "映画.ts", "a-b_c 1.ts"] {
+            validate_name(good).unwrap();
+        }
+    }
 }

@@ -3,6 +3,7 @@
 //! per title may: concurrent first requests start one). The rules are [`super::policy`]'s;
 //! the API answers a session request with the broadcast this returns (`api/hybrid.rs`).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use isnode_pool::objects::{ObjectInfo, SessionFdt};
@@ -37,7 +38,9 @@ pub async fn start_auto(
         .snapshot()
         .sessions
         .iter()
-        .filter(|s| s.object.rec.toi == obj.rec.toi)
+        // Sessions awaiting their token's echo are no demand (strangers' would start
+        // multicast broadcasts).
+        .filter(|s| s.object.rec.toi == obj.rec.toi && s.validated.load(Ordering::Acquire))
         .count() as u64;
     let req = auto_request(sh, obj)?;
     let plan = match sh.broadcasts.auto_plan(obj.rec.toi) {

@@ -314,24 +314,33 @@ pub(super) async fn get_playlist(
         Err(r) => return r,
     };
     if let Some(text) = filling {
-        return (
-            [(header::CONTENT_TYPE, "application/vnd.apple.mpegurl")],
-            text,
-        )
-            .into_response();
+        return playlist_answer(text, &uri);
     }
     let obj = match complete_object(&sh, asker, name, NeedsWhole::Index).await {
         Ok(o) => o,
         Err(r) => return r,
     };
     match object_playlist(&obj, &uri) {
-        Ok(text) => (
-            [(header::CONTENT_TYPE, "application/vnd.apple.mpegurl")],
-            text,
-        )
-            .into_response(),
+        Ok(text) => playlist_answer(text, &uri),
         Err(e) => e.into_response(),
     }
+}
+
+/// A playlist's answer: one that carries the viewer's token onto its segments is that
+/// viewer's alone (`Cache-Control: private, no-store`: no shared cache keeps it).
+fn playlist_answer(text: String, segment_uri: &str) -> Response {
+    let mut r = (
+        [(header::CONTENT_TYPE, "application/vnd.apple.mpegurl")],
+        text,
+    )
+        .into_response();
+    if segment_uri.contains("token=") {
+        r.headers_mut().insert(
+            header::CACHE_CONTROL,
+            axum::http::HeaderValue::from_static("private, no-store"),
+        );
+    }
+    r
 }
 
 /// `GET /v1/objects/{name}/index`.

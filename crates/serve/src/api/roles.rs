@@ -84,10 +84,21 @@ pub(super) fn check(sh: &ApiState, parts: &Parts, role: Role) -> Result<(), Refu
     if anonymous && role == Role::Viewer && sh.config().anonymous_viewers {
         return Ok(());
     }
-    let client = client_of(parts);
+    // A good token passes whoever shares its address (NAT, proxies, a cloud's /64): only
+    // failures are slowed down. Tokens are 128-bit random: the throttle bounds the work
+    // and the noise of guessing, not its odds.
+    let Err(error) = check_token(sh, parts, role) else {
+        return Ok(());
+    };
+    let Some(client) = client_of(parts) else {
+        return Err(Refusal {
+            error,
+            retry_after_s: None,
+        });
+    };
     let now = sh.now_ns();
-    let lock = || sh.auth_throttle.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(wait_s) = client.and_then(|c| lock().wait_s(c, now)) {
+    let mut throttle = sh.auth_throttle.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(wait_s) = throttle.wait_s(client, now) {
         sh.metrics.auth_failure(AuthFailure::Throttled);
         return Err(Refusal {
             error: ApiError::new(
@@ -97,14 +108,10 @@ pub(super) fn check(sh: &ApiState, parts: &Parts, role: Role) -> Result<(), Refu
             retry_after_s: Some(wait_s),
         });
     }
-    check_token(sh, parts, role).map_err(|error| {
-        if let Some(c) = client {
-            lock().failed(c, now);
-        }
-        Refusal {
-            error,
-            retry_after_s: None,
-        }
+    throttle.failed(client, now);
+    Err(Refusal {
+        error,
+        retry_after_s: None,
     })
 }
 

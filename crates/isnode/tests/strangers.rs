@@ -1,0 +1,121 @@
+//! What an anonymous client can no longer do to a node (issue 30's medium and low
+//! findings, each a test that failed before its fix): unvalidated sessions do not make the
+//! node report load; a playlist carrying a token is private to its viewer; an object's
+//! bytes are never sniffed nor run as the status page's origin; an upload's `Location` is
+//! a valid URL whatever the name.
+
+mod serve_support;
+
+use serve_support::*;
+
+/// Sessions whose destination never echoes its token (anyone can ask for them) take no
+/// budget, so they must not raise the load `GET /v1/health` reports (the cluster's
+/// placement moves titles off a loaded node, and `--broadcast auto` starts broadcasts).
+#[test]
+fn sessions_awaiting_their_echo_do_not_count_in_the_reported_load() {
+    let vol = Vol::create(&[]);
+    vol.add_ts("t.ts", 8_000_000, 6.0, 1);
+    let server = Server::start(
+        &vol,
+        &[
+            "--max-bitrate-bps",
+            "20000000",
+            "--validate-timeout-ms",
+            "20000",
+        ],
+    );
+    for i in 0..2 {
+        let r = server.post_session("t.ts", 41_000 + i);
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+    let health = server.req("GET", "/v1/health", None);
+    assert_eq!(health.status, 200, "{}", health.body);
+    let load = health.json()["load"].as_f64().unwrap();
+    assert_eq!(
+        load, 0.0,
+        "load with two unvalidated sessions: {}",
+        health.body
+    );
+}
+
+/// A playlist that carries a viewer's token onto its segment URIs is that viewer's:
+/// `Cache-Control: private, no-store`. One without a token is not marked.
+#[test]
+fn a_playlist_carrying_a_token_is_not_cached() {
+    let vol = Vol::create(&[]);
+    vol.add_ts("t.ts", 2_000_000, 4.0, 2);
+    let server = Server::start(&vol, &[]);
+    let token = "ab".repeat(16);
+    let r = server.req(
+        "GET",
+        &format!("/v1/objects/t.ts/index.m3u8?token={token}"),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains(&token), "{}", r.body);
+    assert_eq!(r.header("cache-control"), Some("private, no-store"));
+    let r = server.req("GET", "/v1/objects/t.ts/index.m3u8", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("cache-control"), None);
+}
+
+/// An object's bytes go out with the type its operator chose, on the status page's
+/// origin: never sniffed, and sandboxed (a script in them cannot act as the page).
+#[test]
+fn an_object_s_bytes_are_neither_sniffed_nor_run_as_the_page() {
+    let vol = Vol::create(&[]);
+    vol.add_ts("t.ts", 2_000_000, 2.0, 3);
+    let server = Server::start(&vol, &[]);
+    for path in ["/o/t.ts", "/v1/objects/t.ts/content"] {
+        let r = http(
+            server.addr,
+            None,
+            "GET",
+            path,
+            None,
+            &[("Range", "bytes=0-187")],
+        );
+        assert_eq!(r.status, 206, "{path}: {}", r.body);
+        assert_eq!(
+            r.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+        assert_eq!(
+            r.header("content-security-policy"),
+            Some("sandbox"),
+            "{path}"
+        );
+    }
+}
+
+/// An upload's `Location` is a valid URL path whatever its name holds (a space, `%`,
+/// non-ASCII): the name percent-encoded.
+#[test]
+fn an_upload_s_location_is_percent_encoded() {
+    let vol = Vol::create(SMALL_SHAPE);
+    let server = Server::start(&vol, &[]);
+    let file = vol.path("in.ts");
+    gen_ts(&file, 2_000_000, 1.0, 4);
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "-D",
+            "-",
+            "-o",
+            "/dev/null",
+            "--max-time",
+            "30",
+            "-T",
+        ])
+        .arg(&file)
+        .arg(format!("{}/v1/objects/a%20b%25%C3%A9.ts", server.url()))
+        .output()
+        .expect("curl (scripts/test installs it)");
+    let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 201"), "{head}");
+    assert!(
+        head.contains("location: /v1/objects/a%20b%25%c3%a9.ts\r\n"),
+        "{head}"
+    );
+}
