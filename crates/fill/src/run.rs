@@ -337,8 +337,17 @@ fn finish_attempt(
         ))));
     }
     fill.commit(vol)?;
-    fill.finish(vol)?;
-    Ok(())
+    match fill.finish(vol) {
+        Err(StoreError::NameExists(name)) => {
+            // Uploaded or ingested here while the fill ran: the local object stays.
+            vol.delete_filling(&name)?;
+            Err(Stop::Fatal(JobFailure::Other {
+                status: FillStatus::Conflict,
+                msg: format!("{name:?} was uploaded here while it was filled: the upload is kept"),
+            }))
+        }
+        other => other.map(|_| ()).map_err(Stop::from),
+    }
 }
 
 /// Records an MPEG-TS fill's random-access points so far on its front (the playlist of the

@@ -304,3 +304,53 @@ fn a_partial_fill_is_deletable() {
         "the partial fill's files are left"
     );
 }
+
+/// An object uploaded here while a fill of the same name ran is kept: the fill gives way
+/// (it failed with `409`, its partial object gone), where it used to replace the upload.
+#[test]
+fn a_fill_never_replaces_an_object_uploaded_while_it_ran() {
+    let vol = Vol::create(SMALL_SHAPE);
+    let dir = vol.path("origin");
+    std::fs::create_dir_all(&dir).unwrap();
+    gen_ts(&dir.join("race.ts"), 2_000_000, 4.0, 5);
+    let url = format!("file://{}", dir.display());
+    let server = Server::start(&vol, &["--origin", &url]);
+    // About 8 s at 1 Mbit/s: the upload lands while it runs.
+    let body = r#"{"titles": ["race.ts"], "rate_bps": 1000000}"#;
+    let r = server.req("POST", "/v1/fills", Some(body));
+    assert_eq!(r.status, 202, "{}", r.body);
+    let upload = vol.path("race.ts");
+    gen_ts(&upload, 2_000_000, 3.0, 6);
+    let out = command()
+        .args(["ingest", "--server", &server.url()])
+        .arg(&upload)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let f = serve_support::fills::fill_of(&server, "race.ts");
+        let phase = f
+            .as_ref()
+            .map(|f| f["phase"].as_str().unwrap_or("").to_string());
+        if matches!(phase.as_deref(), Some("failed" | "done")) {
+            let f = f.unwrap();
+            assert_eq!(phase.as_deref(), Some("failed"), "{f}");
+            assert!(
+                f["error"].as_str().unwrap_or("").contains("uploaded"),
+                "{f}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "the fill did not end: {f:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let r = http(server.addr, None, "GET", "/v1/objects/race.ts", None, &[]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let size = std::fs::metadata(&upload).unwrap().len();
+    assert_eq!(r.json()["size_bytes"].as_u64(), Some(size), "{}", r.body);
+}

@@ -545,7 +545,9 @@ impl Fill {
 
     /// After the last byte: commits and makes the object an ordinary complete object (its
     /// last blocks' rows cover the whole block, its time index is recorded), replacing a
-    /// complete object of the same name. Before the last byte: [`StoreError::Truncated`]
+    /// complete object of the same name filled from the origin; [`StoreError::NameExists`]
+    /// if one of that name was ingested or uploaded here meanwhile (it is kept; the filling
+    /// object stays, for [`Volume::delete_filling`]). Before the last byte: [`StoreError::Truncated`]
     /// (the filling object stays at its durable front).
     pub fn finish(mut self, vol: &mut Volume) -> Result<ObjectRecord, StoreError> {
         self.usable(vol)?;

@@ -155,8 +155,9 @@ impl Catalog {
     /// Makes filling object `toi` complete in one transaction: the last block records and
     /// digests, its CRC32C, its time index, the member a degraded fill did not write
     /// (`missing_segments`, as a degraded ingest's), the removal of the complete object of
-    /// the same name (the fill replaces it), its last use (`now_unix`); the TOI of the one
-    /// replaced.
+    /// the same name filled from the origin (the fill replaces it), its last use
+    /// (`now_unix`); the TOI of the one replaced. [`StoreError::NameExists`] (nothing
+    /// changed) when the complete object of that name was ingested or uploaded here.
     pub(crate) fn finish_fill(
         &mut self,
         toi: u32,
@@ -379,14 +380,21 @@ fn put_fill_rows(
 /// Deletes the complete object called `name` if there is one; its TOI.
 fn replace_complete(tx: &Transaction<'_>, name: &str) -> Result<Option<u32>, StoreError> {
     let ctx = "replacing an object";
-    let old: Option<u32> = tx
+    let old: Option<(u32, bool)> = tx
         .query_row(
-            "SELECT toi FROM objects WHERE name = ?1 AND state = 'complete'",
+            "SELECT o.toi, EXISTS(SELECT 1 FROM origin_objects g WHERE g.toi = o.toi) \
+             FROM objects o WHERE o.name = ?1 AND o.state = 'complete'",
             [name],
-            |r| r.get(0),
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .optional()
         .map_err(db(ctx))?;
+    // A fill replaces an older version from the origin, never an object ingested or
+    // uploaded here (while the fill ran): that one stays, the fill gives way.
+    if let Some((_, false)) = old {
+        return Err(StoreError::NameExists(name.to_string()));
+    }
+    let old = old.map(|(toi, _)| toi);
     if let Some(old_toi) = old {
         tx.execute("DELETE FROM objects WHERE toi = ?1", [old_toi])
             .map_err(db(ctx))?;
