@@ -113,7 +113,7 @@ fn an_upload_s_location_is_percent_encoded() {
         .output()
         .expect("curl (scripts/test installs it)");
     let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
-    assert!(head.starts_with("http/1.1 201"), "{head}");
+    assert!(head.contains("http/1.1 201"), "{head}");
     assert!(
         head.contains("location: /v1/objects/a%20b%25%c3%a9.ts\r\n"),
         "{head}"
