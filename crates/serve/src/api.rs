@@ -324,6 +324,15 @@ async fn blocking<T: Send + 'static>(
     sh: &Arc<ApiState>,
     f: impl FnOnce(&ApiState) -> T + Send + 'static,
 ) -> Result<T, Response> {
+    // At most `CATALOG_THREADS` at once: a flood of requests queues here, holding no
+    // thread, instead of growing tokio's blocking pool to hundreds of threads that all
+    // wait for the catalog's lock.
+    let _slot = sh.catalog_slots.acquire().await.map_err(|e| {
+        error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the catalog is closed: {e}"),
+        )
+    })?;
     let sh = sh.clone();
     tokio::task::spawn_blocking(move || f(&sh))
         .await

@@ -632,6 +632,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         scrub: Arc::default(),
         cluster: Arc::new(cluster),
         fills,
+        catalog_slots: tokio::sync::Semaphore::new(crate::api::state::CATALOG_THREADS),
     });
     let mut handle = ServerHandle {
         local_addr,

@@ -44,23 +44,19 @@ pub(super) async fn lookup(
     asker: Asker,
     name: String,
 ) -> Result<Arc<ObjectInfo>, Response> {
-    let sh2 = sh.clone();
-    let found =
-        tokio::task::spawn_blocking(move || isnode_fill::find(&sh2.fills, &name, asker.starter()))
-            .await;
+    let found = super::blocking(sh, move |sh| {
+        isnode_fill::find(&sh.fills, &name, asker.starter())
+    })
+    .await?;
     match found {
-        Ok(Ok(Found::Ready(o))) => Ok(o),
-        Ok(Ok(Found::Filling(job))) => {
+        Ok(Found::Ready(o)) => Ok(o),
+        Ok(Found::Filling(job)) => {
             let _permit = permit(sh, asker).map_err(refused)?;
             let deadline = tokio::time::Instant::now() + isnode_fill::FIRST_BYTES_WAIT;
             let waited = job.first_readable(deadline).await;
             isnode_fill::first_answer(&job, waited).map_err(lookup_error)
         }
-        Ok(Err(e)) => Err(lookup_error(e)),
-        Err(e) => Err(error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("catalog lookup failed: {e}"),
-        )),
+        Err(e) => Err(lookup_error(e)),
     }
 }
 

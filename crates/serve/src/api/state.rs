@@ -58,7 +58,13 @@ pub(crate) struct ApiState {
     pub cluster: Arc<ClusterState>,
     /// Fills from the origin (`isnode_fill`).
     pub fills: Arc<isnode_fill::Fills>,
+    /// The blocking threads catalog work (lookups, a fill's start) may take at once
+    /// ([`CATALOG_THREADS`]); requests past them wait without a thread.
+    pub catalog_slots: tokio::sync::Semaphore,
 }
+
+/// Blocking threads the API's catalog work takes at most.
+pub(crate) const CATALOG_THREADS: usize = 32;
 
 impl ApiState {
     /// Writes the tokens' last uses beside the token file if they changed (blocking); a
