@@ -312,11 +312,11 @@ fn a_fill_never_replaces_an_object_uploaded_while_it_ran() {
     let vol = Vol::create(SMALL_SHAPE);
     let dir = vol.path("origin");
     std::fs::create_dir_all(&dir).unwrap();
-    gen_ts(&dir.join("race.ts"), 2_000_000, 4.0, 5);
+    gen_ts(&dir.join("race.ts"), 4_000_000, 6.0, 5);
     let url = format!("file://{}", dir.display());
     let server = Server::start(&vol, &["--origin", &url]);
-    // About 8 s at 1 Mbit/s: the upload lands while it runs.
-    let body = r#"{"titles": ["race.ts"], "rate_bps": 1000000}"#;
+    // 3 MB in 1 MiB ranges at 2 Mbit/s, about 12 s: the upload lands while it runs.
+    let body = r#"{"titles": ["race.ts"], "rate_bps": 2000000}"#;
     let r = server.req("POST", "/v1/fills", Some(body));
     assert_eq!(r.status, 202, "{}", r.body);
     let upload = vol.path("race.ts");
