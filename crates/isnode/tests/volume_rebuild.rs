@@ -323,3 +323,65 @@ fn a_rebuild_onto_a_full_disk_fails_cleanly_and_resumes_with_room() {
     }
     drop(disk);
 }
+
+/// A member rebuilt beside the server is read from its new files (issue 30): once the
+/// server sees it rebuilt, reads neither count errors on it nor fail it again. Before, the
+/// server kept the files it had opened (none: the member was gone at its start), failed
+/// the member again at the next reads, revived it, and so on.
+#[test]
+fn a_member_rebuilt_beside_the_server_is_read_from_its_new_files() {
+    let vol = Vol::create(SHAPE);
+    let want = vol.add_ts("r.ts", 4_000_000, 8.0, 70);
+    std::fs::remove_dir_all(vol.root.join("members/2")).unwrap();
+    // A pool of 8 blocks: every read of the title goes to the disks.
+    let server = Server::start(&vol, &["--cache-size-bytes", "524288"]);
+    let healthy = |s: &Server| s.metrics().get("isnode_member_healthy{member=\"2\"}");
+    let errors = |s: &Server| s.metrics().get("isnode_member_errors_total{member=\"2\"}");
+    let (status, got) = get_body(&server, "/o/r.ts");
+    assert_eq!(status, 200);
+    assert!(got == want, "read with member 2 gone");
+    assert_eq!(healthy(&server), 0.0, "member 2 is gone: its reads fail it");
+    rebuild(&vol, 2, &[]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while healthy(&server) != 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the server did not see member 2 rebuilt"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let before = errors(&server);
+    for _ in 0..3 {
+        let (status, got) = get_body(&server, "/o/r.ts");
+        assert_eq!(status, 200);
+        assert!(got == want, "read after the rebuild");
+    }
+    assert_eq!(
+        errors(&server),
+        before,
+        "reads of the rebuilt member failed"
+    );
+    assert_eq!(healthy(&server), 1.0, "the rebuilt member was failed again");
+}
+
+/// `GET path` as (status, body bytes).
+fn get_body(server: &Server, path: &str) -> (u16, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(server.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let split = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&all[..split]).to_string();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    (status, all[split + 4..].to_vec())
+}

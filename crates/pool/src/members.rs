@@ -313,8 +313,9 @@ const CATALOG_EVERY: Duration = Duration::from_secs(1);
 // own progress).
 impl Members {
     /// The thread body that writes members marked failed into the catalog at `root`. Runs
-    /// until `stop`, then writes what is left.
-    pub fn record_failures(&self, root: &Path, stop: &Stop) {
+    /// until `stop`, then writes what is left. `revived` is told each member that comes
+    /// back (its files are to be opened again).
+    pub fn record_failures(&self, root: &Path, stop: &Stop, revived: &dyn Fn(u32)) {
         let mut watch = MemberWatch::new(&self.health);
         loop {
             let stopping = stop.is_stopped();
@@ -329,7 +330,7 @@ impl Members {
                 return;
             }
             let interval_ms = self.config.load().member_probe_interval_ms;
-            if let Err(e) = watch.run(&self.health, interval_ms, root) {
+            if let Err(e) = watch.run(&self.health, (interval_ms, root), revived) {
                 tracing::warn!("watching the failed members: {e}");
             }
             let health = &self.health;
@@ -416,8 +417,8 @@ impl MemberWatch {
     fn run(
         &mut self,
         health: &MemberHealth,
-        interval_ms: u64,
-        root: &Path,
+        (interval_ms, root): (u64, &Path),
+        revived: &dyn Fn(u32),
     ) -> Result<(), isnode_store::StoreError> {
         let failed: Vec<u32> = (0..health.members() as u32)
             .filter(|&m| health.is_failed(m))
@@ -445,6 +446,7 @@ impl MemberWatch {
                 WatchDecision::Keep => {}
                 WatchDecision::Rebuilt => {
                     if health.revive(m) {
+                        revived(m);
                         tracing::warn!(
                             member = m,
                             "member {m} is ok in the catalog again (rebuilt): read again"
@@ -458,6 +460,7 @@ impl MemberWatch {
                         Ok(()) => {
                             vol.set_member_state(m, &isnode_store::MemberState::Ok)?;
                             if health.revive(m) {
+                                revived(m);
                                 tracing::warn!(member = m, "member {m} probed: identity and a block read back good; read again");
                             }
                             (*seen, *probed) = (false, None);

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use isnode_store::io::BlockFile;
@@ -38,7 +38,9 @@ pub struct ObjectInfo {
     /// is prepared and kept while it is served: block reads never open a file, so a
     /// control plane that has used up the descriptors cannot fail them. `Err`: why the
     /// file could not be opened (its blocks are unreadable, rebuilt from the others).
-    pub seg_files: Vec<Result<Arc<BlockFile>, String>>,
+    /// Opened again when the member returns ([`ObjectInfo::reopen`]): a rebuild writes a
+    /// new file in its place.
+    pub seg_files: Vec<RwLock<Result<Arc<BlockFile>, String>>>,
     /// CRC32C of every block of every member, from the catalog.
     pub block_crcs: Vec<Vec<Option<u32>>>,
     /// FEC Object Transmission Information of the object (for its FDT).
@@ -66,7 +68,10 @@ impl ObjectInfo {
         let seg_paths: Vec<PathBuf> = (0..params.members)
             .map(|m| vol.segment_path(m, rec.toi))
             .collect();
-        let seg_files = seg_paths.iter().map(|p| open_segment(p)).collect();
+        let seg_files = seg_paths
+            .iter()
+            .map(|p| RwLock::new(open_segment(p)))
+            .collect();
         let block_crcs = vol
             .blocks(&rec, &layout)?
             .into_iter()
@@ -110,7 +115,10 @@ impl ObjectInfo {
         let seg_paths: Vec<PathBuf> = (0..params.members)
             .map(|m| vol.segment_path(m, rec.toi))
             .collect();
-        let seg_files = seg_paths.iter().map(|p| open_segment(p)).collect();
+        let seg_files = seg_paths
+            .iter()
+            .map(|p| RwLock::new(open_segment(p)))
+            .collect();
         let block_crcs = (0..params.members)
             .map(|m| vec![None; usize::try_from(layout.member_blocks(m)).unwrap_or(0)])
             .collect();
@@ -270,6 +278,21 @@ fn record_json(
     }
 }
 
+impl ObjectInfo {
+    /// Opens member `member`'s segment file again (a rebuild replaced it, or the member
+    /// came back): the next block reads use the new file.
+    pub fn reopen(&self, member: u32) {
+        let (Some(path), Some(slot)) = (
+            self.seg_paths.get(member as usize),
+            self.seg_files.get(member as usize),
+        ) else {
+            return;
+        };
+        let file = open_segment(path);
+        *slot.write().unwrap_or_else(|e| e.into_inner()) = file;
+    }
+}
+
 /// Opens a segment file for block reads, kept as long as its object is served.
 fn open_segment(path: &Path) -> Result<Arc<BlockFile>, String> {
     BlockFile::open_read(path)
@@ -354,6 +377,16 @@ impl Objects {
 
     fn lock_prepared(&self) -> MutexGuard<'_, HashMap<u32, Arc<ObjectInfo>>> {
         self.prepared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens member `member`'s segment files again in every object served (it came back:
+    /// rebuilt, or probed good): the files held were the failed ones, or the ones a rebuild
+    /// replaced.
+    pub fn reopen_member(&self, member: u32) {
+        let served: Vec<Arc<ObjectInfo>> = self.lock_prepared().values().cloned().collect();
+        for info in served {
+            info.reopen(member);
+        }
     }
 
     /// The volume's directory (an upload opens the volume there for itself).

@@ -55,7 +55,7 @@ impl SegmentFiles for ObjectInfo {
 
     fn segment_file(&self, key: &BlockKey) -> Result<Arc<BlockFile>, String> {
         match self.seg_files.get(key.member as usize) {
-            Some(f) => f.clone(),
+            Some(f) => f.read().unwrap_or_else(|e| e.into_inner()).clone(),
             None => Err(format!("no member {}", key.member)),
         }
     }

@@ -475,10 +475,12 @@ fn spawn_background(
         shared.stop.clone(),
         volume_dir.to_path_buf(),
     );
+    let objects = shared.control.objects.clone();
+    // A member that comes back (rebuilt, or probed good) is read from its new files.
     let writer = spawn(
         "isnode-members",
         "starting the member-state thread",
-        move || members.record_failures(&root, &stop),
+        move || members.record_failures(&root, &stop, &|m| objects.reopen_member(m)),
     )?;
     let viewers = crate::scrub::Viewers {
         slack: shared.slack.clone(),
