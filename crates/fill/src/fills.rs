@@ -110,6 +110,9 @@ pub struct Fills {
     pub waiters: crate::limits::Waiters,
     /// Titles the origin lacked lately (`origin_miss_ttl_s`).
     pub misses: crate::limits::Misses,
+    /// Set when the server drains: no new fill starts (those under way go on, serving the
+    /// sessions that read them, until the server stops and they commit their front).
+    draining: std::sync::atomic::AtomicBool,
     /// Their counters.
     pub counters: FillCounters,
 }
@@ -142,8 +145,19 @@ impl Fills {
             touches: crate::touch::Touches::default(),
             waiters: crate::limits::Waiters::default(),
             misses: crate::limits::Misses::default(),
+            draining: std::sync::atomic::AtomicBool::new(false),
             counters: FillCounters::default(),
         })
+    }
+
+    /// The server drains: no new fill starts from now.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Whether the server drains.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
     }
 
     /// The origin and its runtime, if one is configured.

@@ -35,6 +35,9 @@ pub fn start_or_join(
         j.join(kind);
         return Ok(j.clone());
     }
+    if fills.draining() {
+        return Err(busy("the server is draining".into()));
+    }
     let client = match starter {
         Starter::Client(c) => {
             let cfg = fills.env.config.load();

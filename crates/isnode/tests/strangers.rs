@@ -119,3 +119,61 @@ fn an_upload_s_location_is_percent_encoded() {
         "{head}"
     );
 }
+
+/// A viewer is not told what the origin said (its endpoint, its bucket): `502` with a
+/// plain message; the operator's log has the rest.
+#[test]
+fn a_viewer_is_not_told_the_origin_s_details() {
+    let vol = Vol::create(SMALL_SHAPE);
+    let dead = free_port();
+    let endpoint = format!("http://127.0.0.1:{dead}");
+    let server = Server::start_env(
+        &vol,
+        &[
+            "--origin",
+            "s3://films-bucket",
+            "--origin-endpoint",
+            &endpoint,
+        ],
+        &[
+            ("AWS_ACCESS_KEY_ID", "GKfake"),
+            ("AWS_SECRET_ACCESS_KEY", "fake-secret"),
+        ],
+    );
+    let r = server.req("GET", "/o/film.ts", None);
+    assert_eq!(r.status, 502, "{}", r.body);
+    for secret in [dead.to_string().as_str(), "films-bucket", "GKfake"] {
+        assert!(!r.body.contains(secret), "{secret:?} in {}", r.body);
+    }
+}
+
+/// A draining server starts no fill: a title only at the origin is `503` with
+/// `Retry-After` while sessions finish.
+#[test]
+fn a_draining_edge_starts_no_fill() {
+    let vol = Vol::create(SMALL_SHAPE);
+    vol.add_ts("held.ts", 2_000_000, 20.0, 8);
+    let dir = vol.path("origin");
+    std::fs::create_dir_all(&dir).unwrap();
+    gen_ts(&dir.join("new.ts"), 2_000_000, 2.0, 9);
+    let url = format!("file://{}", dir.display());
+    let server = Server::start(&vol, &["--origin", &url]);
+    let sock = udp("127.0.0.1".parse().unwrap(), 0).unwrap();
+    server.open_session("held.ts", &sock);
+    let pid = libc::pid_t::try_from(server.pid()).unwrap();
+    // SAFETY: kill(2) with a child's pid and a signal number has no memory effects.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !server.log_text().contains("draining") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            server.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let r = server.req("GET", "/o/new.ts", None);
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("draining"), "{}", r.body);
+    assert_eq!(r.header("retry-after"), Some("5"));
+}

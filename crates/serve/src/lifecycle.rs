@@ -36,9 +36,11 @@ pub enum Drained {
 }
 
 impl ServerHandle {
-    /// Stops admitting sessions, broadcasts and uploads (`503` with `Retry-After`).
+    /// Stops admitting sessions, broadcasts, uploads and new fills from the origin (`503`
+    /// with `Retry-After`; fills under way go on until the server stops).
     pub fn begin_drain(&self) {
         self.shared.draining.store(true, Ordering::Release);
+        self.shared.fills.drain();
     }
 
     /// Sessions whose client may still need the server (streaming, or sent and not yet

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use isnode_fill::limits::{ClientKey, WaitPermit, WaitRefused};
-use isnode_fill::{FillJob, Found, LookupError, Starter};
+use isnode_fill::{FillJob, FillStatus, Found, LookupError, Starter};
 use isnode_pool::objects::ObjectInfo;
 
 use super::{error, fill_status};
@@ -54,15 +54,23 @@ pub(super) async fn lookup(
             let _permit = permit(sh, asker).map_err(refused)?;
             let deadline = tokio::time::Instant::now() + isnode_fill::FIRST_BYTES_WAIT;
             let waited = job.first_readable(deadline).await;
-            isnode_fill::first_answer(&job, waited).map_err(lookup_error)
+            isnode_fill::first_answer(&job, waited).map_err(|e| lookup_error(e, asker))
         }
-        Err(e) => Err(lookup_error(e)),
+        Err(e) => Err(lookup_error(e, asker)),
     }
 }
 
-/// A lookup's error as the answer.
-fn lookup_error(e: LookupError) -> Response {
+/// A lookup's error as the answer. A viewer is not told what the origin said (its
+/// endpoint, bucket, key or message): the log and `GET /v1/fills` tell the operator.
+fn lookup_error(e: LookupError, asker: Asker) -> Response {
     let (status, msg) = e.status_and_message();
+    let msg = match (asker, status) {
+        (Asker::Viewer(_), FillStatus::BadGateway | FillStatus::Internal) => {
+            tracing::info!("a fill failed for a viewer: {msg}");
+            "filling this title from the origin failed; the operator's log says why".to_string()
+        }
+        _ => msg,
+    };
     error(fill_status(status), msg)
 }
 
