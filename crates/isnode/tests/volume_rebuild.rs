@@ -326,21 +326,25 @@ fn a_rebuild_onto_a_full_disk_fails_cleanly_and_resumes_with_room() {
 
 /// A member rebuilt beside the server is read from its new files (issue 30): once the
 /// server sees it rebuilt, reads neither count errors on it nor fail it again. Before, the
-/// server kept the files it had opened (none: the member was gone at its start), failed
-/// the member again at the next reads, revived it, and so on.
+/// server kept the files it had opened (the dead member's), failed the member again at the
+/// next reads, revived it, and so on.
 #[test]
 fn a_member_rebuilt_beside_the_server_is_read_from_its_new_files() {
     let vol = Vol::create(SHAPE);
     let want = vol.add_ts("r.ts", 4_000_000, 8.0, 70);
-    std::fs::remove_dir_all(vol.root.join("members/2")).unwrap();
     // A pool of 8 blocks: every read of the title goes to the disks.
     let server = Server::start(&vol, &["--cache-size-bytes", "524288"]);
     let healthy = |s: &Server| s.metrics().get("isnode_member_healthy{member=\"2\"}");
     let errors = |s: &Server| s.metrics().get("isnode_member_errors_total{member=\"2\"}");
+    // Served once: the server holds the title's segment files open.
+    let (status, got) = get_body(&server, "/o/r.ts");
+    assert_eq!((status, got == want), (200, true));
+    // Member 2 dies under the server: its files cut short and moved away.
+    serve_support::fail_member(&vol.root.join("members/2"));
     let (status, got) = get_body(&server, "/o/r.ts");
     assert_eq!(status, 200);
-    assert!(got == want, "read with member 2 gone");
-    assert_eq!(healthy(&server), 0.0, "member 2 is gone: its reads fail it");
+    assert!(got == want, "read with member 2 dead");
+    assert_eq!(healthy(&server), 0.0, "member 2 is dead: its reads fail it");
     rebuild(&vol, 2, &[]);
     let deadline = Instant::now() + Duration::from_secs(20);
     while healthy(&server) != 1.0 {
