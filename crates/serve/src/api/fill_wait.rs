@@ -71,7 +71,11 @@ fn lookup_error(e: LookupError, asker: Asker) -> Response {
         }
         _ => msg,
     };
-    error(fill_status(status), msg)
+    match status {
+        // The caps, a drain, a slow origin: try again shortly.
+        FillStatus::Unavailable => busy(msg),
+        _ => error(fill_status(status), msg),
+    }
 }
 
 /// A permit to wait on a fill for `asker` (none needed by an operator), or why not.
