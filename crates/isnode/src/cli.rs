@@ -73,7 +73,7 @@ pub(crate) enum Command {
     /// a large file: the titles an origin-backed edge fills from.
     Publish(crate::commands::publish::PublishArgs),
     /// A lossy UDP relay for tests (this kernel has no netem).
-    Relay(isnode_recv::RelayArgs),
+    Relay(crate::play_flags::RelayFlags),
     /// Periodic broadcast of popular titles: plans per scheme.
     #[command(subcommand)]
     Broadcast(BroadcastCommand),

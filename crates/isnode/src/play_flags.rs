@@ -6,6 +6,9 @@ use std::path::PathBuf;
 
 use isnode_recv::config::{AcceptFrom, ReleaseArg, RepairGroups, VerifyDigests};
 use isnode_recv::impair::ImpairConfig;
+use isnode_recv::RelayArgs;
+
+use crate::choice::ChoiceParser;
 use isnode_recv::PlayConfig;
 
 /// Arguments of `isnode play`.
@@ -59,7 +62,7 @@ pub(crate) struct PlayArgs {
 
     /// Injected loss and corruption.
     #[command(flatten)]
-    pub(crate) impair: ImpairConfig,
+    pub(crate) impair: ImpairFlags,
 
     /// Write the output as soon as it is decoded instead of pacing it at the object's bitrate.
     #[arg(long)]
@@ -166,7 +169,7 @@ pub(crate) struct PlayArgs {
     /// Check every packet against the server's digests (`on`, the default, when the object
     /// has them): a forged or damaged packet becomes an erasure. `off` trusts the CRC32C
     /// alone (for measuring what verification costs).
-    #[arg(long, value_enum, default_value_t = VerifyDigests::On)]
+    #[arg(long, value_parser = ChoiceParser::new(VerifyDigests::CHOICES), default_value = "on")]
     pub(crate) verify_digests: VerifyDigests,
 
     /// Each repair request waits a random back-off, uniform in [0, MS) (3GPP TS 26.346 §9
@@ -188,7 +191,7 @@ pub(crate) struct PlayArgs {
 
     /// With --broadcast: when to join a channel's repair group (auto: once a packet of it
     /// went missing).
-    #[arg(long, value_enum, default_value_t = RepairGroups::Auto)]
+    #[arg(long, value_parser = ChoiceParser::new(RepairGroups::CHOICES), default_value = "auto")]
     pub(crate) broadcast_repair: RepairGroups,
 
     /// With --http: after the session, keep serving until no request has been active for
@@ -198,7 +201,7 @@ pub(crate) struct PlayArgs {
     /// When source symbols go out: `instant` (as soon as they and all before them are in;
     /// a codeword's decode is waited for only when one of its source symbols is missing) or
     /// `codeword` (whole codewords once decoded, the behaviour before instant start).
-    #[arg(long, value_enum, default_value_t = ReleaseArg::Instant)]
+    #[arg(long, value_parser = ChoiceParser::new(ReleaseArg::CHOICES), default_value = "instant")]
     pub(crate) release: ReleaseArg,
 
     /// Ask the server not to send the start-up burst (the first codewords faster than the
@@ -220,7 +223,7 @@ impl PlayArgs {
             token: self.token,
             out: self.out,
             stats_json: self.stats_json,
-            impair: self.impair,
+            impair: self.impair.into(),
             as_fast_as_possible: self.as_fast_as_possible,
             port: self.port,
             bind: self.bind,
@@ -249,6 +252,74 @@ impl PlayArgs {
             http_linger_s: self.http_linger_s,
             release: self.release,
             no_start_burst: self.no_start_burst,
+        }
+    }
+}
+
+/// The `--loss/--burst/--corrupt/--seed` flags of `isnode play` (injected on receive) and
+/// `isnode relay` (injected on forwarding): an [`ImpairConfig`].
+#[derive(Clone, Copy, Debug, PartialEq, clap::Args)]
+pub(crate) struct ImpairFlags {
+    /// Average loss rate P in `[0, 1]` (Gilbert-Elliott).
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub(crate) loss: f64,
+    /// Mean length of a loss burst, in packets (>= 1); default: independent losses.
+    #[arg(long, value_name = "LEN")]
+    pub(crate) burst: Option<f64>,
+    /// Probability in `[0, 1]` that a packet that is not lost gets one byte flipped.
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub(crate) corrupt: f64,
+    /// Seed of the injected loss and corruption.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) seed: u64,
+}
+
+impl From<ImpairFlags> for ImpairConfig {
+    fn from(f: ImpairFlags) -> ImpairConfig {
+        ImpairConfig {
+            loss: f.loss,
+            burst: f.burst,
+            corrupt: f.corrupt,
+            seed: f.seed,
+        }
+    }
+}
+
+/// Arguments of `isnode relay`: a [`RelayArgs`].
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_help = "\
+Use with `isnode play --port TO_PORT --session-port LISTEN_PORT`: the server streams to the \
+relay, the relay forwards what survives to the client.")]
+pub(crate) struct RelayFlags {
+    /// Address to receive on (port 0: an ephemeral port, logged at start).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) listen: std::net::SocketAddr,
+
+    /// Address to forward to.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) to: std::net::SocketAddr,
+
+    /// Injected loss and corruption.
+    #[command(flatten)]
+    pub(crate) impair: ImpairFlags,
+
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600.0)]
+    pub(crate) max_seconds: f64,
+
+    /// Stop after this many seconds without a datagram, once one has arrived.
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) idle_exit_s: Option<f64>,
+}
+
+impl From<RelayFlags> for RelayArgs {
+    fn from(f: RelayFlags) -> RelayArgs {
+        RelayArgs {
+            listen: f.listen,
+            to: f.to,
+            impair: f.impair.into(),
+            max_seconds: f.max_seconds,
+            idle_exit_s: f.idle_exit_s,
         }
     }
 }
@@ -359,8 +430,7 @@ mod tests {
 
     #[test]
     fn relay_cli() {
-        use isnode_recv::relay::RelayArgs;
-        let cmd = RelayArgs::augment_args(Command::new("relay"));
+        let cmd = RelayFlags::augment_args(Command::new("relay"));
         cmd.clone().debug_assert();
         let m = cmd
             .try_get_matches_from([
@@ -375,10 +445,10 @@ mod tests {
                 "2",
             ])
             .unwrap();
-        let r = RelayArgs::from_arg_matches(&m).unwrap();
+        let r = RelayArgs::from(RelayFlags::from_arg_matches(&m).unwrap());
         assert_eq!(r.to.port(), 7002);
         assert_eq!(r.impair.loss, 0.05);
-        assert!(RelayArgs::augment_args(Command::new("relay"))
+        assert!(RelayFlags::augment_args(Command::new("relay"))
             .try_get_matches_from(["relay", "--listen", "127.0.0.1:1"])
             .is_err());
     }

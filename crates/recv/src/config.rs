@@ -164,12 +164,24 @@ pub struct PlayConfig {
 }
 
 /// Whether packets are checked against the server's digests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VerifyDigests {
     /// Check them when the object has digests.
     On,
     /// Trust the CRC32C alone.
     Off,
+}
+
+impl VerifyDigests {
+    /// Every value with its name (`--verify-digests`) and a line of help.
+    pub const CHOICES: &'static [(Self, &'static str, &'static str)] = &[
+        (
+            VerifyDigests::On,
+            "on",
+            "Check them when the object has digests",
+        ),
+        (VerifyDigests::Off, "off", "Trust the CRC32C alone"),
+    ];
 }
 /// What the output becomes when a session is cut short (the server gone, `--max-seconds`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,12 +193,28 @@ pub enum CutShort {
 }
 
 /// The value of `--release`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReleaseArg {
     /// [`crate::receiver::Release::Instant`].
     Instant,
     /// [`crate::receiver::Release::Codeword`].
     Codeword,
+}
+
+impl ReleaseArg {
+    /// Every value with its name (`--release`) and a line of help.
+    pub const CHOICES: &'static [(Self, &'static str, &'static str)] = &[
+        (
+            ReleaseArg::Instant,
+            "instant",
+            "[`crate::receiver::Release::Instant`]",
+        ),
+        (
+            ReleaseArg::Codeword,
+            "codeword",
+            "[`crate::receiver::Release::Codeword`]",
+        ),
+    ];
 }
 
 impl From<ReleaseArg> for crate::receiver::Release {
@@ -330,7 +358,7 @@ impl fmt::Display for AcceptFrom {
 }
 
 /// When a broadcast channel's repair group is joined.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RepairGroups {
     /// When a source packet of the channel went missing.
@@ -340,4 +368,21 @@ pub enum RepairGroups {
     Always,
     /// Never (loss is left to the next broadcast of the codeword).
     Never,
+}
+
+impl RepairGroups {
+    /// Every value with its name (`--broadcast-repair`) and a line of help.
+    pub const CHOICES: &'static [(Self, &'static str, &'static str)] = &[
+        (
+            RepairGroups::Auto,
+            "auto",
+            "When a source packet of the channel went missing",
+        ),
+        (RepairGroups::Always, "always", "With the source group"),
+        (
+            RepairGroups::Never,
+            "never",
+            "Never (loss is left to the next broadcast of the codeword)",
+        ),
+    ];
 }

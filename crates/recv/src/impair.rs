@@ -27,19 +27,15 @@ use rand_chacha::ChaCha8Rng;
 
 /// Parameters of an [`Impairer`]; also the `--loss/--burst/--corrupt/--seed` flags of
 /// `isnode play` (injected on receive) and `isnode relay` (injected on forwarding).
-#[derive(Clone, Copy, Debug, PartialEq, clap::Args)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ImpairConfig {
     /// Average loss rate P in `[0, 1]` (Gilbert-Elliott).
-    #[arg(long, value_name = "P", default_value_t = 0.0)]
     pub loss: f64,
     /// Mean length of a loss burst, in packets (>= 1); default: independent losses.
-    #[arg(long, value_name = "LEN")]
     pub burst: Option<f64>,
     /// Probability in `[0, 1]` that a packet that is not lost gets one byte flipped.
-    #[arg(long, value_name = "P", default_value_t = 0.0)]
     pub corrupt: f64,
     /// Seed of the injected loss and corruption.
-    #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
 }
 

@@ -20,30 +20,18 @@ use anyhow::Context;
 use crate::impair::{ImpairConfig, Impairer, Verdict};
 use crate::net::{enable_gro, grow_recv_buffer, set_poll_timeout, Batch};
 
-/// Arguments of `isnode relay`.
-#[derive(clap::Args, Debug, Clone)]
-#[command(after_help = "\
-Use with `isnode play --port TO_PORT --session-port LISTEN_PORT`: the server streams to the \
-relay, the relay forwards what survives to the client.")]
+/// What `isnode relay` does (its flags are the CLI's `RelayFlags`).
+#[derive(Debug, Clone)]
 pub struct RelayArgs {
     /// Address to receive on (port 0: an ephemeral port, logged at start).
-    #[arg(long, value_name = "ADDR")]
     pub listen: SocketAddr,
-
     /// Address to forward to.
-    #[arg(long, value_name = "ADDR")]
     pub to: SocketAddr,
-
     /// Injected loss and corruption.
-    #[command(flatten)]
     pub impair: ImpairConfig,
-
     /// Stop after this many seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 3600.0)]
     pub max_seconds: f64,
-
     /// Stop after this many seconds without a datagram, once one has arrived.
-    #[arg(long, value_name = "SECONDS")]
     pub idle_exit_s: Option<f64>,
 }
 

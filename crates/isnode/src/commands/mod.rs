@@ -48,7 +48,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Play(args) => stream::play(&args.into_config()),
         Command::Publish(args) => publish::run(&args).map(|()| ExitCode::SUCCESS),
-        Command::Relay(args) => stream::relay(&args),
+        Command::Relay(args) => stream::relay(&args.into()),
         Command::Broadcast(BroadcastCommand::Plan(args)) => broadcast::plan(&cli.volume, &args),
         Command::Broadcast(BroadcastCommand::Plot(args)) => broadcast::plot(&cli.volume, &args),
         Command::Bench(BenchCommand::Codec(args)) => bench::codec(&args),
