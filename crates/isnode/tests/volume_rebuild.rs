@@ -343,8 +343,8 @@ fn a_member_rebuilt_beside_the_server_is_read_from_its_new_files() {
             std::thread::sleep(Duration::from_millis(100));
         }
     };
+    let deadline = Instant::now() + Duration::from_secs(90);
     std::thread::scope(|s| {
-        let deadline = Instant::now() + Duration::from_secs(90);
         let play = s.spawn(|| serve_support::play_run(&server, &vol, "r.ts", "p", &[], deadline));
         until("no session", &|| {
             server.metrics().get("isnode_sessions_active") >= 1.0
