@@ -177,3 +177,74 @@ fn a_draining_edge_starts_no_fill() {
     assert!(r.body.contains("draining"), "{}", r.body);
     assert_eq!(r.header("retry-after"), Some("5"));
 }
+
+/// On an edge closed to anonymous viewers, a request without a token is refused (`401`)
+/// before any placement: a stranger learns neither where a title lives (no redirect) nor
+/// its ranking (`Isnode-Ranking` goes with what is served only).
+#[test]
+fn strangers_get_no_redirect_nor_ranking_before_authentication() {
+    let vol = Vol::create(SMALL_SHAPE);
+    let titles: Vec<String> = (0..12)
+        .map(|i| {
+            let name = format!("t{i}.ts");
+            vol.add_ts(&name, 1_000_000, 0.5, 60 + i);
+            name
+        })
+        .collect();
+    let root = vol.root.to_str().unwrap();
+    let token = run_ok(&[
+        "token", "add", "--volume", root, "--role", "viewer", "--name", "v",
+    ])
+    .trim()
+    .to_string();
+    let me = free_port();
+    let config = vol.path("edge.toml");
+    let mut text = String::from(
+        "node_name = \"edge-0\"\nprobe_interval_ms = 60000\nprobe_failures_to_dead = 1000\n",
+    );
+    for (i, port) in [me, free_port(), free_port()].iter().enumerate() {
+        text.push_str(&format!(
+            "[[nodes]]\nname = \"edge-{i}\"\nurl = \"http://127.0.0.1:{port}\"\nweight = 1.0\n"
+        ));
+    }
+    std::fs::write(&config, text).unwrap();
+    let server = Server::start_on(
+        &vol,
+        me,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--anonymous-viewers",
+            "false",
+        ],
+        &[],
+    );
+    let (mut redirected, mut served) = (0, 0);
+    for t in &titles {
+        let r = http(server.addr, None, "GET", &format!("/o/{t}"), None, &[]);
+        assert_eq!(r.status, 401, "{t} without a token: {}", r.body);
+        assert_eq!(
+            r.header("isnode-ranking"),
+            None,
+            "{t}: a ranking with a 401"
+        );
+        let auth = format!("Bearer {token}");
+        let r = http(
+            server.addr,
+            None,
+            "GET",
+            &format!("/o/{t}"),
+            None,
+            &[("Authorization", &auth), ("Range", "bytes=0-187")],
+        );
+        match r.status {
+            307 => redirected += 1,
+            206 => served += 1,
+            s => panic!("{t} with a token: {s} {}", r.body),
+        }
+    }
+    assert!(
+        redirected > 0 && served > 0,
+        "{redirected} redirected, {served} served"
+    );
+}

@@ -102,6 +102,14 @@ pub(crate) async fn to_the_serving_node(
     let Some(title) = title else {
         return next.run(req).await;
     };
+    // A request its route would refuse gets that refusal here, from its handler: no
+    // redirect, no ranking for strangers.
+    let (parts, body) = req.into_parts();
+    let allowed = super::roles::allowed(&sh, &parts, isnode_auth::Role::Viewer);
+    let req = Request::from_parts(parts, body);
+    if !allowed {
+        return next.run(req).await;
+    }
     let spilled = req
         .uri()
         .query()
@@ -130,6 +138,10 @@ pub(crate) async fn to_the_serving_node(
         }
         Route::Here(ranking) => {
             let mut r = next.run(req).await;
+            // The ranking goes with what is served, not with a refusal.
+            if !r.status().is_success() {
+                return r;
+            }
             if let Ok(v) = HeaderValue::from_str(&ranking.join(", ")) {
                 r.headers_mut().insert(RANKING_HEADER, v);
             }

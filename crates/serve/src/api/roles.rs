@@ -10,8 +10,8 @@
 //!   name the role. The token is `Authorization: Bearer TOKEN`, or `?token=TOKEN` on
 //!   viewer routes (players that cannot send headers).
 //! - A client (IPv4 address, IPv6 /64) that failed too often ([`isnode_auth::throttle`]:
-//!   a burst of 10, then one a second) is answered `429` with `Retry-After`, its token not
-//!   even looked at.
+//!   a burst of 10, then one a second) has its failures answered `429` with `Retry-After`;
+//!   a good token passes whoever shares its address.
 
 use std::sync::Arc;
 
@@ -115,8 +115,28 @@ pub(super) fn check(sh: &ApiState, parts: &Parts, role: Role) -> Result<(), Refu
     })
 }
 
-/// Whether the request's token (or its absence) allows `role`.
+/// Whether the request's token (or its absence) allows `role`; a use of a good token is
+/// recorded, a refusal counted.
 fn check_token(sh: &ApiState, parts: &Parts, role: Role) -> Result<(), ApiError> {
+    match verdict(sh, parts, role) {
+        Ok(Some(sha256)) => {
+            sh.last_use.touch(&sha256, unix_now_s());
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(why) => Err(fail(sh, why, role)),
+    }
+}
+
+/// Whether the request would be allowed `role`, with no side effect (nothing counted,
+/// no use recorded): what a middleware asks before it acts for the route.
+pub(super) fn allowed(sh: &ApiState, parts: &Parts, role: Role) -> bool {
+    verdict(sh, parts, role).is_ok()
+}
+
+/// The token's verdict for `role`: allowed (the good token's hash, `None` when anonymous
+/// requests are allowed) or why not.
+fn verdict(sh: &ApiState, parts: &Parts, role: Role) -> Result<Option<String>, Failure> {
     let store = sh.tokens.read().unwrap_or_else(|e| e.into_inner()).clone();
     let token = token_of(parts, role == Role::Viewer);
     let anonymous_ok = match role {
@@ -124,25 +144,22 @@ fn check_token(sh: &ApiState, parts: &Parts, role: Role) -> Result<(), ApiError>
         Role::Operator | Role::Metrics => store.is_none(),
     };
     let Some(token) = token else {
-        if anonymous_ok {
-            return Ok(());
-        }
-        return Err(fail(sh, Failure::Missing, role));
+        return match anonymous_ok {
+            true => Ok(None),
+            false => Err(Failure::Missing),
+        };
     };
     let Some(store) = store else {
         // No token file: no token is known.
         return match anonymous_ok {
-            true => Ok(()),
-            false => Err(fail(sh, Failure::Unknown, role)),
+            true => Ok(None),
+            false => Err(Failure::Unknown),
         };
     };
     match store.lookup(&token) {
-        None => Err(fail(sh, Failure::Unknown, role)),
-        Some(r) if r.has(role) => {
-            sh.last_use.touch(&r.sha256, unix_now_s());
-            Ok(())
-        }
-        Some(_) => Err(fail(sh, Failure::WrongRole, role)),
+        None => Err(Failure::Unknown),
+        Some(r) if r.has(role) => Ok(Some(r.sha256.clone())),
+        Some(_) => Err(Failure::WrongRole),
     }
 }
 
