@@ -197,6 +197,25 @@ impl TokenStore {
         TokenStore::parse(&text, path).map(Some)
     }
 
+    /// Loads the token file at `path` (empty if missing), applies `change` and writes it
+    /// back, under an exclusive lock (`PATH.lock`, `flock`): two `isnode token` commands
+    /// at once each see the other's change. What `change` returned.
+    pub fn update<T>(
+        path: &Path,
+        change: impl FnOnce(&mut TokenStore) -> Result<T, TokenError>,
+    ) -> Result<T, TokenError> {
+        let _lock =
+            lock_exclusive(&path.with_extension("json.lock")).map_err(|e| TokenError::Io {
+                context: "locking",
+                path: path.to_path_buf(),
+                source: e,
+            })?;
+        let mut store = TokenStore::load(path)?.unwrap_or_default();
+        let out = change(&mut store)?;
+        store.save(path)?;
+        Ok(out)
+    }
+
     /// Writes the store to `path` atomically (temp file, fsync, rename, directory fsync),
     /// mode 0600.
     pub fn save(&self, path: &Path) -> Result<(), TokenError> {
@@ -292,6 +311,36 @@ pub fn tokens_path(volume_dir: &Path, configured: Option<&Path>) -> PathBuf {
 #[cfg(test)]
 mod tests;
 
+/// An exclusive `flock` on the file at `path` (made, mode 0600, if missing), held until
+/// the file is dropped; waited for at most [`LOCK_WAIT`].
+fn lock_exclusive(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        // SAFETY: flock on a descriptor this function owns; no memory is passed.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(f);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock || std::time::Instant::now() >= deadline {
+            return Err(e);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// How long [`TokenStore::update`] waits for another command's lock.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Writes `bytes` to `path` with mode 0600, atomically and durably (a temporary file beside
 /// it, fsync, rename, directory fsync); on failure, the step that failed and its error.
 pub(crate) fn write_private(
@@ -300,11 +349,19 @@ pub(crate) fn write_private(
 ) -> Result<(), (&'static str, std::io::Error)> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let tmp = path.with_extension("json.tmp");
+    // This writer's own temporary file, made new (`O_EXCL`: never an existing file, whose
+    // mode it would keep, nor a symlink, which it would follow). A stale one of the same
+    // name (a crash) or anything planted there is removed, never followed.
+    let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(("removing a stale temporary file for", e))
+        }
+        _ => {}
+    }
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&tmp)
         .map_err(|e| ("creating the temporary file for", e))?;

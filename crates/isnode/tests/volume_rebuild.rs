@@ -368,25 +368,3 @@ fn a_member_rebuilt_beside_the_server_is_read_from_its_new_files() {
         assert!(played.bytes() == want, "the session's output differs");
     });
 }
-
-/// `GET path` as (status, body bytes).
-fn get_body(server: &Server, path: &str) -> (u16, Vec<u8>) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(server.addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut all = Vec::new();
-    s.read_to_end(&mut all).unwrap();
-    let split = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-    let head = String::from_utf8_lossy(&all[..split]).to_string();
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    (status, all[split + 4..].to_vec())
-}

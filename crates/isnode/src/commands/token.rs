@@ -37,11 +37,9 @@ fn add(volume: &Path, a: &TokenAddArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let mut store = load(&path)?;
     let now = now_unix_s();
     let name = a.name.clone().unwrap_or_else(|| format!("token-{now}"));
-    let token = store.add(&name, &a.roles, now)?;
-    store.save(&path)?;
+    let token = TokenStore::update(&path, |store| store.add(&name, &a.roles, now))?;
     eprintln!(
         "token {name:?} added to {} (shown once: keep it now)",
         path.display()
@@ -107,11 +105,9 @@ fn utc(unix_s: u64) -> String {
 
 fn revoke(volume: &Path, a: &TokenRevokeArgs) -> anyhow::Result<ExitCode> {
     let path = path_of(volume, &a.file);
-    let mut store = load(&path)?;
-    if !store.revoke(&a.name) {
+    if !TokenStore::update(&path, |store| Ok(store.revoke(&a.name)))? {
         bail!("no token named {:?} in {}", a.name, path.display());
     }
-    store.save(&path)?;
     eprintln!(
         "token {:?} revoked (a running server refuses it after SIGHUP)",
         a.name
