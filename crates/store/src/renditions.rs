@@ -306,7 +306,7 @@ fn validate_fragments(
     for (i, (seq, [off, len, dts, dur], sync)) in rows.iter().enumerate() {
         let (offset_bytes, length_bytes): (u64, u64) =
             (as_u(*off, "offset")?, as_u(*len, "length")?);
-        let end = offset_bytes.checked_add(length_bytes).unwrap_or(u64::MAX);
+        let end = offset_bytes.saturating_add(length_bytes);
         if *seq != i as i64 || offset_bytes < next || length_bytes == 0 || end > size_bytes {
             return Err(format!(
                 "fragment {i} (seq {seq}, bytes {off}+{len}) is out of order or outside the object"
@@ -469,6 +469,17 @@ impl Catalog {
 }
 
 impl crate::Volume {
+    /// Records title `t` ([`Catalog::put_title`]) once each of its renditions is a complete
+    /// object ([`StoreError::NotFound`] naming the first that is not).
+    pub fn put_title(&mut self, t: &TitleRecord, replace: bool) -> Result<(), StoreError> {
+        for r in &t.renditions {
+            if self.catalog().complete_toi(&r.object)?.is_none() {
+                return Err(StoreError::NotFound(r.object.clone()));
+            }
+        }
+        self.catalog_mut().put_title(t, replace)
+    }
+
     /// Deletes title `name` and its renditions' objects: the title row first (so a crash
     /// leaves renditions without a title, listed as objects, never a title without them),
     /// then each rendition object with its files. Returns the title, `NotFound` without one.
