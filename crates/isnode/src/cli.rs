@@ -223,6 +223,9 @@ pub(crate) const DEFAULT_MAX_SPOOL_BYTES: u64 = 64 << 30;
 pub(crate) struct IngestArgs {
     /// File to ingest, or `-` for stdin.
     pub file: PathBuf,
+    /// More files: with them, `--name NAME` makes one title whose renditions are the files
+    /// (stored as objects `NAME@0`, `NAME@1`, ... in this order; key frames must align).
+    pub renditions: Vec<PathBuf>,
     /// Object name (default: the file's name; required for stdin).
     #[arg(long)]
     pub name: Option<String>,

@@ -224,13 +224,61 @@ fn mehd_duration<R: ReadAt + ?Sized>(
     })
 }
 
+/// The duration of a fragmented MP4 from its fragments: `(timescale, ticks)` of the
+/// reference track (see [`crate::fmp4`]), from the first fragment's decode start to the
+/// last one's end; `None` for an unfragmented MP4, one without fragments, or a `moov` over
+/// [`crate::index::MAX_MOOV_BYTES`]. Reads the `moov` and each `moof` (at most
+/// [`crate::fmp4::MAX_MOOF_BYTES`] each), not the media.
+fn fragments_duration<R: ReadAt + ?Sized>(
+    src: &R,
+    moov: &BoxHeader,
+    total_len: u64,
+) -> Result<Option<(u64, u64)>, MediaError> {
+    let moov_len = moov.end - moov.content;
+    if moov_len > crate::index::MAX_MOOV_BYTES {
+        return Ok(None);
+    }
+    let mut content = vec![0u8; usize::try_from(moov_len).unwrap_or(0)];
+    read_region(src, Container::Mp4, moov.content, &mut content, total_len)?;
+    let mut frags = crate::fmp4::FragmentBuilder::default();
+    frags.moov(&content);
+    let mut pos = 0u64;
+    let mut count = 0u64;
+    while pos < total_len && count < MAX_TOP_LEVEL_BOXES {
+        count += 1;
+        let b = read_box_header(src, pos, total_len, total_len, true)?;
+        if frags.box_start(b.kind, b.start, b.end) {
+            // `box_start` keeps only boxes of at most MAX_MOOF_BYTES.
+            let mut c = vec![0u8; usize::try_from(b.end - b.content).unwrap_or(0)];
+            read_region(src, Container::Mp4, b.content, &mut c, total_len)?;
+            match &b.kind {
+                b"moof" => frags.moof(&c, b.start, b.end),
+                b"sidx" => frags.sidx(&c, b.end),
+                _ => {}
+            }
+        }
+        pos = b.end;
+    }
+    let Some(index) = frags.finish(total_len) else {
+        return Ok(None);
+    };
+    let (Some(first), Some(last)) = (index.fragments.first(), index.fragments.last()) else {
+        return Ok(None);
+    };
+    let end = last.decode_start.saturating_add(last.duration);
+    let ticks = end.saturating_sub(first.decode_start);
+    Ok((ticks > 0 && index.timescale > 0).then_some((u64::from(index.timescale), ticks)))
+}
+
 /// Probes an MP4 (ISO-BMFF) object of `total_len` bytes through positioned reads.
 ///
 /// Walks every top-level box header (a box whose declared size runs past `total_len`, or a
 /// partial header, is [`MediaError::Truncated`]; sizes 2..7 are [`MediaError::Malformed`];
 /// 64-bit `largesize` and size 0 = "to the end" are supported). Then reads `mvhd` (version 0
 /// or 1) from the first `moov`, wherever it is in the file: duration = duration / timescale; for a
-/// fragmented MP4 whose `mvhd` duration is 0 or unknown, `moov/mvex/mehd` is used instead.
+/// fragmented MP4 whose `mvhd` duration is 0 or unknown, `moov/mvex/mehd` is used instead,
+/// and without one (ffmpeg's `empty_moov` and `cmaf` output) the fragments' total duration
+/// (each `moof` read: the reference track's `tfdt` and `trun` sample durations).
 /// Bitrate = `total_len` × 8 / duration, rounded to whole bits per second.
 pub fn probe_mp4<R: ReadAt + ?Sized>(src: &R, total_len: u64) -> Result<MediaInfo, MediaError> {
     let mut pos = 0u64;
@@ -268,6 +316,14 @@ pub fn probe_mp4<R: ReadAt + ?Sized>(src: &R, total_len: u64) -> Result<MediaInf
     let duration = match duration {
         Some(d) if d > 0 => Some(d),
         _ => mehd_duration(src, &moov, total_len)?.filter(|&d| d > 0 && d != u64::MAX),
+    };
+    // ffmpeg's fragmented MP4 (`empty_moov`, `cmaf`) says neither: add up its fragments.
+    let (timescale, duration) = match (duration, timescale > 0) {
+        (Some(d), true) => (timescale, Some(d)),
+        _ => match fragments_duration(src, &moov, total_len)? {
+            Some((ts, d)) => (ts, Some(d)),
+            None => (timescale, None),
+        },
     };
     let (Some(duration), true) = (duration, timescale > 0) else {
         return Ok(MediaInfo::without_bitrate(

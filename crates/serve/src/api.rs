@@ -5,6 +5,7 @@
 //! and session creation ([`create`]) admits over a snapshot of the sessions.
 
 mod broadcast;
+mod cmaf;
 mod common;
 mod content;
 mod control;
@@ -15,11 +16,13 @@ mod fill_wait;
 mod fills;
 pub mod fuzzing;
 mod hybrid;
+mod manifests;
 mod media;
 mod owner;
 mod pool_read;
 mod redirect;
 mod remove;
+mod renditions;
 mod roles;
 pub(crate) mod state;
 mod status;
@@ -164,6 +167,11 @@ fn routes() -> Routes {
         .route("/v1/sessions/{id}/control", post(control::control_session))
         .route("/v1/objects/{name}/index", get(media::get_index))
         .route("/v1/objects/{name}/index.m3u8", get(media::get_playlist))
+        .route(
+            "/v1/objects/{name}/master.m3u8",
+            get(renditions::get_master),
+        )
+        .route("/v1/objects/{name}/manifest.mpd", get(renditions::get_mpd))
         .route(
             "/v1/broadcasts",
             post(broadcast::create_broadcast).get(broadcast::list_broadcasts),

@@ -159,6 +159,8 @@ impl Catalog {
             .map_err(db("creating the schema"))?;
         tx.execute_batch(crate::members::MEMBER_STATE_SCHEMA)
             .map_err(db("creating the schema"))?;
+        tx.execute_batch(crate::renditions::RENDITION_SCHEMA)
+            .map_err(db("creating the schema"))?;
         let kv = [
             ("format_version", FORMAT_VERSION.to_string()),
             ("uuid", uuid.to_string()),
@@ -211,6 +213,9 @@ impl Catalog {
         cat.conn
             .execute_batch(crate::members::MEMBER_STATE_SCHEMA)
             .map_err(db("adding the member state table"))?;
+        cat.conn
+            .execute_batch(crate::renditions::RENDITION_SCHEMA)
+            .map_err(db("adding the rendition tables"))?;
         Ok(cat)
     }
 
@@ -881,6 +886,9 @@ pub(crate) fn put_media_index(
     for (seq, (t, off)) in ix.points.iter().enumerate() {
         st.execute(params![toi, seq as i64, t, *off as i64])
             .map_err(db(ctx))?;
+    }
+    if let Some(detail) = &ix.detail {
+        crate::renditions::put_media_detail(tx, toi, detail)?;
     }
     Ok(())
 }

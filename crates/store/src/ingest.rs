@@ -443,6 +443,7 @@ impl DigestBatch {
 
 /// The catalog's form of an object's time index.
 pub(crate) fn media_index_record(ix: isnode_media::MediaIndex) -> MediaIndexRecord {
+    let detail = Some(crate::renditions::media_detail(&ix));
     let container = match ix.container {
         isnode_media::Container::MpegTs => "mpeg-ts",
         isnode_media::Container::Mp4 => "mp4",
@@ -456,6 +457,7 @@ pub(crate) fn media_index_record(ix: isnode_media::MediaIndex) -> MediaIndexReco
             .iter()
             .map(|p| (p.time_s, p.offset_bytes))
             .collect(),
+        detail,
     }
 }
 

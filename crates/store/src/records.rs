@@ -14,6 +14,10 @@ pub struct MediaIndexRecord {
     pub moov_at_front: Option<bool>,
     /// Random-access points `(time_s, offset_bytes)`, in increasing order of both.
     pub points: Vec<(f64, u64)>,
+    /// The descriptor and fragment index found at ingest, written with the index (the
+    /// rendition tables); not read back with it: [`crate::catalog::Catalog::media_detail`] reads
+    /// them (`None` here after a read).
+    pub detail: Option<crate::media_records::MediaDetail>,
 }
 
 /// What committing an object does when a complete object of the same name exists.

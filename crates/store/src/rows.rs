@@ -421,6 +421,7 @@ pub fn validate_media_index(
         container,
         moov_at_front,
         points,
+        detail: None,
     })
 }
 

@@ -55,6 +55,9 @@ pub(super) fn ingest_path(
 ) -> anyhow::Result<ObjectRecord> {
     let stdin = path.as_os_str() == "-";
     let name = object_name(path, args)?;
+    if vol.catalog().title(&name)?.is_some() {
+        bail!("{name:?} is a title with renditions: remove it first (`isnode rm {name}`)");
+    }
     if let Some(existing_toi) = vol.catalog().complete_toi(&name)? {
         if !args.replace {
             bail!(

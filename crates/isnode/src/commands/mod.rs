@@ -11,6 +11,7 @@ pub(crate) mod publish;
 mod remote;
 mod status;
 mod stream;
+mod title;
 mod token;
 mod volume;
 
@@ -26,13 +27,14 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Volume(VolumeCommand::Check(args)) => volume::check(&cli.volume, &args),
         Command::Volume(VolumeCommand::Scrub(args)) => volume::scrub(&cli.volume, &args),
         Command::Volume(VolumeCommand::Rebuild(args)) => volume::rebuild(&cli.volume, &args),
+        Command::Ingest(args) if !args.renditions.is_empty() => title::ingest(&cli.volume, &args),
         Command::Ingest(args) => match &args.remote.server {
             Some(server) => remote::upload(server, &args),
             None => ingest::run(&cli.volume, &args),
         },
         Command::Rm(args) => match &args.remote.server {
             Some(server) => remote::remove(server, &args),
-            None => objects::rm(&cli.volume, &args),
+            None => title::rm(&cli.volume, &args),
         },
         Command::Ls(args) => match &args.remote.server {
             Some(server) => remote::list(server, &args),

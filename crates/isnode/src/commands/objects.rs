@@ -40,6 +40,7 @@ pub(super) fn ls(root: &Path, args: &LsArgs) -> anyhow::Result<ExitCode> {
         );
         print_row(&f.record, &status);
     }
+    super::title::print_titles(&vol)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -289,3 +289,32 @@ proptest! {
         }
     }
 }
+
+/// ffmpeg's `empty_moov` output: `mvhd` duration 0 and no `mehd`; the probe adds up the
+/// fragments instead of giving up (`Mp4NoDuration`).
+#[test]
+fn probe_takes_a_fragmented_mp4s_duration_from_its_fragments() {
+    let ftyp = bx(b"ftyp", b"iso6\0\0\0\0iso6cmfc");
+    let mvhd = full(b"mvhd", 0, 0, &words(&[0, 0, 1000, 0, 0x0001_0000]));
+    let trex_v = full(b"trex", 0, 0, &words(&[1, 1, 512, 0, NON_SYNC_FLAGS]));
+    let mvex = bx(b"mvex", &trex_v);
+    let moov = bx(b"moov", &[mvhd, trak(1, b"vide", 12_800), mvex].concat());
+    let mut f = [ftyp, moov].concat();
+    for (i, dts) in [0u64, 25_600, 51_200].into_iter().enumerate() {
+        f.extend(moof(i as u32 + 1, Some(dts), 50, None, Some(SYNC)));
+        f.extend(mdat(1000));
+    }
+    let len = f.len() as u64;
+    let info = crate::probe(&f, len).expect("probe");
+    assert_eq!(info.container, Container::Mp4);
+    assert_eq!(info.duration_s, Some(6.0));
+    let expect = (len as f64 * 8.0 / 6.0).round() as u64;
+    assert_eq!(info.bitrate_bps, Some(expect));
+    // Without fragments it is still unknown.
+    let bare = f[..f.len() - 3 * (moof(1, Some(0), 50, None, Some(SYNC)).len() + 1008)].to_vec();
+    let info = crate::probe(&bare, bare.len() as u64).expect("probe");
+    assert_eq!(
+        info.bitrate_unknown,
+        Some(crate::BitrateUnknown::Mp4NoDuration)
+    );
+}

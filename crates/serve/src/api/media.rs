@@ -28,9 +28,7 @@ pub(crate) const SEGMENT_URI: &str = "content?ext=.ts";
 /// headers, so that a server closed to anonymous viewers still plays. A token that is not
 /// plain hexadecimal is not one the server knows and is not echoed.
 fn segment_uri(query: Option<&str>) -> String {
-    let token = super::roles::query_token(query)
-        .filter(|t| !t.is_empty() && t.len() <= 128 && t.bytes().all(|b| b.is_ascii_hexdigit()));
-    match token {
+    match super::roles::carried_token(query) {
         Some(t) => format!("content?token={t}&ext=.ts"),
         None => SEGMENT_URI.to_string(),
     }
@@ -320,6 +318,12 @@ pub(super) async fn get_playlist(
         Ok(o) => o,
         Err(r) => return r,
     };
+    // A fragmented MP4 (CMAF) with a fragment index: its `EXT-X-MAP` playlist.
+    if obj.media.as_ref().is_some_and(|m| m.container != MPEG_TS) {
+        if let Some(r) = super::cmaf::fmp4_playlist(&sh, &obj, query.as_deref()).await {
+            return r;
+        }
+    }
     match object_playlist(&obj, &uri) {
         Ok(text) => playlist_answer(text, &uri),
         Err(e) => e.into_response(),

@@ -50,6 +50,14 @@ pub(super) fn query_token(query: Option<&str>) -> Option<&str> {
     query?.split('&').find_map(|kv| kv.strip_prefix("token="))
 }
 
+/// The `?token=` of a playlist or manifest request that its URIs carry on (plain
+/// hexadecimal of at most 128 characters: anything else is not a token the server knows
+/// and is not echoed).
+pub(super) fn carried_token(query: Option<&str>) -> Option<&str> {
+    query_token(query)
+        .filter(|t| !t.is_empty() && t.len() <= 128 && t.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// The client the request counts against: its IPv4 address or IPv6 /64 (none when the
 /// connection's address is unknown: in-process callers).
 fn client_of(parts: &Parts) -> Option<std::net::IpAddr> {
@@ -264,6 +272,16 @@ pub(super) const ROUTES: &[(&str, &str, Rule)] = &[
     (
         "GET",
         "/v1/objects/{name}/index.m3u8",
+        Rule::Role(Role::Viewer),
+    ),
+    (
+        "GET",
+        "/v1/objects/{name}/master.m3u8",
+        Rule::Role(Role::Viewer),
+    ),
+    (
+        "GET",
+        "/v1/objects/{name}/manifest.mpd",
         Rule::Role(Role::Viewer),
     ),
     ("POST", "/v1/sessions", Rule::Role(Role::Viewer)),

@@ -1,0 +1,303 @@
+//! The manifests of titles with renditions, pure text from catalog records: the HLS
+//! multivariant playlist, the media playlist of a fragmented MP4 (CMAF) rendition, and the
+//! static DASH MPD (docs/protocol.md, "Titles with renditions: HLS and DASH").
+
+use std::fmt::Write as _;
+
+use isnode_store::renditions::{DescriptorRecord, FragmentsRecord};
+
+/// Segments are at least this long where the key frames allow (as MPEG-TS playlists').
+pub(super) const MIN_SEGMENT_S: f64 = 2.0;
+
+/// A segment of a fragmented MP4: whole fragments from one starting with a sync sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct CmafSegment {
+    /// First byte (of its first `moof`).
+    pub offset: u64,
+    /// Bytes (to the end of its last fragment).
+    pub len: u64,
+    /// Decode start, ticks.
+    pub start: u64,
+    /// Duration, ticks.
+    pub ticks: u64,
+}
+
+/// Cuts the fragments into segments: a fragment starting with a sync sample starts a new
+/// segment once the current one lasts [`MIN_SEGMENT_S`] (less 50 ms, the rounding of
+/// encoders' first fragments); others join the current segment.
+pub(super) fn cmaf_segments(f: &FragmentsRecord) -> Vec<CmafSegment> {
+    let min_ticks = ((MIN_SEGMENT_S - 0.05) * f64::from(f.timescale)) as u64;
+    let mut out: Vec<CmafSegment> = Vec::new();
+    for g in &f.fragments {
+        match out.last_mut() {
+            Some(s) if !(g.sync && s.ticks >= min_ticks) => {
+                s.len = g.offset_bytes + g.length_bytes - s.offset;
+                s.ticks = s.ticks.saturating_add(g.duration);
+            }
+            _ => out.push(CmafSegment {
+                offset: g.offset_bytes,
+                len: g.length_bytes,
+                start: g.decode_start,
+                ticks: g.duration,
+            }),
+        }
+    }
+    out
+}
+
+/// Seconds of `ticks`.
+fn secs(ticks: u64, timescale: u32) -> f64 {
+    ticks as f64 / f64::from(timescale.max(1))
+}
+
+/// The HLS media playlist (RFC 8216 version 7) of a fragmented MP4 at `uri`: the init
+/// segment as `EXT-X-MAP` with its byte range, each segment as an `EXT-X-BYTERANGE`.
+pub(super) fn cmaf_playlist(uri: &str, f: &FragmentsRecord) -> String {
+    let segs = cmaf_segments(f);
+    let target = segs
+        .iter()
+        .map(|s| secs(s.ticks, f.timescale).round() as u64)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let mut m = format!(
+        "#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-TARGETDURATION:{target}\n#EXT-X-PLAYLIST-TYPE:VOD\n\
+         #EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-INDEPENDENT-SEGMENTS\n\
+         #EXT-X-MAP:URI=\"{uri}\",BYTERANGE=\"{}@{}\"\n",
+        f.init.1, f.init.0
+    );
+    for s in &segs {
+        let _ = write!(
+            m,
+            "#EXTINF:{:.3},\n#EXT-X-BYTERANGE:{}@{}\n{uri}\n",
+            secs(s.ticks, f.timescale),
+            s.len,
+            s.offset
+        );
+    }
+    m.push_str("#EXT-X-ENDLIST\n");
+    m
+}
+
+/// One variant of a title, as its manifests list it.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Variant {
+    /// Its media playlist (HLS) or content (DASH `BaseURL`), relative to the manifest.
+    pub uri: String,
+    /// Peak bitrate: the largest segment's bits over its duration, bits per second.
+    pub peak_bps: u64,
+    /// Average bitrate (the object's), bits per second.
+    pub average_bps: u64,
+    /// The descriptor (codecs, resolution, frame rate), if known.
+    pub descriptor: Option<DescriptorRecord>,
+    /// The fragment index (CMAF renditions only).
+    pub fragments: Option<FragmentsRecord>,
+    /// Duration, seconds.
+    pub duration_s: f64,
+}
+
+/// The largest `bytes × 8 / seconds` over `(bytes, seconds)` pairs with a duration.
+pub(super) fn peak_bps(segments: impl Iterator<Item = (u64, f64)>) -> u64 {
+    segments
+        .filter(|&(_, d)| d > 0.0)
+        .map(|(b, d)| (b as f64 * 8.0 / d).ceil() as u64)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The HLS multivariant playlist of `variants` (in the title's order).
+pub(super) fn master_playlist(variants: &[Variant]) -> String {
+    let version = match variants.iter().any(|v| v.fragments.is_some()) {
+        true => 7,
+        false => 4,
+    };
+    let mut m = format!("#EXTM3U\n#EXT-X-VERSION:{version}\n#EXT-X-INDEPENDENT-SEGMENTS\n");
+    for v in variants {
+        let avg = v.average_bps.max(1);
+        let _ = write!(
+            m,
+            "#EXT-X-STREAM-INF:BANDWIDTH={},AVERAGE-BANDWIDTH={avg}",
+            v.peak_bps.max(avg)
+        );
+        if let Some(d) = &v.descriptor {
+            if let (Some(w), Some(h)) = (d.width, d.height) {
+                let _ = write!(m, ",RESOLUTION={w}x{h}");
+            }
+            if !d.codecs.is_empty() {
+                let _ = write!(m, ",CODECS=\"{}\"", d.codecs);
+            }
+            if let Some(fps) = d.fps() {
+                let _ = write!(m, ",FRAME-RATE={fps:.3}");
+            }
+        }
+        let _ = write!(m, "\n{}\n", v.uri);
+    }
+    m
+}
+
+/// `s` with XML's five special characters escaped.
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
+}
+
+/// An ISO 8601 duration of `s` seconds (`PT6.000S`).
+fn iso_duration(s: f64) -> String {
+    format!("PT{:.3}S", s.max(0.0))
+}
+
+/// The static DASH MPD (ISO/IEC 23009-1, `isoff-main` profile) of CMAF `variants` (each
+/// with its fragment index): one adaptation set, a representation per variant whose
+/// `SegmentList` names the init segment and every segment by byte range of its `BaseURL`,
+/// with a `SegmentTimeline` of their exact decode times.
+pub(super) fn mpd(variants: &[Variant]) -> String {
+    let duration = variants.iter().map(|v| v.duration_s).fold(0.0, f64::max);
+    let mut m = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+         <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" profiles=\"urn:mpeg:dash:profile:isoff-main:2011\" \
+         type=\"static\" mediaPresentationDuration=\"{}\" minBufferTime=\"PT2S\">\n\
+         <Period id=\"0\" start=\"PT0S\">\n\
+         <AdaptationSet id=\"0\" mimeType=\"video/mp4\" segmentAlignment=\"true\" startWithSAP=\"1\">\n",
+        iso_duration(duration)
+    );
+    for (i, v) in variants.iter().enumerate() {
+        let Some(f) = &v.fragments else { continue };
+        representation(&mut m, i, v, f);
+    }
+    m.push_str("</AdaptationSet>\n</Period>\n</MPD>\n");
+    m
+}
+
+/// One `Representation` of [`mpd`].
+fn representation(m: &mut String, id: usize, v: &Variant, f: &FragmentsRecord) {
+    let _ = write!(
+        m,
+        "<Representation id=\"{id}\" bandwidth=\"{}\"",
+        v.peak_bps.max(v.average_bps).max(1)
+    );
+    if let Some(d) = &v.descriptor {
+        if let (Some(w), Some(h)) = (d.width, d.height) {
+            let _ = write!(m, " width=\"{w}\" height=\"{h}\"");
+        }
+        if let Some((n, den)) = d.frame_rate {
+            match den {
+                1 => {
+                    let _ = write!(m, " frameRate=\"{n}\"");
+                }
+                _ => {
+                    let _ = write!(m, " frameRate=\"{n}/{den}\"");
+                }
+            }
+        }
+        if !d.codecs.is_empty() {
+            let _ = write!(m, " codecs=\"{}\"", xml(&d.codecs));
+        }
+    }
+    let _ = write!(
+        m,
+        ">\n<BaseURL>{}</BaseURL>\n<SegmentList timescale=\"{}\">\n\
+         <Initialization range=\"{}-{}\"/>\n<SegmentTimeline>\n",
+        xml(&v.uri),
+        f.timescale,
+        f.init.0,
+        (f.init.0 + f.init.1).saturating_sub(1)
+    );
+    let segs = cmaf_segments(f);
+    for s in &segs {
+        let _ = writeln!(m, "<S t=\"{}\" d=\"{}\"/>", s.start, s.ticks);
+    }
+    m.push_str("</SegmentTimeline>\n");
+    for s in &segs {
+        let _ = writeln!(
+            m,
+            "<SegmentURL mediaRange=\"{}-{}\"/>",
+            s.offset,
+            s.offset + s.len - 1
+        );
+    }
+    m.push_str("</SegmentList>\n</Representation>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use isnode_store::renditions::FragmentRecord;
+
+    fn frags() -> FragmentsRecord {
+        let f = |i: u64, d: u64, sync: bool| FragmentRecord {
+            offset_bytes: 1000 + i * 500,
+            length_bytes: 500,
+            decode_start: i * 12_800,
+            duration: d,
+            sync,
+        };
+        FragmentsRecord {
+            track_id: 1,
+            timescale: 12_800,
+            init: (0, 1000),
+            index_range: None,
+            complete: true,
+            // 1 s fragments: pairs make 2 s segments; a non-sync fragment joins its segment.
+            fragments: vec![
+                f(0, 12_800, true),
+                f(1, 12_800, true),
+                f(2, 12_800, true),
+                f(3, 12_800, false),
+                f(4, 12_800, true),
+            ],
+        }
+    }
+
+    #[test]
+    fn cmaf_segments_join_fragments_to_two_seconds_at_sync_samples() {
+        let segs = cmaf_segments(&frags());
+        let got: Vec<(u64, u64, u64)> = segs.iter().map(|s| (s.offset, s.len, s.ticks)).collect();
+        assert_eq!(
+            got,
+            [
+                (1000, 1000, 25_600),
+                (2000, 1000, 25_600),
+                (3000, 500, 12_800)
+            ]
+        );
+        let p = cmaf_playlist("content?ext=.mp4", &frags());
+        assert!(p.starts_with("#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-TARGETDURATION:2\n"));
+        assert!(p.contains("#EXT-X-MAP:URI=\"content?ext=.mp4\",BYTERANGE=\"1000@0\"\n"));
+        assert!(p.contains("#EXTINF:2.000,\n#EXT-X-BYTERANGE:1000@2000\ncontent?ext=.mp4\n"));
+        assert!(p.ends_with("#EXT-X-ENDLIST\n"));
+    }
+
+    #[test]
+    fn master_and_mpd_list_every_variant() {
+        let d = DescriptorRecord {
+            codecs: "avc1.42C01E,mp4a.40.2".into(),
+            width: Some(640),
+            height: Some(360),
+            frame_rate: Some((25, 1)),
+        };
+        let v = |uri: &str, avg: u64| Variant {
+            uri: uri.into(),
+            peak_bps: avg + 100,
+            average_bps: avg,
+            descriptor: Some(d.clone()),
+            fragments: Some(frags()),
+            duration_s: 5.0,
+        };
+        let vs = [v("../a%400/index.m3u8?token=ab", 1000), v("b", 2000)];
+        let m = master_playlist(&vs);
+        assert!(m.contains(
+            "#EXT-X-STREAM-INF:BANDWIDTH=1100,AVERAGE-BANDWIDTH=1000,RESOLUTION=640x360,\
+             CODECS=\"avc1.42C01E,mp4a.40.2\",FRAME-RATE=25.000\n../a%400/index.m3u8?token=ab\n"
+        ));
+        let x = mpd(&vs);
+        assert_eq!(x.matches("<Representation ").count(), 2);
+        assert!(x.contains("mediaPresentationDuration=\"PT5.000S\""));
+        assert!(x.contains("<Initialization range=\"0-999\"/>"));
+        assert!(x.contains("<S t=\"25600\" d=\"25600\"/>"));
+        assert!(x.contains("<SegmentURL mediaRange=\"3000-3499\"/>"));
+        assert_eq!(peak_bps([(1000, 2.0), (10, 0.0)].into_iter()), 4000);
+    }
+}
