@@ -48,5 +48,6 @@ pub(super) async fn fmp4_playlist(
         None => "content?ext=.mp4".to_string(),
     };
     let text = manifests::cmaf_playlist(&uri, &f);
-    Some(([(header::CONTENT_TYPE, M3U8)], text).into_response())
+    let r = ([(header::CONTENT_TYPE, M3U8)], text).into_response();
+    Some(super::common::private_if_token(r, query))
 }

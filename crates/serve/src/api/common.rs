@@ -66,3 +66,30 @@ pub(super) fn broadcast_error(sh: &ApiState, e: BroadcastError) -> ApiError {
     };
     ApiError::new(status, e)
 }
+
+/// `name` percent-encoded as one URL path segment (every byte but RFC 3986's unreserved
+/// `A-Z a-z 0-9 - . _ ~` as `%XX`).
+pub(super) fn path_segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(char::from(b))
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// `r`, marked `Cache-Control: private, no-store` when the request's `query` carries a
+/// viewer's token onto the URLs it lists (a playlist or manifest is then that viewer's).
+pub(super) fn private_if_token(mut r: Response, query: Option<&str>) -> Response {
+    if super::roles::carried_token(query).is_some() {
+        r.headers_mut().insert(
+            axum::http::header::CACHE_CONTROL,
+            axum::http::HeaderValue::from_static("private, no-store"),
+        );
+    }
+    r
+}

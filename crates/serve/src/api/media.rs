@@ -312,7 +312,7 @@ pub(super) async fn get_playlist(
         Err(r) => return r,
     };
     if let Some(text) = filling {
-        return playlist_answer(text, &uri);
+        return playlist_answer(text, query.as_deref());
     }
     let obj = match complete_object(&sh, asker, name, NeedsWhole::Index).await {
         Ok(o) => o,
@@ -325,26 +325,22 @@ pub(super) async fn get_playlist(
         }
     }
     match object_playlist(&obj, &uri) {
-        Ok(text) => playlist_answer(text, &uri),
+        Ok(text) => playlist_answer(text, query.as_deref()),
         Err(e) => e.into_response(),
     }
 }
 
 /// A playlist's answer: one that carries the viewer's token onto its segments is that
 /// viewer's alone (`Cache-Control: private, no-store`: no shared cache keeps it).
-fn playlist_answer(text: String, segment_uri: &str) -> Response {
-    let mut r = (
-        [(header::CONTENT_TYPE, "application/vnd.apple.mpegurl")],
-        text,
+fn playlist_answer(text: String, query: Option<&str>) -> Response {
+    super::common::private_if_token(
+        (
+            [(header::CONTENT_TYPE, "application/vnd.apple.mpegurl")],
+            text,
+        )
+            .into_response(),
+        query,
     )
-        .into_response();
-    if segment_uri.contains("token=") {
-        r.headers_mut().insert(
-            header::CACHE_CONTROL,
-            axum::http::HeaderValue::from_static("private, no-store"),
-        );
-    }
-    r
 }
 
 /// `GET /v1/objects/{name}/index`.

@@ -12,6 +12,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use isnode_pool::objects::ObjectInfo;
 
+use super::common::{path_segment, private_if_token};
 use super::manifests::{self, Variant};
 use super::media::{complete_object, NeedsWhole};
 use super::{blocking, store_error, ApiError, Asker, Sh};
@@ -21,21 +22,6 @@ use crate::api::state::ApiState;
 const M3U8: &str = "application/vnd.apple.mpegurl";
 /// The MIME type of DASH MPDs.
 const MPD: &str = "application/dash+xml";
-
-/// `name` percent-encoded as one URL path segment (everything but RFC 3986 unreserved
-/// characters escaped).
-fn path_segment(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for b in name.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                out.push(char::from(b))
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
 
 /// `?token=T` when the request carried a token playlists carry on, else nothing.
 fn token_query(query: Option<&str>) -> String {
@@ -124,11 +110,14 @@ pub(super) async fn get_master(
 ) -> Response {
     let asker = Asker::Viewer(peer.ip());
     match variants(&sh, asker, name, Manifest::Hls, query.as_deref()).await {
-        Ok(v) => (
-            [(header::CONTENT_TYPE, M3U8)],
-            manifests::master_playlist(&v),
-        )
-            .into_response(),
+        Ok(v) => private_if_token(
+            (
+                [(header::CONTENT_TYPE, M3U8)],
+                manifests::master_playlist(&v),
+            )
+                .into_response(),
+            query.as_deref(),
+        ),
         Err(r) => r,
     }
 }
@@ -156,7 +145,10 @@ pub(super) async fn get_mpd(
         )
         .into_response();
     }
-    ([(header::CONTENT_TYPE, MPD)], manifests::mpd(&v)).into_response()
+    private_if_token(
+        ([(header::CONTENT_TYPE, MPD)], manifests::mpd(&v)).into_response(),
+        query.as_deref(),
+    )
 }
 
 #[cfg(test)]

@@ -197,7 +197,7 @@ async fn created(sh: &Arc<ApiState>, rec: ObjectRecord) -> Response {
     match blocking(sh, move |sh| sh.control.objects.get(&name)).await {
         Ok(Ok(o)) => {
             let mut r = (StatusCode::CREATED, Json(o.json())).into_response();
-            let path = format!("/v1/objects/{}", percent_encoded(&o.rec.name));
+            let path = format!("/v1/objects/{}", super::common::path_segment(&o.rec.name));
             if let Ok(v) = HeaderValue::from_str(&path) {
                 r.headers_mut().insert(header::LOCATION, v);
             }
@@ -206,20 +206,6 @@ async fn created(sh: &Arc<ApiState>, rec: ObjectRecord) -> Response {
         Ok(Err(e)) => super::store_error(e),
         Err(r) => r,
     }
-}
-
-/// `name` as one path segment: every byte but the unreserved ones (RFC 3986) as `%XX`.
-fn percent_encoded(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for b in name.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                out.push(char::from(b))
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
 }
 
 /// The answer to an upload the store refused.
