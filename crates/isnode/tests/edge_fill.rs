@@ -14,7 +14,7 @@ mod serve_support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -564,18 +564,6 @@ fn a_garbled_body_of_the_right_length_is_502_and_never_complete() {
     let m = server.metrics();
     assert_eq!(m.get("isnode_fill_errors_total{class=\"garbled\"}"), 2.0);
     stop.store(true, Ordering::Relaxed);
-}
-
-/// Bytes of the segment files of the volume (what the titles take).
-fn segment_bytes(root: &Path) -> u64 {
-    let mut sum = 0;
-    for member in std::fs::read_dir(root.join("members")).unwrap().flatten() {
-        let objects = member.path().join("objects");
-        for f in std::fs::read_dir(&objects).into_iter().flatten().flatten() {
-            sum += f.metadata().map(|m| m.len()).unwrap_or(0);
-        }
-    }
-    sum
 }
 
 #[test]

@@ -217,18 +217,6 @@ fn a_title_the_origin_lacks_is_not_asked_for_again_at_once() {
     );
 }
 
-/// Bytes of the volume's segment files (what `du` reads of them).
-fn segment_bytes(root: &std::path::Path) -> u64 {
-    let mut sum = 0;
-    for member in std::fs::read_dir(root.join("members")).unwrap().flatten() {
-        let objects = member.path().join("objects");
-        for f in std::fs::read_dir(&objects).into_iter().flatten().flatten() {
-            sum += f.metadata().map(|m| m.len()).unwrap_or(0);
-        }
-    }
-    sum
-}
-
 /// The reproduction: an edge with a `file://` origin of 16 titles of 5 MB and a
 /// 25 MB quota, asked anonymously for each title and 500 names the origin lacks, stays
 /// within its quota (fills evict the titles nothing uses) and takes an operator's 2 MB

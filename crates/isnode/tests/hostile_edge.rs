@@ -121,18 +121,6 @@ fn threads(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Bytes of the volume's segment files.
-fn segment_bytes(root: &std::path::Path) -> u64 {
-    let mut sum = 0;
-    for member in std::fs::read_dir(root.join("members")).unwrap().flatten() {
-        let objects = member.path().join("objects");
-        for f in std::fs::read_dir(&objects).into_iter().flatten().flatten() {
-            sum += f.metadata().map(|m| m.len()).unwrap_or(0);
-        }
-    }
-    sum
-}
-
 /// The strangers: 1000 requests for titles being filled (hung up after 1 s, in batches of
 /// 100), 500 for names the origin lacks, health probes and spills in between.
 fn flood(server: SocketAddr, done: &AtomicBool) -> u64 {

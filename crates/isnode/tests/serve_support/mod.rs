@@ -201,6 +201,22 @@ impl Vol {
     }
 }
 
+/// Bytes of the volume's segment files at `root` (what `du` reads of them).
+pub(crate) fn segment_bytes(root: &Path) -> u64 {
+    let mut sum = 0;
+    for member in std::fs::read_dir(root.join("members"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let objects = member.path().join("objects");
+        for f in std::fs::read_dir(&objects).into_iter().flatten().flatten() {
+            sum += f.metadata().map(|m| m.len()).unwrap_or(0);
+        }
+    }
+    sum
+}
+
 /// A free TCP port on 127.0.0.1, free when asked and never handed out twice by this process.
 ///
 /// Ports come from 20000..32000, below Linux's ephemeral range (32768..61000): a port the
