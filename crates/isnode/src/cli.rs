@@ -531,7 +531,9 @@ pub(crate) struct StartupBenchArgs {
 pub(crate) struct LoadBenchArgs {
     /// isnode engines to load, in order (empty: none); `ENGINE@PATH` loads that engine of
     /// another isnode binary (before/after in one run); `ENGINE/BYTES` serves a volume of
-    /// that block length (default 1 MiB; e.g. `gso/65536`).
+    /// that block length (default 1 MiB; e.g. `gso/65536`). `http` loads isnode's content
+    /// path (`GET /o/NAME`) with the paced TCP readers nginx gets; `hls`, HLS players (the
+    /// playlist, then its segments' byte ranges on one kept-alive connection).
     #[arg(long, value_delimiter = ',', default_value = "gso,uring-zc")]
     pub engines: Vec<String>,
     /// nginx variants to load after the engines: sendfile, aio (sendfile in `aio threads`),

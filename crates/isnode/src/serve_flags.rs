@@ -72,7 +72,8 @@ pub(crate) struct ServeFlags {
     /// How blocks are read into the pool (default uring).
     #[arg(long, value_parser = ChoiceParser::new(ReadIo::CHOICES), env = "ISNODE_READ_IO")]
     pub read_io: Option<ReadIo>,
-    /// Most HTTP content bodies and repair answers produced at once (default 32).
+    /// Most HTTP content bodies and repair answers produced at once (default 4096, the API's
+    /// connection cap).
     #[arg(long)]
     pub max_content_readers: Option<u64>,
     /// Speed-up of the start-up burst (default 4; 0 or 1: none).

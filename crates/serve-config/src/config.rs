@@ -19,8 +19,11 @@ pub const DEFAULT_MAX_SESSIONS_PER_CLIENT: u32 = 16;
 /// Default size of the block pool, bytes.
 pub const DEFAULT_CACHE_SIZE_BYTES: u64 = 256 << 20;
 
-/// Default most HTTP bodies of content or repair packets produced at once.
-pub const DEFAULT_MAX_CONTENT_READERS: u64 = 32;
+/// Default most HTTP bodies of content or repair packets produced at once: as many as the
+/// API's default connection cap (which the descriptor budget may lower further). A content
+/// body holds no thread and about one 64 KiB chunk while its player reads (issue 33); only
+/// a codeword read from disk or rebuilt takes a blocking thread, for that codeword.
+pub const DEFAULT_MAX_CONTENT_READERS: u64 = DEFAULT_API_MAX_CONNECTIONS as u64;
 /// Default `--api-header-timeout-ms`: a request head must be whole within 10 s.
 pub const DEFAULT_API_HEADER_TIMEOUT_MS: u64 = 10_000;
 /// Default `--api-idle-timeout-ms`: a kept-alive connection without a request for 60 s

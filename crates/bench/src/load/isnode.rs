@@ -1,7 +1,8 @@
 //! isnode under load: the volume of the titles, `isnode serve` with an engine, and sessions
 //! created, kept alive and ended through its HTTP control API.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use anyhow::Context;
 use isnode_store::{IngestOptions, Volume, VolumeParams};
 
 use super::net::Net;
-use super::receivers::{set_udp_gro, Conn};
+use super::receivers::{set_udp_gro, Conn, Hls};
 use super::title::Title;
 use crate::cgroup::Cgroup;
 use crate::harness::keepalive::{Datagrams, Live, Route};
@@ -196,6 +197,49 @@ impl IsnodeServer {
             send_rate_bps,
             packet_bytes: symbol + isnode_wire::DATA_HEADER_LEN,
         })
+    }
+
+    /// Connects to the server's HTTP API and asks for `name`'s bytes as a player does
+    /// (`GET /o/NAME`); the stream is non-blocking.
+    pub(crate) fn get(&self, name: &str) -> anyhow::Result<TcpStream> {
+        let base = self.sessions.base();
+        let addr = base.strip_prefix("http://").unwrap_or(base);
+        let mut s = TcpStream::connect(addr).context("connecting to isnode")?;
+        write!(
+            s,
+            "GET /o/{name} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )?;
+        s.set_nonblocking(true)?;
+        Ok(s)
+    }
+
+    /// An HLS player of `name`: its playlist fetched and read, a connection kept alive
+    /// for its segments, the first asked for; the stream is non-blocking.
+    pub(crate) fn hls(&self, name: &str) -> anyhow::Result<(TcpStream, Hls)> {
+        let url = format!("{}/v1/objects/{name}/index.m3u8", self.sessions.base());
+        let text = self
+            .sessions
+            .agent()
+            .get(&url)
+            .call()
+            .context("fetching the playlist")?
+            .body_mut()
+            .read_to_string()
+            .context("reading the playlist")?;
+        let (uri, segments) = Hls::parse_playlist(&text).map_err(anyhow::Error::msg)?;
+        let left = segments.first().map_or(0, |s| s.1);
+        let hls = Hls {
+            target: format!("/v1/objects/{name}/{uri}"),
+            segments,
+            current: 0,
+            left,
+        };
+        let base = self.sessions.base();
+        let addr = base.strip_prefix("http://").unwrap_or(base);
+        let mut s = TcpStream::connect(addr).context("connecting to isnode")?;
+        s.write_all(hls.request().as_bytes())?;
+        s.set_nonblocking(true)?;
+        Ok((s, hls))
     }
 
     /// Ends a session.

@@ -7,11 +7,14 @@
 //!   of the session's object, in the order the server sends them (block, then symbol,
 //!   never going back), or an FDT packet (TOI 0). The count and bytes of UDP payload are
 //!   recorded.
-//! - nginx streams are HTTP/1.1 GETs over TCP read at the title's bitrate: the client reads
-//!   as fast as it can until it holds its playout buffer, then only as fast as it plays
-//!   (at most `buffer_cap_s` seconds ahead). Every body byte is compared with the title.
+//! - nginx streams (and isnode's `http` engine: `GET /o/NAME`) are HTTP/1.1 GETs over TCP
+//!   read at the title's bitrate: the client reads as fast as it can until it holds its
+//!   playout buffer, then only as fast as it plays (at most `buffer_cap_s` seconds ahead).
+//!   Every body byte is compared with the title.
+//! - isnode's `hls` engine is an HLS player: the playlist, then its segments' byte ranges
+//!   one after another on one kept-alive connection, read at the same pace.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::{TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,7 +43,7 @@ pub(crate) enum Conn {
         /// (SBN, ESI) of the last data packet.
         last: Option<(u32, u8)>,
     },
-    /// An HTTP GET of a title from nginx.
+    /// An HTTP GET of a title (from nginx, or isnode's `/o/NAME`).
     Http {
         /// The connection, request sent.
         stream: TcpStream,
@@ -58,7 +61,60 @@ pub(crate) enum Conn {
         cap_bytes: f64,
         /// When playing started.
         playing_since: Option<Instant>,
+        /// An HLS player's segments (`None`: one GET of the whole title).
+        hls: Option<Hls>,
     },
+}
+
+/// An HLS player's segments: byte ranges of the title, asked for one after another on one
+/// kept-alive connection, each once the one before is whole.
+pub(crate) struct Hls {
+    /// The segments' request target (the playlist's URI, resolved).
+    pub(crate) target: String,
+    /// Offset and length of every segment, in order; they cover the title from its start.
+    pub(crate) segments: Vec<(u64, u64)>,
+    /// The segment being received.
+    pub(crate) current: usize,
+    /// Its body bytes still to come.
+    pub(crate) left: u64,
+}
+
+impl Hls {
+    /// The request for the current segment.
+    pub(crate) fn request(&self) -> String {
+        let (offset, len) = self.segments.get(self.current).copied().unwrap_or((0, 1));
+        format!(
+            "GET {} HTTP/1.1\r\nHost: localhost\r\nRange: bytes={offset}-{}\r\n\r\n",
+            self.target,
+            offset + len.max(1) - 1
+        )
+    }
+
+    /// The segments of an HLS playlist whose segments are byte ranges
+    /// (`#EXT-X-BYTERANGE:LEN@OFFSET`) of one URI, checked to follow each other from 0.
+    pub(crate) fn parse_playlist(text: &str) -> Result<(String, Vec<(u64, u64)>), String> {
+        let mut segments: Vec<(u64, u64)> = Vec::new();
+        let mut uri = None;
+        let mut lines = text.lines();
+        while let Some(line) = lines.next() {
+            let Some(range) = line.strip_prefix("#EXT-X-BYTERANGE:") else {
+                continue;
+            };
+            let (len, offset) = range.split_once('@').ok_or(format!("range {range:?}"))?;
+            let len: u64 = len.parse().map_err(|_| format!("length in {range:?}"))?;
+            let offset: u64 = offset.parse().map_err(|_| format!("offset in {range:?}"))?;
+            let at = segments.last().map_or(0, |(o, l)| o + l);
+            if offset != at || len == 0 {
+                return Err(format!("segment {len}@{offset} does not follow byte {at}"));
+            }
+            segments.push((offset, len));
+            uri = lines.next().map(str::to_string);
+        }
+        match uri {
+            Some(u) if !segments.is_empty() => Ok((u, segments)),
+            _ => Err("a playlist without byte-range segments".into()),
+        }
+    }
 }
 
 /// One stream being received.
@@ -204,11 +260,88 @@ impl Stream {
         }
     }
 
-    /// Strips the response head, compares the body with the title and records it.
+    /// Strips the response heads, compares the bodies with the title and records them
+    /// (an HLS player asks for its next segment when one is whole).
     fn take_http(&mut self, data: &[u8], now: Instant) {
+        let mut pending = data.to_vec();
+        while !pending.is_empty() && self.rec.content_error.is_none() {
+            let Some(body) = self.take_head(pending) else {
+                return;
+            };
+            let (mine, rest) = self.split_segment(body);
+            self.take_body(&mine, now);
+            self.next_segment();
+            pending = rest;
+        }
+    }
+
+    /// Adds `data` to a response head not yet whole: the bytes after it once it is (its
+    /// status checked), `None` until then. Without a head pending, `data` is body.
+    fn take_head(&mut self, data: Vec<u8>) -> Option<Vec<u8>> {
+        let Conn::Http { head, .. } = &mut self.conn else {
+            return None;
+        };
+        let Some(mut h) = head.take() else {
+            return Some(data);
+        };
+        h.extend_from_slice(&data);
+        let Some(end) = find_head_end(&h) else {
+            if h.len() > MAX_HEAD_BYTES {
+                self.rec.content_error = Some("an endless response head".into());
+            }
+            *head = Some(h);
+            return None;
+        };
+        let rest = h.split_off(end);
+        if !h.starts_with(b"HTTP/1.1 200") && !h.starts_with(b"HTTP/1.1 206") {
+            let line = h.split(|&b| b == b'\r').next().unwrap_or(&[]);
+            self.rec.content_error = Some(format!(
+                "the server answered {:?}",
+                String::from_utf8_lossy(line)
+            ));
+        }
+        Some(rest)
+    }
+
+    /// An HLS player's body bytes: those of the segment being received, and what follows.
+    fn split_segment(&mut self, mut body: Vec<u8>) -> (Vec<u8>, Vec<u8>) {
+        let Conn::Http { hls: Some(h), .. } = &mut self.conn else {
+            return (body, Vec::new());
+        };
+        let mine = usize::try_from(h.left)
+            .unwrap_or(usize::MAX)
+            .min(body.len());
+        let rest = body.split_off(mine);
+        h.left -= mine as u64;
+        (body, rest)
+    }
+
+    /// Once an HLS player's segment is whole, asks for the next one.
+    fn next_segment(&mut self) {
+        let Conn::Http {
+            stream,
+            head,
+            hls: Some(h),
+            ..
+        } = &mut self.conn
+        else {
+            return;
+        };
+        if h.left > 0 || h.current + 1 >= h.segments.len() {
+            return;
+        }
+        h.current += 1;
+        h.left = h.segments.get(h.current).map_or(0, |s| s.1);
+        *head = Some(Vec::new());
+        if let Err(e) = stream.write_all(h.request().as_bytes()) {
+            self.rec.content_error = Some(format!("asking for segment {}: {e}", h.current));
+        }
+    }
+
+    /// Compares body bytes with the title where they belong and records them.
+    fn take_body(&mut self, body: &[u8], now: Instant) {
         let Conn::Http {
             title,
-            head,
             body_bytes,
             startup_bytes,
             playing_since,
@@ -217,30 +350,8 @@ impl Stream {
         else {
             return;
         };
-        let body: Vec<u8> = match head.take() {
-            None => data.to_vec(),
-            Some(mut h) => {
-                h.extend_from_slice(data);
-                let Some(end) = find_head_end(&h) else {
-                    if h.len() > MAX_HEAD_BYTES {
-                        self.rec.content_error = Some("an endless response head".into());
-                    }
-                    *head = Some(h);
-                    return;
-                };
-                let rest = h.split_off(end);
-                if !h.starts_with(b"HTTP/1.1 200") {
-                    let line = h.split(|&b| b == b'\r').next().unwrap_or(&[]);
-                    self.rec.content_error = Some(format!(
-                        "nginx answered {:?}",
-                        String::from_utf8_lossy(line)
-                    ));
-                }
-                rest
-            }
-        };
         let expect = title.get(*body_bytes..*body_bytes + body.len());
-        if self.rec.content_error.is_none() && expect != Some(&body[..]) {
+        if self.rec.content_error.is_none() && expect != Some(body) {
             self.rec.content_error = Some(format!("body differs near byte {body_bytes}"));
         }
         *body_bytes += body.len();
@@ -403,5 +514,36 @@ fn receive(rx: &Receiver<Stream>, stop: &AtomicBool, done: &Mutex<Vec<(usize, St
     let now = Instant::now();
     if let Ok(mut d) = done.lock() {
         d.extend(streams.into_iter().map(|s| s.finish(now)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn playlists_give_contiguous_byte_range_segments() {
+        let text = "#EXTM3U\n#EXT-X-VERSION:4\n#EXTINF:2.000,\n#EXT-X-BYTERANGE:1564@0\n\
+                    content?ext=.ts\n#EXTINF:2.000,\n#EXT-X-BYTERANGE:1000@1564\n\
+                    content?ext=.ts\n#EXT-X-ENDLIST\n";
+        let (uri, segs) = Hls::parse_playlist(text).unwrap();
+        assert_eq!(uri, "content?ext=.ts");
+        assert_eq!(segs, [(0, 1564), (1564, 1000)]);
+        let mut h = Hls {
+            target: format!("/v1/objects/a.ts/{uri}"),
+            segments: segs,
+            current: 1,
+            left: 1000,
+        };
+        assert_eq!(
+            h.request(),
+            "GET /v1/objects/a.ts/content?ext=.ts HTTP/1.1\r\nHost: localhost\r\n\
+             Range: bytes=1564-2563\r\n\r\n"
+        );
+        h.current = 0;
+        assert!(h.request().contains("Range: bytes=0-1563\r\n"));
+        let gap = "#EXT-X-BYTERANGE:10@0\nc\n#EXT-X-BYTERANGE:10@11\nc\n";
+        assert!(Hls::parse_playlist(gap).is_err());
+        assert!(Hls::parse_playlist("#EXTM3U\n").is_err());
     }
 }

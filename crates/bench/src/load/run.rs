@@ -8,7 +8,7 @@ use super::confine::DiskAdmission;
 use super::isnode::IsnodeServer;
 use super::net::Net;
 use super::nginx::{NginxServer, NginxVariant};
-use super::receivers::{Conn, ReceiverPool, Stream};
+use super::receivers::{Conn, Hls, ReceiverPool, Stream};
 use super::report::{level_result, Judged, LevelResult, Measured, ServerIo, ServerResult, Tally};
 use super::title::Title;
 use super::validity::{judge, Nominal, StreamRecord};
@@ -26,10 +26,33 @@ const ISNODE_BURST_PACKETS: f64 = 45.0;
 /// Seconds between two levels (sessions end, sockets close).
 const PAUSE_S: f64 = 1.0;
 
+/// The `--engines` kind that loads isnode's HTTP content path (`GET /o/NAME`) with the
+/// paced TCP readers nginx gets, instead of UDP sessions.
+pub(crate) const HTTP_ENGINE: &str = "http";
+/// The `--engines` kind of HLS players: the playlist, then its segments' byte ranges on
+/// one kept-alive connection, read by the same paced readers.
+pub(crate) const HLS_ENGINE: &str = "hls";
+/// The UDP engine an `http` or `hls` server runs (it streams nothing in that run).
+const HTTP_SERVER_ENGINE: &str = "gso";
+/// `--max-content-readers` of an `http` server: more than any level asks, so that the
+/// level measures the content path, not its admission.
+const HTTP_MAX_READERS: &str = "100000";
+
 /// A server under test.
 enum Sut<'a> {
     Isnode(&'a IsnodeServer),
+    /// isnode's content over HTTP, read by the paced TCP readers as `Player` does.
+    IsnodeHttp(&'a IsnodeServer, Player),
     Nginx(&'a NginxServer),
+}
+
+/// How an HTTP client of isnode asks for a title.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Player {
+    /// One `GET /o/NAME` of the whole title (a progressive download).
+    Progressive,
+    /// An HLS player (its playlist, then its segments' byte ranges).
+    Hls,
 }
 
 /// A stream the server accepted.
@@ -45,15 +68,15 @@ struct Accepted {
 impl Sut<'_> {
     fn pids(&self) -> Vec<u32> {
         match self {
-            Sut::Isnode(s) => vec![s.child.0.id()],
+            Sut::Isnode(s) | Sut::IsnodeHttp(s, _) => vec![s.child.0.id()],
             Sut::Nginx(s) => s.pids(),
         }
     }
 
     fn open(&self, title: &Title, cfg: &LoadBenchConfig) -> anyhow::Result<Accepted> {
-        let rate = title.bitrate_bps as f64 / 8.0;
         match self {
             Sut::Isnode(s) => {
+                let rate = title.bitrate_bps as f64 / 8.0;
                 let o = s.open(&title.name)?;
                 let wire = o.send_rate_bps as f64 / 8.0;
                 Ok(Accepted {
@@ -68,25 +91,14 @@ impl Sut<'_> {
                     session: Some(o.id),
                 })
             }
-            Sut::Nginx(s) => Ok(Accepted {
-                conn: Conn::Http {
-                    stream: s.get(&title.name)?,
-                    title: title.bytes.clone(),
-                    head: Some(Vec::new()),
-                    body_bytes: 0,
-                    rate_bytes_per_s: rate,
-                    startup_bytes: rate * cfg.startup_buffer_s,
-                    cap_bytes: rate * cfg.startup_buffer_s * 2.0,
-                    playing_since: None,
-                },
-                nominal: Nominal {
-                    rate_bytes_per_s: rate,
-                    startup_buffer_s: cfg.startup_buffer_s,
-                    slack_bytes: SLACK_FRACTION * rate,
-                },
-                title_per_counted: 1.0,
-                session: None,
-            }),
+            Sut::IsnodeHttp(s, Player::Progressive) => {
+                Ok(http_accepted(s.get(&title.name)?, None, title, cfg))
+            }
+            Sut::IsnodeHttp(s, Player::Hls) => {
+                let (stream, hls) = s.hls(&title.name)?;
+                Ok(http_accepted(stream, Some(hls), title, cfg))
+            }
+            Sut::Nginx(s) => Ok(http_accepted(s.get(&title.name)?, None, title, cfg)),
         }
     }
 
@@ -99,9 +111,40 @@ impl Sut<'_> {
     /// The server's own counters now (isnode's `/metrics`; nothing for nginx).
     fn counters(&self) -> Option<super::isnode::Counters> {
         match self {
-            Sut::Isnode(s) => s.counters().ok(),
+            Sut::Isnode(s) | Sut::IsnodeHttp(s, _) => s.counters().ok(),
             Sut::Nginx(_) => None,
         }
+    }
+}
+
+/// A paced HTTP reader of `title` on `stream` (its first request sent; `hls`: the segments
+/// an HLS player asks for next): the same client for nginx and for isnode's content path.
+fn http_accepted(
+    stream: std::net::TcpStream,
+    hls: Option<Hls>,
+    title: &Title,
+    cfg: &LoadBenchConfig,
+) -> Accepted {
+    let rate = title.bitrate_bps as f64 / 8.0;
+    Accepted {
+        conn: Conn::Http {
+            stream,
+            title: title.bytes.clone(),
+            head: Some(Vec::new()),
+            body_bytes: 0,
+            rate_bytes_per_s: rate,
+            startup_bytes: rate * cfg.startup_buffer_s,
+            cap_bytes: rate * cfg.startup_buffer_s * 2.0,
+            playing_since: None,
+            hls,
+        },
+        nominal: Nominal {
+            rate_bytes_per_s: rate,
+            startup_buffer_s: cfg.startup_buffer_s,
+            slack_bytes: SLACK_FRACTION * rate,
+        },
+        title_per_counted: 1.0,
+        session: None,
     }
 }
 
@@ -129,15 +172,30 @@ pub(crate) fn ramp_isnode(
         }
         _ => None,
     };
-    let extra: Vec<&str> = match &disk_bps {
+    let mut extra: Vec<&str> = match &disk_bps {
         Some(bps) => vec!["--disk-read-bps", bps],
         None => Vec::new(),
     };
-    let server = IsnodeServer::start(vol, exe, kind, pool, &extra, net, group.as_ref())?;
+    let player = match kind {
+        HTTP_ENGINE => Some(Player::Progressive),
+        HLS_ENGINE => Some(Player::Hls),
+        _ => None,
+    };
+    let serve_engine = if player.is_some() {
+        extra.extend(["--max-content-readers", HTTP_MAX_READERS]);
+        HTTP_SERVER_ENGINE
+    } else {
+        kind
+    };
+    let server = IsnodeServer::start(vol, exe, serve_engine, pool, &extra, net, group.as_ref())?;
     // The server runs in the root namespace; the clients (this thread from here on, the
     // sockets and threads it makes) on the other side.
     let _inside = net.enter()?;
-    ramp(cfg, &Sut::Isnode(&server), engine, titles, progress)
+    let sut = match player {
+        Some(p) => Sut::IsnodeHttp(&server, p),
+        None => Sut::Isnode(&server),
+    };
+    ramp(cfg, &sut, engine, titles, progress)
 }
 
 /// One `--engines` entry: `ENGINE[/BLOCK_BYTES][@PATH]`: the engine, the block length of

@@ -3,11 +3,15 @@
 //! (`GET /v1/objects/{name}/codewords/{sbn}/packets?esi=...`): docs/protocol.md,
 //! "Content over HTTP" and "Unicast repair".
 //!
-//! The bytes come from the shared block pool through [`PoolRead`] on tokio's blocking pool;
-//! a body is streamed through a channel of two chunks (each at most one codeword), so a
-//! reader holds at most about three codewords whatever it asked for, and at most
-//! `--max-content-readers` bodies are produced at once.
+//! The bytes come from the shared block pool: a body ([`ContentBody`]) is produced as its
+//! connection asks for it, on the runtime's threads, each chunk (at most 64 KiB, or one
+//! codeword's slice when read from disk) copied once out of the stored packets of blocks
+//! already in the pool (verified whole when they entered it); reads, a fill's front and
+//! rebuilds go to tokio's blocking pool through [`PoolRead`]. A reader holds about one
+//! chunk (and hyper's buffer) whatever it asked for, and at most `--max-content-readers`
+//! bodies are produced at once.
 
+use std::future::Future;
 use std::io;
 use std::ops::Range;
 use std::pin::Pin;
@@ -19,19 +23,18 @@ use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use http_body::Frame;
 use isnode_proto::range::{
     http_date, if_none_match, if_range_matches, object_etag, parse_range, RangeRequest,
 };
 use isnode_proto::ErrorBody;
-use tokio::sync::mpsc;
 
-use super::pool_read::PoolRead;
+use super::pool_read::{gather_source, PoolRead};
 use super::{error, ApiError, Asker, Sh};
 use crate::api::state::ApiState;
+use isnode_pool::cache::BlockKey;
+use isnode_pool::front::Wait;
 use isnode_pool::objects::ObjectInfo;
-
-/// Chunks queued between the reading thread and the connection.
-const BODY_QUEUE_CHUNKS: usize = 2;
 
 /// `GET`/`HEAD` of an object's original bytes.
 pub(super) async fn content(
@@ -62,13 +65,8 @@ pub(super) async fn content(
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
-    let (tx, rx) = mpsc::channel(BODY_QUEUE_CHUNKS);
-    let sh2 = sh.clone();
-    tokio::task::spawn_blocking(move || {
-        let _slot = slot;
-        produce(&sh2, &obj, &plan, &tx);
-    });
-    (status, base, Body::from_stream(ChunkStream(rx))).into_response()
+    let body = ContentBody::new(sh.clone(), obj, &plan, slot);
+    (status, base, Body::new(body)).into_response()
 }
 
 fn put(h: &mut HeaderMap, k: header::HeaderName, v: &str) {
@@ -245,65 +243,167 @@ impl Plan {
     }
 }
 
-type Chunk = Result<Bytes, io::Error>;
+/// The body of a content answer, produced as the connection asks for it, on the runtime's
+/// threads: a slice of a codeword whose blocks are in the pool is copied once straight out
+/// of its stored packets ([`gather_source`]: no CRC of blocks verified on their way in, no
+/// decoder); only a codeword that needs a block read, a fill's front, or a rebuild goes to
+/// the blocking pool ([`PoolRead::source_range`]). A codeword that cannot be read nor
+/// rebuilt ends the body with an error (the connection is cut: the client sees a short
+/// body, never wrong bytes).
+struct ContentBody {
+    sh: Arc<ApiState>,
+    obj: Arc<ObjectInfo>,
+    /// The body's pieces in order: multipart framing and byte ranges of the object.
+    pieces: Vec<Piece>,
+    /// The piece being produced.
+    next: usize,
+    /// The next byte of the object, in a [`Piece::Data`].
+    at: u64,
+    /// A codeword slice being read on the blocking pool.
+    reading: Option<tokio::task::JoinHandle<Result<Vec<u8>, String>>>,
+    _permit: ReaderPermit,
+}
 
-/// Produces the body of `plan` into `tx`, one codeword slice at a time; stops when the
-/// client goes away. A codeword that cannot be read nor rebuilt ends the body with an error
-/// (the connection is cut: the client sees a short body, never wrong bytes).
-fn produce(sh: &Arc<ApiState>, obj: &Arc<ObjectInfo>, plan: &Plan, tx: &mpsc::Sender<Chunk>) {
-    let mut read = PoolRead::new(sh, obj);
-    let send = |bytes: Vec<u8>| -> bool {
-        let n = bytes.len() as u64;
-        let ok = tx.blocking_send(Ok(Bytes::from(bytes))).is_ok();
-        if ok {
-            sh.metrics.http_bytes.fetch_add(n, Ordering::Relaxed);
+/// A piece of a content body.
+enum Piece {
+    /// Multipart framing.
+    Framing(Bytes),
+    /// Bytes of the object.
+    Data(Range<u64>),
+}
+
+impl ContentBody {
+    fn new(sh: Arc<ApiState>, obj: Arc<ObjectInfo>, plan: &Plan, permit: ReaderPermit) -> Self {
+        let mut pieces = Vec::new();
+        for (i, r) in plan.ranges.iter().enumerate() {
+            let head = plan.part_head(i);
+            if !head.is_empty() {
+                pieces.push(Piece::Framing(Bytes::from(head)));
+            }
+            pieces.push(Piece::Data(r.clone()));
         }
-        ok
-    };
-    for (i, r) in plan.ranges.iter().enumerate() {
-        let head = plan.part_head(i);
-        if !head.is_empty() && !send(head) {
-            return;
+        let tail = plan.tail();
+        if !tail.is_empty() {
+            pieces.push(Piece::Framing(Bytes::from(tail)));
         }
-        if let Err(why) = produce_range(obj, &mut read, r.clone(), &send) {
-            tracing::warn!(object = %obj.rec.name, "content body cut: {why}");
-            let _ = tx.blocking_send(Err(io::Error::other(why)));
-            return;
+        let at = plan.ranges.first().map_or(0, |r| r.start);
+        ContentBody {
+            sh,
+            obj,
+            pieces,
+            next: 0,
+            at,
+            reading: None,
+            _permit: permit,
         }
     }
-    let tail = plan.tail();
-    if !tail.is_empty() {
-        send(tail);
+
+    /// Moves on to the next piece.
+    fn advance(&mut self) {
+        self.next += 1;
+        if let Some(Piece::Data(r)) = self.pieces.get(self.next) {
+            self.at = r.start;
+        }
+    }
+
+    /// The next chunk of the data piece ending at `end`: from the pool now, or `None`
+    /// with a read started on the blocking pool.
+    fn data_chunk(&mut self, end: u64) -> Option<Bytes> {
+        let layout = &self.obj.layout;
+        let sbn = codeword_at(&self.obj, self.at);
+        let cw_start = layout.codeword_offset(sbn);
+        let cw_end = cw_start + layout.codeword_data_len(sbn);
+        let from = usize::try_from(self.at - cw_start).unwrap_or(usize::MAX);
+        let to = usize::try_from(end.min(cw_end) - cw_start).unwrap_or(usize::MAX);
+        let quick_to = to.min(from.saturating_add(CHUNK_BYTES));
+        if self.obj.readable(sbn) {
+            let mut out = Vec::with_capacity(quick_to.saturating_sub(from));
+            let cache = &self.sh.control.cache;
+            let mut peek = |key: BlockKey| {
+                let pin = cache.peek(&key)?;
+                cache.stats().hits.fetch_add(1, Ordering::Relaxed);
+                Some(pin)
+            };
+            if gather_source(&self.obj, sbn, from, quick_to, &mut peek, &mut out) {
+                return Some(Bytes::from(out));
+            }
+        }
+        let (sh, obj) = (self.sh.clone(), self.obj.clone());
+        // A codeword at a fill's front is waited for without a thread; only the read
+        // itself takes one.
+        self.reading = Some(tokio::spawn(async move {
+            at_front(&sh, &obj, sbn).await?;
+            let read = tokio::task::spawn_blocking(move || {
+                let mut out = Vec::with_capacity(to.saturating_sub(from));
+                PoolRead::new(&sh, &obj).source_range(sbn, from, to, &mut out)?;
+                Ok(out)
+            });
+            read.await
+                .map_err(|e| format!("reading codeword {sbn}: {e}"))?
+        }));
+        None
+    }
+
+    /// `bytes` as the body's next frame, counted.
+    fn emit(&mut self, bytes: Bytes, data: bool) -> FramePoll {
+        let n = bytes.len() as u64;
+        if data {
+            self.at += n;
+        }
+        self.sh.metrics.http_bytes.fetch_add(n, Ordering::Relaxed);
+        Poll::Ready(Some(Ok(Frame::data(bytes))))
+    }
+
+    fn cut(&self, why: String) -> FramePoll {
+        tracing::warn!(object = %self.obj.rec.name, "content body cut: {why}");
+        Poll::Ready(Some(Err(io::Error::other(why))))
     }
 }
 
-/// Sends the bytes `r` of the object, codeword by codeword. `Ok` also when the client left.
-fn produce_range(
-    obj: &ObjectInfo,
-    read: &mut PoolRead,
-    r: Range<u64>,
-    send: &dyn Fn(Vec<u8>) -> bool,
-) -> Result<(), String> {
-    let layout = &obj.layout;
-    let mut at = r.start;
-    let mut sbn = codeword_at(obj, at);
-    while at < r.end {
-        wait_at_front(obj, sbn)?;
-        let cw_start = layout.codeword_offset(sbn);
-        let data = read.source(sbn)?;
-        let from = usize::try_from(at - cw_start).map_err(|e| e.to_string())?;
-        let to = usize::try_from(r.end.min(cw_start + data.len() as u64) - cw_start)
-            .map_err(|e| e.to_string())?;
-        let Some(piece) = data.get(from..to).filter(|p| !p.is_empty()) else {
-            return Err(format!("codeword {sbn} does not hold byte {at}"));
-        };
-        at += piece.len() as u64;
-        if !send(piece.to_vec()) {
-            return Ok(());
+/// What [`ContentBody`] answers a poll with.
+type FramePoll = Poll<Option<Result<Frame<Bytes>, io::Error>>>;
+
+/// Most bytes of one chunk copied out of the pool on the runtime's thread.
+const CHUNK_BYTES: usize = 64 << 10;
+
+impl http_body::Body for ContentBody {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> FramePoll {
+        let this = &mut *self;
+        loop {
+            if let Some(reading) = &mut this.reading {
+                let done = std::task::ready!(Pin::new(reading).poll(cx));
+                this.reading = None;
+                return match done {
+                    Ok(Ok(v)) if !v.is_empty() => this.emit(Bytes::from(v), true),
+                    Ok(Ok(_)) => this.cut(format!("no bytes at {}", this.at)),
+                    Ok(Err(why)) => this.cut(why),
+                    Err(e) => this.cut(format!("content read failed: {e}")),
+                };
+            }
+            match this.pieces.get(this.next) {
+                None => return Poll::Ready(None),
+                Some(Piece::Framing(b)) => {
+                    let b = b.clone();
+                    this.advance();
+                    return this.emit(b, false);
+                }
+                Some(Piece::Data(r)) if this.at >= r.end => this.advance(),
+                Some(Piece::Data(r)) => {
+                    let end = r.end;
+                    if let Some(b) = this.data_chunk(end) {
+                        return this.emit(b, true);
+                    }
+                }
+            }
         }
-        sbn += 1;
     }
-    Ok(())
+
+    fn is_end_stream(&self) -> bool {
+        self.reading.is_none() && self.next >= self.pieces.len()
+    }
 }
 
 /// Waits until codeword `sbn` of an object still filling is committed (bounded); an error
@@ -313,13 +413,36 @@ pub(super) fn wait_at_front(obj: &ObjectInfo, sbn: u32) -> Result<(), String> {
         return Ok(());
     };
     let deadline = std::time::Instant::now() + isnode_fill::FRONT_WAIT;
-    match front.wait_for(sbn, deadline) {
-        isnode_pool::front::Wait::Ready => Ok(()),
-        isnode_pool::front::Wait::Failed => Err(format!(
+    front_answer(obj, sbn, front.wait_for(sbn, deadline))
+}
+
+/// [`wait_at_front`] without a thread (a task waiting on the fill's job, dropped with its
+/// request): until codeword `sbn` is committed, the fill fails, or [`isnode_fill::FRONT_WAIT`].
+async fn at_front(sh: &ApiState, obj: &ObjectInfo, sbn: u32) -> Result<(), String> {
+    let Some(front) = &obj.fill else {
+        return Ok(());
+    };
+    let wait = match (front.has(sbn), sh.fills.job(&obj.rec.name)) {
+        (true, _) => Wait::Ready,
+        (false, Some(job)) => {
+            let deadline = tokio::time::Instant::now() + isnode_fill::FRONT_WAIT;
+            job.reached(front, sbn, deadline).await
+        }
+        // The fill ended short of `sbn` (or another version is filling).
+        (false, None) => Wait::Failed,
+    };
+    front_answer(obj, sbn, wait)
+}
+
+/// What a wait at the front ended with.
+fn front_answer(obj: &ObjectInfo, sbn: u32, wait: Wait) -> Result<(), String> {
+    match wait {
+        Wait::Ready => Ok(()),
+        Wait::Failed => Err(format!(
             "the fill of {:?} from the origin failed at codeword {sbn}",
             obj.rec.name
         )),
-        isnode_pool::front::Wait::TimedOut => Err(format!(
+        Wait::TimedOut => Err(format!(
             "the fill of {:?} from the origin did not reach codeword {sbn} in time",
             obj.rec.name
         )),
@@ -340,17 +463,6 @@ fn codeword_at(obj: &ObjectInfo, offset: u64) -> u32 {
         }
     }
     lo
-}
-
-/// The body's chunks as a stream (what `Body::from_stream` takes).
-struct ChunkStream(mpsc::Receiver<Chunk>);
-
-impl futures_core::Stream for ChunkStream {
-    type Item = Chunk;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Chunk>> {
-        self.0.poll_recv(cx)
-    }
 }
 
 /// Most ESIs in one repair request (a codeword has at most 255 symbols).
@@ -406,11 +518,13 @@ pub(super) async fn packets(
         Ok(s) => s,
         Err(e) => return e.into_response(),
     };
+    if let Err(why) = at_front(&sh, &obj, sbn).await {
+        return error(StatusCode::SERVICE_UNAVAILABLE, why);
+    }
     let sh2 = sh.clone();
     let answer = tokio::task::spawn_blocking(move || {
         let _slot = slot;
         let mut out = Vec::new();
-        wait_at_front(&obj, sbn)?;
         PoolRead::new(&sh2, &obj)
             .packets(sbn, &esis, &mut out)
             .map(|rebuilt| (out, rebuilt, esis.len() as u64))

@@ -148,6 +148,45 @@ impl PoolRead {
         Ok(self.asm.source(self.obj.layout.codeword_data_len(sbn)))
     }
 
+    /// Appends the original bytes `from..to` of codeword `sbn` (offsets in its data) to
+    /// `out`: gathered from the stored packets once their blocks are in the pool (read
+    /// here if missing, waiting, bounded, for reads elsewhere), or read through the code
+    /// ([`PoolRead::source`]) when a block cannot be read or a packet fails its checks.
+    pub(crate) fn source_range(
+        &mut self,
+        sbn: u32,
+        from: usize,
+        to: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        let obj = self.obj.clone();
+        let deadline = Instant::now() + BLOCK_WAIT;
+        if gather_source(&obj, sbn, from, to, &mut |key| self.pin(key, deadline), out) {
+            return Ok(());
+        }
+        let data = self.source(sbn)?;
+        let piece = data
+            .get(from..to)
+            .ok_or_else(|| format!("codeword {sbn} does not hold bytes {from}..{to}"))?;
+        out.extend_from_slice(piece);
+        Ok(())
+    }
+
+    /// `key` pinned, read into the pool if it is not there, waiting until `deadline` for
+    /// a read in flight elsewhere; `None` if it cannot be read.
+    fn pin(&mut self, key: BlockKey, deadline: Instant) -> Option<Pinned> {
+        loop {
+            let demand = LazyDemand::new(&self.sh.positions);
+            match self.reader.fetch(key, &*self.obj, &demand) {
+                Ok(pin) => return Some(pin),
+                Err(FetchError::Busy) | Err(FetchError::Full) if Instant::now() < deadline => {
+                    std::thread::sleep(RETRY_PAUSE)
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
     /// The stored packets of symbols `esis` of codeword `sbn`, each prefixed by its length
     /// (2 bytes, big-endian), appended to `out`: as stored, or rebuilt through the code
     /// (byte for byte what was stored) when its block cannot be read or fails its checks.
@@ -243,4 +282,119 @@ fn push_framed(out: &mut Vec<u8>, packet: &[u8]) -> Result<(), String> {
     out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(packet);
     Ok(())
+}
+
+/// Where [`gather_source`] gets a block: pinned, or `None` when it cannot be had now.
+pub(crate) type PinBlock<'a> = dyn FnMut(BlockKey) -> Option<Pinned> + 'a;
+
+/// Appends the original bytes `from..to` of codeword `sbn` (offsets in the codeword's data)
+/// to `out`, copied once straight out of the stored packets in the pool (each packet's
+/// header skipped). A block with a catalog checksum was verified whole when it entered the
+/// pool ([`isnode_pool::cache::Cache::finish`]): its packets' own CRC32Cs are not run again,
+/// only their identifiers checked. A block without one (an object still filling) has each
+/// packet's CRC32C verified here. False (and `out` as it was) when a block cannot be had
+/// through `pin` or a packet fails its checks: the caller reads the codeword through
+/// [`PoolRead::source`], which rebuilds what is wrong.
+pub(crate) fn gather_source(
+    obj: &ObjectInfo,
+    sbn: u32,
+    from: usize,
+    to: usize,
+    pin: &mut PinBlock<'_>,
+    out: &mut Vec<u8>,
+) -> bool {
+    let start = out.len();
+    let ok = gather_into(obj, sbn, from, to, pin, out);
+    if !ok {
+        out.truncate(start);
+    }
+    ok
+}
+
+fn gather_into(
+    obj: &ObjectInfo,
+    sbn: u32,
+    from: usize,
+    to: usize,
+    pin: &mut PinBlock<'_>,
+    out: &mut Vec<u8>,
+) -> bool {
+    let layout = &obj.layout;
+    let e = layout.params().symbol_len as usize;
+    let p = layout.params().packet_len() as usize;
+    if e == 0 || from >= to {
+        return from == to;
+    }
+    // The block of the packet just read: a member's run of a codeword is in one block.
+    let mut held: Option<(u32, u64, Pinned)> = None;
+    for esi in from / e..to.div_ceil(e) {
+        let Ok(esi8) = u8::try_from(esi) else {
+            return false;
+        };
+        let at = layout.symbol_location(sbn, u32::from(esi8));
+        if held
+            .as_ref()
+            .is_none_or(|(m, b, _)| (*m, *b) != (at.member, at.block))
+        {
+            // The pin of the last block goes before the next is pinned.
+            drop(held.take());
+            let key = BlockKey {
+                toi: obj.rec.toi,
+                member: at.member,
+                block: at.block,
+            };
+            let Some(pinned) = pin(key) else {
+                return false;
+            };
+            held = Some((at.member, at.block, pinned));
+        }
+        let Some((_, _, pinned)) = &held else {
+            return false;
+        };
+        let Some(packet) = pinned.bytes().get(at.offset..at.offset + p) else {
+            return false;
+        };
+        let id = DataPacketId {
+            tsi: obj.tsi,
+            toi: obj.rec.toi,
+            sbn,
+            esi: esi8,
+        };
+        let verified = block_verified(obj, at.member, at.block);
+        let Some(symbol) = stored_symbol(packet, &id, e, verified) else {
+            return false;
+        };
+        let lo = from.saturating_sub(esi * e);
+        let hi = (to - esi * e).min(e);
+        let Some(piece) = symbol.get(lo..hi) else {
+            return false;
+        };
+        out.extend_from_slice(piece);
+    }
+    true
+}
+
+/// Whether block `block` of `member` entered the pool checked against a catalog CRC32C.
+fn block_verified(obj: &ObjectInfo, member: u32, block: u64) -> bool {
+    obj.fill.is_none()
+        && obj
+            .block_crcs
+            .get(member as usize)
+            .and_then(|m| m.get(usize::try_from(block).ok()?))
+            .is_some_and(|c| c.is_some())
+}
+
+/// The symbol of a stored packet carrying `id`: its identifiers and length checked, and its
+/// CRC32C too unless its block was verified whole.
+fn stored_symbol<'a>(
+    packet: &'a [u8],
+    id: &DataPacketId,
+    symbol_len: usize,
+    block_verified: bool,
+) -> Option<&'a [u8]> {
+    if !block_verified {
+        return verify_packet(packet, id, symbol_len);
+    }
+    let (p, _) = isnode_wire::parse_data_packet_unverified(packet).ok()?;
+    (p.id == *id && p.symbol.len() == symbol_len).then_some(p.symbol)
 }
