@@ -216,14 +216,20 @@ fn hybrid_serving_broadcasts_a_popular_title_and_stops_when_its_viewers_are_done
             &vol,
             &["--broadcast", "auto", "--broadcast-max-wait-s", "2"],
         );
-        let sink = std::net::UdpSocket::bind("127.0.0.1:0").expect("a sink");
-        let port = sink.local_addr().unwrap().port();
-        // Unicast sessions until the title's demand exceeds its broadcast's cost.
+        // Unicast sessions, each validated (a session awaiting its token's echo is no
+        // demand), until the title's demand exceeds its broadcast's cost.
         let mut sessions = 0u64;
+        let mut socks = Vec::new();
         let redirect = loop {
-            let r = server.post_session("clip.ts", port);
+            let sock =
+                serve_support::udp("127.0.0.1".parse().unwrap(), 0).expect("a session socket");
+            let r = server.post_session("clip.ts", sock.local_addr().unwrap().port());
             match r.status {
-                201 => sessions += 1,
+                201 => {
+                    server.validate(&r.json(), &sock);
+                    socks.push(sock);
+                    sessions += 1;
+                }
                 200 => break r.json(),
                 s => panic!("session request: {s}: {}", r.body),
             }
@@ -442,15 +448,17 @@ fn concurrent_first_requests_start_one_automatic_broadcast() {
         );
         let sink = std::net::UdpSocket::bind("127.0.0.1:0").expect("a sink");
         let port = sink.local_addr().unwrap().port();
-        // Sessions while (streaming + 1) × rate stays within the cost: unicast.
-        let first = server.post_session("clip.ts", port);
-        assert_eq!(first.status, 201, "{}", first.body);
-        let rate = first.json()["send_rate_bps"].as_u64().expect("rate");
+        // Sessions while (streaming + 1) × rate stays within the cost: unicast, each
+        // validated (a session awaiting its token's echo is no demand).
+        let socks: Vec<std::net::UdpSocket> = (0..20)
+            .map(|_| serve_support::udp("127.0.0.1".parse().unwrap(), 0).expect("a session socket"))
+            .collect();
+        let first = server.open_session("clip.ts", &socks[0]);
+        let rate = first["send_rate_bps"].as_u64().expect("rate");
         let below = cost / rate;
         assert!((1..20).contains(&below), "cost {cost}, rate {rate}");
-        for _ in 1..below {
-            let r = server.post_session("clip.ts", port);
-            assert_eq!(r.status, 201, "{}", r.body);
+        for sock in socks.iter().take(below as usize).skip(1) {
+            server.open_session("clip.ts", sock);
         }
         let barrier = std::sync::Barrier::new(24);
         let answers: Vec<(u16, Value)> = std::thread::scope(|s| {
