@@ -404,7 +404,7 @@ pub const DEFAULT_ORIGIN_CHECK_INTERVAL_S: u64 = 300;
 /// Default `fill_max_waiters`.
 pub const DEFAULT_FILL_MAX_WAITERS: u32 = 256;
 /// Default `fill_max_waiters_per_client`.
-pub const DEFAULT_FILL_MAX_WAITERS_PER_CLIENT: u32 = 16;
+pub const DEFAULT_FILL_MAX_WAITERS_PER_CLIENT: u32 = 64;
 /// Default `fill_max_active`.
 pub const DEFAULT_FILL_MAX_ACTIVE: u32 = 16;
 /// Default `fill_max_per_client`.
