@@ -62,7 +62,17 @@ fn range_until_ok(server: &Server, path: &str, within: Duration) -> Vec<u16> {
 fn stalled_readers_release_their_content_readers() {
     let vol = Vol::create(&[]);
     vol.add_ts("big.ts", 8_000_000, 24.0, 7);
-    let server = Server::start(&vol, &["--api-write-timeout-ms", "2000"]);
+    // 32 content readers (the default before bodies stopped holding threads): the 40
+    // stalled connections take them all.
+    let server = Server::start(
+        &vol,
+        &[
+            "--api-write-timeout-ms",
+            "2000",
+            "--max-content-readers",
+            "32",
+        ],
+    );
     let stalled: Vec<TcpStream> = (0..40)
         .map(|_| stalled_get(server.addr, "/o/big.ts", ""))
         .collect();

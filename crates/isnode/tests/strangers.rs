@@ -222,7 +222,13 @@ fn strangers_get_no_redirect_nor_ranking_before_authentication() {
     let (mut redirected, mut served) = (0, 0);
     for t in &titles {
         let r = http(server.addr, None, "GET", &format!("/o/{t}"), None, &[]);
-        assert_eq!(r.status, 401, "{t} without a token: {}", r.body);
+        // 401, or 429 once this address has failed too often: refused either way.
+        assert!(
+            [401, 429].contains(&r.status),
+            "{t} without a token: {} {}",
+            r.status,
+            r.body
+        );
         assert_eq!(
             r.header("isnode-ranking"),
             None,
