@@ -9,45 +9,12 @@
 mod serve_support;
 
 use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use serve_support::fills::{kill_fill_past, Front};
+use serve_support::stalling_origin::{Answers, StallingOrigin};
 use serve_support::*;
-
-/// An S3 endpoint that accepts connections and never answers (held until dropped).
-struct SilentOrigin {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-}
-
-impl SilentOrigin {
-    fn start() -> SilentOrigin {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        std::thread::spawn(move || {
-            let mut held = Vec::new();
-            while !s.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((conn, _)) => held.push(conn),
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        });
-        SilentOrigin { addr, stop }
-    }
-}
-
-impl Drop for SilentOrigin {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
 
 /// An edge on `vol` whose origin is `origin` (bucket `films`, fake credentials).
 fn edge(vol: &Vol, origin: SocketAddr) -> Server {
@@ -93,7 +60,7 @@ fn send_get(server: SocketAddr, from: IpAddr, path: &str) -> TcpStream {
 fn waits_on_a_silent_origin_never_stall_the_titles_the_edge_holds() {
     let vol = Vol::create(SMALL_SHAPE);
     vol.add_ts("held.ts", 2_000_000, 8.0, 1);
-    let origin = SilentOrigin::start();
+    let origin = StallingOrigin::start(Answers::Nothing);
     let server = edge(&vol, origin.addr);
     for batch in 0..7 {
         let conns: Vec<TcpStream> = (0..100)
@@ -160,7 +127,7 @@ fn waits_on_a_silent_origin_never_stall_the_titles_the_edge_holds() {
 #[test]
 fn one_client_starts_at_most_its_share_of_fills() {
     let vol = Vol::create(SMALL_SHAPE);
-    let origin = SilentOrigin::start();
+    let origin = StallingOrigin::start(Answers::Nothing);
     let server = edge(&vol, origin.addr);
     let conns: Vec<TcpStream> = (0..10)
         .map(|i| send_get(server.addr, client(1), &format!("/o/m{i}.ts")))

@@ -8,11 +8,11 @@
 mod serve_support;
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serve_support::stalling_origin::{Answers, StallingOrigin};
 use serve_support::*;
 
 /// Most threads the server may run under the flood (data plane, API, origin runtime,
@@ -22,70 +22,6 @@ const MAX_THREADS: u64 = 128;
 const MAX_RSS_BYTES: u64 = 512 << 20;
 /// The volume's quota.
 const QUOTA_BYTES: u64 = 60_000_000;
-
-/// A fake S3 endpoint that answers `404` for names starting with `missing` and nothing at
-/// all (connections held open) for every other name.
-struct HostileOrigin {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-}
-
-impl HostileOrigin {
-    fn start() -> HostileOrigin {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        std::thread::spawn(move || {
-            let mut held = Vec::new();
-            while !s.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        if let Some(c) = answer_or_hold(conn) {
-                            held.push(c);
-                        }
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        HostileOrigin { addr, stop }
-    }
-}
-
-impl Drop for HostileOrigin {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Reads a request head; `404` for a missing name (the connection then closed), else the
-/// connection to hold.
-fn answer_or_hold(mut conn: TcpStream) -> Option<TcpStream> {
-    conn.set_nonblocking(false).ok()?;
-    conn.set_read_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
-    let mut head = Vec::new();
-    let mut b = [0u8; 512];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16_384 {
-        match conn.read(&mut b) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => head.extend_from_slice(&b[..n]),
-        }
-    }
-    let text = String::from_utf8_lossy(&head);
-    if text.lines().next().is_some_and(|l| l.contains("/missing")) {
-        let body = "<Error><Code>NoSuchKey</Code></Error>";
-        let _ = write!(
-            conn,
-            "HTTP/1.1 404 Not Found\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        return None;
-    }
-    Some(conn)
-}
 
 /// Client `i`: a loopback address of its own.
 fn client(i: usize) -> IpAddr {
@@ -171,7 +107,7 @@ fn an_edge_under_hostile_load_keeps_its_viewers_and_uploads() {
     for i in 0..5 {
         held.push(vol.add_ts(&format!("held{i}.ts"), 2_000_000, 6.0, 10 + i));
     }
-    let origin = HostileOrigin::start();
+    let origin = StallingOrigin::start(Answers::MissingNames);
     let endpoint = format!("http://{}", origin.addr);
     let quota = QUOTA_BYTES.to_string();
     let server = Server::start_env(

@@ -22,6 +22,7 @@ pub(crate) mod garage;
 pub(crate) mod media;
 pub(crate) mod netns;
 pub(crate) mod planned;
+pub(crate) mod stalling_origin;
 
 /// `volume create` flags for small codewords and blocks (4 members, k = 12, m = 4, 64 KiB
 /// blocks), so that a few seconds of video fill many blocks.
