@@ -18,7 +18,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::{TokenError, TokenStore};
+use super::{read_small, TokenError, TokenStore};
 
 /// Longest time between two writes of the side file while tokens are used, seconds.
 pub const FLUSH_INTERVAL_S: u64 = 60;
@@ -38,19 +38,9 @@ struct SideFile {
 
 /// The times read from the side file at `path` (empty if there is none).
 pub fn read(path: &Path) -> Result<HashMap<String, u64>, TokenError> {
-    let io = |context, source| TokenError::Io {
-        context,
-        path: path.to_path_buf(),
-        source,
+    let Some(text) = read_small(path, MAX_FILE_BYTES)? else {
+        return Ok(HashMap::new());
     };
-    let f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashMap::new()),
-        Err(e) => return Err(io("opening", e)),
-    };
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut std::io::Read::take(f, MAX_FILE_BYTES), &mut text)
-        .map_err(|e| io("reading", e))?;
     let file: SideFile = serde_json::from_str(&text).map_err(|e| TokenError::Invalid {
         path: path.to_path_buf(),
         why: e.to_string(),

@@ -181,20 +181,10 @@ impl TokenStore {
 
     /// Reads the token file at `path`: `None` if it does not exist.
     pub fn load(path: &Path) -> Result<Option<TokenStore>, TokenError> {
-        let io = |context, source| TokenError::Io {
-            context,
-            path: path.to_path_buf(),
-            source,
-        };
-        let f = match std::fs::File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io("opening", e)),
-        };
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::Read::take(f, MAX_FILE_BYTES), &mut text)
-            .map_err(|e| io("reading", e))?;
-        TokenStore::parse(&text, path).map(Some)
+        match read_small(path, MAX_FILE_BYTES)? {
+            Some(text) => TokenStore::parse(&text, path).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Loads the token file at `path` (empty if missing), applies `change` and writes it
@@ -374,4 +364,23 @@ pub(crate) fn write_private(
             .map_err(|e| ("syncing the directory of", e))?;
     }
     Ok(())
+}
+
+/// The text of the small file at `path` (at most `max_bytes` of it read): `None` if
+/// it does not exist.
+pub(crate) fn read_small(path: &Path, max_bytes: u64) -> Result<Option<String>, TokenError> {
+    let io = |context, source| TokenError::Io {
+        context,
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io("opening", e)),
+    };
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(f, max_bytes), &mut text)
+        .map_err(|e| io("reading", e))?;
+    Ok(Some(text))
 }

@@ -2,7 +2,7 @@
 //! decoder, and the pool's blocks as the store's codeword reader sees them (a failed or
 //! hedged member's blocks not in memory count as missing). The sends are in `degraded.rs`.
 
-use isnode_pool::cache::{BlockKey, Cache, FetchError, Pinned};
+use isnode_pool::cache::{BlockKey, Cache, Pinned};
 use isnode_pool::demand::LazyDemand;
 use isnode_pool::members::MemberHealth;
 use isnode_pool::objects::ObjectInfo;
@@ -55,30 +55,18 @@ impl BlockSource for PoolBlocks<'_> {
         let Some(held) = self.pins.get_mut(m) else {
             return Err(BlockError::Unreadable(format!("no member {member}")));
         };
-        if held.as_ref().is_none_or(|(b, _)| *b != block) {
-            *held = None;
-            let key = BlockKey {
-                toi: self.obj.rec.toi,
-                member,
-                block,
-            };
-            let skip = self.hedge == Hedge::Member(member) || self.health.is_failed(member);
-            if skip && !self.cache.contains(&key) {
-                return Err(BlockError::Unreadable(format!(
-                    "member {member} not read (failed or slow)"
-                )));
-            }
-            match self.reader.fetch(key, self.obj, self.demand) {
-                Ok(pin) => *held = Some((block, pin)),
-                Err(FetchError::Busy) | Err(FetchError::Full) => return Err(BlockError::Pending),
-                Err(FetchError::Failed(why)) | Err(FetchError::Unavailable(why)) => {
-                    return Err(BlockError::Unreadable(why))
-                }
-            }
+        let key = BlockKey {
+            toi: self.obj.rec.toi,
+            member,
+            block,
+        };
+        let pinned = held.as_ref().is_some_and(|(b, _)| *b == block);
+        let skip = self.hedge == Hedge::Member(member) || self.health.is_failed(member);
+        if !pinned && skip && !self.cache.contains(&key) {
+            return Err(BlockError::Unreadable(format!(
+                "member {member} not read (failed or slow)"
+            )));
         }
-        match held {
-            Some((_, pin)) => Ok(pin.bytes()),
-            None => Err(BlockError::Pending),
-        }
+        self.reader.pinned_block(held, key, self.obj, self.demand)
     }
 }

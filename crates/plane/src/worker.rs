@@ -195,7 +195,7 @@ impl Worker {
         let reader = Reader::new(
             &deps.cache,
             read_io,
-            Box::new(move |key: &BlockKey, why| on_fail.read_failed(key.member, why)),
+            Box::new(move |key: &BlockKey, why| on_fail.read_failed(key, why)),
         )
         .on_ok(Box::new(move |key: &BlockKey, latency| {
             on_ok.read_ok(key.member, latency)

@@ -26,6 +26,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use isnode_serve_config::ConfigCell;
+use isnode_serve_core::block::BlockKey;
 use isnode_sys::clock::Clock;
 use isnode_sys::event::{Event, IDLE_WAIT};
 use isnode_sys::stop::Stop;
@@ -52,6 +53,14 @@ struct Slot {
     /// Failed by this server's read errors (not by the catalog at start): may be probed.
     failed_by_reads: AtomicBool,
     slow_until_ns: AtomicU64,
+    /// The block of the last failed read ([`block_id`]; 0: none since the last success):
+    /// the same block failing again is one rotten block, not a failing member.
+    last_failed_block: AtomicU64,
+}
+
+/// A block's identity for [`MemberHealth::read_failed`] (never 0).
+pub fn block_id(toi: u32, block: u64) -> u64 {
+    ((u64::from(toi) << 40) ^ block) | (1 << 63)
 }
 
 /// Every member's health (shared by the data-plane threads and the control API).
@@ -138,6 +147,7 @@ impl MemberHealth {
             return;
         };
         s.errors_in_a_row.store(0, Ordering::Relaxed);
+        s.last_failed_block.store(0, Ordering::Relaxed);
         if hedge_after.is_some_and(|b| latency > b) {
             self.mark_slow(member, now_ns);
         }
@@ -158,11 +168,16 @@ impl MemberHealth {
             .is_some_and(|s| !s.failed.swap(true, Ordering::AcqRel))
     }
 
-    /// A read of `member` failed; true if that made it failed (once per member).
-    fn read_failed(&self, member: u32, threshold: u32) -> bool {
+    /// A read of block `block` ([`block_id`]) of `member` failed; true if that made it
+    /// failed (once per member). The block that failed last failing again does not count:
+    /// a member fails by errors on distinct blocks, not by one rotten block read again.
+    fn read_failed(&self, member: u32, block: u64, threshold: u32) -> bool {
         let Some(s) = self.slots.get(member as usize) else {
             return false;
         };
+        if s.last_failed_block.swap(block, Ordering::Relaxed) == block {
+            return false;
+        }
         let in_a_row = s.errors_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
         let now_failed = fails_after(in_a_row, threshold) && !s.failed.swap(true, Ordering::AcqRel);
         if now_failed {
@@ -184,6 +199,7 @@ impl MemberHealth {
             return false;
         };
         s.errors_in_a_row.store(0, Ordering::Relaxed);
+        s.last_failed_block.store(0, Ordering::Relaxed);
         s.slow_until_ns.store(0, Ordering::Relaxed);
         s.failed_by_reads.store(false, Ordering::Release);
         let was = s.failed.swap(false, Ordering::AcqRel);
@@ -257,12 +273,16 @@ impl Members {
         }
     }
 
-    /// A block read of `member` failed (`why`): counted, and past `member_fail_errors` in a
-    /// row the member is failed ([`Members::failed`]).
-    pub fn read_failed(&self, member: u32, why: &str) {
+    /// A read of block `key` failed (`why`): counted, and past `member_fail_errors` in a
+    /// row (on distinct blocks) the member is failed ([`Members::failed`]).
+    pub fn read_failed(&self, key: &BlockKey, why: &str) {
+        let member = key.member;
         self.count_error(member, why);
         let threshold = self.config.load().member_fail_errors;
-        if self.health.read_failed(member, threshold) {
+        if self
+            .health
+            .read_failed(member, block_id(key.toi, key.block), threshold)
+        {
             self.failed(member, why);
         }
     }
@@ -487,16 +507,16 @@ mod tests {
         assert!(fails_after(5, 5));
         assert!(!fails_after(1000, 0), "0 turns it off");
         let h = MemberHealth::new(3);
-        for _ in 0..4 {
-            assert!(!h.read_failed(1, 5));
+        for b in 0..4 {
+            assert!(!h.read_failed(1, block_id(7, b), 5));
         }
         // A success starts the count again.
         h.read_ok(1, Duration::ZERO, None, 0);
-        for _ in 0..4 {
-            assert!(!h.read_failed(1, 5));
+        for b in 0..4 {
+            assert!(!h.read_failed(1, block_id(7, b), 5));
         }
-        assert!(h.read_failed(1, 5), "the fifth in a row");
-        assert!(!h.read_failed(1, 5), "failed once only");
+        assert!(h.read_failed(1, block_id(7, 4), 5), "the fifth in a row");
+        assert!(!h.read_failed(1, block_id(7, 5), 5), "failed once only");
         assert_eq!(h.state(1, 0), Failed);
         assert_eq!(h.state(0, 0), Ok);
         assert_eq!(h.state(9, 0), Failed, "no such member");
@@ -573,8 +593,8 @@ mod tests {
     #[test]
     fn a_revived_member_starts_afresh() {
         let h = MemberHealth::new(3);
-        for _ in 0..3 {
-            h.read_failed(1, 3);
+        for b in 0..3 {
+            h.read_failed(1, block_id(1, b), 3);
         }
         assert!(h.is_failed(1) && h.failed_by_reads(1));
         assert!(h.revive(1));
@@ -582,8 +602,28 @@ mod tests {
         assert_eq!(h.revived.load(Ordering::Relaxed), 1);
         assert!(!h.revive(1), "only once");
         // Its errors count from zero again; a catalog failure is not one by reads.
-        h.read_failed(1, 3);
+        h.read_failed(1, block_id(1, 0), 3);
         assert!(!h.is_failed(1));
         assert!(h.mark_failed(2) && !h.failed_by_reads(2));
+    }
+
+    #[test]
+    fn one_rotten_block_read_again_does_not_fail_its_member() {
+        let h = MemberHealth::new(3);
+        for _ in 0..50 {
+            assert!(!h.read_failed(2, block_id(9, 17), 5));
+        }
+        assert!(
+            !h.is_failed(2),
+            "one block failing again and again is one bad block"
+        );
+        // Distinct blocks failing between its retries still fail the member.
+        for b in 0..5 {
+            h.read_failed(2, block_id(9, b), 5);
+            h.read_failed(2, block_id(9, 17), 5);
+        }
+        assert!(h.is_failed(2));
+        assert_ne!(block_id(0, 0), 0);
+        assert_ne!(block_id(1, 0), block_id(0, 1));
     }
 }

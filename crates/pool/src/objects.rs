@@ -64,42 +64,19 @@ impl ObjectInfo {
     /// Builds the serving view of a catalog record.
     pub fn new(vol: &Volume, rec: ObjectRecord) -> Result<ObjectInfo, StoreError> {
         let layout = vol.layout(&rec)?;
-        let params = *layout.params();
-        let seg_paths: Vec<PathBuf> = (0..params.members)
-            .map(|m| vol.segment_path(m, rec.toi))
-            .collect();
-        let seg_files = seg_paths
-            .iter()
-            .map(|p| RwLock::new(open_segment(p)))
-            .collect();
         let block_crcs = vol
             .blocks(&rec, &layout)?
             .into_iter()
             .map(|blocks| blocks.into_iter().map(|b| Some(b.crc32c)).collect())
             .collect();
-        let oti = FecOti::rs28(
-            rec.symbol_len,
-            rec.source_symbols,
-            rec.source_symbols + rec.repair_symbols,
-        )?;
-        let send_rate_bps = send_rate_bps(&layout, rec.bitrate_bps);
-        let media = vol.media_index(&rec)?;
-        let has_digests = vol.catalog().has_digests(rec.toi)?;
-        let origin_etag = vol.origin_etag(&rec.name)?.filter(|e| !e.is_empty());
-        Ok(ObjectInfo {
+        let parts = Parts {
             fill: None,
-            origin_etag,
-            media,
-            has_digests,
-            fec_oti: oti,
-            send_rate_bps,
-            tsi: vol.tsi(),
-            seg_paths,
-            seg_files,
+            origin_etag: vol.origin_etag(&rec.name)?.filter(|e| !e.is_empty()),
+            media: vol.media_index(&rec)?,
+            has_digests: vol.catalog().has_digests(rec.toi)?,
             block_crcs,
-            layout,
-            rec,
-        })
+        };
+        ObjectInfo::assemble(vol, rec, layout, parts)
     }
 
     /// The serving view of an object still filling (`rec`, the catalog's record of it):
@@ -111,37 +88,54 @@ impl ObjectInfo {
         front: Arc<FillFront>,
     ) -> Result<ObjectInfo, StoreError> {
         let layout = vol.layout(&rec)?;
-        let params = *layout.params();
-        let seg_paths: Vec<PathBuf> = (0..params.members)
+        let block_crcs = (0..layout.params().members)
+            .map(|m| vec![None; usize::try_from(layout.member_blocks(m)).unwrap_or(0)])
+            .collect();
+        let origin_etag = vol
+            .filling(&rec.name)?
+            .filter(|f| f.record.toi == rec.toi && !f.origin_etag.is_empty())
+            .map(|f| f.origin_etag);
+        let parts = Parts {
+            fill: Some(front),
+            origin_etag,
+            media: None,
+            has_digests: true,
+            block_crcs,
+        };
+        ObjectInfo::assemble(vol, rec, layout, parts)
+    }
+
+    /// The serving view from what a complete and a filling object share: the segment
+    /// files of every member, the FEC parameters and the sending rate.
+    fn assemble(
+        vol: &Volume,
+        rec: ObjectRecord,
+        layout: Layout,
+        parts: Parts,
+    ) -> Result<ObjectInfo, StoreError> {
+        let seg_paths: Vec<PathBuf> = (0..layout.params().members)
             .map(|m| vol.segment_path(m, rec.toi))
             .collect();
         let seg_files = seg_paths
             .iter()
             .map(|p| RwLock::new(open_segment(p)))
             .collect();
-        let block_crcs = (0..params.members)
-            .map(|m| vec![None; usize::try_from(layout.member_blocks(m)).unwrap_or(0)])
-            .collect();
-        let oti = FecOti::rs28(
+        let fec_oti = FecOti::rs28(
             rec.symbol_len,
             rec.source_symbols,
             rec.source_symbols + rec.repair_symbols,
         )?;
-        let origin_etag = vol
-            .filling(&rec.name)?
-            .filter(|f| f.record.toi == rec.toi && !f.origin_etag.is_empty())
-            .map(|f| f.origin_etag);
         Ok(ObjectInfo {
-            fill: Some(front),
-            origin_etag,
-            media: None,
-            has_digests: true,
-            fec_oti: oti,
+            fill: parts.fill,
+            origin_etag: parts.origin_etag,
+            media: parts.media,
+            has_digests: parts.has_digests,
+            fec_oti,
             send_rate_bps: send_rate_bps(&layout, rec.bitrate_bps),
             tsi: vol.tsi(),
             seg_paths,
             seg_files,
-            block_crcs,
+            block_crcs: parts.block_crcs,
             layout,
             rec,
         })
@@ -294,6 +288,15 @@ impl ObjectInfo {
 }
 
 /// Opens a segment file for block reads, kept as long as its object is served.
+/// What a complete and a filling object's serving views differ in.
+struct Parts {
+    fill: Option<Arc<FillFront>>,
+    origin_etag: Option<String>,
+    media: Option<isnode_store::MediaIndexRecord>,
+    has_digests: bool,
+    block_crcs: Vec<Vec<Option<u32>>>,
+}
+
 fn open_segment(path: &Path) -> Result<Arc<BlockFile>, String> {
     BlockFile::open_read(path)
         .map(Arc::new)

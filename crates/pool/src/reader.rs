@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{opcode, types, IoUring};
 use isnode_store::io::BlockFile;
+use isnode_store::BlockError;
 
 use crate::cache::{BlockKey, Cache, Demand, FetchError, Load, Lookup, Pinned};
 use crate::objects::ObjectInfo;
@@ -258,6 +259,33 @@ impl Reader {
             _ => {}
         }
         done
+    }
+
+    /// The bytes of `key` through `held`, the one pin a codeword reader keeps per member:
+    /// the pin is kept while the same block is asked for again, and replaced by a
+    /// [`Reader::fetch`] of `key` otherwise. A block still being read (or no room to read
+    /// it) is [`BlockError::Pending`]; one that cannot be read, [`BlockError::Unreadable`].
+    pub fn pinned_block<'p>(
+        &mut self,
+        held: &'p mut Option<(u64, Pinned)>,
+        key: BlockKey,
+        files: &dyn SegmentFiles,
+        demand: &dyn Demand,
+    ) -> Result<&'p [u8], BlockError> {
+        if held.as_ref().is_none_or(|(b, _)| *b != key.block) {
+            *held = None;
+            match self.fetch(key, files, demand) {
+                Ok(pin) => *held = Some((key.block, pin)),
+                Err(FetchError::Busy) | Err(FetchError::Full) => return Err(BlockError::Pending),
+                Err(FetchError::Failed(why)) | Err(FetchError::Unavailable(why)) => {
+                    return Err(BlockError::Unreadable(why))
+                }
+            }
+        }
+        match held {
+            Some((_, pin)) => Ok(pin.bytes()),
+            None => Err(BlockError::Pending),
+        }
     }
 
     /// Returns `key` pinned if it is in memory; otherwise starts its read (if there is

@@ -64,38 +64,28 @@ impl BlockSource for Blocks<'_> {
         let Some(held) = self.pins.get_mut(member as usize) else {
             return Err(BlockError::Unreadable(format!("no member {member}")));
         };
-        if held.as_ref().is_none_or(|(b, _)| *b != block) {
-            *held = None;
-            let key = BlockKey {
-                toi: self.obj.rec.toi,
-                member,
-                block,
-            };
-            let demand = LazyDemand::new(&self.sh.positions);
-            match self.reader.fetch(key, self.obj, &demand) {
-                Ok(pin) => *held = Some((block, pin)),
-                Err(FetchError::Busy) | Err(FetchError::Full) => return Err(BlockError::Pending),
-                Err(FetchError::Failed(why)) | Err(FetchError::Unavailable(why)) => {
-                    return Err(BlockError::Unreadable(why))
-                }
-            }
-        }
-        match held {
-            Some((_, pin)) => Ok(pin.bytes()),
-            None => Err(BlockError::Pending),
-        }
+        let key = BlockKey {
+            toi: self.obj.rec.toi,
+            member,
+            block,
+        };
+        let demand = LazyDemand::new(&self.sh.positions);
+        self.reader.pinned_block(held, key, self.obj, &demand)
     }
 }
 
 impl PoolRead {
     /// A reader of `obj`'s codewords.
     pub(crate) fn new(sh: &Arc<ApiState>, obj: &Arc<ObjectInfo>) -> PoolRead {
-        let failures = sh.members.clone();
+        let (failures, successes) = (sh.members.clone(), sh.members.clone());
         let reader = Reader::new(
             &sh.control.cache,
             ReadIo::Sync,
-            Box::new(move |key, why| failures.read_failed(key.member, why)),
-        );
+            Box::new(move |key, why| failures.read_failed(key, why)),
+        )
+        .on_ok(Box::new(move |key: &BlockKey, latency| {
+            successes.read_ok(key.member, latency)
+        }));
         let p = obj.layout.params();
         let max_symbols = (p.source_symbols + p.repair_symbols) as usize;
         PoolRead {
