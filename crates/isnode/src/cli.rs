@@ -173,9 +173,15 @@ pub(crate) struct RebuildArgs {
     /// Read at most this many bits per second from the other members (default: as fast as
     /// they go). Beside an `isnode serve` on the volume, the rebuild also yields to its
     /// viewers (VOLUME/run/viewer-pace.json): slower as their playback slack falls, stopped
-    /// while a stream is late (from this rate, or 1 Gbit/s without one).
+    /// while a stream is late (from this rate, or 1 Gbit/s without one), but never below
+    /// --min-rate-bps.
     #[arg(long)]
     pub rate_bps: Option<u64>,
+    /// Beside a server, never read slower than this, however its viewers fare: the member
+    /// being rebuilt is what makes their reads costly (default: 1/32 of --rate-bps, or of
+    /// 1 Gbit/s without one; 0: the viewers may stop the rebuild).
+    #[arg(long)]
+    pub min_rate_bps: Option<u64>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,

@@ -233,13 +233,26 @@ pub fn parse(body: &[u8]) -> Option<ViewerPaceFile> {
 /// rate of its own: 1 Gbit/s (125 MB/s, about one disk's sequential rate).
 pub const BESIDE_SERVER_RATE_BPS: u64 = 1_000_000_000;
 
+/// The least share of its rate a rebuild beside a server keeps while the viewers hold it
+/// back: one part in this many ([`rebuild_floor_bps`]).
+pub const REBUILD_FLOOR_PARTS: u64 = 32;
+
+/// The default floor of a rebuild beside a server whose rate is `cap_bps` (`None`:
+/// [`BESIDE_SERVER_RATE_BPS`]): a member being rebuilt is what makes the viewers' reads
+/// costly (each of its blocks rebuilt from all the others), so the rebuild never stops.
+pub fn rebuild_floor_bps(cap_bps: Option<u64>) -> u64 {
+    cap_bps.unwrap_or(BESIDE_SERVER_RATE_BPS) / REBUILD_FLOOR_PARTS
+}
+
 /// The [`RateSignal`] of a command beside a server: without a fresh file, its `--rate-bps`
 /// (or no limit); with one, that rate (or [`BESIDE_SERVER_RATE_BPS`]) scaled by the
-/// file's load ([`paced_rate_bps`]: nothing while a stream is late).
+/// file's load ([`paced_rate_bps`]: nothing while a stream is late), but never below its
+/// floor ([`FileSignal::with_floor_bps`]).
 #[derive(Debug)]
 pub struct FileSignal {
     volume: PathBuf,
     cap_bps: Option<u64>,
+    floor_bps: u64,
     /// The load last read (for reporting), `None` while no server runs.
     pub last: Option<ViewerLoad>,
     /// Samples during which a fresh file held the work back (rate below the cap).
@@ -253,9 +266,17 @@ impl FileSignal {
         FileSignal {
             volume: volume.to_path_buf(),
             cap_bps,
+            floor_bps: 0,
             last: None,
             held_back: 0,
         }
+    }
+
+    /// The least rate it keeps beside a server, however its viewers fare (never more
+    /// than its rate; 0: none, the viewers may stop it).
+    pub fn with_floor_bps(mut self, floor_bps: u64) -> FileSignal {
+        self.floor_bps = floor_bps;
+        self
     }
 }
 
@@ -268,7 +289,7 @@ impl RateSignal for FileSignal {
             return Some(self.cap_bps.unwrap_or(u64::MAX));
         };
         let base = self.cap_bps.unwrap_or(BESIDE_SERVER_RATE_BPS);
-        let rate = paced_rate_bps(base, load);
+        let rate = paced_rate_bps(base, load).max(self.floor_bps.min(base));
         if rate < base {
             self.held_back += 1;
         }
@@ -415,5 +436,28 @@ mod tests {
         assert_eq!(back.load(), Some(late_load()));
         let v1 = ViewerPaceFile { version: 1, ..f };
         assert_eq!(v1.load(), None);
+    }
+
+    #[test]
+    fn a_floor_keeps_a_rebuild_moving_while_a_stream_is_late() {
+        let dir = tempfile::tempdir().unwrap();
+        let _mark = ServerMark::take(dir.path())
+            .unwrap()
+            .expect("no other server");
+        write(
+            dir.path(),
+            &ViewerPaceFile::new(late_load(), SystemTime::now()),
+        )
+        .unwrap();
+        let mut none = FileSignal::new(dir.path(), Some(8_000_000));
+        assert_eq!(none.rate_bps(), Some(0), "no floor: held at 0");
+        let floor = rebuild_floor_bps(Some(8_000_000));
+        assert_eq!(floor, 250_000);
+        let mut floored = FileSignal::new(dir.path(), Some(8_000_000)).with_floor_bps(floor);
+        assert_eq!(floored.rate_bps(), Some(250_000));
+        assert_eq!(floored.held_back, 1, "still held back below its rate");
+        let mut capped = FileSignal::new(dir.path(), Some(100)).with_floor_bps(1_000);
+        assert_eq!(capped.rate_bps(), Some(100), "never above its rate");
+        assert_eq!(rebuild_floor_bps(None), BESIDE_SERVER_RATE_BPS / 32);
     }
 }

@@ -11,7 +11,7 @@ use std::time::Instant;
 use isnode_store::pace::{RealClock, SignalPace};
 use isnode_store::rebuild::RebuildProgress;
 use isnode_store::scrub::ScrubProgress;
-use isnode_store::viewer_pace::FileSignal;
+use isnode_store::viewer_pace::{rebuild_floor_bps, FileSignal};
 use isnode_store::{CheckOptions, CheckReport, ScrubReport, Volume, VolumeParams};
 
 use crate::cli::{CheckArgs, CreateArgs, RebuildArgs, ScrubArgs};
@@ -150,11 +150,12 @@ fn print_report(r: &CheckReport) {
 /// (`VOLUME/run/viewer-pace.json`, [`isnode_store::viewer_pace`]).
 type ViewerFilePace = SignalPace<FileSignal, RealClock>;
 
-fn pace_of(root: &Path, rate_bps: Option<u64>) -> ViewerFilePace {
+fn pace_of(root: &Path, rate_bps: Option<u64>, floor_bps: u64) -> ViewerFilePace {
     let clock = RealClock {
         stop: Arc::new(AtomicBool::new(false)),
     };
-    SignalPace::new(FileSignal::new(root, rate_bps.filter(|&r| r > 0)), clock)
+    let signal = FileSignal::new(root, rate_bps.filter(|&r| r > 0)).with_floor_bps(floor_bps);
+    SignalPace::new(signal, clock)
 }
 
 /// Says on stderr how often the server's viewers held the work back.
@@ -172,7 +173,7 @@ fn report_viewer_pace(pace: &ViewerFilePace) {
 pub(super) fn scrub(root: &Path, args: &ScrubArgs) -> anyhow::Result<ExitCode> {
     let vol = Volume::open(root).with_context(|| format!("opening {}", root.display()))?;
     let bar = crate::progress::bytes(0, "scrub");
-    let mut pace = pace_of(root, args.rate_bps);
+    let mut pace = pace_of(root, args.rate_bps, 0);
     let started = Instant::now();
     let report = isnode_store::scrub(&vol, &mut pace, &mut |p: ScrubProgress<'_>| {
         bar.set_length(p.bytes_total);
@@ -289,7 +290,11 @@ pub(super) fn rebuild(root: &Path, args: &RebuildArgs) -> anyhow::Result<ExitCod
         );
     }
     let bar = crate::progress::bytes(0, &format!("rebuild member {}", args.member));
-    let mut pace = pace_of(root, args.rate_bps);
+    let cap_bps = args.rate_bps.filter(|&r| r > 0);
+    let floor_bps = args
+        .min_rate_bps
+        .unwrap_or_else(|| rebuild_floor_bps(cap_bps));
+    let mut pace = pace_of(root, args.rate_bps, floor_bps);
     let started = Instant::now();
     let report = isnode_store::rebuild_member(
         &mut vol,
