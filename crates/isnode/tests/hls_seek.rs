@@ -128,7 +128,10 @@ fn ts_index_and_hls_playlist() {
             1.9..=2.1
         };
         assert!(range.contains(&d), "segment {i} of {d} s:\n{}", r.body);
-        assert_eq!(seg[2], "content?ext=.ts");
+        let v = seg[2]
+            .strip_prefix("content?v=")
+            .and_then(|r| r.strip_suffix("&ext=.ts"));
+        assert!(v.is_some_and(|v| v.parse::<u32>().is_ok()), "{}", seg[2]);
         next = at + len;
         total_s += d;
     }
@@ -425,4 +428,65 @@ fn seek_pause_resume_change_what_is_sent() {
     );
     assert_eq!(server.session_req("DELETE", &id, "", None).status, 204);
     refused(&control(json!({"action": "resume"})), 404);
+}
+
+/// A playlist's segment URIs carry the title's version: after a replace, the old playlist's
+/// segments answer `410` (never the new version's bytes at the old byte ranges) and the new
+/// playlist's segments play.
+#[test]
+fn an_old_playlist_never_reads_a_replaced_title() {
+    let vol = Vol::create(&[]);
+    let first = vol.add_ts("clip.ts", 2_000_000, 6.0, 1);
+    let server = Server::start(&vol, &[]);
+    let segment = |playlist: &str| -> (String, String) {
+        let lines: Vec<&str> = playlist.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with("#EXT-X-BYTERANGE:"))
+            .expect("a byte range");
+        let (len, off) = lines[at]["#EXT-X-BYTERANGE:".len()..]
+            .split_once('@')
+            .expect("LEN@OFFSET");
+        let end = off.parse::<u64>().unwrap() + len.parse::<u64>().unwrap() - 1;
+        (lines[at + 1].to_string(), format!("bytes={off}-{end}"))
+    };
+    let old = server.req("GET", "/v1/objects/clip.ts/index.m3u8", None);
+    assert_eq!(old.status, 200, "{}", old.body);
+    let (uri, range) = segment(&old.body);
+    let path = format!("/v1/objects/clip.ts/{uri}");
+    let r = http(server.addr, None, "GET", &path, None, &[("Range", &range)]);
+    assert_eq!(r.status, 206, "{}", r.body);
+    let first_len = first.len();
+    assert!(first_len > 0 && !r.body.is_empty());
+
+    let file = vol.path("other.ts");
+    gen_ts(&file, 3_000_000, 6.0, 2);
+    let out = command()
+        .args([
+            "ingest",
+            "--server",
+            &server.url(),
+            "--replace",
+            "--name",
+            "clip.ts",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = http(server.addr, None, "GET", &path, None, &[("Range", &range)]);
+    assert_eq!(r.status, 410, "the old playlist's segment: {}", r.body);
+    assert!(r.body.contains("fetch the playlist again"), "{}", r.body);
+    let new = server.req("GET", "/v1/objects/clip.ts/index.m3u8", None);
+    let (uri, range) = segment(&new.body);
+    let path = format!("/v1/objects/clip.ts/{uri}");
+    let r = http(server.addr, None, "GET", &path, None, &[("Range", &range)]);
+    assert_eq!(r.status, 206, "{}", r.body);
+    // A request without a version reads whatever is stored.
+    let r = server.req("GET", "/v1/objects/clip.ts/content", None);
+    assert_eq!(r.status, 200);
 }

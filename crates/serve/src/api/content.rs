@@ -43,12 +43,16 @@ pub(super) async fn content(
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     method: Method,
     Path(name): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
     let obj = match super::lookup(&sh, Asker::Viewer(peer.ip()), name).await {
         Ok(o) => o,
         Err(r) => return r,
     };
+    if let Err(r) = same_version(&obj, query.as_deref()) {
+        return r;
+    }
     let (status, base, plan) = match answer_plan(&obj, &headers) {
         Ok(a) => a,
         Err(r) => return *r,
@@ -67,6 +71,26 @@ pub(super) async fn content(
     };
     let body = ContentBody::new(sh.clone(), obj, &plan, slot);
     (status, base, Body::new(body)).into_response()
+}
+
+/// Whether the request's version (`v`, as a playlist's segment URIs carry it: the object's
+/// TOI) is the object's; a request without one asks for whatever version is stored. `410`
+/// when the title was replaced since the playlist was made: its segments' byte ranges are
+/// of the old version and must not be spliced with the new one's bytes.
+fn same_version(obj: &ObjectInfo, query: Option<&str>) -> Result<(), Response> {
+    let Some(v) = query.and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("v="))) else {
+        return Ok(());
+    };
+    if v.parse::<u32>().ok() == Some(obj.rec.toi) {
+        return Ok(());
+    }
+    Err(error(
+        StatusCode::GONE,
+        format!(
+            "{:?} has been replaced since this playlist was made: fetch the playlist again",
+            obj.rec.name
+        ),
+    ))
 }
 
 fn put(h: &mut HeaderMap, k: header::HeaderName, v: &str) {

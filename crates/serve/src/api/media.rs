@@ -18,19 +18,19 @@ pub(crate) const MIN_SEGMENT_S: f64 = 2.0;
 /// A segment is cut short of [`MIN_SEGMENT_S`] rather than grow past this (a single gap
 /// between two points longer than this stays one segment).
 pub(crate) const MAX_SEGMENT_S: f64 = 6.0;
-/// The segment URI of a playlist: the content, relative to the playlist's URL. The query
-/// (ignored by the server) gives the URI an extension: ffmpeg's HLS demuxer refuses a
-/// segment URL that has none of its known media extensions (so `ext=.ts` stays last).
-pub(crate) const SEGMENT_URI: &str = "content?ext=.ts";
-
-/// The segment URI of a playlist asked for with `?token=` (`query` is the playlist
-/// request's): the token carried onto the segments, which a player fetches without
-/// headers, so that a server closed to anonymous viewers still plays. A token that is not
-/// plain hexadecimal is not one the server knows and is not echoed.
-fn segment_uri(query: Option<&str>) -> String {
+/// The segment URI of a playlist of version `toi` of a title: the content, relative to the
+/// playlist's URL, with the version (`v`: the content answers `410` once the title has been
+/// replaced, rather than splice another version's bytes into an old playlist). The query
+/// gives the URI an extension too: ffmpeg's HLS demuxer refuses a segment URL that has none
+/// of its known media extensions (so `ext=.ts` stays last). A playlist asked for with
+/// `?token=` (`query` is the playlist request's) carries the token onto its segments, which
+/// a player fetches without headers, so that a server closed to anonymous viewers still
+/// plays. A token that is not plain hexadecimal is not one the server knows and is not
+/// echoed.
+pub(crate) fn segment_uri(query: Option<&str>, toi: u32) -> String {
     match super::roles::carried_token(query) {
-        Some(t) => format!("content?token={t}&ext=.ts"),
-        None => SEGMENT_URI.to_string(),
+        Some(t) => format!("content?token={t}&v={toi}&ext=.ts"),
+        None => format!("content?v={toi}&ext=.ts"),
     }
 }
 /// The container name the catalog records for MPEG-TS.
@@ -304,11 +304,10 @@ pub(super) async fn get_playlist(
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let uri = segment_uri(query.as_deref());
     // A title being filled: the playlist of its filled part, when it has a whole segment.
     let asker = Asker::Viewer(peer.ip());
     let filling = match super::lookup(&sh, asker, name.clone()).await {
-        Ok(o) => filling_playlist(&o, &uri),
+        Ok(o) => filling_playlist(&o, &segment_uri(query.as_deref(), o.rec.toi)),
         Err(r) => return r,
     };
     if let Some(text) = filling {
@@ -324,7 +323,7 @@ pub(super) async fn get_playlist(
             return r;
         }
     }
-    match object_playlist(&obj, &uri) {
+    match object_playlist(&obj, &segment_uri(query.as_deref(), obj.rec.toi)) {
         Ok(text) => playlist_answer(text, query.as_deref()),
         Err(e) => e.into_response(),
     }
@@ -426,16 +425,17 @@ mod tests {
     #[test]
     fn a_playlist_asked_for_with_a_token_carries_it_onto_its_segments() {
         let t = "0f".repeat(32);
-        assert_eq!(segment_uri(None), SEGMENT_URI);
-        assert_eq!(segment_uri(Some("x=1")), SEGMENT_URI);
-        let uri = segment_uri(Some(&format!("x=1&token={t}")));
-        assert_eq!(uri, format!("content?token={t}&ext=.ts"));
+        let plain = "content?v=7&ext=.ts";
+        assert_eq!(segment_uri(None, 7), plain);
+        assert_eq!(segment_uri(Some("x=1"), 7), plain);
+        let uri = segment_uri(Some(&format!("x=1&token={t}")), 7);
+        assert_eq!(uri, format!("content?token={t}&v=7&ext=.ts"));
         // The extension stays last (ffmpeg's check), and nothing else is echoed.
         assert!(uri.ends_with(".ts"));
-        assert_eq!(segment_uri(Some("token=%0A%23EXT")), SEGMENT_URI);
-        assert_eq!(segment_uri(Some("token=")), SEGMENT_URI);
+        assert_eq!(segment_uri(Some("token=%0A%23EXT"), 7), plain);
+        assert_eq!(segment_uri(Some("token="), 7), plain);
         let segs = segments(&[], 1000, 4.0);
-        assert!(playlist(&uri, &segs).contains(&format!("\ncontent?token={t}&ext=.ts\n")));
+        assert!(playlist(&uri, &segs).contains(&format!("\ncontent?token={t}&v=7&ext=.ts\n")));
     }
 
     #[test]
