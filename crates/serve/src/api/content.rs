@@ -50,7 +50,7 @@ pub(super) async fn content(
         Ok(o) => o,
         Err(r) => return r,
     };
-    if let Err(r) = same_version(&obj, query.as_deref()) {
+    if let Some(r) = replaced_since(&obj, query.as_deref()) {
         return r;
     }
     let (status, base, plan) = match answer_plan(&obj, &headers) {
@@ -73,18 +73,16 @@ pub(super) async fn content(
     (status, base, Body::new(body)).into_response()
 }
 
-/// Whether the request's version (`v`, as a playlist's segment URIs carry it: the object's
-/// TOI) is the object's; a request without one asks for whatever version is stored. `410`
-/// when the title was replaced since the playlist was made: its segments' byte ranges are
-/// of the old version and must not be spliced with the new one's bytes.
-fn same_version(obj: &ObjectInfo, query: Option<&str>) -> Result<(), Response> {
-    let Some(v) = query.and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("v="))) else {
-        return Ok(());
-    };
+/// The `410` of a request whose version (`v`, as a playlist's segment URIs carry it: the
+/// object's TOI) is not the object's: the title was replaced since the playlist was made,
+/// and its segments' byte ranges are of the old version, not to be spliced with the new
+/// one's bytes. `None` (go on) for the stored version, or a request without one.
+fn replaced_since(obj: &ObjectInfo, query: Option<&str>) -> Option<Response> {
+    let v = query.and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("v=")))?;
     if v.parse::<u32>().ok() == Some(obj.rec.toi) {
-        return Ok(());
+        return None;
     }
-    Err(error(
+    Some(error(
         StatusCode::GONE,
         format!(
             "{:?} has been replaced since this playlist was made: fetch the playlist again",
