@@ -6,7 +6,7 @@
 //! admitted one if nothing was inserted since that copy ([`Registry::register`]); it is
 //! never held across admission, a catalog lookup or any I/O.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use isnode_plane::stream::{
@@ -30,11 +30,37 @@ pub enum RegisterError<E> {
     Stale,
     /// The hand-over refused the session.
     HandOver(E),
+    /// Its object is being deleted ([`Registry::close_object`]).
+    Closed,
 }
 
-/// The session table and its generation (bumped by every insertion).
+/// The sessions, the table's generation (bumped by every insertion) and the objects
+/// (TOIs) being deleted, which no new session may use.
+struct Table {
+    sessions: SessionTable,
+    generation: u64,
+    closed: HashSet<u32>,
+}
+
+/// The session table.
 pub struct Registry {
-    table: Mutex<(SessionTable, u64)>,
+    table: Mutex<Table>,
+}
+
+/// An object closed to new sessions while it is deleted ([`Registry::close_object`]),
+/// open again when dropped (a delete refused, or done: the object no longer exists).
+pub struct Closing<'a> {
+    registry: &'a Registry,
+    toi: u32,
+    /// The sessions using the object when it was closed (streaming or awaiting their
+    /// token's echo).
+    pub users: Vec<Arc<StreamShared>>,
+}
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        self.registry.lock().closed.remove(&self.toi);
+    }
 }
 
 impl Default for Registry {
@@ -47,11 +73,15 @@ impl Registry {
     /// An empty table.
     pub fn new() -> Registry {
         Registry {
-            table: Mutex::new((HashMap::new(), 0)),
+            table: Mutex::new(Table {
+                sessions: HashMap::new(),
+                generation: 0,
+                closed: HashSet::new(),
+            }),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, (SessionTable, u64)> {
+    fn lock(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -65,12 +95,33 @@ impl Registry {
         let t = self.lock();
         Snapshot {
             sessions: t
-                .0
+                .sessions
                 .values()
                 .filter(|s| s.state() == SessionState::Streaming)
                 .cloned()
                 .collect(),
-            generation: t.1,
+            generation: t.generation,
+        }
+    }
+
+    /// Closes object `toi` to new sessions (their registration fails with
+    /// [`RegisterError::Closed`]) until the guard is dropped, and lists the sessions that
+    /// use it now: under one lock, so that a delete that finds no user deletes an object no
+    /// session can have started on meanwhile.
+    pub fn close_object(&self, toi: u32) -> Closing<'_> {
+        let mut t = self.lock();
+        t.closed.insert(toi);
+        let users = t
+            .sessions
+            .values()
+            .filter(|s| s.object.rec.toi == toi && s.state() == SessionState::Streaming)
+            .cloned()
+            .collect();
+        drop(t);
+        Closing {
+            registry: self,
+            toi,
+            users,
         }
     }
 
@@ -85,31 +136,34 @@ impl Registry {
         hand_over: impl FnOnce(&Arc<StreamShared>) -> Result<(), E>,
     ) -> Result<Arc<StreamShared>, RegisterError<E>> {
         let mut t = self.lock();
-        if t.1 != snap.generation {
+        if t.generation != snap.generation {
             return Err(RegisterError::Stale);
         }
         let id = loop {
             let id = new_id();
-            if !t.0.contains_key(&id) {
+            if !t.sessions.contains_key(&id) {
                 break id;
             }
         };
         let s = make(id);
+        if t.closed.contains(&s.object.rec.toi) {
+            return Err(RegisterError::Closed);
+        }
         hand_over(&s).map_err(RegisterError::HandOver)?;
-        t.0.insert(s.id.clone(), s.clone());
-        t.1 += 1;
+        t.sessions.insert(s.id.clone(), s.clone());
+        t.generation += 1;
         Ok(s)
     }
 
     /// The session `id`.
     pub fn find(&self, id: &str) -> Option<Arc<StreamShared>> {
-        self.lock().0.get(id).cloned()
+        self.lock().sessions.get(id).cloned()
     }
 
     /// Removes and returns the session `id`.
     #[allow(dead_code)] // kept for callers that count nothing at removal
     pub fn remove(&self, id: &str) -> Option<Arc<StreamShared>> {
-        self.lock().0.remove(id)
+        self.lock().sessions.remove(id)
     }
 
     /// Removes and returns the session `id`; `retire` sees it under the table's lock.
@@ -119,25 +173,25 @@ impl Registry {
         retire: impl FnOnce(&StreamShared),
     ) -> Option<Arc<StreamShared>> {
         let mut table = self.lock();
-        let s = table.0.remove(id)?;
+        let s = table.sessions.remove(id)?;
         retire(&s);
         drop(table);
         Some(s)
     }
 }
 
-struct TableGuard<'a>(MutexGuard<'a, (SessionTable, u64)>);
+struct TableGuard<'a>(MutexGuard<'a, Table>);
 
 impl std::ops::Deref for TableGuard<'_> {
     type Target = SessionTable;
     fn deref(&self) -> &SessionTable {
-        &self.0 .0
+        &self.0.sessions
     }
 }
 
 impl std::ops::DerefMut for TableGuard<'_> {
     fn deref_mut(&mut self) -> &mut SessionTable {
-        &mut self.0 .0
+        &mut self.0.sessions
     }
 }
 
@@ -225,5 +279,33 @@ mod tests {
         assert_eq!(snap.sessions.len(), 1);
         assert!(r.remove(&a.id).is_some());
         assert!(r.register(&snap, make(&obj), new_id, ok).is_ok());
+    }
+
+    #[test]
+    fn an_object_being_deleted_takes_no_new_session() {
+        let obj = object();
+        let r = Registry::new();
+        let ids = std::cell::Cell::new(0u32);
+        let new_id = || {
+            ids.set(ids.get() + 1);
+            format!("s{}", ids.get())
+        };
+        let a = r.register(&r.snapshot(), make(&obj), new_id, ok).unwrap();
+        // A session's admission snapshot taken before the delete's check...
+        let snap = r.snapshot();
+        let closing = r.close_object(obj.rec.toi);
+        assert_eq!(
+            closing.users.len(),
+            1,
+            "the delete sees the session already there"
+        );
+        assert_eq!(closing.users[0].id, a.id);
+        // ...cannot register between the check and the delete.
+        let late = r.register(&snap, make(&obj), new_id, ok);
+        assert!(matches!(late, Err(RegisterError::Closed)));
+        assert_eq!(r.snapshot().sessions.len(), 1);
+        // A delete refused (or done) opens the object again.
+        drop(closing);
+        assert!(r.register(&r.snapshot(), make(&obj), new_id, ok).is_ok());
     }
 }

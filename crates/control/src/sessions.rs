@@ -49,6 +49,8 @@ pub enum SessionError {
     Refused(Refusal),
     /// The data plane's queue is full: try again.
     Busy,
+    /// Its object is being deleted.
+    Deleted,
 }
 
 /// The pacer of a session of `obj` from `start_codeword`.
@@ -233,6 +235,7 @@ pub fn admit_and_register(
             }
             Err(RegisterError::Stale) => continue,
             Err(RegisterError::HandOver(())) => break,
+            Err(RegisterError::Closed) => return Err(SessionError::Deleted),
         }
     }
     Err(SessionError::Busy)

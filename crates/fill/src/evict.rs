@@ -90,16 +90,20 @@ fn evict(fills: &Arc<Fills>, vol: &mut Volume, name: &str, over: u64) -> Result<
         if freed >= over {
             return Ok(freed);
         }
-        if c.name == name || in_use(fills, &c.name) {
+        if c.name == name || fills.is_filling(&c.name) {
             continue;
         }
-        match fills.env.objects.delete(&c.name) {
-            Ok(_) => {
+        let mut deleted = None;
+        let mut delete = || deleted = Some(fills.env.objects.delete(&c.name));
+        (fills.env.unless_in_use)(&c.name, c.toi, &mut delete);
+        match deleted {
+            None => {} // in use
+            Some(Ok(_)) => {
                 freed += c.stored_bytes;
                 counted(fills);
                 tracing::info!(title = %c.name, bytes = c.stored_bytes, last_use_unix = c.last_use_unix, "evicted to make room");
             }
-            Err(e) => tracing::warn!(title = %c.name, "evicting: {e}"),
+            Some(Err(e)) => tracing::warn!(title = %c.name, "evicting: {e}"),
         }
     }
     let mut idle = vol.filling_objects()?;
@@ -130,9 +134,4 @@ fn counted(fills: &Fills) {
         .counters
         .titles_evicted
         .fetch_add(1, Ordering::Relaxed);
-}
-
-/// Whether a session, broadcast or fill uses the title `name`.
-fn in_use(fills: &Fills, name: &str) -> bool {
-    (fills.env.in_use)(name) || fills.is_filling(name)
 }

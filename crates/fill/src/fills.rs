@@ -77,9 +77,10 @@ impl FillCounters {
     }
 }
 
-/// Whether a session or broadcast uses a title (it must not be evicted): asked of the
-/// server's session table and broadcasts.
-pub type InUse = Box<dyn Fn(&str) -> bool + Send + Sync>;
+/// Runs `delete` on the title `name` (TOI `toi`) unless a session or broadcast uses it (it
+/// must not be evicted), with the title closed to new sessions from the check until
+/// `delete` has run; whether it ran. Asked of the server's session table and broadcasts.
+pub type UnlessInUse = Box<dyn Fn(&str, u32, &mut dyn FnMut()) -> bool + Send + Sync>;
 
 /// What the fills use of the rest of the server.
 pub struct FillEnv {
@@ -89,8 +90,8 @@ pub struct FillEnv {
     pub config: ConfigCell,
     /// The server's stop: a fill commits its front and ends.
     pub stop: Arc<Stop>,
-    /// Whether a session or broadcast uses a title.
-    pub in_use: InUse,
+    /// Deletes a title unless a session or broadcast uses it.
+    pub unless_in_use: UnlessInUse,
 }
 
 /// The fills of a server.

@@ -25,7 +25,9 @@ mod start;
 mod status;
 mod touch;
 
-pub use fills::{FillCounters, FillEnv, FillSnapshot, Fills, InUse, FIRST_BYTES_WAIT, FRONT_WAIT};
+pub use fills::{
+    FillCounters, FillEnv, FillSnapshot, Fills, UnlessInUse, FIRST_BYTES_WAIT, FRONT_WAIT,
+};
 pub use job::{FillJob, FillKind, FillReport, Phase};
 pub use lookup::{find, first_answer, Found, LookupError};
 pub use start::{resume_all, start_or_join, Starter};

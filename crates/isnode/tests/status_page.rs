@@ -258,7 +258,18 @@ async fn check_page(c: &Client, server: &Server, dropped: &[u8]) -> Result<(), S
     wait_js(c, paths, 10, "the egress chart", |v| v.as_u64() >= Some(1)).await?;
     screenshot(c).await?;
     play_and_advance(c, "clip.ts").await?;
-    upload_by_drop(c, server, dropped).await
+    upload_by_drop(c, server, dropped).await?;
+    // With the operator's token typed in, a title still plays, and the token is in no URL
+    // the page gives its <video> (URLs end in logs and history).
+    play_and_advance(c, "clip.mp4").await?;
+    let src = c
+        .execute("return document.getElementById('player').src", vec![])
+        .await
+        .map_err(|e| format!("the player's src: {e}"))?;
+    match src.as_str() {
+        Some(s) if s.contains("/o/clip.mp4") && !s.contains("token") => Ok(()),
+        _ => Err(format!("the player's URL with a token typed in: {src}")),
+    }
 }
 
 /// Types the operator token into the page, drops a file on the drop zone (a real `drop`

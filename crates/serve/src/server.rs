@@ -24,7 +24,7 @@ use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::{api, fd_budget};
 use isnode_control::broadcast::Broadcasts;
 use isnode_control::keepalive;
-use isnode_control::registry::{Registry, SessionState};
+use isnode_control::registry::Registry;
 use isnode_control::Control;
 use isnode_serve_config::EngineKind;
 use isnode_serve_config::ReadIo;
@@ -352,18 +352,20 @@ fn fills(
     control: (&Arc<Registry>, &Arc<Broadcasts>),
 ) -> Result<Arc<isnode_fill::Fills>, ServeError> {
     let (sessions, broadcasts) = (control.0.clone(), control.1.clone());
-    let in_use = Box::new(move |name: &str| {
-        let session = sessions
-            .lock_sessions()
-            .values()
-            .any(|s| s.state() == SessionState::Streaming && s.object.rec.name == name);
-        session || broadcasts.list().iter().any(|b| b.object.rec.name == name)
+    let unless_in_use = Box::new(move |name: &str, toi: u32, delete: &mut dyn FnMut()| {
+        let closing = sessions.close_object(toi);
+        let used = !closing.users.is_empty()
+            || broadcasts.list().iter().any(|b| b.object.rec.name == name);
+        if !used {
+            delete();
+        }
+        !used
     });
     let env = isnode_fill::FillEnv {
         objects: objects.clone(),
         config: cell.clone(),
         stop: stop.clone(),
-        in_use,
+        unless_in_use,
     };
     let fills = isnode_fill::Fills::new(config, env).map_err(ServeError::Config)?;
     Ok(Arc::new(fills))

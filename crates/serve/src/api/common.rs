@@ -53,6 +53,9 @@ pub(super) fn session_error(sh: &ApiState, e: isnode_control::sessions::SessionE
             StatusCode::SERVICE_UNAVAILABLE,
             "data plane busy, try again",
         ),
+        isnode_control::sessions::SessionError::Deleted => {
+            ApiError::new(StatusCode::NOT_FOUND, "the object is being deleted")
+        }
     }
 }
 

@@ -21,49 +21,27 @@ pub(super) struct DeleteQuery {
     force: bool,
 }
 
-/// What uses an object now.
-struct Users {
-    sessions: Vec<Arc<StreamShared>>,
-    broadcasts: Vec<String>,
+/// Ends `sessions`, and every broadcast of object `toi`.
+fn end_users(sh: &ApiState, sessions: &[Arc<StreamShared>], broadcasts: Vec<String>) {
+    let now = sh.now_ns();
+    for s in sessions {
+        sh.control.sessions.remove(&s.id);
+        s.end(SessionState::Deleted, now);
+    }
+    for id in broadcasts {
+        sh.control.broadcasts.remove(&id, now);
+    }
 }
 
-impl Users {
-    fn of(sh: &ApiState, toi: u32) -> Users {
-        let sessions = sh
-            .lock_sessions()
-            .values()
-            .filter(|s| s.object.rec.toi == toi && s.state() == SessionState::Streaming)
-            .cloned()
-            .collect();
-        let broadcasts = sh
-            .control
-            .broadcasts
-            .list()
-            .into_iter()
-            .filter(|b| b.object.rec.toi == toi)
-            .map(|b| b.id.clone())
-            .collect();
-        Users {
-            sessions,
-            broadcasts,
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.sessions.is_empty() && self.broadcasts.is_empty()
-    }
-
-    /// Ends every session and broadcast.
-    fn end(self, sh: &ApiState) {
-        let now = sh.now_ns();
-        for s in self.sessions {
-            sh.control.sessions.remove(&s.id);
-            s.end(SessionState::Deleted, now);
-        }
-        for id in self.broadcasts {
-            sh.control.broadcasts.remove(&id, now);
-        }
-    }
+/// The broadcasts of object `toi` now.
+fn broadcasts_of(sh: &ApiState, toi: u32) -> Vec<String> {
+    sh.control
+        .broadcasts
+        .list()
+        .into_iter()
+        .filter(|b| b.object.rec.toi == toi)
+        .map(|b| b.id.clone())
+        .collect()
 }
 
 /// `DELETE /v1/objects/{name}[?force=true]`: `204` once the row, digests and segment
@@ -83,32 +61,36 @@ pub(super) async fn delete_object(
         Ok(Err(e)) => return store_error(e),
         Err(r) => return r,
     };
-    if let Some(toi) = toi {
-        let users = Users::of(&sh, toi);
-        if !users.is_empty() {
+    // Closed to new sessions from before the check of its users until it is gone: a
+    // session cannot start on it between the check and the delete.
+    let closing = toi.map(|toi| sh.control.sessions.close_object(toi));
+    if let (Some(toi), Some(closing)) = (toi, &closing) {
+        let broadcasts = broadcasts_of(&sh, toi);
+        if !closing.users.is_empty() || !broadcasts.is_empty() {
             if !q.force {
                 return error(
                     StatusCode::CONFLICT,
                     format!(
                         "object {name:?} is in use by {} session(s) and {} broadcast(s); \
                          ?force=true ends them first",
-                        users.sessions.len(),
-                        users.broadcasts.len()
+                        closing.users.len(),
+                        broadcasts.len()
                     ),
                 );
             }
             tracing::info!(
                 %name,
-                sessions = users.sessions.len(),
-                broadcasts = users.broadcasts.len(),
+                sessions = closing.users.len(),
+                broadcasts = broadcasts.len(),
                 "ending the users of a deleted object"
             );
-            users.end(&sh);
+            end_users(&sh, &closing.users, broadcasts);
         }
     }
     let gone = name.clone();
     match blocking(&sh, move |sh| sh.control.objects.delete(&gone)).await {
         Ok(Ok(toi)) => {
+            drop(closing);
             tracing::info!(%name, toi, "object deleted");
             StatusCode::NO_CONTENT.into_response()
         }

@@ -275,6 +275,7 @@ function stopPlayer() {
   const v = $("player");
   if (state.player && state.player.abort) state.player.abort();
   state.player = null;
+  v.onerror = null;
   v.pause();
   v.removeAttribute("src");
   v.load();
@@ -289,7 +290,9 @@ function play(name) {
   $("player-title").textContent = name;
   const v = $("player");
   const enc = encodeURIComponent(name);
-  const q = token() ? "?token=" + encodeURIComponent(token()) : "";
+  // The token typed here is an operator's: it never goes into a media URL (URLs end in
+  // logs, history and referrers). Requests the page makes itself carry it in a header;
+  // a <video src> cannot, so those play only where anonymous viewers are let in.
   let how;
   if (t.content_type === "video/mp2t") {
     const playlist = `/v1/objects/${enc}/index.m3u8`;
@@ -297,19 +300,31 @@ function play(name) {
       state.player = new TsPlayer(v, playlist);
       how = "HLS via Media Source Extensions (video/mp2t)";
     } else if (v.canPlayType("application/vnd.apple.mpegurl")) {
-      v.src = playlist + q;
+      v.src = playlist;
       how = "HLS (native)";
     } else {
       how = "this browser plays neither HLS nor MPEG-TS";
     }
   } else {
-    v.src = `/o/${enc}${q}`;
+    v.src = `/o/${enc}`;
     how = `progressive (${t.content_type || "unknown type"})`;
   }
+  v.onerror = () => explainRefusal(v.src);
   $("player-info").textContent = `${fmtRate(t.bitrate_bps)} · ${fmtTime(t.duration_s)} · ${how}`;
   v.play().catch((e) => { $("player-info").textContent += " · " + e.message; });
   state.signatures.titles = null;
   if (state.status) renderTitles(state.status.titles);
+}
+
+// Says why the <video> could not load `url`: a server closed to anonymous viewers refuses
+// a URL that carries no token, and the page does not put the operator's token into one.
+async function explainRefusal(url) {
+  const r = await fetch(url, { method: "HEAD" }).catch(() => null);
+  if (r && (r.status === 401 || r.status === 403)) {
+    $("player-info").textContent += " · this server lets no anonymous viewer play: the page " +
+      "does not put your token into media URLs (play with `isnode play --token`, or give a " +
+      "player a viewer-only token)";
+  }
 }
 
 // A small HLS VOD player for MPEG-TS playlists: reads the m3u8 (EXTINF, EXT-X-BYTERANGE),
