@@ -267,7 +267,10 @@ impl Cluster {
         if !self.rates.contains_key(title) && self.rates.len() >= MAX_TRACKED_TITLES {
             self.forget_quiet(now_ms);
             if self.rates.len() >= MAX_TRACKED_TITLES {
-                return 0.0;
+                // Full of titles asked for lately (a flood of names, say): the quietest
+                // gives way, so a title asked for often always gets its place and its
+                // rate, and names asked for once only push each other out.
+                self.forget_quietest(now_ms);
             }
         }
         let e = self.rates.entry(title.to_string()).or_insert((0.0, now_ms));
@@ -282,6 +285,19 @@ impl Cluster {
         self.rates.get(title).map_or(0.0, |&(c, at)| {
             rate_per_s(decay(c, now_ms.saturating_sub(at), half), half)
         })
+    }
+
+    fn forget_quietest(&mut self, now_ms: u64) {
+        let half = self.config.rate_half_life_ms.max(1) as f64;
+        let quietest = self
+            .rates
+            .iter()
+            .map(|(t, &(c, at))| (decay(c, now_ms.saturating_sub(at), half), t))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, t)| t.clone());
+        if let Some(t) = quietest {
+            self.rates.remove(&t);
+        }
     }
 
     fn forget_quiet(&mut self, now_ms: u64) {
@@ -659,5 +675,26 @@ mod tests {
             let want: Vec<usize> = ranking(&list, "x").into_iter().filter(|&i| c.live()[i]).collect();
             prop_assert_eq!(c.live_ranking("x"), want);
         }
+    }
+
+    #[test]
+    fn a_flood_of_names_does_not_hide_a_hot_title() {
+        let mut c = Cluster::new(nodes(3), "edge-0", config()).unwrap();
+        // Strangers ask for as many made-up names as the table holds, and more.
+        for i in 0..MAX_TRACKED_TITLES + 500 {
+            c.record_request(&format!("fake{i}"), 1_000);
+        }
+        // A title that becomes hot now still gets its rate.
+        let mut rate = 0.0;
+        for _ in 0..50 {
+            rate = c.record_request("hot.ts", 1_000);
+        }
+        assert!(rate > 1.0, "hot title's rate {rate}");
+        // More fake names push each other out, not the hot title.
+        for i in 0..2 * MAX_TRACKED_TITLES {
+            c.record_request(&format!("more{i}"), 1_001);
+        }
+        assert!(c.rate("hot.ts", 1_001) > 1.0);
+        assert!(c.rates.len() <= MAX_TRACKED_TITLES);
     }
 }
