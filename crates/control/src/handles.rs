@@ -37,6 +37,9 @@ pub struct Control {
     pub sendfile_sessions: Option<u64>,
     /// The quota room held by the uploads under way.
     pub uploads: Arc<Uploads>,
+    /// The descriptors a new object may take (what the start's budget keeps for the API's
+    /// connections and the sessions stays free).
+    pub descriptors: isnode_sys::fds::DescriptorRoom,
     /// What this crate counts.
     pub counters: Arc<ControlCounters>,
     /// Told when a session is registered or a broadcast starts: the reaper, asleep while

@@ -40,10 +40,14 @@ pub struct Upload {
 }
 
 /// Before a byte of the body is read: `412` for a name taken under `If-None-Match: *`,
-/// and `507` when the announced length would not fit the free space or the quota; the
+/// and `507` when the announced length would not fit the free space or the quota, or the
+/// open files limit leaves no descriptors for another object; the
 /// quota room the upload holds meanwhile (`crate::uploads`: nothing yet for a body of
 /// unknown length).
 pub fn precheck(sh: &Control, up: &Upload) -> Result<Reservation, StoreError> {
+    sh.descriptors
+        .check_one_more()
+        .map_err(|e| StoreError::NoDescriptors(e.to_string()))?;
     sh.objects.with_volume(|vol| {
         if up.existing == Existing::Refuse && vol.catalog().complete_toi(&up.name)?.is_some() {
             return Err(StoreError::NameExists(up.name.clone()));

@@ -23,8 +23,9 @@ const DEFAULT_CACHE_SHARE_PERCENT: u64 = 90;
 /// Rounds of "evict, check again" before a fill is refused for room.
 const ROOM_ROUNDS: usize = 4;
 
-/// Makes room for a title of `size_bytes` called `name`: within the cache's share
-/// (evicting, else filling anyway) and within the quota and free space (evicting, else
+/// Makes room for a title of `size_bytes` called `name`: descriptors to keep it open
+/// ([`StoreError::NoDescriptors`] otherwise), within the cache's share (evicting, else
+/// filling anyway) and within the quota and free space (evicting, else
 /// [`StoreError::NoRoom`]). A resumed fill's bytes are on the volume already.
 pub(super) fn make_room(
     fills: &Arc<Fills>,
@@ -35,6 +36,11 @@ pub(super) fn make_room(
     if vol.filling(name)?.is_some() {
         return Ok(());
     }
+    fills
+        .env
+        .descriptors
+        .check_one_more()
+        .map_err(|e| StoreError::NoDescriptors(e.to_string()))?;
     let stored = spool::stored_bytes(*vol.params(), size_bytes)?;
     let cfg = fills.env.config.load();
     let max = cache_max_bytes(vol, cfg.cache_max_bytes, cfg.max_volume_bytes)?;

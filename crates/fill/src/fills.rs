@@ -92,6 +92,8 @@ pub struct FillEnv {
     pub stop: Arc<Stop>,
     /// Deletes a title unless a session or broadcast uses it.
     pub unless_in_use: UnlessInUse,
+    /// The descriptors a new object may take.
+    pub descriptors: isnode_sys::fds::DescriptorRoom,
 }
 
 /// The fills of a server.

@@ -305,3 +305,57 @@ fn idle_and_slow_connections_are_closed_after_the_timeouts() {
     );
     assert_eq!(probe(addr), Ok(200));
 }
+
+/// Objects added after the start (uploads, each then read so that its segment files stay
+/// open) on a server at a 1024-descriptor limit: once the descriptors its start-time
+/// budget keeps for API connections would be taken, an upload is refused with `507`
+/// naming the open files limit, every stored object still reads, and the API still
+/// answers. (Before the fix the budget was computed once at start: the objects ate the
+/// API's descriptors, and reads and connections failed with EMFILE.)
+#[test]
+fn objects_added_after_the_start_leave_the_api_its_descriptors() {
+    let vol = Vol::create(&["--block-size", "65536"]);
+    let server = Server::start_limited(
+        &vol,
+        &["--threads", "2", "--api-max-connections", "64"],
+        &[],
+        Some(SERVER_NOFILE),
+    );
+    let body = "x".repeat(4096);
+    let mut stored = Vec::new();
+    let mut refusal = None;
+    for i in 0..300 {
+        let name = format!("f{i}.bin");
+        let path = format!("/v1/objects/{name}?bitrate_bps=1000000");
+        let r = http(server.addr, None, "PUT", &path, Some(&body), &[]);
+        if r.status != 201 {
+            refusal = Some(r);
+            break;
+        }
+        let read = server.req("GET", &format!("/o/{name}"), None);
+        assert_eq!(read.status, 200, "reading {name}: {}", read.body);
+        stored.push(name);
+    }
+    let refusal = refusal.expect("300 objects of 8 segment files each fit in 1024 descriptors");
+    assert_eq!(refusal.status, 507, "{}", refusal.body);
+    assert!(
+        refusal.body.contains("open files limit"),
+        "{}",
+        refusal.body
+    );
+    assert!(
+        stored.len() >= 8,
+        "only {} objects before the refusal",
+        stored.len()
+    );
+    for name in &stored {
+        let read = server.req("GET", &format!("/o/{name}"), None);
+        assert_eq!(read.status, 200, "reading {name} again: {}", read.body);
+    }
+    for _ in 0..32 {
+        assert_eq!(probe(server.addr), Ok(200));
+    }
+    let log = server.log_text();
+    assert!(!log.contains("Too many open files"), "{log}");
+    println!("{} objects stored before the refusal", stored.len());
+}

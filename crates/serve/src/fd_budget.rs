@@ -5,6 +5,8 @@
 //! A server whose open files limit cannot hold the data plane's needs and a minimum of
 //! API connections refuses to start.
 
+use isnode_sys::fds::DescriptorRoom;
+
 /// Descriptors each data-plane thread may hold besides segment files (io_uring rings,
 /// send sockets, wake-ups).
 pub(crate) const PER_THREAD_FDS: u64 = 8;
@@ -79,6 +81,23 @@ impl FdNeeds {
                 .saturating_add(MIN_API_CONNECTIONS);
             (self.limit.saturating_sub(reserved) / 2).min(DEFAULT_MAX_SENDFILE_SESSIONS)
         })
+    }
+
+    /// What objects added after the start may take: one more object keeps its segment
+    /// files open (per thread too with `sendfile`), and the API's `max_connections`, the
+    /// sessions' sockets and the overhead stay free. The data plane's spare is theirs.
+    pub(crate) fn room_for_objects(&self, max_connections: usize) -> DescriptorRoom {
+        let copies = match self.per_thread_files {
+            PerThreadFiles::No => 1,
+            PerThreadFiles::Yes => 1 + self.threads,
+        };
+        DescriptorRoom {
+            reserve: (max_connections as u64)
+                .saturating_add(self.session_sockets)
+                .saturating_add(API_OVERHEAD_FDS)
+                .saturating_add(self.threads.saturating_mul(PER_THREAD_FDS)),
+            per_object: self.members.saturating_mul(copies),
+        }
     }
 
     /// The API connection cap: `asked` (or [`isnode_serve_config::DEFAULT_API_MAX_CONNECTIONS`]) if the

@@ -29,6 +29,7 @@ use isnode_control::Control;
 use isnode_serve_config::EngineKind;
 use isnode_serve_config::ReadIo;
 use isnode_serve_config::ServeConfig;
+use isnode_sys::fds::DescriptorRoom;
 
 /// Errors of starting a server.
 #[derive(Debug, thiserror::Error)]
@@ -214,13 +215,14 @@ fn bind(listen: SocketAddr) -> Result<(std::net::TcpListener, SocketAddr), Serve
 
 /// The control API's connection limits: the cap from the descriptors the data plane
 /// leaves ([`fd_budget`]), the timeouts from the flags.
-/// Also the sessions the `sendfile` engine may hold a socket for (`None`: another engine).
+/// Also the sessions the `sendfile` engine may hold a socket for (`None`: another engine),
+/// and what objects added later may take of the descriptors.
 fn api_limits(
     config: &ServeConfig,
     vol: &isnode_store::Volume,
     threads: usize,
     engine: EngineKind,
-) -> Result<(api::ConnLimits, Option<u64>), ServeError> {
+) -> Result<(api::ConnLimits, Option<u64>, DescriptorRoom), ServeError> {
     let limit = fd_budget::raise_open_files_limit();
     let needs = fd_budget::FdNeeds {
         limit,
@@ -258,13 +260,14 @@ fn api_limits(
         ?sendfile_sessions,
         "descriptor budget"
     );
+    let descriptors = needs.room_for_objects(max_connections);
     let limits = api::ConnLimits {
         max_connections,
         header_timeout_ns: config.api_header_timeout_ms.saturating_mul(1_000_000),
         idle_timeout_ns: config.api_idle_timeout_ms.saturating_mul(1_000_000),
         write_timeout_ns: config.api_write_timeout_ms.saturating_mul(1_000_000),
     };
-    Ok((limits, sendfile_sessions))
+    Ok((limits, sendfile_sessions, descriptors))
 }
 
 /// The TLS acceptor of `--tls-cert` and `--tls-key`, if given; an error if plain HTTP
@@ -301,6 +304,7 @@ struct Opened {
     read_io: ReadIo,
     limits: api::ConnLimits,
     sendfile_sessions: Option<u64>,
+    descriptors: DescriptorRoom,
     multicast: isnode_sys::net::Multicast,
 }
 
@@ -326,7 +330,7 @@ fn open(volume_dir: &Path, config: &ServeConfig) -> Result<Opened, ServeError> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .clamp(1, 256);
     let (engine, read_io) = io_choices(config);
-    let (limits, sendfile_sessions) = api_limits(config, &vol, threads, engine)?;
+    let (limits, sendfile_sessions, descriptors) = api_limits(config, &vol, threads, engine)?;
     let multicast = multicast_options(config)?;
     Ok(Opened {
         vol: Some(vol),
@@ -338,6 +342,7 @@ fn open(volume_dir: &Path, config: &ServeConfig) -> Result<Opened, ServeError> {
         read_io,
         limits,
         sendfile_sessions,
+        descriptors,
         multicast,
     })
 }
@@ -345,10 +350,9 @@ fn open(volume_dir: &Path, config: &ServeConfig) -> Result<Opened, ServeError> {
 /// The fills from the origin of `config`; a title is in use (not evicted) while a session
 /// or broadcast of `control` sends it.
 fn fills(
+    o: &Opened,
     config: &ServeConfig,
-    objects: &Arc<Objects>,
-    cell: &ConfigCell,
-    stop: &Arc<Stop>,
+    (objects, cell, stop): (&Arc<Objects>, &ConfigCell, &Arc<Stop>),
     control: (&Arc<Registry>, &Arc<Broadcasts>),
 ) -> Result<Arc<isnode_fill::Fills>, ServeError> {
     let (sessions, broadcasts) = (control.0.clone(), control.1.clone());
@@ -366,6 +370,7 @@ fn fills(
         config: cell.clone(),
         stop: stop.clone(),
         unless_in_use,
+        descriptors: o.descriptors,
     };
     let fills = isnode_fill::Fills::new(config, env).map_err(ServeError::Config)?;
     Ok(Arc::new(fills))
@@ -587,6 +592,7 @@ fn control_handles(
         engine: o.engine,
         sendfile_sessions: o.sendfile_sessions,
         uploads: Arc::default(),
+        descriptors: o.descriptors,
         counters: Arc::default(),
         reap: wakes.reap.clone(),
     })
@@ -605,7 +611,12 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         })?));
     let sessions = Arc::new(Registry::new());
     let broadcasts = Arc::new(Broadcasts::kept_in(volume_dir));
-    let fills = fills(config, &objects, &cell, &stop, (&sessions, &broadcasts))?;
+    let fills = fills(
+        &o,
+        config,
+        (&objects, &cell, &stop),
+        (&sessions, &broadcasts),
+    )?;
     let (tokens_path, tokens) = load_tokens(volume_dir, config)?;
     let (std_listener, local_addr) = bind(config.listen)?;
     let (keepalive_sock, keepalive_port, token_socket) = keepalive_sockets(local_addr)?;

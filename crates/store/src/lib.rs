@@ -133,6 +133,10 @@ pub enum StoreError {
         /// What limits them.
         limit: spool::RoomLimit,
     },
+    /// The server's open files limit leaves no descriptors for another object (each keeps
+    /// its segment files open): the reason, with the figures.
+    #[error("{0}; nothing was stored")]
+    NoDescriptors(String),
     /// Probing the input failed (container or bitrate unknown, or unreadable).
     #[error("{context}")]
     Media {
@@ -208,10 +212,11 @@ fn spool_full_message(bytes: u64, bound: &spool::SpoolBound, when: spool::SpoolS
 
 impl StoreError {
     /// Whether the error means the volume has no room for the object: its free space or
-    /// quota (checked before, or a spool bound), or a file system full while writing.
+    /// quota (checked before, or a spool bound), a file system full while writing, or no
+    /// descriptors left to keep it open.
     pub fn is_no_room(&self) -> bool {
         match self {
-            StoreError::NoRoom { .. } => true,
+            StoreError::NoRoom { .. } | StoreError::NoDescriptors(_) => true,
             StoreError::SpoolFull { bound, .. } => matches!(
                 bound.reason,
                 spool::SpoolLimit::FreeSpace | spool::SpoolLimit::Quota

@@ -5,5 +5,6 @@
 
 pub mod clock;
 pub mod event;
+pub mod fds;
 pub mod net;
 pub mod stop;

@@ -77,8 +77,13 @@ pub struct ClusterStatus {
 pub enum Asked {
     /// By the cluster's placement.
     Placed,
-    /// Here (`Isnode-Serve-Here`, or sent here for load: `isnode_spill=1`).
-    ServeHere,
+    /// Here, by a client failing over along the title's ranking (`Isnode-Serve-Here`):
+    /// served here if this node is the next of the ranking after the title's serving
+    /// nodes (or one of them), placed otherwise: a stranger cannot make every edge fill
+    /// every title.
+    FailingOver,
+    /// Here, sent for load by another node (`isnode_spill=1`).
+    Spilled,
 }
 
 /// Why a request is redirected.
@@ -187,9 +192,8 @@ impl ClusterState {
             .is_some_and(|c| c.config().load_bound > 0.0)
     }
 
-    /// Counts a request for `title` and decides where it is served (`Asked::ServeHere`: here,
-    /// a client failing over along the ranking); `own_load`: this node's load now, if
-    /// measured.
+    /// Counts a request for `title` and decides where it is served (see [`Asked`]);
+    /// `own_load`: this node's load now, if measured.
     pub fn route(&self, title: &str, asked: Asked, own_load: Option<f64>) -> Route {
         let now = self.now_ms();
         let pick = self.next_pick.fetch_add(1, Ordering::Relaxed);
@@ -204,8 +208,11 @@ impl ClusterState {
         let rate = core.record_request(title, now);
         let replicas = core.replicas(rate);
         let decision = match asked {
-            Asked::Placed => core.decide(title, replicas, pick),
-            Asked::ServeHere => Decision::Serve,
+            Asked::FailingOver if core.serving(title, replicas + 1).contains(&core.me()) => {
+                Decision::Serve
+            }
+            Asked::Placed | Asked::FailingOver => core.decide(title, replicas, pick),
+            Asked::Spilled => Decision::Serve,
         };
         let why = |i: usize| match core.serving(title, replicas).contains(&i) {
             true => Why::Placement,
@@ -498,7 +505,7 @@ mod load_tests {
             _ => panic!("an overloaded owner serves"),
         }
         assert!(matches!(
-            state.route(&title, Asked::ServeHere, Some(0.95)),
+            state.route(&title, Asked::Spilled, Some(0.95)),
             Route::Here(_)
         ));
         assert_eq!(state.status().unwrap().nodes[0].load, 0.95);
@@ -508,5 +515,31 @@ mod load_tests {
         })
         .unwrap();
         assert!(!off.uses_load());
+    }
+
+    /// A client failing over is served by the next node of the title's ranking; a node
+    /// further down (a stranger's `Isnode-Serve-Here` to any edge) places it as usual.
+    #[test]
+    fn only_the_next_node_of_the_ranking_takes_a_failover() {
+        let nodes = config(4, 0).nodes;
+        let title = "some-title.ts";
+        let ranking = isnode_edge::placement::ranking(&nodes, title);
+        let at = |place: usize| ClusterState::of(&config(4, ranking[place])).unwrap();
+        assert!(matches!(
+            at(1).route(title, Asked::FailingOver, None),
+            Route::Here(_)
+        ));
+        for far in [2, 3] {
+            match at(far).route(title, Asked::FailingOver, None) {
+                Route::There(u, Why::Placement) => {
+                    assert!(u.ends_with(&format!(":{}", 9000 + ranking[0])), "{u}")
+                }
+                _ => panic!("node {far} of the ranking took a failover"),
+            }
+            assert!(matches!(
+                at(far).route(title, Asked::Spilled, None),
+                Route::Here(_)
+            ));
+        }
     }
 }

@@ -22,7 +22,8 @@ use isnode_control::cluster::{Asked, Route, Why};
 /// `, `.
 pub(crate) const RANKING_HEADER: &str = "isnode-ranking";
 /// The header of a client failing over along a title's ranking: this node serves it whatever
-/// the placement (the lost node may not be counted dead here yet).
+/// the placement if it is next in the ranking (the lost node may not be counted dead here
+/// yet); a node further down places it as usual.
 pub(crate) const SERVE_HERE_HEADER: &str = "isnode-serve-here";
 /// The header naming the node that answered (on redirects: the node that redirected).
 pub(crate) const NODE_HEADER: &str = "isnode-node";
@@ -114,9 +115,12 @@ pub(crate) async fn to_the_serving_node(
         .uri()
         .query()
         .is_some_and(|q| q.split('&').any(|p| p == SPILL_PARAM));
-    let asked = match req.headers().contains_key(SERVE_HERE_HEADER) || spilled {
-        true => Asked::ServeHere,
-        false => Asked::Placed,
+    let asked = if spilled {
+        Asked::Spilled
+    } else if req.headers().contains_key(SERVE_HERE_HEADER) {
+        Asked::FailingOver
+    } else {
+        Asked::Placed
     };
     let own_load = match asked == Asked::Placed && cluster.uses_load() {
         true => Some(isnode_control::admit::load_share(&sh.control)),
