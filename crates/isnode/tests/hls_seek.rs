@@ -129,7 +129,7 @@ fn ts_index_and_hls_playlist() {
         };
         assert!(range.contains(&d), "segment {i} of {d} s:\n{}", r.body);
         let v = seg[2]
-            .strip_prefix("content?v=")
+            .strip_prefix("content?isnode_version=")
             .and_then(|r| r.strip_suffix("&ext=.ts"));
         assert!(v.is_some_and(|v| v.parse::<u32>().is_ok()), "{}", seg[2]);
         next = at + len;

@@ -265,7 +265,9 @@ fn cmaf_ladder_over_hls_and_dash() {
     assert_eq!(media.status, 200, "{}", media.body);
     assert!(
         media.body.contains("#EXT-X-VERSION:7\n")
-            && media.body.contains("#EXT-X-MAP:URI=\"content?v="),
+            && media
+                .body
+                .contains("#EXT-X-MAP:URI=\"content?isnode_version="),
         "{}",
         media.body
     );

@@ -279,9 +279,19 @@ impl Server {
         nofile: Option<u64>,
     ) -> Server {
         for attempt in 0..5 {
-            if let Some(server) =
-                Server::spawn_on(vol, free_port(), extra, env, nofile, attempt < 4)
-            {
+            let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            if let Some(server) = Server::spawn_on(vol, addr, extra, env, nofile, attempt < 4) {
+                return server;
+            }
+        }
+        unreachable!("the loop returns or panics")
+    }
+
+    /// [`Server::start`] listening on `ip` (an IPv6 address, say).
+    pub(crate) fn start_at(vol: &Vol, ip: IpAddr, extra: &[&str]) -> Server {
+        for attempt in 0..5 {
+            let addr = SocketAddr::new(ip, free_port());
+            if let Some(server) = Server::spawn_on(vol, addr, extra, &[], None, attempt < 4) {
                 return server;
             }
         }
@@ -291,21 +301,21 @@ impl Server {
     /// [`Server::start_env`] on a given port (a cluster's node list names its nodes' ports
     /// before they start); panics if the port is taken.
     pub(crate) fn start_on(vol: &Vol, port: u16, extra: &[&str], env: &[(&str, &str)]) -> Server {
-        Server::spawn_on(vol, port, extra, env, None, false).expect("spawn_on panics instead")
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        Server::spawn_on(vol, addr, extra, env, None, false).expect("spawn_on panics instead")
     }
 
     /// Starts the server on `port` and waits for it; `None` if the port was taken and
     /// `retry` allows another.
     fn spawn_on(
         vol: &Vol,
-        port: u16,
+        addr: SocketAddr,
         extra: &[&str],
         env: &[(&str, &str)],
         nofile: Option<u64>,
         retry: bool,
     ) -> Option<Server> {
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let log = vol.path(&format!("serve-{port}.log"));
+        let log = vol.path(&format!("serve-{}.log", addr.port()));
         let mut cmd = command();
         if let Some(n) = nofile {
             use std::os::unix::process::CommandExt;
@@ -613,8 +623,11 @@ pub(crate) fn try_http(
     headers: &[(&str, &str)],
 ) -> std::io::Result<Resp> {
     use socket2::{Domain, Socket, Type};
-    let sock = Socket::new(Domain::IPV4, Type::STREAM, None)?;
-    let from = from.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let sock = Socket::new(Domain::for_address(server), Type::STREAM, None)?;
+    let from = from.unwrap_or(match server {
+        SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        SocketAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+    });
     sock.bind(&SocketAddr::new(from, 0).into())?;
     sock.connect_timeout(&server.into(), Duration::from_secs(5))?;
     let mut stream: TcpStream = sock.into();

@@ -31,7 +31,7 @@ pub(super) async fn detail(sh: &Arc<ApiState>, obj: &ObjectInfo) -> Result<Media
 }
 
 /// The media playlist of `obj` when it is a fragmented MP4 with a fragment index (`None`
-/// otherwise: the caller answers as before), its segments at `content?v=TOI&ext=.mp4` with the
+/// otherwise: the caller answers as before), its segments at `content?isnode_version=TOI&ext=.mp4` with the
 /// request's token (the version: [`super::media::segment_uri`]).
 pub(super) async fn fmp4_playlist(
     sh: &Arc<ApiState>,
@@ -45,8 +45,8 @@ pub(super) async fn fmp4_playlist(
     let f = d.fragments.filter(|f| !f.fragments.is_empty())?;
     let toi = obj.rec.toi;
     let uri = match super::roles::carried_token(query) {
-        Some(t) => format!("content?token={t}&v={toi}&ext=.mp4"),
-        None => format!("content?v={toi}&ext=.mp4"),
+        Some(t) => format!("content?token={t}&isnode_version={toi}&ext=.mp4"),
+        None => format!("content?isnode_version={toi}&ext=.mp4"),
     };
     let text = manifests::cmaf_playlist(&uri, &f);
     let r = ([(header::CONTENT_TYPE, M3U8)], text).into_response();

@@ -73,12 +73,15 @@ pub(super) async fn content(
     (status, base, Body::new(body)).into_response()
 }
 
-/// The `410` of a request whose version (`v`, as a playlist's segment URIs carry it: the
+/// The `410` of a request whose version (`isnode_version`, as a playlist's segment URIs carry it: the
 /// object's TOI) is not the object's: the title was replaced since the playlist was made,
 /// and its segments' byte ranges are of the old version, not to be spliced with the new
 /// one's bytes. `None` (go on) for the stored version, or a request without one.
 fn replaced_since(obj: &ObjectInfo, query: Option<&str>) -> Option<Response> {
-    let v = query.and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("v=")))?;
+    let v = query.and_then(|q| {
+        q.split('&')
+            .find_map(|kv| kv.strip_prefix("isnode_version="))
+    })?;
     if v.parse::<u32>().ok() == Some(obj.rec.toi) {
         return None;
     }

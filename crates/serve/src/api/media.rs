@@ -19,7 +19,7 @@ pub(crate) const MIN_SEGMENT_S: f64 = 2.0;
 /// between two points longer than this stays one segment).
 pub(crate) const MAX_SEGMENT_S: f64 = 6.0;
 /// The segment URI of a playlist of version `toi` of a title: the content, relative to the
-/// playlist's URL, with the version (`v`: the content answers `410` once the title has been
+/// playlist's URL, with the version (`isnode_version`: the content answers `410` once the title has been
 /// replaced, rather than splice another version's bytes into an old playlist). The query
 /// gives the URI an extension too: ffmpeg's HLS demuxer refuses a segment URL that has none
 /// of its known media extensions (so `ext=.ts` stays last). A playlist asked for with
@@ -29,8 +29,8 @@ pub(crate) const MAX_SEGMENT_S: f64 = 6.0;
 /// echoed.
 pub(crate) fn segment_uri(query: Option<&str>, toi: u32) -> String {
     match super::roles::carried_token(query) {
-        Some(t) => format!("content?token={t}&v={toi}&ext=.ts"),
-        None => format!("content?v={toi}&ext=.ts"),
+        Some(t) => format!("content?token={t}&isnode_version={toi}&ext=.ts"),
+        None => format!("content?isnode_version={toi}&ext=.ts"),
     }
 }
 /// The container name the catalog records for MPEG-TS.
@@ -425,17 +425,18 @@ mod tests {
     #[test]
     fn a_playlist_asked_for_with_a_token_carries_it_onto_its_segments() {
         let t = "0f".repeat(32);
-        let plain = "content?v=7&ext=.ts";
+        let plain = "content?isnode_version=7&ext=.ts";
         assert_eq!(segment_uri(None, 7), plain);
         assert_eq!(segment_uri(Some("x=1"), 7), plain);
         let uri = segment_uri(Some(&format!("x=1&token={t}")), 7);
-        assert_eq!(uri, format!("content?token={t}&v=7&ext=.ts"));
+        assert_eq!(uri, format!("content?token={t}&isnode_version=7&ext=.ts"));
         // The extension stays last (ffmpeg's check), and nothing else is echoed.
         assert!(uri.ends_with(".ts"));
         assert_eq!(segment_uri(Some("token=%0A%23EXT"), 7), plain);
         assert_eq!(segment_uri(Some("token="), 7), plain);
         let segs = segments(&[], 1000, 4.0);
-        assert!(playlist(&uri, &segs).contains(&format!("\ncontent?token={t}&v=7&ext=.ts\n")));
+        assert!(playlist(&uri, &segs)
+            .contains(&format!("\ncontent?token={t}&isnode_version=7&ext=.ts\n")));
     }
 
     #[test]

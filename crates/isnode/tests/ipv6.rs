@@ -1,0 +1,130 @@
+//! IPv6 end to end on this host's loopback (issue 30, item 4, the part done so far): a
+//! server listening on `[::1]` streams a title to `isnode play` over UDP/IPv6 and serves
+//! its bytes and its HLS playlist over HTTP; the per-client limits count an IPv6 client
+//! by its /64 (many addresses of one /64 are one client, another /64 another).
+//!
+//! Addresses of two /64s are added to `lo` (`ip -6 addr add`, root) and removed at the end.
+
+mod serve_support;
+
+use std::net::{IpAddr, Ipv6Addr};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serve_support::*;
+
+/// `isnode play` over UDP/IPv6 from `[::1]` writes the title byte for byte; `/o/NAME` and
+/// the playlist's segments over HTTP/IPv6 are its bytes.
+#[test]
+fn unicast_and_http_over_ipv6() {
+    let vol = Vol::create(&[]);
+    let original = vol.add_ts("t.ts", 2_000_000, 4.0, 61);
+    let server = Server::start_at(&vol, IpAddr::V6(Ipv6Addr::LOCALHOST), &[]);
+    assert!(
+        server.url().starts_with("http://[::1]:"),
+        "{}",
+        server.url()
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let played = play_run(&server, &vol, "t.ts", "v6", &[], deadline);
+    assert!(played.status.success(), "isnode play: {}", played.log);
+    assert!(played.bytes() == original, "the played output differs");
+
+    let got = vol.path("curl.ts");
+    let curl = Command::new("curl")
+        .args(["-sS", "-g", "-o"])
+        .arg(&got)
+        .arg(format!("{}/o/t.ts", server.url()))
+        .status()
+        .expect("curl is needed by this test: run scripts/test");
+    assert!(curl.success());
+    assert!(std::fs::read(&got).unwrap() == original, "/o/t.ts differs");
+    let playlist = server.req("GET", "/v1/objects/t.ts/index.m3u8", None);
+    assert_eq!(playlist.status, 200, "{}", playlist.body);
+    assert!(
+        playlist.body.contains("#EXT-X-BYTERANGE:"),
+        "{}",
+        playlist.body
+    );
+}
+
+/// Addresses on `lo` for the test's life.
+struct LoAddrs(Vec<String>);
+
+impl LoAddrs {
+    fn add(addrs: &[&str]) -> LoAddrs {
+        let added = LoAddrs(addrs.iter().map(|a| a.to_string()).collect());
+        for a in addrs {
+            let _ = Command::new("ip")
+                .args(["-6", "addr", "del", a, "dev", "lo"])
+                .output();
+            let out = Command::new("ip")
+                .args(["-6", "addr", "add", a, "dev", "lo", "nodad"])
+                .output()
+                .expect("ip (iproute2) is needed by this test: run scripts/test");
+            assert!(
+                out.status.success(),
+                "ip -6 addr add {a}: {out:?} (root needed)"
+            );
+        }
+        added
+    }
+}
+
+impl Drop for LoAddrs {
+    fn drop(&mut self) {
+        for a in &self.0 {
+            let _ = Command::new("ip")
+                .args(["-6", "addr", "del", a, "dev", "lo"])
+                .output();
+        }
+    }
+}
+
+/// `max_unvalidated_per_client` 2: sessions from three addresses of one /64 are one
+/// client's (the third refused `503` naming the limit); an address of another /64 is
+/// another client.
+#[test]
+fn one_slash_64_is_one_client() {
+    let _addrs = LoAddrs::add(&[
+        "fd00:6464::1/64",
+        "fd00:6464::2/64",
+        "fd00:6464::3/64",
+        "fd00:6465::1/64",
+    ]);
+    let vol = Vol::create(&[]);
+    vol.add_ts("t.ts", 2_000_000, 4.0, 62);
+    let server = Server::start_at(
+        &vol,
+        IpAddr::V6(Ipv6Addr::LOCALHOST),
+        &[
+            "--max-unvalidated-per-client",
+            "2",
+            "--validate-timeout-ms",
+            "20000",
+        ],
+    );
+    let ask = |from: &str, port: u16| {
+        let from: IpAddr = from.parse().unwrap();
+        let body = serde_json::json!({ "object": "t.ts", "port": port }).to_string();
+        http(
+            server.addr,
+            Some(from),
+            "POST",
+            "/v1/sessions",
+            Some(&body),
+            &[],
+        )
+    };
+    assert_eq!(ask("fd00:6464::1", 42_001).status, 201);
+    assert_eq!(ask("fd00:6464::2", 42_002).status, 201);
+    let third = ask("fd00:6464::3", 42_003);
+    assert_eq!(third.status, 503, "{}", third.body);
+    assert!(
+        third.body.contains("max_unvalidated_per_client"),
+        "{}",
+        third.body
+    );
+    let other = ask("fd00:6465::1", 42_004);
+    assert_eq!(other.status, 201, "another /64: {}", other.body);
+}
