@@ -247,10 +247,24 @@ fn a_cluster_over_https_probes_and_redirects_to_the_titles_node() {
     let (ok, log, played) = play(&vols[0], &urls[0], title, &cert, &token);
     assert!(ok, "play through the HTTPS cluster failed:\n{log}");
     assert!(played == originals[i], "the played output differs:\n{log}");
-    assert!(
-        log.contains("served by another node") || log.contains(&urls[1]),
-        "not redirected?\n{log}"
-    );
+    // The session was edge-1's (a closed server: the token reached it), none edge-0's.
+    assert_eq!(sessions_started(&agent, &urls[1], &token), 1, "{log}");
+    assert_eq!(sessions_started(&agent, &urls[0], &token), 0, "{log}");
+}
+
+/// `isnode_sessions_started_total` of the node at `url`.
+fn sessions_started(agent: &ureq::Agent, url: &str, token: &str) -> u64 {
+    let mut r = agent
+        .get(format!("{url}/metrics"))
+        .header("Authorization", format!("Bearer {token}"))
+        .call()
+        .unwrap();
+    let text = r.body_mut().read_to_string().unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("isnode_sessions_started_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+        .unwrap_or_else(|| panic!("{url}/metrics: no sessions_started:\n{text}"))
 }
 
 /// Two plain-HTTP edges (edge-1 need not run: a request is redirected, never forwarded):
