@@ -399,6 +399,7 @@ mod tests {
             max_sendfile_sessions: Some(1),
             tokens_file: Some("t".into()),
             node_name: Some("n".into()),
+            cluster_ca_file: Some("ca".into()),
             origin_access_key_id: Some("k".into()),
             origin_secret_access_key: Some(isnode_serve::Secret::new("s")),
             ..ServeConfig::default()

@@ -36,6 +36,8 @@ pub struct Prober {
 /// Probes the peers until aborted (no peers without a node list: nothing asked then).
 pub async fn run(p: Prober) {
     let cluster = &p.cluster;
+    // The last TLS settings error, logged once until it changes or goes away.
+    let mut tls_error: Option<String> = None;
     loop {
         let every = Duration::from_millis(p.config.load().probe_interval_ms.max(1));
         if cluster.peers().is_empty() {
@@ -47,14 +49,12 @@ pub async fn run(p: Prober) {
         tokio::time::sleep(every).await;
         let config = p.config.load();
         let timeout = Duration::from_millis(config.probe_timeout_ms.max(1));
-        let tls = match super::tls::connector(config.cluster_ca_file.as_deref()) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                tracing::warn!("cluster probes over TLS cannot run: {e}");
-                None
-            }
+        let peers = cluster.peers();
+        let tls = match peers.iter().any(|(_, u)| u.starts_with("https://")) {
+            true => tls_settings(config.cluster_ca_file.as_deref(), &mut tls_error),
+            false => None,
         };
-        let probes = cluster.peers().into_iter().map(|(i, url)| {
+        let probes = peers.into_iter().map(|(i, url)| {
             let tls = tls.clone();
             async move {
                 let (outcome, load) =
@@ -71,6 +71,29 @@ pub async fn run(p: Prober) {
         });
         for (i, url, outcome, load) in futures_join_all(probes).await {
             cluster.record_probe(i, &url, outcome, load);
+        }
+    }
+}
+
+/// The probes' TLS connector of `ca_file`; `None` (every `https://` probe fails) when it
+/// cannot be built, logged once per distinct error (`last`).
+fn tls_settings(
+    ca_file: Option<&std::path::Path>,
+    last: &mut Option<String>,
+) -> Option<tokio_rustls::TlsConnector> {
+    match super::tls::connector(ca_file) {
+        Ok(c) => {
+            *last = None;
+            Some(c)
+        }
+        Err(e) => {
+            if last.as_deref() != Some(e.as_str()) {
+                tracing::warn!(
+                    "cluster probes over TLS cannot run (every https:// peer fails): {e}"
+                );
+                *last = Some(e);
+            }
+            None
         }
     }
 }
