@@ -936,4 +936,36 @@ mod tests {
             );
         }
     }
+
+    /// A session answered by the plain-HTTP server given, with a ranking naming other
+    /// nodes: none of them is in the token's reach (named over plain HTTP), the server given
+    /// is.
+    #[test]
+    fn a_ranking_named_over_plain_http_gets_no_token() {
+        let body = serde_json::to_string(&sample()).unwrap();
+        let answer = format!(
+            "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\n\
+             isnode-ranking: http://b.example:2, https://c.example:3\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let (a, seen) = recorder(vec![answer]);
+        let client = ControlClient::new(&a, Duration::from_secs(5)).with_token(Some("5ec4e7"));
+        let req = isnode_proto::CreateSession {
+            object: "movie.ts".into(),
+            port: 5000,
+            start_codeword: 0,
+            start_at_s: None,
+            no_start_burst: false,
+        };
+        let followed = client.open_placed(&req, Placement::Follow).unwrap();
+        assert!(seen.join().unwrap()[0].contains("5ec4e7"));
+        assert_eq!(followed.ranking.len(), 2);
+        let scope = followed.control.scope();
+        assert!(scope.allows(&a));
+        for u in &followed.ranking {
+            assert!(!scope.allows(u), "{u} is in the token's reach");
+            assert!(followed.control.at(u).bearer_here().is_none(), "{u}");
+        }
+    }
 }
