@@ -221,6 +221,7 @@ impl PlayArgs {
             failover_servers: servers.collect(),
             ca_cert: self.ca_cert,
             token: self.token,
+            token_scope: None,
             out: self.out,
             stats_json: self.stats_json,
             impair: self.impair.into(),

@@ -197,6 +197,10 @@ pub(crate) struct ServeFlags {
     /// new requests down each title's ranking (default 1.25; 0: off).
     #[arg(long)]
     pub load_bound: Option<f64>,
+    /// The certificates (PEM) that `https://` peers' certificates must chain to (default:
+    /// the public web roots).
+    #[arg(long)]
+    pub cluster_ca_file: Option<PathBuf>,
     /// Fill titles the volume lacks from this origin: s3://BUCKET or file:///DIR
     /// (credentials: the configuration file or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY).
     #[arg(long)]
@@ -306,7 +310,7 @@ impl ServeFlags {
             load_bound);
         overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if, max_volume_bytes,
             max_sendfile_sessions, tokens_file,
-            api_max_connections, tls_cert, tls_key, node_name);
+            api_max_connections, tls_cert, tls_key, node_name, cluster_ca_file);
         if flags.plain_http {
             config.plain_http = true;
         }
@@ -395,6 +399,7 @@ mod tests {
             max_sendfile_sessions: Some(1),
             tokens_file: Some("t".into()),
             node_name: Some("n".into()),
+            cluster_ca_file: Some("ca".into()),
             origin_access_key_id: Some("k".into()),
             origin_secret_access_key: Some(isnode_serve::Secret::new("s")),
             ..ServeConfig::default()

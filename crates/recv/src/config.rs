@@ -33,6 +33,11 @@ pub struct PlayConfig {
     /// server closed to anonymous viewers needs one with the viewer role.
     pub token: Option<String>,
 
+    /// Where the token may go (`None`: the servers of `--server`; after a cluster's
+    /// redirects and ranking, those and the `https://` nodes named over HTTPS:
+    /// [`crate::control::TokenScope`]).
+    pub token_scope: Option<crate::control::TokenScope>,
+
     /// Write the object's bytes to FILE (`-` for stdout); without it they are only counted.
     /// Unrecoverable codewords are written as zeros; a session cut short (server gone,
     /// --max-seconds) ends the output after what was received (see --keep-length).
@@ -258,7 +263,8 @@ impl PlayConfig {
     ) -> anyhow::Result<crate::control::ControlClient> {
         Ok(
             crate::control::ControlClient::with_tls(&self.server, timeout, self.tls()?)
-                .with_token(self.token.as_deref()),
+                .with_token(self.token.as_deref())
+                .with_scope(self.scope()),
         )
     }
 
@@ -276,8 +282,21 @@ impl PlayConfig {
     ) -> anyhow::Result<crate::control::ControlClient> {
         Ok(
             crate::control::ControlClient::with_tls(server, timeout, self.tls()?)
-                .with_token(self.token.as_deref()),
+                .with_token(self.token.as_deref())
+                .with_scope(self.scope()),
         )
+    }
+
+    /// Where the role token may go ([`PlayConfig::token_scope`]).
+    pub fn scope(&self) -> crate::control::TokenScope {
+        self.token_scope
+            .clone()
+            .unwrap_or_else(|| crate::control::TokenScope::given(self.servers()))
+    }
+
+    /// The role token for requests to `url`: `--token` when the scope allows `url`.
+    pub fn token_for(&self, url: &str) -> Option<&str> {
+        self.token.as_deref().filter(|_| self.scope().allows(url))
     }
 
     /// The configuration with every option at its default, for `name`.
@@ -288,6 +307,7 @@ impl PlayConfig {
             failover_servers: Vec::new(),
             ca_cert: None,
             token: None,
+            token_scope: None,
             out: None,
             stats_json: None,
             impair: ImpairConfig {

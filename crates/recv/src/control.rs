@@ -88,13 +88,17 @@ pub enum Opened {
 }
 
 /// A blocking HTTP client of one server's control API. A role token given
-/// ([`ControlClient::with_token`]) goes with every request as `Authorization: Bearer`;
-/// a session's secret goes with that session's requests as `Isnode-Session-Secret`.
+/// ([`ControlClient::with_token`]) goes with every request as `Authorization: Bearer`
+/// when the server is in the client's [`TokenScope`] (the servers it was given, and the
+/// `https://` nodes those named over HTTPS); a session's secret goes with that session's
+/// requests as `Isnode-Session-Secret`.
 pub struct ControlClient {
     agent: ureq::Agent,
     base: String,
     /// `Authorization` header value of the role token (`Bearer TOKEN`), if any.
     bearer: Option<String>,
+    /// Where the token may go.
+    scope: TokenScope,
 }
 
 impl std::fmt::Debug for ControlClient {
@@ -119,6 +123,7 @@ impl ControlClient {
             .new_agent();
         ControlClient {
             agent,
+            scope: TokenScope::given([server]),
             base: base_url(server),
             bearer: None,
         }
@@ -136,6 +141,7 @@ impl ControlClient {
             .new_agent();
         ControlClient {
             agent,
+            scope: TokenScope::given([server]),
             base: base_url(server),
             bearer: None,
         }
@@ -151,9 +157,28 @@ impl ControlClient {
         self
     }
 
-    /// A request with the role token, if any.
+    /// The client trusting `scope` with its token (by default: its own server only).
+    pub fn with_scope(mut self, scope: TokenScope) -> ControlClient {
+        self.scope = scope;
+        self
+    }
+
+    /// Where this client's token may go.
+    pub fn scope(&self) -> &TokenScope {
+        &self.scope
+    }
+
+    /// The role token's `Authorization` value for this client's server, if it has one
+    /// and the server is in its scope.
+    fn bearer_here(&self) -> Option<&str> {
+        self.bearer
+            .as_deref()
+            .filter(|_| self.scope.allows(&self.base))
+    }
+
+    /// A request with the role token, if any (and the server is in the token's scope).
     fn req<B>(&self, r: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
-        match &self.bearer {
+        match self.bearer_here() {
             Some(b) => r.header("Authorization", b),
             None => r,
         }
@@ -302,10 +327,16 @@ impl ControlClient {
                     format!("POST {url}: redirected to {location:?}, not a sessions URL")
                 })?;
                 tracing::info!(from = %here.base, to = %base, "the title is served by another node");
+                let from = here.base.clone();
+                here.scope.learn(base, &from);
                 here = here.at(base);
                 continue;
             }
             let ranking = ranking_of(resp.headers());
+            let from = here.base.clone();
+            for u in &ranking {
+                here.scope.learn(u, &from);
+            }
             let opened = Self::opened(resp)?;
             return Ok(Followed {
                 control: here,
@@ -316,12 +347,21 @@ impl ControlClient {
         bail!("creating the session: more than {MAX_REDIRECTS} redirects (a cluster whose nodes disagree?)")
     }
 
-    /// A client of the server at `base` with this one's agent and token.
+    /// A client of the server at `base` with this one's agent, token and scope (the token
+    /// goes there only if the scope allows it).
     pub fn at(&self, base: &str) -> ControlClient {
+        if self.bearer.is_some() && !self.scope.allows(base) {
+            tracing::warn!(
+                server = %base,
+                "the role token is not sent there: plain HTTP, or a node neither given \
+                 (--server) nor named over HTTPS by a server that was"
+            );
+        }
         ControlClient {
             agent: self.agent.clone(),
             base: base_url(base),
             bearer: self.bearer.clone(),
+            scope: self.scope.clone(),
         }
     }
 
@@ -563,6 +603,79 @@ pub fn parse_ranking(value: &str) -> Vec<String> {
         .collect()
 }
 
+/// Most origins a [`TokenScope`] holds (the servers given, a ranking, redirects).
+pub const MAX_SCOPE_ORIGINS: usize = 256;
+
+/// Where a client's role token may go (docs/protocol.md, "What a token may reach"): the
+/// origins of the servers it was given (`--server A,B,...`, whatever their scheme: the
+/// user's choice), and the `https://` nodes that a server in the scope, itself reached over
+/// HTTPS, named (a redirect's `Location`, an `Isnode-Ranking`). Never a plain-HTTP URL it
+/// was not given, never a node named over plain HTTP (anyone on the path may have written
+/// it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TokenScope {
+    origins: Vec<String>,
+}
+
+impl TokenScope {
+    /// The scope of the servers given.
+    pub fn given<'a>(servers: impl IntoIterator<Item = &'a str>) -> TokenScope {
+        let mut scope = TokenScope::default();
+        for s in servers {
+            scope.add(s);
+        }
+        scope
+    }
+
+    fn add(&mut self, url: &str) {
+        if let Some(o) = origin(url) {
+            if !self.origins.contains(&o) && self.origins.len() < MAX_SCOPE_ORIGINS {
+                self.origins.push(o);
+            }
+        }
+    }
+
+    /// Whether the token may go to `url`.
+    pub fn allows(&self, url: &str) -> bool {
+        origin(url).is_some_and(|o| self.origins.contains(&o))
+    }
+
+    /// `url` as named by the server at `from`: in the scope from now on when both are
+    /// `https://` and `from` is in it. Whether it is in the scope.
+    pub fn learn(&mut self, url: &str, from: &str) -> bool {
+        let https = |u: &str| base_url(u).to_ascii_lowercase().starts_with("https://");
+        if https(url) && https(from) && self.allows(from) {
+            self.add(url);
+        }
+        self.allows(url)
+    }
+}
+
+/// The origin of a URL (`scheme://host:port`, lowercase, the scheme's default port
+/// written out); `None` for another scheme or a URL with user information.
+pub fn origin(url: &str) -> Option<String> {
+    let url = base_url(url);
+    let (scheme, rest) = url.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let port = match scheme.as_str() {
+        "https" => 443,
+        "http" => 80,
+        _ => return None,
+    };
+    let authority = rest
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if authority.is_empty() || authority.contains('@') {
+        return None;
+    }
+    Some(match authority.contains(':') && !authority.ends_with(']') {
+        true => format!("{scheme}://{authority}"),
+        false => format!("{scheme}://{authority}:{port}"),
+    })
+}
+
 /// Most token datagrams a client echoes before giving up (see
 /// [`ControlClient::await_token_and_validate`]).
 pub const MAX_TOKEN_TRIES: usize = 8;
@@ -720,5 +833,139 @@ mod tests {
         assert_eq!(base_url("https://h:1"), "https://h:1");
         assert_eq!(c("http://[::1]:9/x").unwrap(), "[::1]:9".parse().unwrap());
         assert!(c("ftp://127.0.0.1").is_err());
+    }
+
+    #[test]
+    fn a_token_reaches_given_servers_and_https_nodes_named_over_https() {
+        assert_eq!(
+            origin("HTTPS://H.example/x").as_deref(),
+            Some("https://h.example:443")
+        );
+        assert_eq!(origin("127.0.0.1:9").as_deref(), Some("http://127.0.0.1:9"));
+        assert_eq!(origin("http://[::1]").as_deref(), Some("http://[::1]:80"));
+        assert_eq!(origin("http://u@h"), None);
+        assert_eq!(origin("ftp://h"), None);
+        let mut s = TokenScope::given(["http://a:1", "https://b:2/"]);
+        assert!(s.allows("http://a:1/v1/sessions") && s.allows("https://b:2"));
+        assert!(!s.allows("https://a:1") && !s.allows("http://b:2"));
+        // Named by the plain-HTTP server: not trusted, whatever the scheme.
+        assert!(!s.learn("https://c:3", "http://a:1"));
+        // Named over HTTPS by a trusted server: an https:// node is, an http:// one is not.
+        assert!(s.learn("https://c:3", "https://b:2"));
+        assert!(!s.learn("http://d:4", "https://b:2"));
+        // Named over HTTPS by a server outside the scope: not trusted.
+        assert!(!s.learn("https://e:5", "https://stranger:6"));
+        assert!(s.learn("https://e:5", "https://c:3"));
+    }
+
+    /// A listener that answers each of `answers` to one connection and records each
+    /// request (head and body) as text.
+    fn recorder(answers: Vec<String>) -> (String, std::thread::JoinHandle<Vec<String>>) {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let t = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for answer in answers {
+                let (mut c, _) = l.accept().unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                // The head, then as much body as it announces (a small JSON).
+                while let Ok(n) = c.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+                    if let Some(at) = text.find("\r\n\r\n") {
+                        let len = text
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if got.len() >= at + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                seen.push(String::from_utf8_lossy(&got).into_owned());
+                c.write_all(answer.as_bytes()).unwrap();
+            }
+            seen
+        });
+        (url, t)
+    }
+
+    /// `POST /v1/sessions` redirected from the server given to `http://` node B: B gets the
+    /// request without the token, unless B was given too (`--server A,B`).
+    #[test]
+    fn a_redirect_to_plain_http_carries_no_token() {
+        for b_given in [false, true] {
+            let refused = "HTTP/1.1 503 Busy\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+            let (b, b_seen) = recorder(vec![refused.to_string()]);
+            let to_b = format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nlocation: {b}/v1/sessions\r\n\
+                 content-length: 0\r\nconnection: close\r\n\r\n"
+            );
+            let (a, a_seen) = recorder(vec![to_b]);
+            let mut client =
+                ControlClient::new(&a, Duration::from_secs(5)).with_token(Some("5ec4e7"));
+            if b_given {
+                client = client.with_scope(TokenScope::given([a.as_str(), b.as_str()]));
+            }
+            let req = isnode_proto::CreateSession {
+                object: "t.ts".into(),
+                port: 5000,
+                start_codeword: 0,
+                start_at_s: None,
+                no_start_burst: false,
+            };
+            let e = client.open_placed(&req, Placement::Follow).err().unwrap();
+            assert!(e.to_string().contains("503"), "{e:#}");
+            let (a_seen, b_seen) = (a_seen.join().unwrap(), b_seen.join().unwrap());
+            assert!(a_seen[0]
+                .to_ascii_lowercase()
+                .contains("authorization: bearer 5ec4e7"));
+            assert!(b_seen[0].starts_with("POST /v1/sessions"), "{}", b_seen[0]);
+            assert_eq!(
+                b_seen[0].contains("5ec4e7"),
+                b_given,
+                "the token at B (given: {b_given}):\n{}",
+                b_seen[0]
+            );
+        }
+    }
+
+    /// A session answered by the plain-HTTP server given, with a ranking naming other
+    /// nodes: none of them is in the token's reach (named over plain HTTP), the server given
+    /// is.
+    #[test]
+    fn a_ranking_named_over_plain_http_gets_no_token() {
+        let body = serde_json::to_string(&sample()).unwrap();
+        let answer = format!(
+            "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\n\
+             isnode-ranking: http://b.example:2, https://c.example:3\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let (a, seen) = recorder(vec![answer]);
+        let client = ControlClient::new(&a, Duration::from_secs(5)).with_token(Some("5ec4e7"));
+        let req = isnode_proto::CreateSession {
+            object: "movie.ts".into(),
+            port: 5000,
+            start_codeword: 0,
+            start_at_s: None,
+            no_start_burst: false,
+        };
+        let followed = client.open_placed(&req, Placement::Follow).unwrap();
+        assert!(seen.join().unwrap()[0].contains("5ec4e7"));
+        assert_eq!(followed.ranking.len(), 2);
+        let scope = followed.control.scope();
+        assert!(scope.allows(&a));
+        for u in &followed.ranking {
+            assert!(!scope.allows(u), "{u} is in the token's reach");
+            assert!(followed.control.at(u).bearer_here().is_none(), "{u}");
+        }
     }
 }

@@ -463,8 +463,10 @@ impl Repair {
     }
 
     /// Sends the requests from now on to the server at `base` (a session resumed on
-    /// another server); a request still out to the old one is given up by its deadline.
-    pub fn retarget(&mut self, base: &str, tls: ureq::tls::TlsConfig) {
+    /// another server), with the role `token` if any (the caller decides whether `base`
+    /// may have it); a request still out to the old one is given up by its deadline.
+    pub fn retarget(&mut self, base: &str, tls: ureq::tls::TlsConfig, token: Option<&str>) {
+        self.token = token.map(str::to_string);
         let new = Fetcher::start(
             (base, self.token.as_deref()),
             &self.object,

@@ -349,8 +349,14 @@ pub struct ServeConfig {
     /// takes no new requests of its titles: they go to the next node of each title's
     /// ranking under the bound (0: loads are not used).
     pub load_bound: f64,
+    /// The certificates (PEM) that the cluster's peers' HTTPS certificates must chain to
+    /// when `nodes` name `https://` URLs: a private CA, or the nodes' self-signed
+    /// certificates (default: the public web roots).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_ca_file: Option<PathBuf>,
     /// The edges of the cluster, this one included (docs/scale-out.md): each a table of
-    /// `name`, `url` (its control API, `http://host:port`) and `weight` (default 1). Empty:
+    /// `name`, `url` (its control API, `https://host:port`, or `http://host:port` in a
+    /// cluster of plain-HTTP nodes) and `weight` (default 1). Empty:
     /// a single node that serves every title itself. Last in the file (an array of tables).
     pub nodes: Vec<isnode_edge::placement::Node>,
 }
@@ -496,6 +502,7 @@ impl Default for ServeConfig {
             probe_timeout_ms: DEFAULT_PROBE_TIMEOUT_MS,
             probe_failures_to_dead: DEFAULT_PROBE_FAILURES_TO_DEAD,
             load_bound: DEFAULT_LOAD_BOUND,
+            cluster_ca_file: None,
             nodes: Vec::new(),
         }
     }
@@ -738,23 +745,88 @@ impl ServeConfig {
         if let Err(e) = isnode_edge::cluster::check_nodes(&self.nodes) {
             return bad("nodes", e.to_string());
         }
-        if let Some(n) = self.nodes.iter().find(|n| !n.url.starts_with("http://")) {
-            return bad(
-                "nodes",
-                format!(
-                    "node {:?}: its url {:?} must be http://host:port (probes and redirects speak plain HTTP)",
-                    n.name, n.url
-                ),
-            );
-        }
+        self.validate_node_urls()?;
         match &self.node_name {
             None => bad("node_name", "a node list needs this node's name".into()),
             Some(me) if !self.nodes.iter().any(|n| &n.name == me) => bad(
                 "node_name",
                 format!("{me:?} is not one of the names in `nodes`"),
             ),
-            Some(_) => Ok(()),
+            Some(me) => self.validate_own_scheme(me),
         }
+    }
+
+    /// Every node URL `http://` or `https://`, all of one scheme; a CA file that is there.
+    fn validate_node_urls(&self) -> Result<(), ConfigError> {
+        let bad = |key: &'static str, why: String| {
+            Err(ConfigError::Invalid {
+                key,
+                line: None,
+                why,
+            })
+        };
+        let https = |u: &str| u.starts_with("https://");
+        if let Some(n) = self
+            .nodes
+            .iter()
+            .find(|n| !(https(&n.url) || n.url.starts_with("http://")))
+        {
+            return bad(
+                "nodes",
+                format!(
+                    "node {:?}: its url {:?} must be https://host:port (or http://host:port in a cluster of plain-HTTP nodes)",
+                    n.name, n.url
+                ),
+            );
+        }
+        let tls_nodes = self.nodes.iter().filter(|n| https(&n.url)).count();
+        if tls_nodes != 0 && tls_nodes != self.nodes.len() {
+            let plain = self.nodes.iter().find(|n| !https(&n.url));
+            return bad(
+                "nodes",
+                format!(
+                    "mixes https:// and http:// nodes ({:?} is plain HTTP): viewers' tokens never go to a plain-HTTP node, so its redirected viewers would be refused; give every node https:// (or every node http://)",
+                    plain.map(|n| n.name.as_str()).unwrap_or_default()
+                ),
+            );
+        }
+        match &self.cluster_ca_file {
+            Some(ca) if tls_nodes == 0 => bad(
+                "cluster_ca_file",
+                format!(
+                    "{} is set but no node is https://: the probes would not use it",
+                    ca.display()
+                ),
+            ),
+            Some(ca) if !ca.is_file() => bad(
+                "cluster_ca_file",
+                format!("{} is not a readable file", ca.display()),
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// This node's own URL in `nodes` of the scheme it serves (`https://` with `tls_cert`).
+    fn validate_own_scheme(&self, me: &str) -> Result<(), ConfigError> {
+        let Some(own) = self.nodes.iter().find(|n| n.name == me) else {
+            return Ok(());
+        };
+        let why = match (self.tls_cert.is_some(), own.url.starts_with("https://")) {
+            (true, false) => format!(
+                "this node serves HTTPS (tls_cert) but its url in `nodes` is {:?}: peers would probe and redirect to it over plain HTTP, which it does not speak; give the nodes https:// URLs (and cluster_ca_file if their certificates are self-signed)",
+                own.url
+            ),
+            (false, true) => format!(
+                "this node's url in `nodes` is {:?} but it serves plain HTTP (no tls_cert): give tls_cert and tls_key",
+                own.url
+            ),
+            _ => return Ok(()),
+        };
+        Err(ConfigError::Invalid {
+            key: "nodes",
+            line: None,
+            why,
+        })
     }
 
     fn validate_broadcast(&self) -> Result<(), ConfigError> {
@@ -1004,5 +1076,52 @@ mod tests {
         assert_eq!(a.keep_restart_only(&mut b), vec!["listen"]);
         assert_eq!(b.listen, a.listen, "the running value is kept");
         assert_eq!(b.max_sessions_per_client, 3, "a reloadable value applies");
+    }
+
+    /// A cluster of `a` and `b` with these URLs, as node `a`, with `extra` keys first.
+    fn cluster(extra: &str, a: &str, b: &str) -> Result<ServeConfig, ConfigError> {
+        ServeConfig::from_toml(&format!(
+            "{extra}\nnode_name = \"a\"\n[[nodes]]\nname = \"a\"\nurl = \"{a}\"\n\
+             [[nodes]]\nname = \"b\"\nurl = \"{b}\"\n"
+        ))
+    }
+
+    /// A cluster over HTTPS passes; what cannot work is refused by name: a TLS node named
+    /// `http://`, a plain node named `https://`, a mix of schemes, a missing CA file.
+    #[test]
+    fn cluster_urls_match_the_transport() {
+        let tls = "tls_cert = \"c.pem\"\ntls_key = \"k.pem\"";
+        assert!(cluster("", "http://h:1", "http://h:2").is_ok());
+        let c = cluster(tls, "https://h:1", "https://h:2").unwrap();
+        assert_eq!(c.nodes.len(), 2);
+        let e = cluster(tls, "http://h:1", "http://h:2")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("serves HTTPS") && e.contains("nodes"), "{e}");
+        let e = cluster("", "https://h:1", "https://h:2")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("plain HTTP"), "{e}");
+        let e = cluster(tls, "https://h:1", "http://h:2")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mixes https:// and http://"), "{e}");
+        let e = cluster(tls, "ftp://h:1", "https://h:2")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("must be https://"), "{e}");
+        let missing = format!("{tls}\ncluster_ca_file = \"/nonexistent/ca.pem\"");
+        let e = cluster(&missing, "https://h:1", "https://h:2")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cluster_ca_file") && e.contains("/nonexistent/ca.pem"),
+            "{e}"
+        );
+        let here = format!("cluster_ca_file = \"{}\"", file!());
+        let e = cluster(&here, "http://h:1", "http://h:2")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no node is https://"), "{e}");
     }
 }

@@ -49,7 +49,7 @@ pub use isnode_serve_config::{
 pub use isnode_serve_core::slack::PlaybackSlack;
 pub use lifecycle::{run, Drained};
 pub use metrics::{Limit, MetricsSnapshot};
-pub use server::{start, ServeError, ServerHandle};
+pub use server::{cluster_tls_check, start, ServeError, ServerHandle};
 
 /// The small volume of the unit tests (`VolumeParams::SMALL`).
 #[cfg(test)]

@@ -292,6 +292,16 @@ fn tls_acceptor(config: &ServeConfig) -> Result<Option<tokio_rustls::TlsAcceptor
     }
 }
 
+/// A cluster of `https://` nodes: its probes' TLS settings (`cluster_ca_file`) must load.
+pub fn cluster_tls_check(config: &ServeConfig) -> Result<(), ServeError> {
+    if !config.nodes.iter().any(|n| n.url.starts_with("https://")) {
+        return Ok(());
+    }
+    isnode_control::cluster::tls::connector(config.cluster_ca_file.as_deref())
+        .map(|_| ())
+        .map_err(|e| ServeError::Config(format!("cluster_ca_file: {e}")))
+}
+
 /// What a server runs on, opened and sized before any thread starts.
 struct Opened {
     /// The volume (taken by the catalog's handle once the plane is sized).
@@ -603,6 +613,7 @@ fn control_handles(
 pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, ServeError> {
     let mut o = open(volume_dir, config)?;
     let tls = tls_acceptor(config)?;
+    cluster_tls_check(config)?;
     let cell = ConfigCell::new(config.clone());
     let (stop, wakes, metrics) = signals()?;
     let objects =

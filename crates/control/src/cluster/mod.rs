@@ -13,6 +13,7 @@
 //! at once.
 
 pub mod probe;
+pub mod tls;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;

@@ -27,6 +27,8 @@ pub(super) fn serve(
 /// `config check FILE`: the configuration in force on stdout, or the error naming the key.
 pub(super) fn config_check(args: &crate::serve_flags::ConfigCheckArgs) -> anyhow::Result<ExitCode> {
     let config = crate::serve_flags::read_config(&args.file)?;
+    isnode_serve::cluster_tls_check(&config)
+        .with_context(|| format!("configuration {}", args.file.display()))?;
     print!("{}", config.to_toml());
     eprintln!("isnode config: {} is valid", args.file.display());
     Ok(ExitCode::SUCCESS)

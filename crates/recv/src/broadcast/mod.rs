@@ -359,7 +359,7 @@ fn unicast_repair(
     // The output is a file, not a player: a codeword is held back as long as a repair may
     // take (a restart's gap), late rather than lost.
     Ok(Some(crate::repair::Repair::start(
-        (&args.server, args.tls()?, args.token.as_deref()),
+        (&args.server, args.tls()?, args.token_for(&args.server)),
         &info.object.name,
         Duration::from_millis(args.repair_backoff_ms),
         crate::repair::MAX_REPAIR_WAIT,

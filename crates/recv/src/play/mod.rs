@@ -624,6 +624,8 @@ fn placed(
         r.into_iter().filter(|u| *u != answered).collect()
     };
     rotated.server = answered;
+    // The token goes on to the servers given and the https:// nodes named over HTTPS.
+    rotated.token_scope = Some(followed.control.scope().clone());
     rotated
 }
 

@@ -154,8 +154,11 @@ struct Feed<'a> {
     object: String,
     /// `--ca-cert`, for the clients of a resumed session's server.
     ca_cert: Option<std::path::PathBuf>,
-    /// The role token of `--token`, carried by the digest requests of a resumed session.
+    /// The role token of `--token`, carried by the digest and repair requests of a resumed
+    /// session to a server of `scope`.
     token: Option<String>,
+    /// Where the token may go.
+    scope: crate::control::TokenScope,
 }
 
 impl Feed<'_> {
@@ -198,14 +201,16 @@ impl Feed<'_> {
                 Duration::from_secs(10),
                 tls.clone(),
             )
-            .with_token(self.token.as_deref());
+            .with_token(self.token.as_deref())
+            .with_scope(self.scope.clone());
             let params = self.rx.params();
             let symbols = symbols_of(*self.rx.partition(), params.repair_symbols);
             let fetcher = DigestFetcher::start(control.into(), self.object.clone(), symbols);
             self.digests = Some(fetcher);
         }
         if let (Moved::OtherServer, Some(r)) = (moved, &mut self.repair) {
-            r.retarget(server, tls);
+            let token = self.token.as_deref().filter(|_| self.scope.allows(server));
+            r.retarget(server, tls, token);
         }
     }
 
@@ -559,6 +564,7 @@ pub(super) fn run_session(
         object: setup.object.clone(),
         ca_cert: args.ca_cert.clone(),
         token: args.token.clone(),
+        scope: args.scope(),
     };
     let writer = playout::spawn(out, playout_config, to_play)?;
     let end_reason = receive(socket, &mut feed, limits, requested, resume)?;
@@ -610,7 +616,7 @@ fn start_repair(
         let backoff = Duration::from_millis(args.repair_backoff_ms);
         let cw = repair::codeword_time(rx, setup.bitrate_bps);
         Repair::start(
-            (&args.server, tls, args.token.as_deref()),
+            (&args.server, tls, args.token_for(&args.server)),
             &setup.object,
             backoff,
             cw,

@@ -6,6 +6,9 @@
 //! query; one it serves gets `Isnode-Ranking` (the title's live ranking) on its answer. A
 //! redirect past the title's serving nodes for load carries `isnode_spill=1` in its query:
 //! the node it goes to serves it whatever its own view of the loads (no redirect back).
+//! A role token in the query (`?token=`) is copied into `Location` only when the node it
+//! goes to is `https://`: never to a plain-HTTP URL (docs/protocol.md). Every redirect goes
+//! to a node of the node list, so never to a stranger either.
 
 use std::sync::Arc;
 
@@ -128,12 +131,13 @@ pub(crate) async fn to_the_serving_node(
     };
     match cluster.route(&title, asked, own_load) {
         Route::There(base, why) => {
-            let path = req
-                .uri()
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_string();
-            let location = match (why, req.uri().query()) {
+            let tls = base.starts_with("https://");
+            let query = req.uri().query().and_then(|q| query_for(q, tls));
+            let path = match &query {
+                Some(q) => format!("{}?{q}", req.uri().path()),
+                None => req.uri().path().to_string(),
+            };
+            let location = match (why, &query) {
                 (Why::Placement, _) => format!("{base}{path}"),
                 (Why::Load, Some(_)) => format!("{base}{path}&{SPILL_PARAM}"),
                 (Why::Load, None) => format!("{base}{path}?{SPILL_PARAM}"),
@@ -151,6 +155,20 @@ pub(crate) async fn to_the_serving_node(
             }
             r
         }
+    }
+}
+
+/// The query a redirect to a node carries: `query` as it came to an `https://` node
+/// (`tls`), without its `token=` parameters to a plain-HTTP one; `None` when nothing is
+/// left.
+fn query_for(query: &str, tls: bool) -> Option<String> {
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|p| tls || !(p.starts_with("token=") || *p == "token"))
+        .collect();
+    match kept.is_empty() {
+        true => None,
+        false => Some(kept.join("&")),
     }
 }
 
@@ -194,5 +212,15 @@ mod tests {
             Some("t.ts")
         );
         assert_eq!(title_in_body(b"{"), None);
+    }
+
+    #[test]
+    fn a_token_goes_into_a_redirect_to_https_only() {
+        let q = "a=1&token=secret&b=2";
+        assert_eq!(query_for(q, true).as_deref(), Some(q));
+        assert_eq!(query_for(q, false).as_deref(), Some("a=1&b=2"));
+        assert_eq!(query_for("token=secret", false), None);
+        assert_eq!(query_for("token", false), None);
+        assert_eq!(query_for("tokens=1", false).as_deref(), Some("tokens=1"));
     }
 }
