@@ -1,7 +1,8 @@
-//! IPv6 end to end on this host's loopback (issue 30, item 4, the part done so far): a
-//! server listening on `[::1]` streams a title to `isnode play` over UDP/IPv6 and serves
-//! its bytes and its HLS playlist over HTTP; the per-client limits count an IPv6 client
-//! by its /64 (many addresses of one /64 are one client, another /64 another).
+//! IPv6 end to end on loopback (issue 30, item 4, the part done so far): a server listening
+//! on `[::1]` streams a title to `isnode play` over UDP/IPv6 and serves its bytes and its
+//! HLS playlist over HTTP; a broadcast on IPv6 multicast groups (`ff15::/64`, in a network
+//! namespace of the test's own) reaches `isnode play --broadcast`; the per-client limits
+//! count an IPv6 client by its /64 (many addresses of one /64 are one client).
 //!
 //! Addresses of two /64s are added to `lo` (`ip -6 addr add`, root) and removed at the end.
 
@@ -11,6 +12,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use serve_support::netns::Netns;
 use serve_support::*;
 
 /// `isnode play` over UDP/IPv6 from `[::1]` writes the title byte for byte; `/o/NAME` and
@@ -127,4 +129,35 @@ fn one_slash_64_is_one_client() {
     );
     let other = ask("fd00:6465::1", 42_004);
     assert_eq!(other.status, 201, "another /64: {}", other.body);
+}
+
+/// A broadcast on IPv6 multicast groups (the server's default `ff15::/64`, `ip_version` 6)
+/// in a namespace of the test's own: `isnode play --broadcast` from `[::1]` writes the
+/// title byte for byte with no codeword lost.
+#[test]
+fn a_broadcast_on_ipv6_multicast_groups() {
+    let ns = Netns::with_loopback_multicast();
+    ns.run(|| {
+        let vol = Vol::create(&[]);
+        let original = vol.add_ts("t.ts", 2_000_000, 4.0, 63);
+        let server = Server::start_at(&vol, IpAddr::V6(Ipv6Addr::LOCALHOST), &[]);
+        let body = serde_json::json!({
+            "object": "t.ts", "scheme": "cautious-harmonic", "max_wait_s": 2.0, "ip_version": 6
+        })
+        .to_string();
+        let r = server.req("POST", "/v1/broadcasts", Some(&body));
+        assert_eq!(r.status, 201, "{}", r.body);
+        let groups = r.json()["channels"].to_string();
+        assert!(groups.contains("ff15:"), "groups of the channels: {groups}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let played = play_run(&server, &vol, "t.ts", "b6", &["--broadcast"], deadline);
+        // Lateness on a loaded machine fails the exit status, not the bytes: the bytes and
+        // the lost codewords are what this test is about.
+        assert!(
+            played.bytes() == original,
+            "broadcast output differs: {}",
+            played.log
+        );
+        assert!(played.log.contains(", 0 lost,"), "{}", played.log);
+    });
 }

@@ -30,8 +30,8 @@ fn ip(args: &[&str]) {
 }
 
 impl Netns {
-    /// A fresh namespace whose loopback is up, multicast-capable, and the route of
-    /// 224.0.0.0/4 (IPv4 multicast stays on the loopback).
+    /// A fresh namespace whose loopback is up, multicast-capable, and the routes of
+    /// 224.0.0.0/4 and ff00::/8 (IPv4 and IPv6 multicast stay on the loopback).
     pub(crate) fn with_loopback_multicast() -> Netns {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let name = format!("isnode-t{}-{n}", std::process::id());
@@ -40,6 +40,19 @@ impl Netns {
         ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
         ip(&["-n", &ns.name, "link", "set", "lo", "multicast", "on"]);
         ip(&["-n", &ns.name, "route", "add", "224.0.0.0/4", "dev", "lo"]);
+        ip(&[
+            "-n",
+            &ns.name,
+            "-6",
+            "route",
+            "add",
+            "multicast",
+            "ff00::/8",
+            "dev",
+            "lo",
+            "table",
+            "local",
+        ]);
         ns
     }
 
