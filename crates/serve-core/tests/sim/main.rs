@@ -19,19 +19,20 @@
 //! - the degraded path's rebuild: an unreadable block's packets rebuilt from the other
 //!   members' blocks in the pool by `isnode_store::codeword::read_codeword` and framed by
 //!   `isnode_wire::build_data_packet` (as `plane::degraded` does);
-//! - the client's receive core ([`isnode_recv::receiver::Receiver`]: CRC, reorder,
-//!   Reed-Solomon decode, in-order release), one per played range.
+//! - the client's receive core ([`isnode_recv::receiver::Receiver`]: CRC, packet digests
+//!   (the catalog's, booked all at once), reorder, Reed-Solomon decode, in-order release),
+//!   one per played range.
 //!
 //! **Modelled**: the disk (reads complete after 0.2–2 ms, some 20–80 ms; persistent block
 //! faults: EIO, a flipped byte, a lost member), the pool's memory (one buffer per slot,
 //! written by the read), the network (loss, corruption, duplication, reordering within a
-//! tick's batch, stray packets of another session, CRC-invalid forgeries), the send
+//! tick's batch, stray packets of another session, CRC-invalid forgeries, and forgeries
+//! with a valid CRC32C that only the packet digests the client checks tell apart), the send
 //! engine (a burst is sent at once from the slot and keeps its pin 0–3 ms, like a
 //! zero-copy send in flight), and viewers' behaviour (when sessions start, pause, seek,
 //! stop), and the degraded path's driver (which blocks to pin, when to retry). Member
 //! health, hedged reads, broadcast channels, start-up bursts, adaptive repair, unicast
-//! repair, CRC-valid forgeries (they need packet authentication) and the FDT's bytes are
-//! not simulated.
+//! repair and the FDT's bytes are not simulated.
 //!
 //! **Fault budget** (as VOPR keeps one good copy): the disk faults never make more than m
 //! symbols of a codeword unreadable (so the server rebuilds every block), and the network

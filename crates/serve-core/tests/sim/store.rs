@@ -31,6 +31,8 @@ pub(super) struct Obj {
     pub(super) layout: Layout,
     /// `packets[sbn][esi]`: what the store holds (the reference every send is checked on).
     pub(super) packets: Vec<Vec<Vec<u8>>>,
+    /// Each codeword's packet digests in ESI order (the catalog's digest rows).
+    pub(super) digests: Vec<Box<[u8]>>,
     /// Segment file of each member, whole blocks.
     pub(super) segments: Vec<Vec<u8>>,
     /// CRC32C of each block of each member (the catalog's block rows).
@@ -77,6 +79,14 @@ impl Obj {
             bytes,
             disk_lost: vec![0; layout.codewords() as usize],
             layout,
+            digests: packets
+                .iter()
+                .map(|cw| {
+                    cw.iter()
+                        .flat_map(|p| isnode_wire::digest::packet_digest(p))
+                        .collect()
+                })
+                .collect(),
             packets,
             segments,
             block_crc,

@@ -39,6 +39,7 @@ fn mutation() -> SimMutation {
         SimMutation::SendEarly,
         SimMutation::StuckReader,
         SimMutation::DegradedSkips,
+        SimMutation::TrustCrc,
     ];
     let Ok(name) = std::env::var("ISNODE_SIM_MUTATION") else {
         return SimMutation::None;
@@ -85,6 +86,7 @@ fn seeds() {
             "admission both ways"
         );
         assert!(total.net_lost > 0 && total.net_corrupt > 0 && total.strays > 0);
+        assert!(total.forgeries > 0, "CRC-valid forgeries sent");
         assert!(
             total.block_faults > 0 && total.rebuilt_bursts > 0,
             "disk faults hit"
@@ -108,6 +110,7 @@ fn add(t: &mut SimReport, r: &SimReport) {
     t.net_corrupt += r.net_corrupt;
     t.duplicated += r.duplicated;
     t.strays += r.strays;
+    t.forgeries += r.forgeries;
     t.pauses += r.pauses;
     t.seeks += r.seeks;
     t.stops += r.stops;
@@ -181,4 +184,10 @@ fn a_degraded_path_that_skips_is_caught() {
         v.what.contains("lost codeword") || v.what.contains("client output ends"),
         "{v}"
     );
+}
+
+#[test]
+fn a_client_that_trusts_the_crc_takes_a_forgery() {
+    let v = first_caught(SimMutation::TrustCrc);
+    assert!(v.what.contains("differs from the object"), "{v}");
 }

@@ -67,6 +67,9 @@ pub(crate) enum SimMutation {
     StuckReader,
     /// The degraded path skips an unreadable block's packets instead of rebuilding them.
     DegradedSkips,
+    /// The client trusts a packet's CRC32C and does not check its digest: a forgery with a
+    /// valid CRC gets in.
+    TrustCrc,
 }
 
 /// One run.
@@ -95,6 +98,7 @@ pub(crate) struct SimReport {
     pub net_corrupt: u64,
     pub duplicated: u64,
     pub strays: u64,
+    pub forgeries: u64,
     pub pauses: u64,
     pub seeks: u64,
     pub stops: u64,
@@ -495,8 +499,15 @@ impl World {
     /// A new played range from `cw`: a new client receive core, rate accounting reset.
     fn open_range(&mut self, i: usize, cw: u32) -> Result<(), String> {
         let obj = &self.objs[self.sessions[i].obj];
-        let rx = Receiver::new(obj.session_params(cw), ReceiverConfig::default())
+        let mut rx = Receiver::new(obj.session_params(cw), ReceiverConfig::default())
             .map_err(|e| format!("receiver: {e}"))?;
+        if self.cfg.mutation != SimMutation::TrustCrc {
+            // The digests the client fetches from the catalog, here all known at once.
+            rx.authenticate(obj.digests.len());
+            for (sbn, d) in obj.digests.iter().enumerate() {
+                rx.add_digests(sbn as u32, d.clone());
+            }
+        }
         let now = self.now_ns;
         let s = &mut self.sessions[i];
         s.out_next = rx.output_start();

@@ -76,6 +76,12 @@ impl World {
             let stray = self.stray(i);
             wire.push((self.rng.below(wire.len() as u64 * 2), stray));
         }
+        let first = wire.first().filter(|_| self.rng.one_in(10));
+        if let Some((order, forged)) = first.and_then(|(o, p)| Some((*o, self.forgery(p)?))) {
+            // Ahead of the packet it forges: first in, it would be taken if not caught.
+            self.report.forgeries += 1;
+            wire.push((order.saturating_sub(1), forged));
+        }
         wire.sort_by_key(|(order, _)| *order);
         let now = Duration::from_nanos(self.now_ns);
         if let Some(rx) = self.sessions[i].rx.as_mut() {
@@ -102,6 +108,21 @@ impl World {
             }
         }
         p
+    }
+
+    /// A forgery of packet `p`: same identifiers, other symbol bytes, its CRC32C valid (what
+    /// anyone who can reach the client's port can make; only its digest tells it apart).
+    /// `None` for a packet the network has already damaged.
+    fn forgery(&mut self, p: &[u8]) -> Option<Vec<u8>> {
+        let genuine = isnode_wire::parse_data_packet(p).ok()?;
+        let mut symbol = genuine.symbol.to_vec();
+        let at = self.rng.below(symbol.len() as u64) as usize;
+        if let Some(b) = symbol.get_mut(at) {
+            *b ^= 0xA5;
+        }
+        let mut out = vec![0u8; p.len()];
+        isnode_wire::build_data_packet(&mut out, &genuine.id, &symbol).ok()?;
+        Some(out)
     }
 
     /// Takes the client's output, checking order and bytes.
