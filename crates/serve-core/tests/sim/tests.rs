@@ -40,6 +40,7 @@ fn mutation() -> SimMutation {
         SimMutation::StuckReader,
         SimMutation::DegradedSkips,
         SimMutation::TrustCrc,
+        SimMutation::BurstAfterSeek,
     ];
     let Ok(name) = std::env::var("ISNODE_SIM_MUTATION") else {
         return SimMutation::None;
@@ -190,4 +191,10 @@ fn a_degraded_path_that_skips_is_caught() {
 fn a_client_that_trusts_the_crc_takes_a_forgery() {
     let v = first_caught(SimMutation::TrustCrc);
     assert!(v.what.contains("differs from the object"), "{v}");
+}
+
+#[test]
+fn a_second_start_up_burst_at_a_seek_is_caught() {
+    let v = first_caught(SimMutation::BurstAfterSeek);
+    assert!(v.what.contains("above its rate"), "{v}");
 }

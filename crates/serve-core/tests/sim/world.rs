@@ -15,7 +15,7 @@ use isnode_serve_core::admission::{self, Limits, PoolLimit, UnvalidatedLimits};
 use isnode_serve_core::block::{BlockKey, Demand, FetchError};
 use isnode_serve_core::cache_core::{CacheCore, CoreLookup, Mutation};
 use isnode_serve_core::pacer::{
-    blocks_of, codewords_in_block, send_rate_bps, Burst, Pacer, PacerConfig, Step,
+    blocks_of, codewords_in_block, send_rate_bps, Burst, Pacer, PacerConfig, StartBurst, Step,
 };
 
 const TICK_NS: u64 = 1_000_000;
@@ -70,6 +70,8 @@ pub(crate) enum SimMutation {
     /// The client trusts a packet's CRC32C and does not check its digest: a forgery with a
     /// valid CRC gets in.
     TrustCrc,
+    /// A seek starts a second start-up burst (admission accounted for one).
+    BurstAfterSeek,
 }
 
 /// One run.
@@ -184,6 +186,9 @@ struct Session {
     paused_at: Option<u64>,
     sent_bytes: u64,
     send_rate_bps: u64,
+    /// Bits the range's start-up burst may send above the rate (0 without one; a seek
+    /// gets none).
+    burst_extra_bits: u128,
     /// Packets sent this tick, delivered at its end.
     batch: Vec<Vec<u8>>,
     /// The codeword whose read-ahead was done.
@@ -476,13 +481,20 @@ impl World {
             max_burst: MAX_BURST,
             fdt_every: 8,
         };
-        let pacer = Pacer::new(cfg, now).map_err(|e| format!("pacer: {e}"))?;
+        let mut pacer = Pacer::new(cfg, now).map_err(|e| format!("pacer: {e}"))?;
         let rate = send_rate_bps(&obj.layout, BITRATE_BPS);
+        let burst = self.rng.one_in(2).then(|| self.start_burst());
+        if let Some(b) = burst {
+            pacer = pacer.with_start_burst(b);
+        }
+        let extra = burst_extra_bits(&pacer, burst, rate, now);
         let s = &mut self.sessions[i];
         s.pacer = Some(pacer);
         s.send_rate_bps = rate;
         s.phase = Phase::Playing;
-        self.open_range(i, self.sessions[i].start_cw)
+        self.open_range(i, self.sessions[i].start_cw)?;
+        self.sessions[i].burst_extra_bits = extra;
+        Ok(())
     }
 
     fn demand_of<'a>(&'a self, s: &Session) -> admission::Demand<'a> {
@@ -517,8 +529,17 @@ impl World {
         s.paused_ns = 0;
         s.paused_at = s.pacer.as_ref().filter(|p| p.is_paused()).map(|_| now);
         s.sent_bytes = 0;
+        s.burst_extra_bits = 0;
         s.read_ahead_at = None;
         Ok(())
+    }
+
+    /// A start-up burst as admission grants one: up to 2 s of media at 2 to 4 times the rate.
+    fn start_burst(&mut self) -> StartBurst {
+        StartBurst {
+            media_ms: self.rng.range(200, 2_000),
+            factor: self.rng.range(2, 5) as u32,
+        }
     }
 
     fn viewer_event(&mut self, i: usize) -> Result<(), String> {
@@ -541,8 +562,16 @@ impl World {
                 self.report.seeks += 1;
                 self.deliver(i)?;
                 self.close_range(i, Close::Cut)?;
-                if let Some(p) = self.sessions[i].pacer.as_mut() {
+                let again =
+                    (self.cfg.mutation == SimMutation::BurstAfterSeek).then(|| self.start_burst());
+                if let Some(p) = self.sessions[i].pacer.take() {
+                    let mut p = p;
                     p.seek(target, now).map_err(|e| format!("seek: {e}"))?;
+                    let p = match again {
+                        Some(b) => p.with_start_burst(b),
+                        None => p,
+                    };
+                    self.sessions[i].pacer = Some(p);
                 }
                 self.open_range(i, target)?;
             }
@@ -726,7 +755,8 @@ impl World {
         let n = u64::from(obj.layout.params().source_symbols + obj.layout.params().repair_symbols);
         let active_ns = self.now_ns - s.seg_start_ns - s.paused_ns;
         let allowed_bits = u128::from(active_ns) * u128::from(s.send_rate_bps) / 1_000_000_000
-            + u128::from(u64::from(MAX_BURST) + n) * plen as u128 * 8;
+            + u128::from(u64::from(MAX_BURST) + n) * plen as u128 * 8
+            + s.burst_extra_bits;
         if u128::from(s.sent_bytes) * 8 > allowed_bits {
             return Err(format!(
                 "session {i} sent {} bytes in {active_ns} ns: above its rate of {} bit/s",
@@ -735,6 +765,18 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// The bits a start-up burst `burst` of `pacer` (from `now`) sends above `rate_bps`: the
+/// burst's factor less one, times the rate, over the burst's span.
+fn burst_extra_bits(pacer: &Pacer, burst: Option<StartBurst>, rate_bps: u64, now: u64) -> u128 {
+    let (Some(b), Some(end)) = (burst, pacer.burst_end_ns()) else {
+        return 0;
+    };
+    u128::from(b.factor.saturating_sub(1))
+        * u128::from(rate_bps)
+        * u128::from(end.saturating_sub(now))
+        / 1_000_000_000
 }
 
 fn new_session(id: usize, of: usize, objs: &[Obj], rng: &mut Rng) -> Session {
@@ -777,6 +819,7 @@ fn new_session(id: usize, of: usize, objs: &[Obj], rng: &mut Rng) -> Session {
         paused_at: None,
         sent_bytes: 0,
         send_rate_bps: 0,
+        burst_extra_bits: 0,
         batch: Vec::new(),
         read_ahead_at: None,
         echo_ns: (!rng.one_in(8)).then(|| rng.range(1_000_000, 30_000_000)),

@@ -84,12 +84,15 @@ impl World {
         }
         wire.sort_by_key(|(order, _)| *order);
         let now = Duration::from_nanos(self.now_ns);
-        if let Some(rx) = self.sessions[i].rx.as_mut() {
-            for (_, p) in &wire {
+        // As the client does, the output is taken as packets come (its window of
+        // codewords moves on with it), not once a tick.
+        for (_, p) in &wire {
+            if let Some(rx) = self.sessions[i].rx.as_mut() {
                 rx.push(p, now);
             }
+            self.drain(i)?;
         }
-        self.drain(i)
+        Ok(())
     }
 
     /// A packet the session's client must ignore: a stored packet of another object (a
