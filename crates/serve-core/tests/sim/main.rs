@@ -31,9 +31,9 @@
 //! engine (a burst is sent at once from the slot and keeps its pin 0–3 ms, like a
 //! zero-copy send in flight), and viewers' behaviour (when sessions start, pause, seek,
 //! stop), and the degraded path's driver (which blocks to pin, when to retry). Start-up
-//! bursts are the pacer's own (half the sessions get one). Member health, hedged reads,
-//! broadcast channels, adaptive repair, unicast repair and the FDT's bytes are not
-//! simulated.
+//! bursts are the pacer's own (half the sessions get one); adaptive repair is the real
+//! policy applied to the clients' loss reports (`world/repair.rs`). Member health, hedged
+//! reads, broadcast channels, unicast repair and the FDT's bytes are not simulated.
 //!
 //! **Fault budget** (as VOPR keeps one good copy): the disk faults never make more than m
 //! symbols of a codeword unreadable (so the server rebuilds every block), and the network

@@ -41,6 +41,7 @@ fn mutation() -> SimMutation {
         SimMutation::DegradedSkips,
         SimMutation::TrustCrc,
         SimMutation::BurstAfterSeek,
+        SimMutation::RepairIgnoresLoss,
     ];
     let Ok(name) = std::env::var("ISNODE_SIM_MUTATION") else {
         return SimMutation::None;
@@ -88,6 +89,7 @@ fn seeds() {
         );
         assert!(total.net_lost > 0 && total.net_corrupt > 0 && total.strays > 0);
         assert!(total.forgeries > 0, "CRC-valid forgeries sent");
+        assert!(total.loss_reports > 0, "loss reports (adaptive repair)");
         assert!(
             total.block_faults > 0 && total.rebuilt_bursts > 0,
             "disk faults hit"
@@ -112,6 +114,7 @@ fn add(t: &mut SimReport, r: &SimReport) {
     t.duplicated += r.duplicated;
     t.strays += r.strays;
     t.forgeries += r.forgeries;
+    t.loss_reports += r.loss_reports;
     t.pauses += r.pauses;
     t.seeks += r.seeks;
     t.stops += r.stops;
@@ -197,4 +200,13 @@ fn a_client_that_trusts_the_crc_takes_a_forgery() {
 fn a_second_start_up_burst_at_a_seek_is_caught() {
     let v = first_caught(SimMutation::BurstAfterSeek);
     assert!(v.what.contains("above its rate"), "{v}");
+}
+
+#[test]
+fn adaptive_repair_that_ignores_the_reported_loss_is_caught() {
+    let v = first_caught(SimMutation::RepairIgnoresLoss);
+    assert!(
+        v.what.contains("lost codeword") || v.what.contains("client output ends"),
+        "{v}"
+    );
 }

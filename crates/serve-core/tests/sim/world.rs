@@ -72,6 +72,8 @@ pub(crate) enum SimMutation {
     TrustCrc,
     /// A seek starts a second start-up burst (admission accounted for one).
     BurstAfterSeek,
+    /// Adaptive repair sends no repair symbol whatever the client reports.
+    RepairIgnoresLoss,
 }
 
 /// One run.
@@ -101,6 +103,7 @@ pub(crate) struct SimReport {
     pub duplicated: u64,
     pub strays: u64,
     pub forgeries: u64,
+    pub loss_reports: u64,
     pub pauses: u64,
     pub seeks: u64,
     pub stops: u64,
@@ -180,6 +183,10 @@ struct Session {
     out_next: u64,
     /// Symbols of each codeword the network took in this range.
     net_lost: BTreeMap<u32, u32>,
+    /// The network takes one packet in this many (a lossy client or a clean one).
+    loss_one_in: u64,
+    /// Its loss reports (adaptive repair).
+    loss: repair::LossWindow,
     /// Rate accounting since the range started.
     seg_start_ns: u64,
     paused_ns: u64,
@@ -342,6 +349,9 @@ impl World {
         self.complete_reads()?;
         self.release_pins()?;
         for i in 0..self.sessions.len() {
+            if self.sessions[i].pacer.is_some() {
+                self.report_loss(i);
+            }
             self.drive(i)?;
             self.deliver(i)?;
             self.check_playout(i)?;
@@ -814,6 +824,8 @@ fn new_session(id: usize, of: usize, objs: &[Obj], rng: &mut Rng) -> Session {
         rx: None,
         out_next: 0,
         net_lost: BTreeMap::new(),
+        loss_one_in: if rng.one_in(2) { 25 } else { 400 },
+        loss: repair::LossWindow::default(),
         seg_start_ns: 0,
         paused_ns: 0,
         paused_at: None,
@@ -828,3 +840,4 @@ fn new_session(id: usize, of: usize, objs: &[Obj], rng: &mut Rng) -> Session {
 
 mod client;
 mod degraded;
+mod repair;

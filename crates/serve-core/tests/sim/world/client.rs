@@ -18,11 +18,11 @@ impl World {
     /// covers the network's losses alone.
     fn budget_left(&self, i: usize, sbn: u32) -> bool {
         let s = &self.sessions[i];
-        let m = self.objs[s.obj].layout.params().repair_symbols;
+        let repair = self.repair_budget(i);
         let net = s.net_lost.get(&sbn).copied().unwrap_or(0);
         let cap = match self.cfg.mutation {
-            SimMutation::NetworkOverBudget => m + 1,
-            _ => m,
+            SimMutation::NetworkOverBudget => repair + 1,
+            _ => repair,
         };
         net < cap
     }
@@ -39,7 +39,7 @@ impl World {
                     .rx
                     .as_ref()
                     .map_or(0, |r| r.params().start_codeword);
-        forced || self.rng.one_in(25)
+        forced || self.rng.one_in(self.sessions[i].loss_one_in)
     }
 
     /// The packets session `i` sent this tick, through the network, into its client.
@@ -52,7 +52,9 @@ impl World {
                 .id
                 .sbn;
             let order = n as u64 * 2 + self.rng.below(7);
+            self.sessions[i].loss.sent += 1;
             if self.network_takes(i, sbn) {
+                self.sessions[i].loss.taken += 1;
                 *self.sessions[i].net_lost.entry(sbn).or_default() += 1;
                 if self.rng.one_in(2) {
                     self.report.net_lost += 1;
