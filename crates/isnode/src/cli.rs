@@ -245,6 +245,15 @@ pub(crate) struct IngestArgs {
     /// is also refused past half the free space of the volume's file system.
     #[arg(long, default_value_t = DEFAULT_MAX_SPOOL_BYTES)]
     pub max_spool_bytes: u64,
+    /// Encrypt the title (MPEG-TS only: HLS AES-128, each segment cut at key frames and
+    /// encrypted with its own IV under a content key of its own, kept wrapped by the node
+    /// key); viewers fetch the key from `GET /v1/objects/NAME/key` with a viewer token.
+    #[arg(long)]
+    pub encrypt: bool,
+    /// The node key file that wraps content keys (default: `node.key` in the volume, made
+    /// on first use with mode 0600). Must be the server's `node_key_file`.
+    #[arg(long)]
+    pub node_key_file: Option<PathBuf>,
     /// Upload to a server instead of the local volume.
     #[command(flatten)]
     pub remote: RemoteArgs,
