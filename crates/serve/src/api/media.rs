@@ -268,6 +268,16 @@ pub(super) async fn get_playlist(
         Ok(o) => o,
         Err(r) => return r,
     };
+    // An encrypted title (issue 32): its `EXT-X-KEY` playlist of the ciphertext.
+    match super::protected::protection_of(&sh, obj.rec.toi).await {
+        Ok(Some(rec)) => {
+            let key = super::protected::key_uri(query.as_deref());
+            let text = super::protected::playlist(&rec, &uri, &key);
+            return playlist_answer(text, query.as_deref());
+        }
+        Ok(None) => {}
+        Err(r) => return r,
+    }
     // A fragmented MP4 (CMAF) with a fragment index: its `EXT-X-MAP` playlist.
     if obj.media.as_ref().is_some_and(|m| m.container != MPEG_TS) {
         if let Some(r) = super::cmaf::fmp4_playlist(&sh, &obj, query.as_deref()).await {
