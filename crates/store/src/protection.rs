@@ -181,6 +181,20 @@ pub(crate) fn put_protection(
     Ok(())
 }
 
+/// A key row as read from SQLite: method, key id, wrap, wrapped key, node key id.
+type RawKeyRow = (String, Vec<u8>, String, Vec<u8>, Vec<u8>);
+
+/// One object's wrapped key (what a rewrap reads and writes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WrappedKey {
+    /// The object.
+    pub toi: u32,
+    /// Its content key, wrapped.
+    pub wrapped_key: [u8; WRAPPED_KEY_LEN],
+    /// The node key that wrapped it.
+    pub node_key_id: [u8; NODE_KEY_ID_LEN],
+}
+
 /// The key row of `toi` as stored, its columns checked.
 type KeyRow = (
     String,
@@ -229,7 +243,7 @@ impl Catalog {
     }
 
     fn key_row(&self, toi: u32) -> Result<Option<KeyRow>, StoreError> {
-        let raw: Option<(String, Vec<u8>, String, Vec<u8>, Vec<u8>)> = self
+        let raw: Option<RawKeyRow> = self
             .conn
             .query_row(
                 "SELECT method, key_id, wrap, wrapped_key, node_key_id FROM object_keys WHERE toi = ?1",
@@ -290,10 +304,8 @@ impl Catalog {
         Ok(out)
     }
 
-    /// Every key row: `(toi, wrapped key, node key id)` (what a rewrap reads).
-    pub fn wrapped_keys(
-        &self,
-    ) -> Result<Vec<(u32, [u8; WRAPPED_KEY_LEN], [u8; NODE_KEY_ID_LEN])>, StoreError> {
+    /// Every object's wrapped key (what a rewrap reads).
+    pub fn wrapped_keys(&self) -> Result<Vec<WrappedKey>, StoreError> {
         let ctx = "reading the wrapped keys";
         let mut q = self
             .conn
@@ -313,23 +325,24 @@ impl Catalog {
             let (toi, w, n) = row.map_err(db(ctx))?;
             let w = fixed(w, "wrapped_key").map_err(|why| bad_row(toi, why))?;
             let n = fixed(n, "node_key_id").map_err(|why| bad_row(toi, why))?;
-            out.push((toi, w, n));
+            out.push(WrappedKey {
+                toi,
+                wrapped_key: w,
+                node_key_id: n,
+            });
         }
         Ok(out)
     }
 
-    /// Replaces the wrapped keys of `rows` `(toi, wrapped key, node key id)` in one
-    /// transaction (a rewrap under a new node key: all or none).
-    pub fn rewrap_keys(
-        &mut self,
-        rows: &[(u32, [u8; WRAPPED_KEY_LEN], [u8; NODE_KEY_ID_LEN])],
-    ) -> Result<(), StoreError> {
+    /// Replaces the wrapped keys of `rows` in one transaction (a rewrap under a new node
+    /// key: all or none).
+    pub fn rewrap_keys(&mut self, rows: &[WrappedKey]) -> Result<(), StoreError> {
         let ctx = "rewrapping the keys";
         let tx = self.write_transaction(ctx)?;
-        for (toi, w, n) in rows {
+        for r in rows {
             tx.execute(
                 "UPDATE object_keys SET wrapped_key = ?2, node_key_id = ?3 WHERE toi = ?1",
-                params![toi, &w[..], &n[..]],
+                params![r.toi, &r.wrapped_key[..], &r.node_key_id[..]],
             )
             .map_err(db(ctx))?;
         }
@@ -339,4 +352,154 @@ impl Catalog {
 
 fn bad_row(toi: u32, why: String) -> StoreError {
     StoreError::Corrupt(format!("object TOI {toi}: bad key row: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::MediaIndexRecord;
+    use crate::{IngestOptions, Protected, Volume, VolumeParams};
+
+    fn volume() -> (tempfile::TempDir, Volume) {
+        let dir = tempfile::tempdir().unwrap();
+        let params = VolumeParams {
+            symbol_len: 1024,
+            source_symbols: 20,
+            repair_symbols: 4,
+            members: 6,
+            block_len: 1 << 16,
+        };
+        let vol = Volume::create(&dir.path().join("vol"), params, None).unwrap();
+        (dir, vol)
+    }
+
+    /// A record of `n` segments of 4800 bytes each (what a 4799-byte clear cut pads to).
+    fn record(n: u64) -> ProtectionRecord {
+        ProtectionRecord {
+            method: METHOD_AES_128.into(),
+            key_id: [7; KEY_ID_LEN],
+            wrap: WRAP_AES_KW_256.into(),
+            wrapped_key: [9; WRAPPED_KEY_LEN],
+            node_key_id: [3; NODE_KEY_ID_LEN],
+            segments: (0..n)
+                .map(|i| ProtectedSegment {
+                    offset_bytes: i * 4800,
+                    length_bytes: 4800,
+                    clear_offset: i * 4799,
+                    clear_length: 4799,
+                    start_s: i as f64 * 2.0,
+                    duration_s: 2.0,
+                    iv: [i as u8; IV_LEN],
+                })
+                .collect(),
+        }
+    }
+
+    fn ingest(vol: &mut Volume, name: &str, rec: &ProtectionRecord) -> crate::ObjectRecord {
+        let len: u64 = rec.segments.iter().map(|s| s.length_bytes).sum();
+        let data = vec![0x5au8; len as usize];
+        let opts = IngestOptions {
+            name: name.into(),
+            bitrate_bps: 1_000_000,
+            content_type: "video/mp2t".into(),
+            replace: true,
+        };
+        let protected = Protected {
+            index: MediaIndexRecord {
+                container: "mpeg-ts".into(),
+                moov_at_front: None,
+                points: rec
+                    .segments
+                    .iter()
+                    .map(|s| (s.start_s, s.offset_bytes))
+                    .collect(),
+                detail: None,
+            },
+            protection: rec.clone(),
+        };
+        crate::ingest_protected(
+            vol,
+            &opts,
+            &mut data.as_slice(),
+            len,
+            &mut |_| {},
+            &protected,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_key_and_segments_commit_with_the_object_and_go_with_it() {
+        let (_d, mut vol) = volume();
+        let rec = record(3);
+        let obj = ingest(&mut vol, "a.ts", &rec);
+        assert_eq!(
+            vol.catalog().protection(obj.toi).unwrap(),
+            Some(rec.clone())
+        );
+        let ix = vol.catalog().media_index(obj.toi).unwrap().unwrap();
+        assert_eq!(ix.points, [(0.0, 0), (2.0, 4800), (4.0, 9600)]);
+        // Rewrapped: one transaction, read back.
+        let mut rows = vol.catalog().wrapped_keys().unwrap();
+        assert_eq!(rows.len(), 1);
+        rows[0].wrapped_key = [1; WRAPPED_KEY_LEN];
+        rows[0].node_key_id = [2; NODE_KEY_ID_LEN];
+        vol.catalog_mut().rewrap_keys(&rows).unwrap();
+        let back = vol.catalog().protection(obj.toi).unwrap().unwrap();
+        assert_eq!((back.wrapped_key, back.node_key_id), ([1; 24], [2; 8]));
+        // Replaced (`--replace`): the old rows go with the old object.
+        let replaced = ingest(&mut vol, "a.ts", &record(2));
+        assert_eq!(vol.catalog().wrapped_keys().unwrap().len(), 1);
+        assert!(vol.catalog().protection(obj.toi).unwrap().is_none());
+        assert_eq!(
+            vol.catalog()
+                .protection(replaced.toi)
+                .unwrap()
+                .unwrap()
+                .segments
+                .len(),
+            2
+        );
+        // Deleted: no key row is left.
+        vol.delete("a.ts").unwrap();
+        assert!(vol.catalog().wrapped_keys().unwrap().is_empty());
+    }
+
+    #[test]
+    fn segments_that_do_not_cover_the_object_are_refused() {
+        let mut rec = record(3);
+        assert!(check_protection(&rec, 14_400).is_ok());
+        assert!(check_protection(&rec, 14_416).is_err());
+        rec.segments[1].offset_bytes += 16;
+        assert!(check_protection(&rec, 14_400).is_err());
+        let mut rec = record(2);
+        rec.segments[1].length_bytes = 4801;
+        assert!(check_protection(&rec, 9601).is_err());
+        let mut rec = record(1);
+        rec.method = "sample-aes".into();
+        assert!(check_protection(&rec, 4800).is_err());
+        // An ingest with such segments writes nothing.
+        let (_d, mut vol) = volume();
+        let bad = record(2);
+        let opts = IngestOptions {
+            name: "b.ts".into(),
+            bitrate_bps: 1_000_000,
+            content_type: "video/mp2t".into(),
+            replace: false,
+        };
+        let p = Protected {
+            index: MediaIndexRecord {
+                container: "mpeg-ts".into(),
+                moov_at_front: None,
+                points: vec![],
+                detail: None,
+            },
+            protection: bad,
+        };
+        let data = vec![0u8; 9000];
+        let e =
+            crate::ingest_protected(&mut vol, &opts, &mut data.as_slice(), 9000, &mut |_| {}, &p);
+        assert!(e.is_err());
+        assert!(vol.catalog().complete_toi("b.ts").unwrap().is_none());
+    }
 }
