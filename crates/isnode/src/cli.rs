@@ -148,6 +148,22 @@ pub(crate) enum VolumeCommand {
     /// Rebuild a replaced (empty or new) member from the others; resumable after a crash,
     /// and safe while `serve` runs on the volume.
     Rebuild(RebuildArgs),
+    /// Rewrap every encrypted title's content key under a new node key (the titles are not
+    /// re-encrypted): a new key made beside the current file and put in its place, or
+    /// `--new-key-file` (the server's `node_key_file` must then name it).
+    Rekey(RekeyArgs),
+}
+
+/// `volume rekey`.
+#[derive(Args, Debug)]
+pub(crate) struct RekeyArgs {
+    /// The current node key file (default: `node.key` in the volume).
+    #[arg(long)]
+    pub node_key_file: Option<PathBuf>,
+    /// An existing key file (64 hexadecimal digits, mode 0600) to wrap under instead of a
+    /// new random key put in place of the current file.
+    #[arg(long)]
+    pub new_key_file: Option<PathBuf>,
 }
 
 /// `volume scrub`.

@@ -291,3 +291,51 @@ fn key_files_others_can_read_and_unsupported_inputs_are_refused() {
     let ls = text(&isnode(&vol, &["ls"]));
     assert!(!ls.contains(".mp4"), "{ls}");
 }
+
+#[test]
+fn a_rekey_rewraps_the_keys_without_touching_the_titles() {
+    let vol = Vol::create(&[]);
+    let file = vol.path("gen.ts");
+    gen_ts(&file, 2_000_000, 6.0, 3);
+    let out = isnode(&vol, &["ingest", "--encrypt", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let viewer = token(&vol, "v", "viewer");
+    let node_key = vol.root.join("node.key");
+    let before = std::fs::read(&node_key).unwrap();
+    let server = Server::start(&vol, &[]);
+    let key_path = format!("/v1/objects/gen.ts/key?token={viewer}");
+    let (status, _, key) = get_raw(server.addr, &key_path);
+    assert_eq!(status, 200);
+    let (_, _, stored) = get_raw(server.addr, "/o/gen.ts");
+
+    let out = isnode(&vol, &["volume", "rekey"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("rewrapped 1 of 1"), "{}", text(&out));
+    let after = std::fs::read(&node_key).unwrap();
+    assert_ne!(before, after, "a new node key");
+    let mode = std::fs::metadata(&node_key).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(!vol.root.join("node.key.new").exists());
+
+    // The running server unwraps with the new key at once: the same content key, the
+    // same stored bytes.
+    let (status, _, again) = get_raw(server.addr, &key_path);
+    assert_eq!(status, 200);
+    assert_eq!(again, key);
+    let (_, _, stored_again) = get_raw(server.addr, "/o/gen.ts");
+    assert!(stored_again == stored, "the title's bytes changed");
+
+    // The old node key no longer unwraps: put back, the key route fails (500, no key).
+    let old = vol.path("old.key");
+    std::fs::write(&old, &before).unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = isnode(
+        &vol,
+        &["volume", "rekey", "--new-key-file", old.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let (status, _, body) = get_raw(server.addr, &key_path);
+    assert_eq!(status, 500, "node.key no longer wraps the keys");
+    assert!(!contains(&body, &key));
+    assert!(String::from_utf8_lossy(&body).contains("cannot be unwrapped"));
+}

@@ -350,6 +350,13 @@ impl Catalog {
     }
 }
 
+impl crate::volume::Volume {
+    /// [`Catalog::rewrap_keys`] on this volume's catalog (`isnode volume rekey`).
+    pub fn rewrap_keys(&mut self, rows: &[WrappedKey]) -> Result<(), StoreError> {
+        self.catalog_mut().rewrap_keys(rows)
+    }
+}
+
 fn bad_row(toi: u32, why: String) -> StoreError {
     StoreError::Corrupt(format!("object TOI {toi}: bad key row: {why}"))
 }
