@@ -1,7 +1,8 @@
 //! Content protection end to end (issue 32, the MPEG-TS / HLS AES-128 half): an
 //! ffmpeg-made H.264 + AAC MPEG-TS title ingested clear and with `--encrypt`; ffmpeg plays
 //! the encrypted title's HLS with a viewer token and decodes the same video frames as the
-//! clear file (framemd5); the stored ciphertext, decrypted segment by segment with the key
+//! clear file (framemd5); `isnode play` with the token writes the clear file (through
+//! loss, and from a time), and without one fails naming the role; the stored ciphertext, decrypted segment by segment with the key
 //! and IVs the server hands out, is the clear file byte for byte; without a token the key
 //! is `401`; the stored bytes alone do not decode; the key's bytes appear in no log line,
 //! metrics scrape, `/v1/status`, error body or command output of the run; `node.key` is
@@ -199,10 +200,51 @@ fn an_encrypted_ts_title_plays_with_a_token_and_its_key_leaks_nowhere() {
     assert!(want.len() >= 12 * 25, "{} frames", want.len());
     assert_eq!(played, want, "the encrypted title's frames");
 
+    // `isnode play` with the token, through 3 % loss: the clear file, byte for byte; from
+    // 4 s: the clear file from the segment there. Without a token: refused naming the role.
+    let clear_bytes = std::fs::read(&clear).unwrap();
+    let played_path = vol.path("played.ts");
+    let play = |extra: &[&str]| {
+        command()
+            .args(["play", "enc.ts", "--server", &server.url(), "--out"])
+            .arg(&played_path)
+            .args(extra)
+            .output()
+            .expect("running isnode play")
+    };
+    let out = play(&["--token", &viewer, "--loss", "0.03", "--seed", "5"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        std::fs::read(&played_path).unwrap() == clear_bytes,
+        "play's output"
+    );
+    outputs.push(text(&out).into_bytes());
+    let out = play(&["--token", &viewer, "--start-at", "4"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let tail = std::fs::read(&played_path).unwrap();
+    assert!(
+        tail.len() > 100_000 && tail.len() < clear_bytes.len(),
+        "{}",
+        tail.len()
+    );
+    assert!(clear_bytes.ends_with(&tail), "play --start-at 4's output");
+    let out = play(&[]);
+    assert!(!out.status.success(), "played without a token");
+    let msg = text(&out);
+    assert!(
+        msg.contains("viewer role") && msg.contains("encrypted"),
+        "{msg}"
+    );
+    assert_eq!(
+        std::fs::read(&played_path).map_or(0, |b| b.len()),
+        0,
+        "output without a key"
+    );
+    outputs.push(msg.into_bytes());
+
     // The stored object is ciphertext that decrypts, segment by segment, to the clear file.
     let (status, _, stored) = get_raw(addr, "/o/enc.ts");
     assert_eq!(status, 200, "segments are public");
-    let clear_bytes = std::fs::read(&clear).unwrap();
     assert_ne!(stored, clear_bytes);
     let ck = isnode_keys::content::ContentKey::from_slice(&key).unwrap();
     let mut decrypted = Vec::new();
