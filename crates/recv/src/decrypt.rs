@@ -12,8 +12,9 @@ use crate::control::ControlClient;
 
 /// Most segments taken from a playlist.
 const MAX_SEGMENTS: usize = 100_000;
-/// Longest segment decrypted, bytes (held whole while its ciphertext arrives).
-const MAX_SEGMENT_BYTES: u64 = 1 << 30;
+/// Longest segment decrypted, bytes (held whole while its ciphertext arrives): what
+/// `ingest --encrypt` writes at most (512 MiB of clear media, padded).
+const MAX_SEGMENT_BYTES: u64 = (512 << 20) + 16;
 
 /// One encrypted segment: its byte range of the object and its IV.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
