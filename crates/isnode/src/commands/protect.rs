@@ -46,55 +46,16 @@ pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode>
     if vol.catalog().complete_toi(&name)?.is_some() && !args.replace {
         bail!("an object named {name:?} already exists; use --replace to replace it");
     }
-    let file = match args.file.as_os_str() == "-" {
-        true => super::ingest::spool_stdin(&vol, args.size, args.max_spool_bytes)?,
-        false => {
-            File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?
-        }
-    };
-    let len = file.metadata().context("reading the input's size")?.len();
-    if args.size.is_some_and(|s| s != len) {
-        bail!(
-            "{} is {len} bytes, but --size says {:?}",
-            args.file.display(),
-            args.size
-        );
-    }
+    let (file, len) = open_input(&vol, args)?;
     let clear = examine(&file, len, args)?;
-    let key_path = node_key_path(root, args.node_key_file.as_deref());
-    let (node_key, made) = NodeKey::load_or_create(&key_path)?;
-    if made {
-        eprintln!(
-            "made the node key {} (id {}): keep a copy; without it no encrypted title plays",
-            key_path.display(),
-            node_key.id_hex()
-        );
-    }
-    let mut spool = tempfile::tempfile_in(vol.tmp_dir()).context("making the spool")?;
-    let key = ContentKey::generate();
-    let segments = encrypt_segments(&file, &clear.cuts, &key, &mut spool)?;
-    let cipher_len: u64 = segments.iter().map(|s| s.length_bytes).sum();
-    spool.rewind().context("reading the spool back")?;
-    let protected = Protected {
-        index: MediaIndexRecord {
-            container: "mpeg-ts".into(),
-            moov_at_front: None,
-            points: segments
-                .iter()
-                .map(|s| (s.start_s, s.offset_bytes))
-                .collect(),
-            detail: Some(clear.detail),
-        },
-        protection: ProtectionRecord {
-            method: isnode_store::protection::METHOD_AES_128.into(),
-            key_id: new_key_id(),
-            wrap: isnode_store::protection::WRAP_AES_KW_256.into(),
-            wrapped_key: node_key.wrap(&key),
-            node_key_id: node_key.id(),
-            segments,
-        },
-    };
-    drop(key);
+    let node_key = node_key(root, args)?;
+    let (spool, protected) = encrypt(&vol, &file, &clear, &node_key)?;
+    let cipher_len: u64 = protected
+        .protection
+        .segments
+        .iter()
+        .map(|s| s.length_bytes)
+        .sum();
     let opts = IngestOptions {
         name,
         bitrate_bps: cipher_bitrate(clear.bitrate_bps, len, cipher_len),
@@ -127,6 +88,73 @@ pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode>
         rec.toi
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The input (a file, or stdin spooled into the volume) and its length.
+fn open_input(vol: &Volume, args: &IngestArgs) -> anyhow::Result<(File, u64)> {
+    let file = match args.file.as_os_str() == "-" {
+        true => super::ingest::spool_stdin(vol, args.size, args.max_spool_bytes)?,
+        false => {
+            File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?
+        }
+    };
+    let len = file.metadata().context("reading the input's size")?.len();
+    if args.size.is_some_and(|s| s != len) {
+        bail!(
+            "{} is {len} bytes, but --size says {:?}",
+            args.file.display(),
+            args.size
+        );
+    }
+    Ok((file, len))
+}
+
+/// The node key of `--node-key-file` or the volume's `node.key`, made there when missing.
+fn node_key(root: &Path, args: &IngestArgs) -> anyhow::Result<NodeKey> {
+    let key_path = node_key_path(root, args.node_key_file.as_deref());
+    let (node_key, made) = NodeKey::load_or_create(&key_path)?;
+    if made {
+        eprintln!(
+            "made the node key {} (id {}): keep a copy; without it no encrypted title plays",
+            key_path.display(),
+            node_key.id_hex()
+        );
+    }
+    Ok(node_key)
+}
+
+/// Encrypts the cuts of `file` under a new content key into a spool in the volume (read
+/// back from its start); what the ingest records with it.
+fn encrypt(
+    vol: &Volume,
+    file: &File,
+    clear: &Clear,
+    node_key: &NodeKey,
+) -> anyhow::Result<(File, Protected)> {
+    let mut spool = tempfile::tempfile_in(vol.tmp_dir()).context("making the spool")?;
+    let key = ContentKey::generate();
+    let segments = encrypt_segments(file, &clear.cuts, &key, &mut spool)?;
+    spool.rewind().context("reading the spool back")?;
+    let protected = Protected {
+        index: MediaIndexRecord {
+            container: "mpeg-ts".into(),
+            moov_at_front: None,
+            points: segments
+                .iter()
+                .map(|s| (s.start_s, s.offset_bytes))
+                .collect(),
+            detail: Some(clear.detail.clone()),
+        },
+        protection: ProtectionRecord {
+            method: isnode_store::protection::METHOD_AES_128.into(),
+            key_id: new_key_id(),
+            wrap: isnode_store::protection::WRAP_AES_KW_256.into(),
+            wrapped_key: node_key.wrap(&key),
+            node_key_id: node_key.id(),
+            segments,
+        },
+    };
+    Ok((spool, protected))
 }
 
 /// The pacing bitrate of the ciphertext: the clear media's, scaled by what the padding
