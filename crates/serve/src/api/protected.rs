@@ -11,12 +11,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use isnode_store::ProtectionRecord;
 
-use super::{blocking, lookup, ApiError, Asker, Sh};
+use super::{blocking, ApiError, Sh};
 use crate::api::state::ApiState;
 
 /// The protection record of object `toi` (`None`: stored in the clear).
@@ -92,14 +92,25 @@ fn node_key_path(sh: &ApiState) -> PathBuf {
 pub(super) async fn get_key(
     _: super::roles::ViewerToken,
     State(sh): Sh,
-    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     Path(name): Path<String>,
 ) -> Response {
-    let obj = match lookup(&sh, Asker::Viewer(peer.ip()), name.clone()).await {
-        Ok(o) => o,
+    // The catalog only: a key request never starts a fill (filled titles are clear).
+    let wanted = name.clone();
+    let toi = match blocking(&sh, move |sh| {
+        sh.control
+            .objects
+            .with_volume(|v| v.catalog().complete_toi(&wanted))
+    })
+    .await
+    {
+        Ok(Ok(Some(toi))) => u32::try_from(toi).unwrap_or(u32::MAX),
+        Ok(Ok(None)) => {
+            return ApiError::new(StatusCode::NOT_FOUND, format!("no object {name:?} here"))
+                .into_response()
+        }
+        Ok(Err(e)) => return super::store_error(e),
         Err(r) => return r,
     };
-    let toi = obj.rec.toi;
     let rec = match protection_of(&sh, toi).await {
         Ok(Some(rec)) => rec,
         Ok(None) => {
