@@ -364,8 +364,10 @@ fn bad_row(toi: u32, why: String) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ingest::{ingest_protected, IngestOptions, Protected};
     use crate::records::MediaIndexRecord;
-    use crate::{IngestOptions, Protected, Volume, VolumeParams};
+    use crate::volume::Volume;
+    use isnode_layout::VolumeParams;
 
     fn volume() -> (tempfile::TempDir, Volume) {
         let dir = tempfile::tempdir().unwrap();
@@ -424,7 +426,7 @@ mod tests {
             },
             protection: rec.clone(),
         };
-        crate::ingest_protected(
+        ingest_protected(
             vol,
             &opts,
             &mut data.as_slice(),
@@ -504,8 +506,7 @@ mod tests {
             protection: bad,
         };
         let data = vec![0u8; 9000];
-        let e =
-            crate::ingest_protected(&mut vol, &opts, &mut data.as_slice(), 9000, &mut |_| {}, &p);
+        let e = ingest_protected(&mut vol, &opts, &mut data.as_slice(), 9000, &mut |_| {}, &p);
         assert!(e.is_err());
         assert!(vol.catalog().complete_toi("b.ts").unwrap().is_none());
     }
