@@ -148,6 +148,22 @@ pub(crate) enum VolumeCommand {
     /// Rebuild a replaced (empty or new) member from the others; resumable after a crash,
     /// and safe while `serve` runs on the volume.
     Rebuild(RebuildArgs),
+    /// Rewrap every encrypted title's content key under a new node key (the titles are not
+    /// re-encrypted): a new key made beside the current file and put in its place, or
+    /// `--new-key-file` (the server's `node_key_file` must then name it).
+    Rekey(RekeyArgs),
+}
+
+/// `volume rekey`.
+#[derive(Args, Debug)]
+pub(crate) struct RekeyArgs {
+    /// The current node key file (default: `node.key` in the volume).
+    #[arg(long)]
+    pub node_key_file: Option<PathBuf>,
+    /// An existing key file (64 hexadecimal digits, mode 0600) to wrap under instead of a
+    /// new random key put in place of the current file.
+    #[arg(long)]
+    pub new_key_file: Option<PathBuf>,
 }
 
 /// `volume scrub`.
@@ -251,6 +267,15 @@ pub(crate) struct IngestArgs {
     /// is also refused past half the free space of the volume's file system.
     #[arg(long, default_value_t = DEFAULT_MAX_SPOOL_BYTES)]
     pub max_spool_bytes: u64,
+    /// Encrypt the title (MPEG-TS only: HLS AES-128, each segment cut at key frames and
+    /// encrypted with its own IV under a content key of its own, kept wrapped by the node
+    /// key); viewers fetch the key from `GET /v1/objects/NAME/key` with a viewer token.
+    #[arg(long)]
+    pub encrypt: bool,
+    /// The node key file that wraps content keys (default: `node.key` in the volume, made
+    /// on first use with mode 0600). Must be the server's `node_key_file`.
+    #[arg(long)]
+    pub node_key_file: Option<PathBuf>,
     /// Upload to a server instead of the local volume.
     #[command(flatten)]
     pub remote: RemoteArgs,

@@ -163,6 +163,9 @@ pub(crate) struct ServeFlags {
     /// The role token file (default: tokens.json in the volume; `isnode token add`).
     #[arg(long)]
     pub tokens_file: Option<PathBuf>,
+    /// The node key file of encrypted titles (default: node.key in the volume).
+    #[arg(long)]
+    pub node_key_file: Option<PathBuf>,
     /// Whether viewer routes answer without a token (default true).
     #[arg(long, action = clap::ArgAction::Set)]
     pub anonymous_viewers: Option<bool>,
@@ -309,7 +312,7 @@ impl ServeFlags {
             replicate_above_rps, probe_interval_ms, probe_timeout_ms, probe_failures_to_dead,
             load_bound);
         overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if, max_volume_bytes,
-            max_sendfile_sessions, tokens_file,
+            max_sendfile_sessions, tokens_file, node_key_file,
             api_max_connections, tls_cert, tls_key, node_name, cluster_ca_file);
         if flags.plain_http {
             config.plain_http = true;
@@ -398,6 +401,7 @@ mod tests {
             max_volume_bytes: Some(1),
             max_sendfile_sessions: Some(1),
             tokens_file: Some("t".into()),
+            node_key_file: Some("nk".into()),
             node_name: Some("n".into()),
             cluster_ca_file: Some("ca".into()),
             origin_access_key_id: Some("k".into()),

@@ -34,6 +34,7 @@ mod h264;
 pub mod index;
 mod index_mp4;
 mod mp4;
+pub mod segments;
 pub mod ts;
 mod tsgen;
 

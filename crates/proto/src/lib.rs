@@ -311,6 +311,11 @@ pub struct SessionInfo {
     /// resuming on another edge takes such a copy's stream from the codeword it resumes at.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin_etag: Option<String>,
+    /// The object is encrypted (HLS AES-128, issue 32): its bytes are the ciphertexts of
+    /// the segments of `GET /v1/objects/{name}/index.m3u8`, whose key
+    /// (`GET /v1/objects/{name}/key`) needs a viewer token. Absent: stored in the clear.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub encrypted: bool,
 }
 
 /// Longest [`SessionInfo::origin_etag`] a client takes as an identity, bytes (a longer

@@ -514,6 +514,32 @@ impl ControlClient {
         )?)
     }
 
+    /// `GET /v1/objects/{name}/index.m3u8` (an encrypted title's segments and IVs), with
+    /// the role token.
+    pub fn playlist(&self, name: &str) -> anyhow::Result<String> {
+        let url = format!("{}/v1/objects/{name}/index.m3u8", self.base);
+        let resp = self.req(self.agent.get(&url)).call()?;
+        Self::body("reading the title's playlist", 200, resp)
+    }
+
+    /// `GET /v1/objects/{name}/key`: the 16 bytes of an encrypted title's content key
+    /// (needs a token with the viewer role).
+    pub fn content_key(&self, name: &str) -> anyhow::Result<Vec<u8>> {
+        let url = format!("{}/v1/objects/{name}/key", self.base);
+        let mut resp = self.req(self.agent.get(&url)).call()?;
+        if resp.status().as_u16() != 200 {
+            Self::body("fetching the title's key", 200, resp)?;
+            bail!("fetching the title's key failed");
+        }
+        let key = resp
+            .body_mut()
+            .with_config()
+            .limit(64)
+            .read_to_vec()
+            .context("reading the title's key")?;
+        Ok(key)
+    }
+
     /// `GET /v1/objects/{name}`.
     pub fn object(&self, name: &str) -> anyhow::Result<ObjectInfo> {
         let url = format!("{}/v1/objects/{name}", self.base);

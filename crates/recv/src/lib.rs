@@ -16,6 +16,7 @@
 pub mod broadcast;
 pub mod config;
 pub mod control;
+pub mod decrypt;
 pub mod digest_fetch;
 pub mod digests;
 pub mod impair;

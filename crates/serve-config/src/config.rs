@@ -280,6 +280,12 @@ pub struct ServeConfig {
     /// add`). Once it exists, operator and metrics routes need a token, on loopback too.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens_file: Option<PathBuf>,
+    /// The node key file that unwraps the content keys of encrypted titles (default:
+    /// `node.key` in the volume, made by `isnode ingest --encrypt`); mode 0600, refused
+    /// when its group or others may read it. Read at each key request (a rewrap needs no
+    /// restart).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_key_file: Option<PathBuf>,
     /// Viewer routes answer requests without a token (`false`: a viewer token is needed,
     /// as `Authorization: Bearer` or `?token=` on content and HLS URLs).
     pub anonymous_viewers: bool,
@@ -477,6 +483,7 @@ impl Default for ServeConfig {
             max_unvalidated_sessions: DEFAULT_MAX_UNVALIDATED_SESSIONS,
             max_unvalidated_per_client: DEFAULT_MAX_UNVALIDATED_PER_CLIENT,
             tokens_file: None,
+            node_key_file: None,
             anonymous_viewers: true,
             insecure_open_operator_routes: false,
             scrub_rate_bps: 0,

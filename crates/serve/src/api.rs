@@ -20,6 +20,7 @@ mod manifests;
 mod media;
 mod owner;
 mod pool_read;
+mod protected;
 mod redirect;
 mod remove;
 mod renditions;
@@ -167,6 +168,7 @@ fn routes() -> Routes {
         .route("/v1/sessions/{id}/control", post(control::control_session))
         .route("/v1/objects/{name}/index", get(media::get_index))
         .route("/v1/objects/{name}/index.m3u8", get(media::get_playlist))
+        .route("/v1/objects/{name}/key", get(protected::get_key))
         .route(
             "/v1/objects/{name}/master.m3u8",
             get(renditions::get_master),

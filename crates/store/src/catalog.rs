@@ -161,6 +161,8 @@ impl Catalog {
             .map_err(db("creating the schema"))?;
         tx.execute_batch(crate::renditions::RENDITION_SCHEMA)
             .map_err(db("creating the schema"))?;
+        tx.execute_batch(crate::protection::PROTECTION_SCHEMA)
+            .map_err(db("creating the schema"))?;
         let kv = [
             ("format_version", FORMAT_VERSION.to_string()),
             ("uuid", uuid.to_string()),
@@ -216,6 +218,9 @@ impl Catalog {
         cat.conn
             .execute_batch(crate::renditions::RENDITION_SCHEMA)
             .map_err(db("adding the rendition tables"))?;
+        cat.conn
+            .execute_batch(crate::protection::PROTECTION_SCHEMA)
+            .map_err(db("adding the protection tables"))?;
         Ok(cat)
     }
 

@@ -50,6 +50,40 @@ pub fn ingest(
     ingest_then_describe(vol, opts, src, len, progress, &mut || Ok(None))
 }
 
+/// What an encrypted ingest (issue 32) records with its object: the time index of the
+/// clear media mapped onto the ciphertext (the stored bytes cannot be indexed), and the
+/// wrapped key with its segments.
+#[derive(Clone, Debug)]
+pub struct Protected {
+    /// The time index recorded instead of one made from the stored bytes.
+    pub index: MediaIndexRecord,
+    /// The key row and the segments.
+    pub protection: crate::protection::ProtectionRecord,
+}
+
+/// [`ingest`] of ciphertext `src` (`len` bytes) with its key and index ([`Protected`]):
+/// they are recorded before the object commits, so it never appears without them.
+pub fn ingest_protected(
+    vol: &mut Volume,
+    opts: &IngestOptions,
+    src: &mut dyn Read,
+    len: u64,
+    progress: &mut dyn FnMut(u64),
+    protected: &Protected,
+) -> Result<ObjectRecord, StoreError> {
+    crate::protection::check_protection(&protected.protection, len)
+        .map_err(|why| StoreError::BadParams(format!("the encrypted segments: {why}")))?;
+    ingest_with(
+        vol,
+        opts,
+        src,
+        len,
+        progress,
+        &mut || Ok(None),
+        Some(protected),
+    )
+}
+
 /// [`ingest`], with the bitrate and content type decided once the last byte is read:
 /// `describe` (e.g. a probe of a spool the input was copied to meanwhile) gives them,
 /// replacing those of `opts`, before the object commits. `None`: keep those of `opts`.
@@ -60,6 +94,19 @@ pub fn ingest_then_describe(
     len: u64,
     progress: &mut dyn FnMut(u64),
     describe: &mut dyn FnMut() -> Result<Option<Described>, StoreError>,
+) -> Result<ObjectRecord, StoreError> {
+    ingest_with(vol, opts, src, len, progress, describe, None)
+}
+
+/// [`ingest_then_describe`], the object encrypted when `protected` says so.
+fn ingest_with(
+    vol: &mut Volume,
+    opts: &IngestOptions,
+    src: &mut dyn Read,
+    len: u64,
+    progress: &mut dyn FnMut(u64),
+    describe: &mut dyn FnMut() -> Result<Option<Described>, StoreError>,
+    protected: Option<&Protected>,
 ) -> Result<ObjectRecord, StoreError> {
     validate_name(&opts.name)?;
     crate::validate::check_bitrate(opts.bitrate_bps).map_err(StoreError::BadParams)?;
@@ -109,6 +156,7 @@ pub fn ingest_then_describe(
         src,
         progress,
         describe,
+        protected,
     };
     match write_object(vol, &layout, &mut rec, taken, io) {
         Ok(old) => {
@@ -135,6 +183,7 @@ struct ObjectInput<'a> {
     src: &'a mut dyn Read,
     progress: &'a mut dyn FnMut(u64),
     describe: &'a mut dyn FnMut() -> Result<Option<Described>, StoreError>,
+    protected: Option<&'a Protected>,
 }
 
 /// Writes, publishes and commits; returns the TOI of a replaced object.
@@ -149,6 +198,7 @@ fn write_object(
         src,
         progress,
         describe,
+        protected,
     } = io;
     let p = *layout.params();
     let skipped = skipped_member(vol)?;
@@ -167,8 +217,16 @@ fn write_object(
     }
     crash::point("before-rename");
     publish_segments(vol, rec.toi, p.members, skipped)?;
-    let index = media_index_record(read.indexer.finish());
-    vol.catalog_mut().set_media_index(rec.toi, &index)?;
+    match protected {
+        Some(p) => {
+            vol.catalog_mut().set_media_index(rec.toi, &p.index)?;
+            vol.catalog_mut().set_protection(rec.toi, &p.protection)?;
+        }
+        None => {
+            let index = media_index_record(read.indexer.finish());
+            vol.catalog_mut().set_media_index(rec.toi, &index)?;
+        }
+    }
     crash::point("before-commit");
     rec.content_crc32c = read.crc;
     let old =

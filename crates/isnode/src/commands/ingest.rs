@@ -105,7 +105,11 @@ pub(super) fn ingest_path(
 
 /// Copies stdin into the volume's spool ([`isnode_store::spool`]: gone on error or if we
 /// crash), refusing more than `--size`, `--max-spool-bytes` or half the free space.
-fn spool_stdin(vol: &Volume, expected: Option<u64>, max_spool_bytes: u64) -> anyhow::Result<File> {
+pub(super) fn spool_stdin(
+    vol: &Volume,
+    expected: Option<u64>,
+    max_spool_bytes: u64,
+) -> anyhow::Result<File> {
     let tmp = vol.tmp_dir();
     let free = isnode_store::io::free_bytes(&tmp)
         .with_context(|| format!("reading the free space of {}", tmp.display()))?;

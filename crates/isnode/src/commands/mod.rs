@@ -7,7 +7,9 @@ mod demo;
 mod fill;
 mod ingest;
 mod objects;
+mod protect;
 pub(crate) mod publish;
+mod rekey;
 mod remote;
 mod status;
 mod stream;
@@ -27,6 +29,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Volume(VolumeCommand::Check(args)) => volume::check(&cli.volume, &args),
         Command::Volume(VolumeCommand::Scrub(args)) => volume::scrub(&cli.volume, &args),
         Command::Volume(VolumeCommand::Rebuild(args)) => volume::rebuild(&cli.volume, &args),
+        Command::Volume(VolumeCommand::Rekey(args)) => rekey::run(&cli.volume, &args),
+        Command::Ingest(args) if args.encrypt => protect::ingest(&cli.volume, &args),
         Command::Ingest(args) if !args.renditions.is_empty() => title::ingest(&cli.volume, &args),
         Command::Ingest(args) => match &args.remote.server {
             Some(server) => remote::upload(server, &args),

@@ -211,6 +211,8 @@ fn store_renditions(
             replace: args.replace,
             size: None,
             max_spool_bytes: args.max_spool_bytes,
+            encrypt: false,
+            node_key_file: None,
             remote: Default::default(),
         };
         let rec = super::ingest::ingest_path(vol, &s.path, &one)?;

@@ -116,6 +116,12 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
     let info = session_of(args, opened, requested)?;
     check_or_delete(args, &info, &control)?;
     let skip = leading_skip_bytes(&info)?;
+    let protection = crate::decrypt::for_session(&control, &info, args.http.is_some())
+        .inspect_err(|_| {
+            if let Err(d) = control.delete_session(&info.id, &info.secret) {
+                tracing::warn!("could not delete session {}: {d:#}", info.id);
+            }
+        })?;
     log_opened(&info, local.addr, &source);
     let owner = Owner::of(&info)?;
     // The first digests come before the stream starts; the rest follow it.
@@ -135,6 +141,10 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
     let result = SessionSetup::from_info(&info, source).and_then(|setup| {
         let (out, server) = local.output(args, &setup, skip)?;
         served = server;
+        let out = match protection {
+            Some((p, start)) => p.writer(out, start)?,
+            None => out,
+        };
         run_session(
             args,
             &socket,

@@ -74,7 +74,13 @@ pub(super) fn parse(body: &[u8], peer: SocketAddr, min_port: u16) -> Result<Requ
     })
 }
 
-fn created(sh: &ApiState, s: &StreamShared, fdt: SessionFdt, at: Option<Located>) -> Response {
+fn created(
+    sh: &ApiState,
+    s: &StreamShared,
+    fdt: SessionFdt,
+    at: Option<Located>,
+    encrypted: bool,
+) -> Response {
     let obj = &s.object;
     let secret = s.owner.map(|o| key_hex(&o.secret)).unwrap_or_default();
     let body = SessionInfo {
@@ -101,6 +107,7 @@ fn created(sh: &ApiState, s: &StreamShared, fdt: SessionFdt, at: Option<Located>
         start_time_s: at.map(|a| a.time_s),
         seek_by: at.map(|a| a.by),
         origin_etag: obj.origin_etag.clone(),
+        encrypted,
     };
     (StatusCode::CREATED, Json(body)).into_response()
 }
@@ -122,6 +129,14 @@ pub(super) async fn create_session(
     if let Some(redirect) = super::hybrid::hybrid(&sh, &obj, &fdt).await {
         return redirect;
     }
+    // An object still filling has no key row (fills store clear titles only).
+    let encrypted = match obj.fill.is_some() {
+        true => false,
+        false => match super::protected::protection_of(&sh, obj.rec.toi).await {
+            Ok(p) => p.is_some(),
+            Err(r) => return r,
+        },
+    };
     let at = match req.start_at_s.map(|t| locate(&obj, t)).transpose() {
         Ok(at) => at,
         Err(e) => return ApiError::new(StatusCode::BAD_REQUEST, e).into_response(),
@@ -147,7 +162,7 @@ pub(super) async fn create_session(
             sh.metrics.titles.started(&obj.rec.name);
             tracing::info!(id = %s.id, object = %obj.rec.name, dest = %s.dest, "session created");
             tokio::spawn(super::owner::send_tokens(sh.clone(), s.clone()));
-            created(&sh, &s, fdt, at)
+            created(&sh, &s, fdt, at, encrypted)
         }
         Err(e) => session_error(&sh, e).into_response(),
     }

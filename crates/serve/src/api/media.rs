@@ -11,13 +11,9 @@ use isnode_proto::SeekBy;
 use isnode_store::Layout;
 
 use super::{ApiError, Asker, Sh};
+pub(crate) use isnode_media::segments::{segments, Segment};
 use isnode_pool::objects::ObjectInfo;
 
-/// Segments are cut at random-access points at least this long apart when the points allow.
-pub(crate) const MIN_SEGMENT_S: f64 = 2.0;
-/// A segment is cut short of [`MIN_SEGMENT_S`] rather than grow past this (a single gap
-/// between two points longer than this stays one segment).
-pub(crate) const MAX_SEGMENT_S: f64 = 6.0;
 /// The segment URI of a playlist of version `toi` of a title: the content, relative to the
 /// playlist's URL, with the version (`isnode_version`: the content answers `410` once the title has been
 /// replaced, rather than splice another version's bytes into an old playlist). The query
@@ -104,52 +100,6 @@ pub(crate) fn locate(obj: &ObjectInfo, at_s: f64) -> Result<Located, String> {
         time_s: offset_bytes as f64 * 8.0 / rate,
         by: SeekBy::Bitrate,
     })
-}
-
-/// One segment of a playlist: `[offset, offset + len)` of the content, `duration_s` long.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Segment {
-    pub offset_bytes: u64,
-    pub len_bytes: u64,
-    pub duration_s: f64,
-}
-
-/// Cuts `[0, size_bytes)` at random-access points `(time_s, offset_bytes)` (increasing)
-/// into segments of [`MIN_SEGMENT_S`]..[`MAX_SEGMENT_S`] where the points allow: a point
-/// is a cut when the segment so far lasts at least the minimum, or when going on to the
-/// next point would pass the maximum. The first segment starts at byte 0 (the tables
-/// before the first point), the last ends at `size_bytes`, lasting until `duration_s`.
-pub(crate) fn segments(points: &[(f64, u64)], size_bytes: u64, duration_s: f64) -> Vec<Segment> {
-    let usable: Vec<(f64, u64)> = points
-        .iter()
-        .copied()
-        .filter(|&(t, o)| t.is_finite() && o < size_bytes)
-        .collect();
-    let mut cuts: Vec<(f64, u64)> = vec![(usable.first().map_or(0.0, |p| p.0), 0)];
-    for (i, &(t, o)) in usable.iter().enumerate().skip(1) {
-        let (start_t, start_o) = cuts[cuts.len() - 1];
-        if o <= start_o || t <= start_t {
-            continue;
-        }
-        let next_t = usable.get(i + 1).map_or(duration_s, |p| p.0);
-        if t - start_t >= MIN_SEGMENT_S || next_t - start_t > MAX_SEGMENT_S {
-            cuts.push((t, o));
-        }
-    }
-    let mut out = Vec::with_capacity(cuts.len());
-    for (i, &(t, o)) in cuts.iter().enumerate() {
-        let (end_t, end_o) = cuts
-            .get(i + 1)
-            .copied()
-            .unwrap_or((duration_s.max(t), size_bytes));
-        out.push(Segment {
-            offset_bytes: o,
-            len_bytes: end_o - o,
-            duration_s: (end_t - t).max(0.0),
-        });
-    }
-    out.retain(|s| s.len_bytes > 0);
-    out
 }
 
 /// The HLS VOD playlist (RFC 8216, version 4 for `EXT-X-BYTERANGE`) of `segments` of the
@@ -317,6 +267,17 @@ pub(super) async fn get_playlist(
         Ok(o) => o,
         Err(r) => return r,
     };
+    // An encrypted title (issue 32): its `EXT-X-KEY` playlist of the ciphertext.
+    match super::protected::protection_of(&sh, obj.rec.toi).await {
+        Ok(Some(rec)) => {
+            let key = super::protected::key_uri(query.as_deref());
+            let uri = segment_uri(query.as_deref(), obj.rec.toi);
+            let text = super::protected::playlist(&rec, &uri, &key);
+            return playlist_answer(text, query.as_deref());
+        }
+        Ok(None) => {}
+        Err(r) => return r,
+    }
     // A fragmented MP4 (CMAF) with a fragment index: its `EXT-X-MAP` playlist.
     if obj.media.as_ref().is_some_and(|m| m.container != MPEG_TS) {
         if let Some(r) = super::cmaf::fmp4_playlist(&sh, &obj, query.as_deref()).await {
@@ -385,41 +346,18 @@ pub(super) async fn get_index(
 mod tests {
     use super::*;
 
-    fn pts(v: &[(f64, u64)]) -> Vec<(f64, u64)> {
-        v.to_vec()
-    }
-
     #[test]
-    fn cuts_every_two_seconds_of_points_and_covers_the_object() {
+    fn renders_the_cuts_as_byte_ranges() {
         let points: Vec<(f64, u64)> = (0..10).map(|i| (i as f64 * 2.0, 564 + i * 1000)).collect();
         let segs = segments(&points, 10_500, 20.0);
-        assert_eq!(segs.len(), 10);
-        assert_eq!(segs[0].offset_bytes, 0);
-        assert_eq!(segs[0].len_bytes, 1564);
-        assert_eq!(segs[9].offset_bytes + segs[9].len_bytes, 10_500);
-        for w in segs.windows(2) {
-            assert_eq!(w[0].offset_bytes + w[0].len_bytes, w[1].offset_bytes);
-        }
-        assert!(segs.iter().all(|s| (s.duration_s - 2.0).abs() < 1e-9));
         let text = playlist("content", &segs);
         assert!(text.starts_with("#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-TARGETDURATION:2\n"));
         assert!(text.contains("#EXT-X-PLAYLIST-TYPE:VOD\n"));
         assert!(text.contains("#EXTINF:2.000,\n#EXT-X-BYTERANGE:1564@0\ncontent\n"));
         assert!(text.contains("#EXT-X-BYTERANGE:1000@1564\n"));
         assert!(text.ends_with("#EXT-X-ENDLIST\n"));
-    }
-
-    #[test]
-    fn merges_close_points_and_keeps_long_gaps_whole() {
-        // Points every 0.5 s merge into 2 s segments; a 9 s gap stays one segment.
-        let mut points: Vec<(f64, u64)> = (0..9).map(|i| (i as f64 * 0.5, i * 100)).collect();
-        points.push((13.0, 5000));
-        points.push((15.0, 6000));
-        let segs = segments(&pts(&points), 7000, 17.0);
-        let durs: Vec<f64> = segs.iter().map(|s| s.duration_s).collect();
-        assert_eq!(durs, [2.0, 2.0, 9.0, 2.0, 2.0]);
-        assert_eq!(segs[2].offset_bytes, 800);
-        assert!(playlist("c", &segs).contains("#EXT-X-TARGETDURATION:9\n"));
+        let long: Vec<(f64, u64)> = vec![(0.0, 0), (2.0, 100), (11.0, 200), (13.0, 300)];
+        assert!(playlist("c", &segments(&long, 400, 15.0)).contains("#EXT-X-TARGETDURATION:9\n"));
     }
 
     #[test]
@@ -437,29 +375,5 @@ mod tests {
         let segs = segments(&[], 1000, 4.0);
         assert!(playlist(&uri, &segs)
             .contains(&format!("\ncontent?token={t}&isnode_version=7&ext=.ts\n")));
-    }
-
-    #[test]
-    fn never_grows_past_six_seconds_when_a_cut_exists() {
-        // 1.5 s then a 5 s gap: cut at 1.5 s rather than make a 6.5 s segment.
-        let points = pts(&[(0.0, 0), (1.5, 100), (6.5, 200), (8.5, 300)]);
-        let segs = segments(&points, 400, 10.5);
-        let durs: Vec<f64> = segs.iter().map(|s| s.duration_s).collect();
-        assert_eq!(durs, [1.5, 5.0, 2.0, 2.0]);
-    }
-
-    #[test]
-    fn no_points_is_one_segment_and_bad_points_are_skipped() {
-        let segs = segments(&[], 1000, 4.0);
-        assert_eq!(
-            segs,
-            [Segment {
-                offset_bytes: 0,
-                len_bytes: 1000,
-                duration_s: 4.0
-            }]
-        );
-        let segs = segments(&pts(&[(0.0, 0), (f64::NAN, 10), (3.0, 5000)]), 1000, 4.0);
-        assert_eq!(segs.len(), 1);
     }
 }

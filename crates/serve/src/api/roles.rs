@@ -26,6 +26,9 @@ use isnode_auth::Role;
 
 /// A request allowed on a viewer route.
 pub(super) struct Viewer;
+/// A request holding a token with the viewer role, whether or not anonymous viewers are
+/// allowed: the key route of encrypted titles (issue 32).
+pub(super) struct ViewerToken;
 /// A request holding the operator role.
 pub(super) struct Operator;
 /// A request holding the metrics role.
@@ -85,17 +88,32 @@ impl IntoResponse for Refusal {
     }
 }
 
+/// Whether anonymous requests may use a route: as the configuration says, or never.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Anonymous {
+    /// Viewer routes: `anonymous_viewers`; operator and metrics: without a token file.
+    AsConfigured,
+    /// A token is needed whatever the configuration (the key route).
+    Never,
+}
+
 /// Whether the request may use a route of `role`.
 pub(super) fn check(sh: &ApiState, parts: &Parts, role: Role) -> Result<(), Refusal> {
+    check_as(sh, parts, role, Anonymous::AsConfigured)
+}
+
+/// [`check`], anonymous requests allowed as `anon` says.
+fn check_as(sh: &ApiState, parts: &Parts, role: Role, anon: Anonymous) -> Result<(), Refusal> {
     // An anonymous viewer is not slowed down (it may share its address with a guesser).
     let anonymous = token_of(parts, role == Role::Viewer).is_none();
-    if anonymous && role == Role::Viewer && sh.config().anonymous_viewers {
+    let configured = anon == Anonymous::AsConfigured && sh.config().anonymous_viewers;
+    if anonymous && role == Role::Viewer && configured {
         return Ok(());
     }
     // A good token passes whoever shares its address (NAT, proxies, a cloud's /64): only
     // failures are slowed down. Tokens are 128-bit random: the throttle bounds the work
     // and the noise of guessing, not its odds.
-    let Err(error) = check_token(sh, parts, role) else {
+    let Err(error) = check_token(sh, parts, role, anon) else {
         return Ok(());
     };
     let Some(client) = client_of(parts) else {
@@ -125,8 +143,8 @@ pub(super) fn check(sh: &ApiState, parts: &Parts, role: Role) -> Result<(), Refu
 
 /// Whether the request's token (or its absence) allows `role`; a use of a good token is
 /// recorded, a refusal counted.
-fn check_token(sh: &ApiState, parts: &Parts, role: Role) -> Result<(), ApiError> {
-    match verdict(sh, parts, role) {
+fn check_token(sh: &ApiState, parts: &Parts, role: Role, anon: Anonymous) -> Result<(), ApiError> {
+    match verdict(sh, parts, role, anon) {
         Ok(Some(sha256)) => {
             sh.last_use.touch(&sha256, unix_now_s());
             Ok(())
@@ -139,15 +157,21 @@ fn check_token(sh: &ApiState, parts: &Parts, role: Role) -> Result<(), ApiError>
 /// Whether the request would be allowed `role`, with no side effect (nothing counted,
 /// no use recorded): what a middleware asks before it acts for the route.
 pub(super) fn allowed(sh: &ApiState, parts: &Parts, role: Role) -> bool {
-    verdict(sh, parts, role).is_ok()
+    verdict(sh, parts, role, Anonymous::AsConfigured).is_ok()
 }
 
 /// The token's verdict for `role`: allowed (the good token's hash, `None` when anonymous
 /// requests are allowed) or why not.
-fn verdict(sh: &ApiState, parts: &Parts, role: Role) -> Result<Option<String>, Failure> {
+fn verdict(
+    sh: &ApiState,
+    parts: &Parts,
+    role: Role,
+    anon: Anonymous,
+) -> Result<Option<String>, Failure> {
     let store = sh.tokens.read().unwrap_or_else(|e| e.into_inner()).clone();
     let token = token_of(parts, role == Role::Viewer);
     let anonymous_ok = match role {
+        _ if anon == Anonymous::Never => false,
         Role::Viewer => sh.config().anonymous_viewers,
         Role::Operator | Role::Metrics => store.is_none(),
     };
@@ -228,6 +252,14 @@ macro_rules! role_extractor {
 }
 
 role_extractor!(Viewer, Role::Viewer);
+
+impl FromRequestParts<Arc<ApiState>> for ViewerToken {
+    type Rejection = Refusal;
+
+    async fn from_request_parts(parts: &mut Parts, sh: &Arc<ApiState>) -> Result<Self, Refusal> {
+        check_as(sh, parts, Role::Viewer, Anonymous::Never).map(|()| Self)
+    }
+}
 role_extractor!(Operator, Role::Operator);
 role_extractor!(MetricsReader, Role::Metrics);
 
@@ -237,6 +269,8 @@ role_extractor!(MetricsReader, Role::Metrics);
 pub(super) enum Rule {
     /// Needs a token with this role (viewer routes: unless anonymous viewers are allowed).
     Role(Role),
+    /// Needs a token with the viewer role even where anonymous viewers are allowed.
+    ViewerToken,
     /// Checked by the session's creator address and secret (`owner.rs`), not by a role.
     SessionOwner,
     /// Anyone (the status page itself; its data needs `metrics`).
@@ -274,6 +308,7 @@ pub(super) const ROUTES: &[(&str, &str, Rule)] = &[
         "/v1/objects/{name}/index.m3u8",
         Rule::Role(Role::Viewer),
     ),
+    ("GET", "/v1/objects/{name}/key", Rule::ViewerToken),
     (
         "GET",
         "/v1/objects/{name}/master.m3u8",

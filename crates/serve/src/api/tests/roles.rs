@@ -82,6 +82,7 @@ fn every_route_answers_each_token_as_its_rule_says() {
                     Rule::Public | Rule::SessionOwner => true,
                     Rule::Role(r) if i == 0 => r == Role::Viewer && anonymous_viewers,
                     Rule::Role(r) => *holds == Some(r),
+                    Rule::ViewerToken => *holds == Some(Role::Viewer),
                 };
                 if let Rule::SessionOwner = rule {
                     // The session check: no such session, whatever the token.
@@ -95,6 +96,9 @@ fn every_route_answers_each_token_as_its_rule_says() {
                     assert!(body.contains("\"error\""), "{ctx}");
                     if let Rule::Role(r) = rule {
                         assert!(body.contains(r.name()), "names the role: {ctx}");
+                    }
+                    if let Rule::ViewerToken = rule {
+                        assert!(body.contains("viewer"), "names the role: {ctx}");
                     }
                 }
             }

@@ -1,0 +1,260 @@
+//! `isnode ingest --encrypt FILE` (issue 32): an MPEG-TS title stored as HLS AES-128.
+//!
+//! The clear media is indexed and cut into the segments its playlist will list (the
+//! server's own cuts, `isnode_media::segments`); each segment is encrypted on its own
+//! (AES-128-CBC, PKCS#7, a random IV) under a new content key, into a spool in the volume;
+//! the spool is ingested as the object's bytes (packets, parity and digests over the
+//! ciphertext) with the clear media's time index mapped onto the ciphertext and the key
+//! wrapped by the node key (docs/format.md, "Protection tables").
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Seek, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use isnode_keys::content::{new_key_id, ContentKey};
+use isnode_keys::node_key::NodeKey;
+use isnode_store::protection::{ProtectedSegment, ProtectionRecord};
+use isnode_store::{IngestOptions, MediaIndexRecord, Protected, Volume};
+
+use crate::cli::IngestArgs;
+
+/// Largest clear segment encrypted (a segment is held in memory while it is encrypted).
+const MAX_SEGMENT_BYTES: u64 = 512 << 20;
+
+/// The node key file: `--node-key-file`, else `node.key` in the volume.
+pub(super) fn node_key_path(root: &Path, named: Option<&Path>) -> PathBuf {
+    named.map_or_else(|| root.join(isnode_keys::NODE_KEY_FILE), Path::to_path_buf)
+}
+
+/// `ingest --encrypt`.
+pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
+    if args.remote.server.is_some() {
+        bail!("--encrypt is not built for uploads yet (--server): ingest on the server's volume");
+    }
+    if !args.renditions.is_empty() {
+        bail!("--encrypt is not built for titles with renditions yet: ingest one file");
+    }
+    let mut vol =
+        Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
+    let name = super::ingest::object_name(&args.file, args)?;
+    if vol.catalog().title(&name)?.is_some() {
+        bail!("{name:?} is a title with renditions: remove it first (`isnode rm {name}`)");
+    }
+    if vol.catalog().complete_toi(&name)?.is_some() && !args.replace {
+        bail!("an object named {name:?} already exists; use --replace to replace it");
+    }
+    let (file, len) = open_input(&vol, args)?;
+    let clear = examine(&file, len, args)?;
+    let node_key = node_key(root, args)?;
+    let (spool, protected) = encrypt(&vol, &file, &clear, &node_key)?;
+    let cipher_len: u64 = protected
+        .protection
+        .segments
+        .iter()
+        .map(|s| s.length_bytes)
+        .sum();
+    let opts = IngestOptions {
+        name,
+        bitrate_bps: cipher_bitrate(clear.bitrate_bps, len, cipher_len),
+        content_type: clear.content_type,
+        replace: args.replace,
+    };
+    let bar = crate::progress::bytes(cipher_len, "ingest");
+    let mut reader = BufReader::with_capacity(1 << 20, spool);
+    let rec = isnode_store::ingest_protected(
+        &mut vol,
+        &opts,
+        &mut reader,
+        cipher_len,
+        &mut |done| bar.set_position(done),
+        &protected,
+    )
+    .with_context(|| format!("ingesting {}", args.file.display()))?;
+    bar.finish_and_clear();
+    println!(
+        "ingested {:?} encrypted (HLS AES-128, {} segments, key id {}): {} bytes ({} clear), \
+         {} bit/s, {:.1} s, {} codewords, TOI {}",
+        rec.name,
+        protected.protection.segments.len(),
+        isnode_keys::hex(&protected.protection.key_id),
+        rec.size_bytes,
+        len,
+        rec.bitrate_bps,
+        rec.duration_s,
+        rec.codewords,
+        rec.toi
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The input (a file, or stdin spooled into the volume) and its length.
+fn open_input(vol: &Volume, args: &IngestArgs) -> anyhow::Result<(File, u64)> {
+    let file = match args.file.as_os_str() == "-" {
+        true => super::ingest::spool_stdin(vol, args.size, args.max_spool_bytes)?,
+        false => {
+            File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?
+        }
+    };
+    let len = file.metadata().context("reading the input's size")?.len();
+    if args.size.is_some_and(|s| s != len) {
+        bail!(
+            "{} is {len} bytes, but --size says {:?}",
+            args.file.display(),
+            args.size
+        );
+    }
+    Ok((file, len))
+}
+
+/// The node key of `--node-key-file` or the volume's `node.key`, made there when missing.
+fn node_key(root: &Path, args: &IngestArgs) -> anyhow::Result<NodeKey> {
+    let key_path = node_key_path(root, args.node_key_file.as_deref());
+    let (node_key, made) = NodeKey::load_or_create(&key_path)?;
+    if made {
+        eprintln!(
+            "made the node key {} (id {}): keep a copy; without it no encrypted title plays",
+            key_path.display(),
+            node_key.id_hex()
+        );
+    }
+    Ok(node_key)
+}
+
+/// Encrypts the cuts of `file` under a new content key into a spool in the volume (read
+/// back from its start); what the ingest records with it.
+fn encrypt(
+    vol: &Volume,
+    file: &File,
+    clear: &Clear,
+    node_key: &NodeKey,
+) -> anyhow::Result<(File, Protected)> {
+    let mut spool = tempfile::tempfile_in(vol.tmp_dir()).context("making the spool")?;
+    let key = ContentKey::generate();
+    let segments = encrypt_segments(file, &clear.cuts, &key, &mut spool)?;
+    spool.rewind().context("reading the spool back")?;
+    let protected = Protected {
+        index: MediaIndexRecord {
+            container: "mpeg-ts".into(),
+            moov_at_front: None,
+            points: segments
+                .iter()
+                .map(|s| (s.start_s, s.offset_bytes))
+                .collect(),
+            detail: Some(clear.detail.clone()),
+        },
+        protection: ProtectionRecord {
+            method: isnode_store::protection::METHOD_AES_128.into(),
+            key_id: new_key_id(),
+            wrap: isnode_store::protection::WRAP_AES_KW_256.into(),
+            wrapped_key: node_key.wrap(&key),
+            node_key_id: node_key.id(),
+            segments,
+        },
+    };
+    Ok((spool, protected))
+}
+
+/// The pacing bitrate of the ciphertext: the clear media's, scaled by what the padding
+/// adds, so that the stored object lasts as long as the clear title.
+fn cipher_bitrate(clear_bps: u64, clear_len: u64, cipher_len: u64) -> u64 {
+    let scaled = u128::from(clear_bps) * u128::from(cipher_len);
+    let bps = scaled.div_ceil(u128::from(clear_len.max(1)));
+    u64::try_from(bps).unwrap_or(u64::MAX)
+}
+
+/// What the clear media says: its bitrate, type, descriptor and segment cuts.
+struct Clear {
+    bitrate_bps: u64,
+    content_type: String,
+    detail: isnode_store::MediaDetail,
+    cuts: Vec<isnode_media::segments::Segment>,
+}
+
+/// Probes and indexes the clear input; refuses what `--encrypt` does not support.
+fn examine(file: &File, len: u64, args: &IngestArgs) -> anyhow::Result<Clear> {
+    if len == 0 {
+        bail!("{} is empty", args.file.display());
+    }
+    let mut indexer = isnode_media::Indexer::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    while at < len {
+        let n = file
+            .read_at(&mut buf, at)
+            .with_context(|| format!("reading {}", args.file.display()))?;
+        if n == 0 {
+            bail!("{} ended at byte {at} of {len}", args.file.display());
+        }
+        indexer.feed(buf.get(..n).unwrap_or_default());
+        at += n as u64;
+    }
+    let ix = indexer.finish();
+    if ix.container != isnode_media::Container::MpegTs {
+        bail!(
+            "--encrypt supports MPEG-TS titles only (HLS AES-128); {} is {:?}: CMAF/MP4 \
+             encryption (CENC cbcs) is not built yet",
+            args.file.display(),
+            ix.container
+        );
+    }
+    let described =
+        isnode_store::spool::describe(file, len, args.bitrate, args.content_type.clone())
+            .with_context(|| format!("examining {}", args.file.display()))?;
+    let duration_s = len as f64 * 8.0 / described.bitrate_bps.max(1) as f64;
+    let points: Vec<(f64, u64)> = ix
+        .points
+        .iter()
+        .map(|p| (p.time_s, p.offset_bytes))
+        .collect();
+    let cuts = isnode_media::segments::segments(&points, len, duration_s);
+    if let Some(big) = cuts.iter().find(|c| c.len_bytes > MAX_SEGMENT_BYTES) {
+        bail!(
+            "a segment of {} bytes at byte {} is longer than {MAX_SEGMENT_BYTES}: the title \
+             has too few key frames to encrypt segment by segment",
+            big.len_bytes,
+            big.offset_bytes
+        );
+    }
+    Ok(Clear {
+        bitrate_bps: described.bitrate_bps,
+        content_type: described.content_type,
+        detail: isnode_store::renditions::media_detail(&ix),
+        cuts,
+    })
+}
+
+/// Encrypts each cut of `file` into `out`, in order; the segments' rows.
+fn encrypt_segments(
+    file: &File,
+    cuts: &[isnode_media::segments::Segment],
+    key: &ContentKey,
+    out: &mut File,
+) -> anyhow::Result<Vec<ProtectedSegment>> {
+    let mut w = BufWriter::with_capacity(1 << 20, out);
+    let mut rows = Vec::with_capacity(cuts.len());
+    let mut at = 0u64;
+    for c in cuts {
+        let len = usize::try_from(c.len_bytes).context("a segment's length")?;
+        let mut clear = vec![0u8; len];
+        file.read_exact_at(&mut clear, c.offset_bytes)
+            .context("reading a segment of the input")?;
+        let iv = isnode_keys::segment::random_iv();
+        let cipher = isnode_keys::segment::encrypt(key, &iv, &clear);
+        w.write_all(&cipher).context("writing the spool")?;
+        rows.push(ProtectedSegment {
+            offset_bytes: at,
+            length_bytes: cipher.len() as u64,
+            clear_offset: c.offset_bytes,
+            clear_length: c.len_bytes,
+            start_s: c.start_s,
+            duration_s: c.duration_s,
+            iv,
+        });
+        at += cipher.len() as u64;
+    }
+    w.flush().context("writing the spool")?;
+    Ok(rows)
+}

@@ -1,0 +1,265 @@
+//! `isnode play` of an encrypted title (issue 32, HLS AES-128): the segments and IVs from
+//! the title's playlist, the key from the key route (a viewer token), and a writer under
+//! the playout that decrypts each segment once its ciphertext is whole and passes the clear
+//! bytes on. The playout, repair and resume all stay on the ciphertext (the stored bytes).
+
+use std::io::{self, Write};
+
+use anyhow::{bail, Context};
+use isnode_keys::content::ContentKey;
+
+use crate::control::ControlClient;
+
+/// Most segments taken from a playlist.
+const MAX_SEGMENTS: usize = 100_000;
+/// Longest segment decrypted, bytes (held whole while its ciphertext arrives): what
+/// `ingest --encrypt` writes at most (512 MiB of clear media, padded).
+const MAX_SEGMENT_BYTES: u64 = (512 << 20) + 16;
+
+/// One encrypted segment: its byte range of the object and its IV.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// First byte of its ciphertext in the object.
+    pub offset: u64,
+    /// Bytes of ciphertext.
+    pub len: u64,
+    /// Its IV.
+    pub iv: [u8; 16],
+}
+
+/// What decrypting a title needs. `Debug` shows no key.
+#[derive(Clone, Debug)]
+pub struct Protection {
+    key: ContentKey,
+    segments: Vec<Segment>,
+}
+
+/// The segments of an HLS AES-128 playlist (every segment after its `#EXT-X-KEY` with an
+/// explicit IV, byte ranges contiguous from 0); an error for anything else.
+pub fn parse_playlist(text: &str) -> anyhow::Result<Vec<Segment>> {
+    let mut out: Vec<Segment> = Vec::new();
+    let mut iv = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("#EXT-X-KEY:") {
+            let hex = rest
+                .strip_prefix("METHOD=AES-128,")
+                .and_then(|r| r.split_once(",IV=0x"))
+                .map(|(_, h)| h)
+                .context("a key line that is not METHOD=AES-128 with an IV")?;
+            iv = Some(parse_iv(hex).context("a malformed IV")?);
+        } else if let Some(range) = line.strip_prefix("#EXT-X-BYTERANGE:") {
+            let (len, offset) = range.split_once('@').context("a byte range without @")?;
+            let seg = Segment {
+                offset: offset.trim().parse().context("a byte range's offset")?,
+                len: len.trim().parse().context("a byte range's length")?,
+                iv: iv.take().context("a segment without its key line")?,
+            };
+            let at = out.last().map_or(0, |s| s.offset + s.len);
+            if seg.offset != at || seg.len == 0 || seg.len % 16 != 0 || seg.len > MAX_SEGMENT_BYTES
+            {
+                bail!(
+                    "segment {} (bytes {}+{}) does not follow the one before",
+                    out.len(),
+                    seg.offset,
+                    seg.len
+                );
+            }
+            if out.len() >= MAX_SEGMENTS {
+                bail!("more than {MAX_SEGMENTS} segments");
+            }
+            out.push(seg);
+        }
+    }
+    if out.is_empty() {
+        bail!("the playlist lists no encrypted segment");
+    }
+    Ok(out)
+}
+
+fn parse_iv(hex: &str) -> Option<[u8; 16]> {
+    let hex = hex.trim();
+    if hex.len() != 32 || !hex.is_ascii() {
+        return None;
+    }
+    let mut iv = [0u8; 16];
+    for (i, b) in iv.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(iv)
+}
+
+/// Fetches what decrypting `name` needs from the server: its playlist and its key (the
+/// control client's token must hold the viewer role: without one, the server's `401`
+/// names the role).
+pub fn fetch(control: &ControlClient, name: &str) -> anyhow::Result<Protection> {
+    let playlist = control.playlist(name)?;
+    let segments = parse_playlist(&playlist)
+        .with_context(|| format!("reading the segments of the encrypted title {name:?}"))?;
+    let key = control
+        .content_key(name)
+        .with_context(|| format!("{name:?} is encrypted and its key is refused"))?;
+    let key = ContentKey::from_slice(&key)?;
+    Ok(Protection { key, segments })
+}
+
+/// What decrypting the session `info` needs, and the object byte its output starts at
+/// (`None`: a clear title). `http`: `play --http`, not built for encrypted titles yet (its
+/// announced length is the ciphertext's).
+pub(crate) fn for_session(
+    control: &ControlClient,
+    info: &isnode_proto::SessionInfo,
+    http: bool,
+) -> anyhow::Result<Option<(Protection, u64)>> {
+    use crate::control::SessionInfoExt;
+    if !info.encrypted {
+        return Ok(None);
+    }
+    if http {
+        bail!("play --http of an encrypted title is not built yet: use --out");
+    }
+    let protection = fetch(control, &info.object.name)?;
+    let start = match info.start_offset_bytes {
+        Some(offset) => offset,
+        None => {
+            let part = info.params()?.partition()?;
+            match info.start_codeword < part.blocks() {
+                true => part.block_offset(info.start_codeword),
+                false => 0,
+            }
+        }
+    };
+    Ok(Some((protection, start)))
+}
+
+impl Protection {
+    /// A writer of the clear media to `out`, fed the object's bytes from byte `start`
+    /// (which must start a segment).
+    pub fn writer(
+        self,
+        out: Box<dyn Write + Send>,
+        start: u64,
+    ) -> anyhow::Result<Box<dyn Write + Send>> {
+        let Some(next) = self.segments.iter().position(|s| s.offset == start) else {
+            bail!(
+                "an encrypted title plays from the start of a segment; byte {start} is not one \
+                 (use --start-at SECONDS)"
+            );
+        };
+        Ok(Box::new(DecryptWriter {
+            inner: out,
+            key: self.key,
+            segments: self.segments,
+            next,
+            buf: Vec::new(),
+        }))
+    }
+}
+
+/// Decrypts each segment once its ciphertext is whole.
+struct DecryptWriter {
+    inner: Box<dyn Write + Send>,
+    key: ContentKey,
+    segments: Vec<Segment>,
+    next: usize,
+    buf: Vec<u8>,
+}
+
+impl Write for DecryptWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        while let Some(seg) = self.segments.get(self.next).copied() {
+            let len = usize::try_from(seg.len).map_err(io::Error::other)?;
+            if self.buf.len() < len {
+                break;
+            }
+            let clear = isnode_keys::segment::decrypt(&self.key, &seg.iv, &self.buf[..len])
+                .map_err(|e| {
+                    io::Error::other(format!(
+                        "segment {} of the encrypted title: {e} (its bytes were lost)",
+                        self.next
+                    ))
+                })?;
+            self.inner.write_all(&clear)?;
+            self.buf.drain(..len);
+            self.next += 1;
+        }
+        if self.next >= self.segments.len() && !self.buf.is_empty() {
+            return Err(io::Error::other("bytes past the last encrypted segment"));
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn decrypts_segment_by_segment_whatever_the_writes() {
+        let key = ContentKey::generate();
+        let clear: Vec<Vec<u8>> = vec![vec![1; 1000], vec![2; 16], vec![3; 5]];
+        let mut stored = Vec::new();
+        let mut playlist = String::from("#EXTM3U\n");
+        for (i, c) in clear.iter().enumerate() {
+            let iv = [i as u8 + 1; 16];
+            let ct = isnode_keys::segment::encrypt(&key, &iv, c);
+            playlist.push_str(&format!(
+                "#EXT-X-KEY:METHOD=AES-128,URI=\"key\",IV=0x{}\n#EXTINF:2.000,\n\
+                 #EXT-X-BYTERANGE:{}@{}\ncontent\n",
+                isnode_keys::hex(&iv),
+                ct.len(),
+                stored.len()
+            ));
+            stored.extend(ct);
+        }
+        let segments = parse_playlist(&playlist).unwrap();
+        assert_eq!(segments.len(), 3);
+        let out = Shared::default();
+        let p = Protection {
+            key: key.clone(),
+            segments: segments.clone(),
+        };
+        let mut w = p.writer(Box::new(out.clone()), 0).unwrap();
+        for chunk in stored.chunks(7) {
+            w.write_all(chunk).unwrap();
+        }
+        assert_eq!(*out.0.lock().unwrap(), clear.concat());
+        // From the second segment.
+        let out = Shared::default();
+        let p = Protection { key, segments };
+        let mut w = p.clone().writer(Box::new(out.clone()), 1008).unwrap();
+        w.write_all(&stored[1008..]).unwrap();
+        assert_eq!(
+            *out.0.lock().unwrap(),
+            [&clear[1][..], &clear[2][..]].concat()
+        );
+        assert!(p.writer(Box::new(io::sink()), 5).is_err());
+    }
+
+    #[test]
+    fn refuses_what_is_not_an_aes_128_playlist() {
+        assert!(parse_playlist("#EXTM3U\n#EXT-X-BYTERANGE:16@0\ncontent\n").is_err());
+        let gap = "#EXT-X-KEY:METHOD=AES-128,URI=\"k\",IV=0x000102030405060708090a0b0c0d0e0f\n\
+                   #EXT-X-BYTERANGE:16@16\nc\n";
+        assert!(parse_playlist(gap).is_err());
+        assert!(parse_playlist("#EXT-X-KEY:METHOD=SAMPLE-AES,URI=\"k\",IV=0x00\n").is_err());
+    }
+}

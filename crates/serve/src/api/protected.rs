@@ -1,0 +1,193 @@
+//! Encrypted titles over HTTP (issue 32; docs/protocol.md, "Encrypted titles"): the HLS
+//! playlist of an MPEG-TS title stored as HLS AES-128 (`#EXT-X-KEY` with each segment's
+//! IV, byte ranges of the stored ciphertext), and `GET /v1/objects/{name}/key`, the
+//! content key's 16 bytes for a request holding a viewer token.
+//!
+//! Segments are the object's content and stay as public as the content route (nginx-vod's
+//! model): only the key needs a token. The key is unwrapped here, per request, with the
+//! node key read from its file (`node_key_file`, else `node.key` in the volume); its bytes
+//! go to the answer's body and nowhere else (no log, error or metric carries them).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use isnode_store::ProtectionRecord;
+
+use super::{blocking, ApiError, Sh};
+use crate::api::state::ApiState;
+
+/// The protection record of object `toi` (`None`: stored in the clear).
+pub(super) async fn protection_of(
+    sh: &Arc<ApiState>,
+    toi: u32,
+) -> Result<Option<ProtectionRecord>, Response> {
+    match blocking(sh, move |sh| {
+        sh.control
+            .objects
+            .with_volume(|v| v.catalog().protection(toi))
+    })
+    .await?
+    {
+        Ok(p) => Ok(p),
+        Err(e) => {
+            tracing::error!(toi, "reading an object's key row: {e}");
+            Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the key row of object TOI {toi} is unreadable (the log says why)"),
+            )
+            .into_response())
+        }
+    }
+}
+
+/// The HLS VOD playlist (version 4) of an encrypted object: each segment's byte range of
+/// the ciphertext at `segment_uri`, preceded by its `#EXT-X-KEY` (method AES-128, the key
+/// at `key_uri`, its IV).
+pub(super) fn playlist(rec: &ProtectionRecord, segment_uri: &str, key_uri: &str) -> String {
+    let target = rec
+        .segments
+        .iter()
+        .map(|s| s.duration_s.round() as u64)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let mut m = format!(
+        "#EXTM3U\n#EXT-X-VERSION:4\n#EXT-X-TARGETDURATION:{target}\n\
+         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n"
+    );
+    for s in &rec.segments {
+        m.push_str(&format!(
+            "#EXT-X-KEY:METHOD=AES-128,URI=\"{key_uri}\",IV=0x{}\n\
+             #EXTINF:{:.3},\n#EXT-X-BYTERANGE:{}@{}\n{segment_uri}\n",
+            isnode_keys::hex(&s.iv),
+            s.duration_s,
+            s.length_bytes,
+            s.offset_bytes
+        ));
+    }
+    m.push_str("#EXT-X-ENDLIST\n");
+    m
+}
+
+/// The key URI of a playlist asked for with `query` (its token carried on, as onto the
+/// segments).
+pub(super) fn key_uri(query: Option<&str>) -> String {
+    match super::roles::carried_token(query) {
+        Some(t) => format!("key?token={t}"),
+        None => "key".to_string(),
+    }
+}
+
+/// The node key file the server reads.
+fn node_key_path(sh: &ApiState) -> PathBuf {
+    let named = sh.config().node_key_file.clone();
+    named.unwrap_or_else(|| sh.control.objects.root().join(isnode_keys::NODE_KEY_FILE))
+}
+
+/// `GET /v1/objects/{name}/key`: the 16 bytes of the object's content key, to a request
+/// holding a viewer token (`401` without one, whatever `anonymous_viewers` says).
+pub(super) async fn get_key(
+    _: super::roles::ViewerToken,
+    State(sh): Sh,
+    Path(name): Path<String>,
+) -> Response {
+    // The catalog only: a key request never starts a fill (filled titles are clear).
+    let wanted = name.clone();
+    let toi = match blocking(&sh, move |sh| {
+        sh.control
+            .objects
+            .with_volume(|v| v.catalog().complete_toi(&wanted))
+    })
+    .await
+    {
+        Ok(Ok(Some(toi))) => u32::try_from(toi).unwrap_or(u32::MAX),
+        Ok(Ok(None)) => {
+            return ApiError::new(StatusCode::NOT_FOUND, format!("no object {name:?} here"))
+                .into_response()
+        }
+        Ok(Err(e)) => return super::store_error(e),
+        Err(r) => return r,
+    };
+    let rec = match protection_of(&sh, toi).await {
+        Ok(Some(rec)) => rec,
+        Ok(None) => {
+            return ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("{name:?} is not encrypted: it has no key"),
+            )
+            .into_response()
+        }
+        Err(r) => return r,
+    };
+    let unwrapped = blocking(&sh, move |sh| {
+        let path = node_key_path(sh);
+        isnode_keys::node_key::NodeKey::load(&path)
+            .and_then(|node| node.unwrap(&rec.wrapped_key))
+            .map(|k| *k.expose())
+    })
+    .await;
+    match unwrapped {
+        Ok(Ok(bytes)) => (
+            [
+                (header::CONTENT_TYPE, "application/octet-stream"),
+                (header::CACHE_CONTROL, "private, no-store"),
+            ],
+            bytes.to_vec(),
+        )
+            .into_response(),
+        Ok(Err(e)) => {
+            // The error names files and ids, never key bytes (isnode-keys' errors carry none).
+            tracing::error!(object = %name, "the key of an encrypted title: {e}");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the key of {name:?} cannot be unwrapped on this node (the log says why)"),
+            )
+            .into_response()
+        }
+        Err(r) => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use isnode_store::ProtectedSegment;
+
+    #[test]
+    fn each_segment_has_its_key_line_and_iv() {
+        let seg = |o: u64, l: u64, iv: u8| ProtectedSegment {
+            offset_bytes: o,
+            length_bytes: l,
+            clear_offset: o,
+            clear_length: l - 1,
+            start_s: 0.0,
+            duration_s: 2.0,
+            iv: [iv; 16],
+        };
+        let rec = ProtectionRecord {
+            method: "aes-128".into(),
+            key_id: [0; 16],
+            wrap: "aes-kw-256".into(),
+            wrapped_key: [0; 24],
+            node_key_id: [0; 8],
+            segments: vec![seg(0, 32, 1), seg(32, 16, 2)],
+        };
+        let t = "0f".repeat(32);
+        let q = format!("token={t}");
+        let text = playlist(&rec, "content?ext=.ts", &key_uri(Some(&q)));
+        assert!(text.contains(&format!(
+            "#EXT-X-KEY:METHOD=AES-128,URI=\"key?token={t}\",IV=0x{}\n#EXTINF:2.000,\n\
+             #EXT-X-BYTERANGE:32@0\ncontent?ext=.ts\n",
+            "01".repeat(16)
+        )));
+        assert!(text.contains(&format!(
+            "IV=0x{}\n#EXTINF:2.000,\n#EXT-X-BYTERANGE:16@32\n",
+            "02".repeat(16)
+        )));
+        assert!(text.ends_with("#EXT-X-ENDLIST\n"));
+        assert_eq!(key_uri(Some("token=%22,x")), "key");
+    }
+}

@@ -1,0 +1,22 @@
+//! Fuzz the client's reading of an encrypted title's HLS playlist (`isnode play` of an
+//! AES-128 title, issue 32): never a panic; what it takes is bounded, contiguous from byte
+//! 0, each segment a positive multiple of 16 bytes.
+#![no_main]
+
+use isnode_recv::decrypt::parse_playlist;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(segments) = parse_playlist(text) {
+        let mut at = 0u64;
+        for s in &segments {
+            assert_eq!(s.offset, at);
+            assert!(s.len > 0 && s.len % 16 == 0);
+            at += s.len;
+        }
+        assert!(!segments.is_empty() && segments.len() <= 100_000);
+    }
+});
