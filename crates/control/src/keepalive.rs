@@ -110,10 +110,12 @@ fn take(sh: &Keepalives, data: &[u8], from: Option<IpAddr>) {
             .fetch_add(1, Ordering::Relaxed);
         return;
     };
+    // An authentic keepalive of a session that has just ended (its client still plays the
+    // tail it received) is taken and changes nothing; refused are those of no session, from
+    // elsewhere, forged or replayed.
     let kept = sh
         .sessions
         .find(k.id)
-        .filter(|s| s.state() == SessionState::Streaming)
         .filter(|s| from == Some(s.dest.ip().to_canonical()))
         .filter(|s| s.owner.is_some_and(|o| k.authentic(&o.secret)))
         .filter(|s| {
@@ -121,6 +123,9 @@ fn take(sh: &Keepalives, data: &[u8], from: Option<IpAddr>) {
             w.take(k.counter)
         })
         .map(|s| {
+            if s.state() != SessionState::Streaming {
+                return;
+            }
             s.last_keepalive_ns
                 .store(sh.clock.now_ns(), Ordering::Release);
             if let Some(loss) = k.loss {
