@@ -136,30 +136,65 @@ fn check_renditions(scans: &[Scan]) -> anyhow::Result<()> {
             );
         }
     }
-    let keys: Vec<Vec<f64>> = scans
+    let (audio, video): (Vec<&Scan>, Vec<&Scan>) = scans.iter().partition(|s| audio_only(s));
+    let Some(reference) = video.first() else {
+        bail!("a title needs a rendition with video: every file given is audio-only");
+    };
+    for a in &audio {
+        if a.index.container != Container::Mp4 {
+            bail!(
+                "{} is audio-only MPEG-TS: a title's audio rendition must be a fragmented MP4 (CMAF)",
+                a.path.display()
+            );
+        }
+        if (a.duration_s - reference.duration_s).abs() > AUDIO_DURATION_TOLERANCE_S {
+            bail!(
+                "{} (audio) lasts {:.3} s but {} lasts {:.3} s: not renditions of one title",
+                a.path.display(),
+                a.duration_s,
+                reference.path.display(),
+                reference.duration_s
+            );
+        }
+    }
+    let keys: Vec<Vec<f64>> = video
         .iter()
         .map(|s| s.index.points.iter().map(|p| p.time_s).collect())
         .collect();
     let timing: Vec<RenditionTiming<'_>> = keys
         .iter()
-        .zip(scans)
+        .zip(&video)
         .map(|(k, s)| RenditionTiming {
             key_times_s: k,
             duration_s: s.duration_s,
         })
         .collect();
-    let fps = scans
+    let fps = video
         .iter()
         .filter_map(|s| s.index.rendition.as_ref()?.video.as_ref()?.frame_rate)
         .map(|f| f.fps())
         .fold(0.0f64, f64::max);
     let tol = isnode_media::Tolerance::for_frame_rate(fps);
-    check_aligned(&timing, tol).map_err(|e| alignment_error(scans, e))?;
+    check_aligned(&timing, tol).map_err(|e| alignment_error(&video, e))?;
     Ok(())
 }
 
+/// How far an audio-only rendition's duration may be from the video's: its last AAC
+/// frame (at most 1024 samples) and its priming (2048 samples at 48 kHz) cut it off the
+/// video frame grid, so a frame and 100 ms is too tight; 200 ms is well under a segment.
+const AUDIO_DURATION_TOLERANCE_S: f64 = 0.2;
+
+/// Whether a scanned file is audio-only (no video stream, at least one audio stream): a
+/// title's audio rendition, whose key frames need not fall at the video's.
+fn audio_only(s: &Scan) -> bool {
+    s.index
+        .rendition
+        .as_ref()
+        .is_some_and(|d| d.video.is_none() && !d.audio.is_empty())
+}
+
 /// An alignment error naming the files and the time.
-fn alignment_error(scans: &[Scan], e: AlignmentError) -> anyhow::Error {
+fn alignment_error(scans: &[&Scan], e: AlignmentError) -> anyhow::Error {
     let file = |i: usize| {
         scans
             .get(i)

@@ -96,6 +96,40 @@ pub(super) struct Variant {
     pub duration_s: f64,
 }
 
+/// RFC 6381 codec prefixes of audio (a rendition whose codecs are all audio is audio-only).
+const AUDIO_CODECS: [&str; 6] = ["mp4a", "ac-3", "ec-3", "opus", "Opus", "fLaC"];
+
+impl Variant {
+    /// Whether it is an audio-only rendition (no video size, every codec an audio one):
+    /// the title's audio, listed as an `EXT-X-MEDIA` audio group (HLS) and an audio
+    /// adaptation set (DASH) rather than as a variant of its own.
+    pub(super) fn audio_only(&self) -> bool {
+        self.descriptor.as_ref().is_some_and(|d| {
+            d.width.is_none()
+                && !d.codecs.is_empty()
+                && d.codecs
+                    .split(',')
+                    .all(|c| AUDIO_CODECS.iter().any(|a| c.trim().starts_with(a)))
+        })
+    }
+
+    /// The peak bitrate as manifests state it (at least the average, at least 1).
+    fn bandwidth(&self) -> u64 {
+        self.peak_bps.max(self.average_bps).max(1)
+    }
+
+    /// Its codecs, if known.
+    fn codecs(&self) -> Option<&str> {
+        self.descriptor
+            .as_ref()
+            .map(|d| d.codecs.as_str())
+            .filter(|c| !c.is_empty())
+    }
+}
+
+/// The HLS audio group of a title's audio-only renditions.
+const AUDIO_GROUP: &str = "audio";
+
 /// The largest `bytes × 8 / seconds` over `(bytes, seconds)` pairs with a duration.
 pub(super) fn peak_bps(segments: impl Iterator<Item = (u64, f64)>) -> u64 {
     segments
@@ -105,34 +139,70 @@ pub(super) fn peak_bps(segments: impl Iterator<Item = (u64, f64)>) -> u64 {
         .unwrap_or(0)
 }
 
-/// The HLS multivariant playlist of `variants` (in the title's order).
+/// The HLS multivariant playlist of `variants` (in the title's order). Audio-only
+/// renditions, when the title also has video ones, are an `EXT-X-MEDIA` audio group
+/// (`GROUP-ID="audio"`, the first the default) that every video variant names: its
+/// `BANDWIDTH` and `AVERAGE-BANDWIDTH` then add the largest audio rendition's, and its
+/// `CODECS` the first audio rendition's codecs.
 pub(super) fn master_playlist(variants: &[Variant]) -> String {
     let version = match variants.iter().any(|v| v.fragments.is_some()) {
         true => 7,
         false => 4,
     };
     let mut m = format!("#EXTM3U\n#EXT-X-VERSION:{version}\n#EXT-X-INDEPENDENT-SEGMENTS\n");
-    for v in variants {
-        let avg = v.average_bps.max(1);
+    let (audio, video): (Vec<&Variant>, Vec<&Variant>) =
+        variants.iter().partition(|v| v.audio_only());
+    let (audio, video) = match video.is_empty() {
+        true => (Vec::new(), audio),
+        false => (audio, video),
+    };
+    for (i, a) in audio.iter().enumerate() {
+        let default = if i == 0 { "YES" } else { "NO" };
+        let _ = writeln!(
+            m,
+            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"{AUDIO_GROUP}\",NAME=\"audio {i}\",\
+             DEFAULT={default},AUTOSELECT=YES,URI=\"{}\"",
+            a.uri
+        );
+    }
+    let audio_peak = audio.iter().map(|a| a.bandwidth()).max().unwrap_or(0);
+    let audio_avg = audio.iter().map(|a| a.average_bps).max().unwrap_or(0);
+    let audio_codecs = audio.first().and_then(|a| a.codecs());
+    for v in video {
+        let avg = v.average_bps.max(1) + audio_avg;
         let _ = write!(
             m,
             "#EXT-X-STREAM-INF:BANDWIDTH={},AVERAGE-BANDWIDTH={avg}",
-            v.peak_bps.max(avg)
+            (v.bandwidth() + audio_peak).max(avg)
         );
-        if let Some(d) = &v.descriptor {
-            if let (Some(w), Some(h)) = (d.width, d.height) {
-                let _ = write!(m, ",RESOLUTION={w}x{h}");
-            }
-            if !d.codecs.is_empty() {
-                let _ = write!(m, ",CODECS=\"{}\"", d.codecs);
-            }
-            if let Some(fps) = d.fps() {
-                let _ = write!(m, ",FRAME-RATE={fps:.3}");
-            }
-        }
+        stream_inf_attributes(&mut m, v, audio_codecs);
         let _ = write!(m, "\n{}\n", v.uri);
     }
     m
+}
+
+/// `RESOLUTION`, `CODECS` (with `audio_codecs` and `AUDIO` when the title has an audio
+/// group) and `FRAME-RATE` of one `EXT-X-STREAM-INF`.
+fn stream_inf_attributes(m: &mut String, v: &Variant, audio_codecs: Option<&str>) {
+    let Some(d) = &v.descriptor else { return };
+    if let (Some(w), Some(h)) = (d.width, d.height) {
+        let _ = write!(m, ",RESOLUTION={w}x{h}");
+    }
+    match (d.codecs.is_empty(), audio_codecs) {
+        (false, Some(a)) => {
+            let _ = write!(m, ",CODECS=\"{},{a}\"", d.codecs);
+        }
+        (false, None) => {
+            let _ = write!(m, ",CODECS=\"{}\"", d.codecs);
+        }
+        (true, _) => {}
+    }
+    if let Some(fps) = d.fps() {
+        let _ = write!(m, ",FRAME-RATE={fps:.3}");
+    }
+    if audio_codecs.is_some() {
+        let _ = write!(m, ",AUDIO=\"{AUDIO_GROUP}\"");
+    }
 }
 
 /// `s` with XML's five special characters escaped.
@@ -150,24 +220,45 @@ fn iso_duration(s: f64) -> String {
 }
 
 /// The static DASH MPD (ISO/IEC 23009-1, `isoff-main` profile) of CMAF `variants` (each
-/// with its fragment index): one adaptation set, a representation per variant whose
-/// `SegmentList` names the init segment and every segment by byte range of its `BaseURL`,
-/// with a `SegmentTimeline` of their exact decode times.
+/// with its fragment index): an adaptation set of the video renditions (or of all, when
+/// none is audio-only) and one of the audio-only renditions, a representation per variant
+/// whose `SegmentList` names the init segment and every segment by byte range of its
+/// `BaseURL`, with a `SegmentTimeline` of their exact decode times.
 pub(super) fn mpd(variants: &[Variant]) -> String {
     let duration = variants.iter().map(|v| v.duration_s).fold(0.0, f64::max);
     let mut m = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
          <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" profiles=\"urn:mpeg:dash:profile:isoff-main:2011\" \
          type=\"static\" mediaPresentationDuration=\"{}\" minBufferTime=\"PT2S\">\n\
-         <Period id=\"0\" start=\"PT0S\">\n\
-         <AdaptationSet id=\"0\" mimeType=\"video/mp4\" segmentAlignment=\"true\" startWithSAP=\"1\">\n",
+         <Period id=\"0\" start=\"PT0S\">\n",
         iso_duration(duration)
     );
-    for (i, v) in variants.iter().enumerate() {
-        let Some(f) = &v.fragments else { continue };
-        representation(&mut m, i, v, f);
+    let sets = [
+        ("video", false, " segmentAlignment=\"true\" startWithSAP=\"1\""),
+        ("audio", true, " segmentAlignment=\"true\" startWithSAP=\"1\" lang=\"und\""),
+    ];
+    let has_video = variants.iter().any(|v| !v.audio_only());
+    for (set, (kind, audio, attrs)) in sets.iter().enumerate() {
+        let members: Vec<(usize, &Variant)> = variants
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.fragments.is_some() && (v.audio_only() && has_video) == *audio)
+            .collect();
+        if members.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            m,
+            "<AdaptationSet id=\"{set}\" contentType=\"{kind}\" mimeType=\"{kind}/mp4\"{attrs}>"
+        );
+        for (i, v) in members {
+            if let Some(f) = &v.fragments {
+                representation(&mut m, i, v, f);
+            }
+        }
+        m.push_str("</AdaptationSet>\n");
     }
-    m.push_str("</AdaptationSet>\n</Period>\n</MPD>\n");
+    m.push_str("</Period>\n</MPD>\n");
     m
 }
 
@@ -176,7 +267,7 @@ fn representation(m: &mut String, id: usize, v: &Variant, f: &FragmentsRecord) {
     let _ = write!(
         m,
         "<Representation id=\"{id}\" bandwidth=\"{}\"",
-        v.peak_bps.max(v.average_bps).max(1)
+        v.bandwidth()
     );
     if let Some(d) = &v.descriptor {
         if let (Some(w), Some(h)) = (d.width, d.height) {
