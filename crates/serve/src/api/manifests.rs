@@ -234,8 +234,16 @@ pub(super) fn mpd(variants: &[Variant]) -> String {
         iso_duration(duration)
     );
     let sets = [
-        ("video", false, " segmentAlignment=\"true\" startWithSAP=\"1\""),
-        ("audio", true, " segmentAlignment=\"true\" startWithSAP=\"1\" lang=\"und\""),
+        (
+            "video",
+            false,
+            " segmentAlignment=\"true\" startWithSAP=\"1\"",
+        ),
+        (
+            "audio",
+            true,
+            " segmentAlignment=\"true\" startWithSAP=\"1\" lang=\"und\"",
+        ),
     ];
     let has_video = variants.iter().any(|v| !v.audio_only());
     for (set, (kind, audio, attrs)) in sets.iter().enumerate() {

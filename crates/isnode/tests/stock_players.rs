@@ -1,0 +1,257 @@
+//! Stock web players in a real headless Chromium (issue 31): hls.js plays a title's
+//! `master.m3u8` and dash.js its `manifest.mpd`, both over the same stored CMAF files (a
+//! 4-rung H.264 ladder, 2 s GOPs aligned, and an audio-only AAC rendition: the HLS audio
+//! group and the DASH audio adaptation set). Each must play on (`currentTime` past several
+//! segments), raise no error event, and report every rung and the audio.
+//!
+//! The players are npm packages (hls.js, dashjs) that `scripts/test` installs with
+//! `scripts/install-players` into `~/.cache/isnode-players` (or `$ISNODE_PLAYERS_DIR`);
+//! the test serves them and its pages from a front of its own on the node's origin
+//! (`serve_support::front`). A missing player, `chromium` or `chromedriver` fails the
+//! test, naming `scripts/test`.
+
+mod serve_support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use fantoccini::Client;
+use serde_json::Value;
+use serve_support::browser::{browser, require_chromium, wait_js, Driver};
+use serve_support::front::Front;
+use serve_support::media::tool;
+use serve_support::*;
+
+/// The ladder (the issue's): size, video bitrate.
+const LADDER: [(&str, &str); 4] = [
+    ("416x234", "400k"),
+    ("640x360", "1200k"),
+    ("1280x720", "2500k"),
+    ("1920x1080", "5000k"),
+];
+
+/// Seconds of the title.
+const SECONDS: &str = "24";
+
+/// The players' directory (`scripts/install-players`).
+fn players_dir() -> PathBuf {
+    match std::env::var_os("ISNODE_PLAYERS_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/isnode-players"),
+    }
+}
+
+/// A player's dist file, which must be installed.
+#[track_caller]
+fn player_file(rel: &str) -> Vec<u8> {
+    let p = players_dir().join("node_modules").join(rel);
+    std::fs::read(&p).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: the stock players are missing: run scripts/test (scripts/install-players \
+             installs hls.js and dashjs from npm)",
+            p.display()
+        )
+    })
+}
+
+/// Runs ffmpeg, which must succeed quietly.
+#[track_caller]
+fn ffmpeg(args: &[&str]) {
+    let out = Command::new(tool("ffmpeg"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running ffmpeg: {e}"));
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "ffmpeg {args:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The video rungs (CMAF, video only) and the audio rendition (CMAF, 2 s fragments).
+fn ladder(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for (i, (size, rate)) in LADDER.iter().enumerate() {
+        let out = dir.join(format!("v{i}.mp4"));
+        let src = format!("testsrc2=size={size}:rate=25");
+        ffmpeg(&[
+            "-v",
+            "error",
+            "-y",
+            "-f",
+            "lavfi",
+            "-i",
+            &src,
+            "-t",
+            SECONDS,
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-b:v",
+            rate,
+            "-maxrate",
+            rate,
+            "-bufsize",
+            rate,
+            "-g",
+            "50",
+            "-keyint_min",
+            "50",
+            "-sc_threshold",
+            "0",
+            "-r",
+            "25",
+            "-movflags",
+            "+cmaf",
+            out.to_str().unwrap(),
+        ]);
+        files.push(out);
+    }
+    let audio = dir.join("audio.mp4");
+    ffmpeg(&[
+        "-v",
+        "error",
+        "-y",
+        "-f",
+        "lavfi",
+        "-i",
+        "sine=frequency=440:sample_rate=48000",
+        "-t",
+        SECONDS,
+        "-c:a",
+        "aac",
+        "-b:a",
+        "64k",
+        "-movflags",
+        "+cmaf",
+        "-frag_duration",
+        "2000000",
+        audio.to_str().unwrap(),
+    ]);
+    files.push(audio);
+    files
+}
+
+/// The page of one player: `setup` makes the player on `<video id=v>` from `SRC` and
+/// keeps `window.t` (`errors`, `rungs`, `audio`, `switches`) up to date.
+fn page(script: &str, setup: &str) -> Vec<u8> {
+    format!(
+        "<!doctype html><html><head><meta charset=utf-8><title>player</title></head><body>\
+         <video id=v muted autoplay playsinline width=640 height=360></video>\
+         <script src=\"/player/{script}\"></script><script>\
+         window.t = {{errors: [], rungs: 0, audio: 0, switches: []}};\
+         const SRC = new URLSearchParams(location.search).get('src');\
+         const v = document.getElementById('v');\
+         v.addEventListener('error', () => t.errors.push('video: ' + (v.error && v.error.message)));\
+         try {{ {setup} }} catch (e) {{ t.errors.push('setup: ' + e); }}\
+         </script></body></html>"
+    )
+    .into_bytes()
+}
+
+/// hls.js on the title's master playlist.
+const HLS_SETUP: &str = "const h = new Hls(); window.h = h;\
+    h.on(Hls.Events.ERROR, (e, d) => t.errors.push((d.fatal ? 'fatal ' : '') + d.type + ': ' + d.details));\
+    h.on(Hls.Events.MANIFEST_PARSED, (e, d) => { t.rungs = d.levels.length; });\
+    h.on(Hls.Events.AUDIO_TRACKS_UPDATED, (e, d) => { t.audio = d.audioTracks.length; });\
+    h.on(Hls.Events.LEVEL_SWITCHED, (e, d) => t.switches.push([v.currentTime, h.levels[d.level].height]));\
+    h.loadSource(SRC); h.attachMedia(v); v.play().catch(e => t.errors.push('play: ' + e));";
+
+/// dash.js on the title's MPD.
+const DASH_SETUP: &str = "const p = dashjs.MediaPlayer().create(); window.p = p;\
+    const E = dashjs.MediaPlayer.events;\
+    p.on(E.ERROR, e => t.errors.push('error: ' + JSON.stringify(e.error || e)));\
+    p.on(E.PLAYBACK_ERROR, e => t.errors.push('playback: ' + JSON.stringify(e.error || e)));\
+    p.on(E.STREAM_INITIALIZED, () => { t.rungs = p.getRepresentationsByType('video').length;\
+        t.audio = p.getRepresentationsByType('audio').length; });\
+    p.on(E.QUALITY_CHANGE_RENDERED, e => { if (e.mediaType === 'video') \
+        t.switches.push([v.currentTime, e.newRepresentation ? e.newRepresentation.height : null]); });\
+    p.initialize(v, SRC, true);";
+
+/// What the page reports: the player's state and the video's.
+const STATE: &str = "const v = document.getElementById('v'); \
+    return {t: v ? v.currentTime : null, paused: v ? v.paused : null, state: window.t || null}";
+
+/// The front's files: the two pages and the two players.
+fn files() -> HashMap<String, (Vec<u8>, String)> {
+    let js = "text/javascript".to_string();
+    let html = "text/html; charset=utf-8".to_string();
+    HashMap::from([
+        (
+            "hls.js".into(),
+            (player_file("hls.js/dist/hls.min.js"), js.clone()),
+        ),
+        (
+            "dash.js".into(),
+            (player_file("dashjs/dist/modern/umd/dash.all.min.js"), js),
+        ),
+        ("hls.html".into(), (page("hls.js", HLS_SETUP), html.clone())),
+        ("dash.html".into(), (page("dash.js", DASH_SETUP), html)),
+    ])
+}
+
+/// Opens `page` on `src` and waits until the video plays past 8 s (four segments); it
+/// must have raised no error and listed the four rungs and the audio.
+async fn plays(c: &Client, front: &Front, page: &str, src: &str) -> Result<Value, String> {
+    c.goto(&format!("{}/player/{page}?src={src}", front.url()))
+        .await
+        .map_err(|e| format!("opening {page}: {e}"))?;
+    let what = format!("{page} playing {src} past 8 s");
+    let last = wait_js(c, STATE, 60, &what, |v| {
+        v["t"].as_f64().unwrap_or(0.0) > 8.0
+            || v["state"]["errors"]
+                .as_array()
+                .is_some_and(|e| !e.is_empty())
+    })
+    .await?;
+    let s = &last["state"];
+    if s["errors"].as_array().is_none_or(|e| !e.is_empty()) {
+        return Err(format!("{page}: player errors: {last}"));
+    }
+    if s["rungs"] != 4 || s["audio"].as_u64() < Some(1) {
+        return Err(format!("{page}: not 4 rungs and the audio: {last}"));
+    }
+    Ok(last)
+}
+
+#[test]
+fn hls_js_and_dash_js_play_a_cmaf_ladder_with_its_audio() {
+    require_chromium();
+    let files = files();
+    let vol = Vol::create(&[]);
+    let title = ladder(vol.dir.path());
+    let mut args = vec!["ingest", "--name", "ladder"];
+    args.extend(title.iter().map(|f| f.to_str().unwrap()));
+    let out = isnode(&vol, &args);
+    assert!(out.status.success(), "{}", text(&out));
+    let server = Server::start(&vol, &[]);
+    let front = Front::start(server.addr, files);
+    let driver = Driver::start(&vol);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    // Each player in a browser of its own: a fresh profile and connection pool (the front
+    // passes a connection to the node for good once it carried a request for the node).
+    let runs = [
+        ("hls.html", "/v1/objects/ladder/master.m3u8"),
+        ("dash.html", "/v1/objects/ladder/manifest.mpd"),
+    ];
+    for (page, src) in runs {
+        let profile = vol.path(&format!("chromium-{page}"));
+        let r = rt.block_on(async {
+            let c = browser(&driver.url, &profile).await;
+            let r = plays(&c, &front, page, src).await;
+            let _ = c.close().await;
+            r
+        });
+        match r {
+            Ok(v) => eprintln!("{page} played: {v}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
