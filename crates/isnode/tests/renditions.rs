@@ -353,3 +353,132 @@ fn a_misaligned_rung_is_refused_naming_the_file() {
     let ls = text(&isnode(&vol, &["ls"]));
     assert!(!ls.contains("t@0"), "{ls}");
 }
+
+/// A title over HTTP: `isnode ingest --server URL --name NAME F0 F1 F2 AUDIO` uploads each
+/// file as `NAME@i` and groups them (`PUT /v1/titles/NAME`): the master playlist lists the
+/// three video rungs with the audio group, the MPD a video and an audio adaptation set.
+/// `PUT /v1/titles` refuses misaligned objects (naming them) and objects of another
+/// title; `isnode rm NAME --server` (`DELETE /v1/objects/NAME`) removes the title and its
+/// renditions.
+#[test]
+fn a_title_is_uploaded_and_deleted_over_http() {
+    let vol = Vol::create(&[]);
+    let mut files = ladder(&vol, "up", Mux::Cmaf, false);
+    let audio = vol.path("audio.mp4");
+    run(
+        "ffmpeg",
+        &[
+            "-v",
+            "error",
+            "-y",
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=frequency=440:sample_rate=48000",
+            "-t",
+            "6",
+            "-c:a",
+            "aac",
+            "-b:a",
+            "64k",
+            "-movflags",
+            "+cmaf",
+            "-frag_duration",
+            "2000000",
+            audio.to_str().unwrap(),
+        ],
+    );
+    files.push(audio);
+    let odd = encode(vol.dir.path(), "odd-gop", LADDER[1], 40, Mux::Cmaf, false);
+    let server = Server::start(&vol, &[]);
+    let base = server.url();
+    let mut args = vec!["ingest", "--server", &base];
+    args.extend(["--name", "web"]);
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    let out = command()
+        .args(&args)
+        .output()
+        .expect("running isnode ingest");
+    assert!(out.status.success(), "{}", text(&out));
+
+    let master = server.req("GET", "/v1/objects/web/master.m3u8", None);
+    assert_eq!(master.status, 200, "{}", master.body);
+    assert_eq!(
+        master.body.matches("#EXT-X-STREAM-INF:").count(),
+        3,
+        "{}",
+        master.body
+    );
+    assert!(
+        master.body.contains(
+            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"audio\",NAME=\"audio 0\",DEFAULT=YES,\
+             AUTOSELECT=YES,URI=\"../web%403/index.m3u8\"\n"
+        ) && master
+            .body
+            .matches(",mp4a.40.2\",FRAME-RATE=25.000,AUDIO=\"audio\"\n")
+            .count()
+            == 3,
+        "{}",
+        master.body
+    );
+    let url = format!("{}/v1/objects/web/master.m3u8", server.url());
+    assert_eq!(video_sizes(&url), vec![(320, 180), (640, 360), (960, 540)]);
+    let mpd = server.req("GET", "/v1/objects/web/manifest.mpd", None);
+    assert_eq!(mpd.status, 200, "{}", mpd.body);
+    assert!(
+        mpd.body
+            .contains("contentType=\"video\" mimeType=\"video/mp4\"")
+            && mpd
+                .body
+                .contains("contentType=\"audio\" mimeType=\"audio/mp4\"")
+            && mpd.body.matches("<Representation ").count() == 4,
+        "{}",
+        mpd.body
+    );
+
+    // A misaligned object is refused by name; so is another title's rendition.
+    let out = isnode(&vol, &["ls"]);
+    assert!(text(&out).contains("web@3"), "{}", text(&out));
+    for (name, file) in [("base", &files[0]), ("odd", &odd)] {
+        let up = command()
+            .args(["ingest", "--server", &base, "--name", name])
+            .arg(file)
+            .output()
+            .expect("uploading a file");
+        assert!(up.status.success(), "{}", text(&up));
+    }
+    let body = r#"{"renditions": ["base", "odd"]}"#;
+    let r = server.req("PUT", "/v1/titles/bad", Some(body));
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert!(
+        r.body.contains("\\\"odd\\\" is not aligned") && r.body.contains("1.600 s"),
+        "{}",
+        r.body
+    );
+    let r = server.req(
+        "PUT",
+        "/v1/titles/again",
+        Some(r#"{"renditions": ["web@1"]}"#),
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(
+        r.body.contains("rendition of title \\\"web\\\""),
+        "{}",
+        r.body
+    );
+
+    let out = command()
+        .args(["rm", "web", "--server", &server.url()])
+        .output()
+        .expect("running isnode rm");
+    assert!(out.status.success(), "{}", text(&out));
+    let list = server.req("GET", "/v1/objects", None);
+    assert!(!list.body.contains("web@"), "{}", list.body);
+    assert!(list.body.contains("\"odd\""), "{}", list.body);
+    assert_eq!(
+        server
+            .req("GET", "/v1/objects/web/master.m3u8", None)
+            .status,
+        404
+    );
+}

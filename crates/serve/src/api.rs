@@ -28,6 +28,7 @@ pub(crate) mod state;
 mod status;
 #[cfg(test)]
 mod tests;
+mod titles;
 mod upload;
 
 use std::sync::atomic::Ordering;
@@ -172,6 +173,7 @@ fn routes() -> Routes {
             get(renditions::get_master),
         )
         .route("/v1/objects/{name}/manifest.mpd", get(renditions::get_mpd))
+        .route("/v1/titles/{name}", axum::routing::put(titles::put_title))
         .route(
             "/v1/broadcasts",
             post(broadcast::create_broadcast).get(broadcast::list_broadcasts),

@@ -480,6 +480,13 @@ impl crate::Volume {
         self.catalog_mut().put_title(t, replace)
     }
 
+    /// Deletes title `name`'s row only (its renditions stay, listed as objects): the first
+    /// step of a delete of the title whose caller then deletes each rendition itself (the
+    /// server, through its object cache). Whether there was such a title.
+    pub fn forget_title(&mut self, name: &str) -> Result<bool, StoreError> {
+        self.catalog_mut().delete_title_row(name)
+    }
+
     /// Deletes title `name` and its renditions' objects: the title row first (so a crash
     /// leaves renditions without a title, listed as objects, never a title without them),
     /// then each rendition object with its files. Returns the title, `NotFound` without one.

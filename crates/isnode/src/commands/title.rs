@@ -24,9 +24,6 @@ struct Scan {
 
 /// `ingest --name NAME FILE1 FILE2 ...`.
 pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
-    if args.remote.server.is_some() {
-        bail!("uploading a title with renditions over HTTP is not supported yet: ingest it on the server's volume, or upload each file on its own");
-    }
     let Some(name) = args.name.clone() else {
         bail!("--name is required to ingest several files as one title with renditions");
     };
@@ -43,6 +40,9 @@ pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode>
             "a title has at most {} renditions",
             isnode_store::renditions::MAX_TITLE_RENDITIONS
         );
+    }
+    if let Some(server) = &args.remote.server {
+        return upload_title(server, &name, &files, args);
     }
     let mut vol =
         Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
@@ -68,6 +68,45 @@ pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode>
             .map(|r| r.object.as_str())
             .collect::<Vec<_>>()
             .join(", ")
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ingest --server URL --name NAME FILE0 FILE1 ...`: the files are checked here as for
+/// a local title (nothing is sent when they are not renditions of one title), uploaded one
+/// by one as `NAME@i`, then grouped by `PUT /v1/titles/NAME` (which checks them again).
+fn upload_title(
+    server: &str,
+    name: &str,
+    files: &[PathBuf],
+    args: &IngestArgs,
+) -> anyhow::Result<ExitCode> {
+    let scans = files
+        .iter()
+        .map(|f| scan(f))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    check_renditions(&scans)?;
+    let mut objects = Vec::with_capacity(files.len());
+    for (i, f) in files.iter().enumerate() {
+        let one = IngestArgs {
+            file: f.clone(),
+            renditions: Vec::new(),
+            name: Some(rendition_name(name, i)),
+            bitrate: None,
+            content_type: None,
+            replace: args.replace,
+            size: None,
+            max_spool_bytes: args.max_spool_bytes,
+            remote: args.remote.clone(),
+        };
+        super::remote::upload(server, &one)?;
+        objects.push(rendition_name(name, i));
+    }
+    super::remote::put_title(server, &args.remote, name, &objects, args.replace)?;
+    println!(
+        "uploaded title {name:?}: {} renditions ({})",
+        objects.len(),
+        objects.join(", ")
     );
     Ok(ExitCode::SUCCESS)
 }

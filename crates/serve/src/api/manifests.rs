@@ -99,18 +99,21 @@ pub(super) struct Variant {
 /// RFC 6381 codec prefixes of audio (a rendition whose codecs are all audio is audio-only).
 const AUDIO_CODECS: [&str; 6] = ["mp4a", "ac-3", "ec-3", "opus", "Opus", "fLaC"];
 
+/// Whether `d` describes an audio-only rendition: no video size, every codec an audio one.
+pub(super) fn audio_only_descriptor(d: &DescriptorRecord) -> bool {
+    d.width.is_none()
+        && !d.codecs.is_empty()
+        && d.codecs
+            .split(',')
+            .all(|c| AUDIO_CODECS.iter().any(|a| c.trim().starts_with(a)))
+}
+
 impl Variant {
-    /// Whether it is an audio-only rendition (no video size, every codec an audio one):
-    /// the title's audio, listed as an `EXT-X-MEDIA` audio group (HLS) and an audio
-    /// adaptation set (DASH) rather than as a variant of its own.
+    /// Whether it is an audio-only rendition ([`audio_only_descriptor`]): the title's
+    /// audio, listed as an `EXT-X-MEDIA` audio group (HLS) and an audio adaptation set
+    /// (DASH) rather than as a variant of its own.
     pub(super) fn audio_only(&self) -> bool {
-        self.descriptor.as_ref().is_some_and(|d| {
-            d.width.is_none()
-                && !d.codecs.is_empty()
-                && d.codecs
-                    .split(',')
-                    .all(|c| AUDIO_CODECS.iter().any(|a| c.trim().starts_with(a)))
-        })
+        self.descriptor.as_ref().is_some_and(audio_only_descriptor)
     }
 
     /// The peak bitrate as manifests state it (at least the average, at least 1).

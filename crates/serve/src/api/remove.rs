@@ -66,7 +66,36 @@ impl Users {
     }
 }
 
-/// `DELETE /v1/objects/{name}[?force=true]`: `204` once the row, digests and segment
+/// Refuses (`409`) a delete of object `name` (TOI `toi`) while sessions or broadcasts
+/// use it, unless `force`, which ends them.
+pub(super) fn end_users(sh: &ApiState, name: &str, toi: u32, force: bool) -> Result<(), Response> {
+    let users = Users::of(sh, toi);
+    if users.is_empty() {
+        return Ok(());
+    }
+    if !force {
+        return Err(error(
+            StatusCode::CONFLICT,
+            format!(
+                "object {name:?} is in use by {} session(s) and {} broadcast(s); \
+                 ?force=true ends them first",
+                users.sessions.len(),
+                users.broadcasts.len()
+            ),
+        ));
+    }
+    tracing::info!(
+        %name,
+        sessions = users.sessions.len(),
+        broadcasts = users.broadcasts.len(),
+        "ending the users of a deleted object"
+    );
+    users.end(sh);
+    Ok(())
+}
+
+/// `DELETE /v1/objects/{name}[?force=true]` (an object, or a title with its renditions:
+/// [`super::titles::delete_title`]): `204` once the row, digests and segment
 /// files are gone.
 pub(super) async fn delete_object(
     _: super::roles::Operator,
@@ -74,6 +103,9 @@ pub(super) async fn delete_object(
     Path(name): Path<String>,
     Query(q): Query<DeleteQuery>,
 ) -> Response {
+    if let Some(r) = super::titles::delete_title(&sh, &name, q.force).await {
+        return r;
+    }
     let lookup = name.clone();
     let toi = match blocking(&sh, move |sh| sh.control.objects.get(&lookup)).await {
         Ok(Ok(o)) => Some(o.rec.toi),
@@ -84,26 +116,8 @@ pub(super) async fn delete_object(
         Err(r) => return r,
     };
     if let Some(toi) = toi {
-        let users = Users::of(&sh, toi);
-        if !users.is_empty() {
-            if !q.force {
-                return error(
-                    StatusCode::CONFLICT,
-                    format!(
-                        "object {name:?} is in use by {} session(s) and {} broadcast(s); \
-                         ?force=true ends them first",
-                        users.sessions.len(),
-                        users.broadcasts.len()
-                    ),
-                );
-            }
-            tracing::info!(
-                %name,
-                sessions = users.sessions.len(),
-                broadcasts = users.broadcasts.len(),
-                "ending the users of a deleted object"
-            );
-            users.end(&sh);
+        if let Err(r) = end_users(&sh, &name, toi, q.force) {
+            return r;
         }
     }
     let gone = name.clone();

@@ -284,6 +284,7 @@ pub(super) const ROUTES: &[(&str, &str, Rule)] = &[
         "/v1/objects/{name}/manifest.mpd",
         Rule::Role(Role::Viewer),
     ),
+    ("PUT", "/v1/titles/{name}", Rule::Role(Role::Operator)),
     ("POST", "/v1/sessions", Rule::Role(Role::Viewer)),
     ("GET", "/v1/sessions/{id}", Rule::Role(Role::Viewer)),
     ("DELETE", "/v1/sessions/{id}", Rule::SessionOwner),
