@@ -174,6 +174,7 @@ fn routes() -> Routes {
         )
         .route("/v1/objects/{name}/manifest.mpd", get(renditions::get_mpd))
         .route("/v1/titles/{name}", axum::routing::put(titles::put_title))
+        .route("/v1/objects/{name}/iframes.m3u8", get(cmaf::get_iframes))
         .route(
             "/v1/broadcasts",
             post(broadcast::create_broadcast).get(broadcast::list_broadcasts),

@@ -216,6 +216,7 @@ impl Catalog {
         cat.conn
             .execute_batch(crate::renditions::RENDITION_SCHEMA)
             .map_err(db("adding the rendition tables"))?;
+        crate::renditions::add_key_length_column(&cat.conn)?;
         Ok(cat)
     }
 

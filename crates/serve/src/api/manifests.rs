@@ -20,6 +20,9 @@ pub(super) struct CmafSegment {
     pub start: u64,
     /// Duration, ticks.
     pub ticks: u64,
+    /// Bytes from `offset` to the end of its key frame (the first fragment's
+    /// `key_length_bytes` when that starts with a sync sample).
+    pub key_len: Option<u64>,
 }
 
 /// Cuts the fragments into segments: a fragment starting with a sync sample starts a new
@@ -39,6 +42,7 @@ pub(super) fn cmaf_segments(f: &FragmentsRecord) -> Vec<CmafSegment> {
                 len: g.length_bytes,
                 start: g.decode_start,
                 ticks: g.duration,
+                key_len: g.key_length_bytes.filter(|_| g.sync),
             }),
         }
     }
@@ -77,6 +81,52 @@ pub(super) fn cmaf_playlist(uri: &str, f: &FragmentsRecord) -> String {
     }
     m.push_str("#EXT-X-ENDLIST\n");
     m
+}
+
+/// The HLS I-frame playlist (RFC 8216 section 4.3.3.6, `EXT-X-I-FRAMES-ONLY`) of a
+/// fragmented MP4 at `uri`: one entry per segment of [`cmaf_playlist`], the byte range of
+/// its `moof` and key frame, lasting until the next key frame. `None` when a segment's key
+/// frame extent is unknown.
+pub(super) fn iframe_playlist(uri: &str, f: &FragmentsRecord) -> Option<String> {
+    let segs = cmaf_segments(f);
+    if segs.is_empty() || segs.iter().any(|s| s.key_len.is_none()) {
+        return None;
+    }
+    let target = segs
+        .iter()
+        .map(|s| secs(s.ticks, f.timescale).round() as u64)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let mut m = format!(
+        "#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-TARGETDURATION:{target}\n#EXT-X-PLAYLIST-TYPE:VOD\n\
+         #EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-I-FRAMES-ONLY\n\
+         #EXT-X-MAP:URI=\"{uri}\",BYTERANGE=\"{}@{}\"\n",
+        f.init.1, f.init.0
+    );
+    for s in &segs {
+        let _ = write!(
+            m,
+            "#EXTINF:{:.3},\n#EXT-X-BYTERANGE:{}@{}\n{uri}\n",
+            secs(s.ticks, f.timescale),
+            s.key_len.unwrap_or(0),
+            s.offset
+        );
+    }
+    m.push_str("#EXT-X-ENDLIST\n");
+    Some(m)
+}
+
+/// The peak bitrate of a fragmented MP4's I-frame playlist (key frame bytes over the time
+/// to the next), `None` without one.
+fn iframe_peak_bps(f: &FragmentsRecord) -> Option<u64> {
+    let segs = cmaf_segments(f);
+    if segs.is_empty() || segs.iter().any(|s| s.key_len.is_none()) {
+        return None;
+    }
+    Some(peak_bps(segs.iter().map(|s| {
+        (s.key_len.unwrap_or(0), secs(s.ticks, f.timescale))
+    })))
 }
 
 /// One variant of a title, as its manifests list it.
@@ -181,7 +231,48 @@ pub(super) fn master_playlist(variants: &[Variant]) -> String {
         stream_inf_attributes(&mut m, v, audio_codecs);
         let _ = write!(m, "\n{}\n", v.uri);
     }
+    for v in variants.iter().filter(|v| !v.audio_only()) {
+        iframe_stream_inf(&mut m, v);
+    }
     m
+}
+
+/// The `EXT-X-I-FRAME-STREAM-INF` of variant `v` when it has an I-frame playlist (its
+/// media playlist's URI with `iframes.m3u8` for `index.m3u8`): `BANDWIDTH` the I-frame
+/// playlist's peak, `RESOLUTION`, and `CODECS` of the video only.
+fn iframe_stream_inf(m: &mut String, v: &Variant) {
+    let (Some(f), Some(d)) = (&v.fragments, &v.descriptor) else {
+        return;
+    };
+    let (Some(peak), Some(uri)) = (iframe_peak_bps(f), iframe_uri(&v.uri)) else {
+        return;
+    };
+    let _ = write!(m, "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH={}", peak.max(1));
+    if let (Some(w), Some(h)) = (d.width, d.height) {
+        let _ = write!(m, ",RESOLUTION={w}x{h}");
+    }
+    let video: Vec<&str> = d
+        .codecs
+        .split(',')
+        .filter(|c| !AUDIO_CODECS.iter().any(|a| c.trim().starts_with(a)))
+        .collect();
+    if !video.is_empty() && !video.iter().any(|c| c.is_empty()) {
+        let _ = write!(m, ",CODECS=\"{}\"", video.join(","));
+    }
+    let _ = writeln!(m, ",URI=\"{uri}\"");
+}
+
+/// The I-frame playlist URI beside media playlist `uri` (`.../index.m3u8?token=T` →
+/// `.../iframes.m3u8?token=T`).
+fn iframe_uri(uri: &str) -> Option<String> {
+    let (path, query) = uri
+        .split_once('?')
+        .map_or((uri, None), |(p, q)| (p, Some(q)));
+    let dir = path.strip_suffix("index.m3u8")?;
+    Some(match query {
+        Some(q) => format!("{dir}iframes.m3u8?{q}"),
+        None => format!("{dir}iframes.m3u8"),
+    })
 }
 
 /// `RESOLUTION`, `CODECS` (with `audio_codecs` and `AUDIO` when the title has an audio
@@ -335,6 +426,7 @@ mod tests {
             decode_start: i * 12_800,
             duration: d,
             sync,
+            key_length_bytes: sync.then_some(300),
         };
         FragmentsRecord {
             track_id: 1,

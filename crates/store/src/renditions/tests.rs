@@ -56,6 +56,7 @@ fn fragments(size: u64) -> FragmentsRecord {
                 decode_start: i * 25_600,
                 duration: 25_600,
                 sync: true,
+                key_length_bytes: (i != 1).then_some(400),
             })
             .collect(),
     }
