@@ -143,7 +143,7 @@ fn page(script: &str, setup: &str) -> Vec<u8> {
         "<!doctype html><html><head><meta charset=utf-8><title>player</title></head><body>\
          <video id=v muted autoplay playsinline width=640 height=360></video>\
          <script src=\"/player/{script}\"></script><script>\
-         window.t = {{errors: [], rungs: 0, audio: 0, switches: []}};\
+         window.t = {{errors: [], rungs: 0, audio: 0, iframes: 0, switches: []}};\
          const SRC = new URLSearchParams(location.search).get('src');\
          const v = document.getElementById('v');\
          v.addEventListener('error', () => t.errors.push('video: ' + (v.error && v.error.message)));\
@@ -156,7 +156,8 @@ fn page(script: &str, setup: &str) -> Vec<u8> {
 /// hls.js on the title's master playlist.
 const HLS_SETUP: &str = "const h = new Hls(); window.h = h;\
     h.on(Hls.Events.ERROR, (e, d) => t.errors.push((d.fatal ? 'fatal ' : '') + d.type + ': ' + d.details));\
-    h.on(Hls.Events.MANIFEST_PARSED, (e, d) => { t.rungs = d.levels.length; });\
+    h.on(Hls.Events.MANIFEST_PARSED, (e, d) => { t.rungs = d.levels.length; \
+        t.iframes = (h.iframeVariants || []).length; });\
     h.on(Hls.Events.AUDIO_TRACKS_UPDATED, (e, d) => { t.audio = d.audioTracks.length; });\
     h.on(Hls.Events.LEVEL_SWITCHED, (e, d) => t.switches.push([v.currentTime, h.levels[d.level].height]));\
     h.loadSource(SRC); h.attachMedia(v); v.play().catch(e => t.errors.push('play: ' + e));";
@@ -214,6 +215,9 @@ async fn plays(c: &Client, front: &Front, page: &str, src: &str) -> Result<Value
     }
     if s["rungs"] != 4 || s["audio"].as_u64() < Some(1) {
         return Err(format!("{page}: not 4 rungs and the audio: {last}"));
+    }
+    if page == "hls.html" && s["iframes"] != 4 {
+        return Err(format!("{page}: not an I-frame variant per rung: {last}"));
     }
     Ok(last)
 }
