@@ -493,5 +493,57 @@ mod tests {
         assert!(x.contains("<S t=\"25600\" d=\"25600\"/>"));
         assert!(x.contains("<SegmentURL mediaRange=\"3000-3499\"/>"));
         assert_eq!(peak_bps([(1000, 2.0), (10, 0.0)].into_iter()), 4000);
+        // An I-frame playlist per rung: the moof and key frame of each segment's start.
+        assert!(m.contains(
+            "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=2400,RESOLUTION=640x360,\
+             CODECS=\"avc1.42C01E\",URI=\"../a%400/iframes.m3u8?token=ab\"\n"
+        ));
+        let p = iframe_playlist("c", &frags()).unwrap_or_default();
+        assert!(p.contains("#EXT-X-I-FRAMES-ONLY\n"));
+        assert!(p.contains("#EXTINF:2.000,\n#EXT-X-BYTERANGE:300@2000\nc\n"));
+        assert!(p.contains("#EXTINF:1.000,\n#EXT-X-BYTERANGE:300@3000\nc\n"));
+    }
+
+    #[test]
+    fn an_audio_only_rendition_is_the_audio_group_and_adaptation_set() {
+        let video = Variant {
+            uri: "../t%400/index.m3u8".into(),
+            peak_bps: 1100,
+            average_bps: 1000,
+            descriptor: Some(DescriptorRecord {
+                codecs: "avc1.42C01E".into(),
+                width: Some(640),
+                height: Some(360),
+                frame_rate: Some((25, 1)),
+            }),
+            fragments: Some(frags()),
+            duration_s: 5.0,
+        };
+        let audio = Variant {
+            uri: "../t%401/index.m3u8".into(),
+            peak_bps: 70,
+            average_bps: 64,
+            descriptor: Some(DescriptorRecord {
+                codecs: "mp4a.40.2".into(),
+                width: None,
+                height: None,
+                frame_rate: None,
+            }),
+            ..video.clone()
+        };
+        assert!(audio.audio_only() && !video.audio_only());
+        let m = master_playlist(&[video.clone(), audio.clone()]);
+        assert!(m.contains(
+            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"audio\",NAME=\"audio 0\",DEFAULT=YES,\
+             AUTOSELECT=YES,URI=\"../t%401/index.m3u8\"\n"
+        ));
+        assert!(m.contains(
+            "#EXT-X-STREAM-INF:BANDWIDTH=1170,AVERAGE-BANDWIDTH=1064,RESOLUTION=640x360,\
+             CODECS=\"avc1.42C01E,mp4a.40.2\",FRAME-RATE=25.000,AUDIO=\"audio\"\n"
+        ));
+        assert_eq!(m.matches("#EXT-X-STREAM-INF").count(), 1);
+        let x = mpd(&[video, audio]);
+        assert!(x.contains("<AdaptationSet id=\"1\" contentType=\"audio\" mimeType=\"audio/mp4\""));
+        assert_eq!(x.matches("<AdaptationSet ").count(), 2);
     }
 }
