@@ -66,15 +66,15 @@ impl Users {
     }
 }
 
-/// Refuses (`409`) a delete of object `name` (TOI `toi`) while sessions or broadcasts
-/// use it, unless `force`, which ends them.
-pub(super) fn end_users(sh: &ApiState, name: &str, toi: u32, force: bool) -> Result<(), Response> {
+/// The refusal (`409`) of a delete of object `name` (TOI `toi`) while sessions or
+/// broadcasts use it, unless `force`, which ends them (`None`: the delete may go on).
+pub(super) fn end_users(sh: &ApiState, name: &str, toi: u32, force: bool) -> Option<Response> {
     let users = Users::of(sh, toi);
     if users.is_empty() {
-        return Ok(());
+        return None;
     }
     if !force {
-        return Err(error(
+        return Some(error(
             StatusCode::CONFLICT,
             format!(
                 "object {name:?} is in use by {} session(s) and {} broadcast(s); \
@@ -91,7 +91,7 @@ pub(super) fn end_users(sh: &ApiState, name: &str, toi: u32, force: bool) -> Res
         "ending the users of a deleted object"
     );
     users.end(sh);
-    Ok(())
+    None
 }
 
 /// `DELETE /v1/objects/{name}[?force=true]` (an object, or a title with its renditions:
@@ -116,7 +116,7 @@ pub(super) async fn delete_object(
         Err(r) => return r,
     };
     if let Some(toi) = toi {
-        if let Err(r) = end_users(&sh, &name, toi, q.force) {
+        if let Some(r) = end_users(&sh, &name, toi, q.force) {
             return r;
         }
     }

@@ -276,7 +276,7 @@ pub(super) async fn delete_title(sh: &Arc<ApiState>, name: &str, force: bool) ->
     for r in &title.renditions {
         let n = r.object.clone();
         if let Ok(Ok(o)) = blocking(sh, move |sh| sh.control.objects.get(&n)).await {
-            if let Err(r) = super::remove::end_users(sh, &r.object, o.rec.toi, force) {
+            if let Some(r) = super::remove::end_users(sh, &r.object, o.rec.toi, force) {
                 return Some(r);
             }
         }
