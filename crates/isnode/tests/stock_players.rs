@@ -33,6 +33,8 @@ const LADDER: [(&str, &str); 4] = [
 
 /// Seconds of the title.
 const SECONDS: &str = "24";
+/// Seconds of the title the shaped run plays.
+const SHAPED_SECONDS: &str = "60";
 
 /// The players' directory (`scripts/install-players`).
 fn players_dir() -> PathBuf {
@@ -72,7 +74,7 @@ fn ffmpeg(args: &[&str]) {
 }
 
 /// The video rungs (CMAF, video only) and the audio rendition (CMAF, 2 s fragments).
-fn ladder(dir: &Path) -> Vec<PathBuf> {
+fn ladder(dir: &Path, seconds: &str) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for (i, (size, rate)) in LADDER.iter().enumerate() {
         let out = dir.join(format!("v{i}.mp4"));
@@ -86,7 +88,7 @@ fn ladder(dir: &Path) -> Vec<PathBuf> {
             "-i",
             &src,
             "-t",
-            SECONDS,
+            seconds,
             "-c:v",
             "libx264",
             "-preset",
@@ -121,7 +123,7 @@ fn ladder(dir: &Path) -> Vec<PathBuf> {
         "-i",
         "sine=frequency=440:sample_rate=48000",
         "-t",
-        SECONDS,
+        seconds,
         "-c:a",
         "aac",
         "-b:a",
@@ -154,12 +156,14 @@ fn page(script: &str, setup: &str) -> Vec<u8> {
 }
 
 /// hls.js on the title's master playlist.
-const HLS_SETUP: &str = "const h = new Hls(); window.h = h;\
+const HLS_SETUP: &str = "const cfg = JSON.parse(new URLSearchParams(location.search).get('cfg') || '{}');\
+    const h = new Hls(cfg); window.h = h;\
     h.on(Hls.Events.ERROR, (e, d) => t.errors.push((d.fatal ? 'fatal ' : '') + d.type + ': ' + d.details));\
     h.on(Hls.Events.MANIFEST_PARSED, (e, d) => { t.rungs = d.levels.length; \
         t.iframes = (h.iframeVariants || []).length; });\
     h.on(Hls.Events.AUDIO_TRACKS_UPDATED, (e, d) => { t.audio = d.audioTracks.length; });\
-    h.on(Hls.Events.LEVEL_SWITCHED, (e, d) => t.switches.push([v.currentTime, h.levels[d.level].height]));\
+    h.on(Hls.Events.LEVEL_SWITCHED, (e, d) => t.switches.push([performance.now() / 1000, v.currentTime, h.levels[d.level].height]));\
+    t.stalls = 0; v.addEventListener('waiting', () => { if (v.currentTime > 0) t.stalls += 1; });\
     h.loadSource(SRC); h.attachMedia(v); v.play().catch(e => t.errors.push('play: ' + e));";
 
 /// dash.js on the title's MPD.
@@ -170,7 +174,7 @@ const DASH_SETUP: &str = "const p = dashjs.MediaPlayer().create(); window.p = p;
     p.on(E.STREAM_INITIALIZED, () => { t.rungs = p.getRepresentationsByType('video').length;\
         t.audio = p.getRepresentationsByType('audio').length; });\
     p.on(E.QUALITY_CHANGE_RENDERED, e => { if (e.mediaType === 'video') \
-        t.switches.push([v.currentTime, e.newRepresentation ? e.newRepresentation.height : null]); });\
+        t.switches.push([performance.now() / 1000, v.currentTime, e.newRepresentation ? e.newRepresentation.height : null]); });\
     p.initialize(v, SRC, true);";
 
 /// What the page reports: the player's state and the video's.
@@ -227,7 +231,7 @@ fn hls_js_and_dash_js_play_a_cmaf_ladder_with_its_audio() {
     require_chromium();
     let files = files();
     let vol = Vol::create(&[]);
-    let title = ladder(vol.dir.path());
+    let title = ladder(vol.dir.path(), SECONDS);
     let mut args = vec!["ingest", "--name", "ladder"];
     args.extend(title.iter().map(|f| f.to_str().unwrap()));
     let out = isnode(&vol, &args);
@@ -257,5 +261,88 @@ fn hls_js_and_dash_js_play_a_cmaf_ladder_with_its_audio() {
             Ok(v) => eprintln!("{page} played: {v}"),
             Err(e) => panic!("{e}"),
         }
+    }
+}
+
+/// The height of the last rung `state` switched to.
+fn last_height(v: &Value) -> Option<u64> {
+    v["state"]["switches"].as_array()?.last()?.get(2)?.as_u64()
+}
+
+/// hls.js (an 8 s buffer) through the front shaped to 8 Mbit/s reaches the top rung
+/// (1080p, 5 Mbit/s); shaped to 1 Mbit/s it steps down to 360p or lower and plays on.
+/// No time is asserted: each step is waited for within a deadline; the rung timeline
+/// (wall time, playback time, height) and the stalls are printed.
+async fn steps_down(c: &Client, front: &Front) -> Result<(Value, f64), String> {
+    front.shaper.set_rate(8_000_000);
+    let cfg = "%7B%22maxBufferLength%22%3A8%2C%22maxMaxBufferLength%22%3A8%7D";
+    let src = "/v1/objects/ladder/master.m3u8";
+    c.goto(&format!(
+        "{}/player/hls.html?src={src}&cfg={cfg}",
+        front.url()
+    ))
+    .await
+    .map_err(|e| format!("opening hls.html: {e}"))?;
+    let failed = |v: &Value| {
+        v["state"]["errors"].as_array().is_some_and(|e| {
+            e.iter()
+                .any(|x| x.as_str().is_some_and(|x| x.starts_with("fatal")))
+        })
+    };
+    let top = wait_js(c, STATE, 60, "hls.js on the top rung at 8 Mbit/s", |v| {
+        last_height(v) == Some(1080) || failed(v)
+    })
+    .await?;
+    if failed(&top) {
+        return Err(format!("hls.js failed at 8 Mbit/s: {top}"));
+    }
+    front.shaper.set_rate(1_000_000);
+    let drop_at = top["t"].as_f64().unwrap_or(0.0);
+    let low = wait_js(c, STATE, 90, "hls.js on 360p or lower at 1 Mbit/s", |v| {
+        last_height(v).is_some_and(|h| h <= 360) || failed(v)
+    })
+    .await?;
+    if failed(&low) {
+        return Err(format!("hls.js failed at 1 Mbit/s: {low}"));
+    }
+    let t = low["t"].as_f64().unwrap_or(0.0);
+    wait_js(c, STATE, 60, "hls.js playing on after stepping down", |v| {
+        v["t"].as_f64().unwrap_or(0.0) > t + 2.0
+    })
+    .await?;
+    Ok((low, drop_at))
+}
+
+#[test]
+fn hls_js_steps_down_when_the_link_slows() {
+    require_chromium();
+    let files = files();
+    let vol = Vol::create(&[]);
+    let title = ladder(vol.dir.path(), SHAPED_SECONDS);
+    let mut args = vec!["ingest", "--name", "ladder"];
+    args.extend(title.iter().map(|f| f.to_str().unwrap()));
+    let out = isnode(&vol, &args);
+    assert!(out.status.success(), "{}", text(&out));
+    let server = Server::start(&vol, &[]);
+    let front = Front::start(server.addr, files);
+    let driver = Driver::start(&vol);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let profile = vol.path("chromium-shaped");
+    let r = rt.block_on(async {
+        let c = browser(&driver.url, &profile).await;
+        let r = steps_down(&c, &front).await;
+        let _ = c.close().await;
+        r
+    });
+    match r {
+        Ok((v, drop_at)) => eprintln!(
+            "hls.js rung timeline [wall s, playback s, height] (8 -> 1 Mbit/s at playback \
+             {drop_at:.1} s): {} stalls: {}",
+            v["state"]["switches"], v["state"]["stalls"]
+        ),
+        Err(e) => panic!("{e}"),
     }
 }
