@@ -2,7 +2,9 @@
 //! `master.m3u8` and dash.js its `manifest.mpd`, both over the same stored CMAF files (a
 //! 4-rung H.264 ladder, 2 s GOPs aligned, and an audio-only AAC rendition: the HLS audio
 //! group and the DASH audio adaptation set). Each must play on (`currentTime` past several
-//! segments), raise no error event, and report every rung and the audio.
+//! segments), raise no error event, and report every rung and the audio (and hls.js an
+//! I-frame variant per rung). Through the front shaped to 8 Mbit/s then 1 Mbit/s, each
+//! reaches the top rung and then steps down to 360p or lower (rung timelines printed).
 //!
 //! The players are npm packages (hls.js, dashjs) that `scripts/test` installs with
 //! `scripts/install-players` into `~/.cache/isnode-players` (or `$ISNODE_PLAYERS_DIR`);
@@ -145,9 +147,10 @@ fn page(script: &str, setup: &str) -> Vec<u8> {
         "<!doctype html><html><head><meta charset=utf-8><title>player</title></head><body>\
          <video id=v muted autoplay playsinline width=640 height=360></video>\
          <script src=\"/player/{script}\"></script><script>\
-         window.t = {{errors: [], rungs: 0, audio: 0, iframes: 0, switches: []}};\
+         window.t = {{errors: [], rungs: 0, audio: 0, iframes: 0, stalls: 0, switches: []}};\
          const SRC = new URLSearchParams(location.search).get('src');\
          const v = document.getElementById('v');\
+         v.addEventListener('waiting', () => {{ if (v.currentTime > 0) t.stalls += 1; }});\
          v.addEventListener('error', () => t.errors.push('video: ' + (v.error && v.error.message)));\
          try {{ {setup} }} catch (e) {{ t.errors.push('setup: ' + e); }}\
          </script></body></html>"
@@ -163,11 +166,13 @@ const HLS_SETUP: &str = "const cfg = JSON.parse(new URLSearchParams(location.sea
         t.iframes = (h.iframeVariants || []).length; });\
     h.on(Hls.Events.AUDIO_TRACKS_UPDATED, (e, d) => { t.audio = d.audioTracks.length; });\
     h.on(Hls.Events.LEVEL_SWITCHED, (e, d) => t.switches.push([performance.now() / 1000, v.currentTime, h.levels[d.level].height]));\
-    t.stalls = 0; v.addEventListener('waiting', () => { if (v.currentTime > 0) t.stalls += 1; });\
     h.loadSource(SRC); h.attachMedia(v); v.play().catch(e => t.errors.push('play: ' + e));";
 
 /// dash.js on the title's MPD.
 const DASH_SETUP: &str = "const p = dashjs.MediaPlayer().create(); window.p = p;\
+    const buf = Number(new URLSearchParams(location.search).get('buf') || 0);\
+    if (buf > 0) p.updateSettings({streaming: {buffer: {stableBufferTime: buf, bufferTimeAtTopQuality: buf, \
+        bufferTimeAtTopQualityLongForm: buf}}});\
     const E = dashjs.MediaPlayer.events;\
     p.on(E.ERROR, e => t.errors.push('error: ' + JSON.stringify(e.error || e)));\
     p.on(E.PLAYBACK_ERROR, e => t.errors.push('playback: ' + JSON.stringify(e.error || e)));\
@@ -269,52 +274,70 @@ fn last_height(v: &Value) -> Option<u64> {
     v["state"]["switches"].as_array()?.last()?.get(2)?.as_u64()
 }
 
-/// hls.js (an 8 s buffer) through the front shaped to 8 Mbit/s reaches the top rung
-/// (1080p, 5 Mbit/s); shaped to 1 Mbit/s it steps down to 360p or lower and plays on.
+/// The player of `page` (an 8 s buffer) through the front shaped to 8 Mbit/s reaches the
+/// top rung (1080p, 5 Mbit/s); shaped to 1 Mbit/s it steps down to 360p or lower and plays
+/// on, with no fatal (hls.js) or playback (dash.js) error.
 /// No time is asserted: each step is waited for within a deadline; the rung timeline
 /// (wall time, playback time, height) and the stalls are printed.
-async fn steps_down(c: &Client, front: &Front) -> Result<(Value, f64), String> {
+async fn steps_down(c: &Client, front: &Front, page: &str) -> Result<(Value, f64), String> {
     front.shaper.set_rate(8_000_000);
     let cfg = "%7B%22maxBufferLength%22%3A8%2C%22maxMaxBufferLength%22%3A8%7D";
-    let src = "/v1/objects/ladder/master.m3u8";
+    let src = match page {
+        "hls.html" => "/v1/objects/ladder/master.m3u8",
+        _ => "/v1/objects/ladder/manifest.mpd",
+    };
     c.goto(&format!(
-        "{}/player/hls.html?src={src}&cfg={cfg}",
+        "{}/player/{page}?src={src}&cfg={cfg}&buf=8",
         front.url()
     ))
     .await
-    .map_err(|e| format!("opening hls.html: {e}"))?;
+    .map_err(|e| format!("opening {page}: {e}"))?;
     let failed = |v: &Value| {
         v["state"]["errors"].as_array().is_some_and(|e| {
-            e.iter()
-                .any(|x| x.as_str().is_some_and(|x| x.starts_with("fatal")))
+            e.iter().any(|x| {
+                x.as_str()
+                    .is_some_and(|x| x.starts_with("fatal") || x.starts_with("playback"))
+            })
         })
     };
-    let top = wait_js(c, STATE, 60, "hls.js on the top rung at 8 Mbit/s", |v| {
-        last_height(v) == Some(1080) || failed(v)
-    })
+    let top = wait_js(
+        c,
+        STATE,
+        60,
+        &format!("{page} on the top rung at 8 Mbit/s"),
+        |v| last_height(v) == Some(1080) || failed(v),
+    )
     .await?;
     if failed(&top) {
-        return Err(format!("hls.js failed at 8 Mbit/s: {top}"));
+        return Err(format!("{page} failed at 8 Mbit/s: {top}"));
     }
     front.shaper.set_rate(1_000_000);
     let drop_at = top["t"].as_f64().unwrap_or(0.0);
-    let low = wait_js(c, STATE, 90, "hls.js on 360p or lower at 1 Mbit/s", |v| {
-        last_height(v).is_some_and(|h| h <= 360) || failed(v)
-    })
+    let low = wait_js(
+        c,
+        STATE,
+        90,
+        &format!("{page} on 360p or lower at 1 Mbit/s"),
+        |v| last_height(v).is_some_and(|h| h <= 360) || failed(v),
+    )
     .await?;
     if failed(&low) {
-        return Err(format!("hls.js failed at 1 Mbit/s: {low}"));
+        return Err(format!("{page} failed at 1 Mbit/s: {low}"));
     }
     let t = low["t"].as_f64().unwrap_or(0.0);
-    wait_js(c, STATE, 60, "hls.js playing on after stepping down", |v| {
-        v["t"].as_f64().unwrap_or(0.0) > t + 2.0
-    })
+    wait_js(
+        c,
+        STATE,
+        60,
+        &format!("{page} playing on after stepping down"),
+        |v| v["t"].as_f64().unwrap_or(0.0) > t + 2.0,
+    )
     .await?;
     Ok((low, drop_at))
 }
 
 #[test]
-fn hls_js_steps_down_when_the_link_slows() {
+fn hls_js_and_dash_js_step_down_when_the_link_slows() {
     require_chromium();
     let files = files();
     let vol = Vol::create(&[]);
@@ -330,19 +353,21 @@ fn hls_js_steps_down_when_the_link_slows() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let profile = vol.path("chromium-shaped");
-    let r = rt.block_on(async {
-        let c = browser(&driver.url, &profile).await;
-        let r = steps_down(&c, &front).await;
-        let _ = c.close().await;
-        r
-    });
-    match r {
-        Ok((v, drop_at)) => eprintln!(
-            "hls.js rung timeline [wall s, playback s, height] (8 -> 1 Mbit/s at playback \
-             {drop_at:.1} s): {} stalls: {}",
-            v["state"]["switches"], v["state"]["stalls"]
-        ),
-        Err(e) => panic!("{e}"),
+    for page in ["hls.html", "dash.html"] {
+        let profile = vol.path(&format!("chromium-shaped-{page}"));
+        let r = rt.block_on(async {
+            let c = browser(&driver.url, &profile).await;
+            let r = steps_down(&c, &front, page).await;
+            let _ = c.close().await;
+            r
+        });
+        match r {
+            Ok((v, drop_at)) => eprintln!(
+                "{page} rung timeline [wall s, playback s, height] (8 -> 1 Mbit/s at \
+                 playback {drop_at:.1} s): {} stalls: {}",
+                v["state"]["switches"], v["state"]["stalls"]
+            ),
+            Err(e) => panic!("{e}"),
+        }
     }
 }
