@@ -416,6 +416,55 @@ fn check_iframes(server: &Server, title: &str, files: &[PathBuf]) {
     }
 }
 
+/// An audio-only CMAF rendition of the 6 s ladder (AAC, 2 s fragments).
+fn audio_rendition(vol: &Vol) -> PathBuf {
+    let audio = vol.path("audio.mp4");
+    let out = audio.to_str().unwrap();
+    let mut args: Vec<&str> = "-v error -y -f lavfi -i sine=frequency=440:sample_rate=48000 -t 6 \
+         -c:a aac -b:a 64k -movflags +cmaf -frag_duration 2000000"
+        .split_whitespace()
+        .collect();
+    args.push(out);
+    run("ffmpeg", &args);
+    audio
+}
+
+/// `PUT /v1/titles` refuses a misaligned object (uploaded with `first`, the 320x180 rung,
+/// as `base`), by name and time, and a rendition of title `web`.
+fn refusals(server: &Server, vol: &Vol, first: &Path) {
+    let base = server.url();
+    let odd = encode(vol.dir.path(), "odd-gop", LADDER[1], 40, Mux::Cmaf, false);
+    let out = isnode(vol, &["ls"]);
+    assert!(text(&out).contains("web@3"), "{}", text(&out));
+    for (name, file) in [("base", first), ("odd", &odd)] {
+        let up = command()
+            .args(["ingest", "--server", &base, "--name", name])
+            .arg(file)
+            .output()
+            .expect("uploading a file");
+        assert!(up.status.success(), "{}", text(&up));
+    }
+    let body = r#"{"renditions": ["base", "odd"]}"#;
+    let r = server.req("PUT", "/v1/titles/bad", Some(body));
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert!(
+        r.body.contains("\\\"odd\\\" is not aligned") && r.body.contains("1.600 s"),
+        "{}",
+        r.body
+    );
+    let r = server.req(
+        "PUT",
+        "/v1/titles/again",
+        Some(r#"{"renditions": ["web@1"]}"#),
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(
+        r.body.contains("rendition of title \\\"web\\\""),
+        "{}",
+        r.body
+    );
+}
+
 /// A rung with another GOP (40 frames) is refused naming the file and the time, and
 /// nothing of the title is stored.
 #[test]
@@ -453,32 +502,7 @@ fn a_misaligned_rung_is_refused_naming_the_file() {
 fn a_title_is_uploaded_and_deleted_over_http() {
     let vol = Vol::create(&[]);
     let mut files = ladder(&vol, "up", Mux::Cmaf, false);
-    let audio = vol.path("audio.mp4");
-    run(
-        "ffmpeg",
-        &[
-            "-v",
-            "error",
-            "-y",
-            "-f",
-            "lavfi",
-            "-i",
-            "sine=frequency=440:sample_rate=48000",
-            "-t",
-            "6",
-            "-c:a",
-            "aac",
-            "-b:a",
-            "64k",
-            "-movflags",
-            "+cmaf",
-            "-frag_duration",
-            "2000000",
-            audio.to_str().unwrap(),
-        ],
-    );
-    files.push(audio);
-    let odd = encode(vol.dir.path(), "odd-gop", LADDER[1], 40, Mux::Cmaf, false);
+    files.push(audio_rendition(&vol));
     let server = Server::start(&vol, &[]);
     let base = server.url();
     let mut args = vec!["ingest", "--server", &base];
@@ -525,36 +549,7 @@ fn a_title_is_uploaded_and_deleted_over_http() {
         mpd.body
     );
 
-    // A misaligned object is refused by name; so is another title's rendition.
-    let out = isnode(&vol, &["ls"]);
-    assert!(text(&out).contains("web@3"), "{}", text(&out));
-    for (name, file) in [("base", &files[0]), ("odd", &odd)] {
-        let up = command()
-            .args(["ingest", "--server", &base, "--name", name])
-            .arg(file)
-            .output()
-            .expect("uploading a file");
-        assert!(up.status.success(), "{}", text(&up));
-    }
-    let body = r#"{"renditions": ["base", "odd"]}"#;
-    let r = server.req("PUT", "/v1/titles/bad", Some(body));
-    assert_eq!(r.status, 422, "{}", r.body);
-    assert!(
-        r.body.contains("\\\"odd\\\" is not aligned") && r.body.contains("1.600 s"),
-        "{}",
-        r.body
-    );
-    let r = server.req(
-        "PUT",
-        "/v1/titles/again",
-        Some(r#"{"renditions": ["web@1"]}"#),
-    );
-    assert_eq!(r.status, 409, "{}", r.body);
-    assert!(
-        r.body.contains("rendition of title \\\"web\\\""),
-        "{}",
-        r.body
-    );
+    refusals(&server, &vol, &files[0]);
 
     let out = command()
         .args(["rm", "web", "--server", &server.url()])

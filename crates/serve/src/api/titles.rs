@@ -230,32 +230,36 @@ fn check_members(members: &[Member]) -> Result<(), String> {
         .iter()
         .filter_map(|m| m.descriptor.as_ref()?.fps())
         .fold(0.0f64, f64::max);
-    check_aligned(&timing, Tolerance::for_frame_rate(fps)).map_err(|e| {
-        let name = |i: usize| video.get(i).map_or("?".into(), |m| m.obj.rec.name.clone());
-        match e {
-            AlignmentError::Misaligned {
-                rendition, time_s, ..
-            } => format!(
-                "{:?} is not aligned with {:?}: its key frames differ at {time_s:.3} s",
-                name(rendition),
-                name(0)
-            ),
-            AlignmentError::Duration {
-                rendition,
-                duration_s,
-                expected_s,
-            } => format!(
-                "{:?} lasts {duration_s:.3} s but {:?} lasts {expected_s:.3} s",
-                name(rendition),
-                name(0)
-            ),
-            AlignmentError::NoKeyFrames { rendition } => {
-                format!("{:?} has no key frame", name(rendition))
-            }
-            AlignmentError::NoRenditions => "no renditions".into(),
+    check_aligned(&timing, Tolerance::for_frame_rate(fps))
+        .map(|_| ())
+        .map_err(|e| alignment_error(&video, e))
+}
+
+/// What an alignment error of the video renditions `video` says, naming the objects.
+fn alignment_error(video: &[&Member], e: AlignmentError) -> String {
+    let name = |i: usize| video.get(i).map_or("?".into(), |m| m.obj.rec.name.clone());
+    match e {
+        AlignmentError::Misaligned {
+            rendition, time_s, ..
+        } => format!(
+            "{:?} is not aligned with {:?}: its key frames differ at {time_s:.3} s",
+            name(rendition),
+            name(0)
+        ),
+        AlignmentError::Duration {
+            rendition,
+            duration_s,
+            expected_s,
+        } => format!(
+            "{:?} lasts {duration_s:.3} s but {:?} lasts {expected_s:.3} s",
+            name(rendition),
+            name(0)
+        ),
+        AlignmentError::NoKeyFrames { rendition } => {
+            format!("{:?} has no key frame", name(rendition))
         }
-    })?;
-    Ok(())
+        AlignmentError::NoRenditions => "no renditions".into(),
+    }
 }
 
 /// `DELETE /v1/objects/{name}` of title `name` (no object has that name): each rendition
