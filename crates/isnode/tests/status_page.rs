@@ -10,27 +10,19 @@
 mod serve_support;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::{Client, Locator};
 use serde_json::{json, Value};
+use serve_support::browser::{browser, require_chromium, wait_js, Driver};
 use serve_support::media::{self, Container};
-use serve_support::{command, free_port, ChildGuard, Server, Vol};
-
-const CHROMIUM: &str = "/usr/bin/chromium";
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+use serve_support::{command, ChildGuard, Server, Vol};
 
 #[test]
 fn status_page_shows_live_sessions_and_plays_titles() {
-    for tool in [CHROMIUM, CHROMEDRIVER] {
-        assert!(
-            Path::new(tool).exists(),
-            "{tool} is missing: run scripts/test, which installs Debian's chromium and \
-             chromium-driver"
-        );
-    }
+    require_chromium();
     let vol = Vol::create(&[]);
     let mp4 = media::make(vol.dir.path(), Container::Mp4MoovFront, 20);
     vol.add_file("clip.mp4", &mp4);
@@ -109,117 +101,6 @@ fn wait_streaming(server: &Server, n: usize) {
             r.body
         );
         std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// A `chromedriver` child on a free port.
-struct Driver {
-    _child: ChildGuard,
-    url: String,
-}
-
-impl Driver {
-    fn start(vol: &Vol) -> Driver {
-        let port = free_port();
-        let child = ChildGuard(Some(
-            std::process::Command::new(CHROMEDRIVER)
-                .arg(format!("--port={port}"))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(vol.path("chromedriver.log")).expect("log"))
-                .spawn()
-                .expect("spawning chromedriver"),
-        ));
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !ready(addr) {
-            assert!(
-                Instant::now() < deadline,
-                "chromedriver did not answer in 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Driver {
-            _child: child,
-            url: format!("http://127.0.0.1:{port}"),
-        }
-    }
-}
-
-/// Whether chromedriver's `GET /status` answers 200 (its headers have no space after the
-/// colon, so it is read raw).
-fn ready(addr: SocketAddr) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut head = [0u8; 12];
-    s.read_exact(&mut head).is_ok() && head.ends_with(b"200")
-}
-
-/// A headless Chromium session with a fresh profile.
-async fn browser(driver: &str, profile: &Path) -> Client {
-    let args = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        "--autoplay-policy=no-user-gesture-required",
-        "--window-size=1400,1250",
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .chain([format!("--user-data-dir={}", profile.display())])
-    .collect::<Vec<_>>();
-    let caps = json!({
-        "browserName": "chrome",
-        "goog:chromeOptions": { "binary": CHROMIUM, "args": args },
-    });
-    let caps = match caps {
-        Value::Object(m) => m,
-        _ => unreachable!("an object literal"),
-    };
-    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    ClientBuilder::new(connector)
-        .capabilities(caps)
-        .connect(driver)
-        .await
-        .expect("a Chromium session through chromedriver")
-}
-
-/// Evaluates `script` (a function body that returns a value) until `ok` accepts its
-/// value or `secs` pass; the last value.
-async fn wait_js(
-    c: &Client,
-    script: &str,
-    secs: u64,
-    what: &str,
-    ok: impl Fn(&Value) -> bool,
-) -> Result<Value, String> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let v = c
-            .execute(script, vec![])
-            .await
-            .map_err(|e| format!("{what}: {e}"))?;
-        if ok(&v) {
-            return Ok(v);
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("{what}: not within {secs} s (last: {v})"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -57,6 +57,12 @@ pub struct Fragment {
     /// first-sample-flags, else its own `trun` sample flags, else `tfhd` then `trex` default
     /// flags) do not set `sample_is_non_sync_sample`.
     pub starts_with_sync: bool,
+    /// One past the last byte of the reference track's first sample (the key frame of a
+    /// fragment that starts with one), from the `trun` data offset and sample size (`trun`,
+    /// else `tfhd`, else `trex` default); `None` without a `trun` data offset or when it
+    /// falls outside the fragment. `bytes.offset..first_sample_end` is what an HLS I-frame
+    /// playlist names: the `moof` and that sample.
+    pub first_sample_end: Option<u64>,
 }
 
 /// Whether a `sidx` was used for the fragment times.
@@ -116,6 +122,7 @@ impl FragmentIndex {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct TrackDefaults {
     duration: u32,
+    size: u32,
     flags: u32,
 }
 
@@ -141,6 +148,7 @@ impl MoovContext {
             .find(|(_, c)| be32(c, 4) == Some(track_id))
             .map(|(_, c)| TrackDefaults {
                 duration: be32(c, 12).unwrap_or(0),
+                size: be32(c, 16).unwrap_or(0),
                 flags: be32(c, 20).unwrap_or(0),
             })
             .unwrap_or_default();
@@ -161,11 +169,15 @@ struct FragTiming {
     /// Least composition offset over the samples (0 without offsets).
     min_cto: i64,
     sync: bool,
+    /// The first sample's data: `(base_data_offset, trun data offset, size)` (the base
+    /// `None`: the `moof`'s first byte).
+    first_sample: Option<(Option<u64>, i64, u32)>,
 }
 
-/// The `tfhd` fields that matter for timing.
+/// The `tfhd` fields that matter for timing (and the first sample's place).
 struct Tfhd {
     defaults: TrackDefaults,
+    base_data_offset: Option<u64>,
 }
 
 fn parse_tfhd(tfhd: &[u8], trex: TrackDefaults) -> Option<(u32, Tfhd)> {
@@ -173,29 +185,41 @@ fn parse_tfhd(tfhd: &[u8], trex: TrackDefaults) -> Option<(u32, Tfhd)> {
     let track_id = be32(tfhd, 4)?;
     let mut at = 8usize;
     let mut defaults = trex;
+    let mut base_data_offset = None;
     for (bit, len) in [(0x01, 8), (0x02, 4), (0x08, 4), (0x10, 4), (0x20, 4)] {
         if flags & bit == 0 {
             continue;
         }
         match bit {
+            0x01 => base_data_offset = Some(be64(tfhd, at)?),
             0x08 => defaults.duration = be32(tfhd, at)?,
+            0x10 => defaults.size = be32(tfhd, at)?,
             0x20 => defaults.flags = be32(tfhd, at)?,
             _ => {}
         }
         at += len;
     }
-    Some((track_id, Tfhd { defaults }))
+    Some((
+        track_id,
+        Tfhd {
+            defaults,
+            base_data_offset,
+        },
+    ))
 }
 
 /// Adds one `trun` to `t` (its samples after those already counted).
-fn add_trun(trun: &[u8], d: TrackDefaults, t: &mut FragTiming) -> Option<()> {
+fn add_trun(trun: &[u8], d: TrackDefaults, base: Option<u64>, t: &mut FragTiming) -> Option<()> {
     let version = *trun.first()?;
     let flags = be32(trun, 0)? & 0x00FF_FFFF;
     let count = be32(trun, 4)?;
     let mut at = 8usize;
-    if flags & 0x001 != 0 {
+    let data_offset = if flags & 0x001 != 0 {
         at += 4;
-    }
+        Some(i64::from(be32(trun, 8)? as i32))
+    } else {
+        None
+    };
     let first_flags = if flags & 0x004 != 0 {
         let f = be32(trun, at)?;
         at += 4;
@@ -224,7 +248,7 @@ fn add_trun(trun: &[u8], d: TrackDefaults, t: &mut FragTiming) -> Option<()> {
             v
         };
         let dur = field(0x100).unwrap_or(d.duration);
-        let _size = field(0x200);
+        let size = field(0x200).unwrap_or(d.size);
         let sflags = field(0x400).unwrap_or(d.flags);
         let cto = field(0x800).map_or(0, |c| match version {
             0 => i64::from(c),
@@ -233,6 +257,7 @@ fn add_trun(trun: &[u8], d: TrackDefaults, t: &mut FragTiming) -> Option<()> {
         if first_of_fragment && i == 0 {
             t.sync = first_flags.unwrap_or(sflags) & NON_SYNC == 0;
             t.min_cto = cto;
+            t.first_sample = data_offset.map(|o| (base, o, size));
         }
         t.min_cto = t.min_cto.min(cto);
         t.duration = t.duration.saturating_add(u64::from(dur));
@@ -240,6 +265,7 @@ fn add_trun(trun: &[u8], d: TrackDefaults, t: &mut FragTiming) -> Option<()> {
     if entry == 0 && count > 0 {
         if first_of_fragment {
             t.sync = first_flags.unwrap_or(d.flags) & NON_SYNC == 0;
+            t.first_sample = data_offset.map(|o| (base, o, d.size));
         }
         t.duration = t
             .duration
@@ -265,7 +291,7 @@ fn parse_moof(moof: &[u8], ctx: &MoovContext) -> Option<FragTiming> {
             };
         }
         for (_, trun) in children(traf).filter(|(k, _)| k == b"trun") {
-            add_trun(trun, tfhd.defaults, &mut t)?;
+            add_trun(trun, tfhd.defaults, tfhd.base_data_offset, &mut t)?;
         }
     }
     Some(t)
@@ -411,6 +437,11 @@ impl FragmentBuilder {
             duration: t.duration,
             samples: t.samples,
             starts_with_sync: t.samples > 0 && t.sync,
+            first_sample_end: t.first_sample.and_then(|(base, off, size)| {
+                base.unwrap_or(start)
+                    .checked_add_signed(off)?
+                    .checked_add(u64::from(size))
+            }),
         };
         self.timings.push((fragment, t.tfdt));
         self.open = true;
@@ -441,6 +472,10 @@ impl FragmentBuilder {
         let mut fragments: Vec<Fragment> = self.timings.into_iter().map(|(f, _)| f).collect();
         for f in &mut fragments {
             f.bytes.length = f.bytes.length.min(fed.saturating_sub(f.bytes.offset));
+            let moof_past = f.bytes.offset;
+            f.first_sample_end = f
+                .first_sample_end
+                .filter(|&e| e > moof_past && e <= f.bytes.end());
         }
         let sidx = match (self.sidx_bad, self.subsegments.is_empty()) {
             (false, true) => SidxUse::Absent,

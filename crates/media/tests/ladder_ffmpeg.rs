@@ -1,7 +1,7 @@
 //! A tiny ffmpeg-made ladder (320x180 and 640x360, H.264 + AAC, 25 frame/s, a key frame
 //! every 2 s), in MPEG-TS and in CMAF (`+cmaf`, `+frag_keyframe+empty_moov+default_base_moof`,
 //! `+dash+cmaf` with per-fragment `sidx`): the descriptors agree with ffprobe, the CMAF
-//! fragment index with ffprobe's key frames, the two rungs are aligned and a rung with
+//! fragment index with ffprobe's key frames (where each starts and ends), the two rungs are aligned and a rung with
 //! 1.2 s GOPs is refused. Fails (never skips) when ffmpeg or ffprobe is missing.
 
 use std::path::Path;
@@ -58,6 +58,8 @@ struct Probe {
     height: u32,
     rate: String,
     keys: Vec<u64>,
+    /// One past the last byte of each key frame (its `pos` + `size`).
+    key_ends: Vec<u64>,
 }
 
 fn ffprobe(dir: &Path, name: &str) -> Probe {
@@ -84,7 +86,7 @@ fn ffprobe(dir: &Path, name: &str) -> Probe {
     };
     let csv = run(Command::new("ffprobe")
         .args(["-v", "error", "-select_streams", "v", "-of", "csv"])
-        .args(["-show_entries", "packet=pos,flags"])
+        .args(["-show_entries", "packet=size,pos,flags"])
         .arg(&path));
     Probe {
         profile: field("profile"),
@@ -95,7 +97,17 @@ fn ffprobe(dir: &Path, name: &str) -> Probe {
         keys: csv
             .lines()
             .filter(|l| l.contains(",K"))
-            .filter_map(|l| l.split(',').nth(1)?.parse().ok())
+            .filter_map(|l| l.split(',').nth(2)?.parse().ok())
+            .collect(),
+        key_ends: csv
+            .lines()
+            .filter(|l| l.contains(",K"))
+            .filter_map(|l| {
+                let mut f = l.split(',').skip(1);
+                let size: u64 = f.next()?.parse().ok()?;
+                let pos: u64 = f.next()?.parse().ok()?;
+                Some(pos + size)
+            })
             .collect(),
     }
 }
@@ -133,8 +145,14 @@ fn check_fragments(ix: &MediaIndex, p: &Probe, data_len: u64, name: &str, sidx: 
     assert_eq!(f.sidx, sidx, "{name}");
     assert_eq!(f.fragments.len(), 3, "{name}: {f:?}");
     assert!(f.init.length > 0 && f.init.length <= f.fragments[0].bytes.offset);
+    assert_eq!(p.key_ends.len(), f.fragments.len(), "{name}");
     for (i, (frag, key)) in f.fragments.iter().zip(&p.keys).enumerate() {
         assert!(frag.starts_with_sync, "{name} fragment {i}");
+        assert_eq!(
+            frag.first_sample_end,
+            p.key_ends.get(i).copied(),
+            "{name} {i}: key frame end"
+        );
         assert!(
             frag.bytes.offset < *key && *key < frag.bytes.end(),
             "{name} {i}"

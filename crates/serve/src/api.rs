@@ -29,6 +29,7 @@ pub(crate) mod state;
 mod status;
 #[cfg(test)]
 mod tests;
+mod titles;
 mod upload;
 
 use std::sync::atomic::Ordering;
@@ -174,6 +175,8 @@ fn routes() -> Routes {
             get(renditions::get_master),
         )
         .route("/v1/objects/{name}/manifest.mpd", get(renditions::get_mpd))
+        .route("/v1/titles/{name}", axum::routing::put(titles::put_title))
+        .route("/v1/objects/{name}/iframes.m3u8", get(cmaf::get_iframes))
         .route(
             "/v1/broadcasts",
             post(broadcast::create_broadcast).get(broadcast::list_broadcasts),

@@ -221,6 +221,7 @@ impl Catalog {
         cat.conn
             .execute_batch(crate::protection::PROTECTION_SCHEMA)
             .map_err(db("adding the protection tables"))?;
+        crate::renditions::add_key_length_column(&cat.conn)?;
         Ok(cat)
     }
 

@@ -48,6 +48,10 @@ pub struct FragmentRecord {
     pub duration: u64,
     /// Whether its first sample is a sync sample.
     pub sync: bool,
+    /// Bytes from its first byte to the end of its first sample (the `moof` and the key
+    /// frame of a fragment that starts with one: an HLS I-frame segment); `None` when not
+    /// known (no `trun` data offset, or indexed before it was kept).
+    pub key_length_bytes: Option<u64>,
 }
 
 /// The fragment index of a fragmented MP4 (`media_fragments_meta` + `media_fragments`).

@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS media_fragments (
     decode_start INTEGER NOT NULL,
     duration     INTEGER NOT NULL,
     sync         INTEGER NOT NULL,
+    key_length   INTEGER,
     PRIMARY KEY (toi, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS titles (
@@ -57,6 +58,24 @@ CREATE TABLE IF NOT EXISTS title_renditions (
     PRIMARY KEY (title, seq)
 ) WITHOUT ROWID;
 ";
+
+/// Adds `media_fragments.key_length` to a catalog whose table was made before it (its
+/// rows then have none: no I-frame playlist for those objects until ingested again).
+pub(crate) fn add_key_length_column(conn: &Connection) -> Result<(), StoreError> {
+    let ctx = "adding media_fragments.key_length";
+    let has: bool = conn
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM pragma_table_info('media_fragments') WHERE name = 'key_length')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(db(ctx))?;
+    if !has {
+        conn.execute_batch("ALTER TABLE media_fragments ADD COLUMN key_length INTEGER")
+            .map_err(db(ctx))?;
+    }
+    Ok(())
+}
 
 /// The catalog's form of what [`isnode_media::Indexer::finish`] found of a rendition.
 pub fn media_detail(ix: &isnode_media::MediaIndex) -> MediaDetail {
@@ -93,6 +112,7 @@ pub fn media_detail(ix: &isnode_media::MediaIndex) -> MediaDetail {
                     decode_start: g.decode_start,
                     duration: g.duration,
                     sync: g.starts_with_sync,
+                    key_length_bytes: g.first_sample_end.map(|e| e.saturating_sub(g.bytes.offset)),
                 })
                 .collect(),
         });
@@ -162,7 +182,7 @@ pub(crate) fn put_media_detail(
     let mut st = tx
         .prepare(
             "INSERT INTO media_fragments (toi, seq, offset_bytes, length_bytes, decode_start,
-             duration, sync) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             duration, sync, key_length) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )
         .map_err(db(ctx))?;
     for (seq, g) in f.fragments.iter().take(MAX_FRAGMENT_ROWS).enumerate() {
@@ -173,7 +193,8 @@ pub(crate) fn put_media_detail(
             g.length_bytes as i64,
             i64::try_from(g.decode_start).unwrap_or(i64::MAX),
             i64::try_from(g.duration).unwrap_or(i64::MAX),
-            g.sync
+            g.sync,
+            g.key_length_bytes.map(|k| k as i64)
         ])
         .map_err(db(ctx))?;
     }
@@ -253,7 +274,7 @@ fn read_fragments(
     };
     let mut q = conn
         .prepare(
-            "SELECT seq, offset_bytes, length_bytes, decode_start, duration, sync
+            "SELECT seq, offset_bytes, length_bytes, decode_start, duration, sync, key_length
              FROM media_fragments WHERE toi = ?1 ORDER BY seq LIMIT ?2",
         )
         .map_err(db(ctx))?;
@@ -264,6 +285,7 @@ fn read_fragments(
                 r.get::<_, i64>(0)?,
                 [r.get::<_, i64>(1)?, r.get(2)?, r.get(3)?, r.get(4)?],
                 r.get::<_, bool>(5)?,
+                r.get::<_, Option<i64>>(6)?,
             ))
         })
         .map_err(db(ctx))?
@@ -274,8 +296,9 @@ fn read_fragments(
         .map_err(|p| StoreError::Corrupt(format!("object TOI {toi}: fragment index: {p}")))
 }
 
-/// A stored fragment row: `seq`, `[offset, length, decode_start, duration]`, `sync`.
-type FragmentRow = (i64, [i64; 4], bool);
+/// A stored fragment row: `seq`, `[offset, length, decode_start, duration]`, `sync`,
+/// `key_length`.
+type FragmentRow = (i64, [i64; 4], bool, Option<i64>);
 
 fn validate_fragments(
     meta: MetaRow,
@@ -303,7 +326,7 @@ fn validate_fragments(
     };
     let mut fragments: Vec<FragmentRecord> = Vec::with_capacity(rows.len());
     let mut next = init_len;
-    for (i, (seq, [off, len, dts, dur], sync)) in rows.iter().enumerate() {
+    for (i, (seq, [off, len, dts, dur], sync, key)) in rows.iter().enumerate() {
         let (offset_bytes, length_bytes): (u64, u64) =
             (as_u(*off, "offset")?, as_u(*len, "length")?);
         let end = offset_bytes.saturating_add(length_bytes);
@@ -313,12 +336,19 @@ fn validate_fragments(
             ));
         }
         next = end;
+        let key_length_bytes: Option<u64> = opt_u(*key, "key_length")?;
+        if key_length_bytes.is_some_and(|k| k == 0 || k > length_bytes) {
+            return Err(format!(
+                "fragment {i}: key_length {key:?} is outside the fragment"
+            ));
+        }
         fragments.push(FragmentRecord {
             offset_bytes,
             length_bytes,
             decode_start: as_u(*dts, "decode_start")?,
             duration: as_u(*dur, "duration")?,
             sync: *sync,
+            key_length_bytes,
         });
     }
     Ok(FragmentsRecord {
@@ -478,6 +508,13 @@ impl crate::Volume {
             }
         }
         self.catalog_mut().put_title(t, replace)
+    }
+
+    /// Deletes title `name`'s row only (its renditions stay, listed as objects): the first
+    /// step of a delete of the title whose caller then deletes each rendition itself (the
+    /// server, through its object cache). Whether there was such a title.
+    pub fn forget_title(&mut self, name: &str) -> Result<bool, StoreError> {
+        self.catalog_mut().delete_title_row(name)
     }
 
     /// Deletes title `name` and its renditions' objects: the title row first (so a crash

@@ -93,6 +93,33 @@ pub(super) fn upload(server: &str, args: &IngestArgs) -> anyhow::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
+/// `PUT /v1/titles/NAME`: groups the objects `renditions` (uploaded) into title `name`.
+pub(super) fn put_title(
+    server: &str,
+    remote: &RemoteArgs,
+    name: &str,
+    renditions: &[String],
+    replace: bool,
+) -> anyhow::Result<()> {
+    let url = format!(
+        "{}/v1/titles/{}",
+        isnode_recv::control::base_url(server),
+        encode(name)
+    );
+    let body = serde_json::json!({ "renditions": renditions, "replace": replace }).to_string();
+    let mut req = agent(remote)?
+        .put(&url)
+        .header("content-type", "application/json");
+    if let Some(t) = &remote.token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let resp = req
+        .send(body.as_bytes())
+        .with_context(|| format!("recording the title at {url}"))?;
+    answer(resp, 201, "title", name)?;
+    Ok(())
+}
+
 /// `rm NAME --server URL [--force]`.
 pub(super) fn remove(server: &str, args: &RmArgs) -> anyhow::Result<ExitCode> {
     let url = format!(

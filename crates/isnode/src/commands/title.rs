@@ -24,9 +24,6 @@ struct Scan {
 
 /// `ingest --name NAME FILE1 FILE2 ...`.
 pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
-    if args.remote.server.is_some() {
-        bail!("uploading a title with renditions over HTTP is not supported yet: ingest it on the server's volume, or upload each file on its own");
-    }
     let Some(name) = args.name.clone() else {
         bail!("--name is required to ingest several files as one title with renditions");
     };
@@ -43,6 +40,9 @@ pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode>
             "a title has at most {} renditions",
             isnode_store::renditions::MAX_TITLE_RENDITIONS
         );
+    }
+    if let Some(server) = &args.remote.server {
+        return upload_title(server, &name, &files, args);
     }
     let mut vol =
         Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
@@ -68,6 +68,47 @@ pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode>
             .map(|r| r.object.as_str())
             .collect::<Vec<_>>()
             .join(", ")
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ingest --server URL --name NAME FILE0 FILE1 ...`: the files are checked here as for
+/// a local title (nothing is sent when they are not renditions of one title), uploaded one
+/// by one as `NAME@i`, then grouped by `PUT /v1/titles/NAME` (which checks them again).
+fn upload_title(
+    server: &str,
+    name: &str,
+    files: &[PathBuf],
+    args: &IngestArgs,
+) -> anyhow::Result<ExitCode> {
+    let scans = files
+        .iter()
+        .map(|f| scan(f))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    check_renditions(&scans)?;
+    let mut objects = Vec::with_capacity(files.len());
+    for (i, f) in files.iter().enumerate() {
+        let one = IngestArgs {
+            file: f.clone(),
+            renditions: Vec::new(),
+            name: Some(rendition_name(name, i)),
+            bitrate: None,
+            content_type: None,
+            replace: args.replace,
+            size: None,
+            max_spool_bytes: args.max_spool_bytes,
+            remote: args.remote.clone(),
+            encrypt: false,
+            node_key_file: None,
+        };
+        super::remote::upload(server, &one)?;
+        objects.push(rendition_name(name, i));
+    }
+    super::remote::put_title(server, &args.remote, name, &objects, args.replace)?;
+    println!(
+        "uploaded title {name:?}: {} renditions ({})",
+        objects.len(),
+        objects.join(", ")
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -136,30 +177,65 @@ fn check_renditions(scans: &[Scan]) -> anyhow::Result<()> {
             );
         }
     }
-    let keys: Vec<Vec<f64>> = scans
+    let (audio, video): (Vec<&Scan>, Vec<&Scan>) = scans.iter().partition(|s| audio_only(s));
+    let Some(reference) = video.first() else {
+        bail!("a title needs a rendition with video: every file given is audio-only");
+    };
+    for a in &audio {
+        if a.index.container != Container::Mp4 {
+            bail!(
+                "{} is audio-only MPEG-TS: a title's audio rendition must be a fragmented MP4 (CMAF)",
+                a.path.display()
+            );
+        }
+        if (a.duration_s - reference.duration_s).abs() > AUDIO_DURATION_TOLERANCE_S {
+            bail!(
+                "{} (audio) lasts {:.3} s but {} lasts {:.3} s: not renditions of one title",
+                a.path.display(),
+                a.duration_s,
+                reference.path.display(),
+                reference.duration_s
+            );
+        }
+    }
+    let keys: Vec<Vec<f64>> = video
         .iter()
         .map(|s| s.index.points.iter().map(|p| p.time_s).collect())
         .collect();
     let timing: Vec<RenditionTiming<'_>> = keys
         .iter()
-        .zip(scans)
+        .zip(&video)
         .map(|(k, s)| RenditionTiming {
             key_times_s: k,
             duration_s: s.duration_s,
         })
         .collect();
-    let fps = scans
+    let fps = video
         .iter()
         .filter_map(|s| s.index.rendition.as_ref()?.video.as_ref()?.frame_rate)
         .map(|f| f.fps())
         .fold(0.0f64, f64::max);
     let tol = isnode_media::Tolerance::for_frame_rate(fps);
-    check_aligned(&timing, tol).map_err(|e| alignment_error(scans, e))?;
+    check_aligned(&timing, tol).map_err(|e| alignment_error(&video, e))?;
     Ok(())
 }
 
+/// How far an audio-only rendition's duration may be from the video's: its last AAC
+/// frame (at most 1024 samples) and its priming (2048 samples at 48 kHz) cut it off the
+/// video frame grid, so a frame and 100 ms is too tight; 200 ms is well under a segment.
+const AUDIO_DURATION_TOLERANCE_S: f64 = 0.2;
+
+/// Whether a scanned file is audio-only (no video stream, at least one audio stream): a
+/// title's audio rendition, whose key frames need not fall at the video's.
+fn audio_only(s: &Scan) -> bool {
+    s.index
+        .rendition
+        .as_ref()
+        .is_some_and(|d| d.video.is_none() && !d.audio.is_empty())
+}
+
 /// An alignment error naming the files and the time.
-fn alignment_error(scans: &[Scan], e: AlignmentError) -> anyhow::Error {
+fn alignment_error(scans: &[&Scan], e: AlignmentError) -> anyhow::Error {
     let file = |i: usize| {
         scans
             .get(i)

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub(crate) mod browser;
 pub(crate) mod fills;
+pub(crate) mod front;
 pub(crate) mod garage;
 pub(crate) mod media;
 pub(crate) mod netns;

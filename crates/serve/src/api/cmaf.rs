@@ -1,15 +1,18 @@
-//! The media playlist of a fragmented MP4 (CMAF) object behind `index.m3u8`, and the
+//! The media playlist of a fragmented MP4 (CMAF) object behind `index.m3u8`, its I-frame
+//! playlist (`GET /v1/objects/{name}/iframes.m3u8`), and the
 //! catalog read of an object's descriptor and fragment index that it and the manifests of
 //! [`super::renditions`] need.
 
 use std::sync::Arc;
 
-use axum::http::header;
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use isnode_pool::objects::ObjectInfo;
 use isnode_store::MediaDetail;
 
-use super::{blocking, manifests, store_error};
+use super::media::{complete_object, NeedsWhole};
+use super::{blocking, manifests, store_error, ApiError, Asker, Sh};
 use crate::api::state::ApiState;
 
 /// The MIME type of HLS playlists.
@@ -43,12 +46,52 @@ pub(super) async fn fmp4_playlist(
         Err(r) => return Some(r),
     };
     let f = d.fragments.filter(|f| !f.fragments.is_empty())?;
-    let toi = obj.rec.toi;
-    let uri = match super::roles::carried_token(query) {
-        Some(t) => format!("content?token={t}&isnode_version={toi}&ext=.mp4"),
-        None => format!("content?isnode_version={toi}&ext=.mp4"),
-    };
-    let text = manifests::cmaf_playlist(&uri, &f);
+    let text = manifests::cmaf_playlist(&content_uri(query, obj.rec.toi), &f);
     let r = ([(header::CONTENT_TYPE, M3U8)], text).into_response();
     Some(super::common::private_if_token(r, query))
+}
+
+/// The `content` URI of a fragmented MP4's playlists of version `toi` (the title's, as
+/// [`super::media::segment_uri`] has it), with the request's token.
+fn content_uri(query: Option<&str>, toi: u32) -> String {
+    match super::roles::carried_token(query) {
+        Some(t) => format!("content?token={t}&isnode_version={toi}&ext=.mp4"),
+        None => format!("content?isnode_version={toi}&ext=.mp4"),
+    }
+}
+
+/// `GET /v1/objects/{name}/iframes.m3u8`: the I-frame playlist of a fragmented MP4 object
+/// whose fragments' key frame extents are known (`404` otherwise: MPEG-TS objects have
+/// none yet).
+pub(super) async fn get_iframes(
+    _: super::roles::Viewer,
+    State(sh): Sh,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
+    Path(name): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let asker = Asker::Viewer(peer.ip());
+    let obj = match complete_object(&sh, asker, name.clone(), NeedsWhole::Index).await {
+        Ok(o) => o,
+        Err(r) => return r,
+    };
+    let d = match detail(&sh, &obj).await {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let text = d
+        .fragments
+        .and_then(|f| manifests::iframe_playlist(&content_uri(query.as_deref(), obj.rec.toi), &f));
+    let Some(text) = text else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!(
+                "{name:?} has no I-frame playlist: only fragmented MP4 (CMAF) objects whose \
+                 fragments start with a key frame of known extent have one"
+            ),
+        )
+        .into_response();
+    };
+    let r = ([(header::CONTENT_TYPE, M3U8)], text).into_response();
+    super::common::private_if_token(r, query.as_deref())
 }

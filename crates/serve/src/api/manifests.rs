@@ -20,6 +20,9 @@ pub(super) struct CmafSegment {
     pub start: u64,
     /// Duration, ticks.
     pub ticks: u64,
+    /// Bytes from `offset` to the end of its key frame (the first fragment's
+    /// `key_length_bytes` when that starts with a sync sample).
+    pub key_len: Option<u64>,
 }
 
 /// Cuts the fragments into segments: a fragment starting with a sync sample starts a new
@@ -39,6 +42,7 @@ pub(super) fn cmaf_segments(f: &FragmentsRecord) -> Vec<CmafSegment> {
                 len: g.length_bytes,
                 start: g.decode_start,
                 ticks: g.duration,
+                key_len: g.key_length_bytes.filter(|_| g.sync),
             }),
         }
     }
@@ -79,6 +83,52 @@ pub(super) fn cmaf_playlist(uri: &str, f: &FragmentsRecord) -> String {
     m
 }
 
+/// The HLS I-frame playlist (RFC 8216 section 4.3.3.6, `EXT-X-I-FRAMES-ONLY`) of a
+/// fragmented MP4 at `uri`: one entry per segment of [`cmaf_playlist`], the byte range of
+/// its `moof` and key frame, lasting until the next key frame. `None` when a segment's key
+/// frame extent is unknown.
+pub(super) fn iframe_playlist(uri: &str, f: &FragmentsRecord) -> Option<String> {
+    let segs = cmaf_segments(f);
+    if segs.is_empty() || segs.iter().any(|s| s.key_len.is_none()) {
+        return None;
+    }
+    let target = segs
+        .iter()
+        .map(|s| secs(s.ticks, f.timescale).round() as u64)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let mut m = format!(
+        "#EXTM3U\n#EXT-X-VERSION:7\n#EXT-X-TARGETDURATION:{target}\n#EXT-X-PLAYLIST-TYPE:VOD\n\
+         #EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-I-FRAMES-ONLY\n\
+         #EXT-X-MAP:URI=\"{uri}\",BYTERANGE=\"{}@{}\"\n",
+        f.init.1, f.init.0
+    );
+    for s in &segs {
+        let _ = write!(
+            m,
+            "#EXTINF:{:.3},\n#EXT-X-BYTERANGE:{}@{}\n{uri}\n",
+            secs(s.ticks, f.timescale),
+            s.key_len.unwrap_or(0),
+            s.offset
+        );
+    }
+    m.push_str("#EXT-X-ENDLIST\n");
+    Some(m)
+}
+
+/// The peak bitrate of a fragmented MP4's I-frame playlist (key frame bytes over the time
+/// to the next), `None` without one.
+fn iframe_peak_bps(f: &FragmentsRecord) -> Option<u64> {
+    let segs = cmaf_segments(f);
+    if segs.is_empty() || segs.iter().any(|s| s.key_len.is_none()) {
+        return None;
+    }
+    Some(peak_bps(segs.iter().map(|s| {
+        (s.key_len.unwrap_or(0), secs(s.ticks, f.timescale))
+    })))
+}
+
 /// One variant of a title, as its manifests list it.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Variant {
@@ -96,6 +146,43 @@ pub(super) struct Variant {
     pub duration_s: f64,
 }
 
+/// RFC 6381 codec prefixes of audio (a rendition whose codecs are all audio is audio-only).
+const AUDIO_CODECS: [&str; 6] = ["mp4a", "ac-3", "ec-3", "opus", "Opus", "fLaC"];
+
+/// Whether `d` describes an audio-only rendition: no video size, every codec an audio one.
+pub(super) fn audio_only_descriptor(d: &DescriptorRecord) -> bool {
+    d.width.is_none()
+        && !d.codecs.is_empty()
+        && d.codecs
+            .split(',')
+            .all(|c| AUDIO_CODECS.iter().any(|a| c.trim().starts_with(a)))
+}
+
+impl Variant {
+    /// Whether it is an audio-only rendition ([`audio_only_descriptor`]): the title's
+    /// audio, listed as an `EXT-X-MEDIA` audio group (HLS) and an audio adaptation set
+    /// (DASH) rather than as a variant of its own.
+    pub(super) fn audio_only(&self) -> bool {
+        self.descriptor.as_ref().is_some_and(audio_only_descriptor)
+    }
+
+    /// The peak bitrate as manifests state it (at least the average, at least 1).
+    fn bandwidth(&self) -> u64 {
+        self.peak_bps.max(self.average_bps).max(1)
+    }
+
+    /// Its codecs, if known.
+    fn codecs(&self) -> Option<&str> {
+        self.descriptor
+            .as_ref()
+            .map(|d| d.codecs.as_str())
+            .filter(|c| !c.is_empty())
+    }
+}
+
+/// The HLS audio group of a title's audio-only renditions.
+const AUDIO_GROUP: &str = "audio";
+
 /// The largest `bytes × 8 / seconds` over `(bytes, seconds)` pairs with a duration.
 pub(super) fn peak_bps(segments: impl Iterator<Item = (u64, f64)>) -> u64 {
     segments
@@ -105,34 +192,111 @@ pub(super) fn peak_bps(segments: impl Iterator<Item = (u64, f64)>) -> u64 {
         .unwrap_or(0)
 }
 
-/// The HLS multivariant playlist of `variants` (in the title's order).
+/// The HLS multivariant playlist of `variants` (in the title's order). Audio-only
+/// renditions, when the title also has video ones, are an `EXT-X-MEDIA` audio group
+/// (`GROUP-ID="audio"`, the first the default) that every video variant names: its
+/// `BANDWIDTH` and `AVERAGE-BANDWIDTH` then add the largest audio rendition's, and its
+/// `CODECS` the first audio rendition's codecs.
 pub(super) fn master_playlist(variants: &[Variant]) -> String {
     let version = match variants.iter().any(|v| v.fragments.is_some()) {
         true => 7,
         false => 4,
     };
     let mut m = format!("#EXTM3U\n#EXT-X-VERSION:{version}\n#EXT-X-INDEPENDENT-SEGMENTS\n");
-    for v in variants {
-        let avg = v.average_bps.max(1);
+    let (audio, video): (Vec<&Variant>, Vec<&Variant>) =
+        variants.iter().partition(|v| v.audio_only());
+    let (audio, video) = match video.is_empty() {
+        true => (Vec::new(), audio),
+        false => (audio, video),
+    };
+    for (i, a) in audio.iter().enumerate() {
+        let default = if i == 0 { "YES" } else { "NO" };
+        let _ = writeln!(
+            m,
+            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"{AUDIO_GROUP}\",NAME=\"audio {i}\",\
+             DEFAULT={default},AUTOSELECT=YES,URI=\"{}\"",
+            a.uri
+        );
+    }
+    let audio_peak = audio.iter().map(|a| a.bandwidth()).max().unwrap_or(0);
+    let audio_avg = audio.iter().map(|a| a.average_bps).max().unwrap_or(0);
+    let audio_codecs = audio.first().and_then(|a| a.codecs());
+    for v in video {
+        let avg = v.average_bps.max(1) + audio_avg;
         let _ = write!(
             m,
             "#EXT-X-STREAM-INF:BANDWIDTH={},AVERAGE-BANDWIDTH={avg}",
-            v.peak_bps.max(avg)
+            (v.bandwidth() + audio_peak).max(avg)
         );
-        if let Some(d) = &v.descriptor {
-            if let (Some(w), Some(h)) = (d.width, d.height) {
-                let _ = write!(m, ",RESOLUTION={w}x{h}");
-            }
-            if !d.codecs.is_empty() {
-                let _ = write!(m, ",CODECS=\"{}\"", d.codecs);
-            }
-            if let Some(fps) = d.fps() {
-                let _ = write!(m, ",FRAME-RATE={fps:.3}");
-            }
-        }
+        stream_inf_attributes(&mut m, v, audio_codecs);
         let _ = write!(m, "\n{}\n", v.uri);
     }
+    for v in variants.iter().filter(|v| !v.audio_only()) {
+        iframe_stream_inf(&mut m, v);
+    }
     m
+}
+
+/// The `EXT-X-I-FRAME-STREAM-INF` of variant `v` when it has an I-frame playlist (its
+/// media playlist's URI with `iframes.m3u8` for `index.m3u8`): `BANDWIDTH` the I-frame
+/// playlist's peak, `RESOLUTION`, and `CODECS` of the video only.
+fn iframe_stream_inf(m: &mut String, v: &Variant) {
+    let (Some(f), Some(d)) = (&v.fragments, &v.descriptor) else {
+        return;
+    };
+    let (Some(peak), Some(uri)) = (iframe_peak_bps(f), iframe_uri(&v.uri)) else {
+        return;
+    };
+    let _ = write!(m, "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH={}", peak.max(1));
+    if let (Some(w), Some(h)) = (d.width, d.height) {
+        let _ = write!(m, ",RESOLUTION={w}x{h}");
+    }
+    let video: Vec<&str> = d
+        .codecs
+        .split(',')
+        .filter(|c| !AUDIO_CODECS.iter().any(|a| c.trim().starts_with(a)))
+        .collect();
+    if !video.is_empty() && !video.iter().any(|c| c.is_empty()) {
+        let _ = write!(m, ",CODECS=\"{}\"", video.join(","));
+    }
+    let _ = writeln!(m, ",URI=\"{uri}\"");
+}
+
+/// The I-frame playlist URI beside media playlist `uri` (`.../index.m3u8?token=T` →
+/// `.../iframes.m3u8?token=T`).
+fn iframe_uri(uri: &str) -> Option<String> {
+    let (path, query) = uri
+        .split_once('?')
+        .map_or((uri, None), |(p, q)| (p, Some(q)));
+    let dir = path.strip_suffix("index.m3u8")?;
+    Some(match query {
+        Some(q) => format!("{dir}iframes.m3u8?{q}"),
+        None => format!("{dir}iframes.m3u8"),
+    })
+}
+
+/// `RESOLUTION`, `CODECS` (with `audio_codecs` and `AUDIO` when the title has an audio
+/// group) and `FRAME-RATE` of one `EXT-X-STREAM-INF`.
+fn stream_inf_attributes(m: &mut String, v: &Variant, audio_codecs: Option<&str>) {
+    let Some(d) = &v.descriptor else { return };
+    if let (Some(w), Some(h)) = (d.width, d.height) {
+        let _ = write!(m, ",RESOLUTION={w}x{h}");
+    }
+    match (d.codecs.is_empty(), audio_codecs) {
+        (false, Some(a)) => {
+            let _ = write!(m, ",CODECS=\"{},{a}\"", d.codecs);
+        }
+        (false, None) => {
+            let _ = write!(m, ",CODECS=\"{}\"", d.codecs);
+        }
+        (true, _) => {}
+    }
+    if let Some(fps) = d.fps() {
+        let _ = write!(m, ",FRAME-RATE={fps:.3}");
+    }
+    if audio_codecs.is_some() {
+        let _ = write!(m, ",AUDIO=\"{AUDIO_GROUP}\"");
+    }
 }
 
 /// `s` with XML's five special characters escaped.
@@ -150,24 +314,53 @@ fn iso_duration(s: f64) -> String {
 }
 
 /// The static DASH MPD (ISO/IEC 23009-1, `isoff-main` profile) of CMAF `variants` (each
-/// with its fragment index): one adaptation set, a representation per variant whose
-/// `SegmentList` names the init segment and every segment by byte range of its `BaseURL`,
-/// with a `SegmentTimeline` of their exact decode times.
+/// with its fragment index): an adaptation set of the video renditions (or of all, when
+/// none is audio-only) and one of the audio-only renditions, a representation per variant
+/// whose `SegmentList` names the init segment and every segment by byte range of its
+/// `BaseURL`, with a `SegmentTimeline` of their exact decode times.
 pub(super) fn mpd(variants: &[Variant]) -> String {
     let duration = variants.iter().map(|v| v.duration_s).fold(0.0, f64::max);
     let mut m = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
          <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" profiles=\"urn:mpeg:dash:profile:isoff-main:2011\" \
          type=\"static\" mediaPresentationDuration=\"{}\" minBufferTime=\"PT2S\">\n\
-         <Period id=\"0\" start=\"PT0S\">\n\
-         <AdaptationSet id=\"0\" mimeType=\"video/mp4\" segmentAlignment=\"true\" startWithSAP=\"1\">\n",
+         <Period id=\"0\" start=\"PT0S\">\n",
         iso_duration(duration)
     );
-    for (i, v) in variants.iter().enumerate() {
-        let Some(f) = &v.fragments else { continue };
-        representation(&mut m, i, v, f);
+    let sets = [
+        (
+            "video",
+            false,
+            " segmentAlignment=\"true\" startWithSAP=\"1\"",
+        ),
+        (
+            "audio",
+            true,
+            " segmentAlignment=\"true\" startWithSAP=\"1\" lang=\"und\"",
+        ),
+    ];
+    let has_video = variants.iter().any(|v| !v.audio_only());
+    for (set, (kind, audio, attrs)) in sets.iter().enumerate() {
+        let members: Vec<(usize, &Variant)> = variants
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.fragments.is_some() && (v.audio_only() && has_video) == *audio)
+            .collect();
+        if members.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            m,
+            "<AdaptationSet id=\"{set}\" contentType=\"{kind}\" mimeType=\"{kind}/mp4\"{attrs}>"
+        );
+        for (i, v) in members {
+            if let Some(f) = &v.fragments {
+                representation(&mut m, i, v, f);
+            }
+        }
+        m.push_str("</AdaptationSet>\n");
     }
-    m.push_str("</AdaptationSet>\n</Period>\n</MPD>\n");
+    m.push_str("</Period>\n</MPD>\n");
     m
 }
 
@@ -176,7 +369,7 @@ fn representation(m: &mut String, id: usize, v: &Variant, f: &FragmentsRecord) {
     let _ = write!(
         m,
         "<Representation id=\"{id}\" bandwidth=\"{}\"",
-        v.peak_bps.max(v.average_bps).max(1)
+        v.bandwidth()
     );
     if let Some(d) = &v.descriptor {
         if let (Some(w), Some(h)) = (d.width, d.height) {
@@ -233,6 +426,7 @@ mod tests {
             decode_start: i * 12_800,
             duration: d,
             sync,
+            key_length_bytes: sync.then_some(300),
         };
         FragmentsRecord {
             track_id: 1,
@@ -299,5 +493,57 @@ mod tests {
         assert!(x.contains("<S t=\"25600\" d=\"25600\"/>"));
         assert!(x.contains("<SegmentURL mediaRange=\"3000-3499\"/>"));
         assert_eq!(peak_bps([(1000, 2.0), (10, 0.0)].into_iter()), 4000);
+        // An I-frame playlist per rung: the moof and key frame of each segment's start.
+        assert!(m.contains(
+            "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=2400,RESOLUTION=640x360,\
+             CODECS=\"avc1.42C01E\",URI=\"../a%400/iframes.m3u8?token=ab\"\n"
+        ));
+        let p = iframe_playlist("c", &frags()).unwrap_or_default();
+        assert!(p.contains("#EXT-X-I-FRAMES-ONLY\n"));
+        assert!(p.contains("#EXTINF:2.000,\n#EXT-X-BYTERANGE:300@2000\nc\n"));
+        assert!(p.contains("#EXTINF:1.000,\n#EXT-X-BYTERANGE:300@3000\nc\n"));
+    }
+
+    #[test]
+    fn an_audio_only_rendition_is_the_audio_group_and_adaptation_set() {
+        let video = Variant {
+            uri: "../t%400/index.m3u8".into(),
+            peak_bps: 1100,
+            average_bps: 1000,
+            descriptor: Some(DescriptorRecord {
+                codecs: "avc1.42C01E".into(),
+                width: Some(640),
+                height: Some(360),
+                frame_rate: Some((25, 1)),
+            }),
+            fragments: Some(frags()),
+            duration_s: 5.0,
+        };
+        let audio = Variant {
+            uri: "../t%401/index.m3u8".into(),
+            peak_bps: 70,
+            average_bps: 64,
+            descriptor: Some(DescriptorRecord {
+                codecs: "mp4a.40.2".into(),
+                width: None,
+                height: None,
+                frame_rate: None,
+            }),
+            ..video.clone()
+        };
+        assert!(audio.audio_only() && !video.audio_only());
+        let m = master_playlist(&[video.clone(), audio.clone()]);
+        assert!(m.contains(
+            "#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID=\"audio\",NAME=\"audio 0\",DEFAULT=YES,\
+             AUTOSELECT=YES,URI=\"../t%401/index.m3u8\"\n"
+        ));
+        assert!(m.contains(
+            "#EXT-X-STREAM-INF:BANDWIDTH=1170,AVERAGE-BANDWIDTH=1064,RESOLUTION=640x360,\
+             CODECS=\"avc1.42C01E,mp4a.40.2\",FRAME-RATE=25.000,AUDIO=\"audio\"\n"
+        ));
+        assert_eq!(m.matches("#EXT-X-STREAM-INF").count(), 1);
+        let x = mpd(&[video, audio]);
+        assert!(x.contains("<AdaptationSet id=\"1\" contentType=\"audio\" mimeType=\"audio/mp4\""));
+        assert_eq!(x.matches("<AdaptationSet ").count(), 2);
     }
 }

@@ -319,6 +319,12 @@ pub(super) const ROUTES: &[(&str, &str, Rule)] = &[
         "/v1/objects/{name}/manifest.mpd",
         Rule::Role(Role::Viewer),
     ),
+    ("PUT", "/v1/titles/{name}", Rule::Role(Role::Operator)),
+    (
+        "GET",
+        "/v1/objects/{name}/iframes.m3u8",
+        Rule::Role(Role::Viewer),
+    ),
     ("POST", "/v1/sessions", Rule::Role(Role::Viewer)),
     ("GET", "/v1/sessions/{id}", Rule::Role(Role::Viewer)),
     ("DELETE", "/v1/sessions/{id}", Rule::SessionOwner),

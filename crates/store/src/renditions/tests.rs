@@ -56,6 +56,7 @@ fn fragments(size: u64) -> FragmentsRecord {
                 decode_start: i * 25_600,
                 duration: 25_600,
                 sync: true,
+                key_length_bytes: (i != 1).then_some(400),
             })
             .collect(),
     }
@@ -149,4 +150,32 @@ fn a_title_groups_renditions_and_goes_with_them() {
         vol.delete_title("movie"),
         Err(StoreError::NotFound(_))
     ));
+}
+
+#[test]
+fn an_older_catalog_gains_the_key_length_column_and_its_rows_have_none() {
+    let (d, mut vol) = volume();
+    let rec = ingest_ts(&mut vol, "a", 1_000_000);
+    let detail = MediaDetail {
+        descriptor: None,
+        fragments: Some(fragments(rec.size_bytes)),
+    };
+    let ix = MediaIndexRecord {
+        container: "mp4".into(),
+        moov_at_front: Some(true),
+        points: vec![(0.0, 700)],
+        detail: Some(detail),
+    };
+    vol.catalog_mut().set_media_index(rec.toi, &ix).unwrap();
+    // The table as it was before the column.
+    vol.catalog()
+        .conn
+        .execute_batch("ALTER TABLE media_fragments DROP COLUMN key_length")
+        .unwrap();
+    drop(vol);
+    let vol = Volume::open(&d.path().join("vol")).unwrap();
+    let got = vol.catalog().media_detail(rec.toi, rec.size_bytes).unwrap();
+    let f = got.fragments.expect("the fragment rows");
+    assert_eq!(f.fragments.len(), 3);
+    assert!(f.fragments.iter().all(|g| g.key_length_bytes.is_none()));
 }
