@@ -1,14 +1,15 @@
 //! IPv6 end to end on loopback (issue 30, item 4, the part done so far): a server listening
 //! on `[::1]` streams a title to `isnode play` over UDP/IPv6 and serves its bytes and its
 //! HLS playlist over HTTP; a broadcast on IPv6 multicast groups (`ff15::/64`, in a network
-//! namespace of the test's own) reaches `isnode play --broadcast`; the per-client limits
+//! namespace of the test's own) reaches `isnode play --broadcast`; a cluster of three edges
+//! named by `http://[::1]:PORT` URLs probes, redirects and plays; the per-client limits
 //! count an IPv6 client by its /64 (many addresses of one /64 are one client).
 //!
 //! Addresses of two /64s are added to `lo` (`ip -6 addr add`, root) and removed at the end.
 
 mod serve_support;
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -160,4 +161,91 @@ fn a_broadcast_on_ipv6_multicast_groups() {
         );
         assert!(played.log.contains(", 0 lost,"), "{}", played.log);
     });
+}
+
+/// Three edges on `[::1]`, each named in the node list by its `http://[::1]:PORT` URL: every
+/// node sees the others live (probes over IPv6), edge-0 redirects a title edge-1 owns to
+/// edge-1's IPv6 URL, whose content is the title's bytes, and `isnode play` asking edge-0
+/// plays the title from edge-1.
+#[test]
+fn a_cluster_over_ipv6_probes_redirects_and_plays() {
+    use isnode_edge::placement::{owner, Node};
+    let vols: Vec<Vol> = (0..3).map(|_| Vol::create(&[])).collect();
+    let titles: Vec<String> = (0..8).map(|i| format!("t{i}.ts")).collect();
+    let mut originals = Vec::new();
+    for (i, t) in titles.iter().enumerate() {
+        for v in &vols {
+            // The same seed: the same bytes on every edge.
+            let bytes = v.add_ts(t, 1_000_000, 1.0, 80 + i as u64);
+            if originals.len() == i {
+                originals.push(bytes);
+            }
+        }
+    }
+    let addrs: Vec<SocketAddr> = (0..3)
+        .map(|_| SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), free_port()))
+        .collect();
+    let nodes: Vec<Node> = (0..3)
+        .map(|i| Node {
+            name: format!("edge-{i}"),
+            url: format!("http://{}", addrs[i]),
+            weight: 1.0,
+        })
+        .collect();
+    let edges: Vec<Server> = (0..3)
+        .map(|i| {
+            let mut t = format!(
+                "node_name = \"edge-{i}\"\nprobe_interval_ms = 100\nprobe_failures_to_dead = 2\n"
+            );
+            for n in &nodes {
+                t.push_str(&format!(
+                    "[[nodes]]\nname = \"{}\"\nurl = \"{}\"\nweight = 1.0\n",
+                    n.name, n.url
+                ));
+            }
+            let path = vols[i].path("edge.toml");
+            std::fs::write(&path, t).unwrap();
+            Server::start_on_addr(&vols[i], addrs[i], &["--config", path.to_str().unwrap()])
+        })
+        .collect();
+    for e in &edges {
+        let by = Instant::now() + Duration::from_secs(30);
+        loop {
+            let v = e.req("GET", "/v1/cluster", None);
+            let live = v.json()["nodes"]
+                .as_array()
+                .map_or(0, |n| n.iter().filter(|n| n["live"] == true).count());
+            if live == 3 {
+                break;
+            }
+            assert!(Instant::now() < by, "not every node live: {}", v.body);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let live = [true; 3];
+    let (i, title) = titles
+        .iter()
+        .enumerate()
+        .find(|(_, t)| owner(&nodes, &live, t) == Some(1))
+        .expect("edge-1 owns one of 8 titles");
+    let r = edges[0].req("GET", &format!("/o/{title}"), None);
+    assert_eq!(r.status, 307, "{}", r.body);
+    let location = r.header("location").unwrap_or_default().to_string();
+    assert_eq!(location, format!("{}/o/{title}", nodes[1].url));
+    let got = vols[0].path("fetched.ts");
+    let curl = Command::new("curl")
+        .args(["-sS", "-g", "-L", "-o"])
+        .arg(&got)
+        .arg(format!("{}/o/{title}", nodes[0].url))
+        .status()
+        .expect("curl is needed by this test: run scripts/test");
+    assert!(curl.success());
+    assert!(std::fs::read(&got).unwrap() == originals[i], "the content differs");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let played = play_run(&edges[0], &vols[0], title, "c6", &[], deadline);
+    assert!(played.status.success(), "isnode play: {}", played.log);
+    assert!(played.bytes() == originals[i], "the played output differs");
+    let started = |e: &Server| e.metrics().get("isnode_sessions_started_total");
+    assert_eq!(started(&edges[1]), 1.0, "the session was edge-1's");
+    assert_eq!(started(&edges[0]), 0.0);
 }

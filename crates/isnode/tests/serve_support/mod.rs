@@ -289,6 +289,11 @@ impl Server {
         unreachable!("the loop returns or panics")
     }
 
+    /// [`Server::start_on`] at a given address (an IPv6 one, say); panics if it is taken.
+    pub(crate) fn start_on_addr(vol: &Vol, addr: SocketAddr, extra: &[&str]) -> Server {
+        Server::spawn_on(vol, addr, extra, &[], None, false).expect("spawn_on panics instead")
+    }
+
     /// [`Server::start`] listening on `ip` (an IPv6 address, say).
     pub(crate) fn start_at(vol: &Vol, ip: IpAddr, extra: &[&str]) -> Server {
         for attempt in 0..5 {
