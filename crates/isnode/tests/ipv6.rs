@@ -240,7 +240,10 @@ fn a_cluster_over_ipv6_probes_redirects_and_plays() {
         .status()
         .expect("curl is needed by this test: run scripts/test");
     assert!(curl.success());
-    assert!(std::fs::read(&got).unwrap() == originals[i], "the content differs");
+    assert!(
+        std::fs::read(&got).unwrap() == originals[i],
+        "the content differs"
+    );
     let deadline = Instant::now() + Duration::from_secs(60);
     let played = play_run(&edges[0], &vols[0], title, "c6", &[], deadline);
     assert!(played.status.success(), "isnode play: {}", played.log);
