@@ -5,11 +5,12 @@
 //! loss, and from a time), and without one fails naming the role; the stored ciphertext, decrypted segment by segment with the key
 //! and IVs the server hands out, is the clear file byte for byte; without a token the key
 //! is `401`; the stored bytes alone do not decode; the key's bytes appear in no log line,
-//! metrics scrape, `/v1/status`, error body or command output of the run; `node.key` is
+//! metrics scrape, `/v1/status`, error body, command output or UDP datagram (captured on
+//! the loopback with `dumpcap`) of the run; `node.key` is
 //! 0600 and a key file others may read is refused.
 //!
-//! These tests need Debian's `ffmpeg` package (`bash scripts/test` installs it); without
-//! it they fail, saying so.
+//! These tests need Debian's `ffmpeg` and `tshark` packages (`bash scripts/test` installs
+//! them); without them they fail, saying so.
 
 mod serve_support;
 
@@ -138,6 +139,54 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
+/// `dumpcap` capturing the UDP datagrams on the loopback (the stream, keepalives, token
+/// echoes) into a file, until stopped. A missing `dumpcap` fails the test: `scripts/test`
+/// installs tshark, which brings it.
+struct UdpCapture {
+    child: ChildGuard,
+    path: std::path::PathBuf,
+}
+
+impl UdpCapture {
+    fn start(path: &Path) -> UdpCapture {
+        let child = Command::new("dumpcap")
+            .args(["-q", "-i", "lo", "-f", "udp", "-w"])
+            .arg(path)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("dumpcap (tshark) is needed by this test: run scripts/test");
+        let capture = UdpCapture {
+            child: ChildGuard(Some(child)),
+            path: path.to_path_buf(),
+        };
+        // Capturing once the file has its header (pcapng's section and interface blocks).
+        let by = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::metadata(path).map_or(0, |m| m.len()) == 0 {
+            assert!(std::time::Instant::now() < by, "dumpcap did not start");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        capture
+    }
+
+    /// Stops the capture (SIGTERM: dumpcap flushes and exits) and returns its bytes.
+    fn stop(mut self) -> Vec<u8> {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        if let Some(c) = self.child.0.as_mut() {
+            let pid = libc::pid_t::try_from(c.id()).unwrap();
+            // SAFETY: kill(2) with a child's pid has no memory effects.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        self.child.wait_until(
+            std::time::Instant::now() + std::time::Duration::from_secs(10),
+            "dumpcap",
+        );
+        std::fs::read(&self.path).expect("the capture file")
+    }
+}
+
 #[test]
 fn an_encrypted_ts_title_plays_with_a_token_and_its_key_leaks_nowhere() {
     let vol = Vol::create(&[]);
@@ -212,8 +261,15 @@ fn an_encrypted_ts_title_plays_with_a_token_and_its_key_leaks_nowhere() {
             .output()
             .expect("running isnode play")
     };
+    let capture = UdpCapture::start(&vol.path("udp.pcapng"));
     let out = play(&["--token", &viewer, "--loss", "0.03", "--seed", "5"]);
+    let udp = capture.stop();
     assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        udp.len() > clear_bytes.len(),
+        "the stream's UDP packets were captured"
+    );
+    outputs.push(udp);
     assert!(
         std::fs::read(&played_path).unwrap() == clear_bytes,
         "play's output"
