@@ -549,6 +549,22 @@ fn a_title_is_uploaded_and_deleted_over_http() {
         mpd.body
     );
 
+    // Listed: `GET /v1/titles` and `isnode ls --server` (the title under the objects).
+    let titles = server.req("GET", "/v1/titles", None);
+    assert_eq!(titles.status, 200, "{}", titles.body);
+    let t = titles.json();
+    assert_eq!(t[0]["name"], "web", "{t}");
+    assert_eq!(t[0]["renditions"].as_array().map(Vec::len), Some(4), "{t}");
+    let ls = command()
+        .args(["ls", "--server", &server.url()])
+        .output()
+        .expect("running isnode ls");
+    let listed = text(&ls);
+    assert!(
+        ls.status.success() && listed.contains("TITLE") && listed.contains("web@0"),
+        "{listed}"
+    );
+
     refusals(&server, &vol, &files[0]);
 
     let out = command()

@@ -175,6 +175,7 @@ fn routes() -> Routes {
             get(renditions::get_master),
         )
         .route("/v1/objects/{name}/manifest.mpd", get(renditions::get_mpd))
+        .route("/v1/titles", get(titles::list_titles))
         .route("/v1/titles/{name}", axum::routing::put(titles::put_title))
         .route("/v1/objects/{name}/iframes.m3u8", get(cmaf::get_iframes))
         .route(

@@ -3,7 +3,7 @@
 //! that group renditions. Plain data, a leaf of the crate: [`crate::renditions`] reads and
 //! writes them (schema in docs/format.md, "Rendition tables").
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Most fragments kept per object (as [`isnode_media::fmp4::MAX_FRAGMENTS`]).
 pub const MAX_FRAGMENT_ROWS: usize = isnode_media::fmp4::MAX_FRAGMENTS;
@@ -81,7 +81,7 @@ pub struct MediaDetail {
 }
 
 /// One rendition of a title (`title_renditions`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TitleRendition {
     /// The object holding it (`TITLE@N`, see [`rendition_name`]).
     pub object: String,
@@ -96,7 +96,7 @@ pub struct TitleRendition {
 }
 
 /// A title with renditions (`titles` + `title_renditions`).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TitleRecord {
     /// The title's name (never an object's name at the same time).
     pub name: String,

@@ -175,7 +175,35 @@ pub(super) fn list(server: &str, args: &LsArgs) -> anyhow::Result<ExitCode> {
     for o in &list {
         print_listed(o);
     }
+    super::title::print_title_rows(&server_titles(&agent, server, args)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The server's titles with renditions (`GET /v1/titles`; none from a server without
+/// the route).
+fn server_titles(
+    agent: &ureq::Agent,
+    server: &str,
+    args: &LsArgs,
+) -> anyhow::Result<Vec<isnode_store::TitleRecord>> {
+    let url = format!("{}/v1/titles", isnode_recv::control::base_url(server));
+    let mut req = agent.get(&url);
+    if let Some(t) = &args.remote.token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let mut resp = req.call().with_context(|| format!("listing {url}"))?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(MAX_LIST_BYTES)
+        .read_to_string()
+        .with_context(|| format!("reading the titles from {url}"))?;
+    match status {
+        200 => serde_json::from_str(&body).with_context(|| format!("the titles of {url}")),
+        404 => Ok(Vec::new()),
+        s => bail!("listing {url}: server answered {s}: {}", reason(&body)),
+    }
 }
 
 /// One object of a server's list as `ls` prints a row.

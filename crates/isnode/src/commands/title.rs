@@ -313,16 +313,21 @@ fn store_renditions(
 
 /// The titles under `ls`'s objects.
 pub(super) fn print_titles(vol: &Volume) -> anyhow::Result<()> {
-    let titles = vol.catalog().titles()?;
+    print_title_rows(&vol.catalog().titles()?);
+    Ok(())
+}
+
+/// `titles` as `ls` prints them under its objects (nothing without any).
+pub(super) fn print_title_rows(titles: &[isnode_store::TitleRecord]) {
     if titles.is_empty() {
-        return Ok(());
+        return;
     }
     println!();
     println!(
         "{:<32} RENDITIONS (object bitrate_bps resolution codecs)",
         "TITLE"
     );
-    for t in &titles {
+    for t in titles {
         let list: Vec<String> = t
             .renditions
             .iter()
@@ -336,7 +341,6 @@ pub(super) fn print_titles(vol: &Volume) -> anyhow::Result<()> {
             .collect();
         println!("{:<32} {}", t.name, list.join("; "));
     }
-    Ok(())
 }
 
 /// `rm NAME` on the local volume: a title with its renditions, else one object.

@@ -319,6 +319,7 @@ pub(super) const ROUTES: &[(&str, &str, Rule)] = &[
         "/v1/objects/{name}/manifest.mpd",
         Rule::Role(Role::Viewer),
     ),
+    ("GET", "/v1/titles", Rule::Role(Role::Viewer)),
     ("PUT", "/v1/titles/{name}", Rule::Role(Role::Operator)),
     (
         "GET",

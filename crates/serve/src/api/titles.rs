@@ -3,7 +3,7 @@
 //! per rendition, named `NAME@i` by `isnode ingest --server`) into a title once they are
 //! renditions of one title (the checks of `isnode ingest --name`), and
 //! `DELETE /v1/objects/{name}` of a title ([`delete_title`]) deletes the title with its
-//! renditions.
+//! renditions; `GET /v1/titles` lists them.
 
 use std::sync::Arc;
 
@@ -52,6 +52,20 @@ impl Member {
             .media
             .as_ref()
             .map_or("unknown", |m| m.container.as_str())
+    }
+}
+
+/// `GET /v1/titles`: `200` with every title and its renditions (`TitleRecord` JSON, by
+/// name).
+pub(super) async fn list_titles(_: super::roles::Viewer, State(sh): Sh) -> Response {
+    let titles = blocking(&sh, |sh| {
+        sh.control.objects.with_volume(|v| v.catalog().titles())
+    })
+    .await;
+    match titles {
+        Ok(Ok(t)) => Json(t).into_response(),
+        Ok(Err(e)) => store_error(e),
+        Err(r) => r,
     }
 }
 
