@@ -135,6 +135,15 @@ pub enum StoreError {
         /// What limits them.
         limit: spool::RoomLimit,
     },
+    /// An object is already a rendition of another title (an object belongs to one title:
+    /// a delete of either would take it from the other).
+    #[error("{object:?} is a rendition of title {title:?}: an object belongs to one title")]
+    InOtherTitle {
+        /// The object.
+        object: String,
+        /// The title it belongs to.
+        title: String,
+    },
     /// The server's open files limit leaves no descriptors for another object (each keeps
     /// its segment files open): the reason, with the figures.
     #[error("{0}; nothing was stored")]

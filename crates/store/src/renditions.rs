@@ -405,6 +405,22 @@ impl Catalog {
             params![t.name, t.created_unix],
         )
         .map_err(db(ctx))?;
+        for r in &t.renditions {
+            let other: Option<String> = tx
+                .query_row(
+                    "SELECT title FROM title_renditions WHERE object = ?1 AND title != ?2 LIMIT 1",
+                    params![r.object, t.name],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(db(ctx))?;
+            if let Some(title) = other {
+                return Err(StoreError::InOtherTitle {
+                    object: r.object.clone(),
+                    title,
+                });
+            }
+        }
         for (seq, r) in t.renditions.iter().enumerate() {
             tx.execute(
                 "INSERT INTO title_renditions (title, seq, object, bitrate_bps, width, height, codecs)

@@ -87,9 +87,6 @@ pub(super) async fn put_title(
             ),
         );
     }
-    if let Err(r) = not_in_other_titles(&sh, &name, &body.renditions).await {
-        return r;
-    }
     let mut members = Vec::with_capacity(body.renditions.len());
     for r in &body.renditions {
         let n = r.clone();
@@ -125,39 +122,11 @@ pub(super) async fn put_title(
             StatusCode::CONFLICT,
             format!("{n:?} exists (an object, or a title: \"replace\": true replaces a title)"),
         ),
+        Ok(Err(e @ StoreError::InOtherTitle { .. })) => error(StatusCode::CONFLICT, e),
         Ok(Err(e @ StoreError::BadParams(_))) => error(StatusCode::BAD_REQUEST, e),
         Ok(Err(e)) => store_error(e),
         Err(r) => r,
     }
-}
-
-/// Refuses (`409`) objects that are renditions of a title other than `name`: a delete of
-/// either title would take them from the other.
-async fn not_in_other_titles(
-    sh: &Arc<ApiState>,
-    name: &str,
-    objects: &[String],
-) -> Result<(), Response> {
-    let titles = match blocking(sh, |sh| {
-        sh.control.objects.with_volume(|v| v.catalog().titles())
-    })
-    .await?
-    {
-        Ok(t) => t,
-        Err(e) => return Err(store_error(e)),
-    };
-    for t in titles.iter().filter(|t| t.name != name) {
-        if let Some(r) = t.renditions.iter().find(|r| objects.contains(&r.object)) {
-            return Err(error(
-                StatusCode::CONFLICT,
-                format!(
-                    "{:?} is a rendition of title {:?}: an object belongs to one title",
-                    r.object, t.name
-                ),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The title row of `members`.

@@ -143,6 +143,14 @@ fn a_title_groups_renditions_and_goes_with_them() {
         vol.catalog_mut().put_title(&clash, true),
         Err(StoreError::NameExists(_))
     ));
+    // An object belongs to one title: another title naming it is refused, whole.
+    let mut other = title.clone();
+    other.name = "trailer".into();
+    assert!(matches!(
+        vol.catalog_mut().put_title(&other, false),
+        Err(StoreError::InOtherTitle { ref object, ref title }) if object == "movie@0" && title == "movie"
+    ));
+    assert_eq!(vol.catalog().title("trailer").unwrap(), None);
     assert_eq!(vol.delete_title("movie").unwrap(), title);
     assert_eq!(vol.catalog().title("movie").unwrap(), None);
     assert!(vol.entries().unwrap().is_empty());
