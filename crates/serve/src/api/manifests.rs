@@ -144,6 +144,48 @@ pub(super) struct Variant {
     pub fragments: Option<FragmentsRecord>,
     /// Duration, seconds.
     pub duration_s: f64,
+    /// CENC `cbcs` with W3C Clear Key (issue 32), when the object is so encrypted.
+    pub protection: Option<Protection>,
+}
+
+/// What an MPD says of an encrypted variant.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Protection {
+    /// The content key's id (`cenc:default_KID`).
+    pub key_id: [u8; 16],
+    /// The Clear Key licence URL (`dashif:Laurl`, `clearkey:Laurl`), its token carried.
+    pub licence_url: String,
+}
+
+/// A key id as a UUID (`cenc:default_KID`).
+fn uuid(id: &[u8; 16]) -> String {
+    let h = isnode_keys::hex(id);
+    let part = |a: usize, b: usize| h.get(a..b).unwrap_or_default();
+    format!(
+        "{}-{}-{}-{}-{}",
+        part(0, 8),
+        part(8, 12),
+        part(12, 16),
+        part(16, 20),
+        part(20, 32)
+    )
+}
+
+/// The `ContentProtection` elements of an adaptation set whose representations are `p`'s:
+/// the common encryption scheme with its default key id, and W3C Clear Key with its
+/// licence URL (both DASH-IF spellings).
+fn content_protection(m: &mut String, p: &Protection) {
+    let url = xml(&p.licence_url);
+    let _ = write!(
+        m,
+        "<ContentProtection schemeIdUri=\"urn:mpeg:dash:mp4protection:2011\" value=\"cbcs\" \
+         cenc:default_KID=\"{}\"/>\n\
+         <ContentProtection schemeIdUri=\"urn:uuid:{}\" value=\"ClearKey1.0\">\n\
+         <clearkey:Laurl Lic_type=\"EME-1.0\">{url}</clearkey:Laurl>\n\
+         <dashif:Laurl>{url}</dashif:Laurl>\n</ContentProtection>\n",
+        uuid(&p.key_id),
+        uuid(&isnode_media::cenc::CLEAR_KEY_SYSTEM_ID),
+    );
 }
 
 /// RFC 6381 codec prefixes of audio (a rendition whose codecs are all audio is audio-only).
@@ -322,7 +364,9 @@ pub(super) fn mpd(variants: &[Variant]) -> String {
     let duration = variants.iter().map(|v| v.duration_s).fold(0.0, f64::max);
     let mut m = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
-         <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" profiles=\"urn:mpeg:dash:profile:isoff-main:2011\" \
+         <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" xmlns:cenc=\"urn:mpeg:cenc:2013\" \
+         xmlns:clearkey=\"http://dashif.org/guidelines/clearKey\" \
+         xmlns:dashif=\"https://dashif.org/CPS\" profiles=\"urn:mpeg:dash:profile:isoff-main:2011\" \
          type=\"static\" mediaPresentationDuration=\"{}\" minBufferTime=\"PT2S\">\n\
          <Period id=\"0\" start=\"PT0S\">\n",
         iso_duration(duration)
@@ -353,6 +397,10 @@ pub(super) fn mpd(variants: &[Variant]) -> String {
             m,
             "<AdaptationSet id=\"{set}\" contentType=\"{kind}\" mimeType=\"{kind}/mp4\"{attrs}>"
         );
+        // One key per adaptation set: encrypted titles are single objects for now.
+        if let Some(p) = members.iter().find_map(|(_, v)| v.protection.as_ref()) {
+            content_protection(&mut m, p);
+        }
         for (i, v) in members {
             if let Some(f) = &v.fragments {
                 representation(&mut m, i, v, f);
@@ -479,6 +527,7 @@ mod tests {
             descriptor: Some(d.clone()),
             fragments: Some(frags()),
             duration_s: 5.0,
+            protection: None,
         };
         let vs = [v("../a%400/index.m3u8?token=ab", 1000), v("b", 2000)];
         let m = master_playlist(&vs);
@@ -518,6 +567,7 @@ mod tests {
             }),
             fragments: Some(frags()),
             duration_s: 5.0,
+            protection: None,
         };
         let audio = Variant {
             uri: "../t%401/index.m3u8".into(),
