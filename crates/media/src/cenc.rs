@@ -18,9 +18,10 @@
 //!   write, or a single `traf` without either).
 //! - The init segment's sample entries become `encv`/`enca` with a `sinf` (`frma` with the
 //!   original format, `schm` `cbcs` 1.0, `schi/tenc` version 1 with the key id), and the
-//!   `moov` gains two version-1 `pssh` boxes naming the key id: the DASH-IF Clear Key
-//!   system (`e2719d58-…`) and the W3C common system (`1077efec-…`, what browsers' Clear
-//!   Key reads from `cenc` init data).
+//!   `moov` gains a version-1 `pssh` of the W3C common system (`1077efec-…`, what
+//!   browsers' Clear Key reads from `cenc` init data) naming the key id. (The DASH-IF
+//!   Clear Key system `e2719d58-…` is named in the MPD, not by a `pssh`: dash.js hands
+//!   Chromium such a box alone, which Chromium refuses.)
 //!
 //! The cipher is the caller's ([`BlockCipher`]: one AES-128 block); this module chains it.
 
@@ -111,10 +112,7 @@ type ContentMap<'a> = dyn FnMut(&[u8]) -> Result<Vec<u8>, CencError> + 'a;
 
 /// The content of `data`'s children rebuilt: `f` decides each child's new bytes (the whole
 /// box); `None` keeps it.
-fn map_children(
-    data: &[u8],
-    f: &mut ChildMap<'_>,
-) -> Result<Vec<u8>, CencError> {
+fn map_children(data: &[u8], f: &mut ChildMap<'_>) -> Result<Vec<u8>, CencError> {
     let mut out = Vec::with_capacity(data.len() + 256);
     let mut consumed = 0usize;
     for (kind, content) in children(data) {
@@ -309,7 +307,10 @@ pub fn protect_moov(moov: &[u8], p: &CencParams) -> Result<(Vec<u8>, Vec<Track>)
     if child(moov, b"mvex").is_none() {
         return bad("not a fragmented MP4 (no mvex): make it CMAF first (ffmpeg -movflags +cmaf)");
     }
-    content.extend_from_slice(&pssh(&CLEAR_KEY_SYSTEM_ID, &p.key_id));
+    // The W3C common system only: what browsers' Clear Key reads from `cenc` init data. A
+    // `pssh` of the DASH-IF Clear Key system (`e2719d58-…`) makes dash.js hand Chromium
+    // that box alone, which it refuses (`generateRequest` TypeError); the MPD names that
+    // system with its licence URL instead.
     content.extend_from_slice(&pssh(&COMMON_SYSTEM_ID, &p.key_id));
     Ok((boxed(b"moov", &content)?, tracks))
 }

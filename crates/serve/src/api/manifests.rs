@@ -173,7 +173,8 @@ fn uuid(id: &[u8; 16]) -> String {
 
 /// The `ContentProtection` elements of an adaptation set whose representations are `p`'s:
 /// the common encryption scheme with its default key id, and W3C Clear Key with its
-/// licence URL (both DASH-IF spellings).
+/// licence URL (both DASH-IF spellings) under both system ids players know it by: the
+/// DASH-IF Clear Key id and the W3C common id (the `pssh` in the init segment).
 fn content_protection(m: &mut String, p: &Protection) {
     let url = xml(&p.licence_url);
     let _ = write!(
@@ -182,9 +183,13 @@ fn content_protection(m: &mut String, p: &Protection) {
          cenc:default_KID=\"{}\"/>\n\
          <ContentProtection schemeIdUri=\"urn:uuid:{}\" value=\"ClearKey1.0\">\n\
          <clearkey:Laurl Lic_type=\"EME-1.0\">{url}</clearkey:Laurl>\n\
+         <dashif:Laurl>{url}</dashif:Laurl>\n</ContentProtection>\n\
+         <ContentProtection schemeIdUri=\"urn:uuid:{}\" value=\"ClearKey1.0\">\n\
+         <clearkey:Laurl Lic_type=\"EME-1.0\">{url}</clearkey:Laurl>\n\
          <dashif:Laurl>{url}</dashif:Laurl>\n</ContentProtection>\n",
         uuid(&p.key_id),
         uuid(&isnode_media::cenc::CLEAR_KEY_SYSTEM_ID),
+        uuid(&isnode_media::cenc::COMMON_SYSTEM_ID),
     );
 }
 
