@@ -434,3 +434,6 @@ pub(crate) fn original_format(kind: [u8; 4], entry: &[u8]) -> [u8; 4] {
         .and_then(|f| f.try_into().ok())
         .unwrap_or(kind)
 }
+
+#[cfg(test)]
+mod tests;
