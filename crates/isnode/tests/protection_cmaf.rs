@@ -113,7 +113,7 @@ fn a_cmaf_title_is_cenc_cbcs_and_its_clear_key_licence_needs_a_viewer_token() {
     assert!(ingest.status.success(), "{}", text(&ingest));
     assert!(text(&ingest).contains("CENC cbcs"), "{}", text(&ingest));
     let viewer = token(&vol, "v", "viewer");
-    let server = Server::start(&vol, &[]);
+    let server = Server::start_env(&vol, &[], &[("ISNODE_LOG", "debug")]);
 
     // The MPD: the scheme with its key id, Clear Key with the licence URL and the token.
     let r = server.req(
@@ -188,6 +188,15 @@ fn a_cmaf_title_is_cenc_cbcs_and_its_clear_key_licence_needs_a_viewer_token() {
         let (got, clean) = framemd5(&stored, map, Some(&key_hex));
         assert!(clean, "{map}: ffmpeg decrypting reported errors");
         assert_eq!(got, want, "{map}: the decrypted frames");
+    }
+    // The key in no log line (the server's, at debug) nor error body.
+    let log = server.log_text();
+    for form in [
+        key_hex.clone(),
+        key_hex.to_uppercase(),
+        b64url::encode(&key),
+    ] {
+        assert!(!log.contains(&form), "the key in the server's log");
     }
     let (without, clean) = framemd5(&stored, "0:v", None);
     let (want, _) = framemd5(&clear, "0:v", None);

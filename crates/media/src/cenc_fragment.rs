@@ -290,15 +290,20 @@ pub fn protect_fragment(
         if let Some((saiz, senc)) = pending {
             write_aux(&mut out, &saiz, &senc)?;
         }
-        let traf_len = (out.len() - traf_at) as u32;
-        out[traf_at..traf_at + 4].copy_from_slice(&traf_len.to_be_bytes());
+        let traf_len = u32::try_from(out.len() - traf_at)
+            .map_err(|_| CencError::Unsupported("a traf over 4 GiB".into()))?;
+        if let Some(slot) = out.get_mut(traf_at..traf_at + 4) {
+            slot.copy_from_slice(&traf_len.to_be_bytes());
+        }
     }
     if out.len() != moof_box.len() + delta {
         return bad("a moof whose children do not fill it");
     }
     let len =
         u32::try_from(out.len()).map_err(|_| CencError::Unsupported("a moof over 4 GiB".into()))?;
-    out[..4].copy_from_slice(&len.to_be_bytes());
+    if let Some(slot) = out.get_mut(..4) {
+        slot.copy_from_slice(&len.to_be_bytes());
+    }
     Ok(out)
 }
 

@@ -559,6 +559,39 @@ mod tests {
     }
 
     #[test]
+    fn an_encrypted_variant_names_its_key_id_and_licence() {
+        let mut v = Variant {
+            uri: "../../../o/enc.mp4?token=ab".into(),
+            peak_bps: 1000,
+            average_bps: 900,
+            descriptor: None,
+            fragments: Some(frags()),
+            duration_s: 5.0,
+            protection: Some(Protection {
+                key_id: [0xbf; 16],
+                licence_url: "http://h:1/v1/objects/enc.mp4/license?token=ab".into(),
+            }),
+        };
+        let x = mpd(std::slice::from_ref(&v));
+        assert!(x.contains(
+            "<ContentProtection schemeIdUri=\"urn:mpeg:dash:mp4protection:2011\" value=\"cbcs\" \
+             cenc:default_KID=\"bfbfbfbf-bfbf-bfbf-bfbf-bfbfbfbfbfbf\"/>"
+        ));
+        assert!(x.contains("urn:uuid:e2719d58-a985-b3c9-781a-b030af78d30e"));
+        assert!(x.contains("urn:uuid:1077efec-c0b2-4d02-ace3-3c1e52e2fb4b"));
+        assert_eq!(
+            x.matches(
+                "<dashif:Laurl>http://h:1/v1/objects/enc.mp4/license?token=ab</dashif:Laurl>"
+            )
+            .count(),
+            2
+        );
+        assert!(x.contains("xmlns:cenc=\"urn:mpeg:cenc:2013\""));
+        v.protection = None;
+        assert!(!mpd(&[v]).contains("ContentProtection"));
+    }
+
+    #[test]
     fn an_audio_only_rendition_is_the_audio_group_and_adaptation_set() {
         let video = Variant {
             uri: "../t%400/index.m3u8".into(),
