@@ -330,7 +330,10 @@ fn key_files_others_can_read_and_unsupported_inputs_are_refused() {
     let out = isnode(&vol, &["ingest", "--encrypt", mp4.to_str().unwrap()]);
     assert!(!out.status.success());
     let msg = text(&out);
-    assert!(msg.contains("not fragmented") && msg.contains("+cmaf"), "{msg}");
+    assert!(
+        msg.contains("not fragmented") && msg.contains("+cmaf"),
+        "{msg}"
+    );
     let ls = text(&isnode(&vol, &["ls"]));
     assert!(!ls.contains(".mp4"), "{ls}");
 }

@@ -212,3 +212,81 @@ fn a_cmaf_title_is_cenc_cbcs_and_its_clear_key_licence_needs_a_viewer_token() {
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
+
+/// An HEVC (`hvc1`) CMAF title: ffmpeg decrypts it with the key of `GET .../key` to the
+/// clear file's frames (2-byte NAL headers kept clear).
+#[test]
+fn an_hevc_cmaf_title_decrypts_to_the_clear_frames() {
+    let vol = Vol::create(&[]);
+    let clear = vol.path("hevc.mp4");
+    let status = Command::new(tool("ffmpeg"))
+        .args(["-v", "error", "-y", "-f", "lavfi", "-i"])
+        .arg("testsrc2=size=320x240:rate=25")
+        .args([
+            "-t",
+            "6",
+            "-c:v",
+            "libx265",
+            "-x265-params",
+            "log-level=error",
+        ])
+        .args(["-g", "50", "-tag:v", "hvc1", "-movflags", "+cmaf"])
+        .args(["-frag_duration", "1000000"])
+        .arg(&clear)
+        .status()
+        .expect("running ffmpeg");
+    assert!(status.success(), "ffmpeg making the HEVC CMAF file");
+    let out = isnode(&vol, &["ingest", "--encrypt", clear.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let viewer = token(&vol, "v", "viewer");
+    let server = Server::start(&vol, &[]);
+    let (status, _, key) = get_bytes(&server, &format!("/v1/objects/hevc.mp4/key?token={viewer}"));
+    assert_eq!(status, 200);
+    assert_eq!(key.len(), 16);
+    let key_hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    let stored = vol.path("stored.mp4");
+    let out = isnode(&vol, &["cat", "hevc.mp4"]);
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::write(&stored, &out.stdout).unwrap();
+    let (want, clean) = framemd5(&clear, "0:v", None);
+    assert!(
+        clean && want.len() == 150,
+        "{} frames of the clear file",
+        want.len()
+    );
+    let (got, clean) = framemd5(&stored, "0:v", Some(&key_hex));
+    assert!(clean, "ffmpeg decrypting reported errors");
+    assert_eq!(got, want, "the decrypted frames");
+    let (_, clean) = framemd5(&stored, "0:v", None);
+    assert!(
+        !clean,
+        "ffmpeg decodes the HEVC ciphertext without complaint"
+    );
+}
+
+/// A GET's status, head and body bytes (the key is binary).
+fn get_bytes(server: &Server, path: &str) -> (u16, String, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(server.addr).expect("connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        server.addr
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("reading the answer");
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    (status, head, raw[split + 4..].to_vec())
+}
