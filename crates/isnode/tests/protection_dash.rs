@@ -69,7 +69,8 @@ const PAGE: &str =
 
 /// What the page reports.
 const STATE: &str = "const v = document.getElementById('v'); \
-    return {t: v ? v.currentTime : null, state: window.t || null}";
+    let audio = null; try { audio = window.p.getRepresentationsByType('audio').length; } catch (e) {} \
+    return {t: v ? v.currentTime : null, audio: audio, state: window.t || null}";
 
 /// A 20 s H.264 CMAF file (2 s GOPs, 1 s fragments), video only: Chromium's EME refuses
 /// a video capability whose codecs name audio too, which is what dash.js asks for a
@@ -95,6 +96,30 @@ fn make_cmaf(dir: &Path) -> PathBuf {
         .status()
         .expect("running ffmpeg");
     assert!(status.success(), "ffmpeg making the CMAF file");
+    out
+}
+
+/// A 20 s AAC CMAF file: the audio rendition of a title.
+fn make_audio(dir: &Path) -> PathBuf {
+    let out = dir.join("audio.mp4");
+    let status = Command::new(tool("ffmpeg"))
+        .args(["-v", "error", "-y", "-f", "lavfi", "-i"])
+        .arg("sine=frequency=440:sample_rate=48000")
+        .args([
+            "-t",
+            "20",
+            "-c:a",
+            "aac",
+            "-b:a",
+            "64k",
+            "-movflags",
+            "+cmaf",
+        ])
+        .args(["-frag_duration", "2000000"])
+        .arg(&out)
+        .status()
+        .expect("running ffmpeg");
+    assert!(status.success(), "ffmpeg making the audio file");
     out
 }
 
@@ -137,6 +162,18 @@ fn dash_js_plays_a_cbcs_title_through_clear_key_and_not_without_a_token() {
     ];
     let out = isnode(&vol, &args);
     assert!(out.status.success(), "{}", text(&out));
+    // A title: the video and an AAC rendition of its own, one key for both.
+    let audio = make_audio(vol.dir.path());
+    let args = ["ingest", "--encrypt", "--name", "show"];
+    let out = isnode(
+        &vol,
+        &[
+            &args[..],
+            &[clear.to_str().unwrap(), audio.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
     let out = isnode(&vol, &["token", "add", "--name", "v", "--role", "viewer"]);
     assert!(out.status.success(), "{}", text(&out));
     let viewer = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -148,9 +185,11 @@ fn dash_js_plays_a_cbcs_title_through_clear_key_and_not_without_a_token() {
         .build()
         .expect("a tokio runtime");
     let with_token = format!("/v1/objects/enc.mp4/manifest.mpd?token={viewer}");
-    let runs: [(&str, &str); 2] = [
+    let title = format!("/v1/objects/show/manifest.mpd?token={viewer}");
+    let runs: [(&str, &str); 3] = [
         ("token", &with_token),
         ("none", "/v1/objects/enc.mp4/manifest.mpd"),
+        ("title", &title),
     ];
     let mut results: Vec<Value> = Vec::new();
     for (label, src) in runs {
@@ -185,6 +224,15 @@ fn dash_js_plays_a_cbcs_title_through_clear_key_and_not_without_a_token() {
     );
     assert!(played["t"].as_f64().unwrap_or(0.0) > 8.0, "{played}");
     assert!(played["state"]["licences"].as_u64() >= Some(1), "{played}");
+    let show = &results[2];
+    assert!(
+        show["state"]["errors"]
+            .as_array()
+            .is_some_and(|e| e.is_empty()),
+        "the title with its audio: player errors: {show}"
+    );
+    assert!(show["t"].as_f64().unwrap_or(0.0) > 8.0, "{show}");
+    assert_eq!(show["audio"], 1, "{show}");
     let refused = &results[1];
     let errors = refused["state"]["errors"].to_string();
     assert!(

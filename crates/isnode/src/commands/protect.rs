@@ -35,9 +35,6 @@ pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode>
     if args.remote.server.is_some() {
         bail!("--encrypt is not built for uploads yet (--server): ingest on the server's volume");
     }
-    if !args.renditions.is_empty() {
-        bail!("--encrypt is not built for titles with renditions yet: ingest one file");
-    }
     let mut vol =
         Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
     let name = super::ingest::object_name(&args.file, args)?;
@@ -74,7 +71,7 @@ pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode>
         "HLS AES-128, {} segments",
         protected.protection.segments.len()
     );
-    store(&mut vol, &opts, spool, &protected, len, &what, args)
+    store(&mut vol, &opts, spool, &protected, len, &what, args).map(|_| ExitCode::SUCCESS)
 }
 
 /// `ingest --encrypt` of a fragmented MP4 / CMAF file: CENC `cbcs`.
@@ -85,11 +82,46 @@ fn ingest_cmaf(
     (file, len): (&File, u64),
     args: &IngestArgs,
 ) -> anyhow::Result<ExitCode> {
+    let node_key = node_key(root, args)?;
+    ingest_cmaf_with(vol, name, (file, len), args, &node_key, None).map(|_| ExitCode::SUCCESS)
+}
+
+/// A rendition of an encrypted title (`title ingest --encrypt`): the CMAF file at `path`
+/// encrypted under the title's key, stored as object `name`.
+pub(super) fn ingest_rendition(
+    vol: &mut Volume,
+    name: String,
+    args: &IngestArgs,
+    node_key: &NodeKey,
+    key: &super::protect_cmaf::TitleKey,
+) -> anyhow::Result<isnode_store::ObjectRecord> {
+    let file =
+        File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
+    let len = file.metadata().context("reading the input's size")?.len();
+    let ix = index_file(&file, len, &args.file.display().to_string())?;
+    if ix.container != isnode_media::Container::Mp4 || ix.fragments.is_none() {
+        bail!(
+            "{}: --encrypt of a title with renditions is built for CMAF (fragmented MP4) \
+             renditions only",
+            args.file.display()
+        );
+    }
+    ingest_cmaf_with(vol, name, (&file, len), args, node_key, Some(key))
+}
+
+/// [`ingest_cmaf`] under `node_key`, with the title's key when it is shared.
+fn ingest_cmaf_with(
+    vol: &mut Volume,
+    name: String,
+    (file, len): (&File, u64),
+    args: &IngestArgs,
+    node_key: &NodeKey,
+    key: Option<&super::protect_cmaf::TitleKey>,
+) -> anyhow::Result<isnode_store::ObjectRecord> {
     let described =
         isnode_store::spool::describe(file, len, args.bitrate, args.content_type.clone())
             .with_context(|| format!("examining {}", args.file.display()))?;
-    let node_key = node_key(root, args)?;
-    let enc = super::protect_cmaf::encrypt(vol, file, len, &node_key)
+    let enc = super::protect_cmaf::encrypt(vol, file, len, node_key, key)
         .with_context(|| format!("encrypting {}", args.file.display()))?;
     let opts = IngestOptions {
         name,
@@ -110,7 +142,7 @@ fn store(
     clear_len: u64,
     what: &str,
     args: &IngestArgs,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<isnode_store::ObjectRecord> {
     let cipher_len = spool.metadata().context("the spool's size")?.len();
     let bar = crate::progress::bytes(cipher_len, "ingest");
     let mut reader = BufReader::with_capacity(1 << 20, spool);
@@ -136,7 +168,7 @@ fn store(
         rec.codewords,
         rec.toi
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(rec)
 }
 
 /// The input (a file, or stdin spooled into the volume) and its length.
@@ -159,7 +191,7 @@ fn open_input(vol: &Volume, args: &IngestArgs) -> anyhow::Result<(File, u64)> {
 }
 
 /// The node key of `--node-key-file` or the volume's `node.key`, made there when missing.
-fn node_key(root: &Path, args: &IngestArgs) -> anyhow::Result<NodeKey> {
+pub(super) fn node_key(root: &Path, args: &IngestArgs) -> anyhow::Result<NodeKey> {
     let key_path = node_key_path(root, args.node_key_file.as_deref());
     let (node_key, made) = NodeKey::load_or_create(&key_path)?;
     if made {

@@ -173,6 +173,26 @@ fn encrypt_boxes(
     Ok(fragments)
 }
 
+/// A content key with its id and constant IV: one object's, or shared by the renditions of
+/// a title (one `ContentProtection` per adaptation set names every rung's key).
+pub(super) struct TitleKey {
+    key: ContentKey,
+    params: CencParams,
+}
+
+impl TitleKey {
+    /// A new random key, key id and IV.
+    pub(super) fn generate() -> Self {
+        TitleKey {
+            key: ContentKey::generate(),
+            params: CencParams {
+                key_id: new_key_id(),
+                iv: isnode_keys::segment::random_iv(),
+            },
+        }
+    }
+}
+
 /// What an encrypted CMAF ingest hands the store: the spool (read back from its start),
 /// its length, the record.
 pub(super) struct Encrypted {
@@ -189,13 +209,18 @@ pub(super) fn encrypt(
     file: &File,
     len: u64,
     node_key: &NodeKey,
+    title_key: Option<&TitleKey>,
 ) -> anyhow::Result<Encrypted> {
-    let key = ContentKey::generate();
-    let p = CencParams {
-        key_id: new_key_id(),
-        iv: isnode_keys::segment::random_iv(),
+    let made;
+    let title_key = match title_key {
+        Some(k) => k,
+        None => {
+            made = TitleKey::generate();
+            &made
+        }
     };
-    let cipher = Cipher(BlockKey::new(&key));
+    let (key, p) = (&title_key.key, title_key.params);
+    let cipher = Cipher(BlockKey::new(key));
     let mut spool = tempfile::tempfile_in(vol.tmp_dir()).context("making the spool")?;
     let fragments = {
         let mut w = BufWriter::with_capacity(1 << 20, &mut spool);
@@ -234,7 +259,7 @@ pub(super) fn encrypt(
             method: isnode_store::protection::METHOD_CENC_CBCS.into(),
             key_id: p.key_id,
             wrap: isnode_store::protection::WRAP_AES_KW_256.into(),
-            wrapped_key: node_key.wrap(&key),
+            wrapped_key: node_key.wrap(key),
             node_key_id: node_key.id(),
             segments: vec![ProtectedSegment {
                 offset_bytes: 0,
