@@ -7,7 +7,7 @@
 use super::*;
 use crate::boxes::{be32, child, children};
 use crate::cenc_fragment::protect_fragment;
-use crate::{Indexer, MediaIndex};
+use crate::index::{Indexer, MediaIndex};
 use proptest::prelude::*;
 
 fn bx(kind: &[u8; 4], content: &[u8]) -> Vec<u8> {
