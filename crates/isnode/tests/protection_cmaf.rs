@@ -161,13 +161,12 @@ fn a_cmaf_title_is_cenc_cbcs_and_its_clear_key_licence_needs_a_viewer_token() {
     let key_hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
 
     // HLS of the encrypted CMAF title: refused by name.
-    let r = server.req(
-        "GET",
-        &format!("/v1/objects/enc.mp4/index.m3u8?token={viewer}"),
-        None,
-    );
-    assert_eq!(r.status, 501, "{}", r.body);
-    assert!(r.body.contains("cbcs"), "{}", r.body);
+    for route in ["index.m3u8", "master.m3u8", "iframes.m3u8"] {
+        let path = format!("/v1/objects/enc.mp4/{route}?token={viewer}");
+        let r = server.req("GET", &path, None);
+        assert_eq!(r.status, 501, "{route}: {}", r.body);
+        assert!(r.body.contains("cbcs"), "{}", r.body);
+    }
 
     // The stored object: with the key, the clear file's frames; without it, not.
     let stored = vol.path("stored.mp4");
