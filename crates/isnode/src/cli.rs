@@ -267,9 +267,11 @@ pub(crate) struct IngestArgs {
     /// is also refused past half the free space of the volume's file system.
     #[arg(long, default_value_t = DEFAULT_MAX_SPOOL_BYTES)]
     pub max_spool_bytes: u64,
-    /// Encrypt the title (MPEG-TS only: HLS AES-128, each segment cut at key frames and
-    /// encrypted with its own IV under a content key of its own, kept wrapped by the node
-    /// key); viewers fetch the key from `GET /v1/objects/NAME/key` with a viewer token.
+    /// Encrypt the title under a content key of its own, kept wrapped by the node key:
+    /// MPEG-TS as HLS AES-128 (each segment cut at key frames, its own IV; the key at
+    /// `GET /v1/objects/NAME/key`), fragmented MP4 / CMAF (and a title of CMAF renditions)
+    /// as CENC cbcs (the MPD names the W3C Clear Key licence,
+    /// `POST /v1/objects/NAME/license`). Keys and licences need a viewer token.
     #[arg(long)]
     pub encrypt: bool,
     /// The node key file that wraps content keys (default: `node.key` in the volume, made

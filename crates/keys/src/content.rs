@@ -46,3 +46,33 @@ pub fn new_key_id() -> [u8; KEY_ID_LEN] {
     rand::rng().fill_bytes(&mut id);
     id
 }
+
+/// AES-128 under a content key, one block at a time (CENC `cbcs` chains it itself).
+/// `Debug` shows nothing of the key.
+pub struct BlockKey(aes::Aes128);
+
+impl std::fmt::Debug for BlockKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BlockKey(..)")
+    }
+}
+
+impl BlockKey {
+    /// The cipher of `key`.
+    pub fn new(key: &ContentKey) -> Self {
+        use aes::cipher::KeyInit;
+        BlockKey(aes::Aes128::new(key.expose().into()))
+    }
+
+    /// Encrypts one block in place.
+    pub fn encrypt_block(&self, block: &mut [u8; 16]) {
+        use aes::cipher::BlockEncrypt;
+        self.0.encrypt_block(block.into());
+    }
+
+    /// Decrypts one block in place.
+    pub fn decrypt_block(&self, block: &mut [u8; 16]) {
+        use aes::cipher::BlockDecrypt;
+        self.0.decrypt_block(block.into());
+    }
+}

@@ -13,6 +13,7 @@
 //! No type here prints key bytes: `Debug` is written by hand and shows ids only, and the
 //! errors never carry key material.
 
+pub mod b64url;
 pub mod content;
 pub mod node_key;
 pub mod segment;

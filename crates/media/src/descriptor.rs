@@ -119,6 +119,7 @@ pub fn describe_moov(moov: &[u8]) -> RenditionDescriptor {
         else {
             continue;
         };
+        let kind = crate::cenc::original_format(kind, entry);
         match &handler {
             b"vide" if out.video.is_none() => {
                 let mut v = video_entry(kind, entry);

@@ -26,6 +26,8 @@
 mod access_point;
 pub mod align;
 mod boxes;
+pub mod cenc;
+pub mod cenc_fragment;
 mod crc;
 mod describe_ts;
 pub mod descriptor;

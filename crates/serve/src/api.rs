@@ -16,6 +16,7 @@ mod fill_wait;
 mod fills;
 pub mod fuzzing;
 mod hybrid;
+mod licence;
 mod manifests;
 mod media;
 mod owner;
@@ -170,6 +171,12 @@ fn routes() -> Routes {
         .route("/v1/objects/{name}/index", get(media::get_index))
         .route("/v1/objects/{name}/index.m3u8", get(media::get_playlist))
         .route("/v1/objects/{name}/key", get(protected::get_key))
+        .route(
+            "/v1/objects/{name}/license",
+            post(licence::post_licence).layer(axum::extract::DefaultBodyLimit::max(
+                licence::MAX_REQUEST_BYTES,
+            )),
+        )
         .route(
             "/v1/objects/{name}/master.m3u8",
             get(renditions::get_master),

@@ -24,8 +24,11 @@ pub const NODE_KEY_ID_LEN: usize = 8;
 pub const IV_LEN: usize = 16;
 /// Most segments of one encrypted object (a day of 2 s segments, with room).
 pub const MAX_SEGMENT_ROWS: usize = 100_000;
-/// The one method written: HLS `METHOD=AES-128` (each segment AES-128-CBC, PKCS#7).
+/// HLS `METHOD=AES-128` (MPEG-TS: each segment AES-128-CBC, PKCS#7).
 pub const METHOD_AES_128: &str = "aes-128";
+/// CENC `cbcs` (a fragmented MP4 / CMAF title): one segment row covering the object, its
+/// IV the constant IV of the title's `tenc` (docs/format.md, "Protection tables").
+pub const METHOD_CENC_CBCS: &str = "cenc-cbcs";
 /// The one wrap written: AES-KW (RFC 3394) with a 256-bit key-encryption key.
 pub const WRAP_AES_KW_256: &str = "aes-kw-256";
 
@@ -98,10 +101,11 @@ fn fixed<const N: usize>(v: Vec<u8>, what: &str) -> Result<[u8; N], String> {
 }
 
 /// Whether `rec` is a record the server can use for an object of `size_bytes`: known
-/// method and wrap, segments in order covering `[0, size_bytes)`, lengths multiples of 16,
-/// finite times.
+/// method and wrap, segments in order covering `[0, size_bytes)`, lengths multiples of 16
+/// (AES-128; any length for `cenc-cbcs`, whose samples keep their lengths), finite times.
 pub fn check_protection(rec: &ProtectionRecord, size_bytes: u64) -> Result<(), String> {
-    if rec.method != METHOD_AES_128 || rec.wrap != WRAP_AES_KW_256 {
+    let cbcs = rec.method == METHOD_CENC_CBCS;
+    if !(rec.method == METHOD_AES_128 || cbcs) || rec.wrap != WRAP_AES_KW_256 {
         return Err(format!(
             "unknown method {:?} or wrap {:?}",
             rec.method, rec.wrap
@@ -114,7 +118,7 @@ pub fn check_protection(rec: &ProtectionRecord, size_bytes: u64) -> Result<(), S
     for (i, s) in rec.segments.iter().enumerate() {
         let ok = s.offset_bytes == at
             && s.length_bytes > 0
-            && s.length_bytes % 16 == 0
+            && (cbcs || s.length_bytes % 16 == 0)
             && s.start_s.is_finite()
             && s.duration_s.is_finite()
             && s.start_s >= 0.0
@@ -486,6 +490,12 @@ mod tests {
         assert!(check_protection(&rec, 9601).is_err());
         let mut rec = record(1);
         rec.method = "sample-aes".into();
+        assert!(check_protection(&rec, 4800).is_err());
+        // cbcs: one row of any length covering the object.
+        let mut rec = record(1);
+        rec.method = METHOD_CENC_CBCS.into();
+        rec.segments[0].length_bytes = 4801;
+        assert!(check_protection(&rec, 4801).is_ok());
         assert!(check_protection(&rec, 4800).is_err());
         // An ingest with such segments writes nothing.
         let (_d, mut vol) = volume();

@@ -8,6 +8,7 @@ mod fill;
 mod ingest;
 mod objects;
 mod protect;
+mod protect_cmaf;
 pub(crate) mod publish;
 mod rekey;
 mod remote;
@@ -30,8 +31,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Volume(VolumeCommand::Scrub(args)) => volume::scrub(&cli.volume, &args),
         Command::Volume(VolumeCommand::Rebuild(args)) => volume::rebuild(&cli.volume, &args),
         Command::Volume(VolumeCommand::Rekey(args)) => rekey::run(&cli.volume, &args),
-        Command::Ingest(args) if args.encrypt => protect::ingest(&cli.volume, &args),
         Command::Ingest(args) if !args.renditions.is_empty() => title::ingest(&cli.volume, &args),
+        Command::Ingest(args) if args.encrypt => protect::ingest(&cli.volume, &args),
         Command::Ingest(args) => match &args.remote.server {
             Some(server) => remote::upload(server, &args),
             None => ingest::run(&cli.volume, &args),

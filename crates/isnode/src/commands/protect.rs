@@ -1,4 +1,5 @@
-//! `isnode ingest --encrypt FILE` (issue 32): an MPEG-TS title stored as HLS AES-128.
+//! `isnode ingest --encrypt FILE` (issue 32): an MPEG-TS title stored as HLS AES-128
+//! (a fragmented MP4 / CMAF file goes to `protect_cmaf`: CENC `cbcs`).
 //!
 //! The clear media is indexed and cut into the segments its playlist will list (the
 //! server's own cuts, `isnode_media::segments`); each segment is encrypted on its own
@@ -34,9 +35,6 @@ pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode>
     if args.remote.server.is_some() {
         bail!("--encrypt is not built for uploads yet (--server): ingest on the server's volume");
     }
-    if !args.renditions.is_empty() {
-        bail!("--encrypt is not built for titles with renditions yet: ingest one file");
-    }
     let mut vol =
         Volume::open_or_create(root).with_context(|| format!("opening {}", root.display()))?;
     let name = super::ingest::object_name(&args.file, args)?;
@@ -47,7 +45,14 @@ pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode>
         bail!("an object named {name:?} already exists; use --replace to replace it");
     }
     let (file, len) = open_input(&vol, args)?;
-    let clear = examine(&file, len, args)?;
+    if len == 0 {
+        bail!("{} is empty", args.file.display());
+    }
+    let ix = index_file(&file, len, &args.file.display().to_string())?;
+    if ix.container == isnode_media::Container::Mp4 && ix.fragments.is_some() {
+        return ingest_cmaf(root, &mut vol, name, (&file, len), args);
+    }
+    let clear = examine(&file, len, ix, args)?;
     let node_key = node_key(root, args)?;
     let (spool, protected) = encrypt(&vol, &file, &clear, &node_key)?;
     let cipher_len: u64 = protected
@@ -62,32 +67,108 @@ pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode>
         content_type: clear.content_type,
         replace: args.replace,
     };
+    let what = format!(
+        "HLS AES-128, {} segments",
+        protected.protection.segments.len()
+    );
+    store(&mut vol, &opts, spool, &protected, len, &what, args).map(|_| ExitCode::SUCCESS)
+}
+
+/// `ingest --encrypt` of a fragmented MP4 / CMAF file: CENC `cbcs`.
+fn ingest_cmaf(
+    root: &Path,
+    vol: &mut Volume,
+    name: String,
+    (file, len): (&File, u64),
+    args: &IngestArgs,
+) -> anyhow::Result<ExitCode> {
+    let node_key = node_key(root, args)?;
+    ingest_cmaf_with(vol, name, (file, len), args, &node_key, None).map(|_| ExitCode::SUCCESS)
+}
+
+/// A rendition of an encrypted title (`title ingest --encrypt`): the CMAF file at `path`
+/// encrypted under the title's key, stored as object `name`.
+pub(super) fn ingest_rendition(
+    vol: &mut Volume,
+    name: String,
+    args: &IngestArgs,
+    node_key: &NodeKey,
+    key: &super::protect_cmaf::TitleKey,
+) -> anyhow::Result<isnode_store::ObjectRecord> {
+    let file =
+        File::open(&args.file).with_context(|| format!("opening {}", args.file.display()))?;
+    let len = file.metadata().context("reading the input's size")?.len();
+    let ix = index_file(&file, len, &args.file.display().to_string())?;
+    if ix.container != isnode_media::Container::Mp4 || ix.fragments.is_none() {
+        bail!(
+            "{}: --encrypt of a title with renditions is built for CMAF (fragmented MP4) \
+             renditions only",
+            args.file.display()
+        );
+    }
+    ingest_cmaf_with(vol, name, (&file, len), args, node_key, Some(key))
+}
+
+/// [`ingest_cmaf`] under `node_key`, with the title's key when it is shared.
+fn ingest_cmaf_with(
+    vol: &mut Volume,
+    name: String,
+    (file, len): (&File, u64),
+    args: &IngestArgs,
+    node_key: &NodeKey,
+    key: Option<&super::protect_cmaf::TitleKey>,
+) -> anyhow::Result<isnode_store::ObjectRecord> {
+    let described =
+        isnode_store::spool::describe(file, len, args.bitrate, args.content_type.clone())
+            .with_context(|| format!("examining {}", args.file.display()))?;
+    let enc = super::protect_cmaf::encrypt(vol, file, len, node_key, key)
+        .with_context(|| format!("encrypting {}", args.file.display()))?;
+    let opts = IngestOptions {
+        name,
+        bitrate_bps: cipher_bitrate(described.bitrate_bps, len, enc.len),
+        content_type: described.content_type,
+        replace: args.replace,
+    };
+    let what = format!("CENC cbcs, {} fragments", enc.fragments);
+    store(vol, &opts, enc.spool, &enc.protected, len, &what, args)
+}
+
+/// Ingests the ciphertext `spool` with its record; prints what was stored.
+fn store(
+    vol: &mut Volume,
+    opts: &IngestOptions,
+    spool: File,
+    protected: &Protected,
+    clear_len: u64,
+    what: &str,
+    args: &IngestArgs,
+) -> anyhow::Result<isnode_store::ObjectRecord> {
+    let cipher_len = spool.metadata().context("the spool's size")?.len();
     let bar = crate::progress::bytes(cipher_len, "ingest");
     let mut reader = BufReader::with_capacity(1 << 20, spool);
     let rec = isnode_store::ingest_protected(
-        &mut vol,
-        &opts,
+        vol,
+        opts,
         &mut reader,
         cipher_len,
         &mut |done| bar.set_position(done),
-        &protected,
+        protected,
     )
     .with_context(|| format!("ingesting {}", args.file.display()))?;
     bar.finish_and_clear();
     println!(
-        "ingested {:?} encrypted (HLS AES-128, {} segments, key id {}): {} bytes ({} clear), \
+        "ingested {:?} encrypted ({what}, key id {}): {} bytes ({} clear), \
          {} bit/s, {:.1} s, {} codewords, TOI {}",
         rec.name,
-        protected.protection.segments.len(),
         isnode_keys::hex(&protected.protection.key_id),
         rec.size_bytes,
-        len,
+        clear_len,
         rec.bitrate_bps,
         rec.duration_s,
         rec.codewords,
         rec.toi
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(rec)
 }
 
 /// The input (a file, or stdin spooled into the volume) and its length.
@@ -110,7 +191,7 @@ fn open_input(vol: &Volume, args: &IngestArgs) -> anyhow::Result<(File, u64)> {
 }
 
 /// The node key of `--node-key-file` or the volume's `node.key`, made there when missing.
-fn node_key(root: &Path, args: &IngestArgs) -> anyhow::Result<NodeKey> {
+pub(super) fn node_key(root: &Path, args: &IngestArgs) -> anyhow::Result<NodeKey> {
     let key_path = node_key_path(root, args.node_key_file.as_deref());
     let (node_key, made) = NodeKey::load_or_create(&key_path)?;
     if made {
@@ -173,29 +254,40 @@ struct Clear {
     cuts: Vec<isnode_media::segments::Segment>,
 }
 
-/// Probes and indexes the clear input; refuses what `--encrypt` does not support.
-fn examine(file: &File, len: u64, args: &IngestArgs) -> anyhow::Result<Clear> {
-    if len == 0 {
-        bail!("{} is empty", args.file.display());
-    }
+/// The media index of `file` (`len` bytes); `what` names it in errors.
+pub(super) fn index_file(
+    file: &File,
+    len: u64,
+    what: &str,
+) -> anyhow::Result<isnode_media::MediaIndex> {
     let mut indexer = isnode_media::Indexer::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut at = 0u64;
     while at < len {
         let n = file
             .read_at(&mut buf, at)
-            .with_context(|| format!("reading {}", args.file.display()))?;
+            .with_context(|| format!("reading {what}"))?;
         if n == 0 {
-            bail!("{} ended at byte {at} of {len}", args.file.display());
+            bail!("{what} ended at byte {at} of {len}");
         }
         indexer.feed(buf.get(..n).unwrap_or_default());
         at += n as u64;
     }
-    let ix = indexer.finish();
+    Ok(indexer.finish())
+}
+
+/// Examines the clear input (`ix`, its index); refuses what `--encrypt` does not support.
+fn examine(
+    file: &File,
+    len: u64,
+    ix: isnode_media::MediaIndex,
+    args: &IngestArgs,
+) -> anyhow::Result<Clear> {
     if ix.container != isnode_media::Container::MpegTs {
         bail!(
-            "--encrypt supports MPEG-TS titles only (HLS AES-128); {} is {:?}: CMAF/MP4 \
-             encryption (CENC cbcs) is not built yet",
+            "--encrypt supports MPEG-TS (HLS AES-128) and fragmented MP4 / CMAF (CENC \
+             cbcs) titles; {} is {:?} (an MP4 that is not fragmented: remux it with \
+             ffmpeg -movflags +cmaf)",
             args.file.display(),
             ix.container
         );

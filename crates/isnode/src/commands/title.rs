@@ -42,6 +42,11 @@ pub(super) fn ingest(root: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode>
         );
     }
     if let Some(server) = &args.remote.server {
+        if args.encrypt {
+            bail!(
+                "--encrypt is not built for uploads yet (--server): ingest on the server's volume"
+            );
+        }
         return upload_title(server, &name, &files, args);
     }
     let mut vol =
@@ -277,6 +282,14 @@ fn store_renditions(
     args: &IngestArgs,
 ) -> anyhow::Result<TitleRecord> {
     let mut renditions = Vec::with_capacity(scans.len());
+    // `--encrypt`: CENC cbcs under one key for the whole title (CMAF renditions only).
+    let protect = match args.encrypt {
+        true => Some((
+            super::protect::node_key(vol.root(), args)?,
+            super::protect_cmaf::TitleKey::generate(),
+        )),
+        false => None,
+    };
     for (i, s) in scans.iter().enumerate() {
         let one = IngestArgs {
             file: s.path.clone(),
@@ -291,7 +304,12 @@ fn store_renditions(
             node_key_file: None,
             remote: Default::default(),
         };
-        let rec = super::ingest::ingest_path(vol, &s.path, &one)?;
+        let rec = match &protect {
+            Some((node_key, key)) => {
+                super::protect::ingest_rendition(vol, rendition_name(name, i), &one, node_key, key)?
+            }
+            None => super::ingest::ingest_path(vol, &s.path, &one)?,
+        };
         let d = s.index.rendition.as_ref();
         let v = d.and_then(|d| d.video.as_ref());
         renditions.push(TitleRendition {

@@ -144,6 +144,53 @@ pub(super) struct Variant {
     pub fragments: Option<FragmentsRecord>,
     /// Duration, seconds.
     pub duration_s: f64,
+    /// CENC `cbcs` with W3C Clear Key (issue 32), when the object is so encrypted.
+    pub protection: Option<Protection>,
+}
+
+/// What an MPD says of an encrypted variant.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Protection {
+    /// The content key's id (`cenc:default_KID`).
+    pub key_id: [u8; 16],
+    /// The Clear Key licence URL (`dashif:Laurl`, `clearkey:Laurl`), its token carried.
+    pub licence_url: String,
+}
+
+/// A key id as a UUID (`cenc:default_KID`).
+fn uuid(id: &[u8; 16]) -> String {
+    let h = isnode_keys::hex(id);
+    let part = |a: usize, b: usize| h.get(a..b).unwrap_or_default();
+    format!(
+        "{}-{}-{}-{}-{}",
+        part(0, 8),
+        part(8, 12),
+        part(12, 16),
+        part(16, 20),
+        part(20, 32)
+    )
+}
+
+/// The `ContentProtection` elements of an adaptation set whose representations are `p`'s:
+/// the common encryption scheme with its default key id, and W3C Clear Key with its
+/// licence URL (both DASH-IF spellings) under both system ids players know it by: the
+/// DASH-IF Clear Key id and the W3C common id (the `pssh` in the init segment).
+fn content_protection(m: &mut String, p: &Protection) {
+    let url = xml(&p.licence_url);
+    let _ = write!(
+        m,
+        "<ContentProtection schemeIdUri=\"urn:mpeg:dash:mp4protection:2011\" value=\"cbcs\" \
+         cenc:default_KID=\"{}\"/>\n\
+         <ContentProtection schemeIdUri=\"urn:uuid:{}\" value=\"ClearKey1.0\">\n\
+         <clearkey:Laurl Lic_type=\"EME-1.0\">{url}</clearkey:Laurl>\n\
+         <dashif:Laurl>{url}</dashif:Laurl>\n</ContentProtection>\n\
+         <ContentProtection schemeIdUri=\"urn:uuid:{}\" value=\"ClearKey1.0\">\n\
+         <clearkey:Laurl Lic_type=\"EME-1.0\">{url}</clearkey:Laurl>\n\
+         <dashif:Laurl>{url}</dashif:Laurl>\n</ContentProtection>\n",
+        uuid(&p.key_id),
+        uuid(&isnode_media::cenc::CLEAR_KEY_SYSTEM_ID),
+        uuid(&isnode_media::cenc::COMMON_SYSTEM_ID),
+    );
 }
 
 /// RFC 6381 codec prefixes of audio (a rendition whose codecs are all audio is audio-only).
@@ -322,7 +369,9 @@ pub(super) fn mpd(variants: &[Variant]) -> String {
     let duration = variants.iter().map(|v| v.duration_s).fold(0.0, f64::max);
     let mut m = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
-         <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" profiles=\"urn:mpeg:dash:profile:isoff-main:2011\" \
+         <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" xmlns:cenc=\"urn:mpeg:cenc:2013\" \
+         xmlns:clearkey=\"http://dashif.org/guidelines/clearKey\" \
+         xmlns:dashif=\"https://dashif.org/CPS\" profiles=\"urn:mpeg:dash:profile:isoff-main:2011\" \
          type=\"static\" mediaPresentationDuration=\"{}\" minBufferTime=\"PT2S\">\n\
          <Period id=\"0\" start=\"PT0S\">\n",
         iso_duration(duration)
@@ -353,6 +402,10 @@ pub(super) fn mpd(variants: &[Variant]) -> String {
             m,
             "<AdaptationSet id=\"{set}\" contentType=\"{kind}\" mimeType=\"{kind}/mp4\"{attrs}>"
         );
+        // One key per adaptation set: encrypted titles are single objects for now.
+        if let Some(p) = members.iter().find_map(|(_, v)| v.protection.as_ref()) {
+            content_protection(&mut m, p);
+        }
         for (i, v) in members {
             if let Some(f) = &v.fragments {
                 representation(&mut m, i, v, f);
@@ -479,6 +532,7 @@ mod tests {
             descriptor: Some(d.clone()),
             fragments: Some(frags()),
             duration_s: 5.0,
+            protection: None,
         };
         let vs = [v("../a%400/index.m3u8?token=ab", 1000), v("b", 2000)];
         let m = master_playlist(&vs);
@@ -505,6 +559,39 @@ mod tests {
     }
 
     #[test]
+    fn an_encrypted_variant_names_its_key_id_and_licence() {
+        let mut v = Variant {
+            uri: "../../../o/enc.mp4?token=ab".into(),
+            peak_bps: 1000,
+            average_bps: 900,
+            descriptor: None,
+            fragments: Some(frags()),
+            duration_s: 5.0,
+            protection: Some(Protection {
+                key_id: [0xbf; 16],
+                licence_url: "http://h:1/v1/objects/enc.mp4/license?token=ab".into(),
+            }),
+        };
+        let x = mpd(std::slice::from_ref(&v));
+        assert!(x.contains(
+            "<ContentProtection schemeIdUri=\"urn:mpeg:dash:mp4protection:2011\" value=\"cbcs\" \
+             cenc:default_KID=\"bfbfbfbf-bfbf-bfbf-bfbf-bfbfbfbfbfbf\"/>"
+        ));
+        assert!(x.contains("urn:uuid:e2719d58-a985-b3c9-781a-b030af78d30e"));
+        assert!(x.contains("urn:uuid:1077efec-c0b2-4d02-ace3-3c1e52e2fb4b"));
+        assert_eq!(
+            x.matches(
+                "<dashif:Laurl>http://h:1/v1/objects/enc.mp4/license?token=ab</dashif:Laurl>"
+            )
+            .count(),
+            2
+        );
+        assert!(x.contains("xmlns:cenc=\"urn:mpeg:cenc:2013\""));
+        v.protection = None;
+        assert!(!mpd(&[v]).contains("ContentProtection"));
+    }
+
+    #[test]
     fn an_audio_only_rendition_is_the_audio_group_and_adaptation_set() {
         let video = Variant {
             uri: "../t%400/index.m3u8".into(),
@@ -518,6 +605,7 @@ mod tests {
             }),
             fragments: Some(frags()),
             duration_s: 5.0,
+            protection: None,
         };
         let audio = Variant {
             uri: "../t%401/index.m3u8".into(),

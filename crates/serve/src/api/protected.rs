@@ -94,9 +94,28 @@ pub(super) async fn get_key(
     State(sh): Sh,
     Path(name): Path<String>,
 ) -> Response {
+    match content_key(&sh, name).await {
+        Ok((_, bytes)) => (
+            [
+                (header::CONTENT_TYPE, "application/octet-stream"),
+                (header::CACHE_CONTROL, "private, no-store"),
+            ],
+            bytes.to_vec(),
+        )
+            .into_response(),
+        Err(r) => r,
+    }
+}
+
+/// The protection record of complete object `name` and its content key, unwrapped with the
+/// node key (the handlers that call this hold a viewer token).
+pub(super) async fn content_key(
+    sh: &Arc<ApiState>,
+    name: String,
+) -> Result<(ProtectionRecord, [u8; 16]), Response> {
     // The catalog only: a key request never starts a fill (filled titles are clear).
     let wanted = name.clone();
-    let toi = match blocking(&sh, move |sh| {
+    let toi = match blocking(sh, move |sh| {
         sh.control
             .objects
             .with_volume(|v| v.catalog().complete_toi(&wanted))
@@ -105,49 +124,43 @@ pub(super) async fn get_key(
     {
         Ok(Ok(Some(toi))) => u32::try_from(toi).unwrap_or(u32::MAX),
         Ok(Ok(None)) => {
-            return ApiError::new(StatusCode::NOT_FOUND, format!("no object {name:?} here"))
-                .into_response()
+            return Err(
+                ApiError::new(StatusCode::NOT_FOUND, format!("no object {name:?} here"))
+                    .into_response(),
+            )
         }
-        Ok(Err(e)) => return super::store_error(e),
-        Err(r) => return r,
+        Ok(Err(e)) => return Err(super::store_error(e)),
+        Err(r) => return Err(r),
     };
-    let rec = match protection_of(&sh, toi).await {
-        Ok(Some(rec)) => rec,
-        Ok(None) => {
-            return ApiError::new(
+    let rec = match protection_of(sh, toi).await? {
+        Some(rec) => rec,
+        None => {
+            return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 format!("{name:?} is not encrypted: it has no key"),
             )
-            .into_response()
+            .into_response())
         }
-        Err(r) => return r,
     };
-    let unwrapped = blocking(&sh, move |sh| {
+    let wrapped = rec.wrapped_key;
+    let unwrapped = blocking(sh, move |sh| {
         let path = node_key_path(sh);
         isnode_keys::node_key::NodeKey::load(&path)
-            .and_then(|node| node.unwrap(&rec.wrapped_key))
+            .and_then(|node| node.unwrap(&wrapped))
             .map(|k| *k.expose())
     })
-    .await;
+    .await?;
     match unwrapped {
-        Ok(Ok(bytes)) => (
-            [
-                (header::CONTENT_TYPE, "application/octet-stream"),
-                (header::CACHE_CONTROL, "private, no-store"),
-            ],
-            bytes.to_vec(),
-        )
-            .into_response(),
-        Ok(Err(e)) => {
+        Ok(bytes) => Ok((rec, bytes)),
+        Err(e) => {
             // The error names files and ids, never key bytes (isnode-keys' errors carry none).
             tracing::error!(object = %name, "the key of an encrypted title: {e}");
-            ApiError::new(
+            Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("the key of {name:?} cannot be unwrapped on this node (the log says why)"),
             )
-            .into_response()
+            .into_response())
         }
-        Err(r) => r,
     }
 }
 

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use isnode_pool::objects::ObjectInfo;
 
@@ -59,7 +59,60 @@ async fn variant(sh: &Arc<ApiState>, obj: &ObjectInfo, uri: String) -> Result<Va
         descriptor: d.descriptor,
         fragments: d.fragments,
         duration_s: rec.duration_s,
+        protection: None,
     })
+}
+
+/// The scheme and authority the request was made to (`http://HOST`), for absolute URLs in
+/// a manifest (a Clear Key licence URL is resolved by players against their page, not the
+/// manifest); `None` without a usable `Host`.
+fn origin_of(sh: &ApiState, headers: &HeaderMap) -> Option<String> {
+    let host = headers.get(header::HOST)?.to_str().ok()?;
+    let ok = !host.is_empty()
+        && host.len() <= 255
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b));
+    let scheme = match sh.config().tls_cert.is_some() {
+        true => "https",
+        false => "http",
+    };
+    ok.then(|| format!("{scheme}://{host}"))
+}
+
+/// What the manifest says of `obj`'s encryption: a CENC `cbcs` object in an MPD names its
+/// key id and licence URL; an encrypted object in an HLS manifest is refused (CMAF HLS with
+/// `SAMPLE-AES` is not built; an MPEG-TS title's AES-128 lives in its `index.m3u8`).
+async fn protection(
+    sh: &Arc<ApiState>,
+    obj: &ObjectInfo,
+    kind: Manifest,
+    origin: &str,
+    tok: &str,
+) -> Result<Option<manifests::Protection>, Response> {
+    let Some(rec) = super::protected::protection_of(sh, obj.rec.toi).await? else {
+        return Ok(None);
+    };
+    let cbcs = rec.method == isnode_store::protection::METHOD_CENC_CBCS;
+    match (kind, cbcs) {
+        (Manifest::Dash, true) => Ok(Some(manifests::Protection {
+            key_id: rec.key_id,
+            licence_url: format!(
+                "{origin}/v1/objects/{}/license{tok}",
+                path_segment(&obj.rec.name)
+            ),
+        })),
+        (Manifest::Hls, true) => Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            format!(
+                "{:?} is CENC cbcs: only its DASH manifest (manifest.mpd, W3C Clear Key) is \
+                 served; HLS of an encrypted CMAF title is not built",
+                obj.rec.name
+            ),
+        )
+        .into_response()),
+        (_, false) => Ok(None),
+    }
 }
 
 /// The variants of `name`: a title's renditions in order, or the object itself.
@@ -69,6 +122,7 @@ async fn variants(
     name: String,
     kind: Manifest,
     query: Option<&str>,
+    origin: &str,
 ) -> Result<Vec<Variant>, Response> {
     let title_name = name.clone();
     let title = match blocking(sh, move |sh| {
@@ -95,7 +149,9 @@ async fn variants(
             (Manifest::Hls, false) => format!("index.m3u8{tok}"),
             (Manifest::Dash, _) => format!("../../../o/{enc}{tok}"),
         };
-        out.push(variant(sh, &obj, uri).await?);
+        let mut v = variant(sh, &obj, uri).await?;
+        v.protection = protection(sh, &obj, kind, origin, &tok).await?;
+        out.push(v);
     }
     Ok(out)
 }
@@ -109,7 +165,7 @@ pub(super) async fn get_master(
     RawQuery(query): RawQuery,
 ) -> Response {
     let asker = Asker::Viewer(peer.ip());
-    match variants(&sh, asker, name, Manifest::Hls, query.as_deref()).await {
+    match variants(&sh, asker, name, Manifest::Hls, query.as_deref(), "").await {
         Ok(v) => private_if_token(
             (
                 [(header::CONTENT_TYPE, M3U8)],
@@ -129,9 +185,12 @@ pub(super) async fn get_mpd(
     ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
+    headers: HeaderMap,
 ) -> Response {
     let asker = Asker::Viewer(peer.ip());
-    let v = match variants(&sh, asker, name.clone(), Manifest::Dash, query.as_deref()).await {
+    let origin = origin_of(&sh, &headers).unwrap_or_default();
+    let q = query.as_deref();
+    let v = match variants(&sh, asker, name.clone(), Manifest::Dash, q, &origin).await {
         Ok(v) => v,
         Err(r) => return r,
     };

@@ -309,6 +309,7 @@ pub(super) const ROUTES: &[(&str, &str, Rule)] = &[
         Rule::Role(Role::Viewer),
     ),
     ("GET", "/v1/objects/{name}/key", Rule::ViewerToken),
+    ("POST", "/v1/objects/{name}/license", Rule::ViewerToken),
     (
         "GET",
         "/v1/objects/{name}/master.m3u8",
