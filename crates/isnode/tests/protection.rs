@@ -441,3 +441,58 @@ fn a_rekey_rewraps_the_keys_without_touching_the_titles() {
     assert!(!contains(&body, &key));
     assert!(String::from_utf8_lossy(&body).contains("cannot be unwrapped"));
 }
+
+/// `play --broadcast` does not decrypt yet: of an encrypted title it refuses, saying so, and
+/// writes nothing (never ciphertext), before joining any group. In a namespace of the
+/// test's own (the server sends the broadcast to multicast groups on its loopback).
+#[test]
+fn play_broadcast_of_an_encrypted_title_refuses_and_writes_nothing() {
+    let ns = serve_support::netns::Netns::with_loopback_multicast();
+    ns.run(|| {
+        let vol = Vol::create(&[]);
+        let clear = media::make(vol.dir.path(), Container::Ts, 6);
+        let ingest = isnode(
+            &vol,
+            &[
+                "ingest",
+                "--encrypt",
+                "--name",
+                "enc.ts",
+                clear.to_str().unwrap(),
+            ],
+        );
+        assert!(ingest.status.success(), "{}", text(&ingest));
+        let server = Server::start(&vol, &[]);
+        let body = r#"{"object": "enc.ts", "scheme": "cautious-harmonic", "max_wait_s": 10.0}"#;
+        let r = server.req("POST", "/v1/broadcasts", Some(body));
+        assert_eq!(r.status, 201, "{}", r.body);
+        let out_path = vol.path("broadcast.ts");
+        let out = command()
+            .args([
+                "play",
+                "enc.ts",
+                "--broadcast",
+                "--server",
+                &server.url(),
+                "--out",
+            ])
+            .arg(&out_path)
+            .args(["--max-seconds", "20"])
+            .output()
+            .expect("running isnode play --broadcast");
+        let msg = text(&out);
+        assert!(
+            !out.status.success(),
+            "played an encrypted broadcast: {msg}"
+        );
+        assert!(
+            msg.contains("encrypted") && msg.contains("does not decrypt"),
+            "{msg}"
+        );
+        assert_eq!(
+            std::fs::metadata(&out_path).map_or(0, |m| m.len()),
+            0,
+            "{msg}"
+        );
+    });
+}

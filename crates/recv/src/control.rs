@@ -540,6 +540,27 @@ impl ControlClient {
         Ok(key)
     }
 
+    /// Whether `name` is encrypted, from its HLS playlist: an MPEG-TS title's carries
+    /// `#EXT-X-KEY` lines, and a CMAF title in CENC `cbcs` answers `501` (its MPD plays
+    /// it). Any other answer (a clear title, a container without a playlist) is clear.
+    pub fn is_encrypted(&self, name: &str) -> anyhow::Result<bool> {
+        let url = format!("{}/v1/objects/{name}/index.m3u8", self.base);
+        let mut resp = self.req(self.agent.get(&url)).call()?;
+        match resp.status().as_u16() {
+            501 => Ok(true),
+            200 => {
+                let text = resp
+                    .body_mut()
+                    .with_config()
+                    .limit(MAX_PLAYLIST_BYTES)
+                    .read_to_string()
+                    .context("reading the title's playlist")?;
+                Ok(text.lines().any(|l| l.starts_with("#EXT-X-KEY:")))
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// `GET /v1/objects/{name}`.
     pub fn object(&self, name: &str) -> anyhow::Result<ObjectInfo> {
         let url = format!("{}/v1/objects/{name}", self.base);
@@ -576,6 +597,10 @@ impl ControlClient {
             .ok_or_else(|| anyhow!("{authority} resolves to no address"))
     }
 }
+
+/// Largest playlist read to tell whether a title is encrypted, bytes (a day of 2 s segments
+/// with a key line each is about 12 MiB; the key lines come before the first segment).
+const MAX_PLAYLIST_BYTES: u64 = 16 << 20;
 
 /// Most redirects followed for one request (a cluster redirects at most to the node that
 /// serves the title; more means its nodes disagree).

@@ -426,7 +426,14 @@ impl Server {
 
     /// The server's log so far.
     pub(crate) fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        // Lossy: a log with a byte that is not UTF-8 still shows (and still matches).
+        match std::fs::read(&self.log) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) => format!(
+                "(the server's log {} cannot be read: {e})",
+                self.log.display()
+            ),
+        }
     }
 
     /// A request from 127.0.0.1.

@@ -187,6 +187,17 @@ pub fn play_described(
     rtt: Duration,
 ) -> anyhow::Result<BroadcastStats> {
     check_request(args, info)?;
+    // Never ciphertext to the output: a broadcast receiver does not decrypt yet.
+    if args
+        .control(Duration::from_secs(10))?
+        .is_encrypted(&info.object.name)?
+    {
+        bail!(
+            "{:?} is encrypted and play --broadcast does not decrypt yet: play it without \
+             --broadcast (unicast decrypts with a viewer token)",
+            info.object.name
+        );
+    }
     let impair = Impairer::new(&args.impair)?;
     let arrived = asked + rtt / 2;
     let plan = tune::plan_of(info)?;
