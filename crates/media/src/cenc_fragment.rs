@@ -267,34 +267,7 @@ pub fn protect_fragment(
             out.extend_from_slice(&boxed(&kind, content)?);
             continue;
         }
-        let traf_at = out.len();
-        out.extend_from_slice(&[0; 4]);
-        out.extend_from_slice(b"traf");
-        let mut pending = aux.next().flatten();
-        for (k, c) in children(content) {
-            match &k {
-                b"trun" => {
-                    // The auxiliary boxes go before the first `trun` (ffmpeg's reader
-                    // matches them to the samples of the runs that follow).
-                    if let Some((saiz, senc)) = pending.take() {
-                        write_aux(&mut out, &saiz, &senc)?;
-                    }
-                    out.extend_from_slice(&boxed(b"trun", &shift_trun(c, delta as u64)?)?)
-                }
-                b"saiz" | b"saio" | b"senc" => {
-                    return bad("the file has sample auxiliary information already")
-                }
-                _ => out.extend_from_slice(&boxed(&k, c)?),
-            }
-        }
-        if let Some((saiz, senc)) = pending {
-            write_aux(&mut out, &saiz, &senc)?;
-        }
-        let traf_len = u32::try_from(out.len() - traf_at)
-            .map_err(|_| CencError::Unsupported("a traf over 4 GiB".into()))?;
-        if let Some(slot) = out.get_mut(traf_at..traf_at + 4) {
-            slot.copy_from_slice(&traf_len.to_be_bytes());
-        }
+        rebuild_traf(&mut out, content, aux.next().flatten(), delta as u64)?;
     }
     if out.len() != moof_box.len() + delta {
         return bad("a moof whose children do not fill it");
@@ -305,6 +278,44 @@ pub fn protect_fragment(
         slot.copy_from_slice(&len.to_be_bytes());
     }
     Ok(out)
+}
+
+/// Appends the `traf` of `content` to `out` with its `trun` data offsets moved by `delta`
+/// and the auxiliary boxes `aux` (`saiz`, `senc`; a `saio` at the `senc`) before its first
+/// `trun` (ffmpeg's reader matches them to the samples of the runs that follow).
+fn rebuild_traf(
+    out: &mut Vec<u8>,
+    content: &[u8],
+    aux: Option<(Vec<u8>, Vec<u8>)>,
+    delta: u64,
+) -> Result<(), CencError> {
+    let traf_at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(b"traf");
+    let mut pending = aux;
+    for (k, c) in children(content) {
+        match &k {
+            b"trun" => {
+                if let Some((saiz, senc)) = pending.take() {
+                    write_aux(out, &saiz, &senc)?;
+                }
+                out.extend_from_slice(&boxed(b"trun", &shift_trun(c, delta)?)?)
+            }
+            b"saiz" | b"saio" | b"senc" => {
+                return bad("the file has sample auxiliary information already")
+            }
+            _ => out.extend_from_slice(&boxed(&k, c)?),
+        }
+    }
+    if let Some((saiz, senc)) = pending {
+        write_aux(out, &saiz, &senc)?;
+    }
+    let traf_len = u32::try_from(out.len() - traf_at)
+        .map_err(|_| CencError::Unsupported("a traf over 4 GiB".into()))?;
+    if let Some(slot) = out.get_mut(traf_at..traf_at + 4) {
+        slot.copy_from_slice(&traf_len.to_be_bytes());
+    }
+    Ok(())
 }
 
 /// The `mfra` box (whole) for `mfra`'s content with each `tfra` entry's `moof_offset`
