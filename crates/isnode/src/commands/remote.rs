@@ -150,18 +150,7 @@ pub(super) fn list(server: &str, args: &LsArgs) -> anyhow::Result<ExitCode> {
         .tls_config(tls)
         .build()
         .new_agent();
-    let mut req = agent.get(&url);
-    if let Some(t) = &args.remote.token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    let mut resp = req.call().with_context(|| format!("listing {url}"))?;
-    let status = resp.status().as_u16();
-    let body = resp
-        .body_mut()
-        .with_config()
-        .limit(MAX_LIST_BYTES)
-        .read_to_string()
-        .with_context(|| format!("reading the list from {url}"))?;
+    let (status, body) = get_list(&agent, &url, args)?;
     if status != 200 {
         bail!("listing {url}: server answered {status}: {}", reason(&body));
     }
@@ -179,15 +168,10 @@ pub(super) fn list(server: &str, args: &LsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The server's titles with renditions (`GET /v1/titles`; none from a server without
-/// the route).
-fn server_titles(
-    agent: &ureq::Agent,
-    server: &str,
-    args: &LsArgs,
-) -> anyhow::Result<Vec<isnode_store::TitleRecord>> {
-    let url = format!("{}/v1/titles", isnode_recv::control::base_url(server));
-    let mut req = agent.get(&url);
+/// `GET url` with the token of `args`: the status and the body (at most
+/// [`MAX_LIST_BYTES`]).
+fn get_list(agent: &ureq::Agent, url: &str, args: &LsArgs) -> anyhow::Result<(u16, String)> {
+    let mut req = agent.get(url);
     if let Some(t) = &args.remote.token {
         req = req.header("authorization", format!("Bearer {t}"));
     }
@@ -198,7 +182,19 @@ fn server_titles(
         .with_config()
         .limit(MAX_LIST_BYTES)
         .read_to_string()
-        .with_context(|| format!("reading the titles from {url}"))?;
+        .with_context(|| format!("reading the list from {url}"))?;
+    Ok((status, body))
+}
+
+/// The server's titles with renditions (`GET /v1/titles`; none from a server without
+/// the route).
+fn server_titles(
+    agent: &ureq::Agent,
+    server: &str,
+    args: &LsArgs,
+) -> anyhow::Result<Vec<isnode_store::TitleRecord>> {
+    let url = format!("{}/v1/titles", isnode_recv::control::base_url(server));
+    let (status, body) = get_list(agent, &url, args)?;
     match status {
         200 => serde_json::from_str(&body).with_context(|| format!("the titles of {url}")),
         404 => Ok(Vec::new()),
