@@ -78,14 +78,7 @@ pub(super) async fn get_iframes(
     // A CENC cbcs object: HLS of it is not built (its I-frames are ciphertext).
     match super::protected::protection_of(&sh, obj.rec.toi).await {
         Ok(Some(rec)) if rec.method == isnode_store::protection::METHOD_CENC_CBCS => {
-            return ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                format!(
-                    "{name:?} is CENC cbcs: only its DASH manifest (manifest.mpd, W3C Clear \
-                     Key) is served; HLS of an encrypted CMAF title is not built"
-                ),
-            )
-            .into_response();
+            return super::protected::no_hls_of_cbcs(&name);
         }
         Ok(_) => {}
         Err(r) => return r,

@@ -270,15 +270,7 @@ pub(super) async fn get_playlist(
     // An encrypted title (issue 32): its `EXT-X-KEY` playlist of the ciphertext.
     match super::protected::protection_of(&sh, obj.rec.toi).await {
         Ok(Some(rec)) if rec.method == isnode_store::protection::METHOD_CENC_CBCS => {
-            return ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                format!(
-                    "{:?} is CENC cbcs: only its DASH manifest (manifest.mpd, W3C Clear Key) \
-                     is served; HLS of an encrypted CMAF title is not built",
-                    obj.rec.name
-                ),
-            )
-            .into_response();
+            return super::protected::no_hls_of_cbcs(&obj.rec.name);
         }
         Ok(Some(rec)) => {
             let key = super::protected::key_uri(query.as_deref());

@@ -43,6 +43,19 @@ pub(super) async fn protection_of(
     }
 }
 
+/// The `501` of an HLS route (media, master or I-frame playlist) asked of a CENC `cbcs`
+/// object `name`: only its DASH manifest is served.
+pub(super) fn no_hls_of_cbcs(name: &str) -> Response {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        format!(
+            "{name:?} is CENC cbcs: only its DASH manifest (manifest.mpd, W3C Clear Key) is \
+             served; HLS of an encrypted CMAF title is not built"
+        ),
+    )
+    .into_response()
+}
+
 /// The HLS VOD playlist (version 4) of an encrypted object: each segment's byte range of
 /// the ciphertext at `segment_uri`, preceded by its `#EXT-X-KEY` (method AES-128, the key
 /// at `key_uri`, its IV).

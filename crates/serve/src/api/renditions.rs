@@ -102,15 +102,7 @@ async fn protection(
                 path_segment(&obj.rec.name)
             ),
         })),
-        (Manifest::Hls, true) => Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            format!(
-                "{:?} is CENC cbcs: only its DASH manifest (manifest.mpd, W3C Clear Key) is \
-                 served; HLS of an encrypted CMAF title is not built",
-                obj.rec.name
-            ),
-        )
-        .into_response()),
+        (Manifest::Hls, true) => Err(super::protected::no_hls_of_cbcs(&obj.rec.name)),
         (_, false) => Ok(None),
     }
 }
