@@ -35,6 +35,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
+use crate::sendfile::FileSend;
+
 /// Most bytes a connection buffers each way (hyper's read and write buffers): request heads
 /// fit (a target of 8 KiB, header fields of 16 KiB: `errors.rs`), and a client that does
 /// not read holds this and one chunk of its answer, not the answer.
@@ -269,7 +271,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+impl<S: AsyncWrite + FileSend + Unpin> AsyncWrite for Watched<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -297,7 +299,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
-        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        let r = crate::sendfile::poll_write_views(&mut this.inner, cx, bufs);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
             this.state.progressed(this.clock.now_ns());
         }
@@ -594,7 +596,7 @@ impl ConnServer {
 
     async fn drive<S>(&self, io: S, peer: SocketAddr, state: &Arc<ConnState>)
     where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: AsyncRead + AsyncWrite + FileSend + Unpin + Send + 'static,
     {
         let io = Watched {
             inner: io,

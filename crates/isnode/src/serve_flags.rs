@@ -76,6 +76,10 @@ pub(crate) struct ServeFlags {
     /// connection cap).
     #[arg(long)]
     pub max_content_readers: Option<u64>,
+    /// Most bytes of the HTTP mirror, codewords players read held once as contiguous bytes
+    /// and sent with `sendfile` (default 256 MiB; 0: none).
+    #[arg(long)]
+    pub http_mirror_bytes: Option<u64>,
     /// Speed-up of the start-up burst (default 4; 0 or 1: none).
     #[arg(long)]
     pub start_burst_factor: Option<u32>,
@@ -300,6 +304,7 @@ impl ServeFlags {
             max_sessions_per_client, disk_read_bps, degraded, member_fail_errors,
             hedge_after_ms, session_timeout_ms, validate_timeout_ms,
             validate_destination, min_dest_port, read_io, max_content_readers,
+            http_mirror_bytes,
             start_burst_factor, start_burst_ms, broadcast_groups, broadcast_port,
             broadcast_max_groups, multicast_ttl, broadcast_mode, broadcast_scheme,
             broadcast_max_wait_s, api_header_timeout_ms, api_idle_timeout_ms,

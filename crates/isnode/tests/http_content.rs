@@ -692,3 +692,57 @@ fn content_readers_beyond_the_limit_are_refused_with_503() {
     let r = raw(server.addr, "GET", "/o/big.ts", &[("Range", "bytes=0-9")]);
     assert!(r.status == 206 && r.body == bytes[..10]);
 }
+
+/// The HTTP mirror (codewords gathered once, sent with `sendfile`) under pressure: with room
+/// for three codewords only, eight readers at once asking for the whole title and random
+/// ranges get the source's bytes while codewords are gathered, shared, given back and
+/// gathered again (and frames whose codeword another reader is filling are copied).
+#[test]
+fn the_mirror_sends_the_source_bytes_while_it_gives_codewords_back() {
+    let vol = Vol::create(&[]);
+    let bytes = std::sync::Arc::new(ts_title(&vol));
+    let server = Server::start(&vol, &["--http-mirror-bytes", "1000000"]);
+    let addr = server.addr;
+    let readers: Vec<_> = (0..8u64)
+        .map(|i| {
+            let bytes = bytes.clone();
+            std::thread::spawn(move || {
+                let len = bytes.len() as u64;
+                let mut rng = Rng(100 + i);
+                for _ in 0..4 {
+                    let a = (rng.unit() * len as f64) as u64;
+                    let b = (a + (rng.unit() * 900_000.0) as u64).min(len - 1);
+                    let range = format!("bytes={a}-{b}");
+                    let r = raw(addr, "GET", "/o/clip.ts", &[("Range", &range)]);
+                    assert_eq!(r.status, 206, "{range}");
+                    assert!(r.body == bytes[a as usize..=b as usize], "{range} differs");
+                }
+                let full = raw(addr, "GET", "/o/clip.ts", &[]);
+                assert!(
+                    full.status == 200 && full.body == *bytes,
+                    "reader {i}: whole body"
+                );
+            })
+        })
+        .collect();
+    for r in readers {
+        r.join().expect("a reader failed");
+    }
+    let m = server.metrics();
+    let codewords = (bytes.len() as f64 / (223.0 * 1408.0)).ceil();
+    assert!(m.get("isnode_http_mirror_frames_total") > 0.0, "{}", m.0);
+    assert!(
+        m.get("isnode_http_mirror_fills_total") > codewords,
+        "codewords were given back and gathered again: {}",
+        m.0
+    );
+    assert!(m.get("isnode_http_mirror_bytes") <= 1_000_000.0, "{}", m.0);
+    readers_done(&server);
+    drop(server);
+
+    // Without a mirror every frame is copied, and no byte is held.
+    let server = Server::start(&vol, &["--http-mirror-bytes", "0"]);
+    assert_ranges(&server, &bytes, 21, "no mirror");
+    let m = server.metrics();
+    assert_eq!(m.get("isnode_http_mirror_frames_total"), 0.0, "{}", m.0);
+}

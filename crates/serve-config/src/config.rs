@@ -24,6 +24,8 @@ pub const DEFAULT_CACHE_SIZE_BYTES: u64 = 256 << 20;
 /// body holds no thread and about one 64 KiB chunk while its player reads (issue 33); only
 /// a codeword read from disk or rebuilt takes a blocking thread, for that codeword.
 pub const DEFAULT_MAX_CONTENT_READERS: u64 = DEFAULT_API_MAX_CONNECTIONS as u64;
+/// Default size of the HTTP mirror, bytes: as large as the default block pool.
+pub const DEFAULT_HTTP_MIRROR_BYTES: u64 = 256 << 20;
 /// Default `--api-header-timeout-ms`: a request head must be whole within 10 s.
 pub const DEFAULT_API_HEADER_TIMEOUT_MS: u64 = 10_000;
 /// Default `--api-idle-timeout-ms`: a kept-alive connection without a request for 60 s
@@ -198,6 +200,10 @@ pub struct ServeConfig {
     /// Most HTTP content bodies and repair answers produced at once; more are refused
     /// with 503.
     pub max_content_readers: u64,
+    /// Most bytes of the HTTP mirror: codewords players read, held once as contiguous
+    /// bytes in memory and sent with `sendfile` (0: none; every response copies out of
+    /// the pool). Fixed at start.
+    pub http_mirror_bytes: u64,
     /// Start-up burst: a session's first codewords go out this many times faster than its
     /// rate, within the headroom above the bitrate budget. 0 or 1: no burst.
     pub start_burst_factor: u32,
@@ -455,6 +461,7 @@ impl Default for ServeConfig {
             min_dest_port: DEFAULT_MIN_DEST_PORT,
             read_io: ReadIo::Uring,
             max_content_readers: DEFAULT_MAX_CONTENT_READERS,
+            http_mirror_bytes: DEFAULT_HTTP_MIRROR_BYTES,
             start_burst_factor: DEFAULT_START_BURST_FACTOR,
             start_burst_ms: DEFAULT_START_BURST_MS,
             broadcast_groups: default_broadcast_groups(),

@@ -11,6 +11,8 @@
 //!   working sets, the disks' read rate).
 //! - [`cache_core`]: the block cache's slots, pins and eviction (interval caching), over
 //!   the identities and errors of [`block`].
+//! - [`mirror_book`]: which codewords the HTTP mirror holds as contiguous bytes for
+//!   `sendfile`, and which it gives back for room.
 //! - [`repair_policy`]: how many repair symbols a loss report asks for.
 //!
 //! The virtual-clock simulation that drives these together lives in `tests/sim`.
@@ -20,6 +22,7 @@ pub mod batch;
 pub mod block;
 pub mod cache_core;
 pub mod channel;
+pub mod mirror_book;
 pub mod pacer;
 pub mod repair_policy;
 pub mod schedule;

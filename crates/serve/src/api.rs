@@ -19,6 +19,7 @@ mod hybrid;
 mod licence;
 mod manifests;
 mod media;
+pub(crate) mod mirror;
 mod owner;
 mod pool_read;
 mod protected;

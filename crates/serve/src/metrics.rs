@@ -120,6 +120,15 @@ pub struct MetricsSnapshot {
     pub http_readers_active: u64,
     /// Content and repair requests refused by `--max-content-readers` (`503`).
     pub http_readers_refused: u64,
+    /// Bytes the HTTP mirror holds (codewords gathered once, sent with `sendfile`).
+    pub http_mirror_bytes: u64,
+    /// Content frames sent from the HTTP mirror.
+    pub http_mirror_frames: u64,
+    /// Codewords gathered into the HTTP mirror.
+    pub http_mirror_fills: u64,
+    /// Content frames copied without the mirror (their codeword being filled by another
+    /// response, or no room).
+    pub http_mirror_bypasses: u64,
     /// Unicast repair requests answered.
     pub repair_requests: u64,
     /// Stored packets sent in repair answers.

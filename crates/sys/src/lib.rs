@@ -6,5 +6,6 @@
 pub mod clock;
 pub mod event;
 pub mod fds;
+pub mod fileview;
 pub mod net;
 pub mod stop;

@@ -29,6 +29,7 @@ use isnode_proto::range::{
 };
 use isnode_proto::ErrorBody;
 
+use super::mirror::{Filling, Held};
 use super::pool_read::{gather_source, PoolRead};
 use super::{error, ApiError, Asker, Sh};
 use crate::api::state::ApiState;
@@ -285,7 +286,7 @@ struct ContentBody {
     /// The next byte of the object, in a [`Piece::Data`].
     at: u64,
     /// A codeword slice being read on the blocking pool.
-    reading: Option<tokio::task::JoinHandle<Result<Vec<u8>, String>>>,
+    reading: Option<tokio::task::JoinHandle<Result<Bytes, String>>>,
     _permit: ReaderPermit,
 }
 
@@ -331,8 +332,8 @@ impl ContentBody {
         }
     }
 
-    /// The next chunk of the data piece ending at `end`: from the pool now, or `None`
-    /// with a read started on the blocking pool.
+    /// The next chunk of the data piece ending at `end`: from the mirror or the pool now,
+    /// or `None` with a read started on the blocking pool.
     fn data_chunk(&mut self, end: u64) -> Option<Bytes> {
         let layout = &self.obj.layout;
         let sbn = codeword_at(&self.obj, self.at);
@@ -340,33 +341,95 @@ impl ContentBody {
         let cw_end = cw_start + layout.codeword_data_len(sbn);
         let from = usize::try_from(self.at - cw_start).unwrap_or(usize::MAX);
         let to = usize::try_from(end.min(cw_end) - cw_start).unwrap_or(usize::MAX);
-        let quick_to = to.min(from.saturating_add(CHUNK_BYTES));
-        if self.obj.readable(sbn) {
-            let mut out = Vec::with_capacity(quick_to.saturating_sub(from));
-            let cache = &self.sh.control.cache;
-            let mut peek = |key: BlockKey| {
-                let pin = cache.peek(&key)?;
-                cache.stats().hits.fetch_add(1, Ordering::Relaxed);
-                Some(pin)
-            };
-            if gather_source(&self.obj, sbn, from, quick_to, &mut peek, &mut out) {
-                return Some(Bytes::from(out));
-            }
+        let want = Want { sbn, from, to };
+        let held = match (&self.sh.mirror, &self.obj.fill) {
+            (Some(mirror), None) => mirror.claim(&self.obj, sbn),
+            _ => Held::Bypass,
+        };
+        match held {
+            Held::Ready(region) => region.frame(from, to.min(from + MIRROR_FRAME_BYTES)),
+            Held::Fill(filling) => self.fill_mirror(want, filling),
+            Held::Bypass => self.copy_chunk(want),
         }
+    }
+
+    /// Bytes of `want` copied out of the pool's stored packets now (at most
+    /// [`CHUNK_BYTES`]), or `None` with the read started on the blocking pool.
+    fn copy_chunk(&mut self, want: Want) -> Option<Bytes> {
+        let Want { sbn, from, to } = want;
+        let quick_to = to.min(from.saturating_add(CHUNK_BYTES));
+        let mut out = Vec::with_capacity(quick_to.saturating_sub(from));
+        if self.gather_now(sbn, from, quick_to, &mut out) {
+            return Some(Bytes::from(out));
+        }
+        self.read_later(want, None);
+        None
+    }
+
+    /// Codeword `want.sbn` gathered whole into the mirror (by this response: others copy
+    /// meanwhile), then its first frame; read on the blocking pool if its blocks are not
+    /// all in the pool.
+    fn fill_mirror(&mut self, want: Want, filling: Filling) -> Option<Bytes> {
+        let mut data = Vec::with_capacity(filling.data_len());
+        if self.gather_now(want.sbn, 0, filling.data_len(), &mut data) {
+            return match filling.fill(&data) {
+                Some(region) => {
+                    region.frame(want.from, want.to.min(want.from + MIRROR_FRAME_BYTES))
+                }
+                None => data.get(want.from..want.to).map(Bytes::copy_from_slice),
+            };
+        }
+        self.read_later(want, Some(filling));
+        None
+    }
+
+    /// Appends bytes `from..to` of codeword `sbn` to `out` if its blocks are all in the
+    /// pool (and its packets pass their checks).
+    fn gather_now(&self, sbn: u32, from: usize, to: usize, out: &mut Vec<u8>) -> bool {
+        if !self.obj.readable(sbn) {
+            return false;
+        }
+        let cache = &self.sh.control.cache;
+        let mut peek = |key: BlockKey| {
+            let pin = cache.peek(&key)?;
+            cache.stats().hits.fetch_add(1, Ordering::Relaxed);
+            Some(pin)
+        };
+        gather_source(&self.obj, sbn, from, to, &mut peek, out)
+    }
+
+    /// Reads `want` on the blocking pool (the whole codeword into the mirror when
+    /// `filling`), after a fill's front reached it.
+    fn read_later(&mut self, want: Want, filling: Option<Filling>) {
         let (sh, obj) = (self.sh.clone(), self.obj.clone());
         // A codeword at a fill's front is waited for without a thread; only the read
         // itself takes one.
         self.reading = Some(tokio::spawn(async move {
+            let Want { sbn, from, to } = want;
             at_front(&sh, &obj, sbn).await?;
+            let (lo, hi) = match &filling {
+                Some(f) => (0, f.data_len()),
+                None => (from, to),
+            };
             let read = tokio::task::spawn_blocking(move || {
-                let mut out = Vec::with_capacity(to.saturating_sub(from));
-                PoolRead::new(&sh, &obj).source_range(sbn, from, to, &mut out)?;
-                Ok(out)
+                let mut out = Vec::with_capacity(hi.saturating_sub(lo));
+                PoolRead::new(&sh, &obj).source_range(sbn, lo, hi, &mut out)?;
+                Ok::<_, String>(out)
             });
-            read.await
-                .map_err(|e| format!("reading codeword {sbn}: {e}"))?
+            let data = read
+                .await
+                .map_err(|e| format!("reading codeword {sbn}: {e}"))??;
+            let Some(filling) = filling else {
+                return Ok(Bytes::from(data));
+            };
+            let frame = match filling.fill(&data) {
+                Some(region) => region.frame(from, to.min(from + MIRROR_FRAME_BYTES)),
+                None => None,
+            };
+            frame
+                .or_else(|| data.get(from..to).map(Bytes::copy_from_slice))
+                .ok_or_else(|| format!("codeword {sbn} does not hold bytes {from}..{to}"))
         }));
-        None
     }
 
     /// `bytes` as the body's next frame, counted.
@@ -390,6 +453,17 @@ type FramePoll = Poll<Option<Result<Frame<Bytes>, io::Error>>>;
 
 /// Most bytes of one chunk copied out of the pool on the runtime's thread.
 const CHUNK_BYTES: usize = 64 << 10;
+/// Most bytes of one frame sent from the mirror (what a response pins while its
+/// connection sends it).
+const MIRROR_FRAME_BYTES: usize = 128 << 10;
+
+/// Bytes `from..to` of codeword `sbn`'s data.
+#[derive(Clone, Copy, Debug)]
+struct Want {
+    sbn: u32,
+    from: usize,
+    to: usize,
+}
 
 impl http_body::Body for ContentBody {
     type Data = Bytes;
@@ -402,7 +476,7 @@ impl http_body::Body for ContentBody {
                 let done = std::task::ready!(Pin::new(reading).poll(cx));
                 this.reading = None;
                 return match done {
-                    Ok(Ok(v)) if !v.is_empty() => this.emit(Bytes::from(v), true),
+                    Ok(Ok(v)) if !v.is_empty() => this.emit(v, true),
                     Ok(Ok(_)) => this.cut(format!("no bytes at {}", this.at)),
                     Ok(Err(why)) => this.cut(why),
                     Err(e) => this.cut(format!("content read failed: {e}")),

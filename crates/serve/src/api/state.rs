@@ -61,6 +61,9 @@ pub(crate) struct ApiState {
     /// The blocking threads catalog work (lookups, a fill's start) may take at once
     /// ([`CATALOG_THREADS`]); requests past them wait without a thread.
     pub catalog_slots: tokio::sync::Semaphore,
+    /// Codewords players read, held once as contiguous bytes sent with `sendfile`
+    /// (`http_mirror_bytes`; `None` when 0).
+    pub mirror: Option<Arc<crate::api::mirror::Mirror>>,
 }
 
 /// Blocking threads the API's catalog work takes at most.
@@ -172,6 +175,10 @@ impl ApiState {
             http_bytes: load(&m.http_bytes),
             http_readers_active: load(&m.http_readers_active),
             http_readers_refused: load(&m.http_readers_refused),
+            http_mirror_bytes: self.mirror.as_ref().map_or(0, |x| x.held_bytes()),
+            http_mirror_frames: self.mirror.as_ref().map_or(0, |x| load(&x.frames)),
+            http_mirror_fills: self.mirror.as_ref().map_or(0, |x| load(&x.fills)),
+            http_mirror_bypasses: self.mirror.as_ref().map_or(0, |x| load(&x.bypasses)),
             repair_requests: load(&m.repair_requests),
             repair_packets: load(&m.repair_packets),
             cache_evictions: load(&cs.evictions),

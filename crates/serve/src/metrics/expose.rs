@@ -512,6 +512,26 @@ const SCALARS: &[Scalar] = &[
         "Content and repair requests refused by --max-content-readers",
         |s| s.http_readers_refused,
     ),
+    gauge(
+        "isnode_http_mirror_bytes",
+        "Bytes the HTTP mirror holds (codewords gathered once, sent with sendfile)",
+        |s| s.http_mirror_bytes,
+    ),
+    counter(
+        "isnode_http_mirror_frames",
+        "Content frames sent from the HTTP mirror",
+        |s| s.http_mirror_frames,
+    ),
+    counter(
+        "isnode_http_mirror_fills",
+        "Codewords gathered into the HTTP mirror",
+        |s| s.http_mirror_fills,
+    ),
+    counter(
+        "isnode_http_mirror_bypasses",
+        "Content frames copied without the mirror (codeword being filled, or no room)",
+        |s| s.http_mirror_bypasses,
+    ),
     counter(
         "isnode_repair_requests",
         "Unicast repair requests answered",

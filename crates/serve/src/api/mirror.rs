@@ -1,0 +1,261 @@
+//! The HTTP mirror: codewords of objects players read, held once as contiguous original
+//! bytes in page-cache pages (an in-memory file per object, [`ViewFile`]), so that every
+//! response sends them with `sendfile` (the connection's writer sees the body's bytes lie
+//! in a view, `isnode_http::conns`) instead of copying them out of the stored packets and
+//! again into the socket, once per reader.
+//!
+//! A codeword is gathered out of the pool once (by the first response that needs it) and
+//! then shared by every response until it is the least recently used one when room is
+//! needed (`http_mirror_bytes`; [`MirrorBook`] decides). Its slot in the object's file
+//! starts on a page, so that giving it back removes whole pages: a socket still holding a
+//! page keeps the old page, never a page rewritten under it. A response that finds its
+//! codeword being filled by another, or no room, copies it as before.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::body::Bytes;
+use isnode_pool::objects::ObjectInfo;
+use isnode_serve_core::mirror_book::{Claim, FillEnd, MirrorBook, RegionKey};
+use isnode_sys::fileview::{ViewFile, PAGE_BYTES};
+
+/// Most objects with a file in the mirror at once (each holds one descriptor).
+const MAX_FILES: usize = 256;
+
+/// The mirror of one server: its book, its files and its counters.
+pub(crate) struct Mirror {
+    inner: Mutex<Inner>,
+    /// Frames sent from the mirror.
+    pub frames: AtomicU64,
+    /// Codewords gathered into it.
+    pub fills: AtomicU64,
+    /// Frames that could not use it (being filled by another, no room).
+    pub bypasses: AtomicU64,
+}
+
+struct Inner {
+    book: MirrorBook,
+    files: HashMap<u32, Arc<ObjectFile>>,
+}
+
+/// One object's file: codeword `sbn` at `sbn * slot_bytes`.
+struct ObjectFile {
+    view: ViewFile,
+    slot_bytes: usize,
+}
+
+/// What a response gets for one codeword.
+pub(crate) enum Held {
+    /// Held: frames of it are sent from the mirror.
+    Ready(Region),
+    /// The caller's to fill ([`Filling::fill`]), or it is given back when dropped.
+    Fill(Filling),
+    /// Copy it without the mirror.
+    Bypass,
+}
+
+/// A pinned, ready codeword of the mirror.
+pub(crate) struct Region {
+    mirror: Arc<Mirror>,
+    file: Arc<ObjectFile>,
+    key: RegionKey,
+    data_len: usize,
+}
+
+/// A codeword the caller fills; failed (forgotten) if dropped unfilled.
+pub(crate) struct Filling(Option<Region>);
+
+impl Mirror {
+    /// A mirror of at most `budget_bytes` (0: none).
+    pub(crate) fn new(budget_bytes: u64) -> Option<Arc<Mirror>> {
+        (budget_bytes > 0).then(|| {
+            Arc::new(Mirror {
+                inner: Mutex::new(Inner {
+                    book: MirrorBook::new(budget_bytes),
+                    files: HashMap::new(),
+                }),
+                frames: AtomicU64::new(0),
+                fills: AtomicU64::new(0),
+                bypasses: AtomicU64::new(0),
+            })
+        })
+    }
+
+    /// Bytes held now.
+    pub(crate) fn held_bytes(&self) -> u64 {
+        self.lock().book.held_bytes()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Codeword `sbn` of `obj` (a stored object, not one still filling): held, to fill,
+    /// or not for the mirror.
+    pub(crate) fn claim(self: &Arc<Self>, obj: &ObjectInfo, sbn: u32) -> Held {
+        let layout = &obj.layout;
+        let slot_bytes = page_round(layout.codeword_data_len(0) as usize);
+        let data_len = layout.codeword_data_len(sbn) as usize;
+        let key = RegionKey {
+            toi: obj.rec.toi,
+            sbn,
+        };
+        let mut inner = self.lock();
+        let file = match inner.file(obj, slot_bytes) {
+            Some(f) => f,
+            None => return self.bypass(),
+        };
+        let fill = match inner.book.claim(key, slot_bytes as u64) {
+            Claim::Ready => false,
+            Claim::Fill { evicted } => {
+                inner.give_back(&evicted);
+                true
+            }
+            Claim::Bypass => {
+                drop(inner);
+                return self.bypass();
+            }
+        };
+        drop(inner);
+        let region = Region {
+            mirror: self.clone(),
+            file,
+            key,
+            data_len,
+        };
+        match fill {
+            false => Held::Ready(region),
+            true => Held::Fill(Filling(Some(region))),
+        }
+    }
+
+    fn bypass(&self) -> Held {
+        self.bypasses.fetch_add(1, Ordering::Relaxed);
+        Held::Bypass
+    }
+}
+
+impl Inner {
+    /// `obj`'s file, made if it has none and there is room for one more.
+    fn file(&mut self, obj: &ObjectInfo, slot_bytes: usize) -> Option<Arc<ObjectFile>> {
+        let toi = obj.rec.toi;
+        if let Some(f) = self.files.get(&toi) {
+            return Some(f.clone());
+        }
+        if self.files.len() >= MAX_FILES {
+            self.files.retain(|t, _| self.book.holds_object(*t));
+            if self.files.len() >= MAX_FILES {
+                return None;
+            }
+        }
+        let len = slot_bytes.checked_mul(obj.layout.codewords() as usize)?;
+        let view = match ViewFile::new(&format!("isnode-mirror-{toi}"), len) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(object = %obj.rec.name, "HTTP mirror file: {e}");
+                return None;
+            }
+        };
+        let file = Arc::new(ObjectFile { view, slot_bytes });
+        self.files.insert(toi, file.clone());
+        Some(file)
+    }
+
+    /// Gives back the pages of `evicted` (under the lock: no fill of the same codeword
+    /// can start before its old pages are gone); a file left with no codeword is closed.
+    fn give_back(&mut self, evicted: &[RegionKey]) {
+        for key in evicted {
+            let Some(file) = self.files.get(&key.toi) else {
+                continue;
+            };
+            let at = key.sbn as usize * file.slot_bytes;
+            if let Err(e) = file.view.punch(at, file.slot_bytes) {
+                tracing::warn!("HTTP mirror: giving back codeword {}: {e}", key.sbn);
+            }
+            if !self.book.holds_object(key.toi) {
+                self.files.remove(&key.toi);
+            }
+        }
+    }
+}
+
+impl Region {
+    /// Bytes `from..to` of the codeword's data as a body frame that keeps the codeword
+    /// pinned until it is sent.
+    pub(crate) fn frame(self, from: usize, to: usize) -> Option<Bytes> {
+        let to = to.min(self.data_len);
+        if from >= to {
+            return None;
+        }
+        self.mirror.frames.fetch_add(1, Ordering::Relaxed);
+        Some(Bytes::from_owner(Frame {
+            region: self,
+            from,
+            to,
+        }))
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        self.mirror.lock().book.unpin(self.key);
+    }
+}
+
+/// A frame of a pinned region (the owner of a body [`Bytes`]).
+struct Frame {
+    region: Region,
+    from: usize,
+    to: usize,
+}
+
+impl AsRef<[u8]> for Frame {
+    fn as_ref(&self) -> &[u8] {
+        let at = self.region.key.sbn as usize * self.region.file.slot_bytes;
+        self.region
+            .file
+            .view
+            .bytes(at + self.from..at + self.to)
+            .unwrap_or(&[])
+    }
+}
+
+impl Filling {
+    /// Writes the codeword's whole data (`data`) into its slot: ready, shared from now on.
+    pub(crate) fn fill(mut self, data: &[u8]) -> Option<Region> {
+        let region = self.0.take()?;
+        let at = region.key.sbn as usize * region.file.slot_bytes;
+        let written = (data.len() == region.data_len)
+            .then(|| region.file.view.write(at, data).ok())
+            .flatten();
+        let end = match written {
+            Some(()) => FillEnd::Ready,
+            None => FillEnd::Failed,
+        };
+        region.mirror.lock().book.filled(region.key, end);
+        region.mirror.fills.fetch_add(1, Ordering::Relaxed);
+        (end == FillEnd::Ready).then_some(region)
+    }
+
+    /// Bytes of the codeword's data.
+    pub(crate) fn data_len(&self) -> usize {
+        self.0.as_ref().map_or(0, |r| r.data_len)
+    }
+}
+
+impl Drop for Filling {
+    fn drop(&mut self) {
+        if let Some(region) = self.0.take() {
+            region
+                .mirror
+                .lock()
+                .book
+                .filled(region.key, FillEnd::Failed);
+        }
+    }
+}
+
+fn page_round(n: usize) -> usize {
+    n.div_ceil(PAGE_BYTES).max(1) * PAGE_BYTES
+}

@@ -1,0 +1,234 @@
+//! Memory that is a view of a file: an anonymous in-memory file (`memfd`) mapped shared,
+//! whose pages a socket can be handed with `sendfile` instead of copied with `writev`.
+//!
+//! A [`ViewFile`] registers its mapping in a process-wide table; a writer that is given a
+//! buffer asks [`view_of`] whether the buffer lies in a view and, if so, sends the same
+//! bytes from the file (the mapping and the file share their pages, so the bytes sent are
+//! the bytes the buffer shows). The caller keeps a view's bytes unchanged while anything
+//! may still read them: pages are filled once, then only removed whole
+//! ([`ViewFile::punch`]), never rewritten in place, because a socket that was handed a
+//! page keeps reading it (for retransmissions too) after `sendfile` returns.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::RwLock;
+
+/// Bytes of a page: what [`ViewFile::punch`] removes whole.
+pub const PAGE_BYTES: usize = 4096;
+
+/// A shared mapping of an in-memory file, registered for [`view_of`] until dropped.
+pub struct ViewFile {
+    fd: OwnedFd,
+    addr: usize,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value; the bytes in it are shared memory whose
+// writes and reads the owner orders (see the module's rules).
+unsafe impl Send for ViewFile {}
+// SAFETY: as above.
+unsafe impl Sync for ViewFile {}
+
+/// The views mapped now: (first address, end address, file), sorted by address.
+static VIEWS: RwLock<Vec<(usize, usize, RawFd)>> = RwLock::new(Vec::new());
+
+impl ViewFile {
+    /// A new in-memory file of `len` bytes (a whole number of pages), holding no page yet,
+    /// mapped shared and registered. `name` shows in `/proc/PID/fd`.
+    pub fn new(name: &str, len: usize) -> io::Result<ViewFile> {
+        if len == 0 || len % PAGE_BYTES != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a view file of {len} bytes is not a whole number of pages"),
+            ));
+        }
+        let cname = std::ffi::CString::new(name).map_err(io::Error::other)?;
+        // SAFETY: a valid C string; the returned descriptor is checked and then owned.
+        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a descriptor just opened and owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let size = libc::off_t::try_from(len).map_err(io::Error::other)?;
+        // SAFETY: a valid descriptor.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new shared mapping of the whole file, checked below.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let view = ViewFile {
+            fd,
+            addr: addr as usize,
+            len,
+        };
+        register(view.addr, view.len, view.fd.as_raw_fd());
+        Ok(view)
+    }
+
+    /// Bytes of the file.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the file has no bytes (never: [`ViewFile::new`] refuses it).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The file's bytes `range`, as mapped (zeros where no page is held).
+    ///
+    /// The caller guarantees that nothing writes or punches these bytes while the slice
+    /// lives (the module's rules).
+    pub fn bytes(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
+        if range.start > range.end || range.end > self.len {
+            return None;
+        }
+        // SAFETY: within the mapping, which lives as long as `self`.
+        Some(unsafe {
+            std::slice::from_raw_parts((self.addr + range.start) as *const u8, range.len())
+        })
+    }
+
+    /// Writes `data` at `offset`: bytes nothing reads yet (a range never written since
+    /// it was created or punched).
+    pub fn write(&self, offset: usize, data: &[u8]) -> io::Result<()> {
+        let end = offset
+            .checked_add(data.len())
+            .filter(|&e| e <= self.len)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "past the view's end"))?;
+        debug_assert!(end <= self.len);
+        // SAFETY: within the mapping; the caller's rules keep readers away from these bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                (self.addr + offset) as *mut u8,
+                data.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Gives back the pages of `offset..offset + len` (whole pages): they read as zeros
+    /// after, and a socket still holding one keeps its own reference to the old page.
+    pub fn punch(&self, offset: usize, len: usize) -> io::Result<()> {
+        if offset % PAGE_BYTES != 0 || len % PAGE_BYTES != 0 || offset + len > self.len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("punch {offset}+{len}: not whole pages of the view"),
+            ));
+        }
+        let (off, n) = (to_off(offset)?, to_off(len)?);
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: a valid descriptor; the range was checked.
+        if unsafe { libc::fallocate(self.fd.as_raw_fd(), mode, off, n) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+fn to_off(v: usize) -> io::Result<libc::off_t> {
+    libc::off_t::try_from(v).map_err(io::Error::other)
+}
+
+impl AsFd for ViewFile {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Drop for ViewFile {
+    fn drop(&mut self) {
+        unregister(self.addr);
+        // SAFETY: the mapping made in `new`, unmapped once; nothing borrows it any more
+        // (slices borrow `self`).
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}
+
+fn register(addr: usize, len: usize, fd: RawFd) {
+    let mut views = VIEWS.write().unwrap_or_else(|e| e.into_inner());
+    let at = views.partition_point(|v| v.0 < addr);
+    views.insert(at, (addr, addr + len, fd));
+}
+
+fn unregister(addr: usize) {
+    let mut views = VIEWS.write().unwrap_or_else(|e| e.into_inner());
+    views.retain(|v| v.0 != addr);
+}
+
+/// Where `buf` lies in a view: the view's file and the offset of `buf`'s first byte in it;
+/// `None` for memory that is not (wholly) in one view.
+///
+/// The descriptor is valid while whatever keeps `buf`'s memory alive keeps its view alive.
+pub fn view_of(buf: &[u8]) -> Option<(RawFd, u64)> {
+    let (start, end) = (buf.as_ptr() as usize, buf.as_ptr() as usize + buf.len());
+    let views = VIEWS.read().unwrap_or_else(|e| e.into_inner());
+    let at = views.partition_point(|v| v.0 <= start).checked_sub(1)?;
+    let &(first, last, fd) = views.get(at)?;
+    (start >= first && end <= last && !buf.is_empty()).then(|| (fd, (start - first) as u64))
+}
+
+/// `sendfile(2)` of `len` bytes of `file` from `offset` into socket `sock` (non-blocking
+/// sockets answer `WouldBlock`). Returns the bytes sent.
+pub fn sendfile(sock: BorrowedFd<'_>, file: RawFd, offset: u64, len: usize) -> io::Result<usize> {
+    let mut off = libc::off_t::try_from(offset).map_err(io::Error::other)?;
+    // SAFETY: valid descriptors (the caller's); the kernel writes only `off`.
+    let n = unsafe { libc::sendfile(sock.as_raw_fd(), file, &mut off, len) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn a_buffer_in_a_view_is_found_with_its_offset() {
+        let v = ViewFile::new("isnode-test", 4 * PAGE_BYTES).unwrap();
+        v.write(5000, b"hello").unwrap();
+        let b = v.bytes(5000..5005).unwrap();
+        assert_eq!(b, b"hello");
+        let (fd, off) = view_of(b).unwrap();
+        assert_eq!((fd, off), (v.as_fd().as_raw_fd(), 5000));
+        assert!(view_of(b"elsewhere").is_none());
+        assert!(v.bytes(0..4 * PAGE_BYTES + 1).is_none());
+        let addr = b.as_ptr() as usize;
+        drop(v);
+        // Gone from the table with its mapping.
+        let views = VIEWS.read().unwrap();
+        assert!(views.iter().all(|x| x.0 > addr || x.1 <= addr));
+    }
+
+    #[test]
+    fn sendfile_sends_what_the_view_shows_and_punched_pages_read_as_zeros() {
+        let v = ViewFile::new("isnode-test", 2 * PAGE_BYTES).unwrap();
+        v.write(PAGE_BYTES, &[7u8; PAGE_BYTES]).unwrap();
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (fd, off) = view_of(v.bytes(PAGE_BYTES..PAGE_BYTES + 100).unwrap()).unwrap();
+        assert_eq!(sendfile(b.as_fd(), fd, off, 100).unwrap(), 100);
+        let mut got = [0u8; 100];
+        a.read_exact(&mut got).unwrap();
+        assert_eq!(got, [7u8; 100]);
+        v.punch(PAGE_BYTES, PAGE_BYTES).unwrap();
+        assert_eq!(v.bytes(PAGE_BYTES..PAGE_BYTES + 4).unwrap(), [0u8; 4]);
+        assert!(v.punch(1, PAGE_BYTES).is_err());
+        assert!(ViewFile::new("x", 100).is_err());
+    }
+}
