@@ -157,6 +157,45 @@ impl ViewFile {
     }
 }
 
+/// Bytes of the largest folio (page group) the kernel may give an in-memory file written
+/// with `pwrite`: transparent huge pages of shmem set to `always`, `within_size` or
+/// `force` (`/sys/kernel/mm/transparent_hugepage/shmem_enabled` and each size's
+/// `hugepages-*kB/shmem_enabled`, `inherit` following the first); [`PAGE_BYTES`] when none
+/// is or the settings cannot be read. Ranges given back must be whole folios: a punch
+/// through part of a large folio zeroes those bytes in place, under any socket still
+/// holding the folio.
+pub fn largest_folio_bytes() -> usize {
+    let root = std::path::Path::new("/sys/kernel/mm/transparent_hugepage");
+    let chosen = |path: &std::path::Path| -> Option<String> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let start = text.find('[')? + 1;
+        let end = start + text.get(start..)?.find(']')?;
+        text.get(start..end).map(str::to_string)
+    };
+    let gives = |v: &str| matches!(v, "always" | "within_size" | "force");
+    let top = chosen(&root.join("shmem_enabled")).unwrap_or_default();
+    let mut largest = PAGE_BYTES;
+    let Ok(sizes) = std::fs::read_dir(root) else {
+        return largest;
+    };
+    for entry in sizes.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(kb) = name
+            .strip_prefix("hugepages-")
+            .and_then(|n| n.strip_suffix("kB"))
+            .and_then(|n| n.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let v = chosen(&entry.path().join("shmem_enabled")).unwrap_or_default();
+        let v = if v == "inherit" { top.clone() } else { v };
+        if gives(&v) {
+            largest = largest.max(kb.saturating_mul(1024));
+        }
+    }
+    largest
+}
+
 fn to_off(v: usize) -> io::Result<libc::off_t> {
     libc::off_t::try_from(v).map_err(io::Error::other)
 }
@@ -247,5 +286,14 @@ mod tests {
         assert_eq!(v.bytes(PAGE_BYTES..PAGE_BYTES + 4).unwrap(), [0u8; 4]);
         assert!(v.punch(1, PAGE_BYTES).is_err());
         assert!(ViewFile::new("x", 100).is_err());
+    }
+
+    #[test]
+    fn the_largest_folio_is_a_whole_number_of_pages() {
+        let f = largest_folio_bytes();
+        assert!(
+            f >= PAGE_BYTES && f % PAGE_BYTES == 0 && f.is_power_of_two(),
+            "{f}"
+        );
     }
 }

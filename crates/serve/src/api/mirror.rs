@@ -7,8 +7,9 @@
 //! A codeword is gathered out of the pool once (by the first response that needs it) and
 //! then shared by every response until it is the least recently used one when room is
 //! needed (`http_mirror_bytes`; [`MirrorBook`] decides). Its slot in the object's file
-//! starts on a page, so that giving it back removes whole pages: a socket still holding a
-//! page keeps the old page, never a page rewritten under it. A response that finds its
+//! starts on a folio (a page, or the largest huge page the kernel may give the file:
+//! `largest_folio_bytes`), so that giving it back removes whole folios: a socket still
+//! holding one keeps the old pages, never pages zeroed or rewritten under it. A response that finds its
 //! codeword being filled by another, or no room, copies it as before.
 
 use std::collections::HashMap;
@@ -18,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use axum::body::Bytes;
 use isnode_pool::objects::ObjectInfo;
 use isnode_serve_core::mirror_book::{Claim, FillEnd, MirrorBook, RegionKey};
-use isnode_sys::fileview::{ViewFile, PAGE_BYTES};
+use isnode_sys::fileview::{largest_folio_bytes, ViewFile};
 
 /// Most objects with a file in the mirror at once (each holds one descriptor).
 const MAX_FILES: usize = 256;
@@ -36,6 +37,9 @@ pub(crate) struct Mirror {
 
 struct Inner {
     book: MirrorBook,
+    /// What a codeword's slot is a multiple of: the largest folio the kernel may give the
+    /// files (a slot given back must be whole folios).
+    slot_align: usize,
     files: HashMap<u32, Arc<ObjectFile>>,
 }
 
@@ -73,6 +77,7 @@ impl Mirror {
             Arc::new(Mirror {
                 inner: Mutex::new(Inner {
                     book: MirrorBook::new(budget_bytes),
+                    slot_align: largest_folio_bytes(),
                     files: HashMap::new(),
                 }),
                 frames: AtomicU64::new(0),
@@ -95,13 +100,13 @@ impl Mirror {
     /// or not for the mirror.
     pub(crate) fn claim(self: &Arc<Self>, obj: &ObjectInfo, sbn: u32) -> Held {
         let layout = &obj.layout;
-        let slot_bytes = page_round(layout.codeword_data_len(0) as usize);
         let data_len = layout.codeword_data_len(sbn) as usize;
         let key = RegionKey {
             toi: obj.rec.toi,
             sbn,
         };
         let mut inner = self.lock();
+        let slot_bytes = round_up(layout.codeword_data_len(0) as usize, inner.slot_align);
         let file = match inner.file(obj, slot_bytes) {
             Some(f) => f,
             None => return self.bypass(),
@@ -256,6 +261,6 @@ impl Drop for Filling {
     }
 }
 
-fn page_round(n: usize) -> usize {
-    n.div_ceil(PAGE_BYTES).max(1) * PAGE_BYTES
+fn round_up(n: usize, align: usize) -> usize {
+    n.div_ceil(align).max(1) * align
 }
