@@ -169,18 +169,6 @@ impl Relay {
         let mut first: Option<Instant> = None;
         self.steps.reverse(); // popped in time order
         while !stop.load(Ordering::Relaxed) && start.elapsed() < max {
-            if let Some(first) = first {
-                while self
-                    .steps
-                    .last()
-                    .is_some_and(|(at, _)| first.elapsed() >= *at)
-                {
-                    if let Some((at, step)) = self.steps.pop() {
-                        tracing::info!("relay: loss step at {:.1} s", at.as_secs_f64());
-                        self.impairer = step;
-                    }
-                }
-            }
             if let (Some(idle), Some(last)) = (idle_exit, last) {
                 if last.elapsed() >= idle {
                     break;
@@ -189,7 +177,8 @@ impl Relay {
             let n = batch.recv(&self.socket).context("receiving")?;
             if n > 0 {
                 last = Some(Instant::now());
-                first.get_or_insert(Instant::now());
+                let first = *first.get_or_insert(Instant::now());
+                self.step(first);
             }
             for i in 0..n {
                 stats.packets_in += 1;
@@ -242,6 +231,22 @@ fn loss_steps(args: &RelayArgs) -> anyhow::Result<Vec<(Duration, Impairer)>> {
         .collect()
 }
 
+impl Relay {
+    /// Takes the `--loss-step`s due `first` + their time (steps are in reverse time order).
+    fn step(&mut self, first: Instant) {
+        while self
+            .steps
+            .last()
+            .is_some_and(|(at, _)| first.elapsed() >= *at)
+        {
+            if let Some((at, step)) = self.steps.pop() {
+                tracing::info!("relay: loss step at {:.1} s", at.as_secs_f64());
+                self.impairer = step;
+            }
+        }
+    }
+}
+
 /// Binds and runs a relay (see [`Relay`]).
 pub fn relay(args: &RelayArgs, stop: &AtomicBool) -> anyhow::Result<RelayStats> {
     Relay::bind(args)?.run(stop)
@@ -261,5 +266,65 @@ impl RelayStats {
             self.bytes_forwarded,
             self.duration_s
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_steps_parse_and_are_checked() {
+        let s: LossStep = "8:0.25".parse().unwrap();
+        assert_eq!(
+            s,
+            LossStep {
+                after_s: 8.0,
+                loss: 0.25
+            }
+        );
+        assert!("8".parse::<LossStep>().is_err());
+        assert!("-1:0.1".parse::<LossStep>().is_err());
+        assert!("x:0.1".parse::<LossStep>().is_err());
+        let mut args = RelayArgs::new(
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:9".parse().unwrap(),
+        );
+        args.loss_steps = vec!["12:0".parse().unwrap(), "5:0.4".parse().unwrap()];
+        let steps = loss_steps(&args).unwrap();
+        let at: Vec<_> = steps.iter().map(|s| s.0.as_secs()).collect();
+        assert_eq!(at, [5, 12], "in time order");
+        // A step's loss is checked as --loss is.
+        args.loss_steps = vec!["1:1.5".parse().unwrap()];
+        assert!(loss_steps(&args).is_err());
+    }
+
+    /// A step at 0 s applies from the first datagram on.
+    #[test]
+    fn a_step_changes_the_loss_from_its_time_on() {
+        let mut args = RelayArgs::new(
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:9".parse().unwrap(),
+        );
+        args.loss_steps = vec![LossStep {
+            after_s: 0.0,
+            loss: 1.0,
+        }];
+        args.max_seconds = 30.0;
+        args.idle_exit_s = Some(0.5);
+        let relay = Relay::bind(&args).unwrap();
+        let to = relay.local_addr().unwrap();
+        let h = std::thread::spawn(move || relay.run(&AtomicBool::new(false)));
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..50 {
+            tx.send_to(b"x", to).unwrap();
+        }
+        // The relay exits 0.5 s after the last datagram (or at 30 s).
+        let stats = h.join().unwrap().unwrap();
+        assert_eq!(stats.packets_in, 50, "{stats:?}");
+        assert_eq!(
+            stats.packets_dropped, 50,
+            "loss 1 from the first datagram on"
+        );
     }
 }

@@ -360,3 +360,72 @@ fn rung_args(
     a.max_seconds = left;
     Ok(a)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn abr() -> Abr {
+        let rungs = vec![Rung::new(300_000, 12, 4), Rung::new(600_000, 12, 4)];
+        let config = AbrConfig {
+            settle: Duration::ZERO,
+            ..AbrConfig::default()
+        };
+        Abr::new(rungs, config, Duration::ZERO).unwrap()
+    }
+
+    fn measured(valid: u64, missed: u64, released_to: u64) -> Measured {
+        Measured {
+            valid_symbols: valid,
+            missed_symbols: missed,
+            symbol_len: 1408,
+            released_to,
+        }
+    }
+
+    const POINTS: [(f64, u64); 3] = [(0.0, 0), (2.0, 1000), (4.0, 2000)];
+
+    /// A switch ends the output at the first boundary at or after what the playout has;
+    /// once decided, nothing more is.
+    #[test]
+    fn a_switch_cuts_at_the_next_boundary() {
+        let mut abr = abr();
+        let mut steer = RungSteer {
+            abr: &mut abr,
+            clock: Instant::now(),
+            points: &POINTS,
+            samples: VecDeque::new(),
+            decided: None,
+        };
+        assert_eq!(steer.observe(&measured(0, 0, 500)), None, "no window yet");
+        assert_eq!(
+            steer.observe(&measured(50, 10, 800)),
+            None,
+            "17 %: repaired"
+        );
+        assert_eq!(steer.observe(&measured(100, 60, 1500)), Some(2000));
+        let d = steer.decided.expect("decided");
+        assert_eq!(
+            (d.from, d.to, d.reason, d.media_s),
+            (1, 0, Reason::Loss, 4.0)
+        );
+        assert_eq!(steer.observe(&measured(200, 200, 1600)), None);
+        assert_eq!(abr.current(), 0);
+    }
+
+    /// Past the last boundary the title ends on the rung it plays.
+    #[test]
+    fn no_switch_past_the_last_boundary() {
+        let mut abr = abr();
+        let mut steer = RungSteer {
+            abr: &mut abr,
+            clock: Instant::now(),
+            points: &POINTS,
+            samples: VecDeque::new(),
+            decided: None,
+        };
+        steer.observe(&measured(0, 0, 2100));
+        assert_eq!(steer.observe(&measured(50, 50, 2500)), None);
+        assert!(steer.decided.is_none());
+    }
+}
