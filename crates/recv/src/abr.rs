@@ -238,9 +238,8 @@ impl Abr {
             self.clean_since = None;
             return None;
         }
-        let Some(loss) = obs.loss else {
-            return None;
-        };
+        // Unmeasured: neither breaks nor extends the clean period.
+        let loss = obs.loss?;
         let above = self.rungs[self.current + 1];
         if loss > self.config.clean_loss * above.repairable_loss {
             self.clean_since = None;

@@ -314,16 +314,7 @@ pub(super) fn play_title(
         all.push(stats.clone());
         match (stats.end_reason, decided) {
             (EndReason::Switched, Some(d)) => {
-                timeline.push(RungChange {
-                    decided_at_s: d.at.as_secs_f64(),
-                    at_s: clock.elapsed().as_secs_f64(),
-                    media_s: d.media_s,
-                    from: Some(ladder[d.from].object.clone()),
-                    from_bitrate_bps: Some(ladder[d.from].rung.bitrate_bps),
-                    to: ladder[d.to].object.clone(),
-                    to_bitrate_bps: ladder[d.to].rung.bitrate_bps,
-                    reason: d.reason,
-                });
+                timeline.push(change_of(&ladder, d, clock.elapsed()));
                 media_s = d.media_s;
             }
             _ => {
@@ -333,6 +324,20 @@ pub(super) fn play_title(
                 return Ok(merged);
             }
         }
+    }
+}
+
+/// The timeline entry of the switch `d` over `ladder`, made at `at` from the start of play.
+fn change_of(ladder: &[RungMedia], d: Decided, at: Duration) -> RungChange {
+    RungChange {
+        decided_at_s: d.at.as_secs_f64(),
+        at_s: at.as_secs_f64(),
+        media_s: d.media_s,
+        from: Some(ladder[d.from].object.clone()),
+        from_bitrate_bps: Some(ladder[d.from].rung.bitrate_bps),
+        to: ladder[d.to].object.clone(),
+        to_bitrate_bps: ladder[d.to].rung.bitrate_bps,
+        reason: d.reason,
     }
 }
 
