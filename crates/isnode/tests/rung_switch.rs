@@ -145,6 +145,25 @@ fn check_timeline(json: &Value) -> usize {
         })
         .collect();
     let shown = format!("{line:?}\n{}", serde_json::to_string_pretty(json).unwrap());
+    // The timeline for docs/benchmarks.md (`-- --nocapture`).
+    for c in timeline {
+        eprintln!(
+            "rung: decided {:>6.2} s, switched {:>6.2} s, title {:>5.1} s, {:>7} -> {:>7} bit/s, {}",
+            c["decided_at_s"].as_f64().unwrap_or(0.0),
+            c["at_s"].as_f64().unwrap_or(0.0),
+            c["media_s"].as_f64().unwrap_or(0.0),
+            c["from_bitrate_bps"].as_u64().unwrap_or(0),
+            c["to_bitrate_bps"].as_u64().unwrap_or(0),
+            c["reason"].as_str().unwrap_or("?"),
+        );
+    }
+    eprintln!(
+        "play: {} underruns, {} ms stalled, {} codewords repaired over HTTP, {:.1} s",
+        json["underruns"],
+        json["stall_ms"],
+        json["repair"]["codewords_repaired"],
+        json["duration_s"].as_f64().unwrap_or(0.0)
+    );
     assert_eq!(line[0].0, "start", "{shown}");
     let top = line[0].1;
     let down = line
