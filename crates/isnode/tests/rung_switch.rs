@@ -4,7 +4,8 @@
 //! from 5 s to 12 s after its first datagram) and then ends. The stats JSON's rung
 //! timeline must step down for loss and back up once clean; ffmpeg must decode the whole
 //! output without a complaint (`ffmpeg -v error -i out -f null -`: empty stderr). Once in
-//! MPEG-TS, once in CMAF (the new rung's initialization segment before its fragments; each
+//! MPEG-TS (each switch marked with a `discontinuity_indicator`), once in CMAF (the new
+//! rung's initialization segment before its fragments; each
 //! rung's run decoded on its own: ffmpeg's file demuxer reads one `moov`).
 //!
 //! These tests need Debian's `ffmpeg` package (`bash scripts/test` installs it); without
@@ -188,9 +189,23 @@ fn check_timeline(json: &Value) -> usize {
 
 /// The timeline, and the MPEG-TS output decodes whole and lasts the title.
 fn check_ts(json: &Value, out: &Path) {
-    check_timeline(json);
+    let entries = check_timeline(json);
     let path = out.to_str().expect("utf-8 path");
     decodes_cleanly(path);
+    // Each switch marks the first packet of each PID that has an adaptation field (its
+    // discontinuity_indicator): the video key frame's always, the audio's when its first
+    // packet starts a PES; the ingested rungs have none.
+    let bytes = std::fs::read(out).expect("the output");
+    assert_eq!(bytes.len() % 188, 0);
+    let marked = bytes
+        .chunks_exact(188)
+        .filter(|p| p[0] == 0x47 && (p[3] >> 4) & 2 != 0 && p[4] > 0 && p[5] & 0x80 != 0)
+        .count();
+    let switches = entries - 1;
+    assert!(
+        (switches..=2 * switches).contains(&marked),
+        "{marked} marked packets for {switches} switches"
+    );
     let (duration_s, codecs) = probe(path);
     assert!(
         (duration_s - 24.0).abs() < 0.5,

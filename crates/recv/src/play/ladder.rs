@@ -11,9 +11,9 @@
 //! the decision switches, the session's output ends at the first random-access point at or
 //! after what it has handed to the playout, and a session of the new rung starts at that
 //! point's time (`start_at_s`): the output goes on with the new rung's key frame, one
-//! continuous stream. MPEG-TS needs nothing more (the PAT and PMT repeat at every segment;
-//! the players' own rule for a continuity-counter jump is to resynchronise on the next
-//! PES). A fragmented MP4 (CMAF) rung gets its initialization segment (the bytes before
+//! continuous stream. MPEG-TS (the PAT and PMT repeat at every segment) gets the first
+//! packet of each PID after a switch marked with the `discontinuity_indicator` where it has
+//! an adaptation field ([`super::ts_mark`]). A fragmented MP4 (CMAF) rung gets its initialization segment (the bytes before
 //! its first fragment) written before its first fragment.
 //!
 //! One session per rung played, not one session switched in place: a session is one
@@ -181,6 +181,8 @@ struct RungSteer<'a> {
     clock: Instant,
     /// The rung played's random-access points.
     points: &'a [(f64, u64)],
+    /// The byte the session started at (a switch is at a later boundary).
+    start_offset: u64,
     /// (time, valid symbols, missed symbols) over the last [`WINDOW`].
     samples: VecDeque<(Duration, u64, u64)>,
     decided: Option<Decided>,
@@ -231,7 +233,8 @@ impl Steer for RungSteer<'_> {
         let switch = self.abr.observe(obs)?;
         // The first boundary at or after what the playout has: the output stays whole
         // segments of one rung, then of the next.
-        let Some(&(media_s, offset)) = self.points.iter().find(|p| p.1 >= m.released_to) else {
+        let after = m.released_to.max(self.start_offset.saturating_add(1));
+        let Some(&(media_s, offset)) = self.points.iter().find(|p| p.1 >= after) else {
             // Past the last segment boundary: the title ends on this rung.
             tracing::info!("rung switch {switch:?} past the title's last boundary: not made");
             return None;
@@ -300,11 +303,17 @@ pub(super) fn play_title(
             // A start inside the rung: its initialization segment first.
             out_here.write_all(&control.head_bytes(&rung.object, len)?)?;
         }
-        let local = LocalSetup::with(&rung_args, socket, None, Some(Box::new(out_here)))?;
+        let out_rung: Box<dyn Write + Send> = match (rung.init_len, all.is_empty()) {
+            // After a switch, an MPEG-TS rung's first packets are marked.
+            (None, false) => Box::new(super::ts_mark::TsDiscontinuity::new(out_here)),
+            _ => Box::new(out_here),
+        };
+        let local = LocalSetup::with(&rung_args, socket, None, Some(out_rung))?;
         let mut steer = RungSteer {
             abr: &mut abr,
             clock,
             points: &rung.points,
+            start_offset: start_offset(&rung.points, rung_args.start_at),
             samples: VecDeque::new(),
             decided: None,
         };
@@ -318,6 +327,8 @@ pub(super) fn play_title(
                 media_s = d.media_s;
             }
             _ => {
+                let mut end = out.clone();
+                end.flush().context("writing the output")?;
                 let mut merged = super::stats::merge(&title.name, stats, &all, sessions, timeline);
                 merged.duration_s = clock.elapsed().as_secs_f64();
                 super::write_stats_json(args, &merged)?;
@@ -325,6 +336,18 @@ pub(super) fn play_title(
             }
         }
     }
+}
+
+/// The byte a session of a rung with random-access `points` starts at from `start_at`
+/// (the point at or before it, as the server picks it; 0 from the start).
+fn start_offset(points: &[(f64, u64)], start_at: Option<f64>) -> u64 {
+    start_at.map_or(0, |t| {
+        points
+            .iter()
+            .take_while(|p| p.0 <= t)
+            .last()
+            .map_or(0, |p| p.1)
+    })
 }
 
 /// The timeline entry of the switch `d` over `ladder`, made at `at` from the start of play.
@@ -399,6 +422,7 @@ mod tests {
             abr: &mut abr,
             clock: Instant::now(),
             points: &POINTS,
+            start_offset: 0,
             samples: VecDeque::new(),
             decided: None,
         };
@@ -418,6 +442,25 @@ mod tests {
         assert_eq!(abr.current(), 0);
     }
 
+    /// A session that has released nothing yet switches at the boundary after its start,
+    /// never at its start (which would be an empty run of the rung).
+    #[test]
+    fn a_switch_is_after_the_session_start() {
+        assert_eq!(start_offset(&POINTS, Some(2.001)), 1000);
+        assert_eq!(start_offset(&POINTS, None), 0);
+        let mut abr = abr();
+        let mut steer = RungSteer {
+            abr: &mut abr,
+            clock: Instant::now(),
+            points: &POINTS,
+            start_offset: 1000,
+            samples: VecDeque::new(),
+            decided: None,
+        };
+        steer.observe(&measured(0, 0, 0));
+        assert_eq!(steer.observe(&measured(50, 50, 0)), Some(2000));
+    }
+
     /// Past the last boundary the title ends on the rung it plays.
     #[test]
     fn no_switch_past_the_last_boundary() {
@@ -426,6 +469,7 @@ mod tests {
             abr: &mut abr,
             clock: Instant::now(),
             points: &POINTS,
+            start_offset: 0,
             samples: VecDeque::new(),
             decided: None,
         };

@@ -38,6 +38,7 @@ mod resume;
 mod session;
 mod setup;
 mod stats;
+mod ts_mark;
 
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
