@@ -1,5 +1,5 @@
 //! `isnode play TITLE` switches rungs (issue 31, item 4): a 3-rung ffmpeg ladder (H.264 +
-//! AAC, 2 s GOPs aligned, 24 s, low bitrates) played through an `isnode relay` whose loss
+//! AAC, 2 s GOPs aligned, 30 s, low bitrates) played through an `isnode relay` whose loss
 //! rises past what the top rung's FEC repairs (k = 12, m = 4: 25 %; the relay loses 40 %
 //! from 5 s to 12 s after its first datagram) and then ends. The stats JSON's rung
 //! timeline must step down for loss and back up once clean; ffmpeg must decode the whole
@@ -28,9 +28,9 @@ const LADDER: [(&str, &str); 3] = [
     ("480x270", "800k"),
 ];
 /// Seconds of media.
-const SECONDS: &str = "24";
+const SECONDS: &str = "30";
 
-/// Encodes the rung `(size, rate)` of a 24 s test pattern with a tone, a key frame every
+/// Encodes the rung `(size, rate)` of a 30 s test pattern with a tone, a key frame every
 /// 2 s, to MPEG-TS or (`cmaf`) fragmented MP4.
 #[track_caller]
 fn encode(dir: &Path, name: &str, (size, rate): (&str, &str), cmaf: bool) -> PathBuf {
@@ -208,7 +208,7 @@ fn check_ts(json: &Value, out: &Path) {
     );
     let (duration_s, codecs) = probe(path);
     assert!(
-        (duration_s - 24.0).abs() < 0.5,
+        (duration_s - 30.0).abs() < 0.5,
         "the output plays the whole title: {duration_s} s"
     );
     assert!(codecs.iter().any(|c| c == "h264"), "{codecs:?}");
