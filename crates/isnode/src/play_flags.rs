@@ -129,8 +129,9 @@ pub(crate) struct PlayArgs {
     #[arg(long, value_name = "BPS", default_value_t = isnode_recv::limits::DEFAULT_MIN_BITRATE_BPS)]
     pub(crate) min_bitrate_bps: u64,
 
-    /// Refuse a server that announces a bitrate above this (bit/s).
-    #[arg(long, value_name = "BPS", default_value_t = isnode_recv::limits::DEFAULT_MAX_BITRATE_BPS)]
+    /// Refuse a server that announces a bitrate above this (bit/s); a title with
+    /// renditions plays no rung above it.
+    #[arg(long, alias = "max-bitrate", value_name = "BPS", default_value_t = isnode_recv::limits::DEFAULT_MAX_BITRATE_BPS)]
     pub(crate) max_bitrate_bps: u64,
 
     /// Refuse a server whose announced size and bitrate give a playing time longer than
@@ -311,6 +312,11 @@ pub(crate) struct RelayFlags {
     /// Stop after this many seconds without a datagram, once one has arrived.
     #[arg(long, value_name = "SECONDS")]
     pub(crate) idle_exit_s: Option<f64>,
+
+    /// From SECONDS after the first datagram on, lose packets at rate LOSS (repeatable:
+    /// e.g. `--loss-step 8:0.25 --loss-step 18:0` for a loss that rises, then ends).
+    #[arg(long, value_name = "SECONDS:LOSS")]
+    pub(crate) loss_step: Vec<isnode_recv::relay::LossStep>,
 }
 
 impl From<RelayFlags> for RelayArgs {
@@ -321,6 +327,7 @@ impl From<RelayFlags> for RelayArgs {
             impair: f.impair.into(),
             max_seconds: f.max_seconds,
             idle_exit_s: f.idle_exit_s,
+            loss_steps: f.loss_step,
         }
     }
 }

@@ -561,6 +561,48 @@ impl ControlClient {
         }
     }
 
+    /// `GET /v1/titles` as JSON (the titles with renditions; `isnode play TITLE`).
+    pub fn titles_json(&self) -> anyhow::Result<String> {
+        let url = format!("{}/v1/titles", self.base);
+        let resp = self.req(self.agent.get(&url)).call()?;
+        Self::body("listing the titles", 200, resp)
+    }
+
+    /// `GET /v1/objects/{name}/index`: the object's random-access points.
+    pub fn media_index(&self, name: &str) -> anyhow::Result<isnode_proto::MediaIndex> {
+        let url = format!("{}/v1/objects/{name}/index", self.base);
+        let resp = self.req(self.agent.get(&url)).call()?;
+        let body = Self::body("reading the object's index", 200, resp)?;
+        serde_json::from_str(&body).with_context(|| format!("reading the index of {name}"))
+    }
+
+    /// `GET /o/{name}` with `Range: bytes=0-{len - 1}`: the first `len` bytes of the
+    /// object (at most [`MAX_HEAD_BYTES`]; a CMAF rendition's initialization segment).
+    pub fn head_bytes(&self, name: &str, len: u64) -> anyhow::Result<Vec<u8>> {
+        if len == 0 || len > MAX_HEAD_BYTES {
+            bail!("{len} bytes of the start of {name}: between 1 and {MAX_HEAD_BYTES} are read");
+        }
+        let url = format!("{}/o/{name}", self.base);
+        let req = self
+            .req(self.agent.get(&url))
+            .header("Range", format!("bytes=0-{}", len - 1));
+        let mut resp = req.call().with_context(|| format!("GET {url}"))?;
+        if resp.status().as_u16() != 206 {
+            Self::body("reading the start of the object", 206, resp)?;
+            bail!("reading the start of {name} failed");
+        }
+        let bytes = resp
+            .body_mut()
+            .with_config()
+            .limit(len)
+            .read_to_vec()
+            .with_context(|| format!("reading {url}"))?;
+        if bytes.len() as u64 != len {
+            bail!("{url}: {} bytes, not the {len} asked for", bytes.len());
+        }
+        Ok(bytes)
+    }
+
     /// `GET /v1/objects/{name}`.
     pub fn object(&self, name: &str) -> anyhow::Result<ObjectInfo> {
         let url = format!("{}/v1/objects/{name}", self.base);
@@ -601,6 +643,10 @@ impl ControlClient {
 /// Largest playlist read to tell whether a title is encrypted, bytes (a day of 2 s segments
 /// with a key line each is about 12 MiB; the key lines come before the first segment).
 const MAX_PLAYLIST_BYTES: u64 = 16 << 20;
+
+/// Most bytes [`ControlClient::head_bytes`] reads (a CMAF initialization segment is a few
+/// kilobytes).
+pub const MAX_HEAD_BYTES: u64 = 4 << 20;
 
 /// Most redirects followed for one request (a cluster redirects at most to the node that
 /// serves the title; more means its nodes disagree).

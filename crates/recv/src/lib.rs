@@ -5,6 +5,7 @@
 //!   ones that cannot be recovered, and releases the object in order.
 //! - [`impair`]: seeded Gilbert-Elliott loss and byte corruption, for tests and demos.
 //! - [`play`]: the client shell: UDP socket, HTTP session control, batched receive, paced playout.
+//! - [`abr`]: the rung decision of `isnode play TITLE` (sans-IO).
 //! - [`relay`]: a lossy UDP relay between processes.
 //! - [`repair`]: unicast repair (hybrid FEC + ARQ) of what the code could not decode.
 //! - [`limits`]: plausibility limits on what a server announces, the playout queue's bound.
@@ -13,6 +14,7 @@
 
 #![deny(missing_docs)]
 
+pub mod abr;
 pub mod broadcast;
 pub mod config;
 pub mod control;

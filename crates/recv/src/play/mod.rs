@@ -27,14 +27,18 @@
 //!
 //! Inside: `args` (the command line, [`PlayConfig`]), `session` (the session as received,
 //! [`SessionSetup`], and the receive loop), `stats` (what is reported, [`PlayStats`]),
-//! `http` (`--http`: the stream served to a local player, [`HttpServe`]).
+//! `http` (`--http`: the stream served to a local player, [`HttpServe`]), `ladder` (a
+//! title with renditions: one session per rung played, switched at segment boundaries by
+//! the decision of [`crate::abr`]).
 
 mod http;
 mod keepalive;
+mod ladder;
 mod resume;
 mod session;
 mod setup;
 mod stats;
+mod ts_mark;
 
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -51,7 +55,7 @@ use isnode_proto::keepalive::LossReport;
 pub use crate::config::{AcceptFrom, CutShort, PlayConfig, ReleaseArg, VerifyDigests};
 pub use http::{HttpListener, HttpOut, HttpServe};
 pub use setup::{SessionSetup, SourceFilter};
-pub use stats::{EndReason, LostRange, PlayStats};
+pub use stats::{EndReason, LostRange, PlayStats, RungChange, RungSession};
 
 use keepalive::{keepalive_via, Keepalive, Owner, Reported};
 use session::run_session;
@@ -106,7 +110,21 @@ pub fn play(args: &PlayConfig) -> anyhow::Result<PlayStats> {
 /// the receive port before the session starts): opens the session on the server, receives,
 /// keeps it alive, deletes it at the end.
 pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats> {
-    let mut local = LocalSetup::check(args, &socket)?;
+    if let Some(title) = ladder::title_of(args) {
+        return ladder::play_title(args, &socket, title);
+    }
+    let local = LocalSetup::check(args, &socket)?;
+    play_with(args, &socket, local, None)
+}
+
+/// [`play_on`] with what this host prepared (`local`), its session steered by `steer`
+/// (a rung of `isnode play TITLE`; None: to the end).
+fn play_with(
+    args: &PlayConfig,
+    socket: &UdpSocket,
+    mut local: LocalSetup,
+    steer: Option<&mut dyn session::Steer>,
+) -> anyhow::Result<PlayStats> {
     let requested = Instant::now();
     let (rotated, control, opened) = open_first(args, local.port)?;
     // From here on the server that answered is the first of the list.
@@ -125,13 +143,13 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
     log_opened(&info, local.addr, &source);
     let owner = Owner::of(&info)?;
     // The first digests come before the stream starts; the rest follow it.
-    let auth = validate_or_delete(args, &info, &control, &socket, &source)?;
+    let auth = validate_or_delete(args, &info, &control, socket, &source)?;
     let loss = Arc::new(AtomicU32::new(NO_LOSS_MEASURED));
-    let keepalive = start_keepalive(&info, &socket, &control, owner, &loss);
+    let keepalive = start_keepalive(&info, socket, &control, owner, &loss);
     let resume_source = source.clone();
     let opening = Opening {
         info: &info,
-        socket: &socket,
+        socket,
         source: &resume_source,
         port: local.port,
         loss: &loss,
@@ -147,7 +165,7 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
         };
         run_session(
             args,
-            &socket,
+            socket,
             &setup,
             skip_leading(out, skip),
             requested,
@@ -155,6 +173,10 @@ pub fn play_on(args: &PlayConfig, socket: UdpSocket) -> anyhow::Result<PlayStats
                 loss: &loss,
                 auth,
                 resume: Some(&mut resumer),
+                steer: match steer {
+                    Some(s) => Some(&mut *s as &mut dyn session::Steer),
+                    None => None,
+                },
             },
         )
     });
@@ -199,12 +221,23 @@ impl LocalSetup {
     fn check(args: &PlayConfig, socket: &UdpSocket) -> anyhow::Result<LocalSetup> {
         // Check everything local before asking the server for anything.
         Impairer::new(&args.impair)?;
-        let linger = secs_arg(args.http_linger_s, "--http-linger-s")?;
         let http = args.http.map(HttpListener::bind).transpose()?;
         let out = match http {
             None => Some(crate::playout::open_output(args.out.as_deref())?),
             Some(_) => None,
         };
+        LocalSetup::with(args, socket, http, out)
+    }
+
+    /// [`LocalSetup::check`] with the output (or HTTP listener) already open.
+    fn with(
+        args: &PlayConfig,
+        socket: &UdpSocket,
+        http: Option<HttpListener>,
+        out: Option<Box<dyn Write + Send>>,
+    ) -> anyhow::Result<LocalSetup> {
+        Impairer::new(&args.impair)?;
+        let linger = secs_arg(args.http_linger_s, "--http-linger-s")?;
         let addr = socket.local_addr()?;
         let port = args.session_port.unwrap_or(addr.port());
         // Checked before anything is asked (made again below for the server that answers).
@@ -547,6 +580,7 @@ pub fn play_session(
         loss: &loss,
         auth: None,
         resume: None,
+        steer: None,
     };
     let stats = run_session(args, socket, setup, out, Instant::now(), aids)?;
     write_stats_json(args, &stats)?;

@@ -14,7 +14,7 @@ use crate::loss::LossMeter;
 use crate::net::{enable_gro, grow_recv_buffer, set_poll_timeout, Batch};
 use crate::playout::{self, AtDeadline, Pacing, PlayoutConfig, PlayoutStats};
 use crate::queue::{self, Producer};
-use crate::receiver::{Receiver, ReceiverConfig, Release};
+use crate::receiver::{Output, Receiver, ReceiverConfig, Release};
 use crate::repair::{self, Repair};
 
 use super::resume::{Moved, Rebind, Resume, Resumed};
@@ -152,6 +152,14 @@ struct Feed<'a> {
     goodbye: Option<isnode_proto::goodbye::GoodbyeReason>,
     /// The object's name (digests and repairs of a resumed session are asked for it).
     object: String,
+    /// Fed the session's measurements; ends the session at a byte it names (a rung switch).
+    steer: Option<&'a mut dyn Steer>,
+    /// Output ends before this byte of the object (a rung switch at a segment boundary).
+    cut_bytes: Option<u64>,
+    /// The end of what was handed to the playout, in object bytes.
+    released_to: Option<u64>,
+    /// Set when the output reached `cut_bytes`: the session ends ([`EndReason::Switched`]).
+    switched: bool,
     /// `--ca-cert`, for the clients of a resumed session's server.
     ca_cert: Option<std::path::PathBuf>,
     /// The role token of `--token`, carried by the digest and repair requests of a resumed
@@ -162,6 +170,37 @@ struct Feed<'a> {
 }
 
 impl Feed<'_> {
+    /// A piece for the playout: `piece` cut at `cut_bytes`, None if it starts there or
+    /// after (the output is complete up to the switch: `switched` is set).
+    fn cut(&mut self, piece: Output) -> Option<Output> {
+        let Some(cut) = self.cut_bytes else {
+            return Some(piece);
+        };
+        let offset = piece.offset();
+        if offset >= cut {
+            self.switched = true;
+            return None;
+        }
+        let keep = cut - offset;
+        if piece.len() <= keep {
+            return Some(piece);
+        }
+        self.switched = true;
+        Some(match piece {
+            Output::Data { sbn, offset, bytes } => Output::Data {
+                sbn,
+                offset,
+                bytes: bytes[..usize::try_from(keep).unwrap_or(usize::MAX).min(bytes.len())]
+                    .to_vec(),
+            },
+            Output::Lost { sbn, offset, .. } => Output::Lost {
+                sbn,
+                offset,
+                len: keep,
+            },
+        })
+    }
+
     /// A resumed session streams another copy of the object from codeword `from` (the
     /// release point): the receive core takes that copy's packets and digests from there
     /// on. False (said in the log) if the core refuses, which cannot happen when `from`
@@ -269,6 +308,9 @@ impl Feed<'_> {
             if self.writer_gone {
                 return Drained::WriterGone;
             }
+            if self.switched {
+                return Drained::Empty;
+            }
             if self.cut_at.is_some_and(|cut| self.rx.next_release() >= cut) {
                 return Drained::Empty;
             }
@@ -285,6 +327,10 @@ impl Feed<'_> {
             let Some(piece) = self.rx.poll_output() else {
                 return Drained::Empty;
             };
+            let Some(piece) = self.cut(piece) else {
+                return Drained::Empty;
+            };
+            self.released_to = Some(piece.offset() + piece.len());
             self.writer_gone = self.pieces.send(piece).is_err();
         }
     }
@@ -316,6 +362,17 @@ impl Feed<'_> {
             self.loss
                 .store(u32::from(report.units()), Ordering::Relaxed);
         }
+        if let (Some(steer), None) = (self.steer.as_deref_mut(), self.cut_bytes) {
+            let released = self
+                .released_to
+                .unwrap_or_else(|| self.rx.partition().block_offset(self.rx.next_release()));
+            self.cut_bytes = steer.observe(&Measured {
+                valid_symbols: s.packets_valid,
+                missed_symbols: s.packets_missed,
+                symbol_len: self.rx.params().symbol_len,
+                released_to: released,
+            });
+        }
     }
 
     /// The stream is over (`end`): whatever is not decoded now never will be. A session cut
@@ -324,6 +381,11 @@ impl Feed<'_> {
     /// `deadline` (truncating) or without limit (keeping the length: the playout is unpaced
     /// past its deadline).
     fn finish(&mut self, end: EndReason, cut: CutShort, deadline: Instant) {
+        if end == EndReason::Switched {
+            // Everything up to the switch was handed to the playout: the rest is the
+            // next rung's.
+            return;
+        }
         if !self.rx.is_complete() {
             self.rx.finish();
         }
@@ -372,6 +434,9 @@ fn receive(
         let now = Instant::now();
         if now >= limits.deadline {
             return Ok(EndReason::MaxDuration);
+        }
+        if feed.switched {
+            return Ok(EndReason::Switched);
         }
         // The playout thread gone (its error is reported when it is joined) ends it too.
         if feed.rx.is_complete() || feed.writer_gone {
@@ -424,6 +489,30 @@ pub(super) struct Aids<'a> {
     pub auth: Option<Auth>,
     /// Re-opens the session when the server goes quiet (None: a preset session).
     pub resume: Option<&'a mut dyn Resume>,
+    /// Fed the measurements, may end the session at a byte (a rung switch; None: plays to
+    /// the end).
+    pub steer: Option<&'a mut dyn Steer>,
+}
+
+/// What a session measured, for a [`Steer`] (about every 100 ms).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Measured {
+    /// Valid symbols received so far (source and repair).
+    pub valid_symbols: u64,
+    /// Symbols missed so far (below the highest ESI received of their codeword, corrupt
+    /// ones included: what the loss meter counts).
+    pub missed_symbols: u64,
+    /// Bytes of a symbol.
+    pub symbol_len: u32,
+    /// The end of what was handed to the playout so far, in object bytes.
+    pub released_to: u64,
+}
+
+/// Steers a session from its measurements (`isnode play TITLE`: the rung decision).
+pub(crate) trait Steer {
+    /// Takes one measurement; a byte of the object at or after `m.released_to` where the
+    /// session's output must end (a segment boundary), once it is to end.
+    fn observe(&mut self, m: &Measured) -> Option<u64>;
 }
 
 /// The receive loop's resume state: when to try next, and the gap being bridged.
@@ -533,7 +622,12 @@ pub(super) fn run_session(
     requested: Instant,
     aids: Aids<'_>,
 ) -> anyhow::Result<PlayStats> {
-    let Aids { loss, auth, resume } = aids;
+    let Aids {
+        loss,
+        auth,
+        resume,
+        steer,
+    } = aids;
     let limits = Limits::from_args(args, requested)?;
     let (rx, digests, config) = receiver_for(args, setup, auth)?;
     let playout_config = playout_config(args, setup, &rx, limits.deadline);
@@ -562,6 +656,14 @@ pub(super) fn run_session(
         session_id: setup.session_id.clone(),
         goodbye: None,
         object: setup.object.clone(),
+        // A shorter-lived trait object (`&mut dyn` is invariant in it otherwise).
+        steer: match steer {
+            Some(s) => Some(&mut *s as &mut dyn Steer),
+            None => None,
+        },
+        cut_bytes: None,
+        released_to: None,
+        switched: false,
         ca_cert: args.ca_cert.clone(),
         token: args.token.clone(),
         scope: args.scope(),

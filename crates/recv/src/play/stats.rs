@@ -29,6 +29,9 @@ pub enum EndReason {
     MaxDuration,
     /// The server ended the session: it is shutting down (its goodbye datagram).
     ServerShutdown,
+    /// The output reached a rung switch (`isnode play TITLE`): the next rung's session
+    /// goes on from there.
+    Switched,
 }
 
 /// Statistics of one `play`.
@@ -147,6 +150,166 @@ pub struct PlayStats {
     pub max_reported_loss_rate: Option<f64>,
     /// The bounded queue between the receive loop and the playout.
     pub playout_queue: QueueStats,
+    /// A title with renditions (`isnode play TITLE`): the rung played from the start and
+    /// every switch, in order (empty for one object).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rung_timeline: Vec<RungChange>,
+    /// A title with renditions: each rung's session, in order (the counters above are
+    /// their sums).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rung_sessions: Vec<RungSession>,
+}
+
+/// One entry of [`PlayStats::rung_timeline`].
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RungChange {
+    /// When the switch was decided, seconds from the start of play.
+    pub decided_at_s: f64,
+    /// When the new rung's session was asked for (the old one's output had reached the
+    /// boundary), seconds from the start of play.
+    pub at_s: f64,
+    /// The boundary in the title where the output switches, seconds.
+    pub media_s: f64,
+    /// The rendition left (None: the first).
+    pub from: Option<String>,
+    /// Its bitrate.
+    pub from_bitrate_bps: Option<u64>,
+    /// The rendition played from here.
+    pub to: String,
+    /// Its bitrate.
+    pub to_bitrate_bps: u64,
+    /// Why.
+    pub reason: crate::abr::Reason,
+}
+
+impl RungChange {
+    /// The first rung, `object` from `media_s`; its bitrate is filled by the caller.
+    pub(super) fn start(object: &str, bitrate_bps: u64, media_s: f64) -> RungChange {
+        RungChange {
+            decided_at_s: 0.0,
+            at_s: 0.0,
+            media_s,
+            from: None,
+            from_bitrate_bps: None,
+            to: object.to_string(),
+            to_bitrate_bps: bitrate_bps,
+            reason: crate::abr::Reason::Start,
+        }
+    }
+}
+
+/// One rung's session of a title with renditions ([`PlayStats::rung_sessions`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RungSession {
+    /// The rendition.
+    pub object: String,
+    /// Its bitrate.
+    pub bitrate_bps: u64,
+    /// Where in the title it started, seconds.
+    pub media_start_s: f64,
+    /// Why it ended (`switched`: at a rung switch).
+    pub end_reason: EndReason,
+    /// Bytes it wrote.
+    pub bytes_written: u64,
+    /// Its codewords that could not be recovered.
+    pub codewords_unrecoverable: u32,
+    /// Its datagrams dropped by the injected loss.
+    pub injected_lost: u64,
+    /// Symbols its decoder rebuilt.
+    pub symbols_repaired: u64,
+    /// Codewords repaired over HTTP.
+    pub codewords_repaired_over_http: u32,
+    /// The highest loss it reported to the server.
+    pub max_reported_loss_rate: Option<f64>,
+}
+
+impl RungSession {
+    /// The summary of the session `s`, started at `media_s` in the title.
+    pub(super) fn of(s: &PlayStats, media_s: f64) -> RungSession {
+        RungSession {
+            object: s.object.clone(),
+            bitrate_bps: s.bitrate_bps,
+            media_start_s: media_s,
+            end_reason: s.end_reason,
+            bytes_written: s.bytes_written,
+            codewords_unrecoverable: s.codewords_unrecoverable,
+            injected_lost: s.injected_lost,
+            symbols_repaired: s.symbols_repaired,
+            codewords_repaired_over_http: s.repair.codewords_repaired,
+            max_reported_loss_rate: s.max_reported_loss_rate,
+        }
+    }
+}
+
+/// The statistics of a title played over several rungs' sessions: the last session's
+/// (`last`), named `title`, with the counters summed over `sessions` (whose sums it
+/// recomputes from the per-session figures it has) and the timeline. A session that ended
+/// at its switch was to write up to it: its codewords are those it reached.
+pub(super) fn merge(
+    title: &str,
+    last: PlayStats,
+    all: &[PlayStats],
+    sessions: Vec<RungSession>,
+    timeline: Vec<RungChange>,
+) -> PlayStats {
+    let mut m = last;
+    m.object = title.to_string();
+    let sum = |f: fn(&PlayStats) -> u64| all.iter().map(f).sum::<u64>();
+    m.packets_received = sum(|s| s.packets_received);
+    m.packets_valid = sum(|s| s.packets_valid);
+    m.packets_lost = sum(|s| s.packets_lost);
+    m.packets_missed = sum(|s| s.packets_missed);
+    m.packets_corrupt = sum(|s| s.packets_corrupt);
+    m.packets_duplicate = sum(|s| s.packets_duplicate);
+    m.packets_foreign = sum(|s| s.packets_foreign);
+    m.packets_wrong_source = sum(|s| s.packets_wrong_source);
+    m.packets_fdt = sum(|s| s.packets_fdt);
+    m.packets_forged = sum(|s| s.packets_forged);
+    m.packets_unverified = sum(|s| s.packets_unverified);
+    m.injected_lost = sum(|s| s.injected_lost);
+    m.injected_corrupt = sum(|s| s.injected_corrupt);
+    m.symbols_repaired = sum(|s| s.symbols_repaired);
+    m.bytes_written = sum(|s| s.bytes_written);
+    m.bytes_expected = sum(|s| {
+        if s.end_reason == EndReason::Switched {
+            s.bytes_written
+        } else {
+            s.bytes_expected
+        }
+    });
+    m.underruns = sum(|s| s.underruns);
+    m.stall_ms = sum(|s| s.stall_ms);
+    m.loss_reports_sent = sum(|s| s.loss_reports_sent);
+    let sum32 = |f: fn(&PlayStats) -> u32| all.iter().map(f).sum::<u32>();
+    m.resumes = sum32(|s| s.resumes);
+    m.codewords_decoded = sum32(|s| s.codewords_decoded);
+    m.codewords_unrecoverable = sum32(|s| s.codewords_unrecoverable);
+    m.codewords_total = sum32(|s| {
+        if s.end_reason == EndReason::Switched {
+            s.codewords_decoded + s.codewords_unrecoverable
+        } else {
+            s.codewords_total
+        }
+    });
+    m.unrecoverable = all.iter().flat_map(|s| s.unrecoverable.clone()).collect();
+    m.per_second_bitrate_bps = all
+        .iter()
+        .flat_map(|s| s.per_second_bitrate_bps.clone())
+        .collect();
+    m.startup_delay_ms = all.first().and_then(|s| s.startup_delay_ms);
+    m.first_packet_ms = all.first().and_then(|s| s.first_packet_ms);
+    m.max_reported_loss_rate = all
+        .iter()
+        .filter_map(|s| s.max_reported_loss_rate)
+        .reduce(f64::max);
+    m.repair.codewords_repaired = sum32(|s| s.repair.codewords_repaired);
+    m.repair.codewords_failed = sum32(|s| s.repair.codewords_failed);
+    m.repair.requests = sum(|s| s.repair.requests);
+    m.repair.packets_fetched = sum(|s| s.repair.packets_fetched);
+    m.repair.bytes_fetched = sum(|s| s.repair.bytes_fetched);
+    m.rung_sessions = sessions;
+    m.rung_timeline = timeline;
+    m
 }
 
 impl PlayStats {
@@ -163,6 +326,17 @@ impl PlayStats {
         self.summary_packets(&mut s);
         self.summary_losses(&mut s);
         self.summary_timing(&mut s);
+        for c in &self.rung_timeline {
+            s.push_str(&format!(
+                "rung at {:.1} s (title {:.1} s): {} -> {} ({:.2} Mbit/s, {:?})\n",
+                c.at_s,
+                c.media_s,
+                c.from.as_deref().unwrap_or("-"),
+                c.to,
+                c.to_bitrate_bps as f64 / 1e6,
+                c.reason
+            ));
+        }
         s
     }
 
@@ -372,5 +546,7 @@ pub(super) fn assemble(
         reported_loss_rate: None,
         max_reported_loss_rate: None,
         playout_queue: QueueStats::default(),
+        rung_timeline: Vec::new(),
+        rung_sessions: Vec::new(),
     }
 }

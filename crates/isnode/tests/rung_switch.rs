@@ -1,0 +1,276 @@
+//! `isnode play TITLE` switches rungs (issue 31, item 4): a 3-rung ffmpeg ladder (H.264 +
+//! AAC, 2 s GOPs aligned, 30 s, low bitrates) played through an `isnode relay` whose loss
+//! rises past what the top rung's FEC repairs (k = 12, m = 4: 25 %; the relay loses 40 %
+//! from 5 s to 12 s after its first datagram) and then ends. The stats JSON's rung
+//! timeline must step down for loss and back up once clean; ffmpeg must decode the whole
+//! output without a complaint (`ffmpeg -v error -i out -f null -`: empty stderr). Once in
+//! MPEG-TS (each switch marked with a `discontinuity_indicator`), once in CMAF (the new
+//! rung's initialization segment before its fragments; each
+//! rung's run decoded on its own: ffmpeg's file demuxer reads one `moov`).
+//!
+//! These tests need Debian's `ffmpeg` package (`bash scripts/test` installs it); without
+//! it they fail, saying so.
+
+mod serve_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use serve_support::media::{decodes_cleanly, probe, tool};
+use serve_support::*;
+
+/// The ladder: size, video bitrate.
+const LADDER: [(&str, &str); 3] = [
+    ("256x144", "200k"),
+    ("320x180", "400k"),
+    ("480x270", "800k"),
+];
+/// Seconds of media.
+const SECONDS: &str = "30";
+
+/// Encodes the rung `(size, rate)` of a 30 s test pattern with a tone, a key frame every
+/// 2 s, to MPEG-TS or (`cmaf`) fragmented MP4.
+#[track_caller]
+fn encode(dir: &Path, name: &str, (size, rate): (&str, &str), cmaf: bool) -> PathBuf {
+    let out = dir.join(if cmaf {
+        format!("{name}.mp4")
+    } else {
+        format!("{name}.ts")
+    });
+    let src = format!("testsrc2=size={size}:rate=25");
+    let mut args = vec!["-v", "error", "-y", "-f", "lavfi", "-i", &src];
+    args.extend(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"]);
+    args.extend(["-map", "0:v", "-map", "1:a", "-c:a", "aac", "-b:a", "32k"]);
+    args.extend(["-t", SECONDS, "-c:v", "libx264", "-preset", "ultrafast"]);
+    args.extend(["-b:v", rate, "-maxrate", rate, "-bufsize", rate]);
+    args.extend([
+        "-g",
+        "50",
+        "-keyint_min",
+        "50",
+        "-sc_threshold",
+        "0",
+        "-r",
+        "25",
+    ]);
+    if cmaf {
+        args.extend(["-movflags", "+cmaf"]);
+    } else {
+        args.extend(["-f", "mpegts"]);
+    }
+    let o = out.to_str().expect("utf-8 path").to_string();
+    args.push(&o);
+    let done = Command::new(tool("ffmpeg"))
+        .args(&args)
+        .output()
+        .expect("running ffmpeg");
+    assert!(
+        done.status.success() && done.stderr.is_empty(),
+        "ffmpeg {args:?}: {}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    out
+}
+
+/// The ladder ingested as title `name` in a volume of small codewords (k = 12, m = 4).
+fn title(cmaf: bool) -> (Vol, Server) {
+    let vol = Vol::create(SMALL_SHAPE);
+    let files: Vec<PathBuf> = LADDER
+        .iter()
+        .enumerate()
+        .map(|(i, &r)| encode(vol.dir.path(), &format!("r{i}"), r, cmaf))
+        .collect();
+    let mut args = vec!["ingest", "--name", "show"];
+    args.extend(files.iter().map(|f| f.to_str().expect("utf-8 path")));
+    let out = isnode(&vol, &args);
+    assert!(out.status.success(), "{}", text(&out));
+    let server = Server::start(&vol, &[]);
+    (vol, server)
+}
+
+/// Plays the title through a relay whose loss rises from 5 s to 12 s; the stats JSON and
+/// the output's path.
+fn play_through_relay(vol: &Vol, server: &Server, ext: &str) -> (Value, PathBuf) {
+    let relay_port = free_port().to_string();
+    let client_port = free_port().to_string();
+    let deadline = Instant::now() + Duration::from_secs(80);
+    let mut relay = ChildGuard(Some(
+        command()
+            .args(["relay", "--listen"])
+            .arg(format!("127.0.0.1:{relay_port}"))
+            .arg("--to")
+            .arg(format!("127.0.0.1:{client_port}"))
+            .args(["--seed", "7", "--loss-step", "5:0.4", "--loss-step", "12:0"])
+            .args(["--max-seconds", "75", "--idle-exit-s", "10"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting isnode relay"),
+    ));
+    let out = vol.path(&format!("out.{ext}"));
+    let stats = vol.path("stats.json");
+    let played = command()
+        .args(["play", "show", "--server", &server.url()])
+        .args(["--port", &client_port, "--session-port", &relay_port])
+        .args(["--max-seconds", "70", "--timeout-s", "10"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--stats-json")
+        .arg(&stats)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running isnode play");
+    assert!(Instant::now() < deadline, "play took too long");
+    let log = text(&played);
+    assert!(played.status.success(), "play failed:\n{log}");
+    drop(relay.0.take().map(|mut c| c.kill()));
+    let json: Value = serde_json::from_slice(&std::fs::read(&stats).expect("the stats JSON"))
+        .expect("stats JSON");
+    (json, out)
+}
+
+/// The timeline stepped down for loss, then back up when clean (its entries).
+fn check_timeline(json: &Value) -> usize {
+    let timeline = json["rung_timeline"].as_array().expect("a rung timeline");
+    let line: Vec<(String, u64, f64)> = timeline
+        .iter()
+        .map(|c| {
+            (
+                c["reason"].as_str().expect("reason").to_string(),
+                c["to_bitrate_bps"].as_u64().expect("to_bitrate_bps"),
+                c["media_s"].as_f64().expect("media_s"),
+            )
+        })
+        .collect();
+    let shown = format!("{line:?}\n{}", serde_json::to_string_pretty(json).unwrap());
+    // The timeline for docs/benchmarks.md (`-- --nocapture`).
+    for c in timeline {
+        eprintln!(
+            "rung: decided {:>6.2} s, switched {:>6.2} s, title {:>5.1} s, {:>7} -> {:>7} bit/s, {}",
+            c["decided_at_s"].as_f64().unwrap_or(0.0),
+            c["at_s"].as_f64().unwrap_or(0.0),
+            c["media_s"].as_f64().unwrap_or(0.0),
+            c["from_bitrate_bps"].as_u64().unwrap_or(0),
+            c["to_bitrate_bps"].as_u64().unwrap_or(0),
+            c["reason"].as_str().unwrap_or("?"),
+        );
+    }
+    eprintln!(
+        "play: {} underruns, {} ms stalled, {} codewords repaired over HTTP, {:.1} s",
+        json["underruns"],
+        json["stall_ms"],
+        json["repair"]["codewords_repaired"],
+        json["duration_s"].as_f64().unwrap_or(0.0)
+    );
+    assert_eq!(line[0].0, "start", "{shown}");
+    let top = line[0].1;
+    let down = line
+        .iter()
+        .position(|c| c.0 == "loss")
+        .unwrap_or_else(|| panic!("no step down for loss: {shown}"));
+    assert!(line[down].1 < top, "{shown}");
+    let up = line[down..]
+        .iter()
+        .position(|c| c.0 == "clean")
+        .unwrap_or_else(|| panic!("no step up after the loss: {shown}"));
+    let up = down + up;
+    assert!(line[up].1 > line[up - 1].1, "{shown}");
+    assert!(
+        line.windows(2).all(|w| w[1].2 > w[0].2),
+        "switches at increasing boundaries: {shown}"
+    );
+    assert_eq!(json["codewords_unrecoverable"], 0, "{shown}");
+    assert_eq!(json["bytes_written"], json["bytes_expected"], "{shown}");
+    line.len()
+}
+
+/// The timeline, and the MPEG-TS output decodes whole and lasts the title.
+fn check_ts(json: &Value, out: &Path) {
+    let entries = check_timeline(json);
+    let path = out.to_str().expect("utf-8 path");
+    decodes_cleanly(path);
+    // Each switch marks the first packet of each PID that has an adaptation field (its
+    // discontinuity_indicator): the video key frame's always, the audio's when its first
+    // packet starts a PES; the ingested rungs have none.
+    let bytes = std::fs::read(out).expect("the output");
+    assert_eq!(bytes.len() % 188, 0);
+    let marked = bytes
+        .chunks_exact(188)
+        .filter(|p| p[0] == 0x47 && (p[3] >> 4) & 2 != 0 && p[4] > 0 && p[5] & 0x80 != 0)
+        .count();
+    let switches = entries - 1;
+    assert!(
+        (switches..=2 * switches).contains(&marked),
+        "{marked} marked packets for {switches} switches"
+    );
+    let (duration_s, codecs) = probe(path);
+    assert!(
+        (duration_s - 30.0).abs() < 0.5,
+        "the output plays the whole title: {duration_s} s"
+    );
+    assert!(codecs.iter().any(|c| c == "h264"), "{codecs:?}");
+}
+
+/// The top-level boxes of an MP4 byte string: (type, start, end).
+fn top_boxes(b: &[u8]) -> Vec<([u8; 4], usize, usize)> {
+    let mut at = 0;
+    let mut boxes = Vec::new();
+    while at + 8 <= b.len() {
+        let size = u32::from_be_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+        assert!(
+            size >= 8 && at + size <= b.len(),
+            "box at {at}: size {size}"
+        );
+        boxes.push((b[at + 4..at + 8].try_into().unwrap(), at, at + size));
+        at += size;
+    }
+    assert_eq!(at, b.len(), "trailing bytes after the last box");
+    boxes
+}
+
+/// The timeline, and the CMAF output is one track switch per rung played: each rung's
+/// initialization segment (`ftyp` + `moov`) then its fragments, every run decoding
+/// cleanly with ffmpeg (a file demuxer applies the first `moov` only, so the runs are
+/// decoded one by one, as a player appends them).
+fn check_cmaf(json: &Value, out: &Path) {
+    let entries = check_timeline(json);
+    let bytes = std::fs::read(out).expect("the output");
+    let boxes = top_boxes(&bytes);
+    let starts: Vec<usize> = boxes
+        .iter()
+        .filter(|b| &b.0 == b"ftyp")
+        .map(|b| b.1)
+        .collect();
+    assert_eq!(
+        starts.len(),
+        entries,
+        "one initialization segment per rung played"
+    );
+    assert_eq!(starts[0], 0);
+    for (i, &from) in starts.iter().enumerate() {
+        let to = starts.get(i + 1).copied().unwrap_or(bytes.len());
+        let part = out.with_extension(format!("part{i}.mp4"));
+        std::fs::write(&part, &bytes[from..to]).expect("writing a part");
+        let kinds: Vec<[u8; 4]> = top_boxes(&bytes[from..to]).iter().map(|b| b.0).collect();
+        assert_eq!(&kinds[..2], &[*b"ftyp", *b"moov"], "part {i}: {kinds:?}");
+        assert!(kinds.contains(b"moof"), "part {i} has fragments");
+        decodes_cleanly(part.to_str().expect("utf-8 path"));
+    }
+}
+
+#[test]
+fn ts_play_steps_down_under_loss_and_back_up() {
+    let (vol, server) = title(false);
+    let (json, out) = play_through_relay(&vol, &server, "ts");
+    check_ts(&json, &out);
+}
+
+#[test]
+fn cmaf_play_steps_down_under_loss_and_back_up() {
+    let (vol, server) = title(true);
+    let (json, out) = play_through_relay(&vol, &server, "mp4");
+    check_cmaf(&json, &out);
+}

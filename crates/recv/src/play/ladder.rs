@@ -1,0 +1,480 @@
+//! `isnode play TITLE` of a title with renditions: the thin I/O shell around the rung
+//! decision ([`crate::abr`]).
+//!
+//! The title's renditions come from `GET /v1/titles` (the video ones when the title has
+//! both video and audio-only renditions), each with its FEC parameters
+//! (`GET /v1/objects/{name}`) and its random-access points (`GET /v1/objects/{name}/index`:
+//! the segment boundaries, key frames aligned across the rungs at ingest). Play starts on
+//! the rung the decision picks, in a session of that rendition. Every ~100 ms the session's
+//! receive loop hands its counters to [`RungSteer`], which turns them into an
+//! [`Observation`] (loss and receive rate over the last [`WINDOW`]) for the decision. When
+//! the decision switches, the session's output ends at the first random-access point at or
+//! after what it has handed to the playout, and a session of the new rung starts at that
+//! point's time (`start_at_s`): the output goes on with the new rung's key frame, one
+//! continuous stream. MPEG-TS (the PAT and PMT repeat at every segment) gets the first
+//! packet of each PID after a switch marked with the `discontinuity_indicator` where it has
+//! an adaptation field ([`super::ts_mark`]). A fragmented MP4 (CMAF) rung gets its initialization segment (the bytes before
+//! its first fragment) written before its first fragment.
+//!
+//! One session per rung played, not one session switched in place: a session is one
+//! object's stream (its TSI/TOI, FDT, packet digests, the admission of its bitrate), and a
+//! switch up is a new admission decision at a higher rate, which the session request
+//! already is. A resume after a server loss works within each rung's session as for any
+//! object.
+
+use std::collections::VecDeque;
+use std::io::{self, Write};
+use std::net::UdpSocket;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+
+use super::session::{Measured, Steer};
+use super::stats::{EndReason, PlayStats, RungChange, RungSession};
+use super::LocalSetup;
+use crate::abr::{Abr, AbrConfig, Observation, Reason, Rung};
+use crate::config::PlayConfig;
+use crate::control::ControlClient;
+
+/// The loss and receive rate are measured over this window.
+const WINDOW: Duration = Duration::from_secs(2);
+/// Fewest symbols expected over the window for a loss rate.
+const MIN_EXPECTED_SYMBOLS: u64 = 40;
+
+/// One rendition of `GET /v1/titles`.
+#[derive(Clone, Debug, Deserialize)]
+pub(super) struct RenditionJson {
+    object: String,
+    bitrate_bps: u64,
+    #[serde(default)]
+    width: Option<u32>,
+}
+
+/// One title of `GET /v1/titles`.
+#[derive(Clone, Debug, Deserialize)]
+pub(super) struct Title {
+    name: String,
+    renditions: Vec<RenditionJson>,
+}
+
+/// The title `args.name` names on its server, if it is one with renditions (None: an
+/// object, or a server that lists no titles; its failure is logged and the plain play
+/// that follows reports what is wrong).
+pub(super) fn title_of(args: &PlayConfig) -> Option<Title> {
+    let listed = args
+        .control(Duration::from_secs(10))
+        .and_then(|c| c.titles_json());
+    let json = match listed {
+        Ok(json) => json,
+        Err(e) => {
+            tracing::debug!("no titles listed: {e:#}");
+            return None;
+        }
+    };
+    let titles: Vec<Title> = match serde_json::from_str(&json) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!("the server's titles could not be read: {e}");
+            return None;
+        }
+    };
+    titles
+        .into_iter()
+        .find(|t| t.name == args.name && !t.renditions.is_empty())
+}
+
+/// A rung as played: its object, its decision inputs and its segment boundaries.
+#[derive(Clone, Debug)]
+struct RungMedia {
+    object: String,
+    rung: Rung,
+    /// Random-access points: (seconds, byte offset).
+    points: Vec<(f64, u64)>,
+    /// A fragmented MP4's initialization segment length (the bytes before its first
+    /// fragment); None for MPEG-TS.
+    init_len: Option<u64>,
+}
+
+/// The title's rungs, lowest bitrate first (the video renditions if it has any; one
+/// rendition per bitrate).
+fn ladder_of(control: &ControlClient, title: &Title) -> anyhow::Result<Vec<RungMedia>> {
+    let video = title.renditions.iter().any(|r| r.width.is_some());
+    let mut chosen: Vec<&RenditionJson> = title
+        .renditions
+        .iter()
+        .filter(|r| !video || r.width.is_some())
+        .collect();
+    chosen.sort_by_key(|r| r.bitrate_bps);
+    chosen.dedup_by_key(|r| r.bitrate_bps);
+    chosen
+        .into_iter()
+        .map(|r| rung_of(control, r))
+        .collect::<anyhow::Result<Vec<_>>>()
+        .with_context(|| format!("reading the renditions of {}", title.name))
+}
+
+fn rung_of(control: &ControlClient, r: &RenditionJson) -> anyhow::Result<RungMedia> {
+    let info = control.object(&r.object)?;
+    let index = control.media_index(&r.object)?;
+    let points: Vec<(f64, u64)> = index
+        .points
+        .iter()
+        .map(|p| (p.time_s, p.offset_bytes))
+        .collect();
+    if points.is_empty() {
+        bail!(
+            "{} has no random-access points: it cannot be switched at segment boundaries",
+            r.object
+        );
+    }
+    let init_len = match index.container.as_str() {
+        "mp4" => Some(points[0].1).filter(|&l| l > 0),
+        _ => None,
+    };
+    Ok(RungMedia {
+        object: r.object.clone(),
+        rung: Rung::new(r.bitrate_bps, info.source_symbols, info.repair_symbols),
+        points,
+        init_len,
+    })
+}
+
+/// The output shared by the rungs' sessions (each session's playout writes its part).
+#[derive(Clone)]
+struct SharedOut(Arc<Mutex<Box<dyn Write + Send>>>);
+
+impl Write for SharedOut {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| io::Error::other("the output's lock is poisoned"))?
+            .write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0
+            .lock()
+            .map_err(|_| io::Error::other("the output's lock is poisoned"))?
+            .flush()
+    }
+}
+
+/// A switch decided during a session and where its output ends.
+#[derive(Clone, Copy, Debug)]
+struct Decided {
+    /// When it was decided, from the start of play.
+    at: Duration,
+    from: usize,
+    to: usize,
+    reason: Reason,
+    /// The random-access point the output switches at: its time.
+    media_s: f64,
+}
+
+/// Feeds a session's measurements to the decision; ends the session at a segment
+/// boundary when the rung is to change.
+struct RungSteer<'a> {
+    abr: &'a mut Abr,
+    /// Play's start (the decision's clock).
+    clock: Instant,
+    /// The rung played's random-access points.
+    points: &'a [(f64, u64)],
+    /// The byte the session started at (a switch is at a later boundary).
+    start_offset: u64,
+    /// (time, valid symbols, missed symbols) over the last [`WINDOW`].
+    samples: VecDeque<(Duration, u64, u64)>,
+    decided: Option<Decided>,
+}
+
+impl RungSteer<'_> {
+    /// The observation of `m` taken at `at`, over the samples of the window.
+    fn observation(&mut self, at: Duration, m: &Measured) -> Observation {
+        self.samples
+            .push_back((at, m.valid_symbols, m.missed_symbols));
+        while self
+            .samples
+            .front()
+            .is_some_and(|&(t, ..)| at.saturating_sub(t) > WINDOW)
+        {
+            self.samples.pop_front();
+        }
+        let Some(&(t0, v0, m0)) = self.samples.front() else {
+            return Observation {
+                at,
+                loss: None,
+                received_bps: None,
+            };
+        };
+        let (valid, missed) = (
+            m.valid_symbols.saturating_sub(v0),
+            m.missed_symbols.saturating_sub(m0),
+        );
+        let span = at.saturating_sub(t0);
+        let expected = valid + missed;
+        Observation {
+            at,
+            loss: (expected >= MIN_EXPECTED_SYMBOLS).then(|| missed as f64 / expected as f64),
+            received_bps: (span >= WINDOW.mul_f64(0.75)).then(|| {
+                (valid as f64 * f64::from(m.symbol_len) * 8.0 / span.as_secs_f64()) as u64
+            }),
+        }
+    }
+}
+
+impl Steer for RungSteer<'_> {
+    fn observe(&mut self, m: &Measured) -> Option<u64> {
+        if self.decided.is_some() {
+            return None;
+        }
+        let at = self.clock.elapsed();
+        let obs = self.observation(at, m);
+        let switch = self.abr.observe(obs)?;
+        // The first boundary at or after what the playout has: the output stays whole
+        // segments of one rung, then of the next.
+        let after = m.released_to.max(self.start_offset.saturating_add(1));
+        let Some(&(media_s, offset)) = self.points.iter().find(|p| p.1 >= after) else {
+            // Past the last segment boundary: the title ends on this rung.
+            tracing::info!("rung switch {switch:?} past the title's last boundary: not made");
+            return None;
+        };
+        tracing::info!(
+            from = switch.from, to = switch.to, reason = ?switch.reason,
+            "switching rung at {media_s:.3} s (byte {offset})"
+        );
+        self.decided = Some(Decided {
+            at,
+            from: switch.from,
+            to: switch.to,
+            reason: switch.reason,
+            media_s,
+        });
+        Some(offset)
+    }
+}
+
+/// Plays the title `title` adaptively (see the module documentation) on `socket`.
+pub(super) fn play_title(
+    args: &PlayConfig,
+    socket: &UdpSocket,
+    title: Title,
+) -> anyhow::Result<PlayStats> {
+    if args.http.is_some() {
+        bail!(
+            "--http of a title with renditions is not built yet: play one rendition \
+             ({}@N) or use the title's master.m3u8",
+            title.name
+        );
+    }
+    if args.start_codeword != 0 {
+        bail!("--start-codeword names a codeword of one object: use --start-at with a title");
+    }
+    let control = args.control(Duration::from_secs(10))?;
+    let ladder = ladder_of(&control, &title)?;
+    let clock = Instant::now();
+    let config = AbrConfig {
+        max_bitrate_bps: args.max_bitrate_bps,
+        ..AbrConfig::default()
+    };
+    let mut abr = Abr::new(
+        ladder.iter().map(|r| r.rung).collect(),
+        config,
+        Duration::ZERO,
+    )
+    .with_context(|| format!("the ladder of {}", title.name))?;
+    let out = SharedOut(Arc::new(Mutex::new(crate::playout::open_output(
+        args.out.as_deref(),
+    )?)));
+    let mut media_s = args.start_at.unwrap_or(0.0);
+    let first = &ladder[abr.current()];
+    let mut timeline = vec![RungChange::start(
+        &first.object,
+        first.rung.bitrate_bps,
+        media_s,
+    )];
+    let mut all = Vec::new();
+    let mut sessions = Vec::new();
+    loop {
+        let rung = &ladder[abr.current()];
+        let rung_args = rung_args(args, rung, media_s, sessions.is_empty(), clock)?;
+        let mut out_here = out.clone();
+        if let (Some(len), true) = (rung.init_len, media_s > 0.0) {
+            // A start inside the rung: its initialization segment first.
+            out_here.write_all(&control.head_bytes(&rung.object, len)?)?;
+        }
+        let out_rung: Box<dyn Write + Send> = match (rung.init_len, all.is_empty()) {
+            // After a switch, an MPEG-TS rung's first packets are marked.
+            (None, false) => Box::new(super::ts_mark::TsDiscontinuity::new(out_here)),
+            _ => Box::new(out_here),
+        };
+        let local = LocalSetup::with(&rung_args, socket, None, Some(out_rung))?;
+        let mut steer = RungSteer {
+            abr: &mut abr,
+            clock,
+            points: &rung.points,
+            start_offset: start_offset(&rung.points, rung_args.start_at),
+            samples: VecDeque::new(),
+            decided: None,
+        };
+        let stats = super::play_with(&rung_args, socket, local, Some(&mut steer))?;
+        let decided = steer.decided;
+        sessions.push(RungSession::of(&stats, media_s));
+        all.push(stats.clone());
+        match (stats.end_reason, decided) {
+            (EndReason::Switched, Some(d)) => {
+                timeline.push(change_of(&ladder, d, clock.elapsed()));
+                media_s = d.media_s;
+            }
+            _ => {
+                let mut end = out.clone();
+                end.flush().context("writing the output")?;
+                let mut merged = super::stats::merge(&title.name, stats, &all, sessions, timeline);
+                merged.duration_s = clock.elapsed().as_secs_f64();
+                super::write_stats_json(args, &merged)?;
+                return Ok(merged);
+            }
+        }
+    }
+}
+
+/// The byte a session of a rung with random-access `points` starts at from `start_at`
+/// (the point at or before it, as the server picks it; 0 from the start).
+fn start_offset(points: &[(f64, u64)], start_at: Option<f64>) -> u64 {
+    start_at.map_or(0, |t| {
+        points
+            .iter()
+            .take_while(|p| p.0 <= t)
+            .last()
+            .map_or(0, |p| p.1)
+    })
+}
+
+/// The timeline entry of the switch `d` over `ladder`, made at `at` from the start of play.
+fn change_of(ladder: &[RungMedia], d: Decided, at: Duration) -> RungChange {
+    RungChange {
+        decided_at_s: d.at.as_secs_f64(),
+        at_s: at.as_secs_f64(),
+        media_s: d.media_s,
+        from: Some(ladder[d.from].object.clone()),
+        from_bitrate_bps: Some(ladder[d.from].rung.bitrate_bps),
+        to: ladder[d.to].object.clone(),
+        to_bitrate_bps: ladder[d.to].rung.bitrate_bps,
+        reason: d.reason,
+    }
+}
+
+/// The arguments of the session of `rung` from `media_s` (`first`: the title's first
+/// session, which keeps `--start-at`); `--max-seconds` counts from `clock`.
+fn rung_args(
+    args: &PlayConfig,
+    rung: &RungMedia,
+    media_s: f64,
+    first: bool,
+    clock: Instant,
+) -> anyhow::Result<PlayConfig> {
+    let mut a = args.clone();
+    a.name = rung.object.clone();
+    a.stats_json = None;
+    a.out = None;
+    if !first {
+        // The point at or before the time is the boundary itself (1 ms: rounding).
+        a.start_at = Some(media_s + 0.001);
+    }
+    let left = args.max_seconds - clock.elapsed().as_secs_f64();
+    if left <= 0.0 {
+        bail!("--max-seconds ran out between two rungs of the title");
+    }
+    a.max_seconds = left;
+    Ok(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn abr() -> Abr {
+        let rungs = vec![Rung::new(300_000, 12, 4), Rung::new(600_000, 12, 4)];
+        let config = AbrConfig {
+            settle: Duration::ZERO,
+            ..AbrConfig::default()
+        };
+        Abr::new(rungs, config, Duration::ZERO).unwrap()
+    }
+
+    fn measured(valid: u64, missed: u64, released_to: u64) -> Measured {
+        Measured {
+            valid_symbols: valid,
+            missed_symbols: missed,
+            symbol_len: 1408,
+            released_to,
+        }
+    }
+
+    const POINTS: [(f64, u64); 3] = [(0.0, 0), (2.0, 1000), (4.0, 2000)];
+
+    /// A switch ends the output at the first boundary at or after what the playout has;
+    /// once decided, nothing more is.
+    #[test]
+    fn a_switch_cuts_at_the_next_boundary() {
+        let mut abr = abr();
+        let mut steer = RungSteer {
+            abr: &mut abr,
+            clock: Instant::now(),
+            points: &POINTS,
+            start_offset: 0,
+            samples: VecDeque::new(),
+            decided: None,
+        };
+        assert_eq!(steer.observe(&measured(0, 0, 500)), None, "no window yet");
+        assert_eq!(
+            steer.observe(&measured(50, 10, 800)),
+            None,
+            "17 %: repaired"
+        );
+        assert_eq!(steer.observe(&measured(100, 60, 1500)), Some(2000));
+        let d = steer.decided.expect("decided");
+        assert_eq!(
+            (d.from, d.to, d.reason, d.media_s),
+            (1, 0, Reason::Loss, 4.0)
+        );
+        assert_eq!(steer.observe(&measured(200, 200, 1600)), None);
+        assert_eq!(abr.current(), 0);
+    }
+
+    /// A session that has released nothing yet switches at the boundary after its start,
+    /// never at its start (which would be an empty run of the rung).
+    #[test]
+    fn a_switch_is_after_the_session_start() {
+        assert_eq!(start_offset(&POINTS, Some(2.001)), 1000);
+        assert_eq!(start_offset(&POINTS, None), 0);
+        let mut abr = abr();
+        let mut steer = RungSteer {
+            abr: &mut abr,
+            clock: Instant::now(),
+            points: &POINTS,
+            start_offset: 1000,
+            samples: VecDeque::new(),
+            decided: None,
+        };
+        steer.observe(&measured(0, 0, 0));
+        assert_eq!(steer.observe(&measured(50, 50, 0)), Some(2000));
+    }
+
+    /// Past the last boundary the title ends on the rung it plays.
+    #[test]
+    fn no_switch_past_the_last_boundary() {
+        let mut abr = abr();
+        let mut steer = RungSteer {
+            abr: &mut abr,
+            clock: Instant::now(),
+            points: &POINTS,
+            start_offset: 0,
+            samples: VecDeque::new(),
+            decided: None,
+        };
+        steer.observe(&measured(0, 0, 2100));
+        assert_eq!(steer.observe(&measured(50, 50, 2500)), None);
+        assert!(steer.decided.is_none());
+    }
+}
