@@ -188,6 +188,12 @@ fn every_edge_sends_a_title_to_its_owner() {
                 assert_eq!(r.status, 307);
                 let want = format!("{}/v1/sessions", c.nodes[own].url);
                 assert_eq!(header(&r, "location"), Some(want.as_str()));
+                // The object's description and index too: no edge but the owner fills it.
+                for route in ["", "/index"] {
+                    let path = format!("/v1/objects/{title}{route}");
+                    let r = http(c.addr(at), None, "GET", &path, None, &[]);
+                    assert_eq!(r.status, 307, "{path} at edge-{at}, owner edge-{own}");
+                }
             }
         }
     }
@@ -197,8 +203,8 @@ fn every_edge_sends_a_title_to_its_owner() {
             Metrics(r.body).get("isnode_cluster_redirects_total")
         })
         .sum();
-    // Each title: 2 non-owners × (content + session).
-    assert_eq!(redirects, (c.titles.len() * (EDGES - 1) * 2) as f64);
+    // Each title: 2 non-owners × (content + session + description + index).
+    assert_eq!(redirects, (c.titles.len() * (EDGES - 1) * 4) as f64);
     // `isnode play` at a node that does not own the title follows the redirect.
     let (title, bytes) = &c.titles[0];
     let own = owner(&c.nodes, &live, title).unwrap();

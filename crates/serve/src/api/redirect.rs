@@ -1,7 +1,8 @@
 //! The API middleware that sends a request for a title to the node that serves it
 //! (docs/protocol.md, "Redirects between edges"): `POST /v1/sessions` (the title is the
-//! body's `object`), `GET`/`HEAD /v1/objects/{name}/content` and `/o/{name}`, and
-//! `GET /v1/objects/{name}/index.m3u8`. A request this node does not serve is answered
+//! body's `object`), `GET`/`HEAD /v1/objects/{name}` and its `content`, `index`,
+//! `index.m3u8`, `master.m3u8`, `manifest.mpd` and `iframes.m3u8`, and `/o/{name}`
+//! ([`PLACED_ROUTES`]). A request this node does not serve is answered
 //! `307 Temporary Redirect` with `Location` = the serving node's URL for the same path and
 //! query; one it serves gets `Isnode-Ranking` (the title's live ranking) on its answer. A
 //! redirect past the title's serving nodes for load carries `isnode_spill=1` in its query:
@@ -33,6 +34,20 @@ pub(crate) const NODE_HEADER: &str = "isnode-node";
 /// The query parameter of a request redirected for load: served where it is sent.
 pub(crate) const SPILL_PARAM: &str = "isnode_spill=1";
 
+/// The routes under `/v1/objects/{name}/` a viewer reaches through placement (besides the
+/// object itself, `GET /v1/objects/{name}`): what a player or an info request asks of
+/// whichever node it picked, and which would otherwise make any edge fill the title. The
+/// routes of a client's session (`digests`, `codewords/.../packets`, `key`) go to the node
+/// it streams from, which serves the title.
+const PLACED_ROUTES: [&str; 6] = [
+    "content",
+    "index",
+    "index.m3u8",
+    "master.m3u8",
+    "manifest.mpd",
+    "iframes.m3u8",
+];
+
 /// The title a request names in its path, for the routes that redirect (percent-decoded);
 /// `None` for every other route.
 pub(crate) fn title_in_path(method: &Method, path: &str) -> Option<String> {
@@ -43,8 +58,11 @@ pub(crate) fn title_in_path(method: &Method, path: &str) -> Option<String> {
         rest
     } else {
         let rest = path.strip_prefix("/v1/objects/")?;
-        rest.strip_suffix("/content")
-            .or_else(|| rest.strip_suffix("/index.m3u8"))?
+        match rest.split_once('/') {
+            None => rest,
+            Some((name, route)) if PLACED_ROUTES.contains(&route) => name,
+            Some(_) => return None,
+        }
     };
     if raw.is_empty() || raw.contains('/') {
         return None;
@@ -203,7 +221,24 @@ mod tests {
             Some("x.mp4")
         );
         assert_eq!(title_in_path(&get, "/v1/objects/x.mp4/digests"), None);
-        assert_eq!(title_in_path(&get, "/v1/objects/x.mp4"), None);
+        for placed in [
+            "/v1/objects/x.mp4",
+            "/v1/objects/x.mp4/index",
+            "/v1/objects/x.mp4/master.m3u8",
+            "/v1/objects/x.mp4/manifest.mpd",
+            "/v1/objects/x.mp4/iframes.m3u8",
+        ] {
+            assert_eq!(
+                title_in_path(&get, placed).as_deref(),
+                Some("x.mp4"),
+                "{placed}"
+            );
+        }
+        assert_eq!(title_in_path(&get, "/v1/objects/x.mp4/key"), None);
+        assert_eq!(
+            title_in_path(&get, "/v1/objects/x.mp4/codewords/1/packets"),
+            None
+        );
         assert_eq!(title_in_path(&Method::PUT, "/o/a.ts"), None);
         assert_eq!(title_in_path(&get, "/o/%zz"), None);
         assert_eq!(title_in_path(&get, "/o/"), None);
