@@ -12,6 +12,8 @@
 //! - [`cache_core`]: the block cache's slots, pins and eviction (interval caching), over
 //!   the identities and errors of [`block`].
 //! - [`repair_policy`]: how many repair symbols a loss report asks for.
+//! - [`member_health`]: the members' health from their reads (failed, slow), which
+//!   member's bursts are rebuilt or hedged, and when a failed member is read again.
 //!
 //! The virtual-clock simulation that drives these together lives in `tests/sim`.
 
@@ -20,6 +22,7 @@ pub mod batch;
 pub mod block;
 pub mod cache_core;
 pub mod channel;
+pub mod member_health;
 pub mod pacer;
 pub mod repair_policy;
 pub mod schedule;
