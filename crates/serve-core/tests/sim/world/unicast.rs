@@ -105,21 +105,21 @@ impl World {
     /// codeword back (sending a request for it if need be).
     pub(super) fn repair_holds(&mut self, i: usize) -> bool {
         let now = self.instant();
-        let delay = self.rng.below(20_000_000) + self.rng.range(1_000_000, 10_000_000);
-        let due = self.now_ns + delay;
         let s = &mut self.sessions[i];
         let (Some(u), Some(rx)) = (s.unicast.as_mut(), s.rx.as_ref()) else {
             return false;
         };
-        match u.rl.step(rx, now) {
-            Step::Release => false,
-            Step::Hold => true,
-            Step::Ask(r) => {
-                self.report.repair_requests += 1;
-                u.out = Some((due, r));
-                true
-            }
+        let r = match u.rl.step(rx, now) {
+            Step::Release => return false,
+            Step::Hold => return true,
+            Step::Ask(r) => r,
+        };
+        self.report.repair_requests += 1;
+        let due = self.now_ns + self.rng.below(20_000_000) + self.rng.range(1_000_000, 10_000_000);
+        if let Some(u) = self.sessions[i].unicast.as_mut() {
+            u.out = Some((due, r));
         }
+        true
     }
 
     /// The answer to session `i`'s request, if it is due: served, checked, fed to the
