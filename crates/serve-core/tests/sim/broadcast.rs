@@ -19,12 +19,13 @@
 //! packet; no channel sends more than its timetable (n packets per transmission started);
 //! every receiver's output is in order and byte-identical to the title, no codeword lost;
 //! every codeword of a receiver is complete by the end of its playing time (its arrival,
-//! plus its schedule's wait, plus the codewords before it and itself, plus [`SLACK_NS`]);
+//! plus its schedule's wait, plus the codewords before it and itself, plus [`SLACK_NS`];
+//! one the restart cut (`restart.rs`) one playing time and [`REPAIR_SLACK_NS`] more);
 //! every receiver has the whole title when its schedule ends.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use isnode_broadcast::{plan, Plan, PlanRequest, Ratio, Scheme, Title, Transmission};
 use isnode_proto::broadcast::{BroadcastChannel, BroadcastInfo, PlanSummary};
@@ -49,6 +50,9 @@ const MARGIN_S: f64 = 0.25;
 pub(crate) const SLACK_NS: u64 = 2 * TICK_NS;
 /// Receivers per seed.
 const RECEIVERS: usize = 10;
+/// A codeword the restart cut may be complete this much later than its playing time's end
+/// (given up one playing time later, then a repair's round trip of at most 30 ms).
+const REPAIR_SLACK_NS: u64 = 100_000_000;
 
 /// The volume: E = 64, k = 8, m = 4, 3 members.
 fn params() -> VolumeParams {
@@ -74,6 +78,9 @@ pub(crate) struct BroadcastReport {
     pub joins: u64,
     pub codewords_decoded_late_max_ns: u64,
     pub bytes_played: u64,
+    pub cut_codewords: u64,
+    pub repair_requests: u64,
+    pub repaired_codewords: u64,
 }
 
 /// A receiver: its schedule, its joins, its receive core and its checks.
@@ -89,11 +96,20 @@ struct Rcv {
     next_cw: u32,
     /// Distinct symbols the network took per codeword.
     taken: HashMap<u32, BTreeSet<u32>>,
+    /// Its unicast repair over HTTP.
+    unicast: Option<restart::Unicast>,
     done: bool,
 }
 
 struct BroadcastWorld {
+    mutation: SimMutation,
     rng: Rng,
+    /// The repair loop's clock origin (only differences of it are used).
+    epoch: Instant,
+    /// When the server restarts, whether it has, and the codewords in flight then.
+    restart_ns: u64,
+    restarted: bool,
+    cut: BTreeSet<u32>,
     now_ns: u64,
     obj: Obj,
     plan: Arc<Plan>,
@@ -195,6 +211,7 @@ impl BroadcastWorld {
                 out_next: 0,
                 next_cw: 0,
                 taken: HashMap::new(),
+                unicast: None,
                 done: false,
             })
             .collect();
@@ -202,8 +219,14 @@ impl BroadcastWorld {
             .map(|c| (0, plan.next_transmission(c, Ratio::ZERO)))
             .collect();
         let end_ns = 2 * cycle_ns.max(1_000_000_000) + 4 * cycle_ns + 60_000_000_000;
+        let restart_ns = rng.range(cycle_ns / 2, 2 * cycle_ns.max(1_000_000_000));
         Ok(BroadcastWorld {
+            mutation,
             rng,
+            epoch: Instant::now(),
+            restart_ns,
+            restarted: false,
+            cut: BTreeSet::new(),
             now_ns: 0,
             report: BroadcastReport {
                 scheme: scheme.to_string(),
@@ -226,9 +249,12 @@ impl BroadcastWorld {
     }
 
     fn step(&mut self) -> Result<(), String> {
+        self.restart()?;
         for i in 0..self.rcvs.len() {
             self.tune_in(i)?;
             self.schedule(i);
+            self.repair_answers(i)?;
+            self.drain(i)?;
         }
         for c in 0..self.channels.len() {
             self.send_channel(c)?;
@@ -266,6 +292,9 @@ impl BroadcastWorld {
         self.report.lossy_receivers += u64::from(self.rcvs[i].lossy);
         let r = &mut self.rcvs[i];
         r.joined = vec![(false, false, false); tp.listens.len()];
+        r.unicast = Some(restart::Unicast::new(Duration::from_secs_f64(
+            tp.codeword_s,
+        )));
         r.tp = Some(tp);
         r.rx = Some(rx);
         Ok(())
@@ -382,11 +411,17 @@ impl BroadcastWorld {
 
     /// Takes receiver `i`'s output, checking order and bytes.
     fn drain(&mut self, i: usize) -> Result<(), String> {
-        let r = &mut self.rcvs[i];
-        let Some(rx) = r.rx.as_mut() else {
-            return Ok(());
-        };
-        while let Some(o) = rx.poll_output() {
+        loop {
+            if self.repair_holds(i) {
+                return Ok(());
+            }
+            let r = &mut self.rcvs[i];
+            let Some(rx) = r.rx.as_mut() else {
+                return Ok(());
+            };
+            let Some(o) = rx.poll_output() else {
+                return Ok(());
+            };
             if o.offset() != r.out_next {
                 return Err(format!(
                     "receiver {i}: output at {} after {}",
@@ -410,7 +445,6 @@ impl BroadcastWorld {
             r.out_next += o.len();
             self.report.bytes_played += o.len();
         }
-        Ok(())
     }
 
     /// Each codeword complete by the end of its playing time; the whole title by the end
@@ -429,9 +463,14 @@ impl BroadcastWorld {
         while r.next_cw < codewords {
             let end = self.obj.layout.codeword_offset(r.next_cw + 1);
             let end = end.min(self.obj.layout.transfer_len());
-            let due_ns = start_ns + f64::from(r.next_cw + 1) * tau_ns + SLACK_NS as f64;
+            let repair_ns = match self.cut.contains(&r.next_cw) {
+                true => tau_ns + REPAIR_SLACK_NS as f64,
+                false => 0.0,
+            };
+            let due_ns =
+                start_ns + f64::from(r.next_cw + 1) * tau_ns + (SLACK_NS as f64) + repair_ns;
             if r.out_next >= end {
-                let late = (self.now_ns as f64 - (due_ns - SLACK_NS as f64)).max(0.0);
+                let late = (self.now_ns as f64 - (due_ns - SLACK_NS as f64 - repair_ns)).max(0.0);
                 self.report.codewords_decoded_late_max_ns =
                     self.report.codewords_decoded_late_max_ns.max(late as u64);
                 r.next_cw += 1;
@@ -452,6 +491,9 @@ impl BroadcastWorld {
         if r.next_cw >= codewords {
             r.done = true;
             r.rx = None;
+            if let Some(u) = r.unicast.take() {
+                self.report.repaired_codewords += u64::from(u.rl.stats().codewords_repaired);
+            }
             let joined = r.joined.iter_mut();
             joined.for_each(|j| *j = (false, false, true));
         } else if self.now_ns > r.arrival_ns + ((tp.end_s + 2.0) * 1e9) as u64 {
@@ -463,6 +505,8 @@ impl BroadcastWorld {
         Ok(())
     }
 }
+
+mod restart;
 
 /// The broadcast's description (`GET /v1/broadcasts`) as the server gives it.
 fn describe(obj: &Obj, plan: &Plan, req: &PlanRequest) -> BroadcastInfo {

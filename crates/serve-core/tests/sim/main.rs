@@ -36,7 +36,8 @@
 //! client's real repair loop against the server's answer (`world/unicast.rs`).
 //!
 //! Two more worlds on the same seeds: broadcast channels and their receivers
-//! (`broadcast.rs`: the real plans, channel pacers and the receivers' tune-in), and member
+//! (`broadcast.rs`: the real plans, channel pacers restored at their phase after a restart,
+//! the receivers' tune-in and unicast repair), and member
 //! health with hedged reads (`health.rs`: the real health core against disks that turn
 //! slow, fail, or die and are rebuilt). The FDT's bytes are not simulated.
 //!

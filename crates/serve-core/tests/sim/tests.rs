@@ -47,6 +47,7 @@ fn mutation() -> SimMutation {
         SimMutation::NoHedge,
         SimMutation::NeverProbe,
         SimMutation::ChannelLate,
+        SimMutation::ResumeLosesPhase,
         SimMutation::RepairSkipsUnreadable,
     ];
     let Ok(name) = std::env::var("ISNODE_SIM_MUTATION") else {
@@ -265,7 +266,8 @@ fn broadcast_seeds() {
     let sum = |f: fn(&broadcast::BroadcastReport) -> u64| runs.iter().map(f).sum::<u64>();
     eprintln!(
         "broadcast: {} seeds, schemes {schemes:?}, {} channels: {} receivers ({} lossy), {} packets sent, \
-         {} delivered, {} lost, {} bytes played, latest codeword {} µs after its playing time",
+         {} delivered, {} lost, {} bytes played, latest codeword {} µs after its playing time; \
+         restarts cut {} codewords, {} repair requests, {} codewords repaired",
         runs.len(),
         runs.iter().map(|r| r.channels).sum::<usize>(),
         sum(|r| r.receivers),
@@ -274,11 +276,19 @@ fn broadcast_seeds() {
         sum(|r| r.packets_delivered),
         sum(|r| r.packets_lost),
         sum(|r| r.bytes_played),
-        runs.iter().map(|r| r.codewords_decoded_late_max_ns).max().unwrap_or(0) / 1_000
+        runs.iter()
+            .map(|r| r.codewords_decoded_late_max_ns)
+            .max()
+            .unwrap_or(0)
+            / 1_000,
+        sum(|r| r.cut_codewords),
+        sum(|r| r.repair_requests),
+        sum(|r| r.repaired_codewords),
     );
     if runs.len() > 1 {
         assert!(schemes.len() >= 5, "schemes drawn: {schemes:?}");
         assert!(sum(|r| r.packets_lost) > 0 && sum(|r| r.lossy_receivers) > 0);
+        assert!(sum(|r| r.repaired_codewords) > 0, "cut codewords repaired");
         assert!(
             sum(|r| r.receivers) == runs.len() as u64 * 10,
             "every receiver tuned in"
@@ -376,4 +386,16 @@ fn a_failed_member_never_probed_is_caught() {
 fn a_repair_answer_without_the_unreadable_packets_is_caught() {
     let v = first_caught(SimMutation::RepairSkipsUnreadable);
     assert!(v.what.contains("lost codeword"), "{v}");
+}
+
+#[test]
+fn broadcast_channels_restored_without_their_phase_are_caught() {
+    let m = SimMutation::ResumeLosesPhase;
+    let v = first_caught_in(m, |seed| broadcast::run(seed, m).map(|_| ()));
+    assert!(
+        v.what
+            .contains("not complete by the end of its playing time")
+            || v.what.contains("more than its timetable"),
+        "{v}"
+    );
 }

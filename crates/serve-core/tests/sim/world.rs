@@ -85,6 +85,9 @@ pub(crate) enum SimMutation {
     /// Broadcast: every channel runs one codeword late of the epoch the broadcast reports
     /// (its timetable started after the epoch was taken).
     ChannelLate,
+    /// Broadcast: a channel restored after a restart starts its timetable afresh instead of
+    /// at its phase (`ChannelPacer::new` where `ChannelPacer::resumed` belongs).
+    ResumeLosesPhase,
     /// Unicast repair: the server leaves out a requested packet whose block cannot be
     /// read instead of rebuilding it through the code.
     RepairSkipsUnreadable,
