@@ -14,12 +14,13 @@ use smallvec::SmallVec;
 
 use isnode_pool::cache::{BlockKey, FetchError, Pinned};
 use isnode_pool::demand::LazyDemand;
-use isnode_serve_config::{Degraded, EngineKind};
+use isnode_serve_config::EngineKind;
 
 use crate::active::{Active, Dest, Mode, Sent};
 use crate::rebuild::Hedge;
 use crate::stream::Expiry;
 use crate::worker::Worker;
+use isnode_serve_core::member_health::{read_or_rebuild, ReadOrRebuild};
 use isnode_serve_core::pacer::{Burst, Step};
 use isnode_sys::net;
 
@@ -292,45 +293,21 @@ fn joined_packets(seg: usize) -> u32 {
     u32::try_from(n).unwrap_or(1)
 }
 
-/// How a burst whose block is not in memory gets its packets.
-enum ReadOrRebuild {
-    /// Read the block (or wait for its read).
-    Read,
-    /// The member is failed: rebuild from the others.
-    Rebuild,
-    /// The member is slow: rebuild from the others rather than wait.
-    Hedge,
-}
-
 impl Worker {
-    /// [`ReadOrRebuild`] for a burst of `a` from `member` whose block is not in memory. A
-    /// session that has waited `hedge_after_ms` for it makes the member slow
-    /// (`isnode_pool::members`); the one slow member's bursts are hedged (unless the server
-    /// sends only what is available, which would drop them instead).
+    /// [`ReadOrRebuild`] for a burst of `a` from `member` whose block is not in memory
+    /// ([`read_or_rebuild`]: a session that has waited `hedge_after_ms` for it makes the
+    /// member slow; the one slow member's bursts are hedged).
     fn read_or_rebuild(&self, a: &Active, member: u32) -> ReadOrRebuild {
-        let health = &self.deps.members.health;
-        if health.is_failed(member) {
-            return ReadOrRebuild::Rebuild;
-        }
-        let Some(bound) = self.deps.members.hedge_after() else {
-            return ReadOrRebuild::Read;
-        };
-        if self.deps.config.load().degraded == Degraded::SendAvailable {
-            return ReadOrRebuild::Read;
-        }
         let now = self.deps.clock.now_ns();
         let waited_ns = match a.waiting_since_ns {
             0 => 0,
             since => now.saturating_sub(since),
         };
-        if u128::from(waited_ns) >= bound.as_nanos() {
-            health.mark_slow(member, now);
-        }
-        if health.hedged_member(now) == Some(member) {
-            ReadOrRebuild::Hedge
-        } else {
-            ReadOrRebuild::Read
-        }
+        let policy = (
+            self.deps.members.hedge_after(),
+            self.deps.config.load().degraded,
+        );
+        read_or_rebuild(&self.deps.members.health, member, policy, waited_ns, now)
     }
 }
 

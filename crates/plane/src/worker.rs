@@ -500,12 +500,12 @@ impl Worker {
     /// for the hedged (slow) member only while none of its reads is in flight here (one
     /// probe at a time tells when it is fast again).
     fn may_read_ahead(&self, member: u32) -> bool {
-        let health = &self.deps.members.health;
-        if health.is_failed(member) {
-            return false;
-        }
-        health.hedged_member(self.deps.clock.now_ns()) != Some(member)
-            || self.reader.in_flight_of(member) == 0
+        isnode_serve_core::member_health::may_read_ahead(
+            &self.deps.members.health,
+            member,
+            self.deps.clock.now_ns(),
+            self.reader.in_flight_of(member),
+        )
     }
 }
 

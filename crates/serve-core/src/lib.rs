@@ -14,6 +14,8 @@
 //! - [`mirror_book`]: which codewords the HTTP mirror holds as contiguous bytes for
 //!   `sendfile`, and which it gives back for room.
 //! - [`repair_policy`]: how many repair symbols a loss report asks for.
+//! - [`member_health`]: the members' health from their reads (failed, slow), which
+//!   member's bursts are rebuilt or hedged, and when a failed member is read again.
 //!
 //! The virtual-clock simulation that drives these together lives in `tests/sim`.
 
@@ -22,6 +24,7 @@ pub mod batch;
 pub mod block;
 pub mod cache_core;
 pub mod channel;
+pub mod member_health;
 pub mod mirror_book;
 pub mod pacer;
 pub mod repair_policy;

@@ -32,8 +32,14 @@
 //! zero-copy send in flight), and viewers' behaviour (when sessions start, pause, seek,
 //! stop), and the degraded path's driver (which blocks to pin, when to retry). Start-up
 //! bursts are the pacer's own (half the sessions get one); adaptive repair is the real
-//! policy applied to the clients' loss reports (`world/repair.rs`). Member health, hedged
-//! reads, broadcast channels, unicast repair and the FDT's bytes are not simulated.
+//! policy applied to the clients' loss reports (`world/repair.rs`); unicast repair is the
+//! client's real repair loop against the server's answer (`world/unicast.rs`).
+//!
+//! Two more worlds on the same seeds: broadcast channels and their receivers
+//! (`broadcast.rs`: the real plans, channel pacers restored at their phase after a restart,
+//! the receivers' tune-in and unicast repair), and member
+//! health with hedged reads (`health.rs`: the real health core against disks that turn
+//! slow, fail, or die and are rebuilt). The FDT's bytes are not simulated.
 //!
 //! **Fault budget** (as VOPR keeps one good copy): the disk faults never make more than m
 //! symbols of a codeword unreadable (so the server rebuilds every block), and the network
@@ -52,9 +58,12 @@
 //! bitrate); every admitted session ends before the virtual deadline and every pin is
 //! released.
 //!
-//! Run: `cargo test -p isnode-serve --lib sim::` (200 seeds); more seeds with
-//! `ISNODE_SIM_SEEDS=5000`; replay one with `ISNODE_SIM_SEED=S` (see docs/simulation.md).
+//! Run: `cargo test -p isnode-serve-core --test sim` (200 seeds of the data plane, 40 of
+//! each other world); more seeds with `ISNODE_SIM_SEEDS=5000`; replay one with
+//! `ISNODE_SIM_SEED=S` (see docs/simulation.md).
 
+mod broadcast;
+mod health;
 mod store;
 #[cfg(test)]
 mod tests;

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Instant;
 
 use isnode_recv::receiver::{Receiver, ReceiverConfig};
 use isnode_store::VolumeParams;
@@ -74,6 +75,22 @@ pub(crate) enum SimMutation {
     BurstAfterSeek,
     /// Adaptive repair sends no repair symbol whatever the client reports.
     RepairIgnoresLoss,
+    /// Health: a member read again after its rebuild is still read through its old
+    /// (dead) files: the shell does not open them again.
+    StaleFilesAfterRebuild,
+    /// Health: the data plane never hedges: a slow member's bursts wait for its reads.
+    NoHedge,
+    /// Health: a member failed by read errors is never probed.
+    NeverProbe,
+    /// Broadcast: every channel runs one codeword late of the epoch the broadcast reports
+    /// (its timetable started after the epoch was taken).
+    ChannelLate,
+    /// Broadcast: a channel restored after a restart starts its timetable afresh instead of
+    /// at its phase (`ChannelPacer::new` where `ChannelPacer::resumed` belongs).
+    ResumeLosesPhase,
+    /// Unicast repair: the server leaves out a requested packet whose block cannot be
+    /// read instead of rebuilding it through the code.
+    RepairSkipsUnreadable,
 }
 
 /// One run.
@@ -104,6 +121,10 @@ pub(crate) struct SimReport {
     pub strays: u64,
     pub forgeries: u64,
     pub loss_reports: u64,
+    pub burst_codewords: u64,
+    pub repair_requests: u64,
+    pub repair_rebuilt: u64,
+    pub repaired_codewords: u64,
     pub pauses: u64,
     pub seeks: u64,
     pub stops: u64,
@@ -116,9 +137,11 @@ pub(crate) struct SimReport {
 /// A broken invariant: where and what, and how to replay it.
 #[derive(Clone, Debug)]
 pub(crate) struct Violation {
-    pub cfg: SimConfig,
+    pub seed: u64,
     pub now_ns: u64,
     pub what: String,
+    /// The command that replays it.
+    pub replay: String,
 }
 
 /// The one command that replays `cfg`.
@@ -128,8 +151,8 @@ pub(crate) fn replay_command(cfg: &SimConfig) -> String {
         m => format!("ISNODE_SIM_MUTATION={m:?} "),
     };
     format!(
-        "{bug}ISNODE_SIM_SEED={} ISNODE_SIM_SESSIONS={} cargo test -p isnode-serve --lib \
-         sim::tests::seeds -- --nocapture",
+        "{bug}ISNODE_SIM_SEED={} ISNODE_SIM_SESSIONS={} cargo test -p isnode-serve-core \
+         --test sim tests::seeds -- --nocapture",
         cfg.seed, cfg.sessions
     )
 }
@@ -139,10 +162,10 @@ impl fmt::Display for Violation {
         write!(
             f,
             "simulation seed {} broke an invariant at {} ms: {}\n  replay: {}",
-            self.cfg.seed,
+            self.seed,
             self.now_ns / 1_000_000,
             self.what,
-            replay_command(&self.cfg)
+            self.replay
         )
     }
 }
@@ -187,6 +210,13 @@ struct Session {
     loss_one_in: u64,
     /// Its loss reports (adaptive repair).
     loss: repair::LossWindow,
+    /// Whether its client repairs over HTTP (else `--no-repair`), and the repair of the
+    /// range played.
+    repairs: bool,
+    unicast: Option<unicast::Unicast>,
+    /// The pacer is done: the client has finished its receive core, a repair may be under
+    /// way.
+    finishing: bool,
     /// Rate accounting since the range started.
     seg_start_ns: u64,
     paused_ns: u64,
@@ -227,6 +257,8 @@ struct World {
     sessions: Vec<Session>,
     limits: Limits,
     report: SimReport,
+    /// The repair loop's clock origin (only differences of it are used).
+    epoch: Instant,
 }
 
 /// Runs one seed; the first broken invariant is the error.
@@ -328,14 +360,16 @@ impl World {
             sessions,
             limits,
             report,
+            epoch: Instant::now(),
         }
     }
 
     fn violation(&self, what: String) -> Violation {
         Violation {
-            cfg: self.cfg,
+            seed: self.cfg.seed,
             now_ns: self.now_ns,
             what,
+            replay: replay_command(&self.cfg),
         }
     }
 
@@ -352,6 +386,7 @@ impl World {
             if self.sessions[i].pacer.is_some() {
                 self.report_loss(i);
             }
+            self.repair_answers(i)?;
             self.drive(i)?;
             self.deliver(i)?;
             self.check_playout(i)?;
@@ -429,17 +464,39 @@ impl World {
             Phase::Paused { .. } => return Ok(()),
             Phase::Playing => {}
         }
-        if self.rng.one_in(600) {
+        if !self.sessions[i].finishing && self.rng.one_in(600) {
             return self.viewer_event(i);
         }
         self.read_ahead(i);
         self.send_due(i)?;
         let done = self.sessions[i].pacer.as_ref().is_some_and(Pacer::is_done);
         if done {
-            self.deliver(i)?;
-            self.close_range(i, Close::Done)?;
-            self.sessions[i].phase = Phase::Ended;
+            self.finish(i)?;
         }
+        Ok(())
+    }
+
+    /// The pacer is done: the client finishes its receive core (what is missing is given
+    /// up), and once no repair is under way the range ends.
+    fn finish(&mut self, i: usize) -> Result<(), String> {
+        self.deliver(i)?;
+        let s = &mut self.sessions[i];
+        if !s.finishing {
+            s.finishing = true;
+            if let Some(rx) = s.rx.as_mut() {
+                rx.finish();
+            }
+        }
+        self.drain(i)?;
+        if self.sessions[i]
+            .unicast
+            .as_ref()
+            .is_some_and(unicast::Unicast::busy)
+        {
+            return Ok(());
+        }
+        self.close_range(i, Close::Done)?;
+        self.sessions[i].phase = Phase::Ended;
         Ok(())
     }
 
@@ -531,7 +588,12 @@ impl World {
             }
         }
         let now = self.now_ns;
+        let unicast = self.sessions[i]
+            .repairs
+            .then(|| unicast::Unicast::new(unicast::codeword_time(obj)));
         let s = &mut self.sessions[i];
+        s.unicast = unicast;
+        s.finishing = false;
         s.out_next = rx.output_start();
         s.rx = Some(rx);
         s.net_lost.clear();
@@ -826,6 +888,9 @@ fn new_session(id: usize, of: usize, objs: &[Obj], rng: &mut Rng) -> Session {
         net_lost: BTreeMap::new(),
         loss_one_in: if rng.one_in(2) { 25 } else { 400 },
         loss: repair::LossWindow::default(),
+        repairs: rng.one_in(2),
+        unicast: None,
+        finishing: false,
         seg_start_ns: 0,
         paused_ns: 0,
         paused_at: None,
@@ -841,3 +906,6 @@ fn new_session(id: usize, of: usize, objs: &[Obj], rng: &mut Rng) -> Session {
 mod client;
 mod degraded;
 mod repair;
+mod unicast;
+
+pub(crate) use degraded::{rebuild_burst, rebuild_packets};

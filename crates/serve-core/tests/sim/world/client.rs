@@ -53,6 +53,11 @@ impl World {
                 .sbn;
             let order = n as u64 * 2 + self.rng.below(7);
             self.sessions[i].loss.sent += 1;
+            if self.burst_takes(i, sbn) {
+                // Beyond the code: unicast repair completes the codeword.
+                self.sessions[i].loss.taken += 1;
+                continue;
+            }
             if self.network_takes(i, sbn) {
                 self.sessions[i].loss.taken += 1;
                 *self.sessions[i].net_lost.entry(sbn).or_default() += 1;
@@ -131,13 +136,19 @@ impl World {
     }
 
     /// Takes the client's output, checking order and bytes.
-    fn drain(&mut self, i: usize) -> Result<(), String> {
-        let s = &mut self.sessions[i];
-        let obj = &self.objs[s.obj];
-        let Some(rx) = s.rx.as_mut() else {
-            return Ok(());
-        };
-        while let Some(o) = rx.poll_output() {
+    pub(super) fn drain(&mut self, i: usize) -> Result<(), String> {
+        loop {
+            if self.repair_holds(i) {
+                return Ok(());
+            }
+            let s = &mut self.sessions[i];
+            let obj = &self.objs[s.obj];
+            let Some(rx) = s.rx.as_mut() else {
+                return Ok(());
+            };
+            let Some(o) = rx.poll_output() else {
+                return Ok(());
+            };
             if o.offset() != s.out_next {
                 return Err(format!(
                     "session {i}: output at {} after {}",
@@ -165,7 +176,6 @@ impl World {
             s.out_next += o.len();
             self.report.bytes_played += o.len();
         }
-        Ok(())
     }
 
     /// Ends the played range of session `i`, checking that the client has all of it.
@@ -184,12 +194,21 @@ impl World {
             }
             _ => layout.transfer_len(),
         };
+        // Cut while a codeword is held for its repair: the output ends before it.
+        let need = match close {
+            Close::Cut => need.min(self.held_from(i).unwrap_or(u64::MAX)),
+            Close::Done => need,
+        };
+        let s = &mut self.sessions[i];
         if s.out_next < need {
             return Err(format!(
                 "session {i}: client output ends at {} but the server sent through {need} \
                  ({close:?})",
                 s.out_next
             ));
+        }
+        if let Some(u) = s.unicast.take() {
+            self.report.repaired_codewords += u64::from(u.rl.stats().codewords_repaired);
         }
         s.rx = None;
         Ok(())

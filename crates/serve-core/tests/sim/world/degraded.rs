@@ -9,6 +9,7 @@ use isnode_store::codeword::{read_codeword, Assembler, Readiness, Target, Want};
 use isnode_store::{BlockError, BlockSource, ObjectRecord, ObjectState};
 use isnode_wire::{build_data_packet, DataPacketId};
 
+use super::super::store::Obj;
 use super::{positions, World};
 use isnode_serve_core::block::{BlockKey, FetchError};
 use isnode_serve_core::cache_core::CoreLookup;
@@ -77,7 +78,6 @@ impl World {
         pinned: &[(u32, BlockKey)],
         unreadable: HashMap<(u32, u64), String>,
     ) -> Result<Vec<Vec<u8>>, String> {
-        let obj = &self.objs[obj_i];
         let mut blocks: HashMap<(u32, u64), Result<&[u8], String>> = unreadable
             .into_iter()
             .map(|(at, why)| (at, Err(why)))
@@ -90,39 +90,59 @@ impl World {
                 _ => return Err(format!("slot {slot} pinned for {key:?} holds other bytes")),
             }
         }
-        let p = obj.layout.params();
-        let mut asm = Assembler::new(
-            p.symbol_len as usize,
-            (p.source_symbols + p.repair_symbols) as usize,
-        );
-        let rec = record(obj.toi, &obj.layout);
-        let target = Target {
-            layout: &obj.layout,
-            rec: &rec,
-            tsi: obj.tsi,
-        };
-        let (ready, _) = read_codeword(&mut asm, target, b.sbn, Want::All, &mut Held(blocks))
-            .map_err(|e| format!("a codeword within m could not be rebuilt: {e}"))?;
-        if ready != Readiness::Ready {
-            return Err("a rebuild with every block at hand is pending".into());
-        }
-        let plen = p.packet_len() as usize;
-        b.esis
-            .clone()
-            .map(|esi| {
-                let id = DataPacketId {
-                    tsi: obj.tsi,
-                    toi: obj.toi,
-                    sbn: b.sbn,
-                    esi: esi as u8,
-                };
-                let mut out = vec![0u8; plen];
-                build_data_packet(&mut out, &id, asm.symbol(esi))
-                    .map_err(|e| format!("framing a rebuilt packet: {e}"))?;
-                Ok(out)
-            })
-            .collect()
+        rebuild_burst(&self.objs[obj_i], b, blocks)
     }
+}
+
+/// The packets of burst `b` of `obj`, rebuilt by the store's codeword read
+/// (`read_codeword`, every packet's CRC checked) from `blocks` (each block of the
+/// codeword: its bytes, or why it cannot be read) and framed again, as `plane::degraded`
+/// does.
+pub(crate) fn rebuild_burst(
+    obj: &Obj,
+    b: &Burst,
+    blocks: HashMap<(u32, u64), Result<&[u8], String>>,
+) -> Result<Vec<Vec<u8>>, String> {
+    rebuild_packets(obj, b.sbn, b.esis.clone(), blocks)
+}
+
+/// The packets `esis` of codeword `sbn` of `obj`, rebuilt as [`rebuild_burst`] does.
+pub(crate) fn rebuild_packets(
+    obj: &Obj,
+    sbn: u32,
+    esis: impl Iterator<Item = u32>,
+    blocks: HashMap<(u32, u64), Result<&[u8], String>>,
+) -> Result<Vec<Vec<u8>>, String> {
+    let p = obj.layout.params();
+    let mut asm = Assembler::new(
+        p.symbol_len as usize,
+        (p.source_symbols + p.repair_symbols) as usize,
+    );
+    let rec = record(obj.toi, &obj.layout);
+    let target = Target {
+        layout: &obj.layout,
+        rec: &rec,
+        tsi: obj.tsi,
+    };
+    let (ready, _) = read_codeword(&mut asm, target, sbn, Want::All, &mut Held(blocks))
+        .map_err(|e| format!("a codeword within m could not be rebuilt: {e}"))?;
+    if ready != Readiness::Ready {
+        return Err("a rebuild with every block at hand is pending".into());
+    }
+    let plen = p.packet_len() as usize;
+    esis.map(|esi| {
+        let id = DataPacketId {
+            tsi: obj.tsi,
+            toi: obj.toi,
+            sbn,
+            esi: esi as u8,
+        };
+        let mut out = vec![0u8; plen];
+        build_data_packet(&mut out, &id, asm.symbol(esi))
+            .map_err(|e| format!("framing a rebuilt packet: {e}"))?;
+        Ok(out)
+    })
+    .collect()
 }
 
 /// The catalog record the codeword read names in its errors.
