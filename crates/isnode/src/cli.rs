@@ -761,6 +761,10 @@ pub(crate) struct TokenAddArgs {
     /// The token's name (default: `token-` and its creation time).
     #[arg(long)]
     pub name: Option<String>,
+    /// The token stops being accepted this many seconds from now (default: never); the
+    /// keys and licences handed to it say so (`Isnode-Key-Expires`, `expires_unix_s`).
+    #[arg(long)]
+    pub expires_in_s: Option<u64>,
     /// Where the token file is.
     #[command(flatten)]
     pub file: TokenFileArgs,
