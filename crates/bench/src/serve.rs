@@ -67,9 +67,23 @@ pub struct ServeBenchConfig {
     pub sink: Sink,
     /// With the ifb sink: leave UDP segmentation offload on (GSO runs reach the sink whole).
     pub device_segmentation: bool,
+    /// Whether each engine also serves encrypted copies of the titles.
+    pub protection: Protection,
+}
+
+/// Which copies of the titles each engine serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protection {
+    /// The clear titles only.
+    Clear,
+    /// The clear titles, then the same titles encrypted (`ingest --encrypt`: HLS AES-128),
+    /// a row `ENGINE+enc` right after `ENGINE`'s, on the same server binary and volume.
+    ClearAndEncrypted,
 }
 
 const NETNS_ENV: &str = "ISNODE_BENCH_NETNS";
+/// The suffix of the rows of encrypted titles.
+pub const ENCRYPTED_SUFFIX: &str = "+enc";
 const REPORT_ENV: &str = "ISNODE_BENCH_REPORT";
 /// How often the sessions are kept alive (the server's default period).
 const KEEPALIVE_PERIOD: Duration = Duration::from_secs(1);
@@ -131,6 +145,10 @@ pub fn run(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
     let dir = tempfile::tempdir().context("creating a scratch volume")?;
     let vol_dir = dir.path().join("vol");
     let objects = prepare_volume(&vol_dir, cfg)?;
+    let encrypted = match cfg.protection {
+        Protection::Clear => None,
+        Protection::ClearAndEncrypted => Some(prepare_encrypted(&vol_dir, cfg)?),
+    };
     let (host, sink) = match cfg.sink {
         Sink::Ifb => (NETNS_CLIENT_IP, SinkCounter::Ifb(IfbSink::calibrate()?)),
         Sink::Loopback => ("127.0.0.1", SinkCounter::Receivers),
@@ -144,6 +162,13 @@ pub fn run(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
         let r = run_engine(&vol_dir, host, &sink, engine, &objects, cfg)
             .with_context(|| format!("engine {engine}"))?;
         results.push(r);
+        if let Some(enc) = &encrypted {
+            eprintln!("bench serve: engine {engine}, the same titles encrypted");
+            let mut r = run_engine(&vol_dir, host, &sink, engine, enc, cfg)
+                .with_context(|| format!("engine {engine}, encrypted titles"))?;
+            r.engine = format!("{engine}{ENCRYPTED_SUFFIX}");
+            results.push(r);
+        }
     }
     let trad = results
         .iter()
@@ -202,6 +227,13 @@ pub fn format_table(report: &ServeBenchReport) -> String {
     s.push_str(&format!(
         "delivered_MB, Mbit/s, cpu_s/GB, kpkt/s: at the sink, {at}; server_sent_MB: sent by the server, as its metrics count\n"
     ));
+    for (clear, enc) in encrypted_pairs(report) {
+        s.push_str(&format!(
+            "{}: cpu_s/GB encrypted / clear = {:.3}\n",
+            clear.engine,
+            enc.cpu_s_per_gb / clear.cpu_s_per_gb.max(f64::MIN_POSITIVE)
+        ));
+    }
     if report
         .results
         .iter()
@@ -215,18 +247,74 @@ pub fn format_table(report: &ServeBenchReport) -> String {
     s
 }
 
+/// Each engine's clear row with the row of its encrypted titles.
+fn encrypted_pairs(report: &ServeBenchReport) -> Vec<(&EngineResult, &EngineResult)> {
+    report
+        .results
+        .iter()
+        .filter_map(|enc| {
+            let engine = enc.engine.strip_suffix(ENCRYPTED_SUFFIX)?;
+            let clear = report.results.iter().find(|r| r.engine == engine)?;
+            Some((clear, enc))
+        })
+        .collect()
+}
+
+/// Ingests the titles of [`prepare_volume`] again, encrypted (HLS AES-128 under a node key
+/// made in the volume), as `bench-I-enc.ts`; their names.
+fn prepare_encrypted(vol_dir: &Path, args: &ServeBenchConfig) -> anyhow::Result<Vec<String>> {
+    let mut vol = Volume::open(vol_dir)?;
+    let (node_key, _) =
+        isnode_keys::node_key::NodeKey::load_or_create(&vol_dir.join(isnode_keys::NODE_KEY_FILE))?;
+    let count = args.objects.clamp(1, args.streams.max(1));
+    let mut names = Vec::new();
+    for i in 0..count {
+        let clear = title_bytes(args, i)?;
+        let mut file = tempfile::tempfile_in(vol.tmp_dir()).context("a spool for the title")?;
+        std::io::Write::write_all(&mut file, &clear).context("writing the spool")?;
+        let name = format!("bench-{i}-enc.ts");
+        let hints = isnode_protect::Hints {
+            bitrate_bps: Some(args.bitrate_bps),
+            content_type: Some("video/mp2t".into()),
+        };
+        let enc = isnode_protect::encrypt_file(
+            &vol.tmp_dir(),
+            (&file, clear.len() as u64),
+            &hints,
+            &node_key,
+            isnode_protect::Keys::Random,
+            &name,
+        )?;
+        isnode_protect::store(
+            &mut vol,
+            &name,
+            isnode_protect::Existing::Refuse,
+            enc,
+            &mut |_| {},
+        )?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// The generated MPEG-TS of title `i`.
+fn title_bytes(args: &ServeBenchConfig, i: usize) -> anyhow::Result<Vec<u8>> {
+    let cfg = isnode_media::TsGenConfig {
+        bitrate_bps: args.bitrate_bps,
+        duration_s: args.seconds + 10.0,
+        seed: i as u64 + 1,
+    };
+    let mut bytes = Vec::new();
+    isnode_media::generate_ts(&cfg, &mut bytes)?;
+    Ok(bytes)
+}
+
 fn prepare_volume(vol_dir: &Path, args: &ServeBenchConfig) -> anyhow::Result<Vec<String>> {
     let mut vol = Volume::create(vol_dir, VolumeParams::default(), None)?;
     let count = args.objects.clamp(1, args.streams.max(1));
     let mut names = Vec::new();
     for i in 0..count {
-        let cfg = isnode_media::TsGenConfig {
-            bitrate_bps: args.bitrate_bps,
-            duration_s: args.seconds + 10.0,
-            seed: i as u64 + 1,
-        };
-        let mut bytes = Vec::new();
-        isnode_media::generate_ts(&cfg, &mut bytes)?;
+        let bytes = title_bytes(args, i)?;
         let name = format!("bench-{i}.ts");
         let opts = IngestOptions {
             name: name.clone(),

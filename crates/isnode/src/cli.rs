@@ -689,6 +689,10 @@ pub(crate) struct ServeBenchArgs {
     /// (default: off, so GSO runs are segmented in software).
     #[arg(long)]
     pub device_segmentation: bool,
+    /// Each engine also serves the same titles encrypted (HLS AES-128), in a row of its own
+    /// (`ENGINE+enc`) right after the clear one, with the ratio of their CPU per GB.
+    #[arg(long)]
+    pub encrypted: bool,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,

@@ -3,7 +3,8 @@
 //! ciphertext whose key a viewer token fetches, and `isnode play` writes the clear file
 //! from it; `?encrypt=off` keeps an upload clear. Two edges filling the same origin version
 //! with the same cluster key store byte-identical ciphertext (`GET /o/NAME` compared) under
-//! the same content key, and a viewer plays the clear file from either; without a cluster
+//! the same content key; a viewer plays the clear file from either, and one whose edge is
+//! killed midway resumes on the other's copy; without a cluster
 //! key `encrypt = "on"` with an origin is refused at start.
 
 mod serve_support;
@@ -201,9 +202,13 @@ fn two_edges_filling_one_origin_version_store_the_same_ciphertext() {
         "--cluster-key-file",
         cluster_key.to_str().unwrap(),
     ];
-    let (va, vb) = (token(&a, "v", "viewer"), token(&b, "v", "viewer"));
+    // One token file for both edges: a viewer's token works on either.
+    let viewer = token(&a, "v", "viewer");
+    let tokens = a.root.join("tokens.json");
     let edge_a = Server::start(&a, &args);
-    let edge_b = Server::start(&b, &args);
+    let mut b_args = args.to_vec();
+    b_args.extend(["--tokens-file", tokens.to_str().unwrap()]);
+    let edge_b = Server::start(&b, &b_args);
     let (status, from_a) = get(edge_a.addr, "/o/film.ts");
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&from_a));
     let (status, from_b) = get(edge_b.addr, "/o/film.ts");
@@ -213,8 +218,14 @@ fn two_edges_filling_one_origin_version_store_the_same_ciphertext() {
     assert!(from_a == from_b, "the two edges' ciphertexts differ");
 
     // The same content key from each edge (each wraps it under its own node key).
-    let (sa, key_a) = get(edge_a.addr, &format!("/v1/objects/film.ts/key?token={va}"));
-    let (sb, key_b) = get(edge_b.addr, &format!("/v1/objects/film.ts/key?token={vb}"));
+    let (sa, key_a) = get(
+        edge_a.addr,
+        &format!("/v1/objects/film.ts/key?token={viewer}"),
+    );
+    let (sb, key_b) = get(
+        edge_b.addr,
+        &format!("/v1/objects/film.ts/key?token={viewer}"),
+    );
     assert_eq!((sa, sb), (200, 200));
     assert_eq!(key_a.len(), 16);
     assert_eq!(key_a, key_b);
@@ -222,14 +233,45 @@ fn two_edges_filling_one_origin_version_store_the_same_ciphertext() {
     let node_b = std::fs::read(b.root.join("node.key")).unwrap();
     assert_ne!(node_a, node_b, "each edge has a node key of its own");
 
-    // A viewer plays the clear file from either edge.
+    // A viewer plays the clear file from edge B; one playing from edge A, killed midway,
+    // resumes on edge B's copy (the same origin ETag, another TSI and TOI) and writes the
+    // clear file all the same.
     assert!(
-        play(&edge_a, &a, "film.ts", "pa", &va) == clear,
-        "played from edge A"
+        play(&edge_b, &b, "film.ts", "pb", &viewer) == clear,
+        "played from edge B"
+    );
+    let mut edge_a = edge_a;
+    let servers = format!("{},{}", edge_a.url(), edge_b.url());
+    let out = a.path("failover.ts");
+    let stats = a.path("failover.json");
+    let mut child = ChildGuard(Some(
+        command()
+            .args(["play", "film.ts", "--server", &servers, "--token", &viewer])
+            .arg("--out")
+            .arg(&out)
+            .arg("--stats-json")
+            .arg(&stats)
+            .args(["--timeout-s", "20", "--max-seconds", "90"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(a.path("failover.stderr")).unwrap())
+            .spawn()
+            .expect("spawning isnode play"),
+    ));
+    // The title lasts 8 s at its pace: edge A goes 3 s in.
+    std::thread::sleep(Duration::from_secs(3));
+    edge_a.kill9();
+    let status = child.wait_until(Instant::now() + Duration::from_secs(90), "isnode play");
+    let log = std::fs::read_to_string(a.path("failover.stderr")).unwrap_or_default();
+    assert!(status.success(), "{status}\n{log}");
+    let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    assert!(
+        stats["resumes_on_other_copy"].as_u64().unwrap_or(0) >= 1,
+        "{stats}\n{log}"
     );
     assert!(
-        play(&edge_b, &b, "film.ts", "pb", &vb) == clear,
-        "played from edge B"
+        std::fs::read(&out).unwrap() == clear,
+        "the resumed output differs\n{log}"
     );
 }
 
