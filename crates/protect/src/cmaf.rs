@@ -208,6 +208,14 @@ pub struct TitleKey {
     params: CencParams,
 }
 
+impl std::fmt::Debug for TitleKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TitleKey")
+            .field("key_id", &isnode_keys::hex(&self.params.key_id))
+            .finish_non_exhaustive()
+    }
+}
+
 impl TitleKey {
     /// The key, key id and IV derived from the cluster key.
     pub fn derived(d: &isnode_keys::cluster::DerivedTitle) -> Self {
