@@ -154,20 +154,40 @@ pub fn run(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
         Sink::Loopback => ("127.0.0.1", SinkCounter::Receivers),
     };
     let mut results = Vec::new();
-    for engine in &cfg.engines {
+    for (i, engine) in cfg.engines.iter().enumerate() {
         eprintln!(
             "bench serve: engine {engine}, {} streams for {} s",
             cfg.streams, cfg.seconds
         );
-        let r = run_engine(&vol_dir, host, &sink, engine, &objects, cfg)
-            .with_context(|| format!("engine {engine}"))?;
-        results.push(r);
-        if let Some(enc) = &encrypted {
+        let clear = |results: &mut Vec<EngineResult>| -> anyhow::Result<()> {
+            let r = run_engine(&vol_dir, host, &sink, engine, &objects, cfg)
+                .with_context(|| format!("engine {engine}"))?;
+            results.push(r);
+            Ok(())
+        };
+        let Some(enc) = &encrypted else {
+            clear(&mut results)?;
+            continue;
+        };
+        let encrypted_row = |results: &mut Vec<EngineResult>| -> anyhow::Result<()> {
             eprintln!("bench serve: engine {engine}, the same titles encrypted");
             let mut r = run_engine(&vol_dir, host, &sink, engine, enc, cfg)
                 .with_context(|| format!("engine {engine}, encrypted titles"))?;
             r.engine = format!("{engine}{ENCRYPTED_SUFFIX}");
             results.push(r);
+            Ok(())
+        };
+        // Side by side, in alternating order (an engine named again runs the pair the
+        // other way round): a drift of the machine's load weighs on both rows alike.
+        match i % 2 {
+            0 => {
+                clear(&mut results)?;
+                encrypted_row(&mut results)?;
+            }
+            _ => {
+                encrypted_row(&mut results)?;
+                clear(&mut results)?;
+            }
         }
     }
     let trad = results
@@ -227,11 +247,17 @@ pub fn format_table(report: &ServeBenchReport) -> String {
     s.push_str(&format!(
         "delivered_MB, Mbit/s, cpu_s/GB, kpkt/s: at the sink, {at}; server_sent_MB: sent by the server, as its metrics count\n"
     ));
-    for (clear, enc) in encrypted_pairs(report) {
+    for (engine, mut ratios) in encrypted_ratios(report) {
+        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.3}")).collect();
+        ratios.sort_by(f64::total_cmp);
+        let median = match ratios.len() % 2 {
+            1 => ratios[ratios.len() / 2],
+            _ => (ratios[ratios.len() / 2 - 1] + ratios[ratios.len() / 2]) / 2.0,
+        };
         s.push_str(&format!(
-            "{}: cpu_s/GB encrypted / clear = {:.3}\n",
-            clear.engine,
-            enc.cpu_s_per_gb / clear.cpu_s_per_gb.max(f64::MIN_POSITIVE)
+            "{engine}: cpu_s/GB encrypted / clear, median of {} pairs = {median:.3} ({})\n",
+            each.len(),
+            each.join(", ")
         ));
     }
     if report
@@ -247,17 +273,35 @@ pub fn format_table(report: &ServeBenchReport) -> String {
     s
 }
 
-/// Each engine's clear row with the row of its encrypted titles.
+/// Each pair of rows run side by side, clear and encrypted (in either order), as (clear,
+/// encrypted).
 fn encrypted_pairs(report: &ServeBenchReport) -> Vec<(&EngineResult, &EngineResult)> {
     report
         .results
-        .iter()
-        .filter_map(|enc| {
-            let engine = enc.engine.strip_suffix(ENCRYPTED_SUFFIX)?;
-            let clear = report.results.iter().find(|r| r.engine == engine)?;
-            Some((clear, enc))
+        .chunks(2)
+        .filter_map(|pair| match pair {
+            [a, b] if b.engine.strip_suffix(ENCRYPTED_SUFFIX) == Some(a.engine.as_str()) => {
+                Some((a, b))
+            }
+            [a, b] if a.engine.strip_suffix(ENCRYPTED_SUFFIX) == Some(b.engine.as_str()) => {
+                Some((b, a))
+            }
+            _ => None,
         })
         .collect()
+}
+
+/// Per engine, the ratios encrypted / clear of CPU per GB of its pairs, in order.
+fn encrypted_ratios(report: &ServeBenchReport) -> Vec<(String, Vec<f64>)> {
+    let mut out: Vec<(String, Vec<f64>)> = Vec::new();
+    for (clear, enc) in encrypted_pairs(report) {
+        let ratio = enc.cpu_s_per_gb / clear.cpu_s_per_gb.max(f64::MIN_POSITIVE);
+        match out.iter_mut().find(|(e, _)| *e == clear.engine) {
+            Some((_, v)) => v.push(ratio),
+            None => out.push((clear.engine.clone(), vec![ratio])),
+        }
+    }
+    out
 }
 
 /// Ingests the titles of [`prepare_volume`] again, encrypted (HLS AES-128 under a node key

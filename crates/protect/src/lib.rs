@@ -207,3 +207,73 @@ pub fn cipher_bitrate(clear_bps: u64, clear_len: u64, cipher_len: u64) -> u64 {
     let bps = scaled.div_ceil(u128::from(clear_len.max(1)));
     u64::try_from(bps).unwrap_or(u64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A generated MPEG-TS title in a file of `dir`.
+    fn title(dir: &Path, seed: u64) -> (File, u64) {
+        let cfg = isnode_media::TsGenConfig {
+            bitrate_bps: 2_000_000,
+            duration_s: 6.0,
+            seed,
+        };
+        let mut bytes = Vec::new();
+        isnode_media::generate_ts(&cfg, &mut bytes).unwrap();
+        let mut f = tempfile::tempfile_in(dir).unwrap();
+        f.write_all(&bytes).unwrap();
+        (f, bytes.len() as u64)
+    }
+
+    fn cipher(enc: Encrypted) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut spool = enc.spool;
+        spool.read_to_end(&mut out).unwrap();
+        assert_eq!(out.len() as u64, enc.len);
+        out
+    }
+
+    #[test]
+    fn derived_keys_give_the_same_ciphertext_and_random_ones_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, len) = title(dir.path(), 4);
+        let (a, b) = (NodeKey::generate(), NodeKey::generate());
+        let cluster = isnode_keys::cluster::ClusterKey::from_bytes(&[5u8; 32]);
+        let derived = cluster.derive("t.ts", "\"etag-1\"");
+        let hints = Hints::default();
+        let run = |node: &NodeKey, keys: Keys<'_>| {
+            encrypt_file(dir.path(), (&file, len), &hints, node, keys, "t.ts").unwrap()
+        };
+        let (ea, eb) = (
+            run(&a, Keys::Derived(&derived)),
+            run(&b, Keys::Derived(&derived)),
+        );
+        assert_eq!(ea.protected.protection.key_id, derived.key_id());
+        assert_eq!(
+            ea.protected.protection.segments, eb.protected.protection.segments,
+            "the same cuts and IVs"
+        );
+        assert_ne!(
+            ea.protected.protection.wrapped_key, eb.protected.protection.wrapped_key,
+            "each node wraps under its own key"
+        );
+        let (ca, cb) = (cipher(ea), cipher(eb));
+        assert!(ca == cb, "two nodes' ciphertexts differ");
+        let other = cluster.derive("t.ts", "\"etag-2\"");
+        assert!(
+            cipher(run(&a, Keys::Derived(&other))) != ca,
+            "another version"
+        );
+        let (r1, r2) = (cipher(run(&a, Keys::Random)), cipher(run(&a, Keys::Random)));
+        assert!(r1 != r2 && r1 != ca, "random keys");
+        // Not media that can be encrypted: refused by name.
+        let mut junk = tempfile::tempfile_in(dir.path()).unwrap();
+        junk.write_all(&[7u8; 4096]).unwrap();
+        let e = encrypt_file(dir.path(), (&junk, 4096), &hints, &a, Keys::Random, "junk")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("junk"), "{e}");
+    }
+}
