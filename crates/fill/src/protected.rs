@@ -89,6 +89,11 @@ fn fill(
     }
     job.begin_attempt(meta.size_bytes, true);
     let mut vol = Volume::open(fills.env.objects.root()).map_err(store_failure)?;
+    // A clear fill left from before `encrypt = "on"` (resumed at start) is dropped: its
+    // clear bytes are never completed.
+    if vol.filling(&job.name).map_err(store_failure)?.is_some() {
+        vol.delete_filling(&job.name).map_err(store_failure)?;
+    }
     crate::evict::make_room(fills, &mut vol, &job.name, meta.size_bytes).map_err(store_failure)?;
     let cluster = ClusterKey::load(&cluster_path)
         .map_err(|e| failure(FillStatus::Internal, format!("the cluster key: {e}")))?;
