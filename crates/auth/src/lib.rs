@@ -72,12 +72,21 @@ pub struct TokenRecord {
     pub sha256: String,
     /// When it was made, seconds since the Unix epoch.
     pub created_unix_s: u64,
+    /// When it stops being accepted, seconds since the Unix epoch (`None`: never; `isnode
+    /// token add --expires-in-s`). Keys and licences handed to it carry this expiry too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_unix_s: Option<u64>,
 }
 
 impl TokenRecord {
     /// Whether the token holds `role`.
     pub fn has(&self, role: Role) -> bool {
         self.roles.contains(&role)
+    }
+
+    /// Whether the token has expired at `now_unix_s`.
+    pub fn expired(&self, now_unix_s: u64) -> bool {
+        self.expires_unix_s.is_some_and(|e| now_unix_s >= e)
     }
 }
 
@@ -254,6 +263,22 @@ impl TokenStore {
         roles: &[Role],
         now_unix_s: u64,
     ) -> Result<String, TokenError> {
+        self.add_expiring(name, roles, now_unix_s, None)
+    }
+
+    /// [`TokenStore::add`], the token refused from `expires_unix_s` on (`None`: never).
+    pub fn add_expiring(
+        &mut self,
+        name: &str,
+        roles: &[Role],
+        now_unix_s: u64,
+        expires_unix_s: Option<u64>,
+    ) -> Result<String, TokenError> {
+        if expires_unix_s.is_some_and(|e| e <= now_unix_s) {
+            return Err(TokenError::Usage(
+                "a token that expires before it is made".into(),
+            ));
+        }
         if !valid_name(name) {
             return Err(TokenError::Usage(format!(
                 "token name {name:?}: 1 to {MAX_NAME_BYTES} of A-Z a-z 0-9 - _ . @"
@@ -275,6 +300,7 @@ impl TokenStore {
             roles,
             sha256: hex(&h),
             created_unix_s: now_unix_s,
+            expires_unix_s,
         });
         self.hashes.push(h);
         Ok(hex(&token))

@@ -111,3 +111,26 @@ fn every_role_choice_is_named_as_in_the_token_file() {
     }
     assert_eq!(Role::CHOICES.len(), 3);
 }
+
+#[test]
+fn an_expiring_token_is_kept_with_its_expiry_and_expires_then() {
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("tokens.json");
+    let t = TokenStore::update(&path, |s| {
+        s.add_expiring("tv", &[Role::Viewer], 100, Some(160))
+    })
+    .unwrap();
+    let s = TokenStore::load(&path).unwrap().unwrap();
+    let r = s.lookup(&t).unwrap();
+    assert_eq!(r.expires_unix_s, Some(160));
+    assert!(!r.expired(159));
+    assert!(r.expired(160));
+    let never = s.records().iter().all(|r| r.expires_unix_s.is_some());
+    assert!(never);
+    let mut s = s;
+    assert!(s
+        .add_expiring("old", &[Role::Viewer], 100, Some(100))
+        .is_err());
+    let plain = s.add("plain", &[Role::Viewer], 100).unwrap();
+    assert!(!s.lookup(&plain).unwrap().expired(u64::MAX));
+}

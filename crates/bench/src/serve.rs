@@ -67,9 +67,23 @@ pub struct ServeBenchConfig {
     pub sink: Sink,
     /// With the ifb sink: leave UDP segmentation offload on (GSO runs reach the sink whole).
     pub device_segmentation: bool,
+    /// Whether each engine also serves encrypted copies of the titles.
+    pub protection: Protection,
+}
+
+/// Which copies of the titles each engine serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protection {
+    /// The clear titles only.
+    Clear,
+    /// The clear titles, then the same titles encrypted (`ingest --encrypt`: HLS AES-128),
+    /// a row `ENGINE+enc` right after `ENGINE`'s, on the same server binary and volume.
+    ClearAndEncrypted,
 }
 
 const NETNS_ENV: &str = "ISNODE_BENCH_NETNS";
+/// The suffix of the rows of encrypted titles.
+pub const ENCRYPTED_SUFFIX: &str = "+enc";
 const REPORT_ENV: &str = "ISNODE_BENCH_REPORT";
 /// How often the sessions are kept alive (the server's default period).
 const KEEPALIVE_PERIOD: Duration = Duration::from_secs(1);
@@ -131,19 +145,50 @@ pub fn run(cfg: &ServeBenchConfig) -> anyhow::Result<ServeBenchReport> {
     let dir = tempfile::tempdir().context("creating a scratch volume")?;
     let vol_dir = dir.path().join("vol");
     let objects = prepare_volume(&vol_dir, cfg)?;
+    let encrypted = match cfg.protection {
+        Protection::Clear => None,
+        Protection::ClearAndEncrypted => Some(prepare_encrypted(&vol_dir, cfg)?),
+    };
     let (host, sink) = match cfg.sink {
         Sink::Ifb => (NETNS_CLIENT_IP, SinkCounter::Ifb(IfbSink::calibrate()?)),
         Sink::Loopback => ("127.0.0.1", SinkCounter::Receivers),
     };
     let mut results = Vec::new();
-    for engine in &cfg.engines {
+    for (i, engine) in cfg.engines.iter().enumerate() {
         eprintln!(
             "bench serve: engine {engine}, {} streams for {} s",
             cfg.streams, cfg.seconds
         );
-        let r = run_engine(&vol_dir, host, &sink, engine, &objects, cfg)
-            .with_context(|| format!("engine {engine}"))?;
-        results.push(r);
+        let clear = |results: &mut Vec<EngineResult>| -> anyhow::Result<()> {
+            let r = run_engine(&vol_dir, host, &sink, engine, &objects, cfg)
+                .with_context(|| format!("engine {engine}"))?;
+            results.push(r);
+            Ok(())
+        };
+        let Some(enc) = &encrypted else {
+            clear(&mut results)?;
+            continue;
+        };
+        let encrypted_row = |results: &mut Vec<EngineResult>| -> anyhow::Result<()> {
+            eprintln!("bench serve: engine {engine}, the same titles encrypted");
+            let mut r = run_engine(&vol_dir, host, &sink, engine, enc, cfg)
+                .with_context(|| format!("engine {engine}, encrypted titles"))?;
+            r.engine = format!("{engine}{ENCRYPTED_SUFFIX}");
+            results.push(r);
+            Ok(())
+        };
+        // Side by side, in alternating order (an engine named again runs the pair the
+        // other way round): a drift of the machine's load weighs on both rows alike.
+        match i % 2 {
+            0 => {
+                clear(&mut results)?;
+                encrypted_row(&mut results)?;
+            }
+            _ => {
+                encrypted_row(&mut results)?;
+                clear(&mut results)?;
+            }
+        }
     }
     let trad = results
         .iter()
@@ -202,6 +247,19 @@ pub fn format_table(report: &ServeBenchReport) -> String {
     s.push_str(&format!(
         "delivered_MB, Mbit/s, cpu_s/GB, kpkt/s: at the sink, {at}; server_sent_MB: sent by the server, as its metrics count\n"
     ));
+    for (engine, mut ratios) in encrypted_ratios(report) {
+        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.3}")).collect();
+        ratios.sort_by(f64::total_cmp);
+        let median = match ratios.len() % 2 {
+            1 => ratios[ratios.len() / 2],
+            _ => (ratios[ratios.len() / 2 - 1] + ratios[ratios.len() / 2]) / 2.0,
+        };
+        s.push_str(&format!(
+            "{engine}: cpu_s/GB encrypted / clear, median of {} pairs = {median:.3} ({})\n",
+            each.len(),
+            each.join(", ")
+        ));
+    }
     if report
         .results
         .iter()
@@ -215,18 +273,92 @@ pub fn format_table(report: &ServeBenchReport) -> String {
     s
 }
 
+/// Each pair of rows run side by side, clear and encrypted (in either order), as (clear,
+/// encrypted).
+fn encrypted_pairs(report: &ServeBenchReport) -> Vec<(&EngineResult, &EngineResult)> {
+    report
+        .results
+        .chunks(2)
+        .filter_map(|pair| match pair {
+            [a, b] if b.engine.strip_suffix(ENCRYPTED_SUFFIX) == Some(a.engine.as_str()) => {
+                Some((a, b))
+            }
+            [a, b] if a.engine.strip_suffix(ENCRYPTED_SUFFIX) == Some(b.engine.as_str()) => {
+                Some((b, a))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Per engine, the ratios encrypted / clear of CPU per GB of its pairs, in order.
+fn encrypted_ratios(report: &ServeBenchReport) -> Vec<(String, Vec<f64>)> {
+    let mut out: Vec<(String, Vec<f64>)> = Vec::new();
+    for (clear, enc) in encrypted_pairs(report) {
+        let ratio = enc.cpu_s_per_gb / clear.cpu_s_per_gb.max(f64::MIN_POSITIVE);
+        match out.iter_mut().find(|(e, _)| *e == clear.engine) {
+            Some((_, v)) => v.push(ratio),
+            None => out.push((clear.engine.clone(), vec![ratio])),
+        }
+    }
+    out
+}
+
+/// Ingests the titles of [`prepare_volume`] again, encrypted (HLS AES-128 under a node key
+/// made in the volume), as `bench-I-enc.ts`; their names.
+fn prepare_encrypted(vol_dir: &Path, args: &ServeBenchConfig) -> anyhow::Result<Vec<String>> {
+    let mut vol = Volume::open(vol_dir)?;
+    let (node_key, _) =
+        isnode_keys::node_key::NodeKey::load_or_create(&vol_dir.join(isnode_keys::NODE_KEY_FILE))?;
+    let count = args.objects.clamp(1, args.streams.max(1));
+    let mut names = Vec::new();
+    for i in 0..count {
+        let clear = title_bytes(args, i)?;
+        let mut file = tempfile::tempfile_in(vol.tmp_dir()).context("a spool for the title")?;
+        std::io::Write::write_all(&mut file, &clear).context("writing the spool")?;
+        let name = format!("bench-{i}-enc.ts");
+        let hints = isnode_protect::Hints {
+            bitrate_bps: Some(args.bitrate_bps),
+            content_type: Some("video/mp2t".into()),
+        };
+        let enc = isnode_protect::encrypt_file(
+            &vol.tmp_dir(),
+            (&file, clear.len() as u64),
+            &hints,
+            &node_key,
+            isnode_protect::Keys::Random,
+            &name,
+        )?;
+        isnode_protect::store(
+            &mut vol,
+            &name,
+            isnode_protect::Existing::Refuse,
+            enc,
+            &mut |_| {},
+        )?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// The generated MPEG-TS of title `i`.
+fn title_bytes(args: &ServeBenchConfig, i: usize) -> anyhow::Result<Vec<u8>> {
+    let cfg = isnode_media::TsGenConfig {
+        bitrate_bps: args.bitrate_bps,
+        duration_s: args.seconds + 10.0,
+        seed: i as u64 + 1,
+    };
+    let mut bytes = Vec::new();
+    isnode_media::generate_ts(&cfg, &mut bytes)?;
+    Ok(bytes)
+}
+
 fn prepare_volume(vol_dir: &Path, args: &ServeBenchConfig) -> anyhow::Result<Vec<String>> {
     let mut vol = Volume::create(vol_dir, VolumeParams::default(), None)?;
     let count = args.objects.clamp(1, args.streams.max(1));
     let mut names = Vec::new();
     for i in 0..count {
-        let cfg = isnode_media::TsGenConfig {
-            bitrate_bps: args.bitrate_bps,
-            duration_s: args.seconds + 10.0,
-            seed: i as u64 + 1,
-        };
-        let mut bytes = Vec::new();
-        isnode_media::generate_ts(&cfg, &mut bytes)?;
+        let bytes = title_bytes(args, i)?;
         let name = format!("bench-{i}.ts");
         let opts = IngestOptions {
             name: name.clone(),

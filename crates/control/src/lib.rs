@@ -26,6 +26,7 @@ pub mod keepalive;
 pub mod registry;
 pub mod sessions;
 pub mod upload_ingest;
+mod upload_protect;
 pub mod uploads;
 
 pub use handles::Control;

@@ -9,6 +9,8 @@ use std::io::{BufReader, Read};
 use isnode_store::spool::{self, SpoolBound, SpoolNeed};
 use isnode_store::{IngestOptions, ObjectRecord, StoreError, Volume};
 
+use isnode_serve_config::EncryptDefault;
+
 use crate::handles::Control;
 use crate::uploads::Reservation;
 
@@ -37,6 +39,8 @@ pub struct Upload {
     pub bitrate_bps: Option<u64>,
     /// Overrides the probed content type.
     pub content_type: Option<String>,
+    /// Whether to store it encrypted (`None`: the configuration's `encrypt`).
+    pub encrypt: Option<EncryptDefault>,
 }
 
 /// Before a byte of the body is read: `412` for a name taken under `If-None-Match: *`,
@@ -74,9 +78,13 @@ pub fn ingest_upload(
     room: Reservation,
 ) -> Result<ObjectRecord, StoreError> {
     let mut vol = Volume::open(sh.objects.root())?;
-    match up.len {
-        Some(len) => ingest_while_spooling(&mut vol, up, src, len),
-        None => spool_then_ingest(sh, &mut vol, up, src, &room),
+    let encrypt = up.encrypt.unwrap_or(sh.config().encrypt);
+    match (encrypt, up.len) {
+        (EncryptDefault::On, _) => {
+            crate::upload_protect::spool_then_encrypt(sh, &mut vol, up, src, &room)
+        }
+        (EncryptDefault::Off, Some(len)) => ingest_while_spooling(&mut vol, up, src, len),
+        (EncryptDefault::Off, None) => spool_then_ingest(sh, &mut vol, up, src, &room),
     }
 }
 
@@ -115,22 +123,13 @@ fn spool_then_ingest<R: Read>(
     src: R,
     room: &Reservation,
 ) -> Result<ObjectRecord, StoreError> {
-    let max = sh.config().max_volume_bytes;
-    let bound = SpoolBound::new(up.len, u64::MAX, spool::free_bytes(vol)?)
-        .within_quota(spool::quota_left(vol, max)?);
-    let tmp = vol.tmp_dir();
-    let mut src = Reserving::new(src, &*vol, room, max);
-    let spooled = spool::spool(&tmp, &mut src, up.len, bound, &mut |_| {});
-    let file = match (spooled, src.refused.take()) {
-        (_, Some(over)) => return Err(over),
-        (r, None) => r?,
-    };
-    let len = file
-        .metadata()
-        .map_err(StoreError::io("reading the size of the spool"))?
-        .len();
+    let (file, len) = spool_body(sh, vol, up, src, room)?;
     let described = spool::describe(&file, len, up.bitrate_bps, up.content_type.clone())?;
-    room.resize(vol, spool::stored_bytes(*vol.params(), len)?, max)?;
+    room.resize(
+        vol,
+        spool::stored_bytes(*vol.params(), len)?,
+        sh.config().max_volume_bytes,
+    )?;
     spool::check_room(vol, len, SpoolNeed::None, None)?;
     let opts = IngestOptions {
         name: up.name.clone(),
@@ -140,6 +139,33 @@ fn spool_then_ingest<R: Read>(
     };
     let mut reader = BufReader::with_capacity(INGEST_READ_BYTES, file);
     isnode_store::ingest(vol, &opts, &mut reader, len, &mut |_| {})
+}
+
+/// Spools the whole body (bounded by its announced length, the free space and the quota,
+/// its quota room reserved as it arrives); the spool, read back from its start, and its
+/// length.
+pub(crate) fn spool_body<R: Read>(
+    sh: &Control,
+    vol: &Volume,
+    up: &Upload,
+    src: R,
+    room: &Reservation,
+) -> Result<(std::fs::File, u64), StoreError> {
+    let max = sh.config().max_volume_bytes;
+    let bound = SpoolBound::new(up.len, u64::MAX, spool::free_bytes(vol)?)
+        .within_quota(spool::quota_left(vol, max)?);
+    let tmp = vol.tmp_dir();
+    let mut src = Reserving::new(src, vol, room, max);
+    let spooled = spool::spool(&tmp, &mut src, up.len, bound, &mut |_| {});
+    let file = match (spooled, src.refused.take()) {
+        (_, Some(over)) => return Err(over),
+        (r, None) => r?,
+    };
+    let len = file
+        .metadata()
+        .map_err(StoreError::io("reading the size of the spool"))?
+        .len();
+    Ok((file, len))
 }
 
 /// A body of unknown length grows its reservation every this many bytes.

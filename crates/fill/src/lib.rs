@@ -19,6 +19,7 @@ pub mod limits;
 mod lookup;
 pub mod origin;
 mod probe;
+mod protected;
 mod resume;
 mod run;
 mod start;

@@ -83,6 +83,9 @@ pub(super) fn run(fills: &Arc<Fills>, job: &Arc<FillJob>) {
         return;
     };
     let origin = origin.clone();
+    if fills.env.config.load().encrypt == isnode_serve_config::EncryptDefault::On {
+        return crate::protected::run(fills, job, (&origin, &rt));
+    }
     let (mut attempts, mut versions, mut fresh) = (0u32, 0u32, false);
     let mut backoff = FIRST_BACKOFF;
     // The MD5 of the bytes pushed, kept across attempts (a resume re-reads what it lacks).
@@ -150,7 +153,7 @@ fn sleep_unless_shutdown(fills: &Fills, d: Duration) -> bool {
 }
 
 /// Counts one origin request of `job` and its outcome.
-fn counted<T>(
+pub(crate) fn counted<T>(
     fills: &Fills,
     job: &FillJob,
     r: Result<T, OriginError>,

@@ -689,6 +689,10 @@ pub(crate) struct ServeBenchArgs {
     /// (default: off, so GSO runs are segmented in software).
     #[arg(long)]
     pub device_segmentation: bool,
+    /// Each engine also serves the same titles encrypted (HLS AES-128), in a row of its own
+    /// (`ENGINE+enc`) right after the clear one, with the ratio of their CPU per GB.
+    #[arg(long)]
+    pub encrypted: bool,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -761,6 +765,10 @@ pub(crate) struct TokenAddArgs {
     /// The token's name (default: `token-` and its creation time).
     #[arg(long)]
     pub name: Option<String>,
+    /// The token stops being accepted this many seconds from now (default: never); the
+    /// keys and licences handed to it say so (`Isnode-Key-Expires`, `expires_unix_s`).
+    #[arg(long)]
+    pub expires_in_s: Option<u64>,
     /// Where the token file is.
     #[command(flatten)]
     pub file: TokenFileArgs,

@@ -10,7 +10,9 @@ use clap::{Args, Subcommand};
 use isnode_serve_config::{Choice, GroupRange};
 
 use crate::choice::ChoiceParser;
-use isnode_serve::{BroadcastMode, Degraded, EngineKind, ReadIo, ServeConfig, ValidateDestination};
+use isnode_serve::{
+    BroadcastMode, Degraded, EncryptDefault, EngineKind, ReadIo, ServeConfig, ValidateDestination,
+};
 
 /// The commented default configuration, as shipped in `packaging/isnode.toml`.
 pub(crate) const DEFAULT_CONFIG_TOML: &str = include_str!("../../../packaging/isnode.toml");
@@ -170,6 +172,16 @@ pub(crate) struct ServeFlags {
     /// The node key file of encrypted titles (default: node.key in the volume).
     #[arg(long)]
     pub node_key_file: Option<PathBuf>,
+    /// Store uploads and fills encrypted (`on`) or clear (`off`, default).
+    #[arg(long, value_parser = ChoiceParser::new(EncryptDefault::CHOICES))]
+    pub encrypt: Option<EncryptDefault>,
+    /// The cluster key file encrypted fills derive their keys from.
+    #[arg(long)]
+    pub cluster_key_file: Option<PathBuf>,
+    /// How long a content key or licence handed out is good for, seconds (0: no limit but
+    /// the token's expiry).
+    #[arg(long)]
+    pub licence_ttl_s: Option<u64>,
     /// Whether viewer routes answer without a token (default true).
     #[arg(long, action = clap::ArgAction::Set)]
     pub anonymous_viewers: Option<bool>,
@@ -311,13 +323,13 @@ impl ServeFlags {
             shutdown_grace_s, broadcast_default_duration_s, broadcast_max_duration_s,
             broadcast_budget_percent, upload_stall_timeout_ms, upload_min_rate_bps,
             api_write_timeout_ms, max_unvalidated_sessions, max_unvalidated_per_client,
-            anonymous_viewers, scrub_rate_bps, member_probe_interval_ms, origin,
+            anonymous_viewers, encrypt, licence_ttl_s, scrub_rate_bps, member_probe_interval_ms, origin,
             origin_endpoint, origin_region, fill_parallel_ranges, fill_range_bytes,
             cache_max_bytes, origin_check_interval_s, prefill_rate_bps, nodes,
             replicate_above_rps, probe_interval_ms, probe_timeout_ms, probe_failures_to_dead,
             load_bound);
         overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if, max_volume_bytes,
-            max_sendfile_sessions, tokens_file, node_key_file,
+            max_sendfile_sessions, tokens_file, node_key_file, cluster_key_file,
             api_max_connections, tls_cert, tls_key, node_name, cluster_ca_file);
         if flags.plain_http {
             config.plain_http = true;
@@ -407,6 +419,7 @@ mod tests {
             max_sendfile_sessions: Some(1),
             tokens_file: Some("t".into()),
             node_key_file: Some("nk".into()),
+            cluster_key_file: Some("ck".into()),
             node_name: Some("n".into()),
             cluster_ca_file: Some("ca".into()),
             origin_access_key_id: Some("k".into()),

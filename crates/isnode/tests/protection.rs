@@ -442,15 +442,18 @@ fn a_rekey_rewraps_the_keys_without_touching_the_titles() {
     assert!(String::from_utf8_lossy(&body).contains("cannot be unwrapped"));
 }
 
-/// `play --broadcast` does not decrypt yet: of an encrypted title it refuses, saying so, and
-/// writes nothing (never ciphertext), before joining any group. In a namespace of the
-/// test's own (the server sends the broadcast to multicast groups on its loopback).
+/// `play --broadcast` of an encrypted title decrypts with a viewer token: the clear file,
+/// byte for byte; without a token it fails naming the viewer role and writes nothing (never
+/// ciphertext), before joining any group. In a namespace of the test's own (the server
+/// sends the broadcast to multicast groups on its loopback).
 #[test]
-fn play_broadcast_of_an_encrypted_title_refuses_and_writes_nothing() {
+fn play_broadcast_of_an_encrypted_title_decrypts_with_a_token_and_not_without() {
     let ns = serve_support::netns::Netns::with_loopback_multicast();
     ns.run(|| {
         let vol = Vol::create(&[]);
-        let clear = media::make(vol.dir.path(), Container::Ts, 6);
+        let clear = vol.path("clear.ts");
+        gen_ts(&clear, 2_000_000, 6.0, 9);
+        let clear_bytes = std::fs::read(&clear).unwrap();
         let ingest = isnode(
             &vol,
             &[
@@ -462,37 +465,48 @@ fn play_broadcast_of_an_encrypted_title_refuses_and_writes_nothing() {
             ],
         );
         assert!(ingest.status.success(), "{}", text(&ingest));
+        let viewer = token(&vol, "v", "viewer");
+        let operator = token(&vol, "o", "operator");
         let server = Server::start(&vol, &[]);
         let body = r#"{"object": "enc.ts", "scheme": "cautious-harmonic", "max_wait_s": 10.0}"#;
-        let r = server.req("POST", "/v1/broadcasts", Some(body));
+        let auth = format!("Bearer {operator}");
+        let r = http(
+            server.addr,
+            None,
+            "POST",
+            "/v1/broadcasts",
+            Some(body),
+            &[("Authorization", &auth)],
+        );
         assert_eq!(r.status, 201, "{}", r.body);
         let out_path = vol.path("broadcast.ts");
-        let out = command()
-            .args([
-                "play",
-                "enc.ts",
-                "--broadcast",
-                "--server",
-                &server.url(),
-                "--out",
-            ])
-            .arg(&out_path)
-            .args(["--max-seconds", "20"])
-            .output()
-            .expect("running isnode play --broadcast");
+        let play = |extra: &[&str]| {
+            command()
+                .args(["play", "enc.ts", "--broadcast", "--server", &server.url()])
+                .arg("--out")
+                .arg(&out_path)
+                .args(["--max-seconds", "40"])
+                .args(extra)
+                .output()
+                .expect("running isnode play --broadcast")
+        };
+        let out = play(&[]);
         let msg = text(&out);
+        assert!(!out.status.success(), "played without a token: {msg}");
         assert!(
-            !out.status.success(),
-            "played an encrypted broadcast: {msg}"
-        );
-        assert!(
-            msg.contains("encrypted") && msg.contains("does not decrypt"),
+            msg.contains("viewer role") && msg.contains("encrypted"),
             "{msg}"
         );
         assert_eq!(
             std::fs::metadata(&out_path).map_or(0, |m| m.len()),
             0,
             "{msg}"
+        );
+        let out = play(&["--token", &viewer]);
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(
+            std::fs::read(&out_path).unwrap() == clear_bytes,
+            "the broadcast's decrypted output differs from the clear file"
         );
     });
 }

@@ -23,6 +23,11 @@ impl ContentKey {
         ContentKey(k)
     }
 
+    /// The key of `bytes` (a derived key).
+    pub fn from_array(bytes: [u8; CONTENT_KEY_LEN]) -> Self {
+        ContentKey(Zeroizing::new(bytes))
+    }
+
     /// The key from its bytes (an unwrapped key, a key fetched from the key route).
     pub fn from_slice(bytes: &[u8]) -> Result<Self, KeyError> {
         let arr: [u8; CONTENT_KEY_LEN] = bytes.try_into().map_err(|_| KeyError::Length {

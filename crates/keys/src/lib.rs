@@ -14,7 +14,9 @@
 //! errors never carry key material.
 
 pub mod b64url;
+pub mod cluster;
 pub mod content;
+pub mod hkdf;
 pub mod node_key;
 pub mod segment;
 
@@ -46,8 +48,10 @@ pub enum KeyError {
         source: std::io::Error,
     },
     /// A node key file that may not be used, and why.
-    #[error("node key file {path}: {why}")]
+    #[error("{what} {path}: {why}")]
     BadFile {
+        /// Which kind of key file (a node key file, a cluster key file).
+        what: &'static str,
         /// The file.
         path: String,
         /// Why it is refused.

@@ -61,50 +61,7 @@ impl NodeKey {
     /// Reads the node key at `path`: a regular file of 64 hexadecimal digits (a line end
     /// allowed) that neither its group nor others may read or write.
     pub fn load(path: &Path) -> Result<Self, KeyError> {
-        let bad = |why: String| KeyError::BadFile {
-            path: path.display().to_string(),
-            why,
-        };
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(|e| KeyError::Io {
-                context: format!("opening node key file {}", path.display()),
-                source: e,
-            })?;
-        let meta = f.metadata().map_err(|e| KeyError::Io {
-            context: format!("reading node key file {}", path.display()),
-            source: e,
-        })?;
-        if !meta.is_file() {
-            return Err(bad("not a regular file".into()));
-        }
-        let mode = meta.mode() & 0o777;
-        if mode & 0o077 != 0 {
-            return Err(bad(format!(
-                "mode {mode:04o} lets its group or others use it; it must be 0600 \
-                 (chmod 600 the file)"
-            )));
-        }
-        if meta.len() > MAX_FILE_BYTES {
-            return Err(bad(format!("{} bytes: not a node key", meta.len())));
-        }
-        let mut text = Zeroizing::new(String::new());
-        (&mut f)
-            .take(MAX_FILE_BYTES)
-            .read_to_string(&mut text)
-            .map_err(|e| KeyError::Io {
-                context: format!("reading node key file {}", path.display()),
-                source: e,
-            })?;
-        parse_hex(text.trim()).map(Self::from_bytes).ok_or_else(|| {
-            bad(format!(
-                "not {} hexadecimal digits (make one with `isnode ingest --encrypt` on a \
-                 fresh volume, or `head -c 32 /dev/urandom | xxd -p -c 64`)",
-                NODE_KEY_LEN * 2
-            ))
-        })
+        read_key_file(path, "node key file").map(Self::from_bytes)
     }
 
     /// Writes a new random node key to `path` (which must not exist: `O_EXCL`, mode 0600,
@@ -177,6 +134,55 @@ impl NodeKey {
             })?;
         ContentKey::from_slice(out.as_ref())
     }
+}
+
+/// The 32 bytes of the key file at `path` (`what` names its kind in errors): a regular
+/// file of 64 hexadecimal digits (a line end allowed) that neither its group nor others
+/// may read or write, not a symbolic link.
+pub(crate) fn read_key_file(
+    path: &Path,
+    what: &'static str,
+) -> Result<Zeroizing<[u8; NODE_KEY_LEN]>, KeyError> {
+    let bad = |why: String| KeyError::BadFile {
+        what,
+        path: path.display().to_string(),
+        why,
+    };
+    let io = |context: &str| {
+        let context = format!("{context} {what} {}", path.display());
+        move |e| KeyError::Io { context, source: e }
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(io("opening"))?;
+    let meta = f.metadata().map_err(io("reading"))?;
+    if !meta.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    let mode = meta.mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(bad(format!(
+            "mode {mode:04o} lets its group or others use it; it must be 0600 \
+             (chmod 600 the file)"
+        )));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(bad(format!("{} bytes: not a key file", meta.len())));
+    }
+    let mut text = Zeroizing::new(String::new());
+    (&mut f)
+        .take(MAX_FILE_BYTES)
+        .read_to_string(&mut text)
+        .map_err(io("reading"))?;
+    parse_hex(text.trim()).ok_or_else(|| {
+        bad(format!(
+            "not {} hexadecimal digits (make one with `isnode ingest --encrypt` on a \
+             fresh volume, or `head -c 32 /dev/urandom | xxd -p -c 64`)",
+            NODE_KEY_LEN * 2
+        ))
+    })
 }
 
 /// 32 bytes from 64 hexadecimal digits.

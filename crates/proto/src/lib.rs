@@ -316,6 +316,11 @@ pub struct SessionInfo {
     /// (`GET /v1/objects/{name}/key`) needs a viewer token. Absent: stored in the clear.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub encrypted: bool,
+    /// An encrypted object: bytes of clear media the session's output carries once
+    /// decrypted (its segments' clear lengths from the one it starts at to the end), what
+    /// `play --http` announces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clear_output_bytes: Option<u64>,
 }
 
 /// Longest [`SessionInfo::origin_etag`] a client takes as an identity, bytes (a longer

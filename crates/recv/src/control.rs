@@ -524,20 +524,29 @@ impl ControlClient {
 
     /// `GET /v1/objects/{name}/key`: the 16 bytes of an encrypted title's content key
     /// (needs a token with the viewer role).
-    pub fn content_key(&self, name: &str) -> anyhow::Result<Vec<u8>> {
+    pub fn content_key(&self, name: &str) -> anyhow::Result<(Vec<u8>, Option<u64>)> {
         let url = format!("{}/v1/objects/{name}/key", self.base);
         let mut resp = self.req(self.agent.get(&url)).call()?;
         if resp.status().as_u16() != 200 {
             Self::body("fetching the title's key", 200, resp)?;
             bail!("fetching the title's key failed");
         }
+        let expires = match resp.headers().get("isnode-key-expires") {
+            None => None,
+            Some(v) => Some(
+                v.to_str()
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .context("an Isnode-Key-Expires header that is not seconds")?,
+            ),
+        };
         let key = resp
             .body_mut()
             .with_config()
             .limit(64)
             .read_to_vec()
             .context("reading the title's key")?;
-        Ok(key)
+        Ok((key, expires))
     }
 
     /// Whether `name` is encrypted, from its HLS playlist: an MPEG-TS title's carries

@@ -32,6 +32,15 @@ pub struct Segment {
 pub struct Protection {
     key: ContentKey,
     segments: Vec<Segment>,
+    /// When the key stops being good (seconds since the Unix epoch; `None`: never).
+    expires_unix_s: Option<u64>,
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+fn now_unix_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The segments of an HLS AES-128 playlist (every segment after its `#EXT-X-KEY` with an
@@ -95,27 +104,29 @@ pub fn fetch(control: &ControlClient, name: &str) -> anyhow::Result<Protection> 
     let playlist = control.playlist(name)?;
     let segments = parse_playlist(&playlist)
         .with_context(|| format!("reading the segments of the encrypted title {name:?}"))?;
-    let key = control
+    let (key, expires_unix_s) = control
         .content_key(name)
         .with_context(|| format!("{name:?} is encrypted and its key is refused"))?;
     let key = ContentKey::from_slice(&key)?;
-    Ok(Protection { key, segments })
+    if let Some(e) = expires_unix_s.filter(|&e| e <= now_unix_s()) {
+        bail!("the key of {name:?} expired at {e} (seconds since the epoch): ask for a new token");
+    }
+    Ok(Protection {
+        key,
+        segments,
+        expires_unix_s,
+    })
 }
 
 /// What decrypting the session `info` needs, and the object byte its output starts at
-/// (`None`: a clear title). `http`: `play --http`, not built for encrypted titles yet (its
-/// announced length is the ciphertext's).
+/// (`None`: a clear title).
 pub(crate) fn for_session(
     control: &ControlClient,
     info: &isnode_proto::SessionInfo,
-    http: bool,
 ) -> anyhow::Result<Option<(Protection, u64)>> {
     use crate::control::SessionInfoExt;
     if !info.encrypted {
         return Ok(None);
-    }
-    if http {
-        bail!("play --http of an encrypted title is not built yet: use --out");
     }
     let protection = fetch(control, &info.object.name)?;
     let start = match info.start_offset_bytes {
@@ -149,6 +160,7 @@ impl Protection {
             inner: out,
             key: self.key,
             segments: self.segments,
+            expires_unix_s: self.expires_unix_s,
             next,
             buf: Vec::new(),
         }))
@@ -160,6 +172,8 @@ struct DecryptWriter {
     inner: Box<dyn Write + Send>,
     key: ContentKey,
     segments: Vec<Segment>,
+    /// Past this the key decrypts no further segment (the licence's expiry).
+    expires_unix_s: Option<u64>,
     next: usize,
     buf: Vec<u8>,
 }
@@ -171,6 +185,12 @@ impl Write for DecryptWriter {
             let len = usize::try_from(seg.len).map_err(io::Error::other)?;
             if self.buf.len() < len {
                 break;
+            }
+            if let Some(e) = self.expires_unix_s.filter(|&e| e <= now_unix_s()) {
+                return Err(io::Error::other(format!(
+                    "the title's key expired at {e} (seconds since the epoch) before segment {}",
+                    self.next
+                )));
             }
             let clear = isnode_keys::segment::decrypt(&self.key, &seg.iv, &self.buf[..len])
                 .map_err(|e| {
@@ -236,6 +256,7 @@ mod tests {
         let p = Protection {
             key: key.clone(),
             segments: segments.clone(),
+            expires_unix_s: None,
         };
         let mut w = p.writer(Box::new(out.clone()), 0).unwrap();
         for chunk in stored.chunks(7) {
@@ -244,14 +265,28 @@ mod tests {
         assert_eq!(*out.0.lock().unwrap(), clear.concat());
         // From the second segment.
         let out = Shared::default();
-        let p = Protection { key, segments };
+        let p = Protection {
+            key,
+            segments,
+            expires_unix_s: Some(u64::MAX),
+        };
         let mut w = p.clone().writer(Box::new(out.clone()), 1008).unwrap();
         w.write_all(&stored[1008..]).unwrap();
         assert_eq!(
             *out.0.lock().unwrap(),
             [&clear[1][..], &clear[2][..]].concat()
         );
-        assert!(p.writer(Box::new(io::sink()), 5).is_err());
+        assert!(p.clone().writer(Box::new(io::sink()), 5).is_err());
+        // A key past its expiry decrypts nothing.
+        let expired = Protection {
+            expires_unix_s: Some(1),
+            ..p
+        };
+        let out = Shared::default();
+        let mut w = expired.writer(Box::new(out.clone()), 0).unwrap();
+        let e = w.write_all(&stored).unwrap_err().to_string();
+        assert!(e.contains("expired"), "{e}");
+        assert!(out.0.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! its values once, with the name the command line and the TOML file use and a line of help,
 //! so the CLI builds its parsers and help from them without this crate knowing clap.
 
-use crate::config::{BroadcastMode, Degraded, EngineKind, ReadIo, ValidateDestination};
+use crate::config::{
+    BroadcastMode, Degraded, EncryptDefault, EngineKind, ReadIo, ValidateDestination,
+};
 
 /// A setting with a fixed set of named values.
 pub trait Choice: Copy + PartialEq + std::fmt::Debug + Sized + Send + Sync + 'static {
@@ -51,6 +53,21 @@ impl Choice for Degraded {
             Degraded::SendAvailable,
             "send-available",
             "Send what can be read; the client's FEC repairs the rest",
+        ),
+    ];
+}
+
+impl Choice for EncryptDefault {
+    const CHOICES: &'static [(Self, &'static str, &'static str)] = &[
+        (
+            EncryptDefault::Off,
+            "off",
+            "Stored clear (an upload may ask for encryption: `?encrypt=on`)",
+        ),
+        (
+            EncryptDefault::On,
+            "on",
+            "Uploads (unless one asks `?encrypt=off`) and fills from the origin are encrypted at ingest: MPEG-TS as HLS AES-128, CMAF as CENC `cbcs`; other media is refused",
         ),
     ];
 }

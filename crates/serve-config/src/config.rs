@@ -128,6 +128,18 @@ pub enum ReadIo {
     Sync,
 }
 
+/// Whether uploads and fills are stored encrypted when an upload does not say (issue 32).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EncryptDefault {
+    /// Stored clear (an upload may ask for encryption: `?encrypt=on`).
+    #[default]
+    Off,
+    /// Uploads (unless one asks `?encrypt=off`) and fills from the origin are encrypted
+    /// at ingest: MPEG-TS as HLS AES-128, CMAF as CENC `cbcs`; other media is refused.
+    On,
+}
+
 /// Default `--validate-timeout-ms`: the token's round trip plus the client's start-up.
 pub const DEFAULT_VALIDATE_TIMEOUT_MS: u64 = 3000;
 /// Default `--min-dest-port`: the well-known ports are refused.
@@ -292,6 +304,19 @@ pub struct ServeConfig {
     /// restart).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_key_file: Option<PathBuf>,
+    /// Whether uploads and fills are encrypted when an upload does not say (`off`, `on`;
+    /// issue 32). With `on` and an origin, `cluster_key_file` is needed.
+    pub encrypt: EncryptDefault,
+    /// The cluster key file (64 hexadecimal digits, mode 0600): the content key, key id and
+    /// IVs of an encrypted fill are derived from it over the title's name and origin ETag,
+    /// so that edges holding the same file write byte-identical ciphertext.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_key_file: Option<PathBuf>,
+    /// How long a content key or Clear Key licence handed out is good for, seconds (0: no
+    /// limit but the token's own expiry): the key route's `Isnode-Key-Expires` header and
+    /// the licence's `expires_unix_s` say when it ends (the earlier of this and the token's
+    /// expiry); `isnode play` refuses a key past it.
+    pub licence_ttl_s: u64,
     /// Viewer routes answer requests without a token (`false`: a viewer token is needed,
     /// as `Authorization: Bearer` or `?token=` on content and HLS URLs).
     pub anonymous_viewers: bool,
@@ -491,6 +516,9 @@ impl Default for ServeConfig {
             max_unvalidated_per_client: DEFAULT_MAX_UNVALIDATED_PER_CLIENT,
             tokens_file: None,
             node_key_file: None,
+            encrypt: EncryptDefault::Off,
+            cluster_key_file: None,
+            licence_ttl_s: 0,
             anonymous_viewers: true,
             insecure_open_operator_routes: false,
             scrub_rate_bps: 0,
@@ -713,6 +741,17 @@ impl ServeConfig {
             return bad(
                 "origin_miss_ttl_s",
                 "must be at most 86400 (0: always ask)".into(),
+            );
+        }
+        if self.encrypt == EncryptDefault::On
+            && !self.origin.is_empty()
+            && self.cluster_key_file.is_none()
+        {
+            return bad(
+                "cluster_key_file",
+                "encrypt = \"on\" with an origin needs a cluster key file (edges derive the \
+                 keys of a fill from it)"
+                    .into(),
             );
         }
         if self.origin_access_key_id.is_some() != self.origin_secret_access_key.is_some() {

@@ -35,7 +35,7 @@ pub use isnode_control::cluster::{ClusterStatus, NodeStatus};
 pub use isnode_edge::placement::Node as ClusterNode;
 pub use isnode_http::limits::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_URI_BYTES};
 pub use isnode_serve_config::{
-    BroadcastMode, ConfigError, Degraded, EngineKind, ReadIo, Secret, ServeConfig,
+    BroadcastMode, ConfigError, Degraded, EncryptDefault, EngineKind, ReadIo, Secret, ServeConfig,
     ValidateDestination, DEFAULT_API_HEADER_TIMEOUT_MS, DEFAULT_API_IDLE_TIMEOUT_MS,
     DEFAULT_API_MAX_CONNECTIONS, DEFAULT_BROADCAST_GROUPS, DEFAULT_BROADCAST_MAX_GROUPS,
     DEFAULT_BROADCAST_MAX_WAIT_S, DEFAULT_BROADCAST_PORT, DEFAULT_BROADCAST_SCHEME,

@@ -294,6 +294,25 @@ impl Catalog {
             .map_err(db("reading an origin record"))
     }
 
+    /// Records the complete object called `name` as filled from the origin version `etag`
+    /// at `unix` (an encrypted fill, ingested whole); whether there was such an object.
+    pub(crate) fn set_origin(
+        &mut self,
+        name: &str,
+        etag: &str,
+        unix: i64,
+    ) -> Result<bool, StoreError> {
+        let n = self
+            .conn
+            .execute(
+                "INSERT OR REPLACE INTO origin_objects (toi, etag, checked_unix, last_use_unix)
+                 SELECT toi, ?2, ?3, ?3 FROM objects WHERE name = ?1 AND state = 'complete'",
+                params![name, etag, unix],
+            )
+            .map_err(db("recording an object's origin"))?;
+        Ok(n > 0)
+    }
+
     /// Records that the complete object called `name` was checked against the origin at
     /// `unix`; whether it has an origin record.
     pub(crate) fn set_origin_checked(&mut self, name: &str, unix: i64) -> Result<bool, StoreError> {

@@ -59,6 +59,10 @@ pub(super) fn serve(args: &crate::cli::ServeBenchArgs) -> anyhow::Result<ExitCod
             crate::cli::Sink::Ifb => Sink::Ifb,
         },
         device_segmentation: args.device_segmentation,
+        protection: match args.encrypted {
+            true => isnode_bench::serve::Protection::ClearAndEncrypted,
+            false => isnode_bench::serve::Protection::Clear,
+        },
     };
     let report = isnode_bench::serve::run(&cfg).context("running the serve benchmark")?;
     println!("{}", isnode_bench::serve::format_table(&report));

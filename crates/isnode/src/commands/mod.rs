@@ -8,7 +8,6 @@ mod fill;
 mod ingest;
 mod objects;
 mod protect;
-mod protect_cmaf;
 pub(crate) mod publish;
 mod rekey;
 mod remote;

@@ -275,6 +275,9 @@ fn query(args: &IngestArgs) -> String {
     if let Some(t) = &args.content_type {
         q.push(format!("content_type={}", encode(t)));
     }
+    if args.encrypt {
+        q.push("encrypt=on".into());
+    }
     match q.is_empty() {
         true => String::new(),
         false => format!("?{}", q.join("&")),

@@ -286,7 +286,7 @@ fn store_renditions(
     let protect = match args.encrypt {
         true => Some((
             super::protect::node_key(vol.root(), args)?,
-            super::protect_cmaf::TitleKey::generate(),
+            isnode_protect::TitleKey::generate(),
         )),
         false => None,
     };

@@ -39,9 +39,16 @@ fn add(volume: &Path, a: &TokenAddArgs) -> anyhow::Result<ExitCode> {
     }
     let now = now_unix_s();
     let name = a.name.clone().unwrap_or_else(|| format!("token-{now}"));
-    let token = TokenStore::update(&path, |store| store.add(&name, &a.roles, now))?;
+    if a.expires_in_s == Some(0) {
+        bail!("--expires-in-s must be above 0");
+    }
+    let expires = a.expires_in_s.map(|s| now.saturating_add(s));
+    let token = TokenStore::update(&path, |store| {
+        store.add_expiring(&name, &a.roles, now, expires)
+    })?;
+    let until = expires.map_or_else(String::new, |e| format!(", expires {}", utc(e)));
     eprintln!(
-        "token {name:?} added to {} (shown once: keep it now)",
+        "token {name:?} added to {}{until} (shown once: keep it now)",
         path.display()
     );
     println!("{token}");
@@ -63,16 +70,17 @@ fn list(volume: &Path, f: &TokenFileArgs) -> anyhow::Result<ExitCode> {
 /// The token list: name, roles, creation and last use (UTC; "never" for an unused token).
 fn table(store: &TokenStore, used: &std::collections::HashMap<String, u64>) -> String {
     let mut out = format!(
-        "{:<24} {:<26} {:<21} last_used\n",
-        "name", "roles", "created"
+        "{:<24} {:<26} {:<21} {:<21} last_used\n",
+        "name", "roles", "created", "expires"
     );
     for r in store.records() {
         let roles: Vec<&str> = r.roles.iter().map(|r| r.name()).collect();
         let last = used
             .get(&r.sha256)
             .map_or_else(|| "never".to_string(), |&s| utc(s));
+        let expires = r.expires_unix_s.map_or_else(|| "never".to_string(), utc);
         out.push_str(&format!(
-            "{:<24} {:<26} {:<21} {last}\n",
+            "{:<24} {:<26} {:<21} {expires:<21} {last}\n",
             r.name,
             roles.join(","),
             utc(r.created_unix_s)
@@ -131,7 +139,9 @@ mod tests {
     fn the_list_shows_creation_and_last_use_or_never() {
         let mut store = TokenStore::default();
         store.add("ops", &[Role::Operator], 0).unwrap();
-        store.add("tv", &[Role::Viewer], 86_400).unwrap();
+        store
+            .add_expiring("tv", &[Role::Viewer], 86_400, Some(2 * 86_400))
+            .unwrap();
         let used = [(store.find("tv").unwrap().sha256.clone(), 90_061)].into();
         let text = table(&store, &used);
         let lines: Vec<&str> = text.lines().collect();
@@ -143,5 +153,15 @@ mod tests {
         assert!(lines[1].contains("1970-01-01 00:00:00Z"), "{text}");
         assert!(lines[2].contains("1970-01-02 00:00:00Z"), "{text}");
         assert!(lines[2].ends_with("1970-01-02 01:01:01Z"), "{text}");
+        assert!(lines[0].contains("expires"), "{text}");
+        let nevers = lines[1]
+            .split_whitespace()
+            .filter(|w| *w == "never")
+            .count();
+        assert_eq!(nevers, 2, "ops never expires, never used: {text}");
+        assert!(
+            lines[2].contains("1970-01-03 00:00:00Z"),
+            "tv's expiry: {text}"
+        );
     }
 }

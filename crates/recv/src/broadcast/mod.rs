@@ -187,17 +187,9 @@ pub fn play_described(
     rtt: Duration,
 ) -> anyhow::Result<BroadcastStats> {
     check_request(args, info)?;
-    // Never ciphertext to the output: a broadcast receiver does not decrypt yet.
-    if args
-        .control(Duration::from_secs(10))?
-        .is_encrypted(&info.object.name)?
-    {
-        bail!(
-            "{:?} is encrypted and play --broadcast does not decrypt yet: play it without \
-             --broadcast (unicast decrypts with a viewer token)",
-            info.object.name
-        );
-    }
+    // Never ciphertext to the output: an encrypted title is decrypted segment by segment
+    // with the key its viewer token fetches, asked before any group is joined.
+    let protection = protection_of(args, &info.object.name)?;
     let impair = Impairer::new(&args.impair)?;
     let arrived = asked + rtt / 2;
     let plan = tune::plan_of(info)?;
@@ -205,7 +197,11 @@ pub fn play_described(
     let (mut rx, codewords) = receiver_of(info)?;
     let digests = authenticate(args, info, &tp, &mut rx)?;
     let chans = open_channels(&tp)?;
-    let mut out = crate::playout::open_output(args.out.as_deref())?;
+    let out = crate::playout::open_output(args.out.as_deref())?;
+    let mut out = match protection {
+        Some(p) => p.writer(out, 0)?,
+        None => out,
+    };
     let cpu0 = thread_cpu_s();
     let mut run = Run::new(&tp, arrived, args.broadcast_repair);
     run.unicast = unicast_repair(args, info, arrived)?;
@@ -225,6 +221,19 @@ pub fn play_described(
             .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(stats)
+}
+
+/// What decrypting the title `name` needs (`None`: it is clear): its segments and the key
+/// the viewer token fetches (without one, the server's `401` names the viewer role).
+fn protection_of(
+    args: &PlayConfig,
+    name: &str,
+) -> anyhow::Result<Option<crate::decrypt::Protection>> {
+    let control = args.control(Duration::from_secs(10))?;
+    match control.is_encrypted(name)? {
+        true => crate::decrypt::fetch(&control, name).map(Some),
+        false => Ok(None),
+    }
 }
 
 /// Refuses what a broadcast receiver cannot do (`--http`) or take (a title over the limits

@@ -134,12 +134,11 @@ fn play_with(
     let info = session_of(args, opened, requested)?;
     check_or_delete(args, &info, &control)?;
     let skip = leading_skip_bytes(&info)?;
-    let protection = crate::decrypt::for_session(&control, &info, args.http.is_some())
-        .inspect_err(|_| {
-            if let Err(d) = control.delete_session(&info.id, &info.secret) {
-                tracing::warn!("could not delete session {}: {d:#}", info.id);
-            }
-        })?;
+    let protection = crate::decrypt::for_session(&control, &info).inspect_err(|_| {
+        if let Err(d) = control.delete_session(&info.id, &info.secret) {
+            tracing::warn!("could not delete session {}: {d:#}", info.id);
+        }
+    })?;
     log_opened(&info, local.addr, &source);
     let owner = Owner::of(&info)?;
     // The first digests come before the stream starts; the rest follow it.
@@ -157,7 +156,15 @@ fn play_with(
     let mut resumer = opening.resumer(args, auth.is_some(), keepalive)?;
     let mut served = None;
     let result = SessionSetup::from_info(&info, source).and_then(|setup| {
-        let (out, server) = local.output(args, &setup, skip)?;
+        // `--http` of an encrypted title announces the clear length its segments decrypt to.
+        let clear_len = match &protection {
+            Some(_) => Some(
+                info.clear_output_bytes
+                    .context("the server gave no clear length for an encrypted title")?,
+            ),
+            None => None,
+        };
+        let (out, server) = local.output(args, &setup, skip, clear_len)?;
         served = server;
         let out = match protection {
             Some((p, start)) => p.writer(out, start)?,
@@ -261,12 +268,16 @@ impl LocalSetup {
         args: &PlayConfig,
         setup: &SessionSetup,
         skip: u64,
+        clear_len: Option<u64>,
     ) -> anyhow::Result<(Box<dyn Write + Send>, Option<HttpServe>)> {
         Ok(match (self.out.take(), self.http.take()) {
             (Some(out), _) => (out, None),
             (None, listener) => {
                 let listener = listener.context("no output")?;
-                let len = setup.output_len()?.saturating_sub(skip);
+                let len = match clear_len {
+                    Some(n) => n,
+                    None => setup.output_len()?.saturating_sub(skip),
+                };
                 let (server, out) = listener.serve(&setup.object, len, args.out.as_deref())?;
                 (Box::new(out), Some(server))
             }

@@ -79,7 +79,7 @@ fn created(
     s: &StreamShared,
     fdt: SessionFdt,
     at: Option<Located>,
-    encrypted: bool,
+    clear_output_bytes: Option<u64>,
 ) -> Response {
     let obj = &s.object;
     let secret = s.owner.map(|o| key_hex(&o.secret)).unwrap_or_default();
@@ -107,9 +107,20 @@ fn created(
         start_time_s: at.map(|a| a.time_s),
         seek_by: at.map(|a| a.by),
         origin_etag: obj.origin_etag.clone(),
-        encrypted,
+        encrypted: clear_output_bytes.is_some(),
+        clear_output_bytes,
     };
     (StatusCode::CREATED, Json(body)).into_response()
+}
+
+/// Bytes of clear media in the segments of `p` from the one starting at or after object
+/// byte `start` to the end.
+fn clear_bytes_from(p: &isnode_store::ProtectionRecord, start: u64) -> u64 {
+    p.segments
+        .iter()
+        .filter(|s| s.offset_bytes >= start)
+        .map(|s| s.clear_length)
+        .sum()
 }
 
 pub(super) async fn create_session(
@@ -129,11 +140,11 @@ pub(super) async fn create_session(
     if let Some(redirect) = super::hybrid::hybrid(&sh, &obj, &fdt).await {
         return redirect;
     }
-    // An object still filling has no key row (fills store clear titles only).
-    let encrypted = match obj.fill.is_some() {
-        true => false,
+    // An object still filling has no key row (an encrypted fill is served once complete).
+    let protection = match obj.fill.is_some() {
+        true => None,
         false => match super::protected::protection_of(&sh, obj.rec.toi).await {
-            Ok(p) => p.is_some(),
+            Ok(p) => p,
             Err(r) => return r,
         },
     };
@@ -162,7 +173,12 @@ pub(super) async fn create_session(
             sh.metrics.titles.started(&obj.rec.name);
             tracing::info!(id = %s.id, object = %obj.rec.name, dest = %s.dest, "session created");
             tokio::spawn(super::owner::send_tokens(sh.clone(), s.clone()));
-            created(&sh, &s, fdt, at, encrypted)
+            let start_byte = at.map_or_else(
+                || obj.layout.codeword_offset(s.start_codeword),
+                |a| a.offset_bytes,
+            );
+            let clear = protection.as_ref().map(|p| clear_bytes_from(p, start_byte));
+            created(&sh, &s, fdt, at, clear)
         }
         Err(e) => session_error(&sh, e).into_response(),
     }

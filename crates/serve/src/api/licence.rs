@@ -4,7 +4,8 @@
 //! The request is the Clear Key licence request of Encrypted Media Extensions §9.1.3
 //! (`{"kids":["B64URL",...],"type":"temporary"}`); the answer is the JSON Web Key set of the
 //! key ids asked that name the title's key (`{"keys":[{"kty":"oct","kid":...,"k":...}],
-//! "type":"temporary"}`), `Cache-Control: private, no-store`. A request naming none of the
+//! "type":"temporary"}`, with `"expires_unix_s"` and an `Isnode-Key-Expires` header when
+//! the token or `licence_ttl_s` bounds it), `Cache-Control: private, no-store`. A request naming none of the
 //! title's key ids is `404`. The key's bytes go to the answer and nowhere else.
 
 use axum::body::Bytes;
@@ -54,20 +55,28 @@ fn parse(body: &[u8]) -> Result<(Vec<Vec<u8>>, String), String> {
 
 /// The JSON Web Key set answering `kids` with `key` under `key_id` (the ids asked that are
 /// not the title's are left out).
-fn jwk_set(kids: &[Vec<u8>], key_id: &[u8; 16], key: &[u8; 16], kind: &str) -> Option<String> {
+fn jwk_set(
+    kids: &[Vec<u8>],
+    (key_id, key): (&[u8; 16], &[u8; 16]),
+    kind: &str,
+    expires_unix_s: Option<u64>,
+) -> Option<String> {
     if !kids.iter().any(|k| k.as_slice() == key_id) {
         return None;
     }
-    let set = serde_json::json!({
+    let mut set = serde_json::json!({
         "keys": [{"kty": "oct", "kid": b64url::encode(key_id), "k": b64url::encode(key)}],
         "type": kind,
     });
+    if let Some(e) = expires_unix_s {
+        set["expires_unix_s"] = e.into();
+    }
     Some(set.to_string())
 }
 
 /// `POST /v1/objects/{name}/license`.
 pub(super) async fn post_licence(
-    _: super::roles::ViewerToken,
+    token: super::roles::ViewerToken,
     State(sh): Sh,
     Path(name): Path<String>,
     body: Bytes,
@@ -76,6 +85,7 @@ pub(super) async fn post_licence(
         Ok(v) => v,
         Err(why) => return ApiError::new(StatusCode::BAD_REQUEST, why).into_response(),
     };
+    let expiry = super::roles::key_expiry(&sh, &token);
     let (rec, key) = match super::protected::content_key(&sh, name.clone()).await {
         Ok(v) => v,
         Err(r) => return r,
@@ -87,15 +97,19 @@ pub(super) async fn post_licence(
         )
         .into_response();
     }
-    match jwk_set(&kids, &rec.key_id, &key, &kind) {
-        Some(json) => (
-            [
-                (header::CONTENT_TYPE, "application/json"),
-                (header::CACHE_CONTROL, "private, no-store"),
-            ],
-            json,
-        )
-            .into_response(),
+    match jwk_set(&kids, (&rec.key_id, &key), &kind, expiry) {
+        Some(json) => {
+            let mut r = (
+                [
+                    (header::CONTENT_TYPE, "application/json"),
+                    (header::CACHE_CONTROL, "private, no-store"),
+                ],
+                json,
+            )
+                .into_response();
+            super::protected::with_expiry(&mut r, expiry);
+            r
+        }
         None => ApiError::new(
             StatusCode::NOT_FOUND,
             format!("none of the key ids asked is {name:?}'s"),
@@ -119,14 +133,18 @@ mod tests {
         );
         let (kids, kind) = parse(body.as_bytes()).unwrap();
         let set: serde_json::Value =
-            serde_json::from_str(&jwk_set(&kids, &kid, &key, &kind).unwrap()).unwrap();
+            serde_json::from_str(&jwk_set(&kids, (&kid, &key), &kind, None).unwrap()).unwrap();
         assert_eq!(set["type"], "temporary");
         assert_eq!(set["keys"][0]["kty"], "oct");
         assert_eq!(set["keys"][0]["kid"], b64url::encode(&kid));
         assert_eq!(set["keys"][0]["k"], b64url::encode(&key));
         assert_eq!(set["keys"].as_array().unwrap().len(), 1);
         // Another title's id only: nothing.
-        assert!(jwk_set(&kids[..1], &kid, &key, &kind).is_none());
+        assert!(jwk_set(&kids[..1], (&kid, &key), &kind, None).is_none());
+        assert!(set.get("expires_unix_s").is_none());
+        let timed: serde_json::Value =
+            serde_json::from_str(&jwk_set(&kids, (&kid, &key), &kind, Some(77)).unwrap()).unwrap();
+        assert_eq!(timed["expires_unix_s"], 77);
         // Malformed requests.
         assert!(parse(b"{\"kids\":[]}").is_err());
         assert!(parse(b"{\"kids\":[\"AAAA\"]}").is_err());

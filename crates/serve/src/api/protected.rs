@@ -103,20 +103,39 @@ fn node_key_path(sh: &ApiState) -> PathBuf {
 /// `GET /v1/objects/{name}/key`: the 16 bytes of the object's content key, to a request
 /// holding a viewer token (`401` without one, whatever `anonymous_viewers` says).
 pub(super) async fn get_key(
-    _: super::roles::ViewerToken,
+    token: super::roles::ViewerToken,
     State(sh): Sh,
     Path(name): Path<String>,
 ) -> Response {
+    let expiry = super::roles::key_expiry(&sh, &token);
     match content_key(&sh, name).await {
-        Ok((_, bytes)) => (
-            [
-                (header::CONTENT_TYPE, "application/octet-stream"),
-                (header::CACHE_CONTROL, "private, no-store"),
-            ],
-            bytes.to_vec(),
-        )
-            .into_response(),
+        Ok((_, bytes)) => {
+            let mut r = (
+                [
+                    (header::CONTENT_TYPE, "application/octet-stream"),
+                    (header::CACHE_CONTROL, "private, no-store"),
+                ],
+                bytes.to_vec(),
+            )
+                .into_response();
+            with_expiry(&mut r, expiry);
+            r
+        }
         Err(r) => r,
+    }
+}
+
+/// The header saying when a key or licence handed out stops being good.
+pub(super) const KEY_EXPIRES_HEADER: &str = "isnode-key-expires";
+
+/// Adds [`KEY_EXPIRES_HEADER`] (seconds since the Unix epoch) to `r` when there is an
+/// expiry.
+pub(super) fn with_expiry(r: &mut Response, expiry: Option<u64>) {
+    if let Some(e) = expiry {
+        r.headers_mut().insert(
+            header::HeaderName::from_static(KEY_EXPIRES_HEADER),
+            header::HeaderValue::from(e),
+        );
     }
 }
 
@@ -126,7 +145,8 @@ pub(super) async fn content_key(
     sh: &Arc<ApiState>,
     name: String,
 ) -> Result<(ProtectionRecord, [u8; 16]), Response> {
-    // The catalog only: a key request never starts a fill (filled titles are clear).
+    // The catalog only: a key request never starts a fill (an encrypted fill's key is
+    // there once the fill is complete).
     let wanted = name.clone();
     let toi = match blocking(sh, move |sh| {
         sh.control

@@ -27,8 +27,11 @@ use isnode_auth::Role;
 /// A request allowed on a viewer route.
 pub(super) struct Viewer;
 /// A request holding a token with the viewer role, whether or not anonymous viewers are
-/// allowed: the key route of encrypted titles (issue 32).
-pub(super) struct ViewerToken;
+/// allowed: the key and licence routes of encrypted titles (issue 32).
+pub(super) struct ViewerToken {
+    /// When the token expires (seconds since the Unix epoch; `None`: never).
+    pub expires_unix_s: Option<u64>,
+}
 /// A request holding the operator role.
 pub(super) struct Operator;
 /// A request holding the metrics role.
@@ -190,6 +193,7 @@ fn verdict(
     };
     match store.lookup(&token) {
         None => Err(Failure::Unknown),
+        Some(r) if r.expired(unix_now_s()) => Err(Failure::Expired),
         Some(r) if r.has(role) => Ok(Some(r.sha256.clone())),
         Some(_) => Err(Failure::WrongRole),
     }
@@ -211,6 +215,8 @@ enum Failure {
     Unknown,
     /// A token without the route's role.
     WrongRole,
+    /// A token past its expiry.
+    Expired,
 }
 
 fn fail(sh: &ApiState, why: Failure, role: Role) -> ApiError {
@@ -218,6 +224,7 @@ fn fail(sh: &ApiState, why: Failure, role: Role) -> ApiError {
         Failure::Missing => AuthFailure::Missing,
         Failure::Unknown => AuthFailure::Unknown,
         Failure::WrongRole => AuthFailure::WrongRole,
+        Failure::Expired => AuthFailure::Expired,
     });
     let r = role.name();
     match why {
@@ -232,6 +239,10 @@ fn fail(sh: &ApiState, why: Failure, role: Role) -> ApiError {
         Failure::WrongRole => ApiError::new(
             StatusCode::FORBIDDEN,
             format!("the token lacks the {r} role this route needs"),
+        ),
+        Failure::Expired => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            format!("the token has expired: this route needs an unexpired token with the {r} role"),
         ),
     }
 }
@@ -257,7 +268,32 @@ impl FromRequestParts<Arc<ApiState>> for ViewerToken {
     type Rejection = Refusal;
 
     async fn from_request_parts(parts: &mut Parts, sh: &Arc<ApiState>) -> Result<Self, Refusal> {
-        check_as(sh, parts, Role::Viewer, Anonymous::Never).map(|()| Self)
+        check_as(sh, parts, Role::Viewer, Anonymous::Never)?;
+        Ok(ViewerToken {
+            expires_unix_s: token_expiry(sh, parts),
+        })
+    }
+}
+
+/// The expiry of the request's token (a known one; `None`: it never expires).
+fn token_expiry(sh: &ApiState, parts: &Parts) -> Option<u64> {
+    let token = token_of(parts, true)?;
+    let store = sh
+        .tokens
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()?;
+    store.lookup(&token).and_then(|r| r.expires_unix_s)
+}
+
+/// When a key or licence handed out now stops being good: the earlier of the token's
+/// expiry and `licence_ttl_s` from now (`None`: neither is set).
+pub(super) fn key_expiry(sh: &ApiState, token: &ViewerToken) -> Option<u64> {
+    let ttl = sh.config().licence_ttl_s;
+    let by_ttl = (ttl > 0).then(|| unix_now_s().saturating_add(ttl));
+    match (by_ttl, token.expires_unix_s) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 role_extractor!(Operator, Role::Operator);

@@ -40,6 +40,8 @@ pub(super) struct PutQuery {
     bitrate_bps: Option<u64>,
     /// Overrides the probed content type.
     content_type: Option<String>,
+    /// `on`: store it encrypted; `off`: clear (absent: the configuration's `encrypt`).
+    encrypt: Option<isnode_serve_config::EncryptDefault>,
 }
 
 /// Counts an upload whose request ended before its answer (the client went away, or
@@ -187,6 +189,7 @@ pub(super) fn parse(name: String, q: PutQuery, headers: &HeaderMap) -> Result<Up
         existing,
         bitrate_bps: q.bitrate_bps,
         content_type: q.content_type,
+        encrypt: q.encrypt,
     })
 }
 

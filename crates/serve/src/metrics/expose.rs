@@ -31,16 +31,19 @@ pub enum AuthFailure {
     Unknown,
     /// A known token without the route's role (`403`).
     WrongRole,
+    /// A known token past its expiry (`401`).
+    Expired,
     /// Refused because the address failed too often (`429`).
     Throttled,
 }
 
 impl AuthFailure {
     /// Every reason, in label order.
-    pub const ALL: [AuthFailure; 4] = [
+    pub const ALL: [AuthFailure; 5] = [
         AuthFailure::Missing,
         AuthFailure::Unknown,
         AuthFailure::WrongRole,
+        AuthFailure::Expired,
         AuthFailure::Throttled,
     ];
 
@@ -50,6 +53,7 @@ impl AuthFailure {
             AuthFailure::Missing => "missing",
             AuthFailure::Unknown => "unknown",
             AuthFailure::WrongRole => "wrong_role",
+            AuthFailure::Expired => "expired",
             AuthFailure::Throttled => "throttled",
         }
     }

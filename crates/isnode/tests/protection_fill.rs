@@ -1,0 +1,457 @@
+//! Encrypted uploads and fills (issue 32): an upload asking for encryption (`isnode ingest
+//! --encrypt --server`, `?encrypt=on`) or under the server's `encrypt = "on"` is stored as
+//! ciphertext whose key a viewer token fetches, and `isnode play` writes the clear file
+//! from it; `?encrypt=off` keeps an upload clear. Two edges filling the same origin version
+//! with the same cluster key store byte-identical ciphertext (`GET /o/NAME` compared) under
+//! the same content key; a viewer plays the clear file from either, and one whose edge is
+//! killed midway resumes on the other's copy; without a cluster
+//! key `encrypt = "on"` with an origin is refused at start.
+
+mod serve_support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use serve_support::*;
+
+/// `isnode token add --role ROLE`: the token.
+fn token(vol: &Vol, name: &str, role: &str) -> String {
+    let out = isnode(vol, &["token", "add", "--name", name, "--role", role]);
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// One raw HTTP/1.1 request with a binary body: status and body bytes.
+fn raw(addr: SocketAddr, method: &str, path: &str, headers: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).expect("reading the answer");
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("an HTTP head");
+    let head = String::from_utf8_lossy(&answer[..split]).to_ascii_lowercase();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    let body = answer[split + 4..].to_vec();
+    let body = match head.contains("transfer-encoding: chunked") {
+        true => dechunk(&body),
+        false => body,
+    };
+    (status, body)
+}
+
+/// A chunked body's bytes.
+fn dechunk(mut rest: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("a chunk size");
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).unwrap().trim(), 16)
+                .expect("a hexadecimal chunk size");
+        rest = &rest[line_end + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&rest[..size]);
+        rest = &rest[size + 2..];
+    }
+}
+
+/// `GET PATH`: status and body.
+fn get(addr: SocketAddr, path: &str) -> (u16, Vec<u8>) {
+    raw(addr, "GET", path, "", &[])
+}
+
+/// `isnode play NAME` from `server` with `token`: the bytes written.
+fn play(server: &Server, vol: &Vol, name: &str, tag: &str, token: &str) -> Vec<u8> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    play_to_end(server, vol, name, tag, &["--token", token], deadline).1
+}
+
+#[test]
+fn uploads_asking_for_encryption_or_under_encrypt_on_are_stored_encrypted() {
+    let vol = Vol::create(&[]);
+    let clear_path = vol.path("film.ts");
+    gen_ts(&clear_path, 2_000_000, 6.0, 7);
+    let clear = std::fs::read(&clear_path).unwrap();
+    let operator = token(&vol, "o", "operator");
+    let viewer = token(&vol, "v", "viewer");
+    let server = Server::start(&vol, &[]);
+    let addr = server.addr;
+
+    // `isnode ingest --encrypt --server`: the server encrypts.
+    let out = isnode(
+        &vol,
+        &[
+            "ingest",
+            "--encrypt",
+            "--name",
+            "enc.ts",
+            clear_path.to_str().unwrap(),
+            "--server",
+            &server.url(),
+            "--token",
+            &operator,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let (status, stored) = get(addr, "/o/enc.ts");
+    assert_eq!(status, 200);
+    assert!(
+        stored != clear && stored.len() > clear.len(),
+        "stored clear"
+    );
+    let (status, key) = get(addr, &format!("/v1/objects/enc.ts/key?token={viewer}"));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&key));
+    assert_eq!(key.len(), 16);
+    assert!(
+        play(&server, &vol, "enc.ts", "p1", &viewer) == clear,
+        "played bytes"
+    );
+
+    // A plain upload is clear: no key.
+    let auth = format!("Authorization: Bearer {operator}\r\n");
+    let (status, body) = raw(addr, "PUT", "/v1/objects/plain.ts", &auth, &clear);
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let (status, _) = get(addr, &format!("/v1/objects/plain.ts/key?token={viewer}"));
+    assert_eq!(status, 404, "a clear upload has no key");
+    assert!(get(addr, "/o/plain.ts").1 == clear);
+
+    // Media that cannot be encrypted is refused, nothing stored.
+    let (status, body) = raw(
+        addr,
+        "PUT",
+        "/v1/objects/junk.bin?encrypt=on&bitrate_bps=1000000",
+        &auth,
+        &[7u8; 50_000],
+    );
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+    assert!(
+        String::from_utf8_lossy(&body).contains("encrypt"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert_eq!(get(addr, "/o/junk.bin").0, 404);
+    drop(server);
+
+    // `encrypt = "on"`: every upload is encrypted unless it says `?encrypt=off`.
+    let server = Server::start(&vol, &["--encrypt", "on"]);
+    let addr = server.addr;
+    let (status, body) = raw(addr, "PUT", "/v1/objects/default.ts", &auth, &clear);
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let (status, _) = get(addr, &format!("/v1/objects/default.ts/key?token={viewer}"));
+    assert_eq!(status, 200, "encrypt = on: the upload has a key");
+    assert!(get(addr, "/o/default.ts").1 != clear);
+    assert!(
+        play(&server, &vol, "default.ts", "p2", &viewer) == clear,
+        "played bytes"
+    );
+    let (status, _) = raw(addr, "PUT", "/v1/objects/off.ts?encrypt=off", &auth, &clear);
+    assert_eq!(status, 201);
+    assert!(get(addr, "/o/off.ts").1 == clear, "?encrypt=off is clear");
+}
+
+#[test]
+fn two_edges_filling_one_origin_version_store_the_same_ciphertext() {
+    let a = Vol::create(&[]);
+    let b = Vol::create(&[]);
+    let origin = a.path("origin");
+    std::fs::create_dir_all(&origin).unwrap();
+    let clear_path = origin.join("film.ts");
+    gen_ts(&clear_path, 2_000_000, 8.0, 11);
+    let clear = std::fs::read(&clear_path).unwrap();
+    let cluster_key = a.path("cluster.key");
+    std::fs::write(&cluster_key, format!("{}\n", "c3".repeat(32))).unwrap();
+    std::fs::set_permissions(&cluster_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let origin_url = format!("file://{}", origin.display());
+
+    // Without a cluster key an encrypting edge's configuration is refused.
+    let toml = a.path("edge.toml");
+    std::fs::write(
+        &toml,
+        format!("origin = \"{origin_url}\"\nencrypt = \"on\"\n"),
+    )
+    .unwrap();
+    let out = isnode(&a, &["config", "check", toml.to_str().unwrap()]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("cluster_key_file"), "{}", text(&out));
+
+    let args = [
+        "--origin",
+        origin_url.as_str(),
+        "--encrypt",
+        "on",
+        "--cluster-key-file",
+        cluster_key.to_str().unwrap(),
+    ];
+    // One token file for both edges: a viewer's token works on either.
+    let viewer = token(&a, "v", "viewer");
+    let tokens = a.root.join("tokens.json");
+    let edge_a = Server::start(&a, &args);
+    let mut b_args = args.to_vec();
+    b_args.extend(["--tokens-file", tokens.to_str().unwrap()]);
+    let edge_b = Server::start(&b, &b_args);
+    let (status, from_a) = get(edge_a.addr, "/o/film.ts");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&from_a));
+    let (status, from_b) = get(edge_b.addr, "/o/film.ts");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&from_b));
+    assert!(from_a != clear, "edge A stored the clear title");
+    assert!(from_a.len() > clear.len());
+    assert!(from_a == from_b, "the two edges' ciphertexts differ");
+
+    // The same content key from each edge (each wraps it under its own node key).
+    let (sa, key_a) = get(
+        edge_a.addr,
+        &format!("/v1/objects/film.ts/key?token={viewer}"),
+    );
+    let (sb, key_b) = get(
+        edge_b.addr,
+        &format!("/v1/objects/film.ts/key?token={viewer}"),
+    );
+    assert_eq!((sa, sb), (200, 200));
+    assert_eq!(key_a.len(), 16);
+    assert_eq!(key_a, key_b);
+    let node_a = std::fs::read(a.root.join("node.key")).unwrap();
+    let node_b = std::fs::read(b.root.join("node.key")).unwrap();
+    assert_ne!(node_a, node_b, "each edge has a node key of its own");
+
+    // A viewer plays the clear file from edge B; one playing from edge A, killed midway,
+    // resumes on edge B's copy (the same origin ETag, another TSI and TOI) and writes the
+    // clear file all the same.
+    assert!(
+        play(&edge_b, &b, "film.ts", "pb", &viewer) == clear,
+        "played from edge B"
+    );
+    let mut edge_a = edge_a;
+    let servers = format!("{},{}", edge_a.url(), edge_b.url());
+    let out = a.path("failover.ts");
+    let stats = a.path("failover.json");
+    let mut child = ChildGuard(Some(
+        command()
+            .args(["play", "film.ts", "--server", &servers, "--token", &viewer])
+            .arg("--out")
+            .arg(&out)
+            .arg("--stats-json")
+            .arg(&stats)
+            .args(["--timeout-s", "20", "--max-seconds", "90"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(a.path("failover.stderr")).unwrap())
+            .spawn()
+            .expect("spawning isnode play"),
+    ));
+    // The title lasts 8 s at its pace: edge A goes 3 s in.
+    std::thread::sleep(Duration::from_secs(3));
+    edge_a.kill9();
+    let status = child.wait_until(Instant::now() + Duration::from_secs(90), "isnode play");
+    let log = std::fs::read_to_string(a.path("failover.stderr")).unwrap_or_default();
+    assert!(status.success(), "{status}\n{log}");
+    let stats: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    assert!(
+        stats["resumes_on_other_copy"].as_u64().unwrap_or(0) >= 1,
+        "{stats}\n{log}"
+    );
+    assert!(
+        std::fs::read(&out).unwrap() == clear,
+        "the resumed output differs\n{log}"
+    );
+}
+
+/// `isnode play --http` of an encrypted title serves the clear file (its length announced)
+/// to a local player.
+#[test]
+fn play_http_of_an_encrypted_title_serves_the_clear_file() {
+    let vol = Vol::create(&[]);
+    let clear_path = vol.path("film.ts");
+    gen_ts(&clear_path, 2_000_000, 6.0, 5);
+    let clear = std::fs::read(&clear_path).unwrap();
+    let out = isnode(
+        &vol,
+        &[
+            "ingest",
+            "--encrypt",
+            "--name",
+            "enc.ts",
+            clear_path.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let viewer = token(&vol, "v", "viewer");
+    let server = Server::start(&vol, &[]);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let stderr = vol.path("play-http.stderr");
+    let _child = ChildGuard(Some(
+        command()
+            .args([
+                "play",
+                "enc.ts",
+                "--server",
+                &server.url(),
+                "--token",
+                &viewer,
+            ])
+            .args([
+                "--http",
+                &listen,
+                "--as-fast-as-possible",
+                "--http-linger-s",
+                "5",
+            ])
+            .args(["--max-seconds", "60"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("spawning isnode play --http"),
+    ));
+    let addr: SocketAddr = listen.parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "play --http does not listen:\n{}",
+            std::fs::read_to_string(&stderr).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, body) = get(addr, "/");
+    assert_eq!(
+        status,
+        200,
+        "{}",
+        std::fs::read_to_string(&stderr).unwrap_or_default()
+    );
+    assert!(
+        body == clear,
+        "play --http served {} bytes, not the clear file's {}",
+        body.len(),
+        clear.len()
+    );
+}
+
+/// A viewer token with an expiry: its keys carry it (`Isnode-Key-Expires`), and past it
+/// the key is `401` naming the expiry; `licence_ttl_s` bounds a key handed to a token that
+/// never expires.
+#[test]
+fn keys_carry_the_tokens_expiry_or_the_licence_ttl_and_expired_tokens_get_none() {
+    let vol = Vol::create(&[]);
+    let clear_path = vol.path("film.ts");
+    gen_ts(&clear_path, 2_000_000, 4.0, 3);
+    let out = isnode(
+        &vol,
+        &[
+            "ingest",
+            "--encrypt",
+            "--name",
+            "enc.ts",
+            clear_path.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let before = now();
+    let out = isnode(
+        &vol,
+        &[
+            "token",
+            "add",
+            "--name",
+            "brief",
+            "--role",
+            "viewer",
+            "--expires-in-s",
+            "2",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let brief = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(text(&out).contains("expires"), "{}", text(&out));
+    let list = text(&isnode(&vol, &["token", "list"]));
+    assert!(list.contains("brief") && list.contains("expires"), "{list}");
+    let lasting = token(&vol, "lasting", "viewer");
+    let server = Server::start(&vol, &["--licence-ttl-s", "3600"]);
+
+    let key_head = |t: &str| {
+        let mut s = TcpStream::connect_timeout(&server.addr, Duration::from_secs(5)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "GET /v1/objects/enc.ts/key?token={t} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut a = Vec::new();
+        s.read_to_end(&mut a).unwrap();
+        String::from_utf8_lossy(&a).to_ascii_lowercase()
+    };
+    let expires_of = |head: &str| -> u64 {
+        head.lines()
+            .find_map(|l| l.strip_prefix("isnode-key-expires:"))
+            .unwrap_or_else(|| panic!("no expiry: {head}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let head = key_head(&brief);
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    let e = expires_of(&head);
+    assert!(
+        e >= before + 2 && e <= now() + 2,
+        "the token's expiry {e}, added at {before}"
+    );
+    let head = key_head(&lasting);
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    let e = expires_of(&head);
+    assert!(
+        e >= before + 3600 && e <= now() + 3600,
+        "licence_ttl_s: {e}"
+    );
+
+    // Past the token's expiry: 401, saying it expired; `play` with it fails.
+    while now() <= before + 3 {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let head = key_head(&brief);
+    assert!(
+        head.starts_with("http/1.1 401") && head.contains("expired"),
+        "{head}"
+    );
+    let out = command()
+        .args([
+            "play",
+            "enc.ts",
+            "--server",
+            &server.url(),
+            "--token",
+            &brief,
+        ])
+        .arg("--out")
+        .arg(vol.path("late.ts"))
+        .args(["--max-seconds", "30"])
+        .output()
+        .expect("running isnode play");
+    assert!(!out.status.success());
+    assert!(text(&out).contains("expired"), "{}", text(&out));
+}
