@@ -123,6 +123,7 @@ fn a_cmaf_title_is_cenc_cbcs_and_its_clear_key_licence_needs_a_viewer_token() {
     );
     assert_eq!(r.status, 200, "{}", r.body);
     let mpd = r.body.clone();
+    serve_support::media::validate_mpd(&mpd);
     assert!(
         mpd.contains("urn:mpeg:dash:mp4protection:2011\" value=\"cbcs\""),
         "{mpd}"

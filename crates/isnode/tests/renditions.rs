@@ -303,6 +303,7 @@ fn cmaf_ladder_over_hls_and_dash() {
 
     let mpd = server.req("GET", "/v1/objects/show/manifest.mpd", None);
     assert_eq!(mpd.status, 200, "{}", mpd.body);
+    media::validate_mpd(&mpd.body);
     assert_eq!(
         mpd.body.matches("<Representation ").count(),
         3,
@@ -538,6 +539,7 @@ fn a_title_is_uploaded_and_deleted_over_http() {
     assert_eq!(video_sizes(&url), vec![(320, 180), (640, 360), (960, 540)]);
     let mpd = server.req("GET", "/v1/objects/web/manifest.mpd", None);
     assert_eq!(mpd.status, 200, "{}", mpd.body);
+    media::validate_mpd(&mpd.body);
     assert!(
         mpd.body
             .contains("contentType=\"video\" mimeType=\"video/mp4\"")

@@ -126,3 +126,28 @@ fn run(mut cmd: Command, what: &str) -> Vec<u8> {
     );
     out.stdout
 }
+
+/// Validates an MPD against the DASH schema (ISO/IEC 23009-1's `DASH-MPD.xsd`, vendored in
+/// `tests/data/dash-schema`) with Debian's `python3-xmlschema`; panics with the schema's
+/// complaint if it does not validate, or saying what to install.
+#[track_caller]
+pub(crate) fn validate_mpd(mpd: &str) {
+    const PYTHON: &str = "/usr/bin/python3";
+    const SCRIPT: &str = "import sys, xmlschema\n\
+        xmlschema.XMLSchema(sys.argv[1]).validate(sys.argv[2])\n";
+    let has = Command::new(PYTHON)
+        .args(["-c", "import xmlschema"])
+        .output();
+    assert!(
+        has.is_ok_and(|o| o.status.success()),
+        "validating an MPD needs Debian's `python3-xmlschema` ({PYTHON}): install it \
+         (`bash scripts/test` does)"
+    );
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("manifest.mpd");
+    std::fs::write(&file, mpd).expect("writing the MPD");
+    let xsd = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/dash-schema/DASH-MPD.xsd");
+    let mut cmd = Command::new(PYTHON);
+    cmd.arg("-c").arg(SCRIPT).arg(&xsd).arg(&file);
+    run(cmd, "validating the MPD against DASH-MPD.xsd");
+}
