@@ -181,8 +181,13 @@ pub(crate) fn ramp_isnode(
         HLS_ENGINE => Some(Player::Hls),
         _ => None,
     };
+    let (pool, mirror) = http_memory(pool, player, cfg.confine.memory_limit_bytes);
+    let mirror = mirror.map(|m| m.to_string());
     let serve_engine = if player.is_some() {
         extra.extend(["--max-content-readers", HTTP_MAX_READERS]);
+        if let Some(m) = &mirror {
+            extra.extend(["--http-mirror-bytes", m]);
+        }
         HTTP_SERVER_ENGINE
     } else {
         kind
@@ -196,6 +201,20 @@ pub(crate) fn ramp_isnode(
         None => Sut::Isnode(&server),
     };
     ramp(cfg, &sut, engine, titles, progress)
+}
+
+/// The pool and HTTP mirror of an HTTP server under a memory limit: the room the limit
+/// leaves split a quarter to the pool (blocks only pass through it on their way into the
+/// mirror) and three quarters to the mirror (what players are sent from); `None` for the
+/// mirror (its default) without a limit or for a UDP engine.
+fn http_memory(pool: u64, player: Option<Player>, limit: Option<u64>) -> (u64, Option<u64>) {
+    match (player, limit) {
+        (Some(_), Some(_)) => {
+            let pool_share = (pool / 4).max(8 << 20).min(pool);
+            (pool_share, Some(pool - pool_share))
+        }
+        _ => (pool, None),
+    }
 }
 
 /// One `--engines` entry: `ENGINE[/BLOCK_BYTES][@PATH]`: the engine, the block length of
