@@ -37,8 +37,26 @@ fn rung(dir: &Path, i: usize, size: &str, rate: &str) -> PathBuf {
         .args(["-v", "error", "-y", "-f", "lavfi", "-i", &src])
         .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
         .args(["-map", "0:v", "-map", "1:a", "-c:a", "aac", "-b:a", "64k"])
-        .args(["-t", "30", "-c:v", "libx264", "-preset", "ultrafast", "-b:v", rate])
-        .args(["-g", "50", "-keyint_min", "50", "-sc_threshold", "0", "-r", "25"])
+        .args([
+            "-t",
+            "30",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-b:v",
+            rate,
+        ])
+        .args([
+            "-g",
+            "50",
+            "-keyint_min",
+            "50",
+            "-sc_threshold",
+            "0",
+            "-r",
+            "25",
+        ])
         .args(["-f", "mpegts"])
         .arg(&out)
         .output()
@@ -54,7 +72,11 @@ fn rung(dir: &Path, i: usize, size: &str, rate: &str) -> PathBuf {
 /// Runs `check` against the page in a fresh headless Chromium; panics with its error.
 fn with_browser<F>(vol: &Vol, check: F)
 where
-    F: for<'a> FnOnce(&'a Client) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + 'a>>,
+    F: for<'a> FnOnce(
+        &'a Client,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<(), String>> + 'a>,
+    >,
 {
     let profile = vol.path("chromium-profile");
     let driver = Driver::start(vol);
@@ -104,7 +126,8 @@ async fn ladder_checks(c: &Client, url: String) -> Result<(), String> {
         .map_err(|e| format!("opening the page: {e}"))?;
     click_play(c, "lad").await?;
     advancing(c, "the ladder").await?;
-    let options = "return Array.from(document.querySelectorAll('#rung option')).map(o => o.textContent)";
+    let options =
+        "return Array.from(document.querySelectorAll('#rung option')).map(o => o.textContent)";
     let options = wait_js(c, options, 10, "the rung picker", |v| {
         v.as_array().is_some_and(|a| a.len() == 3)
     })
@@ -115,7 +138,8 @@ async fn ladder_checks(c: &Client, url: String) -> Result<(), String> {
         .flatten()
         .filter_map(Value::as_str)
         .collect();
-    if labels[0] != "auto" || !labels[1].starts_with("320x180") || !labels[2].starts_with("640x360") {
+    if labels[0] != "auto" || !labels[1].starts_with("320x180") || !labels[2].starts_with("640x360")
+    {
         return Err(format!("the rung picker lists {labels:?}"));
     }
     for level in [0u64, 1] {
@@ -135,7 +159,11 @@ async fn ladder_checks(c: &Client, url: String) -> Result<(), String> {
         })
         .await?;
         let label = "return document.getElementById('rung-now').textContent";
-        let want = if level == 0 { "manual: playing 180p" } else { "manual: playing 360p" };
+        let want = if level == 0 {
+            "manual: playing 180p"
+        } else {
+            "manual: playing 360p"
+        };
         wait_js(c, label, 20, "the rung label", |v| {
             v.as_str().is_some_and(|s| s.starts_with(want))
         })
@@ -147,14 +175,21 @@ async fn ladder_checks(c: &Client, url: String) -> Result<(), String> {
         .await?;
     }
     pick(c, u64::MAX).await?;
-    wait_js(c, NOW, 10, "automatic again", |v| v["auto"] == Value::Bool(true)).await?;
+    wait_js(c, NOW, 10, "automatic again", |v| {
+        v["auto"] == Value::Bool(true)
+    })
+    .await?;
     Ok(())
 }
 
 /// Picks rung `level` (`u64::MAX`: "auto") in the picker as a user does (a `change`
 /// event), noting the time in `body.dataset.picked`.
 async fn pick(c: &Client, level: u64) -> Result<(), String> {
-    let value = if level == u64::MAX { "-1".to_string() } else { level.to_string() };
+    let value = if level == u64::MAX {
+        "-1".to_string()
+    } else {
+        level.to_string()
+    };
     let js = format!(
         "const s = document.getElementById('rung'); document.body.dataset.picked = String(performance.now()); \
          s.value = '{value}'; s.dispatchEvent(new Event('change')); return s.value"
@@ -172,7 +207,10 @@ async fn pick(c: &Client, level: u64) -> Result<(), String> {
 /// Clicks the Play button of `title`'s row (waiting for the row).
 async fn click_play(c: &Client, title: &str) -> Result<(), String> {
     let row = format!("return !!document.querySelector(\"tr[data-title='{title}'] button[data-action='play']:not([disabled])\")");
-    wait_js(c, &row, 20, &format!("the row of {title}"), |v| v == &Value::Bool(true)).await?;
+    wait_js(c, &row, 20, &format!("the row of {title}"), |v| {
+        v == &Value::Bool(true)
+    })
+    .await?;
     let button = format!("tr[data-title='{title}'] button[data-action='play']");
     c.find(Locator::Css(&button))
         .await
@@ -205,9 +243,20 @@ fn status_page_plays_an_encrypted_title_with_a_viewer_token_only() {
     require_chromium();
     let vol = Vol::create(&[]);
     let clear = media::make(vol.dir.path(), Container::Ts, 20);
-    let out = isnode(&vol, &["ingest", "--encrypt", "--name", "enc.ts", clear.to_str().unwrap()]);
+    let out = isnode(
+        &vol,
+        &[
+            "ingest",
+            "--encrypt",
+            "--name",
+            "enc.ts",
+            clear.to_str().unwrap(),
+        ],
+    );
     assert!(out.status.success(), "{}", text(&out));
-    let add = ["token", "add", "--name", "page", "--role", "viewer", "--role", "metrics"];
+    let add = [
+        "token", "add", "--name", "page", "--role", "viewer", "--role", "metrics",
+    ];
     let out = isnode(&vol, &add);
     assert!(out.status.success(), "{}", text(&out));
     let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -245,11 +294,19 @@ async fn encrypted_checks(c: &Client, url: String, token: String) -> Result<(), 
         .execute(urls, vec![])
         .await
         .map_err(|e| format!("the page's URLs: {e}"))?;
-    let all: Vec<&str> = urls.as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let all: Vec<&str> = urls
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
     if !all.iter().any(|u| u.contains("/v1/objects/enc.ts/key")) {
         return Err(format!("no key request among {all:?}"));
     }
-    if let Some(u) = all.iter().find(|u| u.contains("token") || u.contains(token.as_str())) {
+    if let Some(u) = all
+        .iter()
+        .find(|u| u.contains("token") || u.contains(token.as_str()))
+    {
         return Err(format!("a URL with the token: {u}"));
     }
     // Without a token: the playlist and segments load (public), the key answers 401, and
@@ -272,7 +329,9 @@ async fn encrypted_checks(c: &Client, url: String, token: String) -> Result<(), 
         return Err(format!("without a token the page reports: {failed}"));
     }
     if failed["t"].as_f64().unwrap_or(1.0) > 0.0 {
-        return Err(format!("the encrypted title played without a token: {failed}"));
+        return Err(format!(
+            "the encrypted title played without a token: {failed}"
+        ));
     }
     Ok(())
 }
