@@ -354,4 +354,6 @@ pub(super) const ROUTES: &[(&str, &str, Rule)] = &[
     ("GET", "/ui/style.css", Rule::Public),
     ("GET", "/ui/vendor/hls.min.js", Rule::Public),
     ("GET", "/ui/vendor/hls.js.LICENSE", Rule::Public),
+    ("GET", "/ui/vendor/dash.all.min.js", Rule::Public),
+    ("GET", "/ui/vendor/dash.js.LICENSE", Rule::Public),
 ];

@@ -32,6 +32,12 @@ const PAGE_CSS: &str = include_str!("../ui/style.css");
 const HLS_JS: &[u8] = include_bytes!("../ui/vendor/hls.min.js");
 /// hls.js's licence, served beside it.
 const HLS_JS_LICENSE: &str = include_str!("../ui/vendor/hls.js.LICENSE");
+/// dash.js 5.2.1 (`dist/modern/umd/dash.all.min.js` of the npm package `dashjs`,
+/// BSD-3-Clause: `ui/vendor/dash.js.LICENSE`), loaded by the page only to play encrypted
+/// CMAF titles (DASH with EME Clear Key).
+const DASH_JS: &[u8] = include_bytes!("../ui/vendor/dash.all.min.js");
+/// dash.js's licence, served beside it.
+const DASH_JS_LICENSE: &str = include_str!("../ui/vendor/dash.js.LICENSE");
 
 /// `r` with the status routes added.
 pub(super) fn routes(r: super::Routes) -> super::Routes {
@@ -55,6 +61,14 @@ pub(super) fn routes(r: super::Routes) -> super::Routes {
         .route(
             "/ui/vendor/hls.js.LICENSE",
             get(|| async { asset("text/plain; charset=utf-8", HLS_JS_LICENSE) }),
+        )
+        .route(
+            "/ui/vendor/dash.all.min.js",
+            get(|| async { asset("text/javascript; charset=utf-8", DASH_JS) }),
+        )
+        .route(
+            "/ui/vendor/dash.js.LICENSE",
+            get(|| async { asset("text/plain; charset=utf-8", DASH_JS_LICENSE) }),
         )
 }
 

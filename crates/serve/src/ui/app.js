@@ -8,7 +8,7 @@ const TOKEN_KEY = "isnode.token";
 const POLL_MS = 1000;
 const $ = (id) => document.getElementById(id);
 
-const state = { status: null, titles: [], updates: 0, playing: null, player: null, signatures: {} };
+const state = { status: null, titles: [], plays: 0, updates: 0, playing: null, player: null, signatures: {} };
 
 // ---------- formatting ----------
 
@@ -308,38 +308,75 @@ function stopPlayer() {
 // The title (`GET /v1/titles`) named `name`, or undefined.
 function titleNamed(name) { return state.titles.find((x) => x.name === name); }
 
-function play(name) {
+async function play(name) {
   const title = titleNamed(name);
   const t = state.status && state.status.titles.find((x) => x.name === name);
   if (!t && !title) return;
   stopPlayer();
+  const gen = ++state.plays;
   delete document.body.dataset.playerError;
   state.playing = name;
   $("player-panel").hidden = false;
   $("player-title").textContent = name;
+  state.signatures.titles = null;
+  if (state.status) renderTitles(state.status.titles);
   const v = $("player");
   const enc = encodeURIComponent(name);
+  const info = title
+    ? `${title.renditions.length} renditions · ${fmtTime(titleDuration(title))}`
+    : `${fmtRate(t.bitrate_bps)} · ${fmtTime(t.duration_s)}`;
+  $("player-info").textContent = info;
+  // Encrypted CMAF (CENC cbcs) has no HLS here: DASH with EME Clear Key (dash.js).
+  const cenc = (title || t.content_type === "video/mp4") && await protectedCmaf(enc);
+  if (gen !== state.plays) return;
   // The token typed here never goes into a media URL (URLs end in logs, history and
-  // referrers): hls.js sends it in an Authorization header on every request it makes (the
-  // key of an encrypted title needs a token with the viewer role); a <video src> cannot,
-  // so progressive files play only where anonymous viewers are let in.
-  let how, info;
-  if (title) {
-    info = `${title.renditions.length} renditions · ${fmtTime(titleDuration(title))}`;
+  // referrers): hls.js and dash.js send it in an Authorization header on every request
+  // they make (keys and licences need a token with the viewer role); a <video src>
+  // cannot, so progressive files play only where anonymous viewers are let in.
+  let how;
+  if (cenc) {
+    how = await startDash(v, enc);
+    if (gen !== state.plays) return;
+  } else if (title) {
     how = startHls(v, `/v1/objects/${enc}/master.m3u8`, "adaptive HLS (hls.js)");
   } else if (t.content_type === "video/mp2t") {
-    info = `${fmtRate(t.bitrate_bps)} · ${fmtTime(t.duration_s)}`;
     how = startHls(v, `/v1/objects/${enc}/index.m3u8`, "HLS (hls.js)");
   } else {
-    info = `${fmtRate(t.bitrate_bps)} · ${fmtTime(t.duration_s)}`;
     v.src = `/o/${enc}`;
     how = `progressive (${t.content_type || "unknown type"})`;
     v.onerror = () => explainRefusal(v.src);
   }
   $("player-info").textContent = `${info} · ${how}`;
-  v.play().catch((e) => { if (state.playing === name) $("player-info").textContent += " · " + e.message; });
-  state.signatures.titles = null;
-  if (state.status) renderTitles(state.status.titles);
+  v.play().catch((e) => { if (gen === state.plays) $("player-info").textContent += " · " + e.message; });
+}
+
+// Whether the object or title `enc` (URL-encoded) is CENC-encrypted CMAF: its MPD names
+// a ContentProtection (a clear or non-fragmented one answers none, or no MPD).
+async function protectedCmaf(enc) {
+  const r = await fetch(`/v1/objects/${enc}/manifest.mpd`, { headers: headers() }).catch(() => null);
+  return !!r && r.ok && (await r.text().catch(() => "")).includes("<ContentProtection");
+}
+
+// dash.js, loaded on first use (801 KB: only encrypted CMAF needs it).
+function loadDash() {
+  if (window.dashjs) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const s = document.createElement("script");
+    s.src = "/ui/vendor/dash.all.min.js";
+    s.onload = () => resolve();
+    s.onerror = () => reject(new Error("dash.js did not load"));
+    document.head.append(s);
+  });
+}
+
+async function startDash(v, enc) {
+  try {
+    await loadDash();
+  } catch (e) {
+    return e.message;
+  }
+  state.player = new DashPlayer(v, `/v1/objects/${enc}/manifest.mpd`);
+  return "DASH with Clear Key (dash.js)";
 }
 
 // Plays `url` with hls.js (Media Source Extensions), or natively where the browser plays
@@ -422,6 +459,39 @@ class HlsPlayer {
     } else if (code) {
       why += ` (${code})`;
     }
+    $("player-info").textContent += " · cannot play: " + why;
+    document.body.dataset.playerError = why;
+  }
+}
+
+// dash.js on an encrypted CMAF title's MPD: the licence (the MPD's Clear Key licence URL)
+// and every request to this node carry the token in a header.
+class DashPlayer {
+  constructor(video, url) {
+    const p = dashjs.MediaPlayer().create();
+    this.p = p;
+    const auth = token() ? { Authorization: "Bearer " + token() } : {};
+    const ours = (url) => token() && new URL(url, location.href).origin === location.origin;
+    // Not protection data: with it dash.js puts the MPD's W3C common-pssh Clear Key entry
+    // first and hands its PSSH to Clear Key as key ids, which Chromium refuses.
+    p.registerLicenseRequestFilter((req) => {
+      if (ours(req.url)) req.headers = Object.assign({}, req.headers || {}, auth);
+      return Promise.resolve();
+    });
+    p.addRequestInterceptor((req) => {
+      if (ours(req.url)) req.headers = Object.assign({}, req.headers || {}, auth);
+      return Promise.resolve(req);
+    });
+    const E = dashjs.MediaPlayer.events;
+    p.on(E.ERROR, (e) => this.error(e.error || e));
+    p.initialize(video, url, true);
+  }
+  destroy() { this.p.destroy(); }
+  error(e) {
+    const msg = String((e && (e.message || e.code)) || "error");
+    const why = /licen[cs]e|401|403/i.test(msg)
+      ? `the title is encrypted: its licence needs a token with the viewer role (${msg})`
+      : msg;
     $("player-info").textContent += " · cannot play: " + why;
     document.body.dataset.playerError = why;
   }
