@@ -388,4 +388,8 @@ pub(super) const ROUTES: &[(&str, &str, Rule)] = &[
     ("GET", "/", Rule::Public),
     ("GET", "/ui/app.js", Rule::Public),
     ("GET", "/ui/style.css", Rule::Public),
+    ("GET", "/ui/vendor/hls.min.js", Rule::Public),
+    ("GET", "/ui/vendor/hls.js.LICENSE", Rule::Public),
+    ("GET", "/ui/vendor/dash.all.min.js", Rule::Public),
+    ("GET", "/ui/vendor/dash.js.LICENSE", Rule::Public),
 ];

@@ -27,6 +27,17 @@ use isnode_plane::stream::SessionState;
 const PAGE_HTML: &str = include_str!("../ui/index.html");
 const PAGE_JS: &str = include_str!("../ui/app.js");
 const PAGE_CSS: &str = include_str!("../ui/style.css");
+/// hls.js 1.7.4 (`dist/hls.min.js` of the npm package, Apache-2.0: `ui/vendor/hls.js.LICENSE`),
+/// the page's player for HLS (titles with renditions, MPEG-TS objects, AES-128).
+const HLS_JS: &[u8] = include_bytes!("../ui/vendor/hls.min.js");
+/// hls.js's licence, served beside it.
+const HLS_JS_LICENSE: &str = include_str!("../ui/vendor/hls.js.LICENSE");
+/// dash.js 5.2.1 (`dist/modern/umd/dash.all.min.js` of the npm package `dashjs`,
+/// BSD-3-Clause: `ui/vendor/dash.js.LICENSE`), loaded by the page only to play encrypted
+/// CMAF titles (DASH with EME Clear Key).
+const DASH_JS: &[u8] = include_bytes!("../ui/vendor/dash.all.min.js");
+/// dash.js's licence, served beside it.
+const DASH_JS_LICENSE: &str = include_str!("../ui/vendor/dash.js.LICENSE");
 
 /// `r` with the status routes added.
 pub(super) fn routes(r: super::Routes) -> super::Routes {
@@ -43,16 +54,34 @@ pub(super) fn routes(r: super::Routes) -> super::Routes {
             "/ui/style.css",
             get(|| async { asset("text/css; charset=utf-8", PAGE_CSS) }),
         )
+        .route(
+            "/ui/vendor/hls.min.js",
+            get(|| async { asset("text/javascript; charset=utf-8", HLS_JS) }),
+        )
+        .route(
+            "/ui/vendor/hls.js.LICENSE",
+            get(|| async { asset("text/plain; charset=utf-8", HLS_JS_LICENSE) }),
+        )
+        .route(
+            "/ui/vendor/dash.all.min.js",
+            get(|| async { asset("text/javascript; charset=utf-8", DASH_JS) }),
+        )
+        .route(
+            "/ui/vendor/dash.js.LICENSE",
+            get(|| async { asset("text/plain; charset=utf-8", DASH_JS_LICENSE) }),
+        )
 }
 
-fn asset(content_type: &'static str, body: &'static str) -> Response {
+/// One of the page's embedded files: never sniffed as another type.
+fn asset(content_type: &'static str, body: impl Into<axum::body::Body>) -> Response {
     (
         StatusCode::OK,
         [
             (header::CONTENT_TYPE, content_type),
             (header::CACHE_CONTROL, "no-cache"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         ],
-        body,
+        body.into(),
     )
         .into_response()
 }

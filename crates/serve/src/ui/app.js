@@ -1,5 +1,6 @@
 // isnode status page: polls GET /v1/status every second and renders it; plays titles
-// (MP4 with <video>, MPEG-TS with native HLS or Media Source Extensions); operator
+// (MP4 with <video>; MPEG-TS objects, encrypted ones (AES-128) and titles with renditions
+// with hls.js, vendored in the binary, and a rung picker); operator
 // actions (upload, delete, broadcasts) with a token kept in sessionStorage.
 "use strict";
 
@@ -7,7 +8,7 @@ const TOKEN_KEY = "isnode.token";
 const POLL_MS = 1000;
 const $ = (id) => document.getElementById(id);
 
-const state = { status: null, updates: 0, playing: null, player: null, signatures: {} };
+const state = { status: null, titles: [], plays: 0, updates: 0, playing: null, player: null, signatures: {} };
 
 // ---------- formatting ----------
 
@@ -88,6 +89,8 @@ function notice(text, kindName) {
 async function poll() {
   try {
     const s = await api("GET", "/v1/status");
+    // Titles with renditions (viewer role): none listed where the token cannot read them.
+    state.titles = await api("GET", "/v1/titles").catch(() => []) || [];
     state.status = s;
     state.updates++;
     render(s);
@@ -198,14 +201,15 @@ function changed(key, value) {
 }
 
 function renderTitles(titles) {
-  $("titles-count").textContent = titles.length;
-  if (!changed("titles", [titles, state.playing, !!token()])) return;
+  $("titles-count").textContent = titles.length + state.titles.length;
+  if (!changed("titles", [titles, state.titles, state.playing, !!token()])) return;
   const body = $("titles").tBodies[0];
-  if (!titles.length) {
+  if (!titles.length && !state.titles.length) {
     body.replaceChildren(el("tr", {}, el("td", { class: "empty", colSpan: 8 }, "No titles yet: drop a file above or run isnode ingest.")));
     return;
   }
-  body.replaceChildren(...titles.map((t) => {
+  const ladders = state.titles.map((t) => ladderRow(t, titles));
+  body.replaceChildren(...ladders, ...titles.map((t) => {
     const ok = t.status === "ok";
     const actions = el("td", { class: "actions" });
     if (ok) actions.append(el("button", { class: "btn small", type: "button", "data-action": "play" }, "Play"));
@@ -223,6 +227,25 @@ function renderTitles(titles) {
       el("td", {}, el("span", { class: "pill " + (ok ? "ok" : "bad"), title: t.problem || "" }, t.status)),
       actions);
   }));
+}
+
+// A title with renditions: its rungs' objects are rows of their own below.
+function ladderRow(t, objects) {
+  const rungs = t.renditions.map((r) => objects.find((o) => o.name === r.object)).filter(Boolean);
+  const size = rungs.reduce((a, o) => a + o.size_bytes, 0);
+  const sessions = rungs.reduce((a, o) => a + o.sessions, 0);
+  const top = Math.max(0, ...t.renditions.map((r) => r.bitrate_bps || 0));
+  const ok = rungs.length === t.renditions.length && rungs.every((o) => o.status === "ok");
+  return el("tr", { class: "title-row" + (state.playing === t.name ? " playing" : ""), "data-title": t.name, "data-kind": "title" },
+    el("td", { class: "title-name" }, t.name),
+    el("td", {}, `title · ${t.renditions.length} renditions`),
+    el("td", { class: "num" }, fmtBytes(size)),
+    el("td", { class: "num" }, fmtTime(rungs.length ? rungs[0].duration_s : NaN)),
+    el("td", { class: "num", title: "top rung" }, fmtRate(top)),
+    el("td", { class: "num" }, sessions),
+    el("td", {}, el("span", { class: "pill " + (ok ? "ok" : "bad") }, ok ? "ok" : "incomplete")),
+    el("td", { class: "actions" }, el("button", { class: "btn small", type: "button", "data-action": "play", disabled: !ok }, "Play"),
+      el("button", { class: "btn small danger", type: "button", "data-action": "delete" }, "Delete")));
 }
 
 function renderSessions(sessions, titles) {
@@ -273,47 +296,107 @@ function renderBroadcasts(list) {
 
 function stopPlayer() {
   const v = $("player");
-  if (state.player && state.player.abort) state.player.abort();
+  if (state.player) state.player.destroy();
   state.player = null;
+  $("rung-box").hidden = true;
   v.onerror = null;
   v.pause();
   v.removeAttribute("src");
   v.load();
 }
 
-function play(name) {
+// The title (`GET /v1/titles`) named `name`, or undefined.
+function titleNamed(name) { return state.titles.find((x) => x.name === name); }
+
+async function play(name) {
+  const title = titleNamed(name);
   const t = state.status && state.status.titles.find((x) => x.name === name);
-  if (!t) return;
+  if (!t && !title) return;
   stopPlayer();
+  const gen = ++state.plays;
+  delete document.body.dataset.playerError;
   state.playing = name;
   $("player-panel").hidden = false;
   $("player-title").textContent = name;
+  state.signatures.titles = null;
+  if (state.status) renderTitles(state.status.titles);
   const v = $("player");
   const enc = encodeURIComponent(name);
-  // The token typed here is an operator's: it never goes into a media URL (URLs end in
-  // logs, history and referrers). Requests the page makes itself carry it in a header;
-  // a <video src> cannot, so those play only where anonymous viewers are let in.
+  const info = title
+    ? `${title.renditions.length} renditions · ${fmtTime(titleDuration(title))}`
+    : `${fmtRate(t.bitrate_bps)} · ${fmtTime(t.duration_s)}`;
+  $("player-info").textContent = info;
+  // Encrypted CMAF (CENC cbcs) has no HLS here: DASH with EME Clear Key (dash.js).
+  const cenc = (title || t.content_type === "video/mp4") && await protectedCmaf(enc);
+  if (gen !== state.plays) return;
+  // The token typed here never goes into a media URL (URLs end in logs, history and
+  // referrers): hls.js and dash.js send it in an Authorization header on every request
+  // they make (keys and licences need a token with the viewer role); a <video src>
+  // cannot, so progressive files play only where anonymous viewers are let in.
   let how;
-  if (t.content_type === "video/mp2t") {
-    const playlist = `/v1/objects/${enc}/index.m3u8`;
-    if (window.MediaSource && MediaSource.isTypeSupported('video/mp2t; codecs="avc1.42E01E,mp4a.40.2"')) {
-      state.player = new TsPlayer(v, playlist);
-      how = "HLS via Media Source Extensions (video/mp2t)";
-    } else if (v.canPlayType("application/vnd.apple.mpegurl")) {
-      v.src = playlist;
-      how = "HLS (native)";
-    } else {
-      how = "this browser plays neither HLS nor MPEG-TS";
-    }
+  if (cenc) {
+    how = await startDash(v, enc);
+    if (gen !== state.plays) return;
+  } else if (title) {
+    how = startHls(v, `/v1/objects/${enc}/master.m3u8`, "adaptive HLS (hls.js)");
+  } else if (t.content_type === "video/mp2t") {
+    how = startHls(v, `/v1/objects/${enc}/index.m3u8`, "HLS (hls.js)");
   } else {
     v.src = `/o/${enc}`;
     how = `progressive (${t.content_type || "unknown type"})`;
+    v.onerror = () => explainRefusal(v.src);
   }
-  v.onerror = () => explainRefusal(v.src);
-  $("player-info").textContent = `${fmtRate(t.bitrate_bps)} · ${fmtTime(t.duration_s)} · ${how}`;
-  v.play().catch((e) => { $("player-info").textContent += " · " + e.message; });
-  state.signatures.titles = null;
-  if (state.status) renderTitles(state.status.titles);
+  $("player-info").textContent = `${info} · ${how}`;
+  v.play().catch((e) => { if (gen === state.plays) $("player-info").textContent += " · " + e.message; });
+}
+
+// Whether the object or title `enc` (URL-encoded) is CENC-encrypted CMAF: its MPD names
+// a ContentProtection (a clear or non-fragmented one answers none, or no MPD).
+async function protectedCmaf(enc) {
+  const r = await fetch(`/v1/objects/${enc}/manifest.mpd`, { headers: headers() }).catch(() => null);
+  return !!r && r.ok && (await r.text().catch(() => "")).includes("<ContentProtection");
+}
+
+// dash.js, loaded on first use (801 KB: only encrypted CMAF needs it).
+function loadDash() {
+  if (window.dashjs) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const s = document.createElement("script");
+    s.src = "/ui/vendor/dash.all.min.js";
+    s.onload = () => resolve();
+    s.onerror = () => reject(new Error("dash.js did not load"));
+    document.head.append(s);
+  });
+}
+
+async function startDash(v, enc) {
+  try {
+    await loadDash();
+  } catch (e) {
+    return e.message;
+  }
+  state.player = new DashPlayer(v, `/v1/objects/${enc}/manifest.mpd`);
+  return "DASH with Clear Key (dash.js)";
+}
+
+// Plays `url` with hls.js (Media Source Extensions), or natively where the browser plays
+// HLS and MSE is missing; what it plays with.
+function startHls(v, url, label) {
+  if (window.Hls && Hls.isSupported()) {
+    state.player = new HlsPlayer(v, url);
+    return label;
+  }
+  if (v.canPlayType("application/vnd.apple.mpegurl")) {
+    v.src = url;
+    v.onerror = () => explainRefusal(v.src);
+    return "HLS (native; no rung picker, no token for keys)";
+  }
+  return "this browser plays neither HLS nor Media Source Extensions";
+}
+
+function titleDuration(title) {
+  const o = state.status && state.status.titles.find((x) => x.name === title.renditions[0].object);
+  return o ? o.duration_s : NaN;
 }
 
 // Says why the <video> could not load `url`: a server closed to anonymous viewers refuses
@@ -327,66 +410,91 @@ async function explainRefusal(url) {
   }
 }
 
-// A small HLS VOD player for MPEG-TS playlists: reads the m3u8 (EXTINF, EXT-X-BYTERANGE),
-// fetches the segments in order and appends them to a SourceBuffer, keeping about 30 s
-// ahead of the playhead.
-class TsPlayer {
-  constructor(video, playlistUrl) {
+// hls.js on one playlist (a multivariant master.m3u8 or a media index.m3u8), with the
+// rung picker: "auto" (hls.js's own estimate) or one rung, loaded from the next segment.
+class HlsPlayer {
+  constructor(video, url) {
     this.video = video;
-    this.url = new URL(playlistUrl, location.href);
-    this.aborted = false;
-    this.ms = new MediaSource();
-    video.src = URL.createObjectURL(this.ms);
-    this.ms.addEventListener("sourceopen", () => this.run().catch((e) => this.fail(e)), { once: true });
+    const origin = location.origin;
+    this.hls = new Hls({
+      // The token only to this node (every URL the playlists list is on it).
+      xhrSetup: (xhr, u) => {
+        if (token() && new URL(u, location.href).origin === origin) xhr.setRequestHeader("Authorization", "Bearer " + token());
+      },
+    });
+    this.hls.on(Hls.Events.MANIFEST_PARSED, (_, d) => this.showRungs(d.levels));
+    this.hls.on(Hls.Events.LEVEL_SWITCHED, (_, d) => this.showLevel(d.level));
+    this.hls.on(Hls.Events.ERROR, (_, d) => this.error(d));
+    this.hls.loadSource(url);
+    this.hls.attachMedia(video);
   }
-  abort() { this.aborted = true; }
-  fail(e) { if (!this.aborted) $("player-info").textContent += " · " + e.message; }
-  async run() {
-    const r = await fetch(this.url, { headers: headers() });
-    if (!r.ok) throw new Error("playlist: " + r.status);
-    const segments = parsePlaylist(await r.text(), this.url);
-    const sb = this.ms.addSourceBuffer('video/mp2t; codecs="avc1.42E01E,mp4a.40.2"');
-    const done = () => new Promise((res) => sb.addEventListener("updateend", res, { once: true }));
-    for (const seg of segments) {
-      while (!this.aborted && this.ahead() > 30) await new Promise((res) => setTimeout(res, 500));
-      if (this.aborted) return;
-      const h = headers(seg.range ? { Range: `bytes=${seg.range[0]}-${seg.range[1]}` } : {});
-      const resp = await fetch(seg.url, { headers: h });
-      if (!resp.ok) throw new Error("segment: " + resp.status);
-      sb.appendBuffer(await resp.arrayBuffer());
-      await done();
-      this.skipLeadingGap();
+  destroy() { this.hls.destroy(); }
+  showRungs(levels) {
+    const pick = $("rung");
+    const options = [el("option", { value: "-1" }, "auto")];
+    levels.forEach((l, i) => options.push(el("option", { value: String(i) },
+      (l.height ? `${l.width}x${l.height} · ` : "") + fmtRate(l.bitrate))));
+    pick.replaceChildren(...options);
+    pick.value = "-1";
+    pick.onchange = () => this.pick(Number(pick.value));
+    $("rung-box").hidden = levels.length < 2;
+  }
+  // -1: automatic; otherwise rung i from now on (hls.js drops what it buffered of another).
+  pick(i) {
+    if (i < 0) this.hls.currentLevel = -1;
+    else this.hls.currentLevel = i;
+    this.showLevel(this.hls.currentLevel);
+  }
+  showLevel(i) {
+    const l = this.hls.levels[i];
+    const mode = this.hls.autoLevelEnabled ? "auto" : "manual";
+    $("rung-now").textContent = l ? `${mode}: playing ${l.height ? l.height + "p, " : ""}${fmtRate(l.bitrate)}` : mode;
+  }
+  error(d) {
+    if (!d.fatal) return;
+    let why = d.details;
+    const code = d.response && d.response.code;
+    if (d.details && d.details.startsWith("key") && (code === 401 || code === 403)) {
+      why = `the title is encrypted: its key needs a token with the viewer role (${code})`;
+    } else if (code) {
+      why += ` (${code})`;
     }
-    if (!this.aborted && this.ms.readyState === "open") this.ms.endOfStream();
-  }
-  // MPEG-TS timestamps rarely start at 0 (ffmpeg starts at 1.4 s): start where the
-  // buffered media starts, or the playhead waits before a gap for ever.
-  skipLeadingGap() {
-    const b = this.video.buffered;
-    if (b.length && this.video.currentTime < b.start(0)) this.video.currentTime = b.start(0);
-  }
-  ahead() {
-    const b = this.video.buffered;
-    return b.length ? b.end(b.length - 1) - this.video.currentTime : 0;
+    $("player-info").textContent += " · cannot play: " + why;
+    document.body.dataset.playerError = why;
   }
 }
 
-function parsePlaylist(text, base) {
-  const out = [];
-  let range = null, next = 0;
-  for (const raw of text.split("\n")) {
-    const line = raw.trim();
-    if (line.startsWith("#EXT-X-BYTERANGE:")) {
-      const [len, at] = line.slice(17).split("@");
-      const start = at === undefined ? next : Number(at);
-      range = [start, start + Number(len) - 1];
-      next = start + Number(len);
-    } else if (line && !line.startsWith("#")) {
-      out.push({ url: new URL(line, base), range });
-      range = null;
-    }
+// dash.js on an encrypted CMAF title's MPD: the licence (the MPD's Clear Key licence URL)
+// and every request to this node carry the token in a header.
+class DashPlayer {
+  constructor(video, url) {
+    const p = dashjs.MediaPlayer().create();
+    this.p = p;
+    const auth = token() ? { Authorization: "Bearer " + token() } : {};
+    const ours = (url) => token() && new URL(url, location.href).origin === location.origin;
+    // Not protection data: with it dash.js puts the MPD's W3C common-pssh Clear Key entry
+    // first and hands its PSSH to Clear Key as key ids, which Chromium refuses.
+    p.registerLicenseRequestFilter((req) => {
+      if (ours(req.url)) req.headers = Object.assign({}, req.headers || {}, auth);
+      return Promise.resolve();
+    });
+    p.addRequestInterceptor((req) => {
+      if (ours(req.url)) req.headers = Object.assign({}, req.headers || {}, auth);
+      return Promise.resolve(req);
+    });
+    const E = dashjs.MediaPlayer.events;
+    p.on(E.ERROR, (e) => this.error(e.error || e));
+    p.initialize(video, url, true);
   }
-  return out;
+  destroy() { this.p.destroy(); }
+  error(e) {
+    const msg = String((e && (e.message || e.code)) || "error");
+    const why = /licen[cs]e|401|403/i.test(msg)
+      ? `the title is encrypted: its licence needs a token with the viewer role (${msg})`
+      : msg;
+    $("player-info").textContent += " · cannot play: " + why;
+    document.body.dataset.playerError = why;
+  }
 }
 
 // ---------- operator actions ----------
