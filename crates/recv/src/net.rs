@@ -260,6 +260,20 @@ impl Batch {
 }
 
 impl Batch {
+    /// Packet `i` of the last receive (empty if there is none).
+    pub(crate) fn packet(&self, i: usize) -> &[u8] {
+        match self.packets.get(i) {
+            Some(p) => &self.buf[p.start..p.start + p.len],
+            None => &[],
+        }
+    }
+
+    /// The receive slot (datagram) packet `i` of the last receive came in (None if there is
+    /// no such packet): packets of one datagram are consecutive.
+    pub(crate) fn datagram(&self, i: usize) -> Option<usize> {
+        self.packets.get(i).map(|p| p.datagram)
+    }
+
     /// Source address of packet `i` of the last receive (None if the kernel gave none).
     pub(crate) fn source(&self, i: usize) -> Option<SocketAddr> {
         socket_addr(self.sources.get(self.packets.get(i)?.datagram)?)

@@ -259,7 +259,7 @@ impl Playout {
         let total = piece.len();
         let mut done = 0u64;
         while done < total {
-            let n = (total - done).min(self.piece_len as u64) as usize;
+            let n = (total - done).min(self.slot_room()) as usize;
             self.wait_due(out)?;
             if past(self.deadline) {
                 match self.config.at_deadline {
@@ -280,14 +280,30 @@ impl Playout {
         Ok(Flow::Go)
     }
 
-    /// When paced, flushes what is written and sleeps until the next byte is due (or the
-    /// deadline, if sooner).
+    /// Bytes from the schedule's position to the end of its write slot: paced, the output is
+    /// cut in slots of `piece_len` bytes (20 ms of media) and a write never crosses one;
+    /// unpaced, writes of up to `piece_len` bytes.
+    fn slot_room(&self) -> u64 {
+        let len = self.piece_len as u64;
+        if self.paced {
+            len - self.rel % len
+        } else {
+            len
+        }
+    }
+
+    /// When paced, flushes what is written and sleeps until the write slot of the next byte
+    /// is due (the due time of the slot's first byte; or the deadline, if sooner). Bytes of
+    /// a slot that is due go out at once: pieces smaller than a slot (instant release hands
+    /// out a few symbols at a time) cost one wake-up per slot, not one each, and a byte
+    /// never goes out more than a slot (20 ms) before its own due time, as with whole slots.
     fn wait_due(&self, out: &mut dyn Write) -> io::Result<()> {
         if !self.paced {
             return Ok(());
         }
         if let Some(o) = self.origin {
-            let due = due_time(o, self.rel, self.config.bitrate_bps);
+            let slot_start = self.rel - self.rel % self.piece_len as u64;
+            let due = due_time(o, slot_start, self.config.bitrate_bps);
             let wake = self.deadline.map_or(due, |d| due.min(d));
             let now = Instant::now();
             if wake > now {

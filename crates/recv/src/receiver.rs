@@ -516,6 +516,19 @@ impl Receiver {
 
     /// Handles one datagram received at time `now` (any clock, as long as it is monotonic).
     pub fn push(&mut self, bytes: &[u8], now: Duration) -> PacketClass {
+        self.push_digested(bytes, now, None)
+    }
+
+    /// [`Receiver::push`] of a datagram whose digest ([`isnode_wire::digest::packet_digest`]
+    /// of `bytes`) the caller computed already (`digest`; None: computed here if needed), as
+    /// a receive loop does for a batch of packets at once, in lanes
+    /// ([`isnode_wire::digest::packet_digests_each`]).
+    pub fn push_digested(
+        &mut self,
+        bytes: &[u8],
+        now: Duration,
+        digest: Option<&isnode_wire::digest::Digest>,
+    ) -> PacketClass {
         self.stats.packets_received += 1;
         let packet = match parse_data_packet(bytes) {
             Ok(p) => p,
@@ -527,7 +540,11 @@ impl Receiver {
             return PacketClass::Foreign;
         }
         if let Some(book) = &self.digests {
-            match book.check(id.sbn, id.esi, bytes) {
+            let digest = || match digest {
+                Some(d) => *d,
+                None => isnode_wire::digest::packet_digest(bytes),
+            };
+            match book.check_digest(id.sbn, id.esi, digest) {
                 Verdict::Authentic => {}
                 Verdict::Forged => {
                     self.stats.packets_forged += 1;

@@ -139,6 +139,10 @@ struct Feed<'a> {
     writer_gone: bool,
     /// Unicast repair of what the code cannot decode (None: `--no-repair`, or no server).
     repair: Option<Repair>,
+    /// The packets of a receive kept for the core (reused from receive to receive).
+    kept: Vec<usize>,
+    /// Their digests, when packets are authenticated (reused likewise).
+    digest_buf: Vec<isnode_wire::digest::Digest>,
     /// The measured loss, published to the keepalive thread through `loss`.
     meter: LossMeter,
     /// When the meter was last fed.
@@ -214,14 +218,43 @@ impl Feed<'_> {
         }
     }
 
-    /// Takes the packets of one receive (a datagram coalesced by `UDP_GRO` is several):
-    /// filters, impairs and pushes each, and hands what it releases to the playout thread at
-    /// once (so the release point is always current).
-    /// Takes the `n` datagrams of `batch`; true if one of them was a packet of this stream
-    /// (what keeps the session alive: a datagram of another stream, as a refused server's,
-    /// or a stray one does not).
+    /// Takes the `n` packets of one receive (a datagram coalesced by `UDP_GRO` is several):
+    /// filters and impairs each ([`Feed::admit`]), digests those kept together, in lanes
+    /// (when packets are authenticated), pushes them into the receive core, and hands what
+    /// it releases to the playout thread after each datagram (so the release point is
+    /// current for the next). True if one of them was a packet of this stream (what keeps
+    /// the session alive: a datagram of another stream, as a refused server's, or a stray
+    /// one does not).
     fn take(&mut self, batch: &mut Batch, n: usize, at: Duration) -> bool {
+        let mut kept = std::mem::take(&mut self.kept);
+        kept.clear();
+        self.admit(batch, n, &mut kept);
+        let mut digests = std::mem::take(&mut self.digest_buf);
+        digests.clear();
+        if self.rx.is_authenticating() {
+            let packets: Vec<&[u8]> = kept.iter().map(|&i| batch.packet(i)).collect();
+            digests.resize(packets.len(), [0u8; isnode_wire::digest::DIGEST_LEN]);
+            isnode_wire::digest::packet_digests_each(&packets, &mut digests);
+        }
         let mut ours = false;
+        for (j, &i) in kept.iter().enumerate() {
+            ours |= self.push(batch.packet(i), at, digests.get(j));
+            let next = kept.get(j + 1).and_then(|&k| batch.datagram(k));
+            if next != batch.datagram(i) {
+                self.drain();
+            }
+        }
+        (self.kept, self.digest_buf) = (kept, digests);
+        if let Some(f) = &mut self.digests {
+            f.pump(&mut self.rx, self.digests_ahead);
+        }
+        ours
+    }
+
+    /// The packets of a receive of `n` that go on to the receive core, into `kept`: those
+    /// from the session's source, not the server's goodbye (noted), not dropped by the
+    /// impairment (which may corrupt them in place).
+    fn admit(&mut self, batch: &mut Batch, n: usize, kept: &mut Vec<usize>) {
         for i in 0..n {
             self.counts.received += 1;
             if !self.source.accepts(batch.source(i)) {
@@ -239,28 +272,33 @@ impl Feed<'_> {
             }
             // A truncated datagram fails the CRC check: the core counts it corrupt.
             let verdict = self.impairer.as_mut().map(|i| i.apply(packet));
-            if verdict == Some(Verdict::Drop) {
-                continue;
+            if verdict != Some(Verdict::Drop) {
+                kept.push(i);
             }
-            use crate::receiver::PacketClass;
-            let class = self.rx.push(packet, at);
-            if let PacketClass::Symbol { sbn, .. } = class {
-                self.max_sbn = self.max_sbn.max(Some(sbn));
-            }
-            ours |= matches!(
-                class,
-                PacketClass::Symbol { .. }
-                    | PacketClass::Redundant
-                    | PacketClass::Duplicate
-                    | PacketClass::Fdt
-                    | PacketClass::Unverified
-            );
-            self.drain();
         }
-        if let Some(f) = &mut self.digests {
-            f.pump(&mut self.rx, self.digests_ahead);
+    }
+
+    /// Pushes one packet (with its `digest` if computed) into the receive core; true if it
+    /// was a packet of this stream.
+    fn push(
+        &mut self,
+        packet: &[u8],
+        at: Duration,
+        digest: Option<&isnode_wire::digest::Digest>,
+    ) -> bool {
+        use crate::receiver::PacketClass;
+        let class = self.rx.push_digested(packet, at, digest);
+        if let PacketClass::Symbol { sbn, .. } = class {
+            self.max_sbn = self.max_sbn.max(Some(sbn));
         }
-        ours
+        matches!(
+            class,
+            PacketClass::Symbol { .. }
+                | PacketClass::Redundant
+                | PacketClass::Duplicate
+                | PacketClass::Fdt
+                | PacketClass::Unverified
+        )
     }
 
     /// Hands released pieces to the playout thread while its queue has room.
@@ -556,6 +594,8 @@ pub(super) fn run_session(
         cut_at: None,
         writer_gone: false,
         repair,
+        kept: Vec::new(),
+        digest_buf: Vec::new(),
         meter: LossMeter::default(),
         metered_at: None,
         loss,
