@@ -31,8 +31,8 @@ pub const UNDERRUN_TOLERANCE: Duration = Duration::from_millis(20);
 /// Media time of a paced write slot: the writer wakes at most once per slot (when the
 /// slot's first byte is due) and writes what it has of the slot at once. Every wake-up
 /// costs a thread switch (30-40 µs on the machines measured, more than the bytes it
-/// writes): 100 ms keeps them at 10 a second, and a player buffers far more than that.
-pub const SLOT: Duration = Duration::from_millis(100);
+/// writes): 200 ms keeps them at 5 a second, and a player buffers far more than that.
+pub const SLOT: Duration = Duration::from_millis(200);
 
 /// How the playout buffer writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -465,7 +465,7 @@ fn receive(
 /// packets, it sleeps out the rest of a tick, and the next receive takes what came
 /// meanwhile at once. A server sends a codeword in member runs, about 26 a second at
 /// 8 Mbit/s, each a wake-up (a thread switch costs 30-40 µs on the machines measured, as
-/// much as the packets it brings); a tick of 100 ms takes three or four runs a wake-up.
+/// much as the packets it brings); a tick of 200 ms takes five runs a wake-up.
 /// Not during start-up (the playout has no lead yet: the first seconds go through at
 /// once), and never longer than what fills a fraction of the socket's receive buffer at
 /// four times the stream's rate (a start-up burst of a resumed session), so that nothing
@@ -476,7 +476,7 @@ struct Ticks {
 }
 
 /// The longest tick.
-const MAX_TICK: Duration = Duration::from_millis(100);
+const MAX_TICK: Duration = Duration::from_millis(200);
 /// Time after the first symbol before the loop sleeps between receives.
 const STEADY_AFTER: Duration = Duration::from_secs(2);
 /// Wire bytes that may arrive during one tick (an eighth of the receive buffer asked for).
