@@ -766,6 +766,36 @@ fn session_stats(
 mod tests {
     use super::*;
 
+    fn params() -> crate::receiver::SessionParams {
+        crate::receiver::SessionParams {
+            tsi: 1,
+            toi: 1,
+            transfer_length: 40_000_000,
+            symbol_len: 1408,
+            max_source_block_len: 223,
+            repair_symbols: 32,
+            start_codeword: 0,
+        }
+    }
+
+    /// The receive tick is 200 ms at 8 Mbit/s, shorter at higher rates (what arrives in a
+    /// tick at four times the rate stays within an eighth of the receive buffer), none
+    /// for a stream of unknown rate.
+    #[test]
+    fn receive_ticks_keep_the_socket_buffer_from_filling() {
+        assert_eq!(Ticks::new(&params(), 8_000_000).tick, MAX_TICK);
+        for bitrate in [10_000_000u64, 40_000_000, 400_000_000] {
+            let tick = Ticks::new(&params(), bitrate).tick;
+            assert!(tick < MAX_TICK, "{bitrate}: {tick:?}");
+            let wire_bytes = tick.as_secs_f64() * bitrate as f64 / 8.0 * 4.0 * 1.2;
+            assert!(
+                wire_bytes <= TICK_BUDGET_BYTES as f64 * 1.01,
+                "{bitrate}: {tick:?}"
+            );
+        }
+        assert_eq!(Ticks::new(&params(), 0).tick, Duration::ZERO);
+    }
+
     /// Resume attempts back off from 200 ms, doubling to 2 s, each with up to half again
     /// of random jitter: the clients of one restarted server spread out.
     #[test]
