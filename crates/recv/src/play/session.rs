@@ -133,6 +133,10 @@ struct Feed<'a> {
     pieces: Producer,
     /// The stream's bitrate (0: unknown).
     bitrate_bps: u64,
+    /// When a datagram that is not a valid packet of this stream last came (another
+    /// source, corrupt, foreign, forged): the receive loop does not sleep between
+    /// receives for a while after ([`Ticks`]).
+    stray_at: Option<Duration>,
     /// Highest SBN of a symbol taken into the window.
     max_sbn: Option<u32>,
     /// Codewords from this one on are not released (a session cut short).
@@ -230,7 +234,7 @@ impl Feed<'_> {
     fn take(&mut self, batch: &mut Batch, n: usize, at: Duration) -> bool {
         let mut kept = std::mem::take(&mut self.kept);
         kept.clear();
-        self.admit(batch, n, &mut kept);
+        self.admit(batch, n, at, &mut kept);
         let mut digests = std::mem::take(&mut self.digest_buf);
         digests.clear();
         if self.rx.is_authenticating() {
@@ -253,14 +257,15 @@ impl Feed<'_> {
         ours
     }
 
-    /// The packets of a receive of `n` that go on to the receive core, into `kept`: those
-    /// from the session's source, not the server's goodbye (noted), not dropped by the
-    /// impairment (which may corrupt them in place).
-    fn admit(&mut self, batch: &mut Batch, n: usize, kept: &mut Vec<usize>) {
+    /// The packets of a receive of `n` (at `at`) that go on to the receive core, into
+    /// `kept`: those from the session's source, not the server's goodbye (noted), not
+    /// dropped by the impairment (which may corrupt them in place).
+    fn admit(&mut self, batch: &mut Batch, n: usize, at: Duration, kept: &mut Vec<usize>) {
         for i in 0..n {
             self.counts.received += 1;
             if !self.source.accepts(batch.source(i)) {
                 self.counts.wrong_source += 1;
+                self.stray_at = Some(at);
                 continue;
             }
             let (packet, _truncated) = batch.packet_mut(i);
@@ -292,6 +297,12 @@ impl Feed<'_> {
         let class = self.rx.push_digested(packet, at, digest);
         if let PacketClass::Symbol { sbn, .. } = class {
             self.max_sbn = self.max_sbn.max(Some(sbn));
+        }
+        if matches!(
+            class,
+            PacketClass::Corrupt | PacketClass::Foreign | PacketClass::Forged
+        ) {
+            self.stray_at = Some(at);
         }
         matches!(
             class,
@@ -455,8 +466,13 @@ fn receive(
         }
         feed.measure(Instant::now() - requested);
         if n > 0 {
+            if batch.was_full() {
+                feed.stray_at = Some(arrived - requested);
+            }
             let first = feed.rx.symbol_times().0.map(|t| requested + t);
-            ticks.pause(arrived, first, limits.deadline);
+            let stray = feed.stray_at.map(|t| requested + t);
+            let calm = stray.is_none_or(|t| arrived >= t + CALM_AFTER);
+            ticks.pause(arrived, first.filter(|_| calm), limits.deadline);
         }
     }
 }
@@ -467,7 +483,8 @@ fn receive(
 /// 8 Mbit/s, each a wake-up (a thread switch costs 30-40 µs on the machines measured, as
 /// much as the packets it brings); a tick of 200 ms takes five runs a wake-up.
 /// Not during start-up (the playout has no lead yet: the first seconds go through at
-/// once), and never longer than what fills a fraction of the socket's receive buffer at
+/// once), not while strays come or receives fill the batch ([`CALM_AFTER`]), and never
+/// longer than what fills a fraction of the socket's receive buffer at
 /// four times the stream's rate (a start-up burst of a resumed session), so that nothing
 /// is dropped while the loop sleeps.
 struct Ticks {
@@ -479,6 +496,10 @@ struct Ticks {
 const MAX_TICK: Duration = Duration::from_millis(200);
 /// Time after the first symbol before the loop sleeps between receives.
 const STEADY_AFTER: Duration = Duration::from_secs(2);
+/// Time after a stray datagram (another source, corrupt, foreign, forged: a flood may be
+/// under way, which would fill the socket's buffer while the loop sleeps) or a receive
+/// that filled the batch (more may be waiting) before the loop sleeps again.
+const CALM_AFTER: Duration = Duration::from_secs(2);
 /// Wire bytes that may arrive during one tick (an eighth of the receive buffer asked for).
 const TICK_BUDGET_BYTES: u64 = (RECV_BUFFER_BYTES / 8) as u64;
 
@@ -652,6 +673,7 @@ pub(super) fn run_session(
         counts: LoopCounts::default(),
         pieces,
         bitrate_bps: setup.bitrate_bps,
+        stray_at: None,
         max_sbn: None,
         cut_at: None,
         writer_gone: false,
