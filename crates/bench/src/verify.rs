@@ -10,6 +10,13 @@
 //!   (user + system, from `getrusage(RUSAGE_CHILDREN)` around the child) per GB of title.
 //!   The difference is what authentication costs a viewer.
 //!
+//! - **The client at a player's cost** (issue 33): the same title played at its rate
+//!   (`isnode play`, paced, digests checked, as a viewer runs it) with no loss and with
+//!   each injected loss rate of `player_loss` (`--loss P`), beside `curl --limit-rate`
+//!   fetching the same bytes at the same rate from the same server (`GET /o/NAME`), rounds
+//!   alternating; each client's CPU per GB of title and its ratio to curl's. The title must
+//!   be long enough (tens of seconds) that start-up does not dominate.
+//!
 //! Machines here are shared and noisy: the rounds alternate so drift hits both modes, and
 //! the report gives every round.
 
@@ -38,6 +45,26 @@ pub struct VerifyBenchConfig {
     pub rounds: usize,
     /// Seed of the title's bytes.
     pub seed: u64,
+    /// Injected loss rates of the player rounds besides no loss (e.g. 0.01, 0.05); the
+    /// player rounds are skipped when `player_rounds` is 0.
+    pub player_loss: Vec<f64>,
+    /// Rounds of the player comparison (curl and `isnode play` at the title's rate).
+    pub player_rounds: usize,
+}
+
+/// One client of the player comparison: CPU per GB of title at the title's rate.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlayerRow {
+    /// `curl` or `isnode play`.
+    pub client: String,
+    /// Injected loss rate (`isnode play --loss`), 0 for curl.
+    pub loss: f64,
+    /// Client CPU seconds per GB of title, every round.
+    pub cpu_s_per_gb: Vec<f64>,
+    /// Their median.
+    pub median_cpu_s_per_gb: f64,
+    /// The median over curl's.
+    pub times_curl: f64,
 }
 
 /// The client's CPU in one mode.
@@ -64,6 +91,10 @@ pub struct VerifyReport {
     pub client: Vec<ClientRow>,
     /// Median with minus median without, CPU seconds per GB of title.
     pub verification_s_per_gb: f64,
+    /// The title's rate in the player comparison, bit/s.
+    pub bitrate_bps: u64,
+    /// The player comparison: curl first, then `isnode play` at each loss rate.
+    pub player: Vec<PlayerRow>,
 }
 
 /// Runs the benchmark.
@@ -100,13 +131,111 @@ pub fn run(cfg: &VerifyBenchConfig) -> anyhow::Result<VerifyReport> {
         })
         .collect();
     let verification_s_per_gb = client[0].median_cpu_s_per_gb - client[1].median_cpu_s_per_gb;
+    let player = player_rows(cfg, &base, dir.path(), title_bytes)?;
     Ok(VerifyReport {
         digest_s_per_gb,
         crc32c_s_per_gb,
         title_bytes,
         client,
         verification_s_per_gb,
+        bitrate_bps: cfg.bitrate_bps,
+        player,
     })
+}
+
+/// The player comparison: rounds alternating curl and `isnode play` at every loss rate (no
+/// loss first), each client's CPU per GB of title.
+fn player_rows(
+    cfg: &VerifyBenchConfig,
+    base: &str,
+    dir: &Path,
+    title_bytes: u64,
+) -> anyhow::Result<Vec<PlayerRow>> {
+    if cfg.player_rounds == 0 {
+        return Ok(Vec::new());
+    }
+    let mut losses = vec![0.0];
+    losses.extend(cfg.player_loss.iter().copied().filter(|l| *l > 0.0));
+    if losses.iter().any(|l| !(0.0..1.0).contains(l)) {
+        bail!("loss rates must lie in [0, 1)");
+    }
+    let gb = title_bytes as f64 / 1e9;
+    let mut curl = Vec::new();
+    let mut play: Vec<Vec<f64>> = vec![Vec::new(); losses.len()];
+    for round in 0..cfg.player_rounds {
+        curl.push(curl_cpu_s(cfg, base, title_bytes)? / gb);
+        for (i, loss) in losses.iter().enumerate() {
+            play[i].push(player_cpu_s(cfg, base, *loss, dir, round)? / gb);
+        }
+    }
+    let curl_median = median(&curl);
+    let row = |client: &str, loss: f64, v: Vec<f64>| PlayerRow {
+        client: client.to_string(),
+        loss,
+        median_cpu_s_per_gb: median(&v),
+        times_curl: median(&v) / curl_median,
+        cpu_s_per_gb: v,
+    };
+    let mut rows = vec![row("curl", 0.0, curl)];
+    for (loss, v) in losses.into_iter().zip(play) {
+        rows.push(row("isnode play", loss, v));
+    }
+    Ok(rows)
+}
+
+/// `curl --limit-rate` of the whole title over HTTP at its rate; its CPU seconds. Checks
+/// that it fetched every byte.
+fn curl_cpu_s(cfg: &VerifyBenchConfig, base: &str, title_bytes: u64) -> anyhow::Result<f64> {
+    let before = children_cpu_s();
+    let out = Command::new("curl")
+        .args(["-sS", "--fail", "--max-time"])
+        .arg((cfg.seconds * 3 + 30).to_string())
+        .args(["--limit-rate", &(cfg.bitrate_bps / 8).to_string()])
+        .args(["-o", "/dev/null", "-w", "%{size_download}"])
+        .arg(format!("{base}/o/verify.ts"))
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running curl (is it installed?)")?;
+    let cpu = children_cpu_s() - before;
+    let got = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || got.trim() != title_bytes.to_string() {
+        bail!(
+            "curl did not fetch the title whole: {}, {got} of {title_bytes} bytes",
+            out.status
+        );
+    }
+    Ok(cpu)
+}
+
+/// One `isnode play` of the title at its rate (paced playout, digests checked), with
+/// `loss` injected; its CPU seconds. Checks that it played the title whole.
+fn player_cpu_s(
+    cfg: &VerifyBenchConfig,
+    base: &str,
+    loss: f64,
+    dir: &Path,
+    round: usize,
+) -> anyhow::Result<f64> {
+    let stats = dir.join(format!("player-{loss}-{round}.json"));
+    let before = children_cpu_s();
+    let status = Command::new(&cfg.isnode_exe)
+        .args(["play", "verify.ts", "--server", base])
+        .args(["--loss", &loss.to_string(), "--seed", &round.to_string()])
+        .arg("--stats-json")
+        .arg(&stats)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .context("running isnode play")?;
+    let cpu = children_cpu_s() - before;
+    let v: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&stats).with_context(|| format!("reading {}", stats.display()))?,
+    )?;
+    if !status.success() || v["codewords_unrecoverable"] != 0 || v["authenticated"] != true {
+        bail!("isnode play --loss {loss} did not play the title whole and authenticated: {status}");
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    Ok(cpu)
 }
 
 /// (digest, CRC32C) CPU seconds per GB over 64 MiB of 1436-byte packets, one core.
@@ -221,6 +350,25 @@ pub fn format_table(r: &VerifyReport) -> String {
         "verification costs the client {:.3} CPU s per title GB\n",
         r.verification_s_per_gb
     ));
+    if !r.player.is_empty() {
+        s.push_str(&format!(
+            "at the title's rate ({:.1} Mbit/s), client CPU s per title GB:\n",
+            r.bitrate_bps as f64 / 1e6
+        ));
+    }
+    for row in &r.player {
+        let rounds: Vec<String> = row.cpu_s_per_gb.iter().map(|v| format!("{v:.3}")).collect();
+        let who = match row.client.as_str() {
+            "curl" => "curl --limit-rate".to_string(),
+            c => format!("{c}, loss {:.0} %", row.loss * 100.0),
+        };
+        s.push_str(&format!(
+            "  {who:<26} median {:.3}  {:.2} x curl  rounds [{}]\n",
+            row.median_cpu_s_per_gb,
+            row.times_curl,
+            rounds.join(", ")
+        ));
+    }
     s
 }
 
@@ -242,10 +390,33 @@ mod tests {
                 median_cpu_s_per_gb: 1.0,
             }],
             verification_s_per_gb: 0.4,
+            bitrate_bps: 8_000_000,
+            player: vec![
+                PlayerRow {
+                    client: "curl".into(),
+                    loss: 0.0,
+                    cpu_s_per_gb: vec![1.5],
+                    median_cpu_s_per_gb: 1.5,
+                    times_curl: 1.0,
+                },
+                PlayerRow {
+                    client: "isnode play".into(),
+                    loss: 0.05,
+                    cpu_s_per_gb: vec![2.7],
+                    median_cpu_s_per_gb: 2.7,
+                    times_curl: 1.8,
+                },
+            ],
         };
         let t = format_table(&r);
         assert!(
             t.contains("0.400") && t.contains("--verify-digests on"),
+            "{t}"
+        );
+        assert!(
+            t.contains("8.0 Mbit/s")
+                && t.contains("isnode play, loss 5 %")
+                && t.contains("1.80 x curl"),
             "{t}"
         );
     }

@@ -523,6 +523,13 @@ pub(crate) struct VerifyBenchArgs {
     /// Seed of the title's bytes.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Rounds of the player comparison: `curl --limit-rate` and `isnode play` (paced, no
+    /// loss and each of `--player-loss`) at the title's rate (0: skip it).
+    #[arg(long, default_value_t = 3)]
+    pub player_rounds: usize,
+    /// Injected loss rates of the player comparison besides no loss.
+    #[arg(long, value_delimiter = ',', default_value = "0.01,0.05")]
+    pub player_loss: Vec<f64>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,

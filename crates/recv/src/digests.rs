@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use isnode_wire::digest::{packet_digest, DIGEST_LEN};
+use isnode_wire::digest::{packet_digest, Digest, DIGEST_LEN};
 
 /// Codewords whose digests a unicast session's book holds (about 4 MiB at 255 symbols):
 /// far more than its window.
@@ -98,12 +98,19 @@ impl DigestBook {
 
     /// Checks `packet`, which claims to be symbol `esi` of codeword `sbn`.
     pub fn check(&self, sbn: u32, esi: u8, packet: &[u8]) -> Verdict {
+        self.check_digest(sbn, esi, || packet_digest(packet))
+    }
+
+    /// Checks a packet that claims to be symbol `esi` of codeword `sbn` by its digest, which
+    /// `digest` gives (computed only when the codeword's digests are in the book; a caller
+    /// that digested a batch of packets together hands the one it has).
+    pub fn check_digest(&self, sbn: u32, esi: u8, digest: impl FnOnce() -> Digest) -> Verdict {
         let Some(row) = self.rows.get(&sbn) else {
             return Verdict::Unknown;
         };
         let at = usize::from(esi) * DIGEST_LEN;
         match row.get(at..at + DIGEST_LEN) {
-            Some(want) if want == packet_digest(packet) => Verdict::Authentic,
+            Some(want) if want == digest() => Verdict::Authentic,
             _ => Verdict::Forged,
         }
     }

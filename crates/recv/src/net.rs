@@ -145,6 +145,8 @@ pub(crate) struct Batch {
     sources: Vec<libc::sockaddr_storage>,
     /// The packets of the last receive, in order.
     packets: Vec<Packet>,
+    /// Datagrams taken by the last receive.
+    received: usize,
 }
 
 impl Batch {
@@ -165,6 +167,7 @@ impl Batch {
             // SAFETY: sockaddr_storage is a plain C struct for which all-zero bytes are valid.
             sources: (0..slots).map(|_| unsafe { std::mem::zeroed() }).collect(),
             packets: Vec::with_capacity(slots),
+            received: 0,
         }
     }
 
@@ -198,6 +201,7 @@ impl Batch {
             hdr.msg_hdr.msg_controllen = control.len() as _;
         }
         self.packets.clear();
+        self.received = 0;
         // SAFETY: `hdrs` holds `slots` headers, each pointing at one iovec of `iovecs`, each
         // pointing at a distinct `slot`-byte chunk of `self.buf`, at a distinct
         // sockaddr_storage of `self.sources` with its size, and at a distinct
@@ -221,6 +225,7 @@ impl Batch {
                 _ => Err(err),
             };
         }
+        self.received = n as usize;
         for (i, hdr) in hdrs.iter().take(n as usize).enumerate() {
             self.take_datagram(i, &hdr.msg_hdr, hdr.msg_len as usize);
         }
@@ -260,6 +265,26 @@ impl Batch {
 }
 
 impl Batch {
+    /// Whether the last receive took as many datagrams as the batch holds (the socket may
+    /// hold more).
+    pub(crate) fn was_full(&self) -> bool {
+        self.received == self.sources.len()
+    }
+
+    /// Packet `i` of the last receive (empty if there is none).
+    pub(crate) fn packet(&self, i: usize) -> &[u8] {
+        match self.packets.get(i) {
+            Some(p) => &self.buf[p.start..p.start + p.len],
+            None => &[],
+        }
+    }
+
+    /// The receive slot (datagram) packet `i` of the last receive came in (None if there is
+    /// no such packet): packets of one datagram are consecutive.
+    pub(crate) fn datagram(&self, i: usize) -> Option<usize> {
+        self.packets.get(i).map(|p| p.datagram)
+    }
+
     /// Source address of packet `i` of the last receive (None if the kernel gave none).
     pub(crate) fn source(&self, i: usize) -> Option<SocketAddr> {
         socket_addr(self.sources.get(self.packets.get(i)?.datagram)?)

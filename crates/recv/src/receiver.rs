@@ -516,27 +516,37 @@ impl Receiver {
 
     /// Handles one datagram received at time `now` (any clock, as long as it is monotonic).
     pub fn push(&mut self, bytes: &[u8], now: Duration) -> PacketClass {
+        self.push_digested(bytes, now, None)
+    }
+
+    /// [`Receiver::push`] of a datagram whose digest ([`isnode_wire::digest::packet_digest`]
+    /// of `bytes`) the caller computed already (`digest`; None: computed here if needed), as
+    /// a receive loop does for a batch of packets at once, in lanes
+    /// ([`isnode_wire::digest::packet_digests_each`]).
+    pub fn push_digested(
+        &mut self,
+        bytes: &[u8],
+        now: Duration,
+        digest: Option<&isnode_wire::digest::Digest>,
+    ) -> PacketClass {
         self.stats.packets_received += 1;
-        let packet = match parse_data_packet(bytes) {
-            Ok(p) => p,
-            Err(_) => return self.push_non_data(bytes),
+        let Some((packet, verdict)) = self.checked(bytes, digest) else {
+            return self.push_non_data(bytes);
         };
         let id = packet.id;
         if !self.is_in_object(&packet) {
             self.stats.packets_foreign += 1;
             return PacketClass::Foreign;
         }
-        if let Some(book) = &self.digests {
-            match book.check(id.sbn, id.esi, bytes) {
-                Verdict::Authentic => {}
-                Verdict::Forged => {
-                    self.stats.packets_forged += 1;
-                    return PacketClass::Forged;
-                }
-                Verdict::Unknown => {
-                    self.stats.packets_unverified += 1;
-                    return PacketClass::Unverified;
-                }
+        match verdict {
+            None | Some(Verdict::Authentic) => {}
+            Some(Verdict::Forged) => {
+                self.stats.packets_forged += 1;
+                return PacketClass::Forged;
+            }
+            Some(Verdict::Unknown) => {
+                self.stats.packets_unverified += 1;
+                return PacketClass::Unverified;
             }
         }
         if u64::from(id.sbn) >= u64::from(self.next_release) + u64::from(self.window_codewords) {
@@ -552,6 +562,36 @@ impl Receiver {
             return PacketClass::Redundant;
         }
         self.push_symbol(id.sbn, id.esi, packet.symbol)
+    }
+
+    /// The data packet in `bytes` if it is one and intact, and (when packets are
+    /// authenticated and it is of the object) what its digest says. An authentic packet is
+    /// taken on its digest alone: SHA-256 over every byte the CRC32C covers, matching the
+    /// stored packet's, says more than the CRC can, which is then not computed. Any other
+    /// packet must pass its CRC32C (one that fails is corrupt, as without authentication,
+    /// whatever its digest). None: not a data packet with a valid CRC32C.
+    fn checked<'b>(
+        &self,
+        bytes: &'b [u8],
+        digest: Option<&isnode_wire::digest::Digest>,
+    ) -> Option<(DataPacket<'b>, Option<Verdict>)> {
+        let (unverified, _) = isnode_wire::parse_data_packet_unverified(bytes).ok()?;
+        let verdict = match &self.digests {
+            Some(book) if self.is_in_object(&unverified) => {
+                let id = unverified.id;
+                let digest = || match digest {
+                    Some(d) => *d,
+                    None => isnode_wire::digest::packet_digest(bytes),
+                };
+                Some(book.check_digest(id.sbn, id.esi, digest))
+            }
+            _ => None,
+        };
+        if verdict == Some(Verdict::Authentic) {
+            return Some((unverified, verdict));
+        }
+        let packet = parse_data_packet(bytes).ok()?;
+        Some((packet, verdict))
     }
 
     /// Whether a valid data packet is of this session and object and within its ranges.

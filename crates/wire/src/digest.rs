@@ -53,6 +53,47 @@ pub fn packet_digests(packets: &[u8], packet_len: usize, out: &mut [u8]) {
     }
 }
 
+/// The digests of separate packets (`msgs`), into `out` (one per packet, in order; packets
+/// past what `out` holds are left out): the values of [`packet_digest`], computed eight or
+/// four at a time over runs of packets of one length where the CPU has the SHA extensions
+/// (a receiver's batch: the packets of one datagram or one receive are of one length but
+/// for an odd FDT packet, which is digested alone).
+pub fn packet_digests_each(msgs: &[&[u8]], out: &mut [Digest]) {
+    let n = msgs.len().min(out.len());
+    let mut at = 0;
+    while at < n {
+        let len = msgs[at].len();
+        let run = msgs[at..n].iter().take_while(|m| m.len() == len).count();
+        at += match run {
+            8.. => digests_each_in_lanes::<8>(&msgs[at..], &mut out[at..]),
+            4.. => digests_each_in_lanes::<4>(&msgs[at..], &mut out[at..]),
+            _ => {
+                out[at] = packet_digest(msgs[at]);
+                1
+            }
+        };
+    }
+}
+
+/// Digests the first `L` of `msgs` (of one length; the caller checked both hold them) into
+/// the first `L` of `out`; returns `L`.
+fn digests_each_in_lanes<const L: usize>(msgs: &[&[u8]], out: &mut [Digest]) -> usize {
+    let lanes: [&[u8]; L] = std::array::from_fn(|l| msgs[l]);
+    match crate::sha256_lanes::digest(lanes) {
+        Some(full) => {
+            for (o, d) in out.iter_mut().zip(&full) {
+                o.copy_from_slice(&d[..DIGEST_LEN]);
+            }
+        }
+        None => {
+            for (o, m) in out.iter_mut().zip(lanes) {
+                *o = packet_digest(m);
+            }
+        }
+    }
+    L
+}
+
 /// Digests packets `at..at + L` of `packets` into their places in `out` (the caller checked
 /// both hold them); returns `L`.
 fn digests_of_lanes<const L: usize>(
@@ -104,6 +145,29 @@ mod tests {
         packet_digests(&packets, 100, &mut out);
         assert_eq!(out[..DIGEST_LEN], packet_digest(&packets[..100]));
         assert_eq!(out[DIGEST_LEN..], [0, 0, 0]);
+    }
+
+    #[test]
+    fn digests_of_separate_packets_are_each_packets_digest() {
+        // Runs of one length broken by odd lengths (FDT packets), of every count up to 20.
+        for count in 0usize..20 {
+            let packets: Vec<Vec<u8>> = (0..count)
+                .map(|i| {
+                    let len = if i % 7 == 3 { 700 + i } else { 1436 };
+                    (0..len).map(|b| (b * 31 + i * 7) as u8).collect()
+                })
+                .collect();
+            let msgs: Vec<&[u8]> = packets.iter().map(Vec::as_slice).collect();
+            let mut out = vec![[0u8; DIGEST_LEN]; count];
+            packet_digests_each(&msgs, &mut out);
+            for (i, d) in out.iter().enumerate() {
+                assert_eq!(*d, packet_digest(&packets[i]), "{count}: {i}");
+            }
+            // `out` shorter than the packets: only what it holds.
+            let mut short = vec![[9u8; DIGEST_LEN]; count / 2];
+            packet_digests_each(&msgs, &mut short);
+            assert_eq!(short, out[..count / 2]);
+        }
     }
 
     #[test]

@@ -230,6 +230,8 @@ pub(super) fn verify(args: &crate::cli::VerifyBenchArgs) -> anyhow::Result<ExitC
         seconds: args.seconds,
         rounds: args.rounds,
         seed: args.seed,
+        player_loss: args.player_loss.clone(),
+        player_rounds: args.player_rounds,
     };
     let report = verify::run(&cfg).context("running the verification benchmark")?;
     print!("{}", verify::format_table(&report));
