@@ -3,7 +3,8 @@
 //! HLS playlist over HTTP; a broadcast on IPv6 multicast groups (`ff15::/64`, in a network
 //! namespace of the test's own) reaches `isnode play --broadcast`; a cluster of three edges
 //! named by `http://[::1]:PORT` URLs probes, redirects and plays; the per-client limits
-//! count an IPv6 client by its /64 (many addresses of one /64 are one client).
+//! count an IPv6 client by its /64 (many addresses of one /64 are one client); and all of
+//! unicast, HTTP and broadcast in a namespace whose loopback has no IPv4 address at all.
 //!
 //! Addresses of two /64s are added to `lo` (`ip -6 addr add`, root) and removed at the end.
 
@@ -251,4 +252,45 @@ fn a_cluster_over_ipv6_probes_redirects_and_plays() {
     let started = |e: &Server| e.metrics().get("isnode_sessions_started_total");
     assert_eq!(started(&edges[1]), 1.0, "the session was edge-1's");
     assert_eq!(started(&edges[0]), 0.0);
+}
+
+/// IPv6 only: in a namespace of the test's own whose loopback has no IPv4 address at all
+/// (`127.0.0.1/8` removed), a server on `[::1]` streams a title to `isnode play` over UDP,
+/// serves its bytes over HTTP, and broadcasts it on `ff15::` groups to `play --broadcast`:
+/// nothing in the server or the client needs IPv4.
+#[test]
+fn everything_in_a_namespace_without_ipv4() {
+    let ns = Netns::with_loopback_multicast();
+    ns.run(|| {
+        let out = Command::new("ip")
+            .args(["addr", "del", "127.0.0.1/8", "dev", "lo"])
+            .output()
+            .expect("ip (iproute2) is needed by this test: run scripts/test");
+        assert!(out.status.success(), "removing 127.0.0.1 from lo: {out:?}");
+        let v4 = std::net::UdpSocket::bind("127.0.0.1:0");
+        assert!(v4.is_err(), "the namespace still has IPv4 on its loopback");
+        let vol = Vol::create(&[]);
+        let original = vol.add_ts("t.ts", 2_000_000, 4.0, 64);
+        let server = Server::start_at(&vol, IpAddr::V6(Ipv6Addr::LOCALHOST), &[]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let played = play_run(&server, &vol, "t.ts", "v6only", &[], deadline);
+        assert!(played.status.success(), "isnode play: {}", played.log);
+        assert!(played.bytes() == original, "the played output differs");
+        let content = server.req("GET", "/v1/objects/t.ts/index.m3u8", None);
+        assert_eq!(content.status, 200, "{}", content.body);
+        let body = serde_json::json!({
+            "object": "t.ts", "scheme": "cautious-harmonic", "max_wait_s": 2.0, "ip_version": 6
+        })
+        .to_string();
+        let r = server.req("POST", "/v1/broadcasts", Some(&body));
+        assert_eq!(r.status, 201, "{}", r.body);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let played = play_run(&server, &vol, "t.ts", "b6only", &["--broadcast"], deadline);
+        assert!(
+            played.bytes() == original,
+            "broadcast output differs: {}",
+            played.log
+        );
+        assert!(played.log.contains(", 0 lost,"), "{}", played.log);
+    });
 }
