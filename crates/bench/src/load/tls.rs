@@ -163,6 +163,9 @@ impl TlsWire {
         let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
         let mut tcp = TcpStream::connect_timeout(&addr, HANDSHAKE_TIMEOUT)
             .with_context(|| format!("connecting to {addr}"))?;
+        // The handshake's last flight and the request leave in separate writes: without
+        // this, Nagle holds the request until the server acknowledges the flight.
+        tcp.set_nodelay(true)?;
         let name = ServerName::try_from(host.to_string())
             .with_context(|| format!("{host:?} as a TLS server name"))?;
         let mut tls = rustls::ClientConnection::new(config.clone(), name)
