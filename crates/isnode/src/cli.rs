@@ -573,11 +573,13 @@ pub(crate) struct LoadBenchArgs {
     /// another isnode binary (before/after in one run); `ENGINE/BYTES` serves a volume of
     /// that block length (default 1 MiB; e.g. `gso/65536`). `http` loads isnode's content
     /// path (`GET /o/NAME`) with the paced TCP readers nginx gets; `hls`, HLS players (the
-    /// playlist, then its segments' byte ranges on one kept-alive connection).
+    /// playlist, then its segments' byte ranges on one kept-alive connection); `https` and
+    /// `hls-tls`, the same over HTTPS (a self-signed certificate made for the run).
     #[arg(long, value_delimiter = ',', default_value = "gso,uring-zc")]
     pub engines: Vec<String>,
     /// nginx variants to load after the engines: sendfile, aio (sendfile in `aio threads`),
-    /// directio (empty: none). Ratios are taken to the best variant of the run.
+    /// directio, tls (sendfile as deployed, over HTTPS with the run's certificate) (empty:
+    /// none). Ratios are taken to the best variant of the run.
     #[arg(long, value_delimiter = ',', default_value = "sendfile")]
     pub nginx: Vec<String>,
     /// Number of titles (MPEG-TS made by gen-ts).

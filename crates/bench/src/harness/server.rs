@@ -75,6 +75,8 @@ pub(crate) struct ServerSpec<'a> {
     pub(crate) output: Output,
     /// How it reads its blocks.
     pub(crate) block_io: BlockIo,
+    /// HTTPS with this certificate and key (PEM files) instead of plain HTTP.
+    pub(crate) tls: Option<(&'a Path, &'a Path)>,
 }
 
 impl<'a> ServerSpec<'a> {
@@ -97,6 +99,7 @@ impl<'a> ServerSpec<'a> {
             group: None,
             output: Output::Stderr,
             block_io: BlockIo::FromEnvironment,
+            tls: None,
         }
     }
 }
@@ -126,8 +129,15 @@ pub(crate) fn start(spec: &ServerSpec) -> anyhow::Result<(ServerChild, String)> 
             "100000",
         ])
         .args(["--cache-size", &spec.cache_size_bytes.to_string()])
-        .args(own_network_flags(spec.exe, listen))
+        .args(own_network_flags(spec.exe, listen, spec.tls.is_some()))
         .args(spec.extra);
+    if let Some((cert, key)) = spec.tls {
+        command
+            .arg("--tls-cert")
+            .arg(cert)
+            .arg("--tls-key")
+            .arg(key);
+    }
     if spec.block_io == BlockIo::Direct {
         command.env_remove("ISNODE_BUFFERED_IO");
     }
@@ -140,23 +150,40 @@ pub(crate) fn start(spec: &ServerSpec) -> anyhow::Result<(ServerChild, String)> 
     };
     let child = command.spawn().context("starting isnode serve")?;
     let server = ServerChild(child);
-    let base = format!("http://{listen}");
-    wait_ready(&base)?;
+    let base = match spec.tls {
+        Some(_) => format!("https://{listen}"),
+        None => format!("http://{listen}"),
+    };
+    wait_ready(&agent(spec.tls.map(|(cert, _)| cert))?, &base)?;
     Ok((server, base))
 }
 
 /// The flags of a server on the bench's own network (a veth pair in a namespace, not
-/// loopback): plain HTTP by choice, and no role tokens (the bench is its only client). A
-/// binary from before HTTPS serves plain HTTP anywhere, one from before tokens opens the
-/// routes anyway: neither knows the flag, and neither gets it.
-fn own_network_flags(exe: &Path, listen: SocketAddr) -> Vec<&'static str> {
+/// loopback): plain HTTP by choice (unless `tls`), and no role tokens (the bench is its
+/// only client). A binary from before HTTPS serves plain HTTP anywhere, one from before
+/// tokens opens the routes anyway: neither knows the flag, and neither gets it.
+fn own_network_flags(exe: &Path, listen: SocketAddr, tls: bool) -> Vec<&'static str> {
     if listen.ip().is_loopback() {
         return Vec::new();
     }
     ["--plain-http", "--insecure-open-operator-routes"]
         .into_iter()
+        .filter(|flag| !(tls && *flag == "--plain-http"))
         .filter(|flag| serve_knows(exe, flag))
         .collect()
+}
+
+/// An agent for a server's control API: trusting only the certificate in the PEM file
+/// `ca_cert` when given (a server of the run's self-signed pair), else the defaults.
+pub(crate) fn agent(ca_cert: Option<&Path>) -> anyhow::Result<ureq::Agent> {
+    let Some(ca) = ca_cert else {
+        return Ok(ureq::Agent::new_with_defaults());
+    };
+    let tls = isnode_recv::control::tls_config(Some(ca))?;
+    Ok(ureq::Agent::config_builder()
+        .tls_config(tls)
+        .build()
+        .new_agent())
 }
 
 /// Whether `exe serve` takes `flag` (its `--help` names it): before/after runs start
@@ -168,9 +195,9 @@ fn serve_knows(exe: &Path, flag: &str) -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(flag))
 }
 
-/// Waits until the server at `base` answers `GET /v1/objects`.
-pub(crate) fn wait_ready(base: &str) -> anyhow::Result<()> {
-    if !answers_in_time(|| ureq::get(format!("{base}/v1/objects")).call().is_ok()) {
+/// Waits until the server at `base` answers `GET /v1/objects` (through `agent`).
+pub(crate) fn wait_ready(agent: &ureq::Agent, base: &str) -> anyhow::Result<()> {
+    if !answers_in_time(|| agent.get(format!("{base}/v1/objects")).call().is_ok()) {
         bail!("the server did not answer on {base} within 20 s");
     }
     Ok(())

@@ -29,8 +29,13 @@ impl Sessions {
     /// No sessions yet of the server at `base`, kept alive every `period` (zero: as soon as
     /// [`Sessions::set_period`] says).
     pub(crate) fn new(base: &str, period: Duration) -> Sessions {
+        Sessions::with_agent(ureq::Agent::new_with_defaults(), base, period)
+    }
+
+    /// As [`Sessions::new`], every request through `agent` (an HTTPS server's trust).
+    pub(crate) fn with_agent(agent: ureq::Agent, base: &str, period: Duration) -> Sessions {
         Sessions {
-            agent: ureq::Agent::new_with_defaults(),
+            agent,
             base: base.to_string(),
             live: Arc::new(Mutex::new(Vec::new())),
             period_ms: Arc::new(AtomicU64::new(period.as_millis() as u64)),

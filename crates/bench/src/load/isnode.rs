@@ -1,8 +1,7 @@
 //! isnode under load: the volume of the titles, `isnode serve` with an engine, and sessions
 //! created, kept alive and ended through its HTTP control API.
 
-use std::io::Write;
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +12,7 @@ use isnode_store::{IngestOptions, Volume, VolumeParams};
 use super::net::Net;
 use super::receivers::{set_udp_gro, Conn, Hls};
 use super::title::Title;
+use super::tls::{TlsPair, Wire};
 use crate::cgroup::Cgroup;
 use crate::harness::keepalive::{Datagrams, Live, Route};
 use crate::harness::metrics::{self, metric};
@@ -62,6 +62,8 @@ pub(crate) struct IsnodeServer {
     pub(crate) child: ServerChild,
     /// The clients' address (sessions' sockets are bound there).
     client_host: String,
+    /// The readers' TLS configuration when the server speaks HTTPS.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// The server's counters that a level's figures need, from `GET /metrics`.
@@ -111,28 +113,47 @@ pub(crate) struct Opened {
 
 impl IsnodeServer {
     /// Starts `isnode serve` on the volume with `engine` and `extra` arguments (inside
-    /// `group` when there is one).
+    /// `group` when there is one; over HTTPS with `tls`).
     pub(crate) fn start(
         vol_dir: &Path,
         exe: &Path,
-        engine: &str,
-        cache_size_bytes: u64,
+        (engine, cache_size_bytes): (&str, u64),
         extra: &[&str],
         net: &Net,
         group: Option<&Cgroup>,
+        tls: Option<&TlsPair>,
     ) -> anyhow::Result<IsnodeServer> {
         let spec = ServerSpec {
             extra,
             group,
+            tls: tls.map(|t| (t.cert.as_path(), t.key.as_path())),
             ..ServerSpec::new(exe, vol_dir, net.server_host(), engine, cache_size_bytes)
         };
         let (child, base) = server::start(&spec)?;
+        let agent = server::agent(tls.map(|t| t.cert.as_path()))?;
         Ok(IsnodeServer {
             // Until the first session says the period, look again soon.
-            sessions: Sessions::new(&base, Duration::ZERO),
+            sessions: Sessions::with_agent(agent, &base, Duration::ZERO),
             child,
             client_host: net.client_host().to_string(),
+            tls: tls.map(|t| t.client.clone()),
         })
+    }
+
+    /// A reader's connection to the server's API (TLS when it speaks HTTPS), `request`
+    /// sent; non-blocking.
+    fn connect(&self, request: &str) -> anyhow::Result<Wire> {
+        let base = self.sessions.base();
+        let hostport = base
+            .strip_prefix("https://")
+            .or_else(|| base.strip_prefix("http://"))
+            .unwrap_or(base);
+        let addr: SocketAddr = hostport
+            .parse()
+            .with_context(|| format!("the server's address {hostport:?}"))?;
+        let host = addr.ip().to_string();
+        Wire::connect(addr, &host, self.tls.as_ref(), request.as_bytes())
+            .context("connecting to isnode")
     }
 
     /// The server's counters now.
@@ -201,21 +222,15 @@ impl IsnodeServer {
 
     /// Connects to the server's HTTP API and asks for `name`'s bytes as a player does
     /// (`GET /o/NAME`); the stream is non-blocking.
-    pub(crate) fn get(&self, name: &str) -> anyhow::Result<TcpStream> {
-        let base = self.sessions.base();
-        let addr = base.strip_prefix("http://").unwrap_or(base);
-        let mut s = TcpStream::connect(addr).context("connecting to isnode")?;
-        write!(
-            s,
+    pub(crate) fn get(&self, name: &str) -> anyhow::Result<Wire> {
+        self.connect(&format!(
             "GET /o/{name} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-        )?;
-        s.set_nonblocking(true)?;
-        Ok(s)
+        ))
     }
 
     /// An HLS player of `name`: its playlist fetched and read, a connection kept alive
     /// for its segments, the first asked for; the stream is non-blocking.
-    pub(crate) fn hls(&self, name: &str) -> anyhow::Result<(TcpStream, Hls)> {
+    pub(crate) fn hls(&self, name: &str) -> anyhow::Result<(Wire, Hls)> {
         let url = format!("{}/v1/objects/{name}/index.m3u8", self.sessions.base());
         let text = self
             .sessions
@@ -234,11 +249,7 @@ impl IsnodeServer {
             current: 0,
             left,
         };
-        let base = self.sessions.base();
-        let addr = base.strip_prefix("http://").unwrap_or(base);
-        let mut s = TcpStream::connect(addr).context("connecting to isnode")?;
-        s.write_all(hls.request().as_bytes())?;
-        s.set_nonblocking(true)?;
+        let s = self.connect(&hls.request())?;
         Ok((s, hls))
     }
 

@@ -27,6 +27,7 @@ mod receivers;
 pub mod report;
 mod run;
 mod title;
+mod tls;
 pub mod validity;
 pub mod workload;
 
@@ -64,6 +65,7 @@ pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Res
         }
         None => None,
     };
+    let tls = run_certificate(cfg, &net, dir.path())?;
     let mut servers = Vec::new();
     if !cfg.engines.is_empty() {
         // One volume per block length the engines name (`ENGINE/BYTES`), made once.
@@ -90,7 +92,7 @@ pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Res
                     vol
                 }
             };
-            let r = run::ramp_isnode(cfg, &net, &vol, engine, &titles, progress)
+            let r = run::ramp_isnode(cfg, (&net, tls.as_ref()), &vol, engine, &titles, progress)
                 .with_context(|| format!("engine {engine}"))?;
             servers.push(r);
         }
@@ -99,7 +101,7 @@ pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Res
         let ndir = dir.path().join("nginx");
         nginx::write_titles(&ndir, &titles)?;
         for v in &cfg.nginx {
-            let r = run::ramp_nginx(cfg, &net, &ndir, *v, &titles, progress)
+            let r = run::ramp_nginx(cfg, (&net, tls.as_ref()), &ndir, *v, &titles, progress)
                 .with_context(|| format!("nginx ({v:?})"))?;
             servers.push(r);
         }
@@ -112,6 +114,27 @@ pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Res
         servers,
         confinement,
     ))
+}
+
+/// The run's certificate and key, when an engine or nginx variant serves HTTPS: one pair
+/// for every server, so that isnode and nginx do the same handshakes.
+fn run_certificate(
+    cfg: &LoadBenchConfig,
+    net: &Net,
+    dir: &std::path::Path,
+) -> anyhow::Result<Option<tls::TlsPair>> {
+    let engines = cfg
+        .engines
+        .iter()
+        .map(|e| run::EngineSpec::parse(e).map(|s| run::engine_needs_tls(s.kind)))
+        .collect::<anyhow::Result<Vec<bool>>>()?;
+    let nginx = cfg.nginx.contains(&NginxVariant::Tls);
+    if !nginx && !engines.contains(&true) {
+        return Ok(None);
+    }
+    let pair = tls::TlsPair::make(&cfg.isnode_exe, &dir.join("tls"), net.server_host())
+        .context("making the run's certificate")?;
+    Ok(Some(pair))
 }
 
 fn make_titles(cfg: &LoadBenchConfig) -> anyhow::Result<Vec<Title>> {

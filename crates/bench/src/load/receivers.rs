@@ -14,14 +14,14 @@
 //! - isnode's `hls` engine is an HLS player: the playlist, then its segments' byte ranges
 //!   one after another on one kept-alive connection, read at the same pace.
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, UdpSocket};
+use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::tls::Wire;
 use super::validity::{StreamRecord, TICK_S};
 
 /// `UDP_GRO` (linux/udp.h); not exported by libc for glibc targets.
@@ -43,10 +43,10 @@ pub(crate) enum Conn {
         /// (SBN, ESI) of the last data packet.
         last: Option<(u32, u8)>,
     },
-    /// An HTTP GET of a title (from nginx, or isnode's `/o/NAME`).
+    /// An HTTP GET of a title (from nginx, or isnode's `/o/NAME`), over TCP or TLS.
     Http {
         /// The connection, request sent.
-        stream: TcpStream,
+        stream: Wire,
         /// The title's bytes, to compare with.
         title: Arc<Vec<u8>>,
         /// The response head so far, until it has been parsed whole.
@@ -183,6 +183,14 @@ impl Stream {
             now.saturating_duration_since(t).as_secs_f64() * rate_bytes_per_s
         });
         (played + cap_bytes - *body_bytes as f64).max(0.0) as usize
+    }
+
+    /// Whether received bytes wait in the stream's own buffer (TLS plaintext).
+    fn buffered(&self) -> bool {
+        match &self.conn {
+            Conn::Udp { .. } => false,
+            Conn::Http { stream, .. } => stream.buffered(),
+        }
     }
 
     /// Reads what is ready; returns false when the stream is over (EOF or error).
@@ -390,8 +398,8 @@ pub(crate) fn set_udp_gro(socket: &UdpSocket) -> std::io::Result<()> {
     }
 }
 
-/// Waits up to [`POLL_TIMEOUT_MS`] for any of `fds` to be readable; marks which are.
-fn poll_readable(fds: &mut [libc::pollfd]) {
+/// Waits up to `timeout_ms` for any of `fds` to be readable; marks which are.
+fn poll_readable(fds: &mut [libc::pollfd], timeout_ms: i32) {
     if fds.is_empty() {
         std::thread::sleep(Duration::from_millis(POLL_TIMEOUT_MS as u64));
         return;
@@ -399,7 +407,7 @@ fn poll_readable(fds: &mut [libc::pollfd]) {
     // SAFETY: `fds` is a valid, writable slice of pollfd of the length passed.
     #[allow(unsafe_code)]
     unsafe {
-        libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_TIMEOUT_MS)
+        libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms)
     };
 }
 
@@ -479,7 +487,7 @@ fn receive(rx: &Receiver<Stream>, stop: &AtomicBool, done: &Mutex<Vec<(usize, St
         for (i, s) in streams.iter().enumerate().filter(|(_, s)| s.wants(now)) {
             let fd = match &s.conn {
                 Conn::Udp { socket, .. } => socket.as_raw_fd(),
-                Conn::Http { stream, .. } => stream.as_raw_fd(),
+                Conn::Http { stream, .. } => stream.fd(),
             };
             fds.push(libc::pollfd {
                 fd,
@@ -488,14 +496,18 @@ fn receive(rx: &Receiver<Stream>, stop: &AtomicBool, done: &Mutex<Vec<(usize, St
             });
             which.push(i);
         }
-        poll_readable(&mut fds);
+        // Decrypted bytes waiting in a TLS stream make no socket readable: do not wait.
+        let buffered = which
+            .iter()
+            .any(|&i| streams.get(i).is_some_and(Stream::buffered));
+        poll_readable(&mut fds, if buffered { 0 } else { POLL_TIMEOUT_MS });
         let now = Instant::now();
         let mut over = Vec::new();
         for (fd, &i) in fds.iter().zip(&which) {
-            if fd.revents == 0 {
-                continue;
-            }
             if let Some(s) = streams.get_mut(i) {
+                if fd.revents == 0 && !s.buffered() {
+                    continue;
+                }
                 if !s.read(&mut buf, now) {
                     over.push(i);
                 }

@@ -374,8 +374,18 @@ pub struct LoadReport {
     pub confinement: Option<ConfinementReport>,
 }
 
-/// The report of `servers`, with the ratios to the best nginx variant of the run: its
-/// lowest CPU per GB at the first level, its most valid streams.
+/// Whether the server named `name` (an `--engines` entry, or `nginx-VARIANT`) serves
+/// over TLS.
+fn over_tls(name: &str) -> bool {
+    match super::run::EngineSpec::parse(name) {
+        Ok(spec) => super::run::engine_needs_tls(spec.kind) || spec.kind == "nginx-tls",
+        Err(_) => false,
+    }
+}
+
+/// The report of `servers`, with the ratios to the best nginx variant of the run over the
+/// same transport (plain HTTP and UDP to the plain variants, HTTPS to `nginx-tls`): its
+/// lowest CPU per GB at the first level, its most valid streams ([`set_ratios`]).
 pub(crate) fn finish(
     cfg: &LoadBenchConfig,
     net: String,
@@ -383,24 +393,7 @@ pub(crate) fn finish(
     mut servers: Vec<ServerResult>,
     confinement: Option<ConfinementReport>,
 ) -> LoadReport {
-    let nginxes = || servers.iter().filter(|s| s.server.starts_with("nginx"));
-    let best_cpu = nginxes()
-        .filter_map(|s| s.levels.first().map(|l| l.cpu_s_per_title_gb))
-        .filter(|c| *c > 0.0)
-        .min_by(f64::total_cmp);
-    let best_max = nginxes().filter_map(|s| s.max_valid_streams).max();
-    if nginxes().next().is_some() {
-        let (cpu, max) = (best_cpu, best_max);
-        for s in &mut servers {
-            let mine = s.levels.first().map(|l| l.cpu_s_per_title_gb);
-            s.cpu_ratio_to_nginx = mine.zip(cpu).filter(|(_, n)| *n > 0.0).map(|(m, n)| m / n);
-            s.streams_ratio_to_nginx = s
-                .max_valid_streams
-                .zip(max)
-                .filter(|(_, n)| *n > 0)
-                .map(|(m, n)| m as f64 / n as f64);
-        }
-    }
+    set_ratios(&mut servers);
     LoadReport {
         titles: cfg.titles,
         bitrate_bps: cfg.bitrate_bps,
@@ -412,6 +405,35 @@ pub(crate) fn finish(
         file_ops,
         servers,
         confinement,
+    }
+}
+
+/// Each server's ratios to the best nginx variant of the run over the same transport.
+fn set_ratios(servers: &mut [ServerResult]) {
+    let best = |tls: bool| {
+        let nginxes = || {
+            servers
+                .iter()
+                .filter(|s| s.server.starts_with("nginx") && over_tls(&s.server) == tls)
+        };
+        let cpu = nginxes()
+            .filter_map(|s| s.levels.first().map(|l| l.cpu_s_per_title_gb))
+            .filter(|c| *c > 0.0)
+            .min_by(f64::total_cmp);
+        let max = nginxes().filter_map(|s| s.max_valid_streams).max();
+        nginxes().next().map(|_| (cpu, max))
+    };
+    let (plain, tls) = (best(false), best(true));
+    for s in servers.iter_mut() {
+        // No nginx over this transport: no ratio.
+        let (cpu, max) = (if over_tls(&s.server) { tls } else { plain }).unwrap_or((None, None));
+        let mine = s.levels.first().map(|l| l.cpu_s_per_title_gb);
+        s.cpu_ratio_to_nginx = mine.zip(cpu).filter(|(_, n)| *n > 0.0).map(|(m, n)| m / n);
+        s.streams_ratio_to_nginx = s
+            .max_valid_streams
+            .zip(max)
+            .filter(|(_, n)| *n > 0)
+            .map(|(m, n)| m as f64 / n as f64);
     }
 }
 
@@ -468,7 +490,7 @@ pub fn format_table(r: &LoadReport) -> String {
          both/GB: server and receivers together per title GB (on veth and loopback the kernel \
          charges part of each side's network work to the other: see docs/benchmarks.md); hit%: isnode's pool hits of all lookups; disk/B: isnode's bytes read into the pool per \
          wire byte; io/B: read_bytes of /proc/PID/io of every server process per wire byte; \
-         pk/rx: packets per UDP receive call (32: GSO runs arrive whole); cpu_vs_nginx: to the best nginx variant, at \
+         pk/rx: packets per UDP receive call (32: GSO runs arrive whole); cpu_vs_nginx: to the best nginx variant of the same transport (https, hls-tls: nginx-tls), at \
          the first level (same load); start: request to first byte; cv: of 1 s window rates; \
          sat: server and receivers together used at least 90 % of every core (a failing level \
          may be the machine's limit, not the server's)\n",
@@ -649,5 +671,59 @@ mod tests {
         let l = level_result(&m, &tally, Vec::new());
         assert_eq!((l.cache_hit_ratio, l.rx_packets_per_receive), (None, None));
         assert_eq!(l.proc_read_bytes_per_wire_byte, None, "no wire bytes");
+    }
+
+    #[test]
+    fn https_engines_are_compared_with_nginx_over_tls() {
+        let level = |cpu_s: f64| {
+            let mut tally = Tally::new(1);
+            let nominal = Nominal {
+                rate_bytes_per_s: 1000.0,
+                startup_buffer_s: 1.0,
+                slack_bytes: 0.0,
+            };
+            tally.accept(0, nominal, 1.0);
+            let m = Measured {
+                streams: 1,
+                pass_fraction: 0.5,
+                seconds: 10.0,
+                server_cpu_s: cpu_s,
+                receivers_cpu_s: 0.0,
+                server_rss_bytes: 0,
+                io: ServerIo::default(),
+            };
+            let judged = vec![Judged {
+                verdict: verdict(true, 0.1),
+                title_bytes: 1e9,
+                wire_bytes: 1_000_000_000,
+                packets: 1,
+                receives: 1,
+            }];
+            vec![level_result(&m, &tally, judged)]
+        };
+        let mut servers: Vec<ServerResult> = [
+            ("http", 2.0),
+            ("https", 6.0),
+            ("hls-tls@/tmp/old", 9.0),
+            ("nginx", 1.0),
+            ("nginx-tls", 3.0),
+        ]
+        .into_iter()
+        .map(|(name, cpu)| ServerResult::new(name, level(cpu)))
+        .collect();
+        set_ratios(&mut servers);
+        let ratios: Vec<Option<f64>> = servers.iter().map(|s| s.cpu_ratio_to_nginx).collect();
+        assert_eq!(
+            ratios,
+            [Some(2.0), Some(2.0), Some(3.0), Some(1.0), Some(1.0)]
+        );
+        // Without a TLS variant of nginx, the HTTPS engines have no ratio.
+        let mut plain_only: Vec<ServerResult> = servers
+            .into_iter()
+            .filter(|s| s.server != "nginx-tls")
+            .collect();
+        set_ratios(&mut plain_only);
+        assert_eq!(plain_only[1].cpu_ratio_to_nginx, None);
+        assert_eq!(plain_only[0].cpu_ratio_to_nginx, Some(2.0));
     }
 }

@@ -11,6 +11,7 @@ use super::nginx::{NginxServer, NginxVariant};
 use super::receivers::{Conn, Hls, ReceiverPool, Stream};
 use super::report::{level_result, Judged, LevelResult, Measured, ServerIo, ServerResult, Tally};
 use super::title::Title;
+use super::tls::{TlsPair, Wire};
 use super::validity::{judge, Nominal, StreamRecord};
 use super::workload::{schedule, WorkloadConfig};
 use crate::harness::process::{process_cpu_s, process_read_bytes, process_rss_bytes};
@@ -32,6 +33,10 @@ pub(crate) const HTTP_ENGINE: &str = "http";
 /// The `--engines` kind of HLS players: the playlist, then its segments' byte ranges on
 /// one kept-alive connection, read by the same paced readers.
 pub(crate) const HLS_ENGINE: &str = "hls";
+/// The `--engines` kind of `http` over TLS (the server started with the run's certificate).
+pub(crate) const HTTPS_ENGINE: &str = "https";
+/// The `--engines` kind of `hls` over TLS.
+pub(crate) const HLS_TLS_ENGINE: &str = "hls-tls";
 /// The UDP engine an `http` or `hls` server runs (it streams nothing in that run).
 const HTTP_SERVER_ENGINE: &str = "gso";
 /// `--max-content-readers` of an `http` server: more than any level asks, so that the
@@ -119,12 +124,7 @@ impl Sut<'_> {
 
 /// A paced HTTP reader of `title` on `stream` (its first request sent; `hls`: the segments
 /// an HLS player asks for next): the same client for nginx and for isnode's content path.
-fn http_accepted(
-    stream: std::net::TcpStream,
-    hls: Option<Hls>,
-    title: &Title,
-    cfg: &LoadBenchConfig,
-) -> Accepted {
+fn http_accepted(stream: Wire, hls: Option<Hls>, title: &Title, cfg: &LoadBenchConfig) -> Accepted {
     let rate = title.bitrate_bps as f64 / 8.0;
     Accepted {
         conn: Conn::Http {
@@ -148,12 +148,18 @@ fn http_accepted(
     }
 }
 
+/// How a player's bytes travel: whether an engine kind needs the run's certificate.
+pub(crate) fn engine_needs_tls(kind: &str) -> bool {
+    matches!(kind, HTTPS_ENGINE | HLS_TLS_ENGINE)
+}
+
 /// Ramps isnode with `engine` on the volume `vol`. `ENGINE@PATH` runs that engine of
 /// another `isnode` binary (a before/after comparison in one run); `ENGINE/BYTES` (the
-/// volume's block length, [`EngineSpec`]) is for the caller, which chose `vol`.
+/// volume's block length, [`EngineSpec`]) is for the caller, which chose `vol`. `https`
+/// and `hls-tls` serve over TLS with `tls`, the run's certificate.
 pub(crate) fn ramp_isnode(
     cfg: &LoadBenchConfig,
-    net: &Net,
+    (net, tls): (&Net, Option<&TlsPair>),
     vol: &Path,
     engine: &str,
     titles: &[Title],
@@ -177,12 +183,17 @@ pub(crate) fn ramp_isnode(
         None => Vec::new(),
     };
     let player = match kind {
-        HTTP_ENGINE => Some(Player::Progressive),
-        HLS_ENGINE => Some(Player::Hls),
+        HTTP_ENGINE | HTTPS_ENGINE => Some(Player::Progressive),
+        HLS_ENGINE | HLS_TLS_ENGINE => Some(Player::Hls),
         _ => None,
     };
     let (pool, mirror) = http_memory(pool, player, cfg.confine.memory_limit_bytes);
     let mirror = mirror.map(|m| m.to_string());
+    let tls = match (engine_needs_tls(kind), tls) {
+        (true, Some(t)) => Some(t),
+        (true, None) => anyhow::bail!("engine {engine}: no certificate made for the run"),
+        (false, _) => None,
+    };
     let serve_engine = if player.is_some() {
         extra.extend(["--max-content-readers", HTTP_MAX_READERS]);
         if let Some(m) = &mirror {
@@ -192,7 +203,15 @@ pub(crate) fn ramp_isnode(
     } else {
         kind
     };
-    let server = IsnodeServer::start(vol, exe, serve_engine, pool, &extra, net, group.as_ref())?;
+    let server = IsnodeServer::start(
+        vol,
+        exe,
+        (serve_engine, pool),
+        &extra,
+        net,
+        group.as_ref(),
+        tls,
+    )?;
     // The server runs in the root namespace; the clients (this thread from here on, the
     // sockets and threads it makes) on the other side.
     let _inside = net.enter()?;
@@ -261,23 +280,20 @@ impl<'a> EngineSpec<'a> {
     }
 }
 
-/// Ramps nginx serving the titles under `dir`.
+/// Ramps nginx serving the titles under `dir` (`tls`: the run's certificate, for
+/// [`NginxVariant::Tls`]).
 pub(crate) fn ramp_nginx(
     cfg: &LoadBenchConfig,
-    net: &Net,
+    (net, tls): (&Net, Option<&TlsPair>),
     dir: &Path,
     variant: NginxVariant,
     titles: &[Title],
     progress: &mut dyn FnMut(&str),
 ) -> anyhow::Result<ServerResult> {
-    let name = match variant {
-        NginxVariant::Sendfile => "nginx",
-        NginxVariant::Aio => "nginx-aio",
-        NginxVariant::Directio => "nginx-directio",
-    };
+    let name = variant.name();
     progress(&format!("{name}: starting nginx"));
     let group = cfg.confine.group_for(name, dir)?;
-    let server = NginxServer::start(dir, variant, net, group.as_ref())?;
+    let server = NginxServer::start(dir, variant, net, group.as_ref(), tls)?;
     let _inside = net.enter()?;
     ramp(cfg, &Sut::Nginx(&server), name, titles, progress)
 }

@@ -83,7 +83,10 @@ pub(super) fn load(args: &crate::cli::LoadBenchArgs) -> anyhow::Result<ExitCode>
             "sendfile" => Ok(NginxVariant::Sendfile),
             "aio" => Ok(NginxVariant::Aio),
             "directio" => Ok(NginxVariant::Directio),
-            other => anyhow::bail!("unknown nginx variant {other:?} (sendfile, aio, directio)"),
+            "tls" => Ok(NginxVariant::Tls),
+            other => {
+                anyhow::bail!("unknown nginx variant {other:?} (sendfile, aio, directio, tls)")
+            }
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let cfg = LoadBenchConfig {
