@@ -228,6 +228,11 @@ pub(crate) fn segment_bytes(root: &Path) -> u64 {
 /// node of one cluster then answers another cluster's handshakes. A counter starting at a
 /// point drawn from the process id walks the range; a port something else holds is skipped.
 pub(crate) fn free_port() -> u16 {
+    free_port_on(IpAddr::from([127, 0, 0, 1]))
+}
+
+/// [`free_port`] on `ip` (`::1` in a namespace without IPv4, say).
+pub(crate) fn free_port_on(ip: IpAddr) -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     const LOW: u32 = 20_000;
     const SPAN: u32 = 12_000;
@@ -240,13 +245,13 @@ pub(crate) fn free_port() -> u16 {
     );
     for _ in 0..SPAN {
         let port = (LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
-        let tcp = std::net::TcpListener::bind(("127.0.0.1", port));
-        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        let tcp = std::net::TcpListener::bind((ip, port));
+        let udp = std::net::UdpSocket::bind((ip, port));
         if tcp.is_ok() && udp.is_ok() {
             return port;
         }
     }
-    panic!("no free port in 20000..32000 on 127.0.0.1");
+    panic!("no free port in 20000..32000 on {ip}");
 }
 
 /// An `isnode serve` child on 127.0.0.1, killed when dropped.
@@ -297,7 +302,7 @@ impl Server {
     /// [`Server::start`] listening on `ip` (an IPv6 address, say).
     pub(crate) fn start_at(vol: &Vol, ip: IpAddr, extra: &[&str]) -> Server {
         for attempt in 0..5 {
-            let addr = SocketAddr::new(ip, free_port());
+            let addr = SocketAddr::new(ip, free_port_on(ip));
             if let Some(server) = Server::spawn_on(vol, addr, extra, &[], None, attempt < 4) {
                 return server;
             }
