@@ -413,19 +413,24 @@ mod tests {
 
     const POINTS: [(f64, u64); 3] = [(0.0, 0), (2.0, 1000), (4.0, 2000)];
 
+    /// A steer over [`POINTS`] whose session starts at byte `start_offset`.
+    fn steer(abr: &mut Abr, start_offset: u64) -> RungSteer<'_> {
+        RungSteer {
+            abr,
+            clock: Instant::now(),
+            points: &POINTS,
+            start_offset,
+            samples: VecDeque::new(),
+            decided: None,
+        }
+    }
+
     /// A switch ends the output at the first boundary at or after what the playout has;
     /// once decided, nothing more is.
     #[test]
     fn a_switch_cuts_at_the_next_boundary() {
         let mut abr = abr();
-        let mut steer = RungSteer {
-            abr: &mut abr,
-            clock: Instant::now(),
-            points: &POINTS,
-            start_offset: 0,
-            samples: VecDeque::new(),
-            decided: None,
-        };
+        let mut steer = steer(&mut abr, 0);
         assert_eq!(steer.observe(&measured(0, 0, 500)), None, "no window yet");
         assert_eq!(
             steer.observe(&measured(50, 10, 800)),
@@ -449,14 +454,7 @@ mod tests {
         assert_eq!(start_offset(&POINTS, Some(2.001)), 1000);
         assert_eq!(start_offset(&POINTS, None), 0);
         let mut abr = abr();
-        let mut steer = RungSteer {
-            abr: &mut abr,
-            clock: Instant::now(),
-            points: &POINTS,
-            start_offset: 1000,
-            samples: VecDeque::new(),
-            decided: None,
-        };
+        let mut steer = steer(&mut abr, 1000);
         steer.observe(&measured(0, 0, 0));
         assert_eq!(steer.observe(&measured(50, 50, 0)), Some(2000));
     }
@@ -465,14 +463,7 @@ mod tests {
     #[test]
     fn no_switch_past_the_last_boundary() {
         let mut abr = abr();
-        let mut steer = RungSteer {
-            abr: &mut abr,
-            clock: Instant::now(),
-            points: &POINTS,
-            start_offset: 0,
-            samples: VecDeque::new(),
-            decided: None,
-        };
+        let mut steer = steer(&mut abr, 0);
         steer.observe(&measured(0, 0, 2100));
         assert_eq!(steer.observe(&measured(50, 50, 2500)), None);
         assert!(steer.decided.is_none());
