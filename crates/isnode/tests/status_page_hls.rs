@@ -245,23 +245,7 @@ fn status_page_plays_an_encrypted_title_with_a_viewer_token_only() {
     require_chromium();
     let vol = Vol::create(&[]);
     let clear = media::make(vol.dir.path(), Container::Ts, 20);
-    let out = isnode(
-        &vol,
-        &[
-            "ingest",
-            "--encrypt",
-            "--name",
-            "enc.ts",
-            clear.to_str().unwrap(),
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    let add = [
-        "token", "add", "--name", "page", "--role", "viewer", "--role", "metrics",
-    ];
-    let out = isnode(&vol, &add);
-    assert!(out.status.success(), "{}", text(&out));
-    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let token = encrypted_with_page_token(&vol, "enc.ts", &clear);
     let server = Server::start(&vol, &[]);
     let key = server.req("GET", "/v1/objects/enc.ts/key", None);
     assert_eq!(key.status, 401, "the key without a token");
@@ -333,23 +317,7 @@ fn status_page_plays_an_encrypted_cmaf_title_through_clear_key() {
     require_chromium();
     let vol = Vol::create(&[]);
     let clear = make_cmaf(vol.dir.path());
-    let out = isnode(
-        &vol,
-        &[
-            "ingest",
-            "--encrypt",
-            "--name",
-            "enc.mp4",
-            clear.to_str().unwrap(),
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    let add = [
-        "token", "add", "--name", "page", "--role", "viewer", "--role", "metrics",
-    ];
-    let out = isnode(&vol, &add);
-    assert!(out.status.success(), "{}", text(&out));
-    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let token = encrypted_with_page_token(&vol, "enc.mp4", &clear);
     let server = Server::start(&vol, &[]);
     let js = server.req("GET", "/ui/vendor/dash.all.min.js", None);
     assert_eq!(js.status, 200);
@@ -449,4 +417,19 @@ async fn no_token_in_urls(c: &Client, token: &str, protected: &str) -> Result<()
         Some(u) => Err(format!("a URL with the token: {u}")),
         None => Ok(()),
     }
+}
+
+/// Ingests `file` encrypted as `name` and adds the page's token (viewer and metrics roles);
+/// the token.
+#[track_caller]
+fn encrypted_with_page_token(vol: &Vol, name: &str, file: &std::path::Path) -> String {
+    let file = file.to_str().expect("a UTF-8 path");
+    let out = isnode(vol, &["ingest", "--encrypt", "--name", name, file]);
+    assert!(out.status.success(), "{}", text(&out));
+    let add = [
+        "token", "add", "--name", "page", "--role", "viewer", "--role", "metrics",
+    ];
+    let out = isnode(vol, &add);
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
