@@ -283,17 +283,7 @@ fn play_http_of_an_encrypted_title_serves_the_clear_file() {
     let clear_path = vol.path("film.ts");
     gen_ts(&clear_path, 2_000_000, 6.0, 5);
     let clear = std::fs::read(&clear_path).unwrap();
-    let out = isnode(
-        &vol,
-        &[
-            "ingest",
-            "--encrypt",
-            "--name",
-            "enc.ts",
-            clear_path.to_str().unwrap(),
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    ingest_encrypted(&vol, "enc.ts", &clear_path);
     let viewer = token(&vol, "v", "viewer");
     let server = Server::start(&vol, &[]);
     let listen = format!("127.0.0.1:{}", free_port());
@@ -355,17 +345,7 @@ fn keys_carry_the_tokens_expiry_or_the_licence_ttl_and_expired_tokens_get_none()
     let vol = Vol::create(&[]);
     let clear_path = vol.path("film.ts");
     gen_ts(&clear_path, 2_000_000, 4.0, 3);
-    let out = isnode(
-        &vol,
-        &[
-            "ingest",
-            "--encrypt",
-            "--name",
-            "enc.ts",
-            clear_path.to_str().unwrap(),
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    ingest_encrypted(&vol, "enc.ts", &clear_path);
     let now = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

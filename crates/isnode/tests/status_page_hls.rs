@@ -423,9 +423,7 @@ async fn no_token_in_urls(c: &Client, token: &str, protected: &str) -> Result<()
 /// the token.
 #[track_caller]
 fn encrypted_with_page_token(vol: &Vol, name: &str, file: &std::path::Path) -> String {
-    let file = file.to_str().expect("a UTF-8 path");
-    let out = isnode(vol, &["ingest", "--encrypt", "--name", name, file]);
-    assert!(out.status.success(), "{}", text(&out));
+    ingest_encrypted(vol, name, file);
     let add = [
         "token", "add", "--name", "page", "--role", "viewer", "--role", "metrics",
     ];

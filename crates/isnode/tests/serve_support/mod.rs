@@ -88,6 +88,14 @@ pub(crate) fn run_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `isnode ingest --encrypt --name NAME FILE`, which must succeed.
+#[track_caller]
+pub(crate) fn ingest_encrypted(vol: &Vol, name: &str, file: &Path) {
+    let file = file.to_str().expect("a UTF-8 path");
+    let out = isnode(vol, &["ingest", "--encrypt", "--name", name, file]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
 /// Runs `isnode --volume VOL ARGS...` to its end, whatever its outcome.
 pub(crate) fn isnode(vol: &Vol, args: &[&str]) -> std::process::Output {
     command()
