@@ -107,10 +107,6 @@ impl Mirror {
         };
         let mut inner = self.lock();
         let slot_bytes = round_up(layout.codeword_data_len(0) as usize, inner.slot_align);
-        let file = match inner.file(obj, slot_bytes) {
-            Some(f) => f,
-            None => return self.bypass(),
-        };
         let fill = match inner.book.claim(key, slot_bytes as u64) {
             Claim::Ready => false,
             Claim::Fill { evicted } => {
@@ -121,6 +117,15 @@ impl Mirror {
                 drop(inner);
                 return self.bypass();
             }
+        };
+        // A file only for an object with a codeword held: a claim bypassed opens none.
+        let Some(file) = inner.file(obj, slot_bytes) else {
+            match fill {
+                true => inner.book.filled(key, FillEnd::Failed),
+                false => inner.book.unpin(key),
+            }
+            drop(inner);
+            return self.bypass();
         };
         drop(inner);
         let region = Region {
