@@ -626,7 +626,8 @@ impl Resp {
 }
 
 /// One HTTP/1.1 request over a fresh TCP connection, from `from` (an IP to bind the client
-/// side to; default 127.0.0.1), with extra headers. Panics on a transport error.
+/// side to; default the kernel's choice: the loopback for a loopback server), with extra
+/// headers. Panics on a transport error.
 #[track_caller]
 pub(crate) fn http(
     server: SocketAddr,
@@ -651,11 +652,9 @@ pub(crate) fn try_http(
 ) -> std::io::Result<Resp> {
     use socket2::{Domain, Socket, Type};
     let sock = Socket::new(Domain::for_address(server), Type::STREAM, None)?;
-    let from = from.unwrap_or(match server {
-        SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        SocketAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
-    });
-    sock.bind(&SocketAddr::new(from, 0).into())?;
+    if let Some(from) = from {
+        sock.bind(&SocketAddr::new(from, 0).into())?;
+    }
     sock.connect_timeout(&server.into(), Duration::from_secs(5))?;
     let mut stream: TcpStream = sock.into();
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
