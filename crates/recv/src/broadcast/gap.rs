@@ -5,12 +5,16 @@
 //! source group the packet after `(sbn, esi)` is `(sbn, esi + 1)`, or `(next, 0)` once
 //! `esi` was the codeword's last (`k - 1`). Anything else after the first packet seen is a
 //! loss: a jump within a codeword, the head of a new codeword (it starts past ESI 0), or
-//! the tail of the previous one (it ended before `k - 1`). The first packet seen may be
-//! anywhere in a codeword (the channel was joined while it was being sent): no loss.
+//! the tail of the previous one (it ended before `k - 1`). An ESI lower than the last one
+//! of the same codeword starts a new transmission of it (a channel of one codeword sends
+//! it again and again); the same packet twice is a duplicate. The first packet seen may be
+//! anywhere in a codeword (the channel was joined while it was being sent): no loss. (A
+//! network that reorders packets may be taken for a lossy one: the repair groups are
+//! joined for nothing, which costs bandwidth, not bytes.)
 
 /// The last source packet seen on one channel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct SourceOrder {
+pub struct SourceOrder {
     last: Option<(u32, u32)>,
 }
 
@@ -18,8 +22,8 @@ impl SourceOrder {
     /// Takes the source packet `(sbn, esi)` of a codeword of `k` source packets, the
     /// codeword of the previous one having `k_of_last` (asked only when the codeword
     /// changes); true if a source packet went missing before it. Repair packets
-    /// (`esi >= k`) and packets older than the last are ignored.
-    pub(crate) fn push(
+    /// (`esi >= k`) and duplicates are ignored.
+    pub fn push(
         &mut self,
         (sbn, esi): (u32, u32),
         k: u32,
@@ -32,14 +36,14 @@ impl SourceOrder {
             self.last = Some((sbn, esi));
             return false;
         };
-        if sbn == last_sbn {
-            if esi <= last_esi {
-                return false; // a duplicate or reordered packet
-            }
-            self.last = Some((sbn, esi));
-            return esi > last_esi + 1;
+        if (sbn, esi) == (last_sbn, last_esi) {
+            return false; // a duplicate
         }
         self.last = Some((sbn, esi));
+        if sbn == last_sbn && esi > last_esi {
+            return esi > last_esi + 1;
+        }
+        // A new transmission: of another codeword, or of this one again.
         let tail_lost = last_esi.saturating_add(1) < k_of_last(last_sbn);
         esi > 0 || tail_lost
     }
@@ -94,7 +98,23 @@ mod tests {
 
     #[test]
     fn a_duplicate_is_not_a_loss() {
-        assert_eq!(run(&[(1, 0), (1, 1), (1, 1), (1, 0), (1, 2)]), [false; 5]);
+        assert_eq!(run(&[(1, 0), (1, 1), (1, 1), (1, 2)]), [false; 4]);
+    }
+
+    #[test]
+    fn a_channel_of_one_codeword_wraps_onto_it() {
+        let whole = [(0, 0), (0, 1), (0, 2), (0, 3), (0, 0), (0, 1)];
+        assert!(run(&whole).iter().all(|g| !g));
+        assert_eq!(
+            run(&[(0, 2), (0, 3), (0, 1)]),
+            [false, false, true],
+            "head lost"
+        );
+        assert_eq!(
+            run(&[(0, 1), (0, 2), (0, 0)]),
+            [false, false, true],
+            "tail lost"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! ahead of time), writing the output in order. A clean receiver never decodes: its source
 //! symbols are released as they arrive.
 
-mod gap;
+pub mod gap;
 pub mod tune;
 
 use std::io::Write;
