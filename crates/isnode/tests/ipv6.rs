@@ -3,7 +3,8 @@
 //! HTTP; a broadcast on IPv6 multicast groups (`ff15::/64`, in a network namespace of the
 //! test's own) reaches `isnode play --broadcast`; a cluster of three edges named by
 //! `http://[::1]:PORT` URLs probes, redirects and plays; the per-client limits count an IPv6
-//! client by its /64 (many addresses of one /64 are one client); and all of unicast, HTTP
+//! client by its /64 (many addresses of one /64 are one client, for sessions and for the
+//! fills it may start); and all of unicast, HTTP
 //! and broadcast in a namespace whose loopback has no IPv4 address at all. Between
 //! namespaces with no IPv4 at all, joined by a bridge ([`Bridge`]): unicast, HTTP and a
 //! broadcast to two receivers on other ports of the bridge; and the cluster, each edge in a
@@ -138,6 +139,74 @@ fn one_slash_64_is_one_client() {
     );
     let other = ask("fd00:6465::1", 42_004);
     assert_eq!(other.status, 201, "another /64: {}", other.body);
+}
+
+/// Fills started by one client are capped (`fill_max_per_client`, 4) per IPv6 /64: ten
+/// addresses of one /64, each asking an edge whose origin never answers for a title it
+/// lacks, start four fills between them; an address of another /64 starts a fifth.
+#[test]
+fn one_slash_64_starts_at_most_its_share_of_fills() {
+    use serve_support::stalling_origin::{Answers, StallingOrigin};
+    let one: Vec<String> = (1..=10).map(|i| format!("fd00:6466::{i}/64")).collect();
+    let mut all: Vec<&str> = one.iter().map(String::as_str).collect();
+    all.push("fd00:6467::1/64");
+    let _addrs = LoAddrs::add(&all);
+    let vol = Vol::create(SMALL_SHAPE);
+    let origin = StallingOrigin::start(Answers::Nothing);
+    let endpoint = format!("http://{}", origin.addr);
+    let server = Server::start_at_env(
+        &vol,
+        IpAddr::V6(Ipv6Addr::LOCALHOST),
+        &["--origin", "s3://films", "--origin-endpoint", &endpoint],
+        &[
+            ("AWS_ACCESS_KEY_ID", "GKfake"),
+            ("AWS_SECRET_ACCESS_KEY", "fake-secret"),
+        ],
+    );
+    let from = |a: &str| -> IpAddr { a.trim_end_matches("/64").parse().unwrap() };
+    let conns: Vec<std::net::TcpStream> = one
+        .iter()
+        .enumerate()
+        .map(|(i, a)| send_get(server.addr, from(a), &format!("/o/m{i}.ts")))
+        .collect();
+    let fills = || server.metrics().get("isnode_fills_active");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut most = 0.0_f64;
+    while Instant::now() < deadline && most < 4.0 {
+        most = most.max(fills());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Give the other six requests time to be refused rather than started.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        most.max(fills()),
+        4.0,
+        "fills one /64 started (fill_max_per_client 4)"
+    );
+    let other = send_get(server.addr, from("fd00:6467::1/64"), "/o/other.ts");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fills() < 5.0 {
+        assert!(
+            Instant::now() < deadline,
+            "another /64 could not start a fill"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop((conns, other));
+}
+
+/// Sends `GET path` from `from` and returns the connection without reading the answer.
+fn send_get(server: SocketAddr, from: IpAddr, path: &str) -> std::net::TcpStream {
+    use socket2::{Domain, Socket, Type};
+    use std::io::Write;
+    let sock = Socket::new(Domain::for_address(server), Type::STREAM, None).unwrap();
+    sock.bind(&SocketAddr::new(from, 0).into()).unwrap();
+    sock.connect_timeout(&server.into(), Duration::from_secs(5))
+        .unwrap();
+    let mut s: std::net::TcpStream = sock.into();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {server}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    s
 }
 
 /// A broadcast on IPv6 multicast groups (the server's default `ff15::/64`, `ip_version` 6)

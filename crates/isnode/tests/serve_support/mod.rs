@@ -309,9 +309,19 @@ impl Server {
 
     /// [`Server::start`] listening on `ip` (an IPv6 address, say).
     pub(crate) fn start_at(vol: &Vol, ip: IpAddr, extra: &[&str]) -> Server {
+        Server::start_at_env(vol, ip, extra, &[])
+    }
+
+    /// [`Server::start_at`] with extra environment variables for the server.
+    pub(crate) fn start_at_env(
+        vol: &Vol,
+        ip: IpAddr,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
         for attempt in 0..5 {
             let addr = SocketAddr::new(ip, free_port_on(ip));
-            if let Some(server) = Server::spawn_on(vol, addr, extra, &[], None, attempt < 4) {
+            if let Some(server) = Server::spawn_on(vol, addr, extra, env, None, attempt < 4) {
                 return server;
             }
         }
