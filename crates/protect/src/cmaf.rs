@@ -282,7 +282,7 @@ pub(crate) fn encrypt(
     }
     spool.rewind().map_err(io("reading the spool back"))?;
     Ok(Encrypted {
-        spool,
+        ciphertext: crate::Ciphertext::Spool(spool),
         len: cipher_len,
         clear_len: len,
         protected: record(&ix, (cipher_len, len), node_key, key, &p),
