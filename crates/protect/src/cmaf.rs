@@ -345,5 +345,6 @@ fn record(
                 iv: p.iv,
             }],
         },
+        origin_etag: None,
     }
 }

@@ -65,6 +65,7 @@ pub(crate) fn encrypt(
             node_key_id: node_key.id(),
             segments,
         },
+        origin_etag: None,
     };
     Ok(Encrypted {
         ciphertext: Ciphertext::Segments(plan),
