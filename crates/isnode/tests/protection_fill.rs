@@ -501,7 +501,11 @@ fn an_encrypted_prefill_keeps_to_its_rate_cap_and_commits_its_origin_etag() {
         if f["phase"] == "done" {
             break;
         }
-        assert!(Instant::now() < deadline, "not done: {f}\n{}", server.log_text());
+        assert!(
+            Instant::now() < deadline,
+            "not done: {f}\n{}",
+            server.log_text()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(play(&server, &vol, "capped.ts", "pc", &viewer) == clear);
