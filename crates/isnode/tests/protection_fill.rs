@@ -14,6 +14,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
+use serve_support::fills::fill_of;
 use serve_support::*;
 
 /// `isnode token add --role ROLE`: the token.
