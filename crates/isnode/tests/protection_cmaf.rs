@@ -3,8 +3,9 @@
 //! `cbcs`; its MPD names the key id and the Clear Key licence URL (the token carried); the
 //! licence route answers a viewer's W3C Clear Key request with the JSON Web Key, never
 //! cached, and `401` without a token; ffmpeg given that key decodes the stored object to
-//! the clear file's video and audio frames (framemd5); without it, it does not; HLS of the
-//! encrypted title is refused by name.
+//! the clear file's video and audio frames (framemd5); without it, it does not; the HLS
+//! playlists of the encrypted title carry a `SAMPLE-AES` Clear Key line with its key id.
+//! `isnode play` with a viewer token writes the clear CMAF file (the input less its `sidx`).
 //!
 //! ffmpeg 5.1 (Debian 12) matches CENC sample information to the wrong fragment when it
 //! reads every `moof` at open (a file without `sidx`), so the decryptions here read with
@@ -161,12 +162,19 @@ fn a_cmaf_title_is_cenc_cbcs_and_its_clear_key_licence_needs_a_viewer_token() {
     assert_eq!(key.len(), 16);
     let key_hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
 
-    // HLS of the encrypted CMAF title: refused by name.
+    // HLS of the encrypted CMAF title: SAMPLE-AES with Clear Key and the key id (base64 in
+    // a data: URI), in the media and I-frame playlists; the master names no key.
+    let key_line = format!(
+        "#EXT-X-KEY:METHOD=SAMPLE-AES,URI=\"data:text/plain;base64,{}==\",\
+         KEYFORMAT=\"org.w3.clearkey\",KEYFORMATVERSIONS=\"1\"",
+        b64url::encode(&kid).replace('-', "+").replace('_', "/")
+    );
     for route in ["index.m3u8", "master.m3u8", "iframes.m3u8"] {
         let path = format!("/v1/objects/enc.mp4/{route}?token={viewer}");
         let r = server.req("GET", &path, None);
-        assert_eq!(r.status, 501, "{route}: {}", r.body);
-        assert!(r.body.contains("cbcs"), "{}", r.body);
+        assert_eq!(r.status, 200, "{route}: {}", r.body);
+        let keyed = r.body.lines().any(|l| l == key_line);
+        assert_eq!(keyed, route != "master.m3u8", "{route}: {}", r.body);
     }
 
     // The stored object: with the key, the clear file's frames; without it, not.
