@@ -68,31 +68,40 @@ pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Res
     let tls = run_certificate(cfg, &net, dir.path())?;
     let mut servers = Vec::new();
     if !cfg.engines.is_empty() {
-        // One volume per block length the engines name (`ENGINE/BYTES`), made once.
-        let mut volumes: Vec<(Option<u32>, PathBuf)> = Vec::new();
+        // One volume per block length and kind of titles the engines name
+        // (`ENGINE[+enc]/BYTES`), made once, with the titles as its clients must get them.
+        type Key = (Option<u32>, run::Titles);
+        let mut volumes: Vec<(Key, PathBuf, Arc<Vec<Title>>)> = Vec::new();
         for engine in &cfg.engines {
             let spec = run::EngineSpec::parse(engine)?;
-            let known = volumes.iter().find(|(b, _)| *b == spec.block_len);
-            let vol = match known {
-                Some((_, vol)) => vol.clone(),
+            let key = (spec.block_len, spec.titles);
+            let known = volumes.iter().find(|(k, _, _)| *k == key);
+            let (vol, served) = match known {
+                Some((_, vol, served)) => (vol.clone(), served.clone()),
                 None => {
-                    let vol = match spec.block_len {
-                        Some(b) => dir.path().join(format!("vol-{b}")),
-                        None => dir.path().join("vol"),
-                    };
+                    let vol = dir.path().join(format!("vol-{}", spec.label()));
                     progress(&format!("ingesting the titles ({})", spec.label()));
-                    isnode::make_volume(&vol, &titles, spec.block_len)?;
+                    let served = match spec.titles {
+                        run::Titles::Clear => {
+                            isnode::make_volume(&vol, &titles, spec.block_len)?;
+                            titles.clone()
+                        }
+                        run::Titles::Encrypted => {
+                            isnode::make_encrypted_volume(&vol, &titles, spec.block_len)?
+                        }
+                    };
                     if cfg.confine.is_none() {
                         // Written with O_DIRECT, the segment files are not in the page cache,
                         // while nginx's title files were just written through it: both start
                         // warm (a confined run starts every server cold instead).
                         files::warm_segments(&vol)?;
                     }
-                    volumes.push((spec.block_len, vol.clone()));
-                    vol
+                    let served = Arc::new(served);
+                    volumes.push((key, vol.clone(), served.clone()));
+                    (vol, served)
                 }
             };
-            let r = run::ramp_isnode(cfg, (&net, tls.as_ref()), &vol, engine, &titles, progress)
+            let r = run::ramp_isnode(cfg, (&net, tls.as_ref()), &vol, engine, &served, progress)
                 .with_context(|| format!("engine {engine}"))?;
             servers.push(r);
         }
