@@ -534,7 +534,9 @@ pub fn encrypted_pairs(servers: &[ServerResult]) -> Vec<(String, f64, f64)> {
     out
 }
 
-/// The lines of [`encrypted_pairs`], and their median ratio per engine.
+/// The lines of [`encrypted_pairs`]: per engine, each pair's ratio, their median, and the
+/// ratio of the summed CPU seconds per GB (steadier than single pairs when a row's CPU
+/// is a few hundred 10 ms ticks).
 fn encrypted_lines(r: &LoadReport) -> String {
     let pairs = encrypted_pairs(&r.servers);
     if pairs.is_empty() {
@@ -544,21 +546,31 @@ fn encrypted_lines(r: &LoadReport) -> String {
     let mut engines: Vec<&str> = pairs.iter().map(|p| p.0.as_str()).collect();
     engines.dedup();
     for engine in engines {
-        let mut ratios: Vec<f64> = pairs
-            .iter()
-            .filter(|p| p.0 == engine)
-            .map(|p| p.2 / p.1.max(1e-12))
-            .collect();
+        let mine: Vec<&(String, f64, f64)> = pairs.iter().filter(|p| p.0 == engine).collect();
+        let ratios: Vec<f64> = mine.iter().map(|p| p.2 / p.1.max(1e-12)).collect();
         let each: Vec<String> = ratios.iter().map(|x| format!("{x:.3}")).collect();
-        ratios.sort_by(f64::total_cmp);
-        let median = ratios.get(ratios.len() / 2).copied().unwrap_or(0.0);
+        let (clear, enc) = mine.iter().fold((0.0, 0.0), |(c, e), p| (c + p.1, e + p.2));
         s.push_str(&format!(
-            "{engine}: median {median:.3} of {} pairs ({})\n",
+            "{engine}: median {:.3} of {} pairs ({}); summed {:.3}\n",
+            median(&ratios),
             ratios.len(),
-            each.join(", ")
+            each.join(", "),
+            enc / f64::max(clear, 1e-12)
         ));
     }
     s
+}
+
+/// The median of `xs` (the mean of the middle two of an even count; 0 for none).
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match (v.get(n / 2), n % 2) {
+        (Some(hi), 0) => (v.get(n / 2 - 1).copied().unwrap_or(*hi) + hi) / 2.0,
+        (Some(mid), _) => *mid,
+        (None, _) => 0.0,
+    }
 }
 
 /// The summary of a run under memory and disk limits: per server, at its most valid
@@ -773,6 +785,9 @@ mod tests {
             [("gso".to_string(), 2.0, 2.2), ("gso".to_string(), 3.0, 1.8)],
             "each encrypted row with the next unused clear row of its engine; none for http"
         );
+        assert_eq!(median(&[1.5, 0.5]), 1.0);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[]), 0.0);
     }
 
     #[test]
