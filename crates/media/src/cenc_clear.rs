@@ -90,8 +90,11 @@ fn tenc_iv(sinf: &[u8]) -> Result<[u8; 16], CencError> {
     }
 }
 
+/// A protected track's kind and constant IV.
+type Protection = (TrackKind, [u8; 16]);
+
 /// The `stsd` content with its protected entries made clear; their kind and IV.
-fn clear_stsd(stsd: &[u8]) -> Result<(Vec<u8>, Option<(TrackKind, [u8; 16])>), CencError> {
+fn clear_stsd(stsd: &[u8]) -> Result<(Vec<u8>, Option<Protection>), CencError> {
     let head = stsd
         .get(..8)
         .ok_or(CencError::Unsupported("a short stsd".into()))?;

@@ -99,7 +99,10 @@ pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Res
 /// The volumes of a run: one per block length and kind of titles the engines name
 /// (`ENGINE[+enc]/BYTES`), made once, each with the titles as its clients must get them.
 #[derive(Default)]
-struct Volumes(Vec<((Option<u32>, run::Titles), PathBuf, Arc<Vec<Title>>)>);
+struct Volumes(Vec<(VolumeKey, PathBuf, Arc<Vec<Title>>)>);
+
+/// What tells two volumes of a run apart: the block length and the kind of titles.
+type VolumeKey = (Option<u32>, run::Titles);
 
 impl Volumes {
     /// The volume `spec` serves (made now if no engine before needed it) and its titles.
