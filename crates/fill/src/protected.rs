@@ -6,16 +6,21 @@
 //! byte-identical ciphertext for the same origin version, and a client fails over from one
 //! edge's fill to another's as it does for clear titles.
 //!
-//! Unlike a clear fill, nothing is served before the whole title is encrypted and stored
-//! (the segment cuts need the whole clear file's index): requests wait for it as for a
-//! fill's first codewords. Clear bytes are never an object; the clear spool goes when the
-//! fill ends.
+//! The fetch keeps to the job's rate cap (a pre-fill's, raised once a viewer asks) as a
+//! clear fill's does. The origin row (its ETag) is written with the key row and commits
+//! with the object, so an encrypted fill never looks locally ingested.
+//!
+//! Unlike a clear fill, nothing is served before the whole title is encrypted and stored:
+//! the ciphertext's length (each segment padded by 1 to 16 bytes) and its segment table
+//! need the segment cuts, and the cuts need the whole clear file's index, while a filling
+//! object's length is fixed when it begins. Requests wait for it as for a fill's first
+//! codewords. Clear bytes are never an object; the clear spool goes when the fill ends.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use isnode_keys::cluster::ClusterKey;
 use isnode_keys::node_key::NodeKey;
@@ -101,7 +106,7 @@ fn fill(
     let clear = fetch(fills, job, (origin, rt), &vol, &meta)?;
     let derived = cluster.derive(&job.name, &meta.etag);
     let what = format!("{:?} from the origin", job.name);
-    let enc = isnode_protect::encrypt_file(
+    let mut enc = isnode_protect::encrypt_file(
         &vol.tmp_dir(),
         (&clear, meta.size_bytes),
         &Hints::default(),
@@ -111,6 +116,8 @@ fn fill(
     )
     .map_err(protect_failure)?;
     drop(clear);
+    // The origin row commits with the object: never a title that looks ingested here.
+    enc.protected.origin_etag = Some(meta.etag.clone());
     // A version filled before is replaced; an object uploaded here is kept (409).
     let existing = match vol.origin_etag(&job.name).map_err(store_failure)? {
         Some(_) => Existing::Replace,
@@ -118,8 +125,6 @@ fn fill(
     };
     let rec = isnode_protect::store(&mut vol, &job.name, existing, enc, &mut |_| {})
         .map_err(protect_failure)?;
-    vol.set_origin(&rec.name, &meta.etag)
-        .map_err(store_failure)?;
     let info = fills.env.objects.get(&rec.name).map_err(store_failure)?;
     job.publish(info);
     job.progress(meta.size_bytes, rec.codewords);
@@ -171,8 +176,9 @@ fn fetch(
     let mut check = ContentCheck::for_etag(&meta.etag);
     let step = fills.env.config.load().fill_range_bytes.max(1);
     let mut at = 0u64;
+    let started = Instant::now();
     while at < meta.size_bytes {
-        if fills.env.stop.is_stopped() {
+        if fills.env.stop.is_stopped() || !wait_for_cap(fills, job, started, at) {
             return Err(failure(
                 FillStatus::Unavailable,
                 "the server is stopping".into(),
@@ -196,6 +202,26 @@ fn fetch(
         return Err(JobFailure::Origin(e));
     }
     Ok(spool)
+}
+
+/// Waits until the job's rate cap (a pre-fill's, raised when a viewer asks; none for a
+/// viewer's fill) lets the range from byte `at` start, `started` being when the fetch
+/// began; false if the server stops meanwhile. The cap is read again at every step, so a
+/// viewer's demand (or a pre-fill without a cap) lifts it at once.
+fn wait_for_cap(fills: &Fills, job: &FillJob, started: Instant, at: u64) -> bool {
+    loop {
+        let cap = job.rate_cap_bps();
+        if cap == 0 {
+            return true;
+        }
+        let due_s = at as f64 * 8.0 / cap as f64;
+        if started.elapsed().as_secs_f64() >= due_s {
+            return true;
+        }
+        if super::run::sleep_unless_shutdown(fills, super::run::THROTTLE_STEP) {
+            return false;
+        }
+    }
 }
 
 /// Bytes `r` of the version `etag`, retried after retryable origin errors.

@@ -28,7 +28,7 @@ const MAX_VERSIONS: u32 = 4;
 /// The first backoff after an origin error (doubled each time).
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 /// Longest sleep of the rate cap between two checks (a lifted cap applies at once).
-const THROTTLE_STEP: Duration = Duration::from_millis(50);
+pub(crate) const THROTTLE_STEP: Duration = Duration::from_millis(50);
 
 /// Why an attempt stopped.
 enum Stop {
@@ -141,7 +141,7 @@ pub(super) fn run(fills: &Arc<Fills>, job: &Arc<FillJob>) {
 }
 
 /// Sleeps `d` unless the server stops first (true then).
-fn sleep_unless_shutdown(fills: &Fills, d: Duration) -> bool {
+pub(crate) fn sleep_unless_shutdown(fills: &Fills, d: Duration) -> bool {
     let end = Instant::now() + d;
     while Instant::now() < end {
         if fills.env.stop.is_stopped() {

@@ -575,6 +575,9 @@ pub(crate) struct LoadBenchArgs {
     /// path (`GET /o/NAME`) with the paced TCP readers nginx gets; `hls`, HLS players (the
     /// playlist, then its segments' byte ranges on one kept-alive connection); `https` and
     /// `hls-tls`, the same over HTTPS (a self-signed certificate made for the run).
+    /// `ENGINE+enc` (e.g. `gso+enc`) serves the same titles encrypted at ingest (HLS
+    /// AES-128); the table then gives each such row's server CPU per GB over its clear
+    /// row's (pair them as `gso,gso+enc,gso+enc,gso` to alternate the order).
     #[arg(long, value_delimiter = ',', default_value = "gso,uring-zc")]
     pub engines: Vec<String>,
     /// nginx variants to load after the engines: sendfile, aio (sendfile in `aio threads`),

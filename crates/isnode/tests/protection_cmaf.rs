@@ -3,8 +3,9 @@
 //! `cbcs`; its MPD names the key id and the Clear Key licence URL (the token carried); the
 //! licence route answers a viewer's W3C Clear Key request with the JSON Web Key, never
 //! cached, and `401` without a token; ffmpeg given that key decodes the stored object to
-//! the clear file's video and audio frames (framemd5); without it, it does not; HLS of the
-//! encrypted title is refused by name.
+//! the clear file's video and audio frames (framemd5); without it, it does not; the HLS
+//! playlists of the encrypted title carry a `SAMPLE-AES` Clear Key line with its key id.
+//! `isnode play` with a viewer token writes the clear CMAF file (the input less its `sidx`).
 //!
 //! ffmpeg 5.1 (Debian 12) matches CENC sample information to the wrong fragment when it
 //! reads every `moof` at open (a file without `sidx`), so the decryptions here read with
@@ -161,12 +162,19 @@ fn a_cmaf_title_is_cenc_cbcs_and_its_clear_key_licence_needs_a_viewer_token() {
     assert_eq!(key.len(), 16);
     let key_hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
 
-    // HLS of the encrypted CMAF title: refused by name.
+    // HLS of the encrypted CMAF title: SAMPLE-AES with Clear Key and the key id (base64 in
+    // a data: URI), in the media and I-frame playlists; the master names no key.
+    let key_line = format!(
+        "#EXT-X-KEY:METHOD=SAMPLE-AES,URI=\"data:text/plain;base64,{}==\",\
+         KEYFORMAT=\"org.w3.clearkey\",KEYFORMATVERSIONS=\"1\"",
+        b64url::encode(&kid).replace('-', "+").replace('_', "/")
+    );
     for route in ["index.m3u8", "master.m3u8", "iframes.m3u8"] {
         let path = format!("/v1/objects/enc.mp4/{route}?token={viewer}");
         let r = server.req("GET", &path, None);
-        assert_eq!(r.status, 501, "{route}: {}", r.body);
-        assert!(r.body.contains("cbcs"), "{}", r.body);
+        assert_eq!(r.status, 200, "{route}: {}", r.body);
+        let keyed = r.body.lines().any(|l| l == key_line);
+        assert_eq!(keyed, route != "master.m3u8", "{route}: {}", r.body);
     }
 
     // The stored object: with the key, the clear file's frames; without it, not.
@@ -289,4 +297,80 @@ fn get_bytes(server: &Server, path: &str) -> (u16, String, Vec<u8>) {
         .and_then(|s| s.parse().ok())
         .expect("a status");
     (status, head, raw[split + 4..].to_vec())
+}
+
+/// `bytes` (an MP4) without its top-level `sidx` boxes (what `--encrypt` drops).
+fn without_sidx(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let size = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        assert!(size >= 8, "a box size of {size} at byte {at}");
+        if &bytes[at + 4..at + 8] != b"sidx" {
+            out.extend_from_slice(&bytes[at..at + size]);
+        }
+        at += size;
+    }
+    out
+}
+
+/// `isnode play` of an encrypted CMAF title with a viewer token writes the clear CMAF file:
+/// byte-identical to the clear input less its top-level `sidx` boxes (dropped at
+/// encryption), decoding to the clear title's video and audio frames; without a token it
+/// fails naming the viewer role and writes nothing.
+#[test]
+fn play_of_an_encrypted_cmaf_title_writes_the_clear_file() {
+    let vol = Vol::create(&[]);
+    let clear = make_cmaf(vol.dir.path());
+    let ingest = isnode(
+        &vol,
+        &[
+            "ingest",
+            "--encrypt",
+            "--name",
+            "enc.mp4",
+            clear.to_str().unwrap(),
+        ],
+    );
+    assert!(ingest.status.success(), "{}", text(&ingest));
+    let viewer = token(&vol, "v", "viewer");
+    let server = Server::start(&vol, &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let (_, out) = play_to_end(
+        &server,
+        &vol,
+        "enc.mp4",
+        "pc",
+        &["--token", &viewer],
+        deadline,
+    );
+    let clear_bytes = std::fs::read(&clear).unwrap();
+    let expected = without_sidx(&clear_bytes);
+    assert!(
+        out == expected,
+        "play wrote {} bytes, not the {} of the clear file (less sidx: {})",
+        out.len(),
+        clear_bytes.len(),
+        expected.len()
+    );
+    let played = vol.path("played.mp4");
+    std::fs::write(&played, &out).unwrap();
+    for map in ["0:v", "0:a"] {
+        let (want, clean) = framemd5(&clear, map, None);
+        assert!(clean && want.len() >= 100, "{map} of the clear file");
+        let (got, clean) = framemd5(&played, map, None);
+        assert!(clean, "{map}: ffmpeg reported errors on the played file");
+        assert_eq!(got, want, "{map}: the played file's frames");
+    }
+    // Without a token: refused by role, nothing written.
+    let refused = vol.path("refused.mp4");
+    let out = command()
+        .args(["play", "enc.mp4", "--server", &server.url(), "--out"])
+        .arg(&refused)
+        .output()
+        .expect("running isnode play");
+    assert!(!out.status.success(), "played without a token");
+    let msg = text(&out);
+    assert!(msg.contains("viewer role"), "{msg}");
+    assert_eq!(std::fs::read(&refused).map_or(0, |b| b.len()), 0);
 }

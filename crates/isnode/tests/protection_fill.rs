@@ -286,18 +286,129 @@ fn play_http_of_an_encrypted_title_serves_the_clear_file() {
     ingest_encrypted(&vol, "enc.ts", &clear_path);
     let viewer = token(&vol, "v", "viewer");
     let server = Server::start(&vol, &[]);
+    let body = play_http(&vol, &server, "enc.ts", &viewer);
+    assert!(
+        body == clear,
+        "play --http served {} bytes, not the clear file's {}",
+        body.len(),
+        clear.len()
+    );
+}
+
+/// The top-level boxes of an MP4: (type, first byte, bytes).
+fn top_boxes(bytes: &[u8]) -> Vec<([u8; 4], usize, &[u8])> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let size = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        assert!(size >= 8, "a box size of {size} at byte {at}");
+        out.push((
+            bytes[at + 4..at + 8].try_into().unwrap(),
+            at,
+            &bytes[at..at + size],
+        ));
+        at += size;
+    }
+    out
+}
+
+/// The `moof_offset` of every `tfra` entry of an `mfra` box (whole).
+fn tfra_offsets(mfra: &[u8]) -> Vec<u64> {
+    let mut out = Vec::new();
+    for (kind, _, tfra) in top_boxes(&mfra[8..]) {
+        if &kind != b"tfra" {
+            continue;
+        }
+        let v1 = tfra[8] == 1;
+        let sizes = u32::from_be_bytes(tfra[16..20].try_into().unwrap());
+        let extra: usize = [(sizes >> 4) & 3, (sizes >> 2) & 3, sizes & 3]
+            .iter()
+            .map(|&n| n as usize + 1)
+            .sum();
+        let n = u32::from_be_bytes(tfra[20..24].try_into().unwrap()) as usize;
+        let (word, mut at) = (if v1 { 8 } else { 4 }, 24);
+        for _ in 0..n {
+            let o = &tfra[at + word..at + 2 * word];
+            out.push(match v1 {
+                true => u64::from_be_bytes(o.try_into().unwrap()),
+                false => u64::from(u32::from_be_bytes(o.try_into().unwrap())),
+            });
+            at += 2 * word + extra;
+        }
+    }
+    out
+}
+
+/// `play --http` of a CMAF title in CENC `cbcs` serves the clear CMAF file at the length
+/// the session announced: the input less its `sidx` boxes (ffmpeg's `global_sidx` writes
+/// two), every other box as the input's but the `mfra`, whose entries point at the moved
+/// fragments.
+#[test]
+fn play_http_of_an_encrypted_cmaf_title_serves_the_clear_file() {
+    let vol = Vol::create(&[]);
+    let clear_path = vol.path("film.mp4");
+    let out = std::process::Command::new(serve_support::media::tool("ffmpeg"))
+        .args(["-v", "error", "-y", "-f", "lavfi", "-i"])
+        .arg("testsrc2=size=320x240:rate=25")
+        .args(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"])
+        .args([
+            "-t", "6", "-c:v", "libx264", "-g", "25", "-pix_fmt", "yuv420p",
+        ])
+        .args(["-c:a", "aac", "-movflags", "+cmaf+global_sidx"])
+        .arg(&clear_path)
+        .output()
+        .expect("running ffmpeg");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let input = std::fs::read(&clear_path).unwrap();
+    ingest_encrypted(&vol, "enc.mp4", &clear_path);
+    let viewer = token(&vol, "v", "viewer");
+    let server = Server::start(&vol, &[]);
+    let body = play_http(&vol, &server, "enc.mp4", &viewer);
+    let want: Vec<_> = top_boxes(&input)
+        .into_iter()
+        .filter(|b| &b.0 != b"sidx")
+        .collect();
+    assert!(
+        want.len() < top_boxes(&input).len(),
+        "the input has sidx boxes"
+    );
+    let got = top_boxes(&body);
+    assert_eq!(got.len(), want.len(), "the clear file's boxes");
+    let mut moofs = Vec::new();
+    for ((kind, at, b), (wkind, _, w)) in got.iter().zip(&want) {
+        assert_eq!(kind, wkind);
+        match kind {
+            b"mfra" => {
+                assert_eq!(b.len(), w.len());
+                // A tfra per track, each naming every fragment.
+                let mut offsets = tfra_offsets(b);
+                offsets.sort_unstable();
+                offsets.dedup();
+                assert_eq!(offsets, moofs, "the mfra points at the fragments");
+            }
+            _ => assert!(
+                b == w,
+                "the {} box at byte {at}",
+                String::from_utf8_lossy(kind)
+            ),
+        }
+        if kind == b"moof" {
+            moofs.push(*at as u64);
+        }
+    }
+}
+
+/// `isnode play NAME --http` with `viewer`'s token: the body a GET of its listener gets.
+fn play_http(vol: &Vol, server: &Server, name: &str, viewer: &str) -> Vec<u8> {
     let listen = format!("127.0.0.1:{}", free_port());
     let stderr = vol.path("play-http.stderr");
     let _child = ChildGuard(Some(
         command()
-            .args([
-                "play",
-                "enc.ts",
-                "--server",
-                &server.url(),
-                "--token",
-                &viewer,
-            ])
+            .args(["play", name, "--server", &server.url(), "--token", viewer])
             .args([
                 "--http",
                 &listen,
@@ -329,12 +440,7 @@ fn play_http_of_an_encrypted_title_serves_the_clear_file() {
         "{}",
         std::fs::read_to_string(&stderr).unwrap_or_default()
     );
-    assert!(
-        body == clear,
-        "play --http served {} bytes, not the clear file's {}",
-        body.len(),
-        clear.len()
-    );
+    body
 }
 
 /// A viewer token with an expiry: its keys carry it (`Isnode-Key-Expires`), and past it
@@ -434,4 +540,93 @@ fn keys_carry_the_tokens_expiry_or_the_licence_ttl_and_expired_tokens_get_none()
         .expect("running isnode play");
     assert!(!out.status.success());
     assert!(text(&out).contains("expired"), "{}", text(&out));
+}
+
+/// An encrypted pre-fill keeps to its rate cap as a clear one does (it fetched the whole
+/// title at once before), the cap lifted by a pre-fill without one; the filled title then
+/// plays clear (its origin ETag committing with it is tested in the store's unit tests).
+#[test]
+fn an_encrypted_prefill_keeps_to_its_rate_cap_and_commits_its_origin_etag() {
+    let vol = Vol::create(&[]);
+    let origin = vol.path("origin");
+    std::fs::create_dir_all(&origin).unwrap();
+    let clear_path = origin.join("capped.ts");
+    gen_ts(&clear_path, 2_000_000, 12.0, 21);
+    let clear = std::fs::read(&clear_path).unwrap();
+    let cluster_key = vol.path("cluster.key");
+    std::fs::write(&cluster_key, format!("{}\n", "d4".repeat(32))).unwrap();
+    std::fs::set_permissions(&cluster_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let origin_url = format!("file://{}", origin.display());
+    let viewer = token(&vol, "v", "viewer");
+    // With a token file, the fill routes need the operator role.
+    let op = token(&vol, "o", "operator");
+    let bearer = format!("Bearer {op}");
+    let as_op = |server: &Server, method: &str, body: Option<&str>| {
+        let auth = [("Authorization", bearer.as_str())];
+        http(server.addr, None, method, "/v1/fills", body, &auth)
+    };
+    let fill_of = |server: &Server| {
+        let r = as_op(server, "GET", None);
+        assert_eq!(r.status, 200, "GET /v1/fills: {}", r.body);
+        r.json()["fills"]
+            .as_array()
+            .and_then(|a| a.iter().find(|f| f["name"] == "capped.ts").cloned())
+    };
+    let server = Server::start(
+        &vol,
+        &[
+            "--origin",
+            origin_url.as_str(),
+            "--encrypt",
+            "on",
+            "--cluster-key-file",
+            cluster_key.to_str().unwrap(),
+        ],
+    );
+    // 3 MB at 200 kbit/s: about 2 min; one 1 MiB range (the default) every 42 s.
+    let r = as_op(
+        &server,
+        "POST",
+        Some("{\"titles\": [\"capped.ts\"], \"rate_bps\": 200000}"),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let filled = |f: &serde_json::Value| f["filled_bytes"].as_u64().unwrap_or(0);
+    loop {
+        let f = fill_of(&server).expect("the fill is listed");
+        if filled(&f) > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no byte fetched: {f}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Uncapped, a file:// origin gives the whole title within milliseconds.
+    std::thread::sleep(Duration::from_secs(2));
+    let f = fill_of(&server).expect("the fill is listed");
+    assert_ne!(f["phase"], "done", "{f}");
+    assert!(
+        filled(&f) < clear.len() as u64 / 2,
+        "the cap was not kept: {f}"
+    );
+    // Lift the cap: the fill completes.
+    let r = as_op(
+        &server,
+        "POST",
+        Some("{\"titles\": [\"capped.ts\"], \"rate_bps\": 0}"),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let f = fill_of(&server).expect("the fill is listed");
+        if f["phase"] == "done" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not done: {f}\n{}",
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(play(&server, &vol, "capped.ts", "pc", &viewer) == clear);
 }

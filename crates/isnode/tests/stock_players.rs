@@ -372,3 +372,181 @@ fn hls_js_steps_down_when_the_link_slows() {
         Err(e) => panic!("{e}"),
     }
 }
+
+/// `s` percent-encoded for a query value (every byte but unreserved ones).
+fn query_value(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// hls.js with EME (W3C Clear Key) plays an encrypted CMAF title (`ingest --encrypt`: CENC
+/// `cbcs`, H.264 + AAC in one file) from its master playlist: the media playlist carries
+/// `#EXT-X-KEY:METHOD=SAMPLE-AES` with `KEYFORMAT="org.w3.clearkey"` and the key id (never
+/// the key), and hls.js asks the licence route, configured as its Clear Key licence URL with
+/// a viewer token. With a licence URL without the token the licence is refused (401): hls.js
+/// reports an error and the video never starts.
+#[test]
+fn hls_js_plays_an_encrypted_cmaf_title_through_clear_key() {
+    require_chromium();
+    let files = files();
+    let vol = Vol::create(&[]);
+    let clear = vol.path("clear.mp4");
+    ffmpeg(&[
+        "-v",
+        "error",
+        "-y",
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc2=size=640x360:rate=25",
+        "-f",
+        "lavfi",
+        "-i",
+        "sine=frequency=440:sample_rate=48000",
+        "-t",
+        "20",
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-g",
+        "50",
+        "-keyint_min",
+        "50",
+        "-sc_threshold",
+        "0",
+        "-pix_fmt",
+        "yuv420p",
+        "-c:a",
+        "aac",
+        "-b:a",
+        "64k",
+        "-movflags",
+        "+cmaf",
+        "-frag_duration",
+        "2000000",
+        clear.to_str().unwrap(),
+    ]);
+    let out = isnode(
+        &vol,
+        &[
+            "ingest",
+            "--encrypt",
+            "--name",
+            "enc.mp4",
+            clear.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("CENC cbcs"), "{}", text(&out));
+    let out = isnode(&vol, &["token", "add", "--name", "v", "--role", "viewer"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let viewer = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let server = Server::start(&vol, &[]);
+
+    // The media playlist: SAMPLE-AES with Clear Key and the key id, before the init segment.
+    let r = server.req("GET", "/v1/objects/enc.mp4/index.m3u8", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let key_line = r
+        .body
+        .lines()
+        .find(|l| l.starts_with("#EXT-X-KEY:"))
+        .unwrap_or_else(|| panic!("no key line: {}", r.body))
+        .to_string();
+    assert!(key_line.starts_with("#EXT-X-KEY:METHOD=SAMPLE-AES,URI=\"data:text/plain;base64,"));
+    assert!(
+        key_line.contains("KEYFORMAT=\"org.w3.clearkey\""),
+        "{key_line}"
+    );
+    assert!(
+        r.body.find("#EXT-X-KEY:") < r.body.find("#EXT-X-MAP:"),
+        "{}",
+        r.body
+    );
+    let r = server.req("GET", "/v1/objects/enc.mp4/iframes.m3u8", None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains(&key_line), "{}", r.body);
+
+    let front = Front::start(server.addr, files);
+    let driver = Driver::start(&vol);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let src = "/v1/objects/enc.mp4/master.m3u8";
+    let cfg = |licence: &str| {
+        query_value(&format!(
+            "{{\"emeEnabled\":true,\"drmSystems\":{{\"org.w3.clearkey\":{{\"licenseUrl\":\"{licence}\"}}}}}}"
+        ))
+    };
+    // With the viewer's token in the licence URL: plays past 8 s without an error.
+    let with = cfg(&format!("/v1/objects/enc.mp4/license?token={viewer}"));
+    let profile = vol.path("chromium-enc");
+    let r = rt.block_on(async {
+        let c = browser(&driver.url, &profile).await;
+        let url = format!("{}/player/hls.html?src={src}&cfg={with}", front.url());
+        let r = match c.goto(&url).await {
+            Ok(()) => {
+                wait_js(
+                    &c,
+                    STATE,
+                    60,
+                    "hls.js playing the encrypted title past 8 s",
+                    |v| {
+                        v["t"].as_f64().unwrap_or(0.0) > 8.0
+                            || v["state"]["errors"]
+                                .as_array()
+                                .is_some_and(|e| !e.is_empty())
+                    },
+                )
+                .await
+            }
+            Err(e) => Err(format!("opening the page: {e}")),
+        };
+        let _ = c.close().await;
+        r
+    });
+    let last = r.unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("hls.js with the token: {last}");
+    assert!(
+        last["state"]["errors"]
+            .as_array()
+            .is_some_and(|e| e.is_empty()),
+        "hls.js errors: {last}"
+    );
+    assert!(last["t"].as_f64().unwrap_or(0.0) > 8.0, "{last}");
+
+    // Without the token: the licence is refused, hls.js reports it, nothing plays.
+    let without = cfg("/v1/objects/enc.mp4/license");
+    let profile = vol.path("chromium-enc-refused");
+    let r = rt.block_on(async {
+        let c = browser(&driver.url, &profile).await;
+        let url = format!("{}/player/hls.html?src={src}&cfg={without}", front.url());
+        let r = match c.goto(&url).await {
+            Ok(()) => {
+                wait_js(&c, STATE, 60, "hls.js reporting the refused licence", |v| {
+                    v["state"]["errors"]
+                        .as_array()
+                        .is_some_and(|e| !e.is_empty())
+                })
+                .await
+            }
+            Err(e) => Err(format!("opening the page: {e}")),
+        };
+        let _ = c.close().await;
+        r
+    });
+    let last = r.unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("hls.js without the token: {last}");
+    assert_eq!(
+        last["t"].as_f64(),
+        Some(0.0),
+        "played without a licence: {last}"
+    );
+}

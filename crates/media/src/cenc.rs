@@ -106,13 +106,13 @@ pub(crate) fn boxed(kind: &[u8; 4], content: &[u8]) -> Result<Vec<u8>, CencError
 }
 
 /// What decides a child box's new bytes (`None`: keep it).
-type ChildMap<'a> = dyn FnMut([u8; 4], &[u8]) -> Result<Option<Vec<u8>>, CencError> + 'a;
+pub(crate) type ChildMap<'a> = dyn FnMut([u8; 4], &[u8]) -> Result<Option<Vec<u8>>, CencError> + 'a;
 /// What rewrites a box's content.
-type ContentMap<'a> = dyn FnMut(&[u8]) -> Result<Vec<u8>, CencError> + 'a;
+pub(crate) type ContentMap<'a> = dyn FnMut(&[u8]) -> Result<Vec<u8>, CencError> + 'a;
 
 /// The content of `data`'s children rebuilt: `f` decides each child's new bytes (the whole
 /// box); `None` keeps it.
-fn map_children(data: &[u8], f: &mut ChildMap<'_>) -> Result<Vec<u8>, CencError> {
+pub(crate) fn map_children(data: &[u8], f: &mut ChildMap<'_>) -> Result<Vec<u8>, CencError> {
     let mut out = Vec::with_capacity(data.len() + 256);
     let mut consumed = 0usize;
     for (kind, content) in children(data) {
@@ -129,7 +129,7 @@ fn map_children(data: &[u8], f: &mut ChildMap<'_>) -> Result<Vec<u8>, CencError>
 }
 
 /// The track id of a `trak`.
-fn trak_id(trak: &[u8]) -> Option<u32> {
+pub(crate) fn trak_id(trak: &[u8]) -> Option<u32> {
     let tkhd = child(trak, b"tkhd")?;
     match tkhd.first()? {
         1 => be32(tkhd, 20),
@@ -138,7 +138,7 @@ fn trak_id(trak: &[u8]) -> Option<u32> {
 }
 
 /// The `trex` default sample size of `track_id` in a `moov`'s content.
-fn trex_default_size(moov: &[u8], track_id: u32) -> u32 {
+pub(crate) fn trex_default_size(moov: &[u8], track_id: u32) -> u32 {
     child(moov, b"mvex")
         .into_iter()
         .flat_map(|m| children(m).filter(|(k, _)| k == b"trex").map(|(_, c)| c))
@@ -148,7 +148,7 @@ fn trex_default_size(moov: &[u8], track_id: u32) -> u32 {
 }
 
 /// The kind of a sample entry (`None`: a track left clear).
-fn entry_kind(kind: [u8; 4], entry: &[u8]) -> Result<Option<TrackKind>, CencError> {
+pub(crate) fn entry_kind(kind: [u8; 4], entry: &[u8]) -> Result<Option<TrackKind>, CencError> {
     let boxes = || entry.get(78..).unwrap_or(&[]);
     match &kind {
         b"avc1" | b"avc3" => {
@@ -272,7 +272,7 @@ fn protect_trak(
 }
 
 /// `data` (a box's content) with the box at `path` below it replaced by `f` of its content.
-fn rewrite_path(
+pub(crate) fn rewrite_path(
     data: &[u8],
     path: &[&[u8; 4]],
     f: &mut ContentMap<'_>,

@@ -24,18 +24,18 @@ const SAMPLE_FLAGS: u32 = 0x400;
 const SAMPLE_CTO: u32 = 0x800;
 
 /// A `traf` read: its track, and its samples as (offset from the `moof`'s first byte, size).
-struct Traf {
-    track_id: u32,
-    samples: Vec<(u64, u32)>,
+pub(crate) struct Traf {
+    pub(crate) track_id: u32,
+    pub(crate) samples: Vec<(u64, u32)>,
 }
 
 /// The version/flags word of a full box.
-fn flags(b: &[u8]) -> Option<u32> {
+pub(crate) fn flags(b: &[u8]) -> Option<u32> {
     be32(b, 0).map(|v| v & 0x00ff_ffff)
 }
 
 /// Reads a `traf`'s `tfhd` and `trun`s.
-fn read_traf(
+pub(crate) fn read_traf(
     traf: &[u8],
     default_size: &dyn Fn(u32) -> u32,
     many: bool,
@@ -117,14 +117,14 @@ fn read_trun(trun: &[u8], size_default: u32) -> Result<(Option<u64>, Vec<u32>), 
     Ok((offset, sizes))
 }
 
-/// A `trun` content with its data offset moved by `delta`.
-fn shift_trun(trun: &[u8], delta: u64) -> Result<Vec<u8>, CencError> {
+/// A `trun` content with its data offset moved by `delta` (bytes, either way).
+pub(crate) fn shift_trun(trun: &[u8], delta: i64) -> Result<Vec<u8>, CencError> {
     let mut out = trun.to_vec();
     if flags(trun).unwrap_or(0) & DATA_OFFSET == 0 {
         return bad("a trun without a data offset");
     }
     let o = be32(trun, 8).ok_or(CencError::Unsupported("a short trun".into()))? as i32;
-    let moved = i64::from(o) + i64::try_from(delta).unwrap_or(i64::MAX);
+    let moved = i64::from(o).saturating_add(delta);
     let moved = i32::try_from(moved)
         .map_err(|_| CencError::Unsupported("a trun data offset past 2 GiB".into()))?;
     if let Some(slot) = out.get_mut(8..12) {
@@ -299,7 +299,10 @@ fn rebuild_traf(
                 if let Some((saiz, senc)) = pending.take() {
                     write_aux(out, &saiz, &senc)?;
                 }
-                out.extend_from_slice(&boxed(b"trun", &shift_trun(c, delta)?)?)
+                out.extend_from_slice(&boxed(
+                    b"trun",
+                    &shift_trun(c, i64::try_from(delta).unwrap_or(i64::MAX))?,
+                )?)
             }
             b"saiz" | b"saio" | b"senc" => {
                 return bad("the file has sample auxiliary information already")

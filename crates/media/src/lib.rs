@@ -27,6 +27,7 @@ mod access_point;
 pub mod align;
 mod boxes;
 pub mod cenc;
+pub mod cenc_clear;
 pub mod cenc_fragment;
 mod crc;
 mod describe_ts;

@@ -105,14 +105,15 @@ fn copy_box(file: &File, b: &TopBox, w: &mut dyn Write) -> Result<(), ProtectErr
     Ok(())
 }
 
-/// Writes the encrypted file; its fragment count.
+/// Writes the encrypted file; its fragment count and the bytes of the `sidx` boxes dropped.
 fn encrypt_boxes(
     file: &File,
     len: u64,
     p: &CencParams,
     cipher: &Cipher,
     w: &mut dyn Write,
-) -> Result<usize, ProtectError> {
+) -> Result<(usize, u64), ProtectError> {
+    let mut dropped = 0u64;
     let mut tracks: Option<Vec<Track>> = None;
     let mut fragments = 0usize;
     // Each fragment's first byte in the input and in the output (for `mfra`).
@@ -188,7 +189,7 @@ fn encrypt_boxes(
                 w.write_all(&out).map_err(io("writing the spool"))?;
                 written += out.len() as u64;
             }
-            b"sidx" => {}
+            b"sidx" => dropped += b.len,
             _ => {
                 copy_box(file, &b, w)?;
                 written += b.len;
@@ -198,7 +199,7 @@ fn encrypt_boxes(
     if fragments == 0 {
         return refuse("no fragment (moof): not a fragmented MP4".into());
     }
-    Ok(fragments)
+    Ok((fragments, dropped))
 }
 
 /// A content key with its id and constant IV: one object's, or shared by the renditions of
@@ -262,7 +263,7 @@ pub(crate) fn encrypt(
     let (key, p) = (&title_key.key, title_key.params);
     let cipher = Cipher(BlockKey::new(key));
     let mut spool = tempfile::tempfile_in(tmp_dir).map_err(io("making the spool"))?;
-    let fragments = {
+    let (fragments, dropped) = {
         let mut w = BufWriter::with_capacity(1 << 20, &mut spool);
         let n = encrypt_boxes(file, len, &p, &cipher, &mut w).map_err(|e| in_input(e, what))?;
         w.flush().map_err(io("writing the spool"))?;
@@ -282,10 +283,12 @@ pub(crate) fn encrypt(
     }
     spool.rewind().map_err(io("reading the spool back"))?;
     Ok(Encrypted {
-        spool,
+        ciphertext: crate::Ciphertext::Spool(spool),
         len: cipher_len,
         clear_len: len,
-        protected: record(&ix, (cipher_len, len), node_key, key, &p),
+        // The clear length is that of the file a player decrypts it to: the input less the
+        // `sidx` boxes dropped.
+        protected: record(&ix, (cipher_len, len - dropped), node_key, key, &p),
         bitrate_bps: crate::cipher_bitrate(described.bitrate_bps, len, cipher_len),
         content_type: described.content_type,
         what: format!("CENC cbcs, {fragments} fragments"),
@@ -345,5 +348,6 @@ fn record(
                 iv: p.iv,
             }],
         },
+        origin_etag: None,
     }
 }

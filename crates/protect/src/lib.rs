@@ -13,10 +13,11 @@
 //! ciphertext). No error here carries key bytes.
 
 pub mod cmaf;
+pub mod parallel;
 pub mod ts;
 
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -81,11 +82,30 @@ pub struct Hints {
     pub content_type: Option<String>,
 }
 
-/// A title encrypted into a spool, ready to store.
+/// Where a title's ciphertext comes from when it is stored.
+#[derive(Debug)]
+pub enum Ciphertext {
+    /// Written whole to a spool, read back from its start (CMAF).
+    Spool(File),
+    /// Encrypted segment by segment, in parallel, as the store reads it (MPEG-TS).
+    Segments(parallel::Segments),
+}
+
+impl Ciphertext {
+    /// Runs `consume` on a reader of the ciphertext from its first byte.
+    pub fn read_into<T>(self, consume: impl FnOnce(&mut dyn Read) -> T) -> T {
+        match self {
+            Ciphertext::Spool(f) => consume(&mut BufReader::with_capacity(1 << 20, f)),
+            Ciphertext::Segments(s) => s.read_into(parallel::threads(), consume),
+        }
+    }
+}
+
+/// A title planned for encryption (TS) or encrypted into a spool (CMAF), ready to store.
 #[derive(Debug)]
 pub struct Encrypted {
-    /// The ciphertext, read back from its start.
-    pub spool: File,
+    /// The ciphertext.
+    pub ciphertext: Ciphertext,
     /// Its length, bytes.
     pub len: u64,
     /// The clear input's length, bytes.
@@ -118,8 +138,11 @@ pub enum Kind {
     Cmaf,
 }
 
-/// Encrypts `file` (`len` bytes of clear media) into a spool in `tmp_dir` under `keys`,
-/// the content key wrapped by `node_key`; `what` names the input in errors.
+/// Encrypts `file` (`len` bytes of clear media) under `keys`, the content key wrapped by
+/// `node_key`; `what` names the input in errors. CMAF is encrypted here into a spool in
+/// `tmp_dir`; MPEG-TS is planned here (cuts, IVs, rows) and encrypted by [`store`] as the
+/// store reads it, segments in parallel (`file` is opened again for that, so the caller
+/// may close its own handle).
 pub fn encrypt_file(
     tmp_dir: &Path,
     (file, len): (&File, u64),
@@ -134,7 +157,7 @@ pub fn encrypt_file(
     let ix = index_file(file, len, what)?;
     match kind_of(&ix, what)? {
         Kind::Cmaf => cmaf::encrypt(tmp_dir, (file, len), hints, node_key, keys, what),
-        Kind::MpegTs => ts::encrypt(tmp_dir, (file, len), ix, hints, node_key, keys, what),
+        Kind::MpegTs => ts::encrypt((file, len), ix, hints, node_key, keys, what),
     }
 }
 
@@ -166,9 +189,10 @@ pub fn store(
         content_type: enc.content_type,
         replace: existing == Existing::Replace,
     };
-    let mut reader = BufReader::with_capacity(1 << 20, enc.spool);
-    let rec =
-        isnode_store::ingest_protected(vol, &opts, &mut reader, enc.len, progress, &enc.protected)?;
+    let (len, protected) = (enc.len, enc.protected);
+    let rec = enc.ciphertext.read_into(|reader| {
+        isnode_store::ingest_protected(vol, &opts, reader, len, progress, &protected)
+    })?;
     Ok(rec)
 }
 
@@ -211,7 +235,7 @@ pub fn cipher_bitrate(clear_bps: u64, clear_len: u64, cipher_len: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
+    use std::io::Write;
 
     /// A generated MPEG-TS title in a file of `dir`.
     fn title(dir: &Path, seed: u64) -> (File, u64) {
@@ -229,8 +253,9 @@ mod tests {
 
     fn cipher(enc: Encrypted) -> Vec<u8> {
         let mut out = Vec::new();
-        let mut spool = enc.spool;
-        spool.read_to_end(&mut out).unwrap();
+        enc.ciphertext
+            .read_into(|r| r.read_to_end(&mut out))
+            .unwrap();
         assert_eq!(out.len() as u64, enc.len);
         out
     }

@@ -1,12 +1,10 @@
 //! MPEG-TS as HLS AES-128: the clear media is indexed and cut into the segments its
 //! playlist will list (the server's own cuts, `isnode_media::segments`); each segment is
-//! encrypted on its own (AES-128-CBC, PKCS#7, its own IV) into the spool, with the clear
-//! media's time index mapped onto the ciphertext.
+//! encrypted on its own (AES-128-CBC, PKCS#7, its own IV), several at once, as the store
+//! reads them ([`crate::parallel`]), with the clear media's time index mapped onto the
+//! ciphertext.
 
 use std::fs::File;
-use std::io::{BufWriter, Seek, Write};
-use std::os::unix::fs::FileExt;
-use std::path::Path;
 
 use isnode_keys::content::{new_key_id, ContentKey};
 use isnode_keys::node_key::NodeKey;
@@ -14,14 +12,15 @@ use isnode_keys::IV_LEN;
 use isnode_store::protection::{ProtectedSegment, ProtectionRecord};
 use isnode_store::{MediaIndexRecord, Protected};
 
-use crate::{io, Encrypted, Hints, Keys, ProtectError};
+use crate::parallel::{Cut, Segments};
+use crate::{io, Ciphertext, Encrypted, Hints, Keys, ProtectError};
 
 /// Largest clear segment encrypted (a segment is held in memory while it is encrypted).
 pub const MAX_SEGMENT_BYTES: u64 = 512 << 20;
 
-/// Encrypts the MPEG-TS `file` (`len` bytes, index `ix`) into a spool in `tmp_dir`.
+/// Plans the encryption of the MPEG-TS `file` (`len` bytes, index `ix`): its segments, their
+/// IVs and rows; the ciphertext is made as it is stored.
 pub(crate) fn encrypt(
-    tmp_dir: &Path,
     (file, len): (&File, u64),
     ix: isnode_media::MediaIndex,
     hints: &Hints,
@@ -45,9 +44,7 @@ pub(crate) fn encrypt(
         Keys::Derived(d) => d.segment_iv(i),
         _ => isnode_keys::segment::random_iv(),
     };
-    let mut spool = tempfile::tempfile_in(tmp_dir).map_err(io("making the spool"))?;
-    let segments = encrypt_segments(file, &clear.cuts, &key, &iv_of, &mut spool)?;
-    spool.rewind().map_err(io("reading the spool back"))?;
+    let (plan, segments) = plan_segments(file, &clear.cuts, &key, &iv_of)?;
     let cipher_len: u64 = segments.iter().map(|s| s.length_bytes).sum();
     let what = format!("HLS AES-128, {} segments", segments.len());
     let protected = Protected {
@@ -68,9 +65,10 @@ pub(crate) fn encrypt(
             node_key_id: node_key.id(),
             segments,
         },
+        origin_etag: None,
     };
     Ok(Encrypted {
-        spool,
+        ciphertext: Ciphertext::Segments(plan),
         len: cipher_len,
         clear_len: len,
         protected,
@@ -120,40 +118,43 @@ fn examine(
     })
 }
 
-/// Encrypts each cut of `file` into `out`, in order, segment `i` under `iv_of(i)`; the
-/// segments' rows.
-fn encrypt_segments(
+/// The plan of each cut of `file`, segment `i` under `iv_of(i)`, and the segments' rows
+/// (their ciphertext lengths known from the clear ones: PKCS#7 pads to the next block).
+fn plan_segments(
     file: &File,
     cuts: &[isnode_media::segments::Segment],
     key: &ContentKey,
     iv_of: &dyn Fn(u32) -> [u8; IV_LEN],
-    out: &mut File,
-) -> Result<Vec<ProtectedSegment>, ProtectError> {
-    let mut w = BufWriter::with_capacity(1 << 20, out);
+) -> Result<(Segments, Vec<ProtectedSegment>), ProtectError> {
     let mut rows = Vec::with_capacity(cuts.len());
+    let mut plan = Vec::with_capacity(cuts.len());
     let mut at = 0u64;
     for (i, c) in cuts.iter().enumerate() {
-        let len = usize::try_from(c.len_bytes)
-            .map_err(|_| ProtectError::Unsupported("a segment over the address space".into()))?;
-        let mut clear = vec![0u8; len];
-        file.read_exact_at(&mut clear, c.offset_bytes)
-            .map_err(io("reading a segment of the input"))?;
         let index =
             u32::try_from(i).map_err(|_| ProtectError::Unsupported("over 2^32 segments".into()))?;
         let iv = iv_of(index);
-        let cipher = isnode_keys::segment::encrypt(key, &iv, &clear);
-        w.write_all(&cipher).map_err(io("writing the spool"))?;
+        let cipher_len = isnode_keys::segment::cipher_len(c.len_bytes);
+        plan.push(Cut {
+            clear_offset: c.offset_bytes,
+            clear_len: c.len_bytes,
+            iv,
+        });
         rows.push(ProtectedSegment {
             offset_bytes: at,
-            length_bytes: cipher.len() as u64,
+            length_bytes: cipher_len,
             clear_offset: c.offset_bytes,
             clear_length: c.len_bytes,
             start_s: c.start_s,
             duration_s: c.duration_s,
             iv,
         });
-        at += cipher.len() as u64;
+        at += cipher_len;
     }
-    w.flush().map_err(io("writing the spool"))?;
-    Ok(rows)
+    let file = file.try_clone().map_err(io("opening the input again"))?;
+    let segments = Segments {
+        file,
+        cuts: plan,
+        key: key.clone(),
+    };
+    Ok((segments, rows))
 }

@@ -549,6 +549,24 @@ impl ControlClient {
         Ok((key, expires))
     }
 
+    /// `GET /v1/objects/{name}/index.m3u8` of an encrypted title: the playlist's text, or
+    /// `None` for the `501` an older server answers for a CMAF title in CENC `cbcs`.
+    pub fn hls_playlist(&self, name: &str) -> anyhow::Result<Option<String>> {
+        let url = format!("{}/v1/objects/{name}/index.m3u8", self.base);
+        let mut resp = self.req(self.agent.get(&url)).call()?;
+        match resp.status().as_u16() {
+            501 => Ok(None),
+            200 => resp
+                .body_mut()
+                .with_config()
+                .limit(MAX_PLAYLIST_BYTES)
+                .read_to_string()
+                .context("reading the title's playlist")
+                .map(Some),
+            _ => Self::body("reading the title's playlist", 200, resp).map(Some),
+        }
+    }
+
     /// Whether `name` is encrypted, from its HLS playlist: an MPEG-TS title's carries
     /// `#EXT-X-KEY` lines, and a CMAF title in CENC `cbcs` answers `501` (its MPD plays
     /// it). Any other answer (a clear title, a container without a playlist) is clear.

@@ -1,7 +1,9 @@
-//! `isnode play` of an encrypted title (issue 32, HLS AES-128): the segments and IVs from
-//! the title's playlist, the key from the key route (a viewer token), and a writer under
-//! the playout that decrypts each segment once its ciphertext is whole and passes the clear
-//! bytes on. The playout, repair and resume all stay on the ciphertext (the stored bytes).
+//! `isnode play` of an encrypted title (issue 32). HLS AES-128 (MPEG-TS): the segments and
+//! IVs from the title's playlist, the key from the key route (a viewer token), and a writer
+//! under the playout that decrypts each segment once its ciphertext is whole and passes the
+//! clear bytes on. CENC `cbcs` (CMAF, its playlist `SAMPLE-AES`): the same key, and the
+//! writer of [`crate::decrypt_cmaf`], which writes the clear CMAF file. The playout, repair
+//! and resume all stay on the ciphertext (the stored bytes).
 
 use std::io::{self, Write};
 
@@ -27,17 +29,26 @@ pub struct Segment {
     pub iv: [u8; 16],
 }
 
+/// How a title is encrypted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// HLS AES-128: these segments, each under its IV.
+    Aes128(Vec<Segment>),
+    /// CENC `cbcs` of a CMAF file (the IV and the samples are found in its boxes).
+    Cbcs,
+}
+
 /// What decrypting a title needs. `Debug` shows no key.
 #[derive(Clone, Debug)]
 pub struct Protection {
     key: ContentKey,
-    segments: Vec<Segment>,
+    scheme: Scheme,
     /// When the key stops being good (seconds since the Unix epoch; `None`: never).
     expires_unix_s: Option<u64>,
 }
 
 /// Seconds since the Unix epoch (0 if the clock is before it).
-fn now_unix_s() -> u64 {
+pub(crate) fn now_unix_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -101,9 +112,15 @@ fn parse_iv(hex: &str) -> Option<[u8; 16]> {
 /// control client's token must hold the viewer role: without one, the server's `401`
 /// names the role).
 pub fn fetch(control: &ControlClient, name: &str) -> anyhow::Result<Protection> {
-    let playlist = control.playlist(name)?;
-    let segments = parse_playlist(&playlist)
-        .with_context(|| format!("reading the segments of the encrypted title {name:?}"))?;
+    let scheme = match control.hls_playlist(name)? {
+        // An older server answers 501 for the HLS of a cbcs title.
+        None => Scheme::Cbcs,
+        Some(text) if text.contains("#EXT-X-KEY:METHOD=SAMPLE-AES") => Scheme::Cbcs,
+        Some(text) => Scheme::Aes128(
+            parse_playlist(&text)
+                .with_context(|| format!("reading the segments of the encrypted title {name:?}"))?,
+        ),
+    };
     let (key, expires_unix_s) = control
         .content_key(name)
         .with_context(|| format!("{name:?} is encrypted and its key is refused"))?;
@@ -113,7 +130,7 @@ pub fn fetch(control: &ControlClient, name: &str) -> anyhow::Result<Protection> 
     }
     Ok(Protection {
         key,
-        segments,
+        scheme,
         expires_unix_s,
     })
 }
@@ -143,14 +160,29 @@ pub(crate) fn for_session(
 }
 
 impl Protection {
-    /// A writer of the clear media to `out`, fed the object's bytes from byte `start`
-    /// (which must start a segment).
+    /// A writer of the clear media to `out`, fed the object's bytes (`object_len` in all)
+    /// from byte `start` (which must start a segment; a CMAF title's first byte).
     pub fn writer(
         self,
         out: Box<dyn Write + Send>,
         start: u64,
+        object_len: u64,
     ) -> anyhow::Result<Box<dyn Write + Send>> {
-        let Some(next) = self.segments.iter().position(|s| s.offset == start) else {
+        let segments = match self.scheme {
+            Scheme::Aes128(s) => s,
+            Scheme::Cbcs if start == 0 => {
+                return Ok(Box::new(crate::decrypt_cmaf::CmafWriter::new(
+                    out,
+                    &self.key,
+                    object_len,
+                    self.expires_unix_s,
+                )))
+            }
+            Scheme::Cbcs => bail!(
+                "an encrypted CMAF title plays from its start (its moov says how to decrypt                  it); byte {start} is not it"
+            ),
+        };
+        let Some(next) = segments.iter().position(|s| s.offset == start) else {
             bail!(
                 "an encrypted title plays from the start of a segment; byte {start} is not one \
                  (use --start-at SECONDS)"
@@ -159,7 +191,7 @@ impl Protection {
         Ok(Box::new(DecryptWriter {
             inner: out,
             key: self.key,
-            segments: self.segments,
+            segments,
             expires_unix_s: self.expires_unix_s,
             next,
             buf: Vec::new(),
@@ -255,10 +287,10 @@ mod tests {
         let out = Shared::default();
         let p = Protection {
             key: key.clone(),
-            segments: segments.clone(),
+            scheme: Scheme::Aes128(segments.clone()),
             expires_unix_s: None,
         };
-        let mut w = p.writer(Box::new(out.clone()), 0).unwrap();
+        let mut w = p.writer(Box::new(out.clone()), 0, 0).unwrap();
         for chunk in stored.chunks(7) {
             w.write_all(chunk).unwrap();
         }
@@ -267,23 +299,23 @@ mod tests {
         let out = Shared::default();
         let p = Protection {
             key,
-            segments,
+            scheme: Scheme::Aes128(segments),
             expires_unix_s: Some(u64::MAX),
         };
-        let mut w = p.clone().writer(Box::new(out.clone()), 1008).unwrap();
+        let mut w = p.clone().writer(Box::new(out.clone()), 1008, 0).unwrap();
         w.write_all(&stored[1008..]).unwrap();
         assert_eq!(
             *out.0.lock().unwrap(),
             [&clear[1][..], &clear[2][..]].concat()
         );
-        assert!(p.clone().writer(Box::new(io::sink()), 5).is_err());
+        assert!(p.clone().writer(Box::new(io::sink()), 5, 0).is_err());
         // A key past its expiry decrypts nothing.
         let expired = Protection {
             expires_unix_s: Some(1),
             ..p
         };
         let out = Shared::default();
-        let mut w = expired.writer(Box::new(out.clone()), 0).unwrap();
+        let mut w = expired.writer(Box::new(out.clone()), 0, 0).unwrap();
         let e = w.write_all(&stored).unwrap_err().to_string();
         assert!(e.contains("expired"), "{e}");
         assert!(out.0.lock().unwrap().is_empty());

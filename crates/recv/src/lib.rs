@@ -19,6 +19,7 @@ pub mod broadcast;
 pub mod config;
 pub mod control;
 pub mod decrypt;
+mod decrypt_cmaf;
 pub mod digest_fetch;
 pub mod digests;
 pub mod impair;

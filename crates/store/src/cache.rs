@@ -59,20 +59,6 @@ impl Volume {
         Ok(self.origin(name)?.map(|o| o.etag))
     }
 
-    /// Records the complete object called `name` as filled from the origin's version
-    /// `etag` now (an encrypted fill: encrypted whole, then ingested); whether there was
-    /// such an object. It is then checked, evicted and failed over to like any fill.
-    pub fn set_origin(&mut self, name: &str, etag: &str) -> Result<bool, StoreError> {
-        if etag.len() > crate::fill::MAX_ETAG_LEN {
-            return Err(StoreError::BadParams(format!(
-                "an origin ETag of {} bytes",
-                etag.len()
-            )));
-        }
-        let now = crate::fill::now_unix();
-        self.catalog_mut().set_origin(name, etag, now)
-    }
-
     /// Records that the complete object called `name` was found unchanged at the origin at
     /// `unix` (seconds since the epoch); whether it has an origin record.
     pub fn set_origin_checked(&mut self, name: &str, unix: i64) -> Result<bool, StoreError> {

@@ -294,23 +294,32 @@ impl Catalog {
             .map_err(db("reading an origin record"))
     }
 
-    /// Records the complete object called `name` as filled from the origin version `etag`
-    /// at `unix` (an encrypted fill, ingested whole); whether there was such an object.
-    pub(crate) fn set_origin(
+    /// Records object `toi` (being written, not yet committed: an encrypted fill) as
+    /// filled from the origin version `etag` at `unix`; the row commits with the object
+    /// (and goes with it if it never does).
+    pub(crate) fn set_origin_row(
         &mut self,
-        name: &str,
+        toi: u32,
         etag: &str,
         unix: i64,
-    ) -> Result<bool, StoreError> {
-        let n = self
-            .conn
+    ) -> Result<(), StoreError> {
+        self.conn
             .execute(
                 "INSERT OR REPLACE INTO origin_objects (toi, etag, checked_unix, last_use_unix)
-                 SELECT toi, ?2, ?3, ?3 FROM objects WHERE name = ?1 AND state = 'complete'",
-                params![name, etag, unix],
+                 VALUES (?1, ?2, ?3, ?3)",
+                params![toi, etag, unix],
             )
             .map_err(db("recording an object's origin"))?;
-        Ok(n > 0)
+        Ok(())
+    }
+
+    /// The number of origin rows, whatever their object's state (tests: none is left
+    /// behind).
+    #[cfg(test)]
+    pub(crate) fn count_origin_rows_for_tests(&self) -> Result<i64, StoreError> {
+        self.conn
+            .query_row("SELECT COUNT(*) FROM origin_objects", [], |r| r.get(0))
+            .map_err(db("counting origin rows"))
     }
 
     /// Records that the complete object called `name` was checked against the origin at

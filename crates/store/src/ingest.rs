@@ -59,6 +59,11 @@ pub struct Protected {
     pub index: MediaIndexRecord,
     /// The key row and the segments.
     pub protection: crate::protection::ProtectionRecord,
+    /// The origin's ETag of the version this object was encrypted from (an encrypted
+    /// fill): its origin row is written with the key row, before the object commits, so
+    /// the object never appears as locally ingested (at most [`crate::fill::MAX_ETAG_LEN`]
+    /// bytes). `None`: ingested here.
+    pub origin_etag: Option<String>,
 }
 
 /// [`ingest`] of ciphertext `src` (`len` bytes) with its key and index ([`Protected`]):
@@ -73,6 +78,14 @@ pub fn ingest_protected(
 ) -> Result<ObjectRecord, StoreError> {
     crate::protection::check_protection(&protected.protection, len)
         .map_err(|why| StoreError::BadParams(format!("the encrypted segments: {why}")))?;
+    if let Some(etag) = &protected.origin_etag {
+        if etag.len() > crate::fill::MAX_ETAG_LEN {
+            return Err(StoreError::BadParams(format!(
+                "an origin ETag of {} bytes",
+                etag.len()
+            )));
+        }
+    }
     ingest_with(
         vol,
         opts,
@@ -221,6 +234,10 @@ fn write_object(
         Some(p) => {
             vol.catalog_mut().set_media_index(rec.toi, &p.index)?;
             vol.catalog_mut().set_protection(rec.toi, &p.protection)?;
+            if let Some(etag) = &p.origin_etag {
+                let now = crate::fill::now_unix();
+                vol.catalog_mut().set_origin_row(rec.toi, etag, now)?;
+            }
         }
         None => {
             let index = media_index_record(read.indexer.finish());

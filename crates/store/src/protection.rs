@@ -429,6 +429,7 @@ mod tests {
                 detail: None,
             },
             protection: rec.clone(),
+            origin_etag: None,
         };
         ingest_protected(
             vol,
@@ -478,6 +479,73 @@ mod tests {
         assert!(vol.catalog().wrapped_keys().unwrap().is_empty());
     }
 
+    /// An encrypted fill's origin row commits with its object: a catalog opened at the
+    /// moment it commits (another process's listing, or a crash right after) already
+    /// finds the origin ETag; an object that never commits leaves no origin row.
+    #[cfg_attr(not(debug_assertions), ignore = "needs crash points (debug builds)")]
+    #[test]
+    fn an_encrypted_fills_origin_etag_commits_with_the_object() {
+        let (dir, mut vol) = volume();
+        let root = dir.path().join("vol");
+        let rec = record(2);
+        let len: u64 = rec.segments.iter().map(|s| s.length_bytes).sum();
+        let data = vec![0x5au8; len as usize];
+        let opts = IngestOptions {
+            name: "f.ts".into(),
+            bitrate_bps: 1_000_000,
+            content_type: "video/mp2t".into(),
+            replace: false,
+        };
+        let protected = Protected {
+            index: MediaIndexRecord {
+                container: "mpeg-ts".into(),
+                moov_at_front: None,
+                points: vec![(0.0, 0), (2.0, 4800)],
+                detail: None,
+            },
+            protection: rec,
+            origin_etag: Some("\"v1\"".into()),
+        };
+        let me = std::thread::current().id();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let seen_in_hook = seen.clone();
+        let hook_root = root.clone();
+        let hook = crate::crash::hook::set(move |name| {
+            if name == "after-commit" && std::thread::current().id() == me {
+                let other = Volume::open(&hook_root).unwrap();
+                *seen_in_hook.lock().unwrap() = Some(other.origin_etag("f.ts").unwrap());
+            }
+        });
+        let mut src = data.as_slice();
+        let obj = ingest_protected(&mut vol, &opts, &mut src, len, &mut |_| {}, &protected);
+        drop(hook);
+        let obj = obj.unwrap();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            Some(Some("\"v1\"".to_string())),
+            "the origin ETag was not there when the object committed"
+        );
+        assert_eq!(vol.origin_etag("f.ts").unwrap().as_deref(), Some("\"v1\""));
+        assert!(vol.catalog().protection(obj.toi).unwrap().is_some());
+        // One that fails (short input) leaves no origin row behind.
+        let short = vec![0u8; 100];
+        let mut failing = protected.clone();
+        failing.origin_etag = Some("\"v2\"".into());
+        let opts2 = IngestOptions {
+            name: "g.ts".into(),
+            ..opts
+        };
+        let mut src = short.as_slice();
+        assert!(ingest_protected(&mut vol, &opts2, &mut src, len, &mut |_| {}, &failing).is_err());
+        assert_eq!(vol.origin_etag("g.ts").unwrap(), None);
+        let rows = vol.catalog().count_origin_rows_for_tests().unwrap();
+        assert_eq!(rows, 1, "only f.ts has an origin row");
+        // Too long an ETag is refused before anything is written.
+        failing.origin_etag = Some("x".repeat(crate::fill::MAX_ETAG_LEN + 1));
+        let mut src = data.as_slice();
+        assert!(ingest_protected(&mut vol, &opts2, &mut src, len, &mut |_| {}, &failing).is_err());
+    }
+
     #[test]
     fn segments_that_do_not_cover_the_object_are_refused() {
         let mut rec = record(3);
@@ -514,6 +582,7 @@ mod tests {
                 detail: None,
             },
             protection: bad,
+            origin_etag: None,
         };
         let data = vec![0u8; 9000];
         let e = ingest_protected(&mut vol, &opts, &mut data.as_slice(), 9000, &mut |_| {}, &p);

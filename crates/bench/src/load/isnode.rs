@@ -54,6 +54,57 @@ pub(crate) fn make_volume(
     Ok(())
 }
 
+/// Ingests every title encrypted (HLS AES-128 under a random key, the volume's node key
+/// made, as `ingest --encrypt` does) into a new volume at `dir`; the titles as stored (their
+/// ciphertext, what a client of this volume must receive).
+pub(crate) fn make_encrypted_volume(
+    dir: &Path,
+    titles: &[Title],
+    block_len: Option<u32>,
+) -> anyhow::Result<Vec<Title>> {
+    make_volume(dir, &[], block_len)?;
+    let mut vol = Volume::open(dir).context("opening the new volume")?;
+    let (node_key, _) =
+        isnode_keys::node_key::NodeKey::load_or_create(&dir.join(isnode_keys::NODE_KEY_FILE))?;
+    let mut out = Vec::with_capacity(titles.len());
+    for t in titles {
+        let mut file = tempfile::tempfile_in(vol.tmp_dir()).context("a spool for the title")?;
+        std::io::Write::write_all(&mut file, &t.bytes).context("writing the spool")?;
+        let hints = isnode_protect::Hints {
+            bitrate_bps: Some(t.bitrate_bps),
+            content_type: Some("video/mp2t".into()),
+        };
+        let enc = isnode_protect::encrypt_file(
+            &vol.tmp_dir(),
+            (&file, t.bytes.len() as u64),
+            &hints,
+            &node_key,
+            isnode_protect::Keys::Random,
+            &t.name,
+        )?;
+        let bitrate_bps = enc.bitrate_bps;
+        let rec = isnode_protect::store(
+            &mut vol,
+            &t.name,
+            isnode_protect::Existing::Refuse,
+            enc,
+            &mut |_| {},
+        )?;
+        let mut reader =
+            isnode_store::ObjectReader::for_record(&vol, rec, isnode_store::ReadOrder::Sequential)?;
+        let mut bytes = Vec::new();
+        reader
+            .copy_to(&mut bytes, &mut |_| {})
+            .with_context(|| format!("reading {} back", t.name))?;
+        out.push(Title {
+            name: t.name.clone(),
+            bitrate_bps,
+            bytes: Arc::new(bytes),
+        });
+    }
+    Ok(out)
+}
+
 /// A running `isnode serve` and the sessions it streams.
 pub(crate) struct IsnodeServer {
     /// Its sessions (their keepalives stop before the server does).

@@ -68,31 +68,11 @@ pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Res
     let tls = run_certificate(cfg, &net, dir.path())?;
     let mut servers = Vec::new();
     if !cfg.engines.is_empty() {
-        // One volume per block length the engines name (`ENGINE/BYTES`), made once.
-        let mut volumes: Vec<(Option<u32>, PathBuf)> = Vec::new();
+        let mut volumes = Volumes::default();
         for engine in &cfg.engines {
             let spec = run::EngineSpec::parse(engine)?;
-            let known = volumes.iter().find(|(b, _)| *b == spec.block_len);
-            let vol = match known {
-                Some((_, vol)) => vol.clone(),
-                None => {
-                    let vol = match spec.block_len {
-                        Some(b) => dir.path().join(format!("vol-{b}")),
-                        None => dir.path().join("vol"),
-                    };
-                    progress(&format!("ingesting the titles ({})", spec.label()));
-                    isnode::make_volume(&vol, &titles, spec.block_len)?;
-                    if cfg.confine.is_none() {
-                        // Written with O_DIRECT, the segment files are not in the page cache,
-                        // while nginx's title files were just written through it: both start
-                        // warm (a confined run starts every server cold instead).
-                        files::warm_segments(&vol)?;
-                    }
-                    volumes.push((spec.block_len, vol.clone()));
-                    vol
-                }
-            };
-            let r = run::ramp_isnode(cfg, (&net, tls.as_ref()), &vol, engine, &titles, progress)
+            let (vol, served) = volumes.for_engine(cfg, dir.path(), &spec, &titles, progress)?;
+            let r = run::ramp_isnode(cfg, (&net, tls.as_ref()), &vol, engine, &served, progress)
                 .with_context(|| format!("engine {engine}"))?;
             servers.push(r);
         }
@@ -114,6 +94,49 @@ pub fn run(cfg: &LoadBenchConfig, progress: &mut dyn FnMut(&str)) -> anyhow::Res
         servers,
         confinement,
     ))
+}
+
+/// The volumes of a run: one per block length and kind of titles the engines name
+/// (`ENGINE[+enc]/BYTES`), made once, each with the titles as its clients must get them.
+#[derive(Default)]
+struct Volumes(Vec<(VolumeKey, PathBuf, Arc<Vec<Title>>)>);
+
+/// What tells two volumes of a run apart: the block length and the kind of titles.
+type VolumeKey = (Option<u32>, run::Titles);
+
+impl Volumes {
+    /// The volume `spec` serves (made now if no engine before needed it) and its titles.
+    fn for_engine(
+        &mut self,
+        cfg: &LoadBenchConfig,
+        dir: &std::path::Path,
+        spec: &run::EngineSpec<'_>,
+        titles: &[Title],
+        progress: &mut dyn FnMut(&str),
+    ) -> anyhow::Result<(PathBuf, Arc<Vec<Title>>)> {
+        let key = (spec.block_len, spec.titles);
+        if let Some((_, vol, served)) = self.0.iter().find(|(k, _, _)| *k == key) {
+            return Ok((vol.clone(), served.clone()));
+        }
+        let vol = dir.join(format!("vol-{}", spec.label()));
+        progress(&format!("ingesting the titles ({})", spec.label()));
+        let served = match spec.titles {
+            run::Titles::Clear => {
+                isnode::make_volume(&vol, titles, spec.block_len)?;
+                titles.to_vec()
+            }
+            run::Titles::Encrypted => isnode::make_encrypted_volume(&vol, titles, spec.block_len)?,
+        };
+        if cfg.confine.is_none() {
+            // Written with O_DIRECT, the segment files are not in the page cache, while
+            // nginx's title files were just written through it: both start warm (a
+            // confined run starts every server cold instead).
+            files::warm_segments(&vol)?;
+        }
+        let served = Arc::new(served);
+        self.0.push((key, vol.clone(), served.clone()));
+        Ok((vol, served))
+    }
 }
 
 /// The run's certificate and key, when an engine or nginx variant serves HTTPS: one pair

@@ -495,6 +495,7 @@ pub fn format_table(r: &LoadReport) -> String {
          sat: server and receivers together used at least 90 % of every core (a failing level \
          may be the machine's limit, not the server's)\n",
     );
+    s.push_str(&encrypted_lines(r));
     if let Some(c) = &r.confinement {
         s.push('\n');
         s.push_str(&confined_table(r, c));
@@ -504,6 +505,72 @@ pub fn format_table(r: &LoadReport) -> String {
         s.push_str(&super::files::format_table(f));
     }
     s
+}
+
+/// Each pair of an engine serving the titles clear and the same engine serving them
+/// encrypted (`ENGINE+enc`), matched in the order run (the n-th clear row with the n-th
+/// encrypted one): their server CPU per title GB at the first level (the same load), and
+/// its ratio encrypted / clear. Empty without an encrypted engine.
+pub fn encrypted_pairs(servers: &[ServerResult]) -> Vec<(String, f64, f64)> {
+    let suffix = super::run::ENCRYPTED_SUFFIX;
+    let first = |sv: &ServerResult| sv.levels.first().map(|l| l.cpu_s_per_title_gb);
+    let mut used = vec![false; servers.len()];
+    let mut out = Vec::new();
+    for enc in servers.iter().filter(|s| s.server.contains(suffix)) {
+        let clear_name = enc.server.replacen(suffix, "", 1);
+        let found = servers
+            .iter()
+            .enumerate()
+            .find(|(i, s)| s.server == clear_name && !used.get(*i).copied().unwrap_or(true));
+        if let Some((i, clear)) = found {
+            if let Some(u) = used.get_mut(i) {
+                *u = true;
+            }
+            if let (Some(c), Some(e)) = (first(clear), first(enc)) {
+                out.push((clear_name, c, e));
+            }
+        }
+    }
+    out
+}
+
+/// The lines of [`encrypted_pairs`]: per engine, each pair's ratio, their median, and the
+/// ratio of the summed CPU seconds per GB (steadier than single pairs when a row's CPU
+/// is a few hundred 10 ms ticks).
+fn encrypted_lines(r: &LoadReport) -> String {
+    let pairs = encrypted_pairs(&r.servers);
+    if pairs.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from("\nencrypted / clear, server cpu_s/GB at the first level:\n");
+    let mut engines: Vec<&str> = pairs.iter().map(|p| p.0.as_str()).collect();
+    engines.dedup();
+    for engine in engines {
+        let mine: Vec<&(String, f64, f64)> = pairs.iter().filter(|p| p.0 == engine).collect();
+        let ratios: Vec<f64> = mine.iter().map(|p| p.2 / p.1.max(1e-12)).collect();
+        let each: Vec<String> = ratios.iter().map(|x| format!("{x:.3}")).collect();
+        let (clear, enc) = mine.iter().fold((0.0, 0.0), |(c, e), p| (c + p.1, e + p.2));
+        s.push_str(&format!(
+            "{engine}: median {:.3} of {} pairs ({}); summed {:.3}\n",
+            median(&ratios),
+            ratios.len(),
+            each.join(", "),
+            enc / f64::max(clear, 1e-12)
+        ));
+    }
+    s
+}
+
+/// The median of `xs` (the mean of the middle two of an even count; 0 for none).
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match (v.get(n / 2), n % 2) {
+        (Some(hi), 0) => (v.get(n / 2 - 1).copied().unwrap_or(*hi) + hi) / 2.0,
+        (Some(mid), _) => *mid,
+        (None, _) => 0.0,
+    }
 }
 
 /// The summary of a run under memory and disk limits: per server, at its most valid
@@ -671,6 +738,56 @@ mod tests {
         let l = level_result(&m, &tally, Vec::new());
         assert_eq!((l.cache_hit_ratio, l.rx_packets_per_receive), (None, None));
         assert_eq!(l.proc_read_bytes_per_wire_byte, None, "no wire bytes");
+    }
+
+    #[test]
+    fn encrypted_engines_pair_with_their_clear_rows_in_order() {
+        let level = |cpu_s: f64| {
+            let mut tally = Tally::new(1);
+            let nominal = Nominal {
+                rate_bytes_per_s: 1000.0,
+                startup_buffer_s: 1.0,
+                slack_bytes: 0.0,
+            };
+            tally.accept(0, nominal, 1.0);
+            let m = Measured {
+                streams: 1,
+                pass_fraction: 0.5,
+                seconds: 10.0,
+                server_cpu_s: cpu_s,
+                receivers_cpu_s: 0.0,
+                server_rss_bytes: 0,
+                io: ServerIo::default(),
+            };
+            let judged = vec![Judged {
+                verdict: verdict(true, 0.1),
+                title_bytes: 1e9,
+                wire_bytes: 1_000_000_000,
+                packets: 1,
+                receives: 1,
+            }];
+            vec![level_result(&m, &tally, judged)]
+        };
+        let servers: Vec<ServerResult> = [
+            ("gso", 2.0),
+            ("gso+enc", 2.2),
+            ("gso+enc", 1.8),
+            ("sendmmsg", 4.0),
+            ("gso", 3.0),
+            ("http+enc", 1.0),
+        ]
+        .into_iter()
+        .map(|(name, cpu)| ServerResult::new(name, level(cpu)))
+        .collect();
+        let pairs = encrypted_pairs(&servers);
+        assert_eq!(
+            pairs,
+            [("gso".to_string(), 2.0, 2.2), ("gso".to_string(), 3.0, 1.8)],
+            "each encrypted row with the next unused clear row of its engine; none for http"
+        );
+        assert_eq!(median(&[1.5, 0.5]), 1.0);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[]), 0.0);
     }
 
     #[test]

@@ -236,12 +236,27 @@ fn http_memory(pool: u64, player: Option<Player>, limit: Option<u64>) -> (u64, O
     }
 }
 
-/// One `--engines` entry: `ENGINE[/BLOCK_BYTES][@PATH]`: the engine, the block length of
-/// the volume it serves (default: the store's), and the `isnode` binary (default: this one).
+/// Whether an engine serves the titles clear or encrypted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Titles {
+    /// As generated.
+    Clear,
+    /// Encrypted at ingest (HLS AES-128, as `ingest --encrypt`): the same titles' ciphertext.
+    Encrypted,
+}
+
+/// The suffix of an engine that serves the titles encrypted.
+pub(crate) const ENCRYPTED_SUFFIX: &str = "+enc";
+
+/// One `--engines` entry: `ENGINE[+enc][/BLOCK_BYTES][@PATH]`: the engine, whether it serves
+/// the titles encrypted, the block length of the volume it serves (default: the store's),
+/// and the `isnode` binary (default: this one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct EngineSpec<'a> {
     /// The `--engine` of `isnode serve`.
     pub(crate) kind: &'a str,
+    /// Clear or encrypted titles.
+    pub(crate) titles: Titles,
     /// The volume's block length in bytes, if not the default.
     pub(crate) block_len: Option<u32>,
     /// Another `isnode` binary.
@@ -249,7 +264,7 @@ pub(crate) struct EngineSpec<'a> {
 }
 
 impl<'a> EngineSpec<'a> {
-    /// Parses `ENGINE[/BLOCK_BYTES][@PATH]`.
+    /// Parses `ENGINE[+enc][/BLOCK_BYTES][@PATH]`.
     pub(crate) fn parse(engine: &'a str) -> anyhow::Result<EngineSpec<'a>> {
         let (head, exe) = match engine.split_once('@') {
             Some((head, exe)) => (head, Some(Path::new(exe))),
@@ -264,8 +279,13 @@ impl<'a> EngineSpec<'a> {
             }
             None => (head, None),
         };
+        let (kind, titles) = match kind.strip_suffix(ENCRYPTED_SUFFIX) {
+            Some(k) => (k, Titles::Encrypted),
+            None => (kind, Titles::Clear),
+        };
         Ok(EngineSpec {
             kind,
+            titles,
             block_len,
             exe,
         })
@@ -273,9 +293,13 @@ impl<'a> EngineSpec<'a> {
 
     /// A name fit for a cgroup directory: the engine and the block length.
     pub(crate) fn label(&self) -> String {
+        let enc = match self.titles {
+            Titles::Clear => "",
+            Titles::Encrypted => "-enc",
+        };
         match self.block_len {
-            Some(b) => format!("{}-{b}", self.kind),
-            None => self.kind.to_string(),
+            Some(b) => format!("{}{enc}-{b}", self.kind),
+            None => format!("{}{enc}", self.kind),
         }
     }
 }
@@ -476,6 +500,10 @@ mod tests {
         let s = EngineSpec::parse("sendfile").unwrap();
         assert_eq!((s.kind, s.block_len, s.exe), ("sendfile", None, None));
         assert_eq!(s.label(), "sendfile");
+        assert_eq!(s.titles, Titles::Clear);
+        let s = EngineSpec::parse("gso+enc/65536").unwrap();
+        assert_eq!((s.kind, s.titles), ("gso", Titles::Encrypted));
+        assert_eq!(s.label(), "gso-enc-65536");
         assert!(EngineSpec::parse("gso/64k").is_err());
     }
 }

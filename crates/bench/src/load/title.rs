@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 /// One title: its name, bitrate and bytes.
+#[derive(Clone)]
 pub(crate) struct Title {
     /// File name.
     pub(super) name: String,

@@ -38,6 +38,12 @@ impl BlockCipher for Toy {
     }
 }
 
+impl crate::cenc_clear::BlockDecipher for Toy {
+    fn decrypt_block(&self, b: &mut [u8; 16]) {
+        toy_decrypt(b);
+    }
+}
+
 fn toy_decrypt(b: &mut [u8; 16]) {
     for (i, x) in b.iter_mut().enumerate() {
         *x = (*x ^ 0x5a ^ i as u8).rotate_right(3);
@@ -258,6 +264,36 @@ proptest! {
     }
 
     #[test]
+    fn clearing_the_encrypted_file_gives_the_clear_file_byte_for_byte(
+        video in prop::collection::vec(prop::collection::vec(nal(), 1..6), 1..6),
+        audio in prop::collection::vec(1usize..300, 1..6),
+        key_id in any::<[u8; 16]>(),
+        iv in any::<[u8; 16]>(),
+    ) {
+        use crate::cenc_clear::{clear_fragment, clear_moov};
+        let p = CencParams { key_id, iv };
+        let vs: Vec<Vec<u8>> = video.iter().enumerate().map(|(i, n)| video_sample(n, i as u8)).collect();
+        let aus: Vec<Vec<u8>> = audio.iter().map(|&n| (0..n).map(|j| j as u8 ^ 0x5c).collect()).collect();
+        let init = init();
+        let frags: Vec<Vec<u8>> = (0..3).map(|s| fragment(s, &vs, &aus)).collect();
+        let (file, enc) = encrypt_file(&init, &frags, &p);
+        let moov_at = be32(&file, 0).unwrap() as usize;
+        let moov_len = be32(&file, moov_at).unwrap() as usize;
+        let cm = clear_moov(&file[moov_at + 8..moov_at + moov_len]).unwrap();
+        prop_assert_eq!(cm.iv, iv);
+        prop_assert_eq!(cm.tracks.len(), 2);
+        let mut out = [&file[..moov_at], &cm.moov[..]].concat();
+        for frag in &enc {
+            let moof_len = be32(frag, 0).unwrap() as usize;
+            let mut mdat = frag[moof_len..].to_vec();
+            let moof = clear_fragment(&frag[..moof_len], &mut mdat, &cm.tracks, &cm.iv, &Toy).unwrap();
+            out.extend_from_slice(&moof);
+            out.extend_from_slice(&mdat);
+        }
+        prop_assert!(out == [init, frags.concat()].concat(), "not the clear file");
+    }
+
+    #[test]
     fn no_panic_on_any_moof(bytes in prop::collection::vec(any::<u8>(), 0..400)) {
         let p = CencParams { key_id: [1; 16], iv: [2; 16] };
         let tracks = [Track { track_id: 1, kind: TrackKind::Video { length_size: 4, hevc: false }, default_size: 0 }];
@@ -267,6 +303,8 @@ proptest! {
         moof.truncate(moof.len() / 2);
         let _ = protect_fragment(&moof, &mut mdat, &tracks, &p, &Toy);
         let _ = protect_moov(&bytes, &p);
+        let _ = crate::cenc_clear::clear_fragment(&moof, &mut mdat, &tracks, &[2; 16], &Toy);
+        let _ = crate::cenc_clear::clear_moov(&bytes);
         let _ = video_subsamples(&bytes, 4, false);
     }
 }

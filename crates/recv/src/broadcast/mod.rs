@@ -202,7 +202,7 @@ pub fn play_described(
     let chans = open_channels(&tp)?;
     let out = crate::playout::open_output(args.out.as_deref())?;
     let mut out = match protection {
-        Some(p) => p.writer(out, 0)?,
+        Some(p) => p.writer(out, 0, info.object.size_bytes)?,
         None => out,
     };
     let cpu0 = thread_cpu_s();

@@ -167,7 +167,7 @@ fn play_with(
         let (out, server) = local.output(args, &setup, skip, clear_len)?;
         served = server;
         let out = match protection {
-            Some((p, start)) => p.writer(out, start)?,
+            Some((p, start)) => p.writer(out, start, info.object.size_bytes)?,
             None => out,
         };
         run_session(

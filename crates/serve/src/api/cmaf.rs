@@ -35,11 +35,13 @@ pub(super) async fn detail(sh: &Arc<ApiState>, obj: &ObjectInfo) -> Result<Media
 
 /// The media playlist of `obj` when it is a fragmented MP4 with a fragment index (`None`
 /// otherwise: the caller answers as before), its segments at `content?isnode_version=TOI&ext=.mp4` with the
-/// request's token (the version: [`super::media::segment_uri`]).
+/// request's token (the version: [`super::media::segment_uri`]); `key_line` (a CENC `cbcs`
+/// object's `#EXT-X-KEY`) before its `#EXT-X-MAP`.
 pub(super) async fn fmp4_playlist(
     sh: &Arc<ApiState>,
     obj: &ObjectInfo,
     query: Option<&str>,
+    key_line: Option<&str>,
 ) -> Option<Response> {
     let d = match detail(sh, obj).await {
         Ok(d) => d,
@@ -47,6 +49,10 @@ pub(super) async fn fmp4_playlist(
     };
     let f = d.fragments.filter(|f| !f.fragments.is_empty())?;
     let text = manifests::cmaf_playlist(&content_uri(query, obj.rec.toi), &f);
+    let text = match key_line {
+        Some(k) => super::protected::with_key_line(&text, k),
+        None => text,
+    };
     let r = ([(header::CONTENT_TYPE, M3U8)], text).into_response();
     Some(super::common::private_if_token(r, query))
 }
@@ -75,21 +81,22 @@ pub(super) async fn get_iframes(
         Ok(o) => o,
         Err(r) => return r,
     };
-    // A CENC cbcs object: HLS of it is not built (its I-frames are ciphertext).
-    match super::protected::protection_of(&sh, obj.rec.toi).await {
-        Ok(Some(rec)) if rec.method == isnode_store::protection::METHOD_CENC_CBCS => {
-            return super::protected::no_hls_of_cbcs(&name);
-        }
-        Ok(_) => {}
+    // A CENC cbcs object: its I-frames are ciphertext, under the same key line.
+    let key_line = match super::protected::cbcs_key_line(&sh, obj.rec.toi).await {
+        Ok(k) => k,
         Err(r) => return r,
-    }
+    };
     let d = match detail(&sh, &obj).await {
         Ok(d) => d,
         Err(r) => return r,
     };
     let text = d
         .fragments
-        .and_then(|f| manifests::iframe_playlist(&content_uri(query.as_deref(), obj.rec.toi), &f));
+        .and_then(|f| manifests::iframe_playlist(&content_uri(query.as_deref(), obj.rec.toi), &f))
+        .map(|t| match &key_line {
+            Some(k) => super::protected::with_key_line(&t, k),
+            None => t,
+        });
     let Some(text) = text else {
         return ApiError::new(
             StatusCode::NOT_FOUND,

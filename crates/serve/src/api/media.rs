@@ -267,10 +267,12 @@ pub(super) async fn get_playlist(
         Ok(o) => o,
         Err(r) => return r,
     };
-    // An encrypted title (issue 32): its `EXT-X-KEY` playlist of the ciphertext.
+    // An encrypted title (issue 32): an MPEG-TS title's AES-128 playlist of the
+    // ciphertext; a CENC cbcs CMAF title's `EXT-X-MAP` playlist with its SAMPLE-AES key line.
+    let mut key_line = None;
     match super::protected::protection_of(&sh, obj.rec.toi).await {
         Ok(Some(rec)) if rec.method == isnode_store::protection::METHOD_CENC_CBCS => {
-            return super::protected::no_hls_of_cbcs(&obj.rec.name);
+            key_line = Some(super::protected::sample_aes_key_line(&rec.key_id));
         }
         Ok(Some(rec)) => {
             let key = super::protected::key_uri(query.as_deref());
@@ -283,7 +285,8 @@ pub(super) async fn get_playlist(
     }
     // A fragmented MP4 (CMAF) with a fragment index: its `EXT-X-MAP` playlist.
     if obj.media.as_ref().is_some_and(|m| m.container != MPEG_TS) {
-        if let Some(r) = super::cmaf::fmp4_playlist(&sh, &obj, query.as_deref()).await {
+        let k = key_line.as_deref();
+        if let Some(r) = super::cmaf::fmp4_playlist(&sh, &obj, query.as_deref(), k).await {
             return r;
         }
     }

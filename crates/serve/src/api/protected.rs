@@ -43,17 +43,50 @@ pub(super) async fn protection_of(
     }
 }
 
-/// The `501` of an HLS route (media, master or I-frame playlist) asked of a CENC `cbcs`
-/// object `name`: only its DASH manifest is served.
-pub(super) fn no_hls_of_cbcs(name: &str) -> Response {
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        format!(
-            "{name:?} is CENC cbcs: only its DASH manifest (manifest.mpd, W3C Clear Key) is \
-             served; HLS of an encrypted CMAF title is not built"
-        ),
+/// The `#EXT-X-KEY` line of a CENC `cbcs` CMAF playlist: `METHOD=SAMPLE-AES` with W3C
+/// Clear Key (`KEYFORMAT="org.w3.clearkey"`), its URI a `data:` URI of the key id (base64),
+/// which is what hls.js reads the key id from (it then asks the licence URL it is
+/// configured with: `drmSystems["org.w3.clearkey"].licenseUrl`, our licence route). The
+/// line carries the key id only, never the key.
+pub(super) fn sample_aes_key_line(key_id: &[u8; 16]) -> String {
+    // Standard base64 (hls.js decodes it with `atob`): the URL-safe form, its two
+    // characters mapped back, padded (16 bytes: 22 characters and `==`).
+    let b64: String = isnode_keys::b64url::encode(key_id)
+        .chars()
+        .map(|c| match c {
+            '-' => '+',
+            '_' => '/',
+            c => c,
+        })
+        .collect();
+    format!(
+        "#EXT-X-KEY:METHOD=SAMPLE-AES,URI=\"data:text/plain;base64,{b64}==\",\
+         KEYFORMAT=\"org.w3.clearkey\",KEYFORMATVERSIONS=\"1\"\n"
     )
-    .into_response()
+}
+
+/// `playlist` with `key_line` before its `#EXT-X-MAP` (the key applies to the
+/// initialization segment and every segment after it).
+pub(super) fn with_key_line(playlist: &str, key_line: &str) -> String {
+    match playlist.find("#EXT-X-MAP:") {
+        Some(at) => {
+            let (head, tail) = playlist.split_at(at);
+            format!("{head}{key_line}{tail}")
+        }
+        None => playlist.to_string(),
+    }
+}
+
+/// The key line of object `toi`'s CMAF playlists: `Some` for a CENC `cbcs` object,
+/// `None` for a clear one; an MPEG-TS object in HLS AES-128 is the caller's.
+pub(super) async fn cbcs_key_line(
+    sh: &Arc<ApiState>,
+    toi: u32,
+) -> Result<Option<String>, Response> {
+    Ok(protection_of(sh, toi)
+        .await?
+        .filter(|rec| rec.method == isnode_store::protection::METHOD_CENC_CBCS)
+        .map(|rec| sample_aes_key_line(&rec.key_id)))
 }
 
 /// The HLS VOD playlist (version 4) of an encrypted object: each segment's byte range of

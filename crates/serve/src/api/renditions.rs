@@ -81,8 +81,8 @@ fn origin_of(sh: &ApiState, headers: &HeaderMap) -> Option<String> {
 }
 
 /// What the manifest says of `obj`'s encryption: a CENC `cbcs` object in an MPD names its
-/// key id and licence URL; an encrypted object in an HLS manifest is refused (CMAF HLS with
-/// `SAMPLE-AES` is not built; an MPEG-TS title's AES-128 lives in its `index.m3u8`).
+/// key id and licence URL; an HLS master says nothing (the `SAMPLE-AES` key line of a
+/// `cbcs` object, like an MPEG-TS title's AES-128 ones, lives in its `index.m3u8`).
 async fn protection(
     sh: &Arc<ApiState>,
     obj: &ObjectInfo,
@@ -102,8 +102,7 @@ async fn protection(
                 path_segment(&obj.rec.name)
             ),
         })),
-        (Manifest::Hls, true) => Err(super::protected::no_hls_of_cbcs(&obj.rec.name)),
-        (_, false) => Ok(None),
+        (Manifest::Hls, true) | (_, false) => Ok(None),
     }
 }
 

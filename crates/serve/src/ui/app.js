@@ -326,7 +326,8 @@ async function play(name) {
     ? `${title.renditions.length} renditions · ${fmtTime(titleDuration(title))}`
     : `${fmtRate(t.bitrate_bps)} · ${fmtTime(t.duration_s)}`;
   $("player-info").textContent = info;
-  // Encrypted CMAF (CENC cbcs) has no HLS here: DASH with EME Clear Key (dash.js).
+  // Encrypted CMAF (CENC cbcs) plays here by DASH with EME Clear Key (dash.js); its HLS
+  // (SAMPLE-AES, KEYFORMAT org.w3.clearkey) needs hls.js given a Clear Key licence URL.
   const cenc = (title || t.content_type === "video/mp4") && await protectedCmaf(enc);
   if (gen !== state.plays) return;
   // The token typed here never goes into a media URL (URLs end in logs, history and
