@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use isnode_store::renditions::{DescriptorRecord, FragmentsRecord};
+use isnode_store::renditions::{DescriptorRecord, FragmentsRecord, KeyFramesRecord};
 
 /// Segments are at least this long where the key frames allow (as MPEG-TS playlists').
 pub(super) const MIN_SEGMENT_S: f64 = 2.0;
@@ -129,6 +129,60 @@ fn iframe_peak_bps(f: &FragmentsRecord) -> Option<u64> {
     })))
 }
 
+/// Each key frame of an MPEG-TS object lasting `duration_s` as `(offset, length,
+/// seconds to the next key frame or the end)`.
+fn ts_iframes(k: &KeyFramesRecord, duration_s: f64) -> Vec<(u64, u64, f64)> {
+    let ends = k
+        .frames
+        .iter()
+        .skip(1)
+        .map(|f| f.time_s)
+        .chain([duration_s.max(k.frames.last().map_or(0.0, |f| f.time_s))]);
+    k.frames
+        .iter()
+        .zip(ends)
+        .map(|(f, end)| (f.offset_bytes, f.length_bytes, (end - f.time_s).max(0.0)))
+        .collect()
+}
+
+/// The HLS I-frame playlist (RFC 8216 section 4.3.3.6) of an MPEG-TS object at `uri`
+/// lasting `duration_s`: each key frame's packets as an `EXT-X-BYTERANGE` (from the packet
+/// starting its PES to the end of its last video packet), lasting until the next key frame;
+/// the PAT + PMT as `EXT-X-MAP` when known (version 5, which `EXT-X-MAP` in an I-frame
+/// playlist needs; 4 otherwise). `None` without key frames.
+pub(super) fn ts_iframe_playlist(
+    uri: &str,
+    k: &KeyFramesRecord,
+    duration_s: f64,
+) -> Option<String> {
+    let frames = ts_iframes(k, duration_s);
+    if frames.is_empty() {
+        return None;
+    }
+    let target = frames
+        .iter()
+        .map(|f| f.2.round() as u64)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let version = if k.init.is_some() { 5 } else { 4 };
+    let mut m = format!(
+        "#EXTM3U\n#EXT-X-VERSION:{version}\n#EXT-X-TARGETDURATION:{target}\n\
+         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-I-FRAMES-ONLY\n"
+    );
+    if let Some((offset, len)) = k.init {
+        let _ = writeln!(m, "#EXT-X-MAP:URI=\"{uri}\",BYTERANGE=\"{len}@{offset}\"");
+    }
+    for (offset, len, d) in frames {
+        let _ = write!(
+            m,
+            "#EXTINF:{d:.3},\n#EXT-X-BYTERANGE:{len}@{offset}\n{uri}\n"
+        );
+    }
+    m.push_str("#EXT-X-ENDLIST\n");
+    Some(m)
+}
+
 /// One variant of a title, as its manifests list it.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Variant {
@@ -142,6 +196,8 @@ pub(super) struct Variant {
     pub descriptor: Option<DescriptorRecord>,
     /// The fragment index (CMAF renditions only).
     pub fragments: Option<FragmentsRecord>,
+    /// The key frames (MPEG-TS renditions only), for their I-frame playlists.
+    pub key_frames: Option<KeyFramesRecord>,
     /// Duration, seconds.
     pub duration_s: f64,
     /// CENC `cbcs` with W3C Clear Key (issue 32), when the object is so encrypted.
@@ -284,14 +340,24 @@ pub(super) fn master_playlist(variants: &[Variant]) -> String {
     m
 }
 
-/// The `EXT-X-I-FRAME-STREAM-INF` of variant `v` when it has an I-frame playlist (its
-/// media playlist's URI with `iframes.m3u8` for `index.m3u8`): `BANDWIDTH` the I-frame
-/// playlist's peak, `RESOLUTION`, and `CODECS` of the video only.
+/// The `EXT-X-I-FRAME-STREAM-INF` of variant `v` when it has an I-frame playlist (a CMAF
+/// rendition's fragments or an MPEG-TS rendition's key frames; its media playlist's URI
+/// with `iframes.m3u8` for `index.m3u8`): `BANDWIDTH` the I-frame playlist's peak,
+/// `RESOLUTION`, and `CODECS` of the video only.
 fn iframe_stream_inf(m: &mut String, v: &Variant) {
-    let (Some(f), Some(d)) = (&v.fragments, &v.descriptor) else {
+    let Some(d) = &v.descriptor else {
         return;
     };
-    let (Some(peak), Some(uri)) = (iframe_peak_bps(f), iframe_uri(&v.uri)) else {
+    let peak = match (&v.fragments, &v.key_frames) {
+        (Some(f), _) => iframe_peak_bps(f),
+        (None, Some(k)) if !k.frames.is_empty() => Some(peak_bps(
+            ts_iframes(k, v.duration_s)
+                .into_iter()
+                .map(|(_, len, d)| (len, d)),
+        )),
+        (None, _) => None,
+    };
+    let (Some(peak), Some(uri)) = (peak, iframe_uri(&v.uri)) else {
         return;
     };
     let _ = write!(m, "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH={}", peak.max(1));
@@ -531,6 +597,7 @@ mod tests {
             average_bps: avg,
             descriptor: Some(d.clone()),
             fragments: Some(frags()),
+            key_frames: None,
             duration_s: 5.0,
             protection: None,
         };
@@ -566,6 +633,7 @@ mod tests {
             average_bps: 900,
             descriptor: None,
             fragments: Some(frags()),
+            key_frames: None,
             duration_s: 5.0,
             protection: Some(Protection {
                 key_id: [0xbf; 16],
@@ -604,6 +672,7 @@ mod tests {
                 frame_rate: Some((25, 1)),
             }),
             fragments: Some(frags()),
+            key_frames: None,
             duration_s: 5.0,
             protection: None,
         };
@@ -633,5 +702,63 @@ mod tests {
         let x = mpd(&[video, audio]);
         assert!(x.contains("<AdaptationSet id=\"1\" contentType=\"audio\" mimeType=\"audio/mp4\""));
         assert_eq!(x.matches("<AdaptationSet ").count(), 2);
+    }
+
+    #[test]
+    fn an_mpeg_ts_rung_has_an_i_frame_playlist_of_its_key_frames() {
+        use isnode_store::renditions::KeyFrameRecord;
+        let k = KeyFramesRecord {
+            init: Some((188, 376)),
+            frames: vec![
+                KeyFrameRecord {
+                    time_s: 0.0,
+                    offset_bytes: 564,
+                    length_bytes: 18_800,
+                },
+                KeyFrameRecord {
+                    time_s: 2.0,
+                    offset_bytes: 100_000,
+                    length_bytes: 9_400,
+                },
+            ],
+        };
+        let p = ts_iframe_playlist("content?isnode_version=3", &k, 3.5).unwrap_or_default();
+        assert_eq!(
+            p,
+            "#EXTM3U\n#EXT-X-VERSION:5\n#EXT-X-TARGETDURATION:2\n#EXT-X-PLAYLIST-TYPE:VOD\n\
+             #EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-I-FRAMES-ONLY\n\
+             #EXT-X-MAP:URI=\"content?isnode_version=3\",BYTERANGE=\"376@188\"\n\
+             #EXTINF:2.000,\n#EXT-X-BYTERANGE:18800@564\ncontent?isnode_version=3\n\
+             #EXTINF:1.500,\n#EXT-X-BYTERANGE:9400@100000\ncontent?isnode_version=3\n\
+             #EXT-X-ENDLIST\n"
+        );
+        let v = Variant {
+            uri: "../t%400/index.m3u8".into(),
+            peak_bps: 1100,
+            average_bps: 1000,
+            descriptor: Some(DescriptorRecord {
+                codecs: "avc1.42C01E,mp4a.40.2".into(),
+                width: Some(640),
+                height: Some(360),
+                frame_rate: Some((25, 1)),
+            }),
+            fragments: None,
+            key_frames: Some(k.clone()),
+            duration_s: 3.5,
+            protection: None,
+        };
+        // The peak: 18 800 bytes over 2 s.
+        assert!(master_playlist(std::slice::from_ref(&v)).contains(
+            "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=75200,RESOLUTION=640x360,\
+             CODECS=\"avc1.42C01E\",URI=\"../t%400/iframes.m3u8\"\n"
+        ));
+        let none = KeyFramesRecord {
+            init: None,
+            frames: vec![],
+        };
+        assert_eq!(ts_iframe_playlist("c", &none, 3.5), None);
+        let no_init = KeyFramesRecord { init: None, ..k };
+        let p = ts_iframe_playlist("c", &no_init, 3.5).unwrap_or_default();
+        assert!(p.starts_with("#EXTM3U\n#EXT-X-VERSION:4\n") && !p.contains("EXT-X-MAP"));
     }
 }
