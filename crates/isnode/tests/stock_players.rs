@@ -165,7 +165,8 @@ fn page(script: &str, setup: &str) -> Vec<u8> {
 /// hls.js on the title's master playlist.
 const HLS_SETUP: &str = "const cfg = JSON.parse(new URLSearchParams(location.search).get('cfg') || '{}');\
     const h = new Hls(cfg); window.h = h;\
-    h.on(Hls.Events.ERROR, (e, d) => t.errors.push((d.fatal ? 'fatal ' : '') + d.type + ': ' + d.details));\
+    h.on(Hls.Events.ERROR, (e, d) => t.errors.push((d.fatal ? 'fatal ' : '') + d.type + ': ' + d.details \
+        + (d.error ? ' (' + d.error.message + ')' : '')));\
     h.on(Hls.Events.MANIFEST_PARSED, (e, d) => { t.rungs = d.levels.length; \
         t.iframes = (h.iframeVariants || []).length; });\
     h.on(Hls.Events.AUDIO_TRACKS_UPDATED, (e, d) => { t.audio = d.audioTracks.length; });\
@@ -322,11 +323,26 @@ fn failed(v: &Value) -> bool {
     })
 }
 
+/// When the link drops to 1 Mbit/s, page seconds after the page opened.
+#[derive(Clone, Copy, Debug)]
+enum DropAt {
+    /// At [`FAST_S`] or, if later, once on the top rung (at most [`FAST_MAX_S`]).
+    TopRungOrFastS,
+    /// At this many seconds (another run's drop, for the same schedule).
+    Seconds(f64),
+}
+
 /// The player of `page` (an 8 s buffer) on `src` through the front on the issue's
-/// schedule: 8 Mbit/s for [`FAST_S`] or until on the top rung (within [`FAST_MAX_S`]),
-/// then 1 Mbit/s for [`SLOW_S`], then 8 Mbit/s for [`RECOVER_S`]. No time is asserted
-/// here; what it showed is returned (an error only if the player failed).
-async fn shaped_run(c: &Client, front: &Front, page: &str, src: &str) -> Result<Run, String> {
+/// schedule: 8 Mbit/s until `drop_at`, then 1 Mbit/s for [`SLOW_S`], then 8 Mbit/s for
+/// [`RECOVER_S`]. No time is asserted here; what it showed is returned (an error only if
+/// the player failed).
+async fn shaped_run(
+    c: &Client,
+    front: &Front,
+    page: &str,
+    src: &str,
+    drop_at: DropAt,
+) -> Result<Run, String> {
     front.shaper.set_rate(8_000_000);
     let cfg = "%7B%22maxBufferLength%22%3A8%2C%22maxMaxBufferLength%22%3A8%7D";
     c.goto(&format!(
@@ -337,16 +353,15 @@ async fn shaped_run(c: &Client, front: &Front, page: &str, src: &str) -> Result<
     .map_err(|e| format!("opening {page}: {e}"))?;
     let first = wait_js(c, STATE, 10, "the page's clock", |v| v["now"].is_f64()).await?;
     let open_s = first["now"].as_f64().unwrap_or(0.0);
-    let fast = wait_js(
-        c,
-        STATE,
-        FAST_MAX_S,
-        &format!("{page} ({src}) at 8 Mbit/s"),
-        |v| {
-            let since = v["now"].as_f64().unwrap_or(0.0) - open_s;
-            (since >= FAST_S && last_height(v) == Some(1080)) || failed(v)
-        },
-    )
+    let what = format!("{page} ({src}) at 8 Mbit/s");
+    let fast = wait_js(c, STATE, FAST_MAX_S, &what, |v| {
+        let since = v["now"].as_f64().unwrap_or(0.0) - open_s;
+        let due = match drop_at {
+            DropAt::TopRungOrFastS => since >= FAST_S && last_height(v) == Some(1080),
+            DropAt::Seconds(s) => since >= s,
+        };
+        due || failed(v)
+    })
     .await;
     // A run that never reaches the top rung drops at FAST_MAX_S all the same.
     let fast = match fast {
@@ -418,22 +433,33 @@ fn describe(name: &str, r: &Run) -> String {
     )
 }
 
-/// The reference: the same encodes segmented by ffmpeg's own HLS muxer (fMP4 segments of
-/// 2 s, a master playlist with the audio as a group) under `dir/hls`, and by its DASH
-/// muxer (a live-profile `SegmentTemplate`) under `dir/dash`.
-fn reference(dir: &Path, encodes: &[PathBuf]) {
+/// `-i FILE` for each encode, then `-c copy`, with `maps` between.
+fn ffmpeg_copy(encodes: &[PathBuf], maps: &[String]) -> Vec<String> {
     let mut args: Vec<String> = ["-v", "error", "-y"].map(String::from).to_vec();
     for e in encodes {
         args.extend(["-i".to_string(), e.display().to_string()]);
     }
-    for i in 0..encodes.len() {
-        args.extend(["-map".to_string(), i.to_string()]);
+    for m in maps {
+        args.extend(["-map".to_string(), m.clone()]);
     }
     args.extend(["-c", "copy"].map(String::from));
-    let mut hls = args.clone();
-    let map = (0..LADDER.len())
-        .map(|i| format!("v:{i},agroup:aud"))
-        .chain(["a:0,agroup:aud".to_string()])
+    args
+}
+
+/// The reference: the same encodes segmented by ffmpeg's own muxers. HLS under `dir/hls`:
+/// fMP4 segments of 2 s, each rung with the audio muxed in (ffmpeg 5.1's HLS muxer writes
+/// no `CODECS` for H.264 copied from MP4, and without it hls.js 1.7 cannot set up the audio
+/// buffer of a separate audio group: "Attempting to append to the audio SourceBuffer, but
+/// it does not exist"). DASH under `dir/dash`: a live-profile `SegmentTemplate`, the video
+/// rungs and the audio as two adaptation sets.
+fn reference(dir: &Path, encodes: &[PathBuf]) {
+    let rungs = LADDER.len();
+    let maps: Vec<String> = (0..rungs)
+        .flat_map(|i| [format!("{i}:v"), format!("{rungs}:a")])
+        .collect();
+    let mut hls = ffmpeg_copy(encodes, &maps);
+    let map = (0..rungs)
+        .map(|i| format!("v:{i},a:{i}"))
         .collect::<Vec<_>>()
         .join(" ");
     let hls_dir = dir.join("hls");
@@ -461,7 +487,8 @@ fn reference(dir: &Path, encodes: &[PathBuf]) {
     hls.push(hls_dir.join("r%v/s%d.m4s").display().to_string());
     hls.push(hls_dir.join("r%v/index.m3u8").display().to_string());
     ffmpeg(&hls.iter().map(String::as_str).collect::<Vec<_>>());
-    let mut dash = args;
+    let all: Vec<String> = (0..encodes.len()).map(|i| i.to_string()).collect();
+    let mut dash = ffmpeg_copy(encodes, &all);
     let dash_dir = dir.join("dash");
     std::fs::create_dir_all(&dash_dir).expect("the reference's DASH directory");
     dash.extend(
@@ -511,25 +538,29 @@ fn hls_js_adapts_as_well_as_an_ffmpeg_reference_when_the_link_slows() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    // One after the other, each in a browser of its own, on the same schedule.
-    let runs = [
-        ("isnode", "/v1/objects/ladder/master.m3u8"),
-        ("ffmpeg reference", "/ref/hls/master.m3u8"),
-    ];
-    let mut done = Vec::new();
-    for (name, src) in runs {
-        let profile = vol.path(&format!("chromium-{}", done.len()));
+    // One after the other, each in a browser of its own, on the same schedule: the
+    // reference's link drops when isnode's did (seconds after its page opened).
+    let run = |name: &str, src: &str, drop_at: DropAt, n: usize| {
+        let profile = vol.path(&format!("chromium-{n}"));
         let r = rt.block_on(async {
             let c = browser(&driver.url, &profile).await;
-            let r = shaped_run(&c, &front, "hls.html", src).await;
+            let r = shaped_run(&c, &front, "hls.html", src, drop_at).await;
             let _ = c.close().await;
             r
         });
         let r = r.unwrap_or_else(|e| panic!("{name}: {e}"));
         eprintln!("hls.js, {}", describe(name, &r));
-        done.push(r);
-    }
-    let (ours, theirs) = (&done[0], &done[1]);
+        r
+    };
+    let ours = run(
+        "isnode",
+        "/v1/objects/ladder/master.m3u8",
+        DropAt::TopRungOrFastS,
+        0,
+    );
+    let at = DropAt::Seconds(ours.drop_s - ours.open_s);
+    let theirs = run("ffmpeg reference", "/ref/hls/master.m3u8", at, 1);
+    let (ours, theirs) = (&ours, &theirs);
     assert!(
         ours.top_before,
         "isnode: not on the top rung before the drop: {ours:?}"

@@ -189,6 +189,13 @@ fn connection(mut c: TcpStream, node: SocketAddr, served: &Served, shaper: &Shap
         let _ = c.shutdown(Shutdown::Both);
         return;
     }
+    // The browser's own request: answered here, so that no connection to the node is
+    // opened in a run of the static files (the browser would reuse it for them).
+    if path == "/favicon.ico" {
+        let _ = c.write_all(NOT_FOUND);
+        let _ = c.shutdown(Shutdown::Both);
+        return;
+    }
     if let (Some(root), true) = (&served.static_root, path.starts_with("/ref/")) {
         static_files(c, root, buf, shaper);
         return;
