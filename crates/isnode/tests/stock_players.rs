@@ -519,8 +519,11 @@ const STALL_TOLERANCE_S: f64 = 0.5;
 /// a lag is a stall by another name, plus start-up and seek nudges of a frame or two).
 const BEHIND_TOLERANCE_S: f64 = 0.5;
 
-#[test]
-fn hls_js_adapts_as_well_as_an_ffmpeg_reference_when_the_link_slows() {
+/// A shaped-link run of `page` on isnode's `ours` and then on the reference's `theirs`
+/// (made from the same encodes as the title), one after the other, each in a browser of
+/// its own, on the same schedule: the reference's link drops when isnode's did (seconds
+/// after its page opened; `ours_drop` says when that is).
+fn side_by_side(page: &str, ours: &str, theirs: &str, ours_drop: DropAt) -> (Run, Run) {
     require_chromium();
     let files = files();
     let vol = Vol::create(&[]);
@@ -538,50 +541,77 @@ fn hls_js_adapts_as_well_as_an_ffmpeg_reference_when_the_link_slows() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    // One after the other, each in a browser of its own, on the same schedule: the
-    // reference's link drops when isnode's did (seconds after its page opened).
     let run = |name: &str, src: &str, drop_at: DropAt, n: usize| {
         let profile = vol.path(&format!("chromium-{n}"));
         let r = rt.block_on(async {
             let c = browser(&driver.url, &profile).await;
-            let r = shaped_run(&c, &front, "hls.html", src, drop_at).await;
+            let r = shaped_run(&c, &front, page, src, drop_at).await;
             let _ = c.close().await;
             r
         });
-        let r = r.unwrap_or_else(|e| panic!("{name}: {e}"));
-        eprintln!("hls.js, {}", describe(name, &r));
+        let r = r.unwrap_or_else(|e| panic!("{page}, {name}: {e}"));
+        eprintln!("{page}, {}", describe(name, &r));
         r
     };
-    let ours = run(
-        "isnode",
+    let o = run("isnode", ours, ours_drop, 0);
+    let at = DropAt::Seconds(o.drop_s - o.open_s);
+    let t = run("ffmpeg reference", theirs, at, 1);
+    (o, t)
+}
+
+/// hls.js through the shaped front (8 Mbit/s, then 1 Mbit/s once on the top rung and at
+/// least 12 s in, then 8 Mbit/s again) on isnode's title and on the ffmpeg reference: isnode's
+/// run is on the top rung before the drop, steps down to 360p or lower after it, and stalls
+/// and falls behind no more than the reference's (within the tolerances above). Both
+/// timelines are printed.
+#[test]
+fn hls_js_adapts_as_well_as_an_ffmpeg_reference_when_the_link_slows() {
+    let (ours, theirs) = side_by_side(
+        "hls.html",
         "/v1/objects/ladder/master.m3u8",
+        "/ref/hls/master.m3u8",
         DropAt::TopRungOrFastS,
-        0,
     );
-    let at = DropAt::Seconds(ours.drop_s - ours.open_s);
-    let theirs = run("ffmpeg reference", "/ref/hls/master.m3u8", at, 1);
-    let (ours, theirs) = (&ours, &theirs);
+    adapts_as_well("hls.js", &ours, &theirs);
+}
+
+/// isnode's run was on the top rung before the drop, stepped down to 360p or lower after
+/// it, and stalled and fell behind no more than the reference's (within the tolerances).
+#[track_caller]
+fn adapts_as_well(player: &str, ours: &Run, theirs: &Run) {
     assert!(
         ours.top_before,
-        "isnode: not on the top rung before the drop: {ours:?}"
+        "{player} on isnode: not on the top rung before the drop: {ours:?}"
     );
     assert!(
         ours.down_after_s.is_some(),
-        "isnode: no step down to 360p or lower: {ours:?}"
+        "{player} on isnode: no step down to 360p or lower: {ours:?}"
     );
-    let stalls = |r: &Run| r.stall_slow_s;
     assert!(
-        stalls(ours) <= stalls(theirs) + STALL_TOLERANCE_S,
-        "isnode stalled {:.2} s, the reference {:.2} s (+{STALL_TOLERANCE_S} s allowed)",
-        stalls(ours),
-        stalls(theirs)
+        ours.stall_slow_s <= theirs.stall_slow_s + STALL_TOLERANCE_S,
+        "{player}: isnode stalled {:.2} s, the reference {:.2} s (+{STALL_TOLERANCE_S} s allowed)",
+        ours.stall_slow_s,
+        theirs.stall_slow_s
     );
     assert!(
         ours.behind_s <= theirs.behind_s + BEHIND_TOLERANCE_S,
-        "isnode fell {:.2} s behind, the reference {:.2} s (+{BEHIND_TOLERANCE_S} s allowed)",
+        "{player}: isnode fell {:.2} s behind, the reference {:.2} s (+{BEHIND_TOLERANCE_S} s allowed)",
         ours.behind_s,
         theirs.behind_s
     );
+}
+
+/// dash.js, as hls.js above, on isnode's `manifest.mpd` and on ffmpeg's DASH muxer's MPD
+/// (a `SegmentTemplate` of its own files) of the same encodes.
+#[test]
+fn dash_js_adapts_as_well_as_an_ffmpeg_reference_when_the_link_slows() {
+    let (ours, theirs) = side_by_side(
+        "dash.html",
+        "/v1/objects/ladder/manifest.mpd",
+        "/ref/dash/manifest.mpd",
+        DropAt::TopRungOrFastS,
+    );
+    adapts_as_well("dash.js", &ours, &theirs);
 }
 
 /// The front stops charging an answer its reader abandons (the issue: a shaping proxy must

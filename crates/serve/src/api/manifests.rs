@@ -438,7 +438,7 @@ pub(super) fn mpd(variants: &[Variant]) -> String {
          <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" xmlns:cenc=\"urn:mpeg:cenc:2013\" \
          xmlns:clearkey=\"http://dashif.org/guidelines/clearKey\" \
          xmlns:dashif=\"https://dashif.org/CPS\" profiles=\"urn:mpeg:dash:profile:isoff-main:2011\" \
-         type=\"static\" mediaPresentationDuration=\"{}\" minBufferTime=\"PT2S\">\n\
+         type=\"static\" mediaPresentationDuration=\"{}\" minBufferTime=\"PT{MIN_BUFFER_S}S\">\n\
          <Period id=\"0\" start=\"PT0S\">\n",
         iso_duration(duration)
     );
@@ -483,12 +483,63 @@ pub(super) fn mpd(variants: &[Variant]) -> String {
     m
 }
 
+/// The MPD's `minBufferTime`, seconds: two segments of [`MIN_SEGMENT_S`] (ffmpeg's DASH
+/// muxer states the same for its 2 s segments).
+const MIN_BUFFER_S: u32 = 4;
+
+/// A representation's `@bandwidth` as ISO/IEC 23009-1 defines it with `@minBufferTime`:
+/// the smallest rate of a constant-bit-rate channel over which a client that starts at any
+/// segment and buffers `min_buffer_s` first has each later segment whole before its
+/// presentation starts. `segments` are `(bytes, start seconds)` in order: the largest
+/// `bits(i..=j) / (min_buffer_s + start(j) - start(i))` over `i <= j` (at least the
+/// average rate; with a one-segment buffer it would be the peak segment's, HLS's
+/// `BANDWIDTH`). Stating the peak with a 2 s buffer, as before, made dash.js pick a rung
+/// below the one an ffmpeg-made MPD of the same encodes gets at the same throughput.
+pub(super) fn dash_bandwidth_bps(segments: &[(u64, f64)], min_buffer_s: f64) -> u64 {
+    let mut best = 0.0f64;
+    for (i, &(_, t0)) in segments.iter().enumerate() {
+        let mut bits = 0.0;
+        for &(bytes, t) in segments.get(i..).unwrap_or_default() {
+            bits += bytes as f64 * 8.0;
+            best = best.max(bits / (min_buffer_s + (t - t0)).max(1e-3));
+        }
+    }
+    best.ceil() as u64
+}
+
+/// The URL of segment `seg` (a number or `init`) of the representation whose `BaseURL` is
+/// `uri`, relative to it: its last path segment (and query) with `isnode_seg=SEG` added,
+/// which the content route ignores. Each segment has a URL of its own so that players that
+/// match a request to its Resource Timing entry by URL (dash.js 5 does, for byte-range
+/// requests too, taking the first entry of that URL) measure each segment's own transfer,
+/// not the first one's (the initialization segment's: dash.js then never left the bottom
+/// rung at 8 Mbit/s).
+fn segment_url(uri: &str, seg: &str) -> String {
+    let last = uri.rsplit('/').next().unwrap_or(uri);
+    match last.contains('?') {
+        true => format!("{last}&isnode_seg={seg}"),
+        false => format!("{last}?isnode_seg={seg}"),
+    }
+}
+
 /// One `Representation` of [`mpd`].
 fn representation(m: &mut String, id: usize, v: &Variant, f: &FragmentsRecord) {
+    let segs = cmaf_segments(f);
+    let timed = segs.iter().map(|s| {
+        (
+            s.len,
+            secs(
+                s.start
+                    .saturating_sub(f.fragments.first().map_or(0, |g| g.decode_start)),
+                f.timescale,
+            ),
+        )
+    });
+    let bandwidth = dash_bandwidth_bps(&timed.collect::<Vec<_>>(), MIN_BUFFER_S as f64);
     let _ = write!(
         m,
         "<Representation id=\"{id}\" bandwidth=\"{}\"",
-        v.bandwidth()
+        bandwidth.max(1)
     );
     if let Some(d) = &v.descriptor {
         if let (Some(w), Some(h)) = (d.width, d.height) {
@@ -511,21 +562,22 @@ fn representation(m: &mut String, id: usize, v: &Variant, f: &FragmentsRecord) {
     let _ = write!(
         m,
         ">\n<BaseURL>{}</BaseURL>\n<SegmentList timescale=\"{}\">\n\
-         <Initialization range=\"{}-{}\"/>\n<SegmentTimeline>\n",
+         <Initialization sourceURL=\"{}\" range=\"{}-{}\"/>\n<SegmentTimeline>\n",
         xml(&v.uri),
         f.timescale,
+        xml(&segment_url(&v.uri, "init")),
         f.init.0,
         (f.init.0 + f.init.1).saturating_sub(1)
     );
-    let segs = cmaf_segments(f);
     for s in &segs {
         let _ = writeln!(m, "<S t=\"{}\" d=\"{}\"/>", s.start, s.ticks);
     }
     m.push_str("</SegmentTimeline>\n");
-    for s in &segs {
+    for (n, s) in segs.iter().enumerate() {
         let _ = writeln!(
             m,
-            "<SegmentURL mediaRange=\"{}-{}\"/>",
+            "<SegmentURL media=\"{}\" mediaRange=\"{}-{}\"/>",
+            xml(&segment_url(&v.uri, &n.to_string())),
             s.offset,
             s.offset + s.len - 1
         );
@@ -610,10 +662,20 @@ mod tests {
         let x = mpd(&vs);
         assert_eq!(x.matches("<Representation ").count(), 2);
         assert!(x.contains("mediaPresentationDuration=\"PT5.000S\""));
-        assert!(x.contains("<Initialization range=\"0-999\"/>"));
+        assert!(x.contains(
+            "<BaseURL>../a%400/index.m3u8?token=ab</BaseURL>\n<SegmentList timescale=\"12800\">\n\
+             <Initialization sourceURL=\"index.m3u8?token=ab&amp;isnode_seg=init\" range=\"0-999\"/>"
+        ));
         assert!(x.contains("<S t=\"25600\" d=\"25600\"/>"));
-        assert!(x.contains("<SegmentURL mediaRange=\"3000-3499\"/>"));
+        assert!(x.contains("<SegmentURL media=\"b?isnode_seg=2\" mediaRange=\"3000-3499\"/>"));
         assert_eq!(peak_bps([(1000, 2.0), (10, 0.0)].into_iter()), 4000);
+        // 4 s of buffer: a 1000-byte segment alone is 2000 bit/s, two of them over 6 s
+        // are 2667; a burst (3000 bytes) after two small ones sets it.
+        assert_eq!(dash_bandwidth_bps(&[(1000, 0.0), (1000, 2.0)], 4.0), 2667);
+        assert_eq!(
+            dash_bandwidth_bps(&[(100, 0.0), (100, 2.0), (3000, 4.0)], 4.0),
+            6000
+        );
         // An I-frame playlist per rung: the moof and key frame of each segment's start.
         assert!(m.contains(
             "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=2400,RESOLUTION=640x360,\
