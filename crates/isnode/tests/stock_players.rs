@@ -298,6 +298,8 @@ struct Run {
     open_s: f64,
     drop_s: f64,
     recover_s: f64,
+    /// Page seconds at the end of the run.
+    end_s: f64,
     /// Playback position at the drop.
     drop_t: f64,
     /// On the top rung (1080p) when the link dropped.
@@ -400,6 +402,7 @@ fn run_of(open_s: f64, fast: &Value, drop: &Value, slow: &Value, end: &Value) ->
         open_s,
         drop_s,
         recover_s: f(slow, "now"),
+        end_s: f(end, "now"),
         drop_t: f(drop, "t"),
         top_before: last_height(fast) == Some(1080),
         down_after_s,
@@ -408,6 +411,34 @@ fn run_of(open_s: f64, fast: &Value, drop: &Value, slow: &Value, end: &Value) ->
         behind_s: (f(slow, "now") - drop_s) - (f(slow, "t") - f(drop, "t")),
         end_height: last_height(end),
     }
+}
+
+/// With `ISNODE_TIMELINES_DIR` set, writes run `r` of `page` there as
+/// `{player}-{isnode|reference}.json` for `isnode bench timelines` (docs/benchmarks.md):
+/// heights against seconds from the page's opening, the link's drop and recovery.
+fn record(page: &str, name: &str, r: &Run) {
+    let Some(dir) = std::env::var_os("ISNODE_TIMELINES_DIR") else {
+        return;
+    };
+    let player = page.trim_end_matches(".html");
+    let points: Vec<(f64, f64)> = r
+        .timeline
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|x| Some((x.get(0)?.as_f64()? - r.open_s, x.get(2)?.as_f64()?)))
+        .collect();
+    let t = serde_json::json!({
+        "name": format!("{player}.js, {}", if name == "isnode" { "isnode" } else { "reference" }),
+        "points": points,
+        "end_s": r.end_s - r.open_s,
+        "events": [[r.drop_s - r.open_s, "8 -> 1 Mbit/s"], [r.recover_s - r.open_s, "1 -> 8 Mbit/s"]],
+    });
+    let file = match name {
+        "isnode" => format!("{player}-isnode.json"),
+        _ => format!("{player}-reference.json"),
+    };
+    std::fs::write(Path::new(&dir).join(file), t.to_string()).expect("writing the timeline");
 }
 
 /// One line of a run for the log.
@@ -551,6 +582,7 @@ fn side_by_side(page: &str, ours: &str, theirs: &str, ours_drop: DropAt) -> (Run
         });
         let r = r.unwrap_or_else(|e| panic!("{page}, {name}: {e}"));
         eprintln!("{page}, {}", describe(name, &r));
+        record(page, name, &r);
         r
     };
     let o = run("isnode", ours, ours_drop, 0);
