@@ -96,7 +96,7 @@ mod tests {
         };
         assert_eq!(t.check(), Ok(()));
         assert_eq!(t.series().points.last(), Some(&(48.0, 234.0)));
-        let svg = plot("rungs", "video height, px", &[t.clone()]);
+        let svg = plot("rungs", "video height, px", std::slice::from_ref(&t));
         assert!(svg.contains("<polyline") && svg.contains("8 -&gt; 1 Mbit/s at 12.2 s"));
         let back = Timeline {
             points: vec![(2.0, 1.0), (1.0, 2.0)],
