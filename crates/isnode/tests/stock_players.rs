@@ -3,8 +3,16 @@
 //! 4-rung H.264 ladder, 2 s GOPs aligned, and an audio-only AAC rendition: the HLS audio
 //! group and the DASH audio adaptation set). Each must play on (`currentTime` past several
 //! segments), raise no error event, and report every rung and the audio (and hls.js an
-//! I-frame variant per rung). Through the front shaped to 8 Mbit/s then 1 Mbit/s, hls.js
-//! reaches the top rung and then steps down to 360p or lower (rung timeline printed).
+//! I-frame variant per rung).
+//!
+//! Side by side with a reference (the same encodes segmented by ffmpeg's own HLS and DASH
+//! muxers, served as static files through the same shaping front), each player plays
+//! isnode's title and then the reference on one schedule (8 Mbit/s, 1 Mbit/s from 12 s or
+//! once isnode's run is on the top rung, 8 Mbit/s again 24 s later): isnode's run must be on
+//! the top rung before the drop, step down to 360p or lower after it, and stall and fall
+//! behind no more than the reference's (tolerances justified at their constants). Both rung
+//! timelines are printed, and written for `isnode bench timelines` when
+//! `ISNODE_TIMELINES_DIR` is set. The front stops charging an aborted answer (tested).
 //!
 //! The players are npm packages (hls.js, dashjs) that `scripts/test` installs with
 //! `scripts/install-players` into `~/.cache/isnode-players` (or `$ISNODE_PLAYERS_DIR`);
