@@ -25,6 +25,7 @@ pub mod plot;
 pub mod serve;
 pub mod soak;
 pub mod startup;
+pub mod timelines;
 mod udp;
 pub mod upload;
 pub mod verify;

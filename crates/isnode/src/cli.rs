@@ -380,6 +380,26 @@ pub(crate) enum BenchCommand {
     /// memory; valid streams and late bursts alone, during a scrub and during a rebuild,
     /// and the rebuild's rate while serving and alone (root: cgroups).
     Background(BackgroundBenchArgs),
+    /// Rung timelines recorded by test runs (JSON files, `ISNODE_TIMELINES_DIR`) drawn as
+    /// one SVG figure: each player's rung against time.
+    Timelines(TimelinesBenchArgs),
+}
+
+/// `bench timelines`.
+#[derive(Args, Debug)]
+pub(crate) struct TimelinesBenchArgs {
+    /// The recorded timelines (one JSON file each), drawn in this order.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// The SVG to write.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// The figure's title.
+    #[arg(long, default_value = "Rung against time")]
+    pub title: String,
+    /// The label of the y axis (the rungs' unit).
+    #[arg(long, default_value = "video height, px")]
+    pub y_label: String,
 }
 
 /// `bench background`.

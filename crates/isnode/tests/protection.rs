@@ -218,6 +218,13 @@ fn an_encrypted_ts_title_plays_with_a_token_and_its_key_leaks_nowhere() {
     assert!(segs.len() >= 5, "12 s in 2 s GOPs: {playlist}");
     let ivs: std::collections::HashSet<_> = segs.iter().map(|s| s.iv).collect();
     assert_eq!(ivs.len(), segs.len(), "every segment has its own IV");
+    // No I-frame playlist of the ciphertext (a key frame of a title encrypted segment by
+    // segment cannot be deciphered alone); the clear title has one.
+    for (name, want) in [("enc.ts", 404), ("clear.ts", 200)] {
+        let path = format!("/v1/objects/{name}/iframes.m3u8?token={viewer}");
+        let (status, _, body) = get_raw(addr, &path);
+        assert_eq!(status, want, "{path}: {}", String::from_utf8_lossy(&body));
+    }
 
     // The key: 401 without a token (anonymous viewers are allowed here), with an unknown
     // one, 200 and 16 bytes, never cached, with the viewer's.

@@ -1,7 +1,8 @@
 //! Titles with renditions end to end (issue 31, first slice): an ffmpeg-made 3-rung ladder
 //! (H.264 + AAC, 2 s GOPs aligned) in MPEG-TS and in CMAF ingested as one title;
 //! `master.m3u8` read by ffprobe and each variant copied by ffmpeg to a file that decodes
-//! without error; `manifest.mpd` read by ffmpeg; a misaligned rung refused by name; `ls`
+//! without error; each rung's I-frame playlist (TS and CMAF) checked against ffprobe's key
+//! frames, and a TS rung's decoded by ffmpeg; `manifest.mpd` read by ffmpeg; a misaligned rung refused by name; `ls`
 //! and `rm` of the title.
 //!
 //! These tests need Debian's `ffmpeg` package (`bash scripts/test` installs it); without
@@ -218,7 +219,9 @@ fn ts_ladder_is_one_title_over_hls() {
     let one = server.req("GET", "/v1/objects/movie%401/master.m3u8", None);
     assert_eq!(one.status, 200, "{}", one.body);
     assert!(
-        one.body.contains("RESOLUTION=640x360") && one.body.ends_with("\nindex.m3u8\n"),
+        one.body.contains("RESOLUTION=640x360")
+            && one.body.contains("\nindex.m3u8\n")
+            && one.body.ends_with(",URI=\"iframes.m3u8\"\n"),
         "{}",
         one.body
     );
@@ -228,15 +231,7 @@ fn ts_ladder_is_one_title_over_hls() {
             .status,
         400
     );
-    // No I-frame playlists for MPEG-TS yet (the index has no key frame extents).
-    let master = server.req("GET", "/v1/objects/movie/master.m3u8", None);
-    assert!(!master.body.contains("I-FRAME"), "{}", master.body);
-    assert_eq!(
-        server
-            .req("GET", "/v1/objects/movie%400/iframes.m3u8", None)
-            .status,
-        404
-    );
+    check_ts_iframes(&server, "movie", &files);
     assert_eq!(
         server
             .req("GET", "/v1/objects/nothing/master.m3u8", None)
@@ -397,15 +392,7 @@ fn check_iframes(server: &Server, title: &str, files: &[PathBuf]) {
         );
         assert_eq!(p.status, 200, "{}", p.body);
         assert!(p.body.contains("#EXT-X-I-FRAMES-ONLY\n"), "{}", p.body);
-        let ranges: Vec<(u64, u64)> = p
-            .body
-            .lines()
-            .filter_map(|l| l.strip_prefix("#EXT-X-BYTERANGE:"))
-            .filter_map(|r| {
-                let (len, off) = r.split_once('@')?;
-                Some((off.parse().ok()?, len.parse().ok()?))
-            })
-            .collect();
+        let ranges = byte_ranges(&p.body);
         let keys = key_packets(file);
         assert_eq!(ranges.len(), keys.len(), "{file:?}: {ranges:?} {keys:?}");
         for ((off, len), (pos, size)) in ranges.iter().zip(&keys) {
@@ -414,6 +401,98 @@ fn check_iframes(server: &Server, title: &str, files: &[PathBuf]) {
                 "{file:?}: I-frame range {len}@{off}, key frame {size} bytes at {pos}"
             );
         }
+    }
+}
+
+/// The ranges `(offset, length)` of an I-frame playlist's `EXT-X-BYTERANGE`s.
+fn byte_ranges(playlist: &str) -> Vec<(u64, u64)> {
+    playlist
+        .lines()
+        .filter_map(|l| l.strip_prefix("#EXT-X-BYTERANGE:"))
+        .filter_map(|r| {
+            let (len, off) = r.split_once('@')?;
+            Some((off.parse().ok()?, len.parse().ok()?))
+        })
+        .collect()
+}
+
+/// An MPEG-TS ladder's I-frame playlists: the master lists one per rung
+/// (`EXT-X-I-FRAME-STREAM-INF` with `BANDWIDTH`, `RESOLUTION`, the video `CODECS`); each is
+/// an RFC 8216 I-frame playlist (`EXT-X-I-FRAMES-ONLY`, version 5 with the PAT + PMT as
+/// `EXT-X-MAP`, one `EXT-X-BYTERANGE` per key frame) whose ranges start at the TS packet
+/// where ffprobe says each key frame's PES starts, hold at least its bytes and end before
+/// the next; ffprobe decodes exactly one frame per key frame from it over HTTP, and
+/// ffmpeg decodes it without a complaint.
+fn check_ts_iframes(server: &Server, title: &str, files: &[PathBuf]) {
+    let master = server.req("GET", &format!("/v1/objects/{title}/master.m3u8"), None);
+    let lines: Vec<&str> = master
+        .body
+        .lines()
+        .filter(|l| l.starts_with("#EXT-X-I-FRAME-STREAM-INF:"))
+        .collect();
+    assert_eq!(lines.len(), files.len(), "{}", master.body);
+    for (i, file) in files.iter().enumerate() {
+        let (w, h) = [(320, 180), (640, 360), (960, 540)][i];
+        let line = lines[i];
+        assert!(
+            line.contains(":BANDWIDTH=")
+                && line.contains(&format!(",RESOLUTION={w}x{h},CODECS=\"avc1."))
+                && !line.contains("mp4a")
+                && line.ends_with(&format!(",URI=\"../{title}%40{i}/iframes.m3u8\"")),
+            "{line}"
+        );
+        let path = format!("/v1/objects/{title}%40{i}/iframes.m3u8");
+        let p = server.req("GET", &path, None);
+        assert_eq!(p.status, 200, "{}", p.body);
+        assert!(
+            p.body.starts_with("#EXTM3U\n#EXT-X-VERSION:5\n")
+                && p.body.contains("\n#EXT-X-I-FRAMES-ONLY\n")
+                && p.body
+                    .contains("\n#EXT-X-MAP:URI=\"content?isnode_version=")
+                && p.body.ends_with("#EXT-X-ENDLIST\n"),
+            "{}",
+            p.body
+        );
+        let ranges = byte_ranges(&p.body);
+        let keys = key_packets(file);
+        assert_eq!(ranges.len(), keys.len(), "{file:?}: {ranges:?} {keys:?}");
+        let size = std::fs::metadata(file).expect("the rung's file").len();
+        let nexts = keys.iter().skip(1).map(|k| k.0).chain([size]);
+        for (((off, len), (pos, bytes)), next) in ranges.iter().zip(&keys).zip(nexts) {
+            assert!(
+                off == pos && *len >= *bytes && off + len <= next,
+                "{file:?}: I-frame range {len}@{off}, key frame {bytes} bytes at {pos}, next {next}"
+            );
+        }
+        let url = format!("{}{path}", server.url());
+        let frames = run(
+            "ffprobe",
+            &[
+                "-v",
+                "error",
+                "-select_streams",
+                "v",
+                "-count_frames",
+                "-show_entries",
+                "stream=nb_read_frames",
+                "-of",
+                "csv=p=0",
+                &url,
+            ],
+        );
+        let decoded: Vec<u64> = frames
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        assert_eq!(
+            decoded.first(),
+            Some(&(keys.len() as u64)),
+            "{url}: {frames:?}"
+        );
+        run(
+            "ffmpeg",
+            &["-v", "error", "-i", &url, "-map", "0:v", "-f", "null", "-"],
+        );
     }
 }
 

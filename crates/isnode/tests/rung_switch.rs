@@ -261,11 +261,38 @@ fn check_cmaf(json: &Value, out: &Path) {
     }
 }
 
+/// With `ISNODE_TIMELINES_DIR` set, writes the run's rung timeline there as
+/// `isnode-play-{kind}.json` for `isnode bench timelines` (docs/benchmarks.md): each switch
+/// at the wall second its session was asked for, in kbit/s, held to the end of play.
+fn record_timeline(json: &Value, kind: &str) {
+    let Some(dir) = std::env::var_os("ISNODE_TIMELINES_DIR") else {
+        return;
+    };
+    let points: Vec<(f64, f64)> = json["rung_timeline"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let at = c["at_s"].as_f64().unwrap_or(0.0);
+            (at, c["to_bitrate_bps"].as_f64().unwrap_or(0.0) / 1000.0)
+        })
+        .collect();
+    let t = serde_json::json!({
+        "name": format!("isnode play ({kind})"),
+        "points": points,
+        "end_s": json["duration_s"].as_f64().unwrap_or(0.0),
+        "events": [[5.0, "40 % loss"], [12.0, "no loss"]],
+    });
+    let path = std::path::Path::new(&dir).join(format!("isnode-play-{kind}.json"));
+    std::fs::write(&path, t.to_string()).expect("writing the timeline");
+}
+
 #[test]
 fn ts_play_steps_down_under_loss_and_back_up() {
     let (vol, server) = title(false);
     let (json, out) = play_through_relay(&vol, &server, "ts");
     check_ts(&json, &out);
+    record_timeline(&json, "ts");
 }
 
 #[test]
@@ -273,4 +300,5 @@ fn cmaf_play_steps_down_under_loss_and_back_up() {
     let (vol, server) = title(true);
     let (json, out) = play_through_relay(&vol, &server, "mp4");
     check_cmaf(&json, &out);
+    record_timeline(&json, "cmaf");
 }

@@ -8,7 +8,10 @@
 //!   elementary stream of the PMT (or, without a PAT/PMT, the first PID whose PES has a
 //!   video `stream_id`, 0xE0..=0xEF). Its time is the PES PTS less the first video PTS
 //!   (modulo 2^33), or, for a key packet without a PTS, the last PCR less the first PCR.
-//!   Memory: one packet of carry-over, whatever the input.
+//!   Memory: one packet of carry-over, whatever the input. Each key frame's extent is
+//!   kept too ([`TsKeyFrames`]: from its first packet to the end of the last video packet
+//!   before the next PES on the video PID), with the first PAT and PMT's byte range, for
+//!   the I-frame playlists of MPEG-TS titles.
 //! * **MP4**: the top-level boxes are walked as they stream past; the `moov` box (at most
 //!   [`MAX_MOOV_BYTES`]) is kept and, at [`Indexer::finish`], the first video track's
 //!   sample tables give each sync sample (`stss`; every sample without one) its byte
@@ -24,7 +27,7 @@
 pub use crate::access_point::AccessPoint;
 use crate::describe_ts::{describe_ts, DESCRIBE_TS_BYTES};
 use crate::descriptor::{describe_moov, FrameRate, FrameRateSource, RenditionDescriptor};
-use crate::fmp4::{FragmentBuilder, FragmentIndex};
+use crate::fmp4::{ByteRange, FragmentBuilder, FragmentIndex};
 use crate::{detect, ts, Container, DETECT_LEN};
 
 /// Most random-access points an index keeps (later ones are dropped).
@@ -49,7 +52,33 @@ pub struct MediaIndex {
     /// first [`DESCRIBE_TS_BYTES`] bytes, MP4 from its `moov`; `None` for an MP4 without a
     /// (kept) `moov` or an unknown container.
     pub rendition: Option<RenditionDescriptor>,
+    /// MPEG-TS only: each key frame's byte extent and the PAT + PMT's.
+    pub ts_key_frames: Option<TsKeyFrames>,
 }
+
+/// The key frames of an MPEG-TS object, for its I-frame playlist.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TsKeyFrames {
+    /// The bytes from the first PAT packet to the end of the first PMT packet after it
+    /// (a playlist's `EXT-X-MAP`), when both were found within [`MAX_INIT_BYTES`].
+    pub init: Option<ByteRange>,
+    /// Each key frame (one per random-access point, at most [`MAX_POINTS`]): its first
+    /// packet's offset and the bytes to the end of its last video packet, and its time.
+    pub frames: Vec<TsKeyFrame>,
+}
+
+/// One key frame of an MPEG-TS object.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TsKeyFrame {
+    /// Its time, as its random-access point's.
+    pub time_s: f64,
+    /// Its bytes: the packet starting its PES to the end of the last video packet of that
+    /// PES (audio and other packets between them included).
+    pub bytes: ByteRange,
+}
+
+/// Most bytes from the first PAT to the end of the PMT for them to be an init range.
+pub const MAX_INIT_BYTES: u64 = 64 * 188;
 
 impl MediaIndex {
     /// The last point at or before `time_s` (the first point when `time_s` precedes it).
@@ -165,12 +194,13 @@ impl Indexer {
             self.decide();
         }
         match self.state {
-            State::Ts(_) => MediaIndex {
+            State::Ts(mut t) => MediaIndex {
                 container: Container::MpegTs,
                 points: self.points.list,
                 moov_at_front: None,
                 fragments: None,
                 rendition: Some(describe_ts(&self.ts_head)),
+                ts_key_frames: Some(t.key_frames()),
             },
             State::Mp4(m) => {
                 let moov_at_front = m.moov_at_front();
@@ -192,6 +222,7 @@ impl Indexer {
                     moov_at_front,
                     fragments,
                     rendition,
+                    ts_key_frames: None,
                 }
             }
             State::Detecting | State::Other => MediaIndex {
@@ -200,6 +231,7 @@ impl Indexer {
                 moov_at_front: None,
                 fragments: None,
                 rendition: None,
+                ts_key_frames: None,
             },
         }
     }
@@ -291,6 +323,14 @@ struct TsIndexer {
     first_pts: Option<u64>,
     first_pcr: Option<u64>,
     last_pcr: Option<u64>,
+    /// The first PAT packet's offset, and the PAT + PMT range once the PMT follows it.
+    pat_at: Option<u64>,
+    init: Option<ByteRange>,
+    /// The key frames closed so far, and the open one (its time and first byte).
+    frames: Vec<TsKeyFrame>,
+    open: Option<(f64, u64)>,
+    /// The end of the last packet on the video PID.
+    video_end: u64,
 }
 
 impl TsIndexer {
@@ -326,12 +366,26 @@ impl TsIndexer {
             self.last_pcr = Some(pcr);
         }
         let pusi = p.get(1).is_some_and(|b| b & 0x40 != 0);
+        let on_video = self.video.is_some_and(|(v, _)| v == pid);
+        if on_video && !pusi {
+            self.video_end = offset + ts::PACKET_LEN as u64;
+        }
         if !pusi {
             return;
         }
         if pid == ts::PAT_PID && self.pmt_pid.is_none() {
             self.pmt_pid = pat_pmt_pid(p);
+            self.pat_at = Some(offset);
             return;
+        }
+        if Some(pid) == self.pmt_pid && self.init.is_none() {
+            self.init = self
+                .pat_at
+                .map(|at| ByteRange {
+                    offset: at,
+                    length: offset + ts::PACKET_LEN as u64 - at,
+                })
+                .filter(|r| r.length <= MAX_INIT_BYTES);
         }
         if Some(pid) == self.pmt_pid && self.video.is_none() {
             self.video = pmt_video(p);
@@ -348,6 +402,9 @@ impl TsIndexer {
             Some((v, _)) if v == pid => {}
             _ => return,
         }
+        // A PES starts on the video PID: it ends the open key frame.
+        self.close_key_frame();
+        self.video_end = offset + ts::PACKET_LEN as u64;
         let codec = self.video.map_or(VideoCodec::Other, |v| v.1);
         let pts = pes_pts(pes);
         if let Some(pts) = pts {
@@ -366,10 +423,38 @@ impl TsIndexer {
             }
             _ => return,
         };
+        let before = points.list.len();
         points.push(AccessPoint {
             time_s,
             offset_bytes: offset,
         });
+        if points.list.len() > before {
+            self.open = Some((time_s, offset));
+        }
+    }
+
+    /// Closes the open key frame at the end of the last video packet.
+    fn close_key_frame(&mut self) {
+        if let Some((time_s, at)) = self.open.take() {
+            if self.video_end > at && self.frames.len() < MAX_POINTS {
+                self.frames.push(TsKeyFrame {
+                    time_s,
+                    bytes: ByteRange {
+                        offset: at,
+                        length: self.video_end - at,
+                    },
+                });
+            }
+        }
+    }
+
+    /// The key frames and init range found (the open key frame closed).
+    fn key_frames(&mut self) -> TsKeyFrames {
+        self.close_key_frame();
+        TsKeyFrames {
+            init: self.init,
+            frames: std::mem::take(&mut self.frames),
+        }
     }
 }
 

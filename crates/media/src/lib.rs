@@ -53,7 +53,7 @@ pub use descriptor::{
     VideoDescriptor,
 };
 pub use fmp4::{ByteRange, Fragment, FragmentIndex, SidxUse};
-pub use index::{Indexer, MediaIndex};
+pub use index::{Indexer, MediaIndex, TsKeyFrame, TsKeyFrames};
 pub use mp4::probe_mp4;
 pub use ts::probe_ts;
 pub use tsgen::{

@@ -55,7 +55,12 @@ pub(crate) fn encrypt(
                 .iter()
                 .map(|s| (s.start_s, s.offset_bytes))
                 .collect(),
-            detail: Some(clear.detail),
+            // No key frames: their extents are the clear file's, and an I-frame of a
+            // title encrypted segment by segment cannot be deciphered alone.
+            detail: Some(isnode_store::MediaDetail {
+                key_frames: None,
+                ..clear.detail
+            }),
         },
         protection: ProtectionRecord {
             method: isnode_store::protection::METHOD_AES_128.into(),

@@ -161,6 +161,8 @@ impl Catalog {
             .map_err(db("creating the schema"))?;
         tx.execute_batch(crate::renditions::RENDITION_SCHEMA)
             .map_err(db("creating the schema"))?;
+        tx.execute_batch(crate::key_frames::KEY_FRAME_SCHEMA)
+            .map_err(db("creating the schema"))?;
         tx.execute_batch(crate::protection::PROTECTION_SCHEMA)
             .map_err(db("creating the schema"))?;
         let kv = [
@@ -218,6 +220,9 @@ impl Catalog {
         cat.conn
             .execute_batch(crate::renditions::RENDITION_SCHEMA)
             .map_err(db("adding the rendition tables"))?;
+        cat.conn
+            .execute_batch(crate::key_frames::KEY_FRAME_SCHEMA)
+            .map_err(db("adding the key frame tables"))?;
         cat.conn
             .execute_batch(crate::protection::PROTECTION_SCHEMA)
             .map_err(db("adding the protection tables"))?;

@@ -24,6 +24,7 @@ mod fill_rows;
 mod fill_tests;
 pub mod ingest;
 pub mod io;
+pub mod key_frames;
 pub use isnode_layout::layout;
 pub(crate) mod lock;
 mod media_records;

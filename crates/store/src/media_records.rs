@@ -71,13 +71,36 @@ pub struct FragmentsRecord {
     pub fragments: Vec<FragmentRecord>,
 }
 
-/// The descriptor and fragment index of one object, as written at ingest.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// One key frame of an MPEG-TS rendition (`media_key_frames`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KeyFrameRecord {
+    /// Its time from the start of the title, seconds.
+    pub time_s: f64,
+    /// The first byte of the packet that starts its PES.
+    pub offset_bytes: u64,
+    /// Bytes to the end of the last video packet of that PES.
+    pub length_bytes: u64,
+}
+
+/// The key frames of an MPEG-TS rendition (`media_ts_init` + `media_key_frames`): an HLS
+/// I-frame playlist's segments.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KeyFramesRecord {
+    /// The PAT + PMT (`(offset, length)`, the playlist's `EXT-X-MAP`), when found.
+    pub init: Option<(u64, u64)>,
+    /// The key frames in file order (times increasing, extents not overlapping).
+    pub frames: Vec<KeyFrameRecord>,
+}
+
+/// The descriptor, fragment index and key frames of one object, as written at ingest.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct MediaDetail {
     /// Its descriptor (`None`: nothing known, e.g. an unknown container).
     pub descriptor: Option<DescriptorRecord>,
     /// Its fragment index (fragmented MP4 only).
     pub fragments: Option<FragmentsRecord>,
+    /// Its key frames (MPEG-TS only; `None` for an object ingested before they were kept).
+    pub key_frames: Option<KeyFramesRecord>,
 }
 
 /// One rendition of a title (`title_renditions`).

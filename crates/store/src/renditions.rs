@@ -8,8 +8,9 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 use crate::catalog::{db, Catalog};
 pub use crate::media_records::{
-    rendition_name, DescriptorRecord, FragmentRecord, FragmentsRecord, MediaDetail, TitleRecord,
-    TitleRendition, MAX_CODECS_LEN, MAX_FRAGMENT_ROWS, MAX_TITLE_RENDITIONS,
+    rendition_name, DescriptorRecord, FragmentRecord, FragmentsRecord, KeyFrameRecord,
+    KeyFramesRecord, MediaDetail, TitleRecord, TitleRendition, MAX_CODECS_LEN, MAX_FRAGMENT_ROWS,
+    MAX_TITLE_RENDITIONS,
 };
 use crate::StoreError;
 
@@ -119,6 +120,10 @@ pub fn media_detail(ix: &isnode_media::MediaIndex) -> MediaDetail {
     MediaDetail {
         descriptor,
         fragments,
+        key_frames: ix
+            .ts_key_frames
+            .as_ref()
+            .map(crate::key_frames::key_frames_record),
     }
 }
 
@@ -162,6 +167,7 @@ pub(crate) fn put_media_detail(
         )
         .map_err(db(ctx))?;
     }
+    crate::key_frames::put(tx, toi, detail.key_frames.as_ref())?;
     let Some(f) = &detail.fragments else {
         return Ok(());
     };
@@ -362,13 +368,14 @@ fn validate_fragments(
 }
 
 impl Catalog {
-    /// Object `toi`'s descriptor and fragment index (empty for an object ingested before
+    /// Object `toi`'s descriptor, fragment index and key frames (empty for an object ingested before
     /// they were kept), validated against its `size_bytes` ([`StoreError::Corrupt`] when a
     /// row breaks a rule of docs/format.md).
     pub fn media_detail(&self, toi: u32, size_bytes: u64) -> Result<MediaDetail, StoreError> {
         Ok(MediaDetail {
             descriptor: read_descriptor(&self.conn, toi)?,
             fragments: read_fragments(&self.conn, toi, size_bytes)?,
+            key_frames: crate::key_frames::read(&self.conn, toi, size_bytes)?,
         })
     }
 

@@ -396,3 +396,36 @@ pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Resu
         ExitCode::SUCCESS
     })
 }
+
+/// Most bytes of one recorded timeline file.
+const MAX_TIMELINE_FILE_BYTES: u64 = 4 << 20;
+
+/// `isnode bench timelines`: the recorded timelines drawn as one SVG.
+pub(super) fn timelines(args: &crate::cli::TimelinesBenchArgs) -> anyhow::Result<ExitCode> {
+    use anyhow::Context as _;
+    use isnode_bench::timelines::{plot, Timeline};
+    use std::io::Read as _;
+    let mut all = Vec::with_capacity(args.files.len());
+    for f in &args.files {
+        let mut text = String::new();
+        std::fs::File::open(f)
+            .with_context(|| format!("opening {}", f.display()))?
+            .take(MAX_TIMELINE_FILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .with_context(|| format!("reading {}", f.display()))?;
+        anyhow::ensure!(
+            text.len() as u64 <= MAX_TIMELINE_FILE_BYTES,
+            "{}: larger than {MAX_TIMELINE_FILE_BYTES} bytes",
+            f.display()
+        );
+        let t: Timeline = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not a recorded timeline", f.display()))?;
+        t.check()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
+        all.push(t);
+    }
+    let svg = plot(&args.title, &args.y_label, &all);
+    std::fs::write(&args.out, svg).with_context(|| format!("writing {}", args.out.display()))?;
+    println!("wrote {}", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -66,6 +66,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Placement(args)) => bench::placement(&args),
         Command::Bench(BenchCommand::Soak(args)) => bench::soak(&args),
         Command::Bench(BenchCommand::Background(args)) => bench::background(&args),
+        Command::Bench(BenchCommand::Timelines(args)) => bench::timelines(&args),
         Command::Cert(args) => cert::run(&args),
         Command::Token(cmd) => token::run(&cli.volume, &cmd),
         Command::Demo(args) => demo::run(&args),

@@ -1,12 +1,18 @@
 //! The front of the browser tests: one loopback HTTP port that serves the test's own pages
-//! and files under `/player/` and passes every other connection, byte for byte, to an
-//! `isnode serve` (so the pages and the node share an origin). The node's answers can be
-//! shaped to a rate (a token bucket shared by every connection); a connection the browser
-//! closes stops being charged at once, as a closed TCP connection stops on a real link.
+//! and files under `/player/`, optionally a directory of static files under `/ref/` (a
+//! reference ladder segmented by ffmpeg, kept-alive connections as a web server's), and
+//! passes every other connection, byte for byte, to an `isnode serve` (so the pages and the
+//! node share an origin). The node's answers and the static files can be shaped to a rate
+//! (one token bucket shared by every connection, charged 16 KiB at a time); a connection the
+//! browser closes (an aborted request) stops being charged at once, as a closed TCP
+//! connection stops on a real link: before each charge the browser's socket is polled for a
+//! hang-up, so at most the one charge already made for it is spent on it.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,7 +22,7 @@ const MAX_HEAD: usize = 64 * 1024;
 /// How long an idle connection is kept.
 const IDLE: Duration = Duration::from_secs(60);
 /// Bytes passed per charge of the shaper.
-const CHUNK: usize = 16 * 1024;
+pub(crate) const CHUNK: usize = 16 * 1024;
 
 /// A rate shared by every connection's answers: `0` is unlimited.
 #[derive(Default)]
@@ -24,6 +30,10 @@ pub(crate) struct Shaper {
     rate_bps: AtomicU64,
     /// When the link is next free.
     next: Mutex<Option<Instant>>,
+    /// Bytes charged so far.
+    charged_bytes: AtomicU64,
+    /// Answers being sent (shaped copies under way).
+    sending: AtomicU64,
 }
 
 impl Shaper {
@@ -32,8 +42,19 @@ impl Shaper {
         self.rate_bps.store(bps, Ordering::Relaxed);
     }
 
+    /// Bytes charged against the link so far.
+    pub(crate) fn charged_bytes(&self) -> u64 {
+        self.charged_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Answers being sent now.
+    pub(crate) fn sending(&self) -> u64 {
+        self.sending.load(Ordering::Relaxed)
+    }
+
     /// Waits until `n` bytes may pass.
     fn take(&self, n: usize) {
+        self.charged_bytes.fetch_add(n as u64, Ordering::Relaxed);
         let bps = self.rate_bps.load(Ordering::Relaxed);
         if bps == 0 {
             return;
@@ -54,15 +75,33 @@ impl Shaper {
 pub(crate) struct Front {
     /// Its address.
     pub addr: SocketAddr,
-    /// The shaper of the node's answers.
+    /// The shaper of the node's answers and the static files.
     pub shaper: Arc<Shaper>,
     stop: Arc<AtomicBool>,
+}
+
+/// What the front serves besides the node.
+struct Served {
+    /// `/player/P`: body and type.
+    files: HashMap<String, (Vec<u8>, String)>,
+    /// `/ref/PATH`: files under this directory, if any.
+    static_root: Option<PathBuf>,
 }
 
 impl Front {
     /// Listens on a free loopback port: `GET /player/P` answers `files[P]` (body, type),
     /// anything else goes to `node`.
     pub(crate) fn start(node: SocketAddr, files: HashMap<String, (Vec<u8>, String)>) -> Front {
+        Front::start_with_static(node, files, None)
+    }
+
+    /// As [`Front::start`], and `GET /ref/PATH` answers the file `static_root/PATH` (shaped,
+    /// on kept-alive connections).
+    pub(crate) fn start_with_static(
+        node: SocketAddr,
+        files: HashMap<String, (Vec<u8>, String)>,
+        static_root: Option<PathBuf>,
+    ) -> Front {
         let listener = TcpListener::bind(("127.0.0.1", 0)).expect("binding the front");
         let addr = listener.local_addr().expect("the front's address");
         listener
@@ -70,14 +109,14 @@ impl Front {
             .expect("nonblocking listener");
         let shaper = Arc::new(Shaper::default());
         let stop = Arc::new(AtomicBool::new(false));
-        let files = Arc::new(files);
+        let served = Arc::new(Served { files, static_root });
         let (sh, st) = (shaper.clone(), stop.clone());
         std::thread::spawn(move || {
             while !st.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((c, _)) => {
-                        let (files, sh) = (files.clone(), sh.clone());
-                        std::thread::spawn(move || connection(c, node, &files, &sh));
+                        let (served, sh) = (served.clone(), sh.clone());
+                        std::thread::spawn(move || connection(c, node, &served, &sh));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
@@ -98,31 +137,42 @@ impl Drop for Front {
     }
 }
 
-/// One browser connection: a page or file of ours, or a pipe to the node.
-fn connection(
-    mut c: TcpStream,
-    node: SocketAddr,
-    files: &HashMap<String, (Vec<u8>, String)>,
-    shaper: &Shaper,
-) {
-    let _ = c.set_nonblocking(false);
-    let _ = c.set_read_timeout(Some(IDLE));
-    let mut head = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        match c.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => head.extend_from_slice(&buf[..n]),
+/// Reads one request head (to its blank line) into `buf`, which may already hold the start
+/// of it; the head's length, or `None` at the end of the connection or past [`MAX_HEAD`].
+fn read_head(c: &mut TcpStream, buf: &mut Vec<u8>) -> Option<usize> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Some(end + 4);
         }
-        if head.len() > MAX_HEAD {
-            return;
+        if buf.len() > MAX_HEAD {
+            return None;
+        }
+        match c.read(&mut chunk) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(chunk.get(..n)?),
         }
     }
-    let line = String::from_utf8_lossy(&head);
-    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+}
+
+/// The path of a request head.
+fn request_path(head: &[u8]) -> String {
+    let line = String::from_utf8_lossy(head);
+    line.split_whitespace().nth(1).unwrap_or("").to_string()
+}
+
+/// One browser connection: a page or file of ours, static files, or a pipe to the node.
+fn connection(mut c: TcpStream, node: SocketAddr, served: &Served, shaper: &Shaper) {
+    let _ = c.set_nonblocking(false);
+    let _ = c.set_read_timeout(Some(IDLE));
+    let mut buf = Vec::new();
+    let Some(len) = read_head(&mut c, &mut buf) else {
+        return;
+    };
+    let path = request_path(buf.get(..len).unwrap_or_default());
     if let Some(p) = path.strip_prefix("/player/") {
         let p = p.split('?').next().unwrap_or("");
-        let answer = match files.get(p) {
+        let answer = match served.files.get(p) {
             Some((body, kind)) => {
                 let mut a = format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\n\
@@ -133,19 +183,37 @@ fn connection(
                 a.extend_from_slice(body);
                 a
             }
-            None => {
-                b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec()
-            }
+            None => NOT_FOUND.to_vec(),
         };
         let _ = c.write_all(&answer);
         let _ = c.shutdown(Shutdown::Both);
         return;
     }
+    // The browser's own request: answered here, so that no connection to the node is
+    // opened in a run of the static files (the browser would reuse it for them).
+    if path == "/favicon.ico" {
+        let _ = c.write_all(NOT_FOUND);
+        let _ = c.shutdown(Shutdown::Both);
+        return;
+    }
+    if let (Some(root), true) = (&served.static_root, path.starts_with("/ref/")) {
+        static_files(c, root, buf, shaper);
+        return;
+    }
+    pipe(c, node, &buf, shaper);
+}
+
+/// `404`, closing.
+const NOT_FOUND: &[u8] =
+    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+
+/// Passes the connection to the node: requests unshaped, answers shaped.
+fn pipe(c: TcpStream, node: SocketAddr, head: &[u8], shaper: &Shaper) {
     let Ok(mut up) = TcpStream::connect_timeout(&node, Duration::from_secs(5)) else {
         return;
     };
     let _ = up.set_read_timeout(Some(IDLE));
-    if up.write_all(&head).is_err() {
+    if up.write_all(head).is_err() {
         return;
     }
     let (Ok(mut c2), Ok(mut up2)) = (c.try_clone(), up.try_clone()) else {
@@ -156,18 +224,88 @@ fn connection(
         let _ = std::io::copy(&mut c2, &mut up2);
         let _ = up2.shutdown(Shutdown::Write);
     });
-    // Answers: node to browser, shaped; a write error (the browser closed) ends it.
+    // Answers: node to browser, shaped, until either end closes.
+    let _ = shaped_copy(&mut up, &c, shaper);
+    let _ = c.shutdown(Shutdown::Both);
+    let _ = up.shutdown(Shutdown::Both);
+}
+
+/// Whether the browser has hung up `c` (closed or reset it): `poll` with no wait.
+fn hung_up(c: &TcpStream) -> bool {
+    let mut p = libc::pollfd {
+        fd: c.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, a zero timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// Copies `from` to the browser `c`, charging the shaper [`CHUNK`] bytes at a time and
+/// checking for a hang-up before each charge; `Err` when the browser has gone.
+fn shaped_copy(from: &mut impl Read, mut c: &TcpStream, shaper: &Shaper) -> Result<(), ()> {
+    shaper.sending.fetch_add(1, Ordering::Relaxed);
     let mut chunk = vec![0u8; CHUNK];
-    loop {
-        let n = match up.read(&mut chunk) {
-            Ok(0) | Err(_) => break,
+    let r = loop {
+        let n = match from.read(&mut chunk) {
+            Ok(0) | Err(_) => break Ok(()),
             Ok(n) => n,
         };
+        if hung_up(c) {
+            break Err(());
+        }
         shaper.take(n);
-        if c.write_all(&chunk[..n]).is_err() {
+        if c.write_all(chunk.get(..n).unwrap_or_default()).is_err() {
+            break Err(());
+        }
+    };
+    shaper.sending.fetch_sub(1, Ordering::Relaxed);
+    r
+}
+
+/// The content type of a static file by its extension.
+fn static_type(path: &Path) -> &'static str {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("m3u8") => "application/vnd.apple.mpegurl",
+        Some("mpd") => "application/dash+xml",
+        Some("m4s") | Some("mp4") => "video/mp4",
+        _ => "application/octet-stream",
+    }
+}
+
+/// The file under `root` of a `/ref/PATH` request path (no `..`, no query), if any.
+fn static_file(root: &Path, path: &str) -> Option<PathBuf> {
+    let rel = Path::new(path.strip_prefix("/ref/")?.split('?').next()?);
+    if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+        return None;
+    }
+    Some(root.join(rel)).filter(|p| p.is_file())
+}
+
+/// Answers `/ref/PATH` requests on a kept-alive connection (`buf` holds the first request
+/// head and anything read after it), each whole file shaped, until the browser closes.
+fn static_files(mut c: TcpStream, root: &Path, mut buf: Vec<u8>, shaper: &Shaper) {
+    while let Some(len) = read_head(&mut c, &mut buf) {
+        let path = request_path(buf.get(..len).unwrap_or_default());
+        buf.drain(..len);
+        let Some(file) = static_file(root, &path) else {
+            let _ = c.write_all(NOT_FOUND);
+            break;
+        };
+        let Ok(mut f) = std::fs::File::open(&file) else {
+            break;
+        };
+        let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {size}\r\n\
+             Cache-Control: no-store\r\nAccess-Control-Allow-Origin: *\r\n\r\n",
+            static_type(&file)
+        );
+        let mut answer = std::io::Cursor::new(head.into_bytes()).chain(&mut f);
+        if shaped_copy(&mut answer, &c, shaper).is_err() {
             break;
         }
     }
     let _ = c.shutdown(Shutdown::Both);
-    let _ = up.shutdown(Shutdown::Both);
 }

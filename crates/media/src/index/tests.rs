@@ -273,3 +273,46 @@ proptest! {
         let _ = index(&m, 100);
     }
 }
+
+#[test]
+fn ts_key_frames_span_their_video_packets_and_the_init_is_the_pat_and_pmt() {
+    let mut ts = Vec::new();
+    ts.extend(psi_packet(0, &pat()));
+    ts.extend(psi_packet(0x1000, &pmt()));
+    let (frames, expect) = synthetic(100, 25, 0);
+    ts.extend(frames);
+    let got = index(&ts, 333);
+    let k = got.ts_key_frames.expect("a TS's key frames");
+    assert_eq!(
+        k.init,
+        Some(ByteRange {
+            offset: 0,
+            length: 376
+        })
+    );
+    assert_eq!(k.frames.len(), expect.len());
+    for (f, e) in k.frames.iter().zip(&expect) {
+        // Its PES packet, a video continuation, an audio packet, a video continuation.
+        assert_eq!(f.bytes.offset, e.offset_bytes + 376);
+        assert_eq!(f.bytes.length, 4 * 188);
+        assert!((f.time_s - e.time_s).abs() < 1e-9);
+    }
+    // Without a PAT and PMT: the key frames, no init range.
+    let (frames, _) = synthetic(30, 25, 0);
+    let k = index(&frames, 1000).ts_key_frames.expect("key frames");
+    assert_eq!((k.init, k.frames.len()), (None, 2));
+    // A key frame ends where the next frame's PES starts (frame 26 here), not later.
+    assert_eq!(
+        k.frames[1].bytes.offset + k.frames[1].bytes.length,
+        26 * 4 * 188
+    );
+    // A key frame that is the last frame ends at the last video packet, audio after it not
+    // included.
+    let (mut frames, _) = synthetic(26, 25, 0);
+    frames.extend(pes_packet(AUDIO_PID, 0xC0, 0, true, &[]));
+    let k = index(&frames, 1000).ts_key_frames.expect("key frames");
+    assert_eq!(
+        k.frames[1].bytes.offset + k.frames[1].bytes.length,
+        26 * 4 * 188
+    );
+}

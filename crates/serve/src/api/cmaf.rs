@@ -1,5 +1,5 @@
-//! The media playlist of a fragmented MP4 (CMAF) object behind `index.m3u8`, its I-frame
-//! playlist (`GET /v1/objects/{name}/iframes.m3u8`), and the
+//! The media playlist of a fragmented MP4 (CMAF) object behind `index.m3u8`, the I-frame
+//! playlist of it or of an MPEG-TS object (`GET /v1/objects/{name}/iframes.m3u8`), and the
 //! catalog read of an object's descriptor and fragment index that it and the manifests of
 //! [`super::renditions`] need.
 
@@ -67,8 +67,8 @@ fn content_uri(query: Option<&str>, toi: u32) -> String {
 }
 
 /// `GET /v1/objects/{name}/iframes.m3u8`: the I-frame playlist of a fragmented MP4 object
-/// whose fragments' key frame extents are known (`404` otherwise: MPEG-TS objects have
-/// none yet).
+/// whose fragments' key frame extents are known, or of an MPEG-TS object whose key frames
+/// were indexed at ingest (`404` otherwise: encrypted TS, objects ingested before).
 pub(super) async fn get_iframes(
     _: super::roles::Viewer,
     State(sh): Sh,
@@ -90,19 +90,26 @@ pub(super) async fn get_iframes(
         Ok(d) => d,
         Err(r) => return r,
     };
-    let text = d
-        .fragments
-        .and_then(|f| manifests::iframe_playlist(&content_uri(query.as_deref(), obj.rec.toi), &f))
-        .map(|t| match &key_line {
-            Some(k) => super::protected::with_key_line(&t, k),
-            None => t,
-        });
+    let text = match (d.fragments, d.key_frames) {
+        (Some(f), _) => manifests::iframe_playlist(&content_uri(query.as_deref(), obj.rec.toi), &f),
+        (None, Some(k)) => manifests::ts_iframe_playlist(
+            &super::media::segment_uri(query.as_deref(), obj.rec.toi),
+            &k,
+            obj.rec.duration_s,
+        ),
+        (None, None) => None,
+    }
+    .map(|t| match &key_line {
+        Some(k) => super::protected::with_key_line(&t, k),
+        None => t,
+    });
     let Some(text) = text else {
         return ApiError::new(
             StatusCode::NOT_FOUND,
             format!(
-                "{name:?} has no I-frame playlist: only fragmented MP4 (CMAF) objects whose \
-                 fragments start with a key frame of known extent have one"
+                "{name:?} has no I-frame playlist: fragmented MP4 (CMAF) objects whose \
+                 fragments start with a key frame of known extent have one, and MPEG-TS \
+                 objects whose key frames were indexed at ingest (not encrypted ones)"
             ),
         )
         .into_response();

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use isnode_store::renditions::{DescriptorRecord, FragmentsRecord};
+use isnode_store::renditions::{DescriptorRecord, FragmentsRecord, KeyFramesRecord};
 
 /// Segments are at least this long where the key frames allow (as MPEG-TS playlists').
 pub(super) const MIN_SEGMENT_S: f64 = 2.0;
@@ -129,6 +129,60 @@ fn iframe_peak_bps(f: &FragmentsRecord) -> Option<u64> {
     })))
 }
 
+/// Each key frame of an MPEG-TS object lasting `duration_s` as `(offset, length,
+/// seconds to the next key frame or the end)`.
+fn ts_iframes(k: &KeyFramesRecord, duration_s: f64) -> Vec<(u64, u64, f64)> {
+    let ends = k
+        .frames
+        .iter()
+        .skip(1)
+        .map(|f| f.time_s)
+        .chain([duration_s.max(k.frames.last().map_or(0.0, |f| f.time_s))]);
+    k.frames
+        .iter()
+        .zip(ends)
+        .map(|(f, end)| (f.offset_bytes, f.length_bytes, (end - f.time_s).max(0.0)))
+        .collect()
+}
+
+/// The HLS I-frame playlist (RFC 8216 section 4.3.3.6) of an MPEG-TS object at `uri`
+/// lasting `duration_s`: each key frame's packets as an `EXT-X-BYTERANGE` (from the packet
+/// starting its PES to the end of its last video packet), lasting until the next key frame;
+/// the PAT + PMT as `EXT-X-MAP` when known (version 5, which `EXT-X-MAP` in an I-frame
+/// playlist needs; 4 otherwise). `None` without key frames.
+pub(super) fn ts_iframe_playlist(
+    uri: &str,
+    k: &KeyFramesRecord,
+    duration_s: f64,
+) -> Option<String> {
+    let frames = ts_iframes(k, duration_s);
+    if frames.is_empty() {
+        return None;
+    }
+    let target = frames
+        .iter()
+        .map(|f| f.2.round() as u64)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let version = if k.init.is_some() { 5 } else { 4 };
+    let mut m = format!(
+        "#EXTM3U\n#EXT-X-VERSION:{version}\n#EXT-X-TARGETDURATION:{target}\n\
+         #EXT-X-PLAYLIST-TYPE:VOD\n#EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-I-FRAMES-ONLY\n"
+    );
+    if let Some((offset, len)) = k.init {
+        let _ = writeln!(m, "#EXT-X-MAP:URI=\"{uri}\",BYTERANGE=\"{len}@{offset}\"");
+    }
+    for (offset, len, d) in frames {
+        let _ = write!(
+            m,
+            "#EXTINF:{d:.3},\n#EXT-X-BYTERANGE:{len}@{offset}\n{uri}\n"
+        );
+    }
+    m.push_str("#EXT-X-ENDLIST\n");
+    Some(m)
+}
+
 /// One variant of a title, as its manifests list it.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Variant {
@@ -142,6 +196,8 @@ pub(super) struct Variant {
     pub descriptor: Option<DescriptorRecord>,
     /// The fragment index (CMAF renditions only).
     pub fragments: Option<FragmentsRecord>,
+    /// The key frames (MPEG-TS renditions only), for their I-frame playlists.
+    pub key_frames: Option<KeyFramesRecord>,
     /// Duration, seconds.
     pub duration_s: f64,
     /// CENC `cbcs` with W3C Clear Key (issue 32), when the object is so encrypted.
@@ -284,14 +340,24 @@ pub(super) fn master_playlist(variants: &[Variant]) -> String {
     m
 }
 
-/// The `EXT-X-I-FRAME-STREAM-INF` of variant `v` when it has an I-frame playlist (its
-/// media playlist's URI with `iframes.m3u8` for `index.m3u8`): `BANDWIDTH` the I-frame
-/// playlist's peak, `RESOLUTION`, and `CODECS` of the video only.
+/// The `EXT-X-I-FRAME-STREAM-INF` of variant `v` when it has an I-frame playlist (a CMAF
+/// rendition's fragments or an MPEG-TS rendition's key frames; its media playlist's URI
+/// with `iframes.m3u8` for `index.m3u8`): `BANDWIDTH` the I-frame playlist's peak,
+/// `RESOLUTION`, and `CODECS` of the video only.
 fn iframe_stream_inf(m: &mut String, v: &Variant) {
-    let (Some(f), Some(d)) = (&v.fragments, &v.descriptor) else {
+    let Some(d) = &v.descriptor else {
         return;
     };
-    let (Some(peak), Some(uri)) = (iframe_peak_bps(f), iframe_uri(&v.uri)) else {
+    let peak = match (&v.fragments, &v.key_frames) {
+        (Some(f), _) => iframe_peak_bps(f),
+        (None, Some(k)) if !k.frames.is_empty() => Some(peak_bps(
+            ts_iframes(k, v.duration_s)
+                .into_iter()
+                .map(|(_, len, d)| (len, d)),
+        )),
+        (None, _) => None,
+    };
+    let (Some(peak), Some(uri)) = (peak, iframe_uri(&v.uri)) else {
         return;
     };
     let _ = write!(m, "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH={}", peak.max(1));
@@ -372,7 +438,7 @@ pub(super) fn mpd(variants: &[Variant]) -> String {
          <MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" xmlns:cenc=\"urn:mpeg:cenc:2013\" \
          xmlns:clearkey=\"http://dashif.org/guidelines/clearKey\" \
          xmlns:dashif=\"https://dashif.org/CPS\" profiles=\"urn:mpeg:dash:profile:isoff-main:2011\" \
-         type=\"static\" mediaPresentationDuration=\"{}\" minBufferTime=\"PT2S\">\n\
+         type=\"static\" mediaPresentationDuration=\"{}\" minBufferTime=\"PT{MIN_BUFFER_S}S\">\n\
          <Period id=\"0\" start=\"PT0S\">\n",
         iso_duration(duration)
     );
@@ -417,12 +483,63 @@ pub(super) fn mpd(variants: &[Variant]) -> String {
     m
 }
 
+/// The MPD's `minBufferTime`, seconds: two segments of [`MIN_SEGMENT_S`] (ffmpeg's DASH
+/// muxer states the same for its 2 s segments).
+const MIN_BUFFER_S: u32 = 4;
+
+/// A representation's `@bandwidth` as ISO/IEC 23009-1 defines it with `@minBufferTime`:
+/// the smallest rate of a constant-bit-rate channel over which a client that starts at any
+/// segment and buffers `min_buffer_s` first has each later segment whole before its
+/// presentation starts. `segments` are `(bytes, start seconds)` in order: the largest
+/// `bits(i..=j) / (min_buffer_s + start(j) - start(i))` over `i <= j` (at least the
+/// average rate; with a one-segment buffer it would be the peak segment's, HLS's
+/// `BANDWIDTH`). Stating the peak with a 2 s buffer, as before, made dash.js pick a rung
+/// below the one an ffmpeg-made MPD of the same encodes gets at the same throughput.
+pub(super) fn dash_bandwidth_bps(segments: &[(u64, f64)], min_buffer_s: f64) -> u64 {
+    let mut best = 0.0f64;
+    for (i, &(_, t0)) in segments.iter().enumerate() {
+        let mut bits = 0.0;
+        for &(bytes, t) in segments.get(i..).unwrap_or_default() {
+            bits += bytes as f64 * 8.0;
+            best = best.max(bits / (min_buffer_s + (t - t0)).max(1e-3));
+        }
+    }
+    best.ceil() as u64
+}
+
+/// The URL of segment `seg` (a number or `init`) of the representation whose `BaseURL` is
+/// `uri`, relative to it: its last path segment (and query) with `isnode_seg=SEG` added,
+/// which the content route ignores. Each segment has a URL of its own so that players that
+/// match a request to its Resource Timing entry by URL (dash.js 5 does, for byte-range
+/// requests too, taking the first entry of that URL) measure each segment's own transfer,
+/// not the first one's (the initialization segment's: dash.js then never left the bottom
+/// rung at 8 Mbit/s).
+fn segment_url(uri: &str, seg: &str) -> String {
+    let last = uri.rsplit('/').next().unwrap_or(uri);
+    match last.contains('?') {
+        true => format!("{last}&isnode_seg={seg}"),
+        false => format!("{last}?isnode_seg={seg}"),
+    }
+}
+
 /// One `Representation` of [`mpd`].
 fn representation(m: &mut String, id: usize, v: &Variant, f: &FragmentsRecord) {
+    let segs = cmaf_segments(f);
+    let timed = segs.iter().map(|s| {
+        (
+            s.len,
+            secs(
+                s.start
+                    .saturating_sub(f.fragments.first().map_or(0, |g| g.decode_start)),
+                f.timescale,
+            ),
+        )
+    });
+    let bandwidth = dash_bandwidth_bps(&timed.collect::<Vec<_>>(), MIN_BUFFER_S as f64);
     let _ = write!(
         m,
         "<Representation id=\"{id}\" bandwidth=\"{}\"",
-        v.bandwidth()
+        bandwidth.max(1)
     );
     if let Some(d) = &v.descriptor {
         if let (Some(w), Some(h)) = (d.width, d.height) {
@@ -445,21 +562,22 @@ fn representation(m: &mut String, id: usize, v: &Variant, f: &FragmentsRecord) {
     let _ = write!(
         m,
         ">\n<BaseURL>{}</BaseURL>\n<SegmentList timescale=\"{}\">\n\
-         <Initialization range=\"{}-{}\"/>\n<SegmentTimeline>\n",
+         <Initialization sourceURL=\"{}\" range=\"{}-{}\"/>\n<SegmentTimeline>\n",
         xml(&v.uri),
         f.timescale,
+        xml(&segment_url(&v.uri, "init")),
         f.init.0,
         (f.init.0 + f.init.1).saturating_sub(1)
     );
-    let segs = cmaf_segments(f);
     for s in &segs {
         let _ = writeln!(m, "<S t=\"{}\" d=\"{}\"/>", s.start, s.ticks);
     }
     m.push_str("</SegmentTimeline>\n");
-    for s in &segs {
+    for (n, s) in segs.iter().enumerate() {
         let _ = writeln!(
             m,
-            "<SegmentURL mediaRange=\"{}-{}\"/>",
+            "<SegmentURL media=\"{}\" mediaRange=\"{}-{}\"/>",
+            xml(&segment_url(&v.uri, &n.to_string())),
             s.offset,
             s.offset + s.len - 1
         );
@@ -531,6 +649,7 @@ mod tests {
             average_bps: avg,
             descriptor: Some(d.clone()),
             fragments: Some(frags()),
+            key_frames: None,
             duration_s: 5.0,
             protection: None,
         };
@@ -543,10 +662,20 @@ mod tests {
         let x = mpd(&vs);
         assert_eq!(x.matches("<Representation ").count(), 2);
         assert!(x.contains("mediaPresentationDuration=\"PT5.000S\""));
-        assert!(x.contains("<Initialization range=\"0-999\"/>"));
+        assert!(x.contains(
+            "<BaseURL>../a%400/index.m3u8?token=ab</BaseURL>\n<SegmentList timescale=\"12800\">\n\
+             <Initialization sourceURL=\"index.m3u8?token=ab&amp;isnode_seg=init\" range=\"0-999\"/>"
+        ));
         assert!(x.contains("<S t=\"25600\" d=\"25600\"/>"));
-        assert!(x.contains("<SegmentURL mediaRange=\"3000-3499\"/>"));
+        assert!(x.contains("<SegmentURL media=\"b?isnode_seg=2\" mediaRange=\"3000-3499\"/>"));
         assert_eq!(peak_bps([(1000, 2.0), (10, 0.0)].into_iter()), 4000);
+        // 4 s of buffer: a 1000-byte segment alone is 2000 bit/s, two of them over 6 s
+        // are 2667; a burst (3000 bytes) after two small ones sets it.
+        assert_eq!(dash_bandwidth_bps(&[(1000, 0.0), (1000, 2.0)], 4.0), 2667);
+        assert_eq!(
+            dash_bandwidth_bps(&[(100, 0.0), (100, 2.0), (3000, 4.0)], 4.0),
+            6000
+        );
         // An I-frame playlist per rung: the moof and key frame of each segment's start.
         assert!(m.contains(
             "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=2400,RESOLUTION=640x360,\
@@ -566,6 +695,7 @@ mod tests {
             average_bps: 900,
             descriptor: None,
             fragments: Some(frags()),
+            key_frames: None,
             duration_s: 5.0,
             protection: Some(Protection {
                 key_id: [0xbf; 16],
@@ -604,6 +734,7 @@ mod tests {
                 frame_rate: Some((25, 1)),
             }),
             fragments: Some(frags()),
+            key_frames: None,
             duration_s: 5.0,
             protection: None,
         };
@@ -633,5 +764,63 @@ mod tests {
         let x = mpd(&[video, audio]);
         assert!(x.contains("<AdaptationSet id=\"1\" contentType=\"audio\" mimeType=\"audio/mp4\""));
         assert_eq!(x.matches("<AdaptationSet ").count(), 2);
+    }
+
+    #[test]
+    fn an_mpeg_ts_rung_has_an_i_frame_playlist_of_its_key_frames() {
+        use isnode_store::renditions::KeyFrameRecord;
+        let k = KeyFramesRecord {
+            init: Some((188, 376)),
+            frames: vec![
+                KeyFrameRecord {
+                    time_s: 0.0,
+                    offset_bytes: 564,
+                    length_bytes: 18_800,
+                },
+                KeyFrameRecord {
+                    time_s: 2.0,
+                    offset_bytes: 100_000,
+                    length_bytes: 9_400,
+                },
+            ],
+        };
+        let p = ts_iframe_playlist("content?isnode_version=3", &k, 3.5).unwrap_or_default();
+        assert_eq!(
+            p,
+            "#EXTM3U\n#EXT-X-VERSION:5\n#EXT-X-TARGETDURATION:2\n#EXT-X-PLAYLIST-TYPE:VOD\n\
+             #EXT-X-MEDIA-SEQUENCE:0\n#EXT-X-I-FRAMES-ONLY\n\
+             #EXT-X-MAP:URI=\"content?isnode_version=3\",BYTERANGE=\"376@188\"\n\
+             #EXTINF:2.000,\n#EXT-X-BYTERANGE:18800@564\ncontent?isnode_version=3\n\
+             #EXTINF:1.500,\n#EXT-X-BYTERANGE:9400@100000\ncontent?isnode_version=3\n\
+             #EXT-X-ENDLIST\n"
+        );
+        let v = Variant {
+            uri: "../t%400/index.m3u8".into(),
+            peak_bps: 1100,
+            average_bps: 1000,
+            descriptor: Some(DescriptorRecord {
+                codecs: "avc1.42C01E,mp4a.40.2".into(),
+                width: Some(640),
+                height: Some(360),
+                frame_rate: Some((25, 1)),
+            }),
+            fragments: None,
+            key_frames: Some(k.clone()),
+            duration_s: 3.5,
+            protection: None,
+        };
+        // The peak: 18 800 bytes over 2 s.
+        assert!(master_playlist(std::slice::from_ref(&v)).contains(
+            "#EXT-X-I-FRAME-STREAM-INF:BANDWIDTH=75200,RESOLUTION=640x360,\
+             CODECS=\"avc1.42C01E\",URI=\"../t%400/iframes.m3u8\"\n"
+        ));
+        let none = KeyFramesRecord {
+            init: None,
+            frames: vec![],
+        };
+        assert_eq!(ts_iframe_playlist("c", &none, 3.5), None);
+        let no_init = KeyFramesRecord { init: None, ..k };
+        let p = ts_iframe_playlist("c", &no_init, 3.5).unwrap_or_default();
+        assert!(p.starts_with("#EXTM3U\n#EXT-X-VERSION:4\n") && !p.contains("EXT-X-MAP"));
     }
 }

@@ -58,6 +58,7 @@ async fn variant(sh: &Arc<ApiState>, obj: &ObjectInfo, uri: String) -> Result<Va
         average_bps: rec.bitrate_bps,
         descriptor: d.descriptor,
         fragments: d.fragments,
+        key_frames: d.key_frames,
         duration_s: rec.duration_s,
         protection: None,
     })

@@ -70,6 +70,7 @@ fn descriptor_and_fragments_round_trip_and_bad_rows_are_refused() {
     let detail = vol.catalog().media_detail(rec.toi, rec.size_bytes).unwrap();
     assert!(detail.descriptor.is_some());
     assert_eq!(detail.fragments, None);
+    assert!(detail.key_frames.is_some(), "a TS's key frames are kept");
     let want = MediaDetail {
         descriptor: Some(DescriptorRecord {
             codecs: "avc1.64001F,mp4a.40.2".into(),
@@ -78,6 +79,14 @@ fn descriptor_and_fragments_round_trip_and_bad_rows_are_refused() {
             frame_rate: Some((25, 1)),
         }),
         fragments: Some(fragments(rec.size_bytes)),
+        key_frames: Some(KeyFramesRecord {
+            init: Some((188, 376)),
+            frames: vec![KeyFrameRecord {
+                time_s: 0.5,
+                offset_bytes: 700,
+                length_bytes: 300,
+            }],
+        }),
     };
     let ix = MediaIndexRecord {
         container: "mp4".into(),
@@ -167,6 +176,7 @@ fn an_older_catalog_gains_the_key_length_column_and_its_rows_have_none() {
     let detail = MediaDetail {
         descriptor: None,
         fragments: Some(fragments(rec.size_bytes)),
+        key_frames: None,
     };
     let ix = MediaIndexRecord {
         container: "mp4".into(),
