@@ -33,45 +33,8 @@ const SECONDS: &str = "30";
 /// Encodes the rung `(size, rate)` of a 30 s test pattern with a tone, a key frame every
 /// 2 s, to MPEG-TS or (`cmaf`) fragmented MP4.
 #[track_caller]
-fn encode(dir: &Path, name: &str, (size, rate): (&str, &str), cmaf: bool) -> PathBuf {
-    let out = dir.join(if cmaf {
-        format!("{name}.mp4")
-    } else {
-        format!("{name}.ts")
-    });
-    let src = format!("testsrc2=size={size}:rate=25");
-    let mut args = vec!["-v", "error", "-y", "-f", "lavfi", "-i", &src];
-    args.extend(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"]);
-    args.extend(["-map", "0:v", "-map", "1:a", "-c:a", "aac", "-b:a", "32k"]);
-    args.extend(["-t", SECONDS, "-c:v", "libx264", "-preset", "ultrafast"]);
-    args.extend(["-b:v", rate, "-maxrate", rate, "-bufsize", rate]);
-    args.extend([
-        "-g",
-        "50",
-        "-keyint_min",
-        "50",
-        "-sc_threshold",
-        "0",
-        "-r",
-        "25",
-    ]);
-    if cmaf {
-        args.extend(["-movflags", "+cmaf"]);
-    } else {
-        args.extend(["-f", "mpegts"]);
-    }
-    let o = out.to_str().expect("utf-8 path").to_string();
-    args.push(&o);
-    let done = Command::new(tool("ffmpeg"))
-        .args(&args)
-        .output()
-        .expect("running ffmpeg");
-    assert!(
-        done.status.success() && done.stderr.is_empty(),
-        "ffmpeg {args:?}: {}",
-        String::from_utf8_lossy(&done.stderr)
-    );
-    out
+fn encode(dir: &Path, name: &str, rung: (&str, &str), cmaf: bool) -> PathBuf {
+    serve_support::media::encode_rung(dir, name, rung, cmaf, SECONDS)
 }
 
 /// The ladder ingested as title `name` in a volume of small codewords (k = 12, m = 4).

@@ -42,6 +42,10 @@ pub struct Kept {
     pub epoch_unix_ns: u64,
     /// When it ends, unix time, ns.
     pub end_unix_ns: u64,
+    /// The title and rung it sends, when it is one rung of a title's broadcast (absent in
+    /// files written before titles were broadcast).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rung: Option<isnode_proto::broadcast::BroadcastRung>,
 }
 
 /// The file's contents.
@@ -164,6 +168,7 @@ mod tests {
             )],
             epoch_unix_ns: 1_000,
             end_unix_ns: 5_000,
+            rung: None,
         }
     }
 

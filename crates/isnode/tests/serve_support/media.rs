@@ -55,6 +55,50 @@ pub(crate) fn make(dir: &Path, container: Container, seconds: u32) -> PathBuf {
     out
 }
 
+/// Encodes one rung of a ladder: `seconds` of a test pattern of `size` (`WxH`) at video
+/// bitrate `rate` (`400k`) with a tone (AAC, 32 kbit/s), a key frame every 2 s (the rungs'
+/// key frames aligned), to `dir/NAME.ts` (MPEG-TS) or, with `cmaf`, `dir/NAME.mp4`
+/// (fragmented MP4, `-movflags +cmaf`).
+#[track_caller]
+pub(crate) fn encode_rung(
+    dir: &Path,
+    name: &str,
+    (size, rate): (&str, &str),
+    cmaf: bool,
+    seconds: &str,
+) -> PathBuf {
+    let out = dir.join(if cmaf {
+        format!("{name}.mp4")
+    } else {
+        format!("{name}.ts")
+    });
+    let src = format!("testsrc2=size={size}:rate=25");
+    let mut args = vec!["-v", "error", "-y", "-f", "lavfi", "-i", &src];
+    args.extend(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"]);
+    args.extend(["-map", "0:v", "-map", "1:a", "-c:a", "aac", "-b:a", "32k"]);
+    args.extend(["-t", seconds, "-c:v", "libx264", "-preset", "ultrafast"]);
+    args.extend(["-b:v", rate, "-maxrate", rate, "-bufsize", rate]);
+    args.extend([
+        "-g",
+        "50",
+        "-keyint_min",
+        "50",
+        "-sc_threshold",
+        "0",
+        "-r",
+        "25",
+    ]);
+    if cmaf {
+        args.extend(["-movflags", "+cmaf"]);
+    } else {
+        args.extend(["-f", "mpegts"]);
+    }
+    let mut cmd = Command::new(tool("ffmpeg"));
+    cmd.args(&args).arg(&out);
+    run(cmd, "encoding a rung");
+    out
+}
+
 /// `ffmpeg -v error -i INPUT -f null -`: decodes every frame; panics with ffmpeg's
 /// complaints if there is any.
 #[track_caller]

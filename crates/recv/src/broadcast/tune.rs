@@ -54,6 +54,27 @@ pub struct TunePlan {
     pub end_s: f64,
 }
 
+impl TunePlan {
+    /// The schedule for the codewords from `first` on only (a reception that starts at a
+    /// segment boundary inside the title: a rung switched to): the listens of earlier
+    /// codewords are dropped, the rest kept with their times (each codeword still comes by
+    /// the plan's guarantee for an arrival now: its playing time from the plan's start).
+    pub fn from_codeword(mut self, first: u32) -> TunePlan {
+        if first == 0 {
+            return self;
+        }
+        for l in &mut self.listens {
+            l.codewords.retain(|r| r.end > first);
+            for r in &mut l.codewords {
+                r.start = r.start.max(first);
+            }
+        }
+        self.listens.retain(|l| !l.codewords.is_empty());
+        self.end_s = self.listens.iter().map(|c| c.leave_s).fold(0.0, f64::max);
+        self
+    }
+}
+
 /// Recomputes the server's plan from its description (planning is deterministic) and
 /// checks that it is the same plan.
 pub fn plan_of(info: &BroadcastInfo) -> anyhow::Result<Plan> {
