@@ -140,15 +140,26 @@ fn start_receiver(
     }
 }
 
+/// How a receiver may end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    /// Exit 0: every codeword on time.
+    Clean,
+    /// Exit 0, or 1 with codewords late (repaired over HTTP after their playing time, as a
+    /// receiver behind loss past the FEC's must be), never lost.
+    LateAllowed,
+}
+
 /// Waits for every receiver (each within `deadline`); their stats JSON.
-fn finish(receivers: &mut [Receiver], deadline: Instant) -> Vec<Value> {
+fn finish(receivers: &mut [Receiver], deadline: Instant, ending: Ending) -> Vec<Value> {
     receivers
         .iter_mut()
         .map(|r| {
             loop {
                 if let Some(status) = r.child.try_wait().expect("waiting") {
+                    let late_only = ending == Ending::LateAllowed && status.code() == Some(1);
                     assert!(
-                        status.success(),
+                        status.success() || late_only,
                         "a receiver failed: {status}: {}",
                         std::fs::read_to_string(&r.err).unwrap_or_default()
                     );
@@ -205,7 +216,11 @@ fn measured_run(
         .map(|b| b["id"].as_str().expect("id").to_string())
         .collect();
     let (sent0, e0) = (mcast_payload_bytes(), elapsed(server, &ids));
-    let stats = finish(&mut receivers, Instant::now() + Duration::from_secs(60));
+    let stats = finish(
+        &mut receivers,
+        Instant::now() + Duration::from_secs(60),
+        Ending::Clean,
+    );
     let (sent1, e1) = (mcast_payload_bytes(), elapsed(server, &ids));
     let mut planned = 0.0;
     let mut fdt_max = 0.0;
@@ -315,7 +330,8 @@ fn a_lossy_receiver_steps_down_rung_by_rung_and_its_output_decodes() {
         // cannot decode is repaired over HTTP.
         let lossy = ["--loss", "0.3", "--seed", "3"];
         let mut receivers = vec![start_receiver(&server, &vol, 0, None, &lossy)];
-        let st = finish(&mut receivers, Instant::now() + Duration::from_secs(80)).remove(0);
+        let deadline = Instant::now() + Duration::from_secs(80);
+        let st = finish(&mut receivers, deadline, Ending::LateAllowed).remove(0);
         let timeline = st["rung_timeline"].as_array().expect("a timeline");
         for c in timeline {
             eprintln!(
@@ -332,11 +348,21 @@ fn a_lossy_receiver_steps_down_rung_by_rung_and_its_output_decodes() {
         assert_eq!(timeline[0]["to"], "show@2", "the top rung first: {st}");
         let downs: Vec<&Value> = timeline.iter().filter(|c| c["reason"] == "loss").collect();
         assert!(!downs.is_empty(), "no step down for loss: {st}");
+        // A switch decided before the first key frame was written (during the plan's
+        // wait) is made at the title's first boundary: in order, not increasing, then.
         assert!(
-            timeline.windows(2).all(|w| w[1]["media_s"].as_f64() > w[0]["media_s"].as_f64()),
-            "switches at increasing boundaries: {st}"
+            timeline.windows(2).all(|w| w[1]["media_s"].as_f64() >= w[0]["media_s"].as_f64()),
+            "switches at boundaries in order: {st}"
         );
         assert_eq!(st["codewords_lost"], 0, "{st}");
+        eprintln!(
+            "lossy receiver: {} late codewords (max {:.3} s), {} codewords repaired over HTTP",
+            st["late_codewords"],
+            st["max_late_s"].as_f64().unwrap_or(0.0),
+            st["rung_receptions"]
+                .as_array()
+                .map_or(0, |a| a.iter().filter_map(|r| r["repair"]["codewords_repaired"].as_u64()).sum::<u64>())
+        );
         let out: &Path = &receivers[0].out;
         decodes_cleanly(out.to_str().expect("utf-8 path"));
         let bytes = std::fs::read(out).expect("the output");
