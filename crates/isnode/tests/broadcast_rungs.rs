@@ -93,6 +93,21 @@ fn elapsed(server: &Server, ids: &[String]) -> Vec<f64> {
         .collect()
 }
 
+/// The namespace's multicast payload bytes so far and each rung's time then: the counters
+/// read between two readings of the rungs' times, placed at their middle (the requests take
+/// milliseconds under load: read after the counters, the plans' span would be short).
+fn sample(server: &Server, ids: &[String]) -> (f64, Vec<f64>) {
+    let before = elapsed(server, ids);
+    let bytes = mcast_payload_bytes();
+    let after = elapsed(server, ids);
+    let mid = before
+        .iter()
+        .zip(&after)
+        .map(|(a, b)| (a + b) / 2.0)
+        .collect();
+    (bytes, mid)
+}
+
 /// A receiver of the title, pinned to `rung` (None: the decision picks), with `extra` flags.
 struct Receiver {
     child: Child,
@@ -215,13 +230,13 @@ fn measured_run(
         .iter()
         .map(|b| b["id"].as_str().expect("id").to_string())
         .collect();
-    let (sent0, e0) = (mcast_payload_bytes(), elapsed(server, &ids));
+    let (sent0, e0) = sample(server, &ids);
     let stats = finish(
         &mut receivers,
         Instant::now() + Duration::from_secs(60),
         Ending::Clean,
     );
-    let (sent1, e1) = (mcast_payload_bytes(), elapsed(server, &ids));
+    let (sent1, e1) = sample(server, &ids);
     let mut planned = 0.0;
     let mut fdt_max = 0.0;
     for (i, b) in rungs.iter().enumerate() {
