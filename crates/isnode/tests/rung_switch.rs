@@ -14,11 +14,11 @@
 mod serve_support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use serve_support::media::{decodes_cleanly, probe, tool};
+use serve_support::media::{decodes_cleanly, probe};
 use serve_support::*;
 
 /// The ladder: size, video bitrate.
