@@ -961,3 +961,35 @@ fn thread_cpu_s() -> f64 {
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes before `from` are dropped, bytes from the cut on are not written, and the
+    /// position counts every byte handed in.
+    #[test]
+    fn a_window_writes_from_its_start_to_its_cut() {
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        struct Sink(std::sync::mpsc::Sender<Vec<u8>>);
+        impl Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                let _ = self.0.send(buf.to_vec());
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut w = Window::new(Box::new(Sink(tx)), 100, 105);
+        w.write_all(&[1; 10]).unwrap();
+        assert!(!w.done());
+        w.cut = Some(112);
+        w.write_all(&[2; 10]).unwrap();
+        assert!(w.done());
+        w.write_all(&[3; 10]).unwrap();
+        assert_eq!(w.pos, 130);
+        let got: Vec<u8> = rx.try_iter().flatten().collect();
+        assert_eq!(got, [vec![1; 5], vec![2; 2]].concat());
+    }
+}

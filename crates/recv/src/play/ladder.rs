@@ -553,6 +553,33 @@ mod tests {
         assert_eq!(steer.observe(&measured(50, 50, 0)), Some(2000));
     }
 
+    /// Unicast and broadcast play order a title's renditions alike: the video ones, one per
+    /// bitrate, lowest first; `--rung N` keeps rung N of that order only.
+    #[test]
+    fn ladders_are_ordered_and_pinned() {
+        let all = vec![
+            (900, Some(640)),
+            (300, Some(320)),
+            (64, None),
+            (300, Some(320)),
+        ];
+        let ladder = ladder_order(all, |r| r.0, |r| r.1);
+        assert_eq!(ladder, vec![(300, Some(320)), (900, Some(640))]);
+        assert_eq!(pinned(ladder.clone(), None, "t").unwrap(), ladder);
+        assert_eq!(
+            pinned(ladder.clone(), Some(1), "t").unwrap(),
+            vec![(900, Some(640))]
+        );
+        let e = pinned(ladder, Some(2), "t").unwrap_err().to_string();
+        assert!(e.contains("has 2 rungs"), "{e}");
+        let audio = ladder_order(
+            vec![(64, None), (32, None)],
+            |r| r.0,
+            |r: &(u64, Option<u32>)| r.1,
+        );
+        assert_eq!(audio, vec![(32, None), (64, None)]);
+    }
+
     /// Past the last boundary the title ends on the rung it plays.
     #[test]
     fn no_switch_past_the_last_boundary() {
