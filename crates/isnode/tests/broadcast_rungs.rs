@@ -370,6 +370,15 @@ fn a_lossy_receiver_steps_down_rung_by_rung_and_its_output_decodes() {
             "switches at boundaries in order: {st}"
         );
         assert_eq!(st["codewords_lost"], 0, "{st}");
+        // The wait for each rung's first byte from its tuning in (the stall of a switch).
+        for r in st["rung_receptions"].as_array().expect("receptions") {
+            eprintln!(
+                "reception of {}: first byte {:.3} s after tuning in (plan worst wait {:.3} s)",
+                r["object"].as_str().unwrap_or("?"),
+                r["first_byte_s"].as_f64().unwrap_or(f64::NAN),
+                r["plan_worst_wait_s"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
         eprintln!(
             "lossy receiver: {} late codewords (max {:.3} s), {} codewords repaired over HTTP",
             st["late_codewords"],

@@ -260,9 +260,8 @@ pub(crate) fn receive(
     let impair = Impairer::new(&args.impair)?;
     let arrived = asked + rtt / 2;
     let plan = tune::plan_of(info)?;
-    let tp = tune::tune(&plan, info, info.elapsed_s, MARGIN_S)?;
     let first = first_codeword(info, part.from_byte)?;
-    let tp = tp.from_codeword(first);
+    let tp = tune::tune_from(&plan, info, info.elapsed_s, MARGIN_S, first)?;
     let (mut rx, codewords) = receiver_of(info, first)?;
     let digests = authenticate(args, info, &tp, &mut rx)?;
     let chans = open_channels(&tp)?;

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 
 use anyhow::{bail, Context};
-use isnode_broadcast::{Figures, Plan, PlanRequest, Scheme, SchemeParams, Title};
+use isnode_broadcast::{Figures, Plan, PlanRequest, Reception, Scheme, SchemeParams, Title};
 use isnode_proto::broadcast::BroadcastInfo;
 
 /// Largest title (codewords) received from a broadcast: the receive window is the title.
@@ -116,6 +116,27 @@ pub fn plan_of(info: &BroadcastInfo) -> anyhow::Result<Plan> {
         );
     }
     Ok(plan)
+}
+
+/// The schedule of a receiver arriving `arrival_s` after the broadcast's start for the
+/// codewords from `first` on ([`tune`] and [`TunePlan::from_codeword`]). From the title's
+/// start (0), the plan's own reception; from a codeword inside it (a rung switched to at a
+/// segment boundary), every codeword's first broadcast after the arrival (the plan's
+/// `prefetch-from-arrival` reception: the earliest each comes, so that the output waits the
+/// least for the new rung; the plan's times stay the bound).
+pub fn tune_from(
+    plan: &Plan,
+    info: &BroadcastInfo,
+    arrival_s: f64,
+    margin_s: f64,
+    first: u32,
+) -> anyhow::Result<TunePlan> {
+    if first == 0 {
+        return tune(plan, info, arrival_s, margin_s);
+    }
+    let mut earliest = plan.clone();
+    earliest.reception = Reception::PrefetchFromArrival;
+    Ok(tune(&earliest, info, arrival_s, margin_s)?.from_codeword(first))
 }
 
 /// The schedule of a receiver arriving `arrival_s` after the broadcast's start, joining
