@@ -95,11 +95,15 @@ pub fn play_title(args: &PlayConfig, rungs: Vec<BroadcastInfo>) -> anyhow::Resul
         let rtt = asked.elapsed();
         check_request(&a, &info)?;
         let out_rung = rung_output(&control, rung, &out, media_s, entry)?;
+        // A switch is at a boundary after the rung's first one played (its first point: the
+        // title's first key frame, not the bytes before it), even when decided during the
+        // plan's wait, before anything was written.
+        let first_point = rung.points.first().map_or(0, |p| p.1);
         let mut steer = RungSteer::new(
             &mut abr,
             clock,
             &rung.points,
-            from_byte,
+            from_byte.max(first_point),
             RateSignal::Ignored,
         );
         let part = Part {
