@@ -230,4 +230,71 @@ mod tests {
         assert_eq!(from.end_s, 3.0);
         assert_eq!(from.playback_start_s, 0.5);
     }
+
+    /// The wait of a rung switched to at codeword `c0` by a receiver tuning in at `arrival`
+    /// with the plan's reception `mode`: the least delay D (τ) after the arrival such that
+    /// every codeword j from c0 on is complete by D + (j − c0), i.e. playback from the
+    /// boundary without a further stall.
+    fn switch_wait(plan: &Plan, mode: Reception, arrival: isnode_broadcast::Ratio, c0: u64) -> f64 {
+        let mut p = plan.clone();
+        p.reception = mode;
+        let t = p.tune_in(arrival);
+        let mut done = vec![f64::NEG_INFINITY; plan.title.codewords as usize];
+        for d in &t.deliveries {
+            let end = (d.start + d.hi * d.airtime).to_f64();
+            let slot = &mut done[d.codeword as usize];
+            *slot = slot.max(end);
+        }
+        done.iter()
+            .enumerate()
+            .skip(c0 as usize)
+            .map(|(j, &end)| end - arrival.to_f64() - (j as f64 - c0 as f64))
+            .fold(0.0, f64::max)
+    }
+
+    /// A switch's wait with every codeword's first broadcast after the switch (what
+    /// [`tune_from`] asks for) is never longer than with the plan's own reception, over
+    /// arrivals spread across the plan's longest cycle and boundaries at 2, 4 and 6 s of a
+    /// 10 s title (the `broadcast_rungs` test's top rung: 600 kbit/s, k = 12 codewords of
+    /// 1408 B, a 2 s wait). Figures: `-- --nocapture`.
+    #[test]
+    fn a_switch_waits_least_with_the_first_broadcast_after_it() {
+        let title = Title::new(45, 12 * 1408, 608_000).unwrap();
+        for scheme in [Scheme::CautiousHarmonic, Scheme::Fast] {
+            let req = PlanRequest {
+                title,
+                max_wait_s: 2.0,
+                scheme,
+                client_cap_bps: None,
+            };
+            let plan = isnode_broadcast::plan_with(&req, Figures::TimetableOnly).unwrap();
+            let tau_s = title.codeword_airtime_s();
+            let cycle = plan.longest_cycle();
+            for media_s in [2.0, 4.0, 6.0] {
+                let c0 = (media_s / tau_s) as u64;
+                let (mut own, mut first) = (Vec::new(), Vec::new());
+                for i in 0..200i128 {
+                    let arrival = cycle * isnode_broadcast::Ratio::new(i, 200);
+                    own.push(switch_wait(&plan, plan.reception, arrival, c0) * tau_s);
+                    first.push(
+                        switch_wait(&plan, Reception::PrefetchFromArrival, arrival, c0) * tau_s,
+                    );
+                }
+                let stat = |v: &[f64]| {
+                    (
+                        v.iter().sum::<f64>() / v.len() as f64,
+                        v.iter().copied().fold(0.0, f64::max),
+                    )
+                };
+                let ((own_mean, own_max), (first_mean, first_max)) = (stat(&own), stat(&first));
+                eprintln!(
+                    "{scheme}: switch at {media_s} s: wait mean {own_mean:.2} s, max {own_max:.2} s with the \
+                     plan's reception; mean {first_mean:.2} s, max {first_max:.2} s with the first broadcasts"
+                );
+                for (a, b) in own.iter().zip(&first) {
+                    assert!(b <= &(a + 1e-9), "{scheme} at {media_s} s: {b} > {a}");
+                }
+            }
+        }
+    }
 }
