@@ -197,14 +197,15 @@ pub fn tune(
 mod tests {
     use super::*;
 
-    fn listen(channel: usize, codewords: Vec<Range<u32>>, leave_s: f64) -> ChannelListen {
+    /// A listen of `channel` for the codeword ranges `spans` (start, end).
+    fn listen(channel: usize, spans: &[(u32, u32)], leave_s: f64) -> ChannelListen {
         ChannelListen {
             channel,
             source: "239.1.1.1:5000".parse().unwrap(),
             repair: "239.1.1.2:5000".parse().unwrap(),
             join_s: 0.0,
             leave_s,
-            codewords,
+            codewords: spans.iter().map(|&(a, b)| a..b).collect(),
         }
     }
 
@@ -214,9 +215,9 @@ mod tests {
     fn a_schedule_from_a_codeword_drops_the_earlier_ones() {
         let tp = TunePlan {
             listens: vec![
-                listen(0, vec![0..2], 1.0),
-                listen(1, vec![2..4, 8..9], 3.0),
-                listen(2, vec![4..8], 2.0),
+                listen(0, &[(0, 2)], 1.0),
+                listen(1, &[(2, 4), (8, 9)], 3.0),
+                listen(2, &[(4, 8)], 2.0),
             ],
             playback_start_s: 0.5,
             codeword_s: 0.25,
@@ -225,8 +226,14 @@ mod tests {
         assert_eq!(tp.clone().from_codeword(0), tp);
         let from = tp.from_codeword(5);
         assert_eq!(from.listens.len(), 2);
-        assert_eq!(from.listens[0].codewords, vec![8..9]);
-        assert_eq!(from.listens[1].codewords, vec![5..8]);
+        assert_eq!(
+            from.listens[0].codewords,
+            listen(0, &[(8, 9)], 0.0).codewords
+        );
+        assert_eq!(
+            from.listens[1].codewords,
+            listen(0, &[(5, 8)], 0.0).codewords
+        );
         assert_eq!(from.end_s, 3.0);
         assert_eq!(from.playback_start_s, 0.5);
     }
