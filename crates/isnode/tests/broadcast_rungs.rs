@@ -230,6 +230,7 @@ fn measured_run(
         .iter()
         .map(|b| b["id"].as_str().expect("id").to_string())
         .collect();
+    let counted0 = server.metrics().get("isnode_broadcast_bytes_sent_total");
     let (sent0, e0) = sample(server, &ids);
     let stats = finish(
         &mut receivers,
@@ -237,6 +238,7 @@ fn measured_run(
         Ending::Clean,
     );
     let (sent1, e1) = sample(server, &ids);
+    let counted = server.metrics().get("isnode_broadcast_bytes_sent_total") - counted0;
     let mut planned = 0.0;
     let mut fdt_max = 0.0;
     for (i, b) in rungs.iter().enumerate() {
@@ -254,6 +256,11 @@ fn measured_run(
         e1[0] - e0[0],
         sent / planned,
         sent / (planned + fdt_max)
+    );
+    eprintln!(
+        "  the kernel's count / the server's own (isnode_broadcast_bytes_sent_total, read \
+         around the span): {:.4}",
+        sent / counted
     );
     let ratios = (sent / planned, sent / (planned + fdt_max));
     (ratios, receivers.into_iter().zip(stats).collect())
