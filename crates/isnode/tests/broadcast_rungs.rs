@@ -22,7 +22,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use serve_support::media::{decodes_cleanly, encode_rung};
+use serve_support::media::{check_cmaf_runs, decodes_cleanly, encode_rung};
 use serve_support::netns::Netns;
 use serve_support::{command, isnode, text, Server, Vol, SMALL_SHAPE};
 
@@ -41,12 +41,20 @@ const IP_UDP_HEADER_BYTES: f64 = 28.0;
 /// machine of 2 cores).
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// The container of the ladder's rungs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Container {
+    Ts,
+    Cmaf,
+}
+
 /// The ladder ingested as title `show` (small codewords: k = 12, m = 4); the rung files.
-fn ladder(vol: &Vol) -> Vec<PathBuf> {
+fn ladder(vol: &Vol, container: Container) -> Vec<PathBuf> {
+    let cmaf = container == Container::Cmaf;
     let files: Vec<PathBuf> = LADDER
         .iter()
         .enumerate()
-        .map(|(i, &r)| encode_rung(vol.dir.path(), &format!("r{i}"), r, false, SECONDS))
+        .map(|(i, &r)| encode_rung(vol.dir.path(), &format!("r{i}"), r, cmaf, SECONDS))
         .collect();
     let mut args = vec!["ingest", "--name", "show"];
     args.extend(files.iter().map(|f| f.to_str().expect("utf-8 path")));
@@ -295,7 +303,7 @@ fn a_title_is_broadcast_per_rung_and_egress_is_the_sum_of_the_plans() {
     let ns = Netns::with_loopback_multicast();
     ns.run(|| {
         let vol = Vol::create(SMALL_SHAPE);
-        let files = ladder(&vol);
+        let files = ladder(&vol, Container::Ts);
         let server = Server::start(&vol, &[]);
         let body =
             json!({"object": "show", "scheme": "cautious-harmonic", "max_wait_s": 2.0, "duration_s": 300.0})
@@ -338,11 +346,23 @@ fn a_title_is_broadcast_per_rung_and_egress_is_the_sum_of_the_plans() {
 
 #[test]
 fn a_lossy_receiver_steps_down_rung_by_rung_and_its_output_decodes() {
+    lossy_receiver_steps_down(Container::Ts);
+}
+
+#[test]
+fn a_lossy_receiver_of_a_cmaf_title_switches_track_by_track() {
+    lossy_receiver_steps_down(Container::Cmaf);
+}
+
+/// A receiver behind loss past the FEC's, on a title of `container` rungs: its timeline
+/// steps down for loss at increasing boundaries, and its output decodes (TS whole; CMAF
+/// one initialization segment per rung played, each run on its own).
+fn lossy_receiver_steps_down(container: Container) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let ns = Netns::with_loopback_multicast();
-    ns.run(|| {
+    ns.run(move || {
         let vol = Vol::create(SMALL_SHAPE);
-        ladder(&vol);
+        ladder(&vol, container);
         let server = Server::start(&vol, &[]);
         let body = json!({"object": "show", "scheme": "cautious-harmonic", "max_wait_s": 2.0})
             .to_string();
@@ -395,8 +415,13 @@ fn a_lossy_receiver_steps_down_rung_by_rung_and_its_output_decodes() {
                 .map_or(0, |a| a.iter().filter_map(|r| r["repair"]["codewords_repaired"].as_u64()).sum::<u64>())
         );
         let out: &Path = &receivers[0].out;
-        decodes_cleanly(out.to_str().expect("utf-8 path"));
-        let bytes = std::fs::read(out).expect("the output");
-        assert_eq!(bytes.len() % 188, 0, "whole TS packets");
+        match container {
+            Container::Ts => {
+                decodes_cleanly(out.to_str().expect("utf-8 path"));
+                let bytes = std::fs::read(out).expect("the output");
+                assert_eq!(bytes.len() % 188, 0, "whole TS packets");
+            }
+            Container::Cmaf => check_cmaf_runs(out, timeline.len()),
+        }
     });
 }

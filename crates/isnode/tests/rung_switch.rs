@@ -177,51 +177,11 @@ fn check_ts(json: &Value, out: &Path) {
     assert!(codecs.iter().any(|c| c == "h264"), "{codecs:?}");
 }
 
-/// The top-level boxes of an MP4 byte string: (type, start, end).
-fn top_boxes(b: &[u8]) -> Vec<([u8; 4], usize, usize)> {
-    let mut at = 0;
-    let mut boxes = Vec::new();
-    while at + 8 <= b.len() {
-        let size = u32::from_be_bytes(b[at..at + 4].try_into().unwrap()) as usize;
-        assert!(
-            size >= 8 && at + size <= b.len(),
-            "box at {at}: size {size}"
-        );
-        boxes.push((b[at + 4..at + 8].try_into().unwrap(), at, at + size));
-        at += size;
-    }
-    assert_eq!(at, b.len(), "trailing bytes after the last box");
-    boxes
-}
-
-/// The timeline, and the CMAF output is one track switch per rung played: each rung's
-/// initialization segment (`ftyp` + `moov`) then its fragments, every run decoding
-/// cleanly with ffmpeg (a file demuxer applies the first `moov` only, so the runs are
-/// decoded one by one, as a player appends them).
+/// The timeline, and the CMAF output is one track switch per rung played
+/// ([`serve_support::media::check_cmaf_runs`]).
 fn check_cmaf(json: &Value, out: &Path) {
     let entries = check_timeline(json);
-    let bytes = std::fs::read(out).expect("the output");
-    let boxes = top_boxes(&bytes);
-    let starts: Vec<usize> = boxes
-        .iter()
-        .filter(|b| &b.0 == b"ftyp")
-        .map(|b| b.1)
-        .collect();
-    assert_eq!(
-        starts.len(),
-        entries,
-        "one initialization segment per rung played"
-    );
-    assert_eq!(starts[0], 0);
-    for (i, &from) in starts.iter().enumerate() {
-        let to = starts.get(i + 1).copied().unwrap_or(bytes.len());
-        let part = out.with_extension(format!("part{i}.mp4"));
-        std::fs::write(&part, &bytes[from..to]).expect("writing a part");
-        let kinds: Vec<[u8; 4]> = top_boxes(&bytes[from..to]).iter().map(|b| b.0).collect();
-        assert_eq!(&kinds[..2], &[*b"ftyp", *b"moov"], "part {i}: {kinds:?}");
-        assert!(kinds.contains(b"moof"), "part {i} has fragments");
-        decodes_cleanly(part.to_str().expect("utf-8 path"));
-    }
+    serve_support::media::check_cmaf_runs(out, entries);
 }
 
 #[test]
