@@ -341,6 +341,14 @@ fn a_title_is_broadcast_per_rung_and_egress_is_the_sum_of_the_plans() {
             assert!(to_plan >= 0.98, "{n} receivers: egress {to_plan} of the plans");
             assert!(with_fdt <= 1.02, "{n} receivers: egress {with_fdt} of the plans + FDT");
         }
+        // The title's delete knows its rungs are broadcast: refused, then forced.
+        let r = server.req("DELETE", "/v1/objects/show", None);
+        assert_eq!(r.status, 409, "{}", r.body);
+        assert!(r.body.contains("show@"), "names the rendition: {}", r.body);
+        let r = server.req("DELETE", "/v1/objects/show?force=true", None);
+        assert_eq!(r.status, 204, "{}", r.body);
+        let listed = server.req("GET", "/v1/broadcasts", None).json();
+        assert_eq!(listed["broadcasts"].as_array().map(Vec::len), Some(0), "{listed}");
     });
 }
 

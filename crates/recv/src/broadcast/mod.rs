@@ -258,20 +258,30 @@ pub(crate) fn receive(
     // with the key its viewer token fetches, asked before any group is joined.
     let protection = protection_of(args, &info.object.name)?;
     let impair = Impairer::new(&args.impair)?;
-    let arrived = asked + rtt / 2;
     let plan = tune::plan_of(info)?;
     let first = first_codeword(info, part.from_byte)?;
-    let tp = tune::tune_from(&plan, info, info.elapsed_s, MARGIN_S, first)?;
+    // Placed in the timetable now, just before joining: the time since the description's
+    // middle (the rest of its round trip, the key's request, planning) is not spent as if
+    // listening (an arrival just before a codeword's transmission would miss its first
+    // packets, and take it a period later).
+    let arrived = Instant::now();
+    let since_s = arrived.saturating_duration_since(asked + rtt / 2).as_secs_f64();
+    let arrival_s = info.elapsed_s + since_s;
+    let tp = tune::tune_from(&plan, info, arrival_s, MARGIN_S, first)?;
     let (mut rx, codewords) = receiver_of(info, first)?;
+    let mut chans = open_channels(&tp)?;
+    let mut run = Run::new(&tp, arrived, args.broadcast_repair);
+    // The channels due now are joined before the digests are fetched: their packets wait in
+    // the sockets' buffers meanwhile, instead of going by unheard.
+    run.arrival_s = arrival_s;
+    run.schedule(&mut chans, arrived.elapsed().as_secs_f64(), &rx)?;
     let digests = authenticate(args, info, &tp, &mut rx)?;
-    let chans = open_channels(&tp)?;
     let out = match protection {
         Some(p) => p.writer(out, part.from_byte)?,
         None => out,
     };
     let mut out = Window::new(out, rx.output_start(), part.from_byte);
     let cpu0 = thread_cpu_s();
-    let mut run = Run::new(&tp, arrived, args.broadcast_repair);
     run.unicast = unicast_repair(args, info, arrived)?;
     let deadline = (tp.end_s + GRACE_S).min(args.max_seconds.max(0.0));
     let mut reception = Reception {
@@ -507,7 +517,7 @@ impl Reception {
             object: info.object.name.clone(),
             broadcast: info.id.clone(),
             scheme: info.scheme.clone(),
-            arrival_s: info.elapsed_s,
+            arrival_s: run.arrival_s,
             plan_worst_wait_s: info.plan.worst_wait_s,
             wait_s: tp.playback_start_s,
             first_byte_s: run.first_byte_s,
@@ -726,6 +736,8 @@ struct Run {
     lossy: bool,
     /// Completes over HTTP what the broadcast did not by a codeword's playing time.
     unicast: Option<crate::repair::Repair>,
+    /// When the receiver tuned in, seconds after the broadcast's start.
+    arrival_s: f64,
 }
 
 impl Run {
@@ -743,6 +755,7 @@ impl Run {
             max_at_once: 0,
             lossy: false,
             unicast: None,
+            arrival_s: 0.0,
         }
     }
 
