@@ -265,7 +265,9 @@ pub(crate) fn receive(
     // listening (an arrival just before a codeword's transmission would miss its first
     // packets, and take it a period later).
     let arrived = Instant::now();
-    let since_s = arrived.saturating_duration_since(asked + rtt / 2).as_secs_f64();
+    let since_s = arrived
+        .saturating_duration_since(asked + rtt / 2)
+        .as_secs_f64();
     let arrival_s = info.elapsed_s + since_s;
     let tp = tune::tune_from(&plan, info, arrival_s, MARGIN_S, first)?;
     let (mut rx, codewords) = receiver_of(info, first)?;
