@@ -8,6 +8,8 @@
 //! rung's initialization segment before its fragments; each
 //! rung's run decoded on its own: ffmpeg's file demuxer reads one `moov`).
 //!
+//! `--rung N` pins a rung: the output is that rendition's file.
+//!
 //! These tests need Debian's `ffmpeg` package (`bash scripts/test` installs it); without
 //! it they fail, saying so.
 
@@ -196,4 +198,42 @@ fn cmaf_play_steps_down_under_loss_and_back_up() {
     let (vol, server) = title(true);
     let (json, out) = play_through_relay(&vol, &server, "mp4");
     check_cmaf(&json, &out);
+}
+
+/// `--rung N` plays rung N of the ladder (0: the lowest bitrate) only: the output is that
+/// rendition's file, the timeline its start alone; a rung past the ladder is refused.
+#[test]
+fn a_pinned_rung_plays_that_rendition_only() {
+    let (vol, server) = title(false);
+    let (out, stats) = (vol.path("pinned.ts"), vol.path("pinned.json"));
+    let played = command()
+        .args(["play", "show", "--server", &server.url(), "--rung", "0"])
+        .args(["--as-fast-as-possible", "--max-seconds", "60"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--stats-json")
+        .arg(&stats)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running isnode play");
+    assert!(played.status.success(), "play failed:\n{}", text(&played));
+    let want = std::fs::read(vol.dir.path().join("r0.ts")).expect("the rung's file");
+    assert!(
+        std::fs::read(&out).expect("the output") == want,
+        "not rung 0's file"
+    );
+    let json: Value =
+        serde_json::from_slice(&std::fs::read(&stats).expect("stats")).expect("stats JSON");
+    let timeline = json["rung_timeline"].as_array().expect("a timeline");
+    assert_eq!(timeline.len(), 1, "{json}");
+    assert_eq!(timeline[0]["to"], "show@0", "{json}");
+    let refused = command()
+        .args(["play", "show", "--server", &server.url(), "--rung", "3"])
+        .arg("--out")
+        .arg(vol.path("none.ts"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running isnode play");
+    assert!(!refused.status.success());
+    assert!(text(&refused).contains("has 3 rungs"), "{}", text(&refused));
 }
