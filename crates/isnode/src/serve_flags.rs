@@ -46,6 +46,9 @@ pub(crate) struct ServeFlags {
     /// reads would not fit (default 0: not checked).
     #[arg(long)]
     pub disk_read_bps: Option<u64>,
+    /// Control API threads, serving every HTTP connection (default: one per core, at most 4).
+    #[arg(long)]
+    pub api_threads: Option<usize>,
     /// Data-plane threads (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -328,7 +331,7 @@ impl ServeFlags {
             cache_max_bytes, origin_check_interval_s, prefill_rate_bps, nodes,
             replicate_above_rps, probe_interval_ms, probe_timeout_ms, probe_failures_to_dead,
             load_bound);
-        overlay_some!(config, flags; max_bitrate_bps, threads, multicast_if, max_volume_bytes,
+        overlay_some!(config, flags; max_bitrate_bps, threads, api_threads, multicast_if, max_volume_bytes,
             max_sendfile_sessions, tokens_file, node_key_file, cluster_key_file,
             api_max_connections, tls_cert, tls_key, node_name, cluster_ca_file);
         if flags.plain_http {
@@ -411,6 +414,7 @@ mod tests {
             volume: Some("v".into()),
             max_bitrate_bps: Some(1),
             threads: Some(1),
+            api_threads: Some(1),
             multicast_if: Some("lo".into()),
             api_max_connections: Some(1),
             tls_cert: Some("c".into()),

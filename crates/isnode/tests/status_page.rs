@@ -49,6 +49,13 @@ fn status_page_shows_live_sessions_and_plays_titles() {
     let server = Server::start(&vol, &[]);
     let _players: Vec<ChildGuard> = (0..3).map(|i| play(&server, &vol, i)).collect();
     wait_streaming(&server, 3);
+    // The page runs its own scripts only: what follows plays under that policy.
+    let csp = server.req("GET", "/", None);
+    let policy = csp.header("content-security-policy").unwrap_or_default();
+    assert!(
+        policy.contains("script-src 'self';") && policy.contains("object-src 'none'"),
+        "the page's policy: {policy:?}"
+    );
 
     let profile = vol.path("chromium-profile");
     let driver = Driver::start(&vol);

@@ -168,8 +168,13 @@ impl Members {
             let pending: Vec<(u32, String)> =
                 std::mem::take(&mut *self.failures.lock().unwrap_or_else(|e| e.into_inner()));
             for (member, reason) in pending {
-                if let Err(e) = record_failed(root, member, reason) {
-                    tracing::warn!("recording member {member} as failed in the catalog: {e}");
+                match record_failed(root, member, reason) {
+                    // The catalog says failed or rebuilding now: an ok seen later is a rebuild
+                    // (or an operator's word), however soon it comes.
+                    Ok(()) => watch.saw_degraded(member),
+                    Err(e) => {
+                        tracing::warn!("recording member {member} as failed in the catalog: {e}")
+                    }
                 }
             }
             if stopping {
@@ -192,6 +197,8 @@ impl Members {
     }
 }
 
+/// Writes `member` failed into the catalog, unless it says failed or rebuilding already:
+/// either way the catalog calls it degraded afterwards.
 fn record_failed(root: &Path, member: u32, reason: String) -> Result<(), isnode_store::StoreError> {
     let mut vol = isnode_store::Volume::open(root)?;
     let states = vol.member_states()?;
@@ -237,6 +244,14 @@ impl MemberWatch {
             // Failed in the catalog at start: its state is not ok there.
             seen_degraded: (0..n as u32).map(|m| health.is_failed(m)).collect(),
             probed: vec![None; n],
+        }
+    }
+
+    /// The catalog was seen failed or rebuilding for `member` (its failure was written there,
+    /// or found there already).
+    fn saw_degraded(&mut self, member: u32) {
+        if let Some(seen) = self.seen_degraded.get_mut(member as usize) {
+            *seen = true;
         }
     }
 

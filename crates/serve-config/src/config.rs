@@ -185,6 +185,10 @@ pub struct ServeConfig {
     /// a session is refused when the reads the sessions would need beyond what the pool
     /// shares between viewers of a title (interval caching) exceed it.
     pub disk_read_bps: u64,
+    /// Control API threads: every HTTP connection (players' content included) is served by
+    /// one of them (default: one per core, at most 4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_threads: Option<usize>,
     /// Data-plane threads (default: one per core).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads: Option<usize>,
@@ -476,6 +480,7 @@ impl Default for ServeConfig {
             max_bitrate_bps: None,
             max_sessions_per_client: DEFAULT_MAX_SESSIONS_PER_CLIENT,
             disk_read_bps: 0,
+            api_threads: None,
             threads: None,
             degraded: Degraded::Rebuild,
             member_fail_errors: DEFAULT_MEMBER_FAIL_ERRORS,
@@ -665,6 +670,9 @@ impl ServeConfig {
                 "disk_read_bps",
                 "must be at most 10^13 (10 Tbit/s; 0: not checked)",
             );
+        }
+        if matches!(self.api_threads, Some(t) if !(1..=64).contains(&t)) {
+            return bad("api_threads", "must be between 1 and 64");
         }
         if matches!(self.threads, Some(t) if !(1..=256).contains(&t)) {
             return bad("threads", "must be between 1 and 256");
@@ -1011,6 +1019,7 @@ impl ServeConfig {
             engine,
             cache_size_bytes,
             threads,
+            api_threads,
             read_io,
             api_max_connections,
             api_header_timeout_ms,

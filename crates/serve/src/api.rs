@@ -67,7 +67,10 @@ pub(crate) fn serve(
     stop: tokio::sync::oneshot::Receiver<()>,
     ready: std::sync::mpsc::Sender<Result<(), ServeError>>,
 ) {
-    let rt = match tokio::runtime::Builder::new_current_thread()
+    let threads = sh.config().api_threads.unwrap_or_else(default_api_threads);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("isnode-api")
         .enable_all()
         .build()
     {
@@ -110,6 +113,17 @@ pub(crate) fn serve(
     // A catalog lookup still running on the blocking pool is not waited for long.
     rt.shutdown_timeout(Duration::from_secs(2));
 }
+
+/// The API's threads when the configuration names none: one per core, at most
+/// [`MOST_DEFAULT_API_THREADS`] (its work is mostly handing page-cache pages to sockets).
+fn default_api_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MOST_DEFAULT_API_THREADS)
+}
+
+/// The most API threads chosen by default.
+const MOST_DEFAULT_API_THREADS: usize = 4;
 
 /// The routes as they are added: [`Routes::route`] is the only way into the router, and
 /// the table test (`api/tests/roles.rs`) checks what it recorded against

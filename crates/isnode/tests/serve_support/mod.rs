@@ -309,9 +309,19 @@ impl Server {
 
     /// [`Server::start`] listening on `ip` (an IPv6 address, say).
     pub(crate) fn start_at(vol: &Vol, ip: IpAddr, extra: &[&str]) -> Server {
+        Server::start_at_env(vol, ip, extra, &[])
+    }
+
+    /// [`Server::start_at`] with extra environment variables for the server.
+    pub(crate) fn start_at_env(
+        vol: &Vol,
+        ip: IpAddr,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
         for attempt in 0..5 {
             let addr = SocketAddr::new(ip, free_port_on(ip));
-            if let Some(server) = Server::spawn_on(vol, addr, extra, &[], None, attempt < 4) {
+            if let Some(server) = Server::spawn_on(vol, addr, extra, env, None, attempt < 4) {
                 return server;
             }
         }
@@ -626,7 +636,8 @@ impl Resp {
 }
 
 /// One HTTP/1.1 request over a fresh TCP connection, from `from` (an IP to bind the client
-/// side to; default 127.0.0.1), with extra headers. Panics on a transport error.
+/// side to; default the kernel's choice: the loopback for a loopback server), with extra
+/// headers. Panics on a transport error.
 #[track_caller]
 pub(crate) fn http(
     server: SocketAddr,
@@ -651,11 +662,9 @@ pub(crate) fn try_http(
 ) -> std::io::Result<Resp> {
     use socket2::{Domain, Socket, Type};
     let sock = Socket::new(Domain::for_address(server), Type::STREAM, None)?;
-    let from = from.unwrap_or(match server {
-        SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        SocketAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
-    });
-    sock.bind(&SocketAddr::new(from, 0).into())?;
+    if let Some(from) = from {
+        sock.bind(&SocketAddr::new(from, 0).into())?;
+    }
     sock.connect_timeout(&server.into(), Duration::from_secs(5))?;
     let mut stream: TcpStream = sock.into();
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;

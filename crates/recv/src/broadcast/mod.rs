@@ -10,6 +10,7 @@
 //! ahead of time), writing the output in order. A clean receiver never decodes: its source
 //! symbols are released as they arrive.
 
+pub mod gap;
 pub mod ladder;
 pub mod tune;
 
@@ -167,6 +168,8 @@ struct Chan {
     socket: UdpSocket,
     stats: ChannelStats,
     state: Joined,
+    /// The order of its source packets (loss detection for `--broadcast-repair auto`).
+    order: gap::SourceOrder,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -656,6 +659,7 @@ fn open_channels(tp: &TunePlan) -> anyhow::Result<Vec<Chan>> {
                 listen: l.clone(),
                 socket,
                 state: Joined::Not,
+                order: gap::SourceOrder::default(),
             })
         })
         .collect()
@@ -725,8 +729,6 @@ struct Run {
     playback_start_s: f64,
     codeword_s: f64,
     repair: RepairGroups,
-    /// Highest ESI seen per codeword (gap detection), by SBN.
-    last_esi: std::collections::HashMap<u32, u32>,
     /// Output written so far (bytes), and of the current codeword.
     bytes_out: u64,
     first_byte_s: Option<f64>,
@@ -748,7 +750,6 @@ impl Run {
             playback_start_s: tp.playback_start_s,
             codeword_s: tp.codeword_s,
             repair,
-            last_esi: std::collections::HashMap::new(),
             bytes_out: 0,
             first_byte_s: None,
             arrived,
@@ -884,10 +885,9 @@ impl Run {
         } else {
             c.stats.source_bytes += bytes;
         }
-        // The first packet seen of a codeword may be mid-codeword (joined during its
-        // transmission: its head comes with the next one); a jump after it is a loss.
-        let last = self.last_esi.insert(sbn, esi);
-        last.is_some_and(|l| esi < k && esi > l + 1)
+        let part = rx.partition();
+        c.order
+            .push((sbn, esi), k, |last| part.source_symbols(last))
     }
 
     /// Writes what the receive core releases (zeros for what is lost); checks each
@@ -926,7 +926,6 @@ impl Run {
                     self.late += 1;
                 }
                 self.max_late_s = self.max_late_s.max(late_s);
-                self.last_esi.remove(&sbn);
             }
         }
         Ok(())

@@ -9,9 +9,12 @@
 //! groups carry, through a lossy network, to a real receive core (`Receiver`, the window
 //! the whole title, packet digests checked).
 //!
-//! **Modelled**: the network (per receiver: a lossy receiver also joins the repair groups
-//! (`--broadcast-repair always`) and loses at most m distinct symbols of a codeword; a clean
-//! one joins the source groups alone and loses nothing), the groups (a packet goes to the
+//! **Modelled**: the network (per receiver: a lossy receiver loses at most m distinct
+//! symbols of a codeword while it has the repair groups, and joins them always
+//! (`--broadcast-repair always`) or once it tells a loss (`auto`: the real
+//! `isnode_recv::broadcast::gap::SourceOrder` on each channel's source packets; what it
+//! loses before is repaired over HTTP); a clean one joins the source groups alone and
+//! loses nothing), the groups (a packet goes to the
 //! receivers joined to its group when it is sent), the clock (the receivers know the
 //! broadcast's elapsed time exactly).
 //!
@@ -21,7 +24,10 @@
 //! every codeword of a receiver is complete by the end of its playing time (its arrival,
 //! plus its schedule's wait, plus the codewords before it and itself, plus [`SLACK_NS`];
 //! one the restart cut (`restart.rs`) one playing time and [`REPAIR_SLACK_NS`] more);
-//! every receiver has the whole title when its schedule ends.
+//! every receiver has the whole title when its schedule ends; an `auto` receiver that lost
+//! a source packet of a channel (after its first there) has joined the repair groups by
+//! the next source packet of that channel it gets (a codeword with a loss before that is
+//! given [`REPAIR_SLACK_NS`] more, as a cut one).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -30,6 +36,7 @@ use std::time::{Duration, Instant};
 use isnode_broadcast::{plan, Plan, PlanRequest, Ratio, Scheme, Title, Transmission};
 use isnode_proto::broadcast::{BroadcastChannel, BroadcastInfo, PlanSummary};
 use isnode_proto::{FecInfo, ObjectInfo, ObjectStatus};
+use isnode_recv::broadcast::gap::SourceOrder;
 use isnode_recv::broadcast::tune::{plan_of, tune, TunePlan};
 use isnode_recv::receiver::{Output, Receiver, ReceiverConfig, Release};
 use isnode_serve_core::channel::ChannelPacer;
@@ -73,6 +80,8 @@ pub(crate) struct BroadcastReport {
     pub packets_sent: u64,
     pub receivers: u64,
     pub lossy_receivers: u64,
+    pub auto_receivers: u64,
+    pub auto_repair_joins: u64,
     pub packets_delivered: u64,
     pub packets_lost: u64,
     pub joins: u64,
@@ -83,11 +92,39 @@ pub(crate) struct BroadcastReport {
     pub repaired_codewords: u64,
 }
 
+/// What a receiver's network does and when it joins the repair groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Loses nothing, never joins the repair groups.
+    Clean,
+    /// Loses packets; joins the repair groups with every channel (`always`).
+    Always,
+    /// Loses packets; joins the repair groups once it tells a loss (`auto`).
+    Auto,
+}
+
+/// An `auto` receiver's loss detection, per listen of its schedule.
+#[derive(Default)]
+struct AutoRepair {
+    /// It told a loss: every channel joined has its repair group too.
+    on: bool,
+    /// The real rule's state per listen.
+    orders: Vec<SourceOrder>,
+    /// The planted bug's rule: the last source packet per listen.
+    last: Vec<Option<(u32, u32)>>,
+    /// Per listen: a source packet was received / one was lost since (to be told).
+    seen: Vec<bool>,
+    pending: Vec<bool>,
+    /// Codewords that lost a packet before the repair groups were joined.
+    unrepaired: BTreeSet<u32>,
+}
+
 /// A receiver: its schedule, its joins, its receive core and its checks.
 struct Rcv {
     arrival_ns: u64,
     tp: Option<TunePlan>,
-    lossy: bool,
+    kind: Kind,
+    auto: AutoRepair,
     /// Per listen: joined (source, repair), left.
     joined: Vec<(bool, bool, bool)>,
     rx: Option<Receiver>,
@@ -205,7 +242,12 @@ impl BroadcastWorld {
             .map(|_| Rcv {
                 arrival_ns: rng.below(2 * cycle_ns.max(1_000_000_000)),
                 tp: None,
-                lossy: rng.one_in(2),
+                kind: match (rng.one_in(2), rng.one_in(2)) {
+                    (false, _) => Kind::Clean,
+                    (true, false) => Kind::Always,
+                    (true, true) => Kind::Auto,
+                },
+                auto: AutoRepair::default(),
                 joined: Vec::new(),
                 rx: None,
                 out_next: 0,
@@ -289,9 +331,16 @@ impl BroadcastWorld {
             rx.add_digests(sbn as u32, d.clone());
         }
         self.report.receivers += 1;
-        self.report.lossy_receivers += u64::from(self.rcvs[i].lossy);
+        let kind = self.rcvs[i].kind;
+        self.report.lossy_receivers += u64::from(kind != Kind::Clean);
+        self.report.auto_receivers += u64::from(kind == Kind::Auto);
         let r = &mut self.rcvs[i];
         r.joined = vec![(false, false, false); tp.listens.len()];
+        let n = tp.listens.len();
+        r.auto.orders = vec![SourceOrder::default(); n];
+        r.auto.last = vec![None; n];
+        r.auto.seen = vec![false; n];
+        r.auto.pending = vec![false; n];
         r.unicast = Some(restart::Unicast::new(Duration::from_secs_f64(
             tp.codeword_s,
         )));
@@ -311,7 +360,8 @@ impl BroadcastWorld {
         let released = rx.next_release();
         for (l, j) in tp.listens.iter().zip(r.joined.iter_mut()) {
             if !j.0 && !j.2 && now_s >= l.join_s {
-                *j = (true, r.lossy, false);
+                let repair = r.kind == Kind::Always || (r.kind == Kind::Auto && r.auto.on);
+                *j = (true, repair, false);
                 self.report.joins += 1;
             }
             let last_plays_s = tp.playback_start_s + f64::from(l.last_end()) * tp.codeword_s;
@@ -324,14 +374,15 @@ impl BroadcastWorld {
 
     /// Channel `c` sends what its pacer has due, to its groups' members.
     fn send_channel(&mut self, c: usize) -> Result<(), String> {
-        let k = params().source_symbols;
-        let n = k + params().repair_symbols;
+        let n = params().source_symbols + params().repair_symbols;
         for _ in 0..4096 {
             let now = self.now_ns;
             let Some(step) = self.channels[c].peek(now) else {
                 break;
             };
             if let Step::Burst(b) = step {
+                // A codeword's own k: ESIs from it on are repair packets (its repair group).
+                let k = self.obj.layout.source_symbols(b.sbn);
                 for esi in b.esis.clone() {
                     let p = self
                         .obj
@@ -391,21 +442,70 @@ impl BroadcastWorld {
                 continue;
             };
             let (source, rep, _) = r.joined[at];
+            if r.kind == Kind::Auto && repair && source && !rep {
+                // Repair packets passing by before a loss was told: a loss of this codeword
+                // in a later transmission may need unicast repair.
+                r.auto.unrepaired.insert(sbn);
+            }
             if !(if repair { rep } else { source }) {
                 continue;
             }
-            if r.lossy && self.rng.one_in(8) {
+            let unguarded = r.kind == Kind::Auto && !r.auto.on;
+            if r.kind != Kind::Clean && self.rng.one_in(8) {
                 let taken = r.taken.entry(sbn).or_default();
-                if taken.contains(&esi) || taken.len() < m {
+                if unguarded || taken.contains(&esi) || taken.len() < m {
                     taken.insert(esi);
                     self.report.packets_lost += 1;
+                    if unguarded {
+                        r.auto.pending[at] |= r.auto.seen[at];
+                        r.auto.unrepaired.insert(sbn);
+                    }
                     continue;
                 }
             }
             self.report.packets_delivered += 1;
             rx.push(p, now);
+            if r.kind == Kind::Auto && !repair {
+                self.tell_loss(i, at, (sbn, esi))?;
+            }
             self.drain(i)?;
         }
+        Ok(())
+    }
+
+    /// An `auto` receiver's source packet `(sbn, esi)` of listen `at`: a loss told joins
+    /// every joined channel's repair group; one lost since the last source packet of the
+    /// channel must be told now.
+    fn tell_loss(&mut self, i: usize, at: usize, (sbn, esi): (u32, u32)) -> Result<(), String> {
+        let r = &mut self.rcvs[i];
+        let Some(rx) = r.rx.as_ref() else {
+            return Ok(());
+        };
+        let part = rx.partition();
+        let k = part.source_symbols(sbn);
+        let a = &mut r.auto;
+        let told = match self.mutation {
+            SimMutation::AutoMissesBoundary => {
+                let last = a.last[at].replace((sbn, esi));
+                last.is_some_and(|(s, e)| esi < k && s == sbn && esi > e + 1)
+            }
+            _ => a.orders[at].push((sbn, esi), k, |last| part.source_symbols(last)),
+        };
+        if told && !a.on {
+            a.on = true;
+            self.report.auto_repair_joins += 1;
+            for j in r.joined.iter_mut().filter(|j| j.0) {
+                j.1 = true;
+            }
+        }
+        if std::mem::take(&mut a.pending[at]) && !a.on {
+            return Err(format!(
+                "receiver {i} (repair groups on loss) lost a source packet of channel {} \
+                 before codeword {sbn} ESI {esi} and did not join the repair groups",
+                r.tp.as_ref().map_or(0, |tp| tp.listens[at].channel)
+            ));
+        }
+        a.seen[at] = true;
         Ok(())
     }
 
@@ -463,7 +563,8 @@ impl BroadcastWorld {
         while r.next_cw < codewords {
             let end = self.obj.layout.codeword_offset(r.next_cw + 1);
             let end = end.min(self.obj.layout.transfer_len());
-            let repair_ns = match self.cut.contains(&r.next_cw) {
+            let cut = self.cut.contains(&r.next_cw) || r.auto.unrepaired.contains(&r.next_cw);
+            let repair_ns = match cut {
                 true => tau_ns + REPAIR_SLACK_NS as f64,
                 false => 0.0,
             };
@@ -478,9 +579,10 @@ impl BroadcastWorld {
             }
             if self.now_ns as f64 > due_ns {
                 return Err(format!(
-                    "receiver {i} ({} scheme, arrived at {} ms): codeword {} not complete \
+                    "receiver {i} ({} scheme, {:?}, arrived at {} ms): codeword {} not complete \
                      by the end of its playing time ({} ms)",
                     self.report.scheme,
+                    r.kind,
                     r.arrival_ns / 1_000_000,
                     r.next_cw,
                     due_ns as u64 / 1_000_000

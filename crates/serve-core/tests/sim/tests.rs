@@ -49,6 +49,7 @@ fn mutation() -> SimMutation {
         SimMutation::ChannelLate,
         SimMutation::ResumeLosesPhase,
         SimMutation::RepairSkipsUnreadable,
+        SimMutation::AutoMissesBoundary,
     ];
     let Ok(name) = std::env::var("ISNODE_SIM_MUTATION") else {
         return SimMutation::None;
@@ -265,13 +266,16 @@ fn broadcast_seeds() {
     let schemes: std::collections::BTreeSet<_> = runs.iter().map(|r| r.scheme.clone()).collect();
     let sum = |f: fn(&broadcast::BroadcastReport) -> u64| runs.iter().map(f).sum::<u64>();
     eprintln!(
-        "broadcast: {} seeds, schemes {schemes:?}, {} channels: {} receivers ({} lossy), {} packets sent, \
+        "broadcast: {} seeds, schemes {schemes:?}, {} channels: {} receivers ({} lossy, {} of them \
+         with repair groups on loss, {} joined them), {} packets sent, \
          {} delivered, {} lost, {} bytes played, latest codeword {} µs after its playing time; \
          restarts cut {} codewords, {} repair requests, {} codewords repaired",
         runs.len(),
         runs.iter().map(|r| r.channels).sum::<usize>(),
         sum(|r| r.receivers),
         sum(|r| r.lossy_receivers),
+        sum(|r| r.auto_receivers),
+        sum(|r| r.auto_repair_joins),
         sum(|r| r.packets_sent),
         sum(|r| r.packets_delivered),
         sum(|r| r.packets_lost),
@@ -288,6 +292,10 @@ fn broadcast_seeds() {
     if runs.len() > 1 {
         assert!(schemes.len() >= 5, "schemes drawn: {schemes:?}");
         assert!(sum(|r| r.packets_lost) > 0 && sum(|r| r.lossy_receivers) > 0);
+        assert!(
+            sum(|r| r.auto_repair_joins) > 0,
+            "no receiver joined repair on loss"
+        );
         assert!(sum(|r| r.repaired_codewords) > 0, "cut codewords repaired");
         assert!(
             sum(|r| r.receivers) == runs.len() as u64 * 10,
@@ -398,4 +406,11 @@ fn broadcast_channels_restored_without_their_phase_are_caught() {
             || v.what.contains("more than its timetable"),
         "{v}"
     );
+}
+
+#[test]
+fn broadcast_auto_repair_blind_to_codeword_boundaries_is_caught() {
+    let m = SimMutation::AutoMissesBoundary;
+    let v = first_caught_in(m, |seed| broadcast::run(seed, m).map(|_| ()));
+    assert!(v.what.contains("did not join the repair groups"), "{v}");
 }

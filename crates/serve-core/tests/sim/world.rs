@@ -91,6 +91,10 @@ pub(crate) enum SimMutation {
     /// Unicast repair: the server leaves out a requested packet whose block cannot be
     /// read instead of rebuilding it through the code.
     RepairSkipsUnreadable,
+    /// Broadcast: `--broadcast-repair auto` tells a loss only from a jump within a
+    /// codeword (the rule before `recv::broadcast::gap`): a lost first or last source
+    /// packet of a codeword goes unseen.
+    AutoMissesBoundary,
 }
 
 /// One run.
