@@ -134,6 +134,11 @@ pub(crate) struct PlayArgs {
     #[arg(long, alias = "max-bitrate", value_name = "BPS", default_value_t = isnode_recv::limits::DEFAULT_MAX_BITRATE_BPS)]
     pub(crate) max_bitrate_bps: u64,
 
+    /// Play rung N of a title with renditions only (0: the lowest bitrate), never
+    /// switching; with --broadcast, that rung's broadcast.
+    #[arg(long, value_name = "N")]
+    pub(crate) rung: Option<usize>,
+
     /// Refuse a server whose announced size and bitrate give a playing time longer than
     /// this (seconds).
     #[arg(long, value_name = "SECONDS", default_value_t = isnode_recv::limits::DEFAULT_MAX_TITLE_S)]
@@ -240,6 +245,7 @@ impl PlayArgs {
             max_object_bytes: self.max_object_bytes,
             min_bitrate_bps: self.min_bitrate_bps,
             max_bitrate_bps: self.max_bitrate_bps,
+            rung: self.rung,
             max_title_s: self.max_title_s,
             max_queue_bytes: self.max_queue_bytes,
             prebuffer_ms: self.prebuffer_ms,

@@ -8,17 +8,19 @@
 //! rung's initialization segment before its fragments; each
 //! rung's run decoded on its own: ffmpeg's file demuxer reads one `moov`).
 //!
+//! `--rung N` pins a rung: the output is that rendition's file.
+//!
 //! These tests need Debian's `ffmpeg` package (`bash scripts/test` installs it); without
 //! it they fail, saying so.
 
 mod serve_support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use serve_support::media::{decodes_cleanly, probe, tool};
+use serve_support::media::{decodes_cleanly, probe};
 use serve_support::*;
 
 /// The ladder: size, video bitrate.
@@ -33,45 +35,8 @@ const SECONDS: &str = "30";
 /// Encodes the rung `(size, rate)` of a 30 s test pattern with a tone, a key frame every
 /// 2 s, to MPEG-TS or (`cmaf`) fragmented MP4.
 #[track_caller]
-fn encode(dir: &Path, name: &str, (size, rate): (&str, &str), cmaf: bool) -> PathBuf {
-    let out = dir.join(if cmaf {
-        format!("{name}.mp4")
-    } else {
-        format!("{name}.ts")
-    });
-    let src = format!("testsrc2=size={size}:rate=25");
-    let mut args = vec!["-v", "error", "-y", "-f", "lavfi", "-i", &src];
-    args.extend(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"]);
-    args.extend(["-map", "0:v", "-map", "1:a", "-c:a", "aac", "-b:a", "32k"]);
-    args.extend(["-t", SECONDS, "-c:v", "libx264", "-preset", "ultrafast"]);
-    args.extend(["-b:v", rate, "-maxrate", rate, "-bufsize", rate]);
-    args.extend([
-        "-g",
-        "50",
-        "-keyint_min",
-        "50",
-        "-sc_threshold",
-        "0",
-        "-r",
-        "25",
-    ]);
-    if cmaf {
-        args.extend(["-movflags", "+cmaf"]);
-    } else {
-        args.extend(["-f", "mpegts"]);
-    }
-    let o = out.to_str().expect("utf-8 path").to_string();
-    args.push(&o);
-    let done = Command::new(tool("ffmpeg"))
-        .args(&args)
-        .output()
-        .expect("running ffmpeg");
-    assert!(
-        done.status.success() && done.stderr.is_empty(),
-        "ffmpeg {args:?}: {}",
-        String::from_utf8_lossy(&done.stderr)
-    );
-    out
+fn encode(dir: &Path, name: &str, rung: (&str, &str), cmaf: bool) -> PathBuf {
+    serve_support::media::encode_rung(dir, name, rung, cmaf, SECONDS)
 }
 
 /// The ladder ingested as title `name` in a volume of small codewords (k = 12, m = 4).
@@ -214,51 +179,11 @@ fn check_ts(json: &Value, out: &Path) {
     assert!(codecs.iter().any(|c| c == "h264"), "{codecs:?}");
 }
 
-/// The top-level boxes of an MP4 byte string: (type, start, end).
-fn top_boxes(b: &[u8]) -> Vec<([u8; 4], usize, usize)> {
-    let mut at = 0;
-    let mut boxes = Vec::new();
-    while at + 8 <= b.len() {
-        let size = u32::from_be_bytes(b[at..at + 4].try_into().unwrap()) as usize;
-        assert!(
-            size >= 8 && at + size <= b.len(),
-            "box at {at}: size {size}"
-        );
-        boxes.push((b[at + 4..at + 8].try_into().unwrap(), at, at + size));
-        at += size;
-    }
-    assert_eq!(at, b.len(), "trailing bytes after the last box");
-    boxes
-}
-
-/// The timeline, and the CMAF output is one track switch per rung played: each rung's
-/// initialization segment (`ftyp` + `moov`) then its fragments, every run decoding
-/// cleanly with ffmpeg (a file demuxer applies the first `moov` only, so the runs are
-/// decoded one by one, as a player appends them).
+/// The timeline, and the CMAF output is one track switch per rung played
+/// ([`serve_support::media::check_cmaf_runs`]).
 fn check_cmaf(json: &Value, out: &Path) {
     let entries = check_timeline(json);
-    let bytes = std::fs::read(out).expect("the output");
-    let boxes = top_boxes(&bytes);
-    let starts: Vec<usize> = boxes
-        .iter()
-        .filter(|b| &b.0 == b"ftyp")
-        .map(|b| b.1)
-        .collect();
-    assert_eq!(
-        starts.len(),
-        entries,
-        "one initialization segment per rung played"
-    );
-    assert_eq!(starts[0], 0);
-    for (i, &from) in starts.iter().enumerate() {
-        let to = starts.get(i + 1).copied().unwrap_or(bytes.len());
-        let part = out.with_extension(format!("part{i}.mp4"));
-        std::fs::write(&part, &bytes[from..to]).expect("writing a part");
-        let kinds: Vec<[u8; 4]> = top_boxes(&bytes[from..to]).iter().map(|b| b.0).collect();
-        assert_eq!(&kinds[..2], &[*b"ftyp", *b"moov"], "part {i}: {kinds:?}");
-        assert!(kinds.contains(b"moof"), "part {i} has fragments");
-        decodes_cleanly(part.to_str().expect("utf-8 path"));
-    }
+    serve_support::media::check_cmaf_runs(out, entries);
 }
 
 /// With `ISNODE_TIMELINES_DIR` set, writes the run's rung timeline there as
@@ -301,4 +226,42 @@ fn cmaf_play_steps_down_under_loss_and_back_up() {
     let (json, out) = play_through_relay(&vol, &server, "mp4");
     check_cmaf(&json, &out);
     record_timeline(&json, "cmaf");
+}
+
+/// `--rung N` plays rung N of the ladder (0: the lowest bitrate) only: the output is that
+/// rendition's file, the timeline its start alone; a rung past the ladder is refused.
+#[test]
+fn a_pinned_rung_plays_that_rendition_only() {
+    let (vol, server) = title(false);
+    let (out, stats) = (vol.path("pinned.ts"), vol.path("pinned.json"));
+    let played = command()
+        .args(["play", "show", "--server", &server.url(), "--rung", "0"])
+        .args(["--as-fast-as-possible", "--max-seconds", "60"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--stats-json")
+        .arg(&stats)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running isnode play");
+    assert!(played.status.success(), "play failed:\n{}", text(&played));
+    let want = std::fs::read(vol.dir.path().join("r0.ts")).expect("the rung's file");
+    assert!(
+        std::fs::read(&out).expect("the output") == want,
+        "not rung 0's file"
+    );
+    let json: Value =
+        serde_json::from_slice(&std::fs::read(&stats).expect("stats")).expect("stats JSON");
+    let timeline = json["rung_timeline"].as_array().expect("a timeline");
+    assert_eq!(timeline.len(), 1, "{json}");
+    assert_eq!(timeline[0]["to"], "show@0", "{json}");
+    let refused = command()
+        .args(["play", "show", "--server", &server.url(), "--rung", "3"])
+        .arg("--out")
+        .arg(vol.path("none.ts"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running isnode play");
+    assert!(!refused.status.success());
+    assert!(text(&refused).contains("has 3 rungs"), "{}", text(&refused));
 }

@@ -138,6 +138,45 @@ pub struct BroadcastInfo {
     /// Session requests answered with this broadcast so far (the viewers the server knows of).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub viewers_redirected: u64,
+    /// The title and rung this broadcast sends, when it is one rung of a title's broadcast
+    /// (`POST /v1/broadcasts` naming a title with renditions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rung: Option<BroadcastRung>,
+}
+
+/// One rung of a title's broadcast: which title, which rendition and what it carries.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct BroadcastRung {
+    /// The title's name.
+    pub title: String,
+    /// The rendition's index in the title (the `i` of its object `TITLE@i`).
+    pub rendition: u32,
+    /// The rendition's average bitrate, bits per second.
+    pub bitrate_bps: u64,
+    /// Video width in pixels (none for an audio-only rendition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u32>,
+    /// Video height in pixels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub height: Option<u32>,
+    /// RFC 6381 codecs.
+    #[serde(default)]
+    pub codecs: String,
+}
+
+/// `201` of `POST /v1/broadcasts` naming a title with renditions: one broadcast per
+/// rendition (its own plan, channels and groups: no group is shared between rungs).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TitleBroadcastInfo {
+    /// The title's name.
+    pub title: String,
+    /// Each rendition's broadcast, in the title's order (each with its `rung`).
+    pub rungs: Vec<BroadcastInfo>,
+    /// Wire rate of all rungs' channels together, bits per second (what admission counts).
+    pub send_rate_bps: u64,
+    /// Mean wire rate of all rungs' channels over their cycles, bits per second (the
+    /// server's egress for the title, whatever the number of receivers).
+    pub mean_send_rate_bps: u64,
 }
 
 fn is_zero(v: &u64) -> bool {

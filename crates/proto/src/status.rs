@@ -164,6 +164,9 @@ pub struct StatusBroadcast {
     pub automatic: bool,
     /// Wire rate of all channels, bits per second.
     pub send_rate_bps: u64,
+    /// The title and rung, when it is one rung of a title's broadcast.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rung: Option<crate::broadcast::BroadcastRung>,
 }
 
 /// Whether a member serves.

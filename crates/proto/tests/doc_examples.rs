@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use isnode_proto::auth::ValidateSession;
-use isnode_proto::broadcast::{BroadcastInfo, BroadcastList, CreateBroadcast, SessionRedirect};
+use isnode_proto::broadcast::{
+    BroadcastInfo, BroadcastList, CreateBroadcast, SessionRedirect, TitleBroadcastInfo,
+};
 use isnode_proto::status::StatusBody;
 use isnode_proto::{
     ControlAnswer, CreateSession, ErrorBody, KeepaliveBody, MediaIndex, ObjectInfo, ObjectList,
@@ -96,6 +98,7 @@ fn checks() -> BTreeMap<&'static str, Check> {
         ("BroadcastInfo", round_trip::<BroadcastInfo>),
         ("BroadcastList", round_trip::<BroadcastList>),
         ("SessionRedirect", round_trip::<SessionRedirect>),
+        ("TitleBroadcastInfo", round_trip::<TitleBroadcastInfo>),
         ("ValidateSession", round_trip::<ValidateSession>),
         ("StatusBody", round_trip::<StatusBody>),
     ])

@@ -105,6 +105,10 @@ pub struct PlayConfig {
     /// Refuse a server that announces a bitrate above this (bit/s).
     pub max_bitrate_bps: u64,
 
+    /// A title with renditions plays this rung only (its ladder's index, 0 the lowest
+    /// bitrate), never switching (None: the rung decision picks and switches).
+    pub rung: Option<usize>,
+
     /// Refuse a server whose announced size and bitrate give a playing time longer than
     /// this (seconds).
     pub max_title_s: f64,
@@ -328,6 +332,7 @@ impl PlayConfig {
             max_object_bytes: crate::limits::DEFAULT_MAX_OBJECT_BYTES,
             min_bitrate_bps: crate::limits::DEFAULT_MIN_BITRATE_BPS,
             max_bitrate_bps: crate::limits::DEFAULT_MAX_BITRATE_BPS,
+            rung: None,
             max_title_s: crate::limits::DEFAULT_MAX_TITLE_S,
             max_queue_bytes: crate::limits::DEFAULT_MAX_QUEUE_BYTES,
             prebuffer_ms: None,

@@ -471,6 +471,14 @@ impl ControlClient {
         Ok(serde_json::from_str(&body)?)
     }
 
+    /// `GET /v1/broadcasts/{id}`: one broadcast's description now.
+    pub fn broadcast(&self, id: &str) -> anyhow::Result<isnode_proto::broadcast::BroadcastInfo> {
+        let url = format!("{}/v1/broadcasts/{id}", self.base);
+        let resp = self.req(self.agent.get(&url)).call()?;
+        let body = Self::body("reading the broadcast", 200, resp)?;
+        serde_json::from_str(&body).with_context(|| format!("reading the broadcast {id}"))
+    }
+
     /// `GET /v1/status`: the server's status snapshot (the role token needs the metrics
     /// role on a server with a token file).
     pub fn status(&self) -> anyhow::Result<isnode_proto::status::StatusBody> {

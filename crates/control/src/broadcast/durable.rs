@@ -42,6 +42,10 @@ pub struct Kept {
     pub epoch_unix_ns: u64,
     /// When it ends, unix time, ns.
     pub end_unix_ns: u64,
+    /// The title and rung it sends, when it is one rung of a title's broadcast (absent in
+    /// files written before titles were broadcast).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rung: Option<isnode_proto::broadcast::BroadcastRung>,
 }
 
 /// The file's contents.
@@ -164,6 +168,7 @@ mod tests {
             )],
             epoch_unix_ns: 1_000,
             end_unix_ns: 5_000,
+            rung: None,
         }
     }
 
@@ -171,12 +176,33 @@ mod tests {
     fn kept_broadcasts_read_back_as_written() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(read(dir.path()).unwrap(), vec![]);
-        let all = vec![kept("a"), kept("b")];
+        let mut rung = kept("b");
+        rung.rung = Some(isnode_proto::broadcast::BroadcastRung {
+            title: "show".into(),
+            rendition: 1,
+            bitrate_bps: 500_000,
+            width: Some(640),
+            height: Some(360),
+            codecs: "avc1.42C01E,mp4a.40.2".into(),
+        });
+        let all = vec![kept("a"), rung];
         write(dir.path(), &all).unwrap();
         assert_eq!(read(dir.path()).unwrap(), all);
         write(dir.path(), &all[1..]).unwrap();
         assert_eq!(read(dir.path()).unwrap(), &all[1..]);
         assert!(!dir.path().join(format!("{FILE}.tmp")).exists());
+    }
+
+    /// A file written before titles were broadcast (no `rung`) reads as plain broadcasts.
+    #[test]
+    fn a_file_without_rungs_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = r#"{"version":1,"broadcasts":[{"id":"a","object":"t.ts","scheme":"fast",
+            "width":null,"m":2,"max_wait_s":2.0,
+            "channels":[["239.255.0.1:5000","239.255.0.2:5000"]],
+            "epoch_unix_ns":1000,"end_unix_ns":5000}]}"#;
+        std::fs::write(dir.path().join(FILE), old).unwrap();
+        assert_eq!(read(dir.path()).unwrap(), vec![kept("a")]);
     }
 
     #[test]

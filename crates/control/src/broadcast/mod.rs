@@ -102,6 +102,8 @@ pub struct Broadcast {
     /// When it stops by itself (server clock, ns); `None` for an automatic broadcast,
     /// which stops once its viewers are done.
     pub end_ns: Option<u64>,
+    /// The title and rung it sends, when it is one rung of a title's broadcast.
+    pub rung: Option<isnode_proto::broadcast::BroadcastRung>,
 }
 
 impl Broadcast {
@@ -144,6 +146,7 @@ impl Broadcast {
             channels: self.groups.iter().map(|g| (g.source, g.repair)).collect(),
             epoch_unix_ns: self.epoch_unix_ns,
             end_unix_ns: now_unix_ns.saturating_add(end_ns.saturating_sub(now_ns)),
+            rung: self.rung.clone(),
         })
     }
 

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 
 use isnode_broadcast::{Plan, Scheme, SchemeParams};
-use isnode_proto::broadcast::CreateBroadcast;
+use isnode_proto::broadcast::{BroadcastRung, CreateBroadcast};
 
 use super::groups::GroupRange;
 use super::BroadcastError;
@@ -62,6 +62,8 @@ pub struct Request {
     pub port: u16,
     /// When it ends.
     pub end: End,
+    /// The title and rung it sends, when it is one rung of a title's broadcast.
+    pub rung: Option<BroadcastRung>,
 }
 
 /// An IP family.
@@ -124,6 +126,7 @@ pub fn parse(st: &Settings<'_>, body: &[u8]) -> Result<Request, BroadcastError> 
         groups,
         family,
         port,
+        rung: None,
     })
 }
 

@@ -136,6 +136,7 @@ pub fn describe(b: &Broadcast, now_ns: u64, ttl: u8) -> BroadcastInfo {
         bytes_sent: sum(|s| s.bytes_sent.load(Ordering::Relaxed)),
         automatic: b.automatic,
         viewers_redirected: b.viewers.load(Ordering::Relaxed),
+        rung: b.rung.clone(),
     }
 }
 
@@ -168,6 +169,7 @@ mod tests {
             family,
             port: 6000,
             end: End::Default,
+            rung: None,
         }
     }
 

@@ -60,6 +60,7 @@ pub fn auto_request(sh: &Control, obj: &ObjectInfo) -> Option<Request> {
         family: Family::V4,
         port: sh.config().broadcast_port,
         end: End::Default,
+        rung: None,
     })
 }
 
@@ -293,6 +294,7 @@ fn launch(sh: &Control, l: Launch<'_>, plan: Arc<Plan>) -> Result<Arc<Broadcast>
         viewers: AtomicU64::new(0),
         last_viewer_ns: AtomicU64::new(epoch_ns),
         end_ns,
+        rung: req.rung.clone(),
     });
     if let Err(e) = sh.broadcasts.insert(b.clone(), budget_bps(sh)) {
         stop_channels(&b.channels, sh.now_ns());
@@ -381,6 +383,7 @@ fn restore_one(
         family: Family::V4,
         port: groups.first().map_or(1, |g| g.source.port()),
         end: End::Default,
+        rung: k.rung.clone(),
     };
     let what = Launch {
         req: &req,

@@ -55,6 +55,97 @@ pub(crate) fn make(dir: &Path, container: Container, seconds: u32) -> PathBuf {
     out
 }
 
+/// Encodes one rung of a ladder: `seconds` of a test pattern of `size` (`WxH`) at video
+/// bitrate `rate` (`400k`) with a tone (AAC, 32 kbit/s), a key frame every 2 s (the rungs'
+/// key frames aligned), to `dir/NAME.ts` (MPEG-TS) or, with `cmaf`, `dir/NAME.mp4`
+/// (fragmented MP4, `-movflags +cmaf`).
+#[track_caller]
+pub(crate) fn encode_rung(
+    dir: &Path,
+    name: &str,
+    (size, rate): (&str, &str),
+    cmaf: bool,
+    seconds: &str,
+) -> PathBuf {
+    let out = dir.join(if cmaf {
+        format!("{name}.mp4")
+    } else {
+        format!("{name}.ts")
+    });
+    let src = format!("testsrc2=size={size}:rate=25");
+    let mut args = vec!["-v", "error", "-y", "-f", "lavfi", "-i", &src];
+    args.extend(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"]);
+    args.extend(["-map", "0:v", "-map", "1:a", "-c:a", "aac", "-b:a", "32k"]);
+    args.extend(["-t", seconds, "-c:v", "libx264", "-preset", "ultrafast"]);
+    args.extend(["-b:v", rate, "-maxrate", rate, "-bufsize", rate]);
+    args.extend([
+        "-g",
+        "50",
+        "-keyint_min",
+        "50",
+        "-sc_threshold",
+        "0",
+        "-r",
+        "25",
+    ]);
+    if cmaf {
+        args.extend(["-movflags", "+cmaf"]);
+    } else {
+        args.extend(["-f", "mpegts"]);
+    }
+    let mut cmd = Command::new(tool("ffmpeg"));
+    cmd.args(&args).arg(&out);
+    run(cmd, "encoding a rung");
+    out
+}
+
+/// The top-level boxes of an MP4 byte string: (type, start, end).
+pub(crate) fn top_boxes(b: &[u8]) -> Vec<([u8; 4], usize, usize)> {
+    let mut at = 0;
+    let mut boxes = Vec::new();
+    while at + 8 <= b.len() {
+        let size = u32::from_be_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+        assert!(
+            size >= 8 && at + size <= b.len(),
+            "box at {at}: size {size}"
+        );
+        boxes.push((b[at + 4..at + 8].try_into().unwrap(), at, at + size));
+        at += size;
+    }
+    assert_eq!(at, b.len(), "trailing bytes after the last box");
+    boxes
+}
+
+/// A CMAF output of `runs` rungs played in turn is one track switch per rung: each rung's
+/// initialization segment (`ftyp` + `moov`) then its fragments, every run decoding cleanly
+/// with ffmpeg (a file demuxer applies the first `moov` only, so the runs are decoded one
+/// by one, as a player appends them).
+#[track_caller]
+pub(crate) fn check_cmaf_runs(out: &Path, runs: usize) {
+    let bytes = std::fs::read(out).expect("the output");
+    let boxes = top_boxes(&bytes);
+    let starts: Vec<usize> = boxes
+        .iter()
+        .filter(|b| &b.0 == b"ftyp")
+        .map(|b| b.1)
+        .collect();
+    assert_eq!(
+        starts.len(),
+        runs,
+        "one initialization segment per rung played"
+    );
+    assert_eq!(starts[0], 0);
+    for (i, &from) in starts.iter().enumerate() {
+        let to = starts.get(i + 1).copied().unwrap_or(bytes.len());
+        let part = out.with_extension(format!("part{i}.mp4"));
+        std::fs::write(&part, &bytes[from..to]).expect("writing a part");
+        let kinds: Vec<[u8; 4]> = top_boxes(&bytes[from..to]).iter().map(|b| b.0).collect();
+        assert_eq!(&kinds[..2], &[*b"ftyp", *b"moov"], "part {i}: {kinds:?}");
+        assert!(kinds.contains(b"moof"), "part {i} has fragments");
+        decodes_cleanly(part.to_str().expect("utf-8 path"));
+    }
+}
+
 /// `ffmpeg -v error -i INPUT -f null -`: decodes every frame; panics with ffmpeg's
 /// complaints if there is any.
 #[track_caller]

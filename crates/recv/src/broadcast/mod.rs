@@ -11,6 +11,7 @@
 //! symbols are released as they arrive.
 
 pub mod gap;
+pub mod ladder;
 pub mod tune;
 
 use std::io::Write;
@@ -25,6 +26,7 @@ use crate::config::{CutShort, PlayConfig, VerifyDigests};
 use crate::control::params_of;
 use crate::digest_fetch::{fetch_now, symbols_of, DigestFetcher};
 use crate::impair::{ImpairStats, Impairer, Verdict};
+use crate::play::{Measured, Steer};
 use crate::receiver::{Output, PacketClass, Receiver, ReceiverConfig, Release};
 use isnode_proto::broadcast::BroadcastInfo;
 use tune::{ChannelListen, TunePlan};
@@ -32,6 +34,8 @@ use tune::{ChannelListen, TunePlan};
 pub use crate::config::RepairGroups;
 pub use tune::MAX_BROADCAST_CODEWORDS;
 
+/// A steered reception's measurements go to its steer this often.
+const STEER_EVERY: Duration = Duration::from_millis(100);
 /// A channel is joined this long before its first needed transmission, left this long after.
 const MARGIN_S: f64 = 0.25;
 /// After the schedule's end, the receiver waits this long for stragglers.
@@ -114,6 +118,15 @@ pub struct BroadcastStats {
     /// The unicast repair over HTTP of codewords the broadcast did not complete by their
     /// playing time (a lost server's gap, heavy loss), unless `--no-repair`.
     pub repair: crate::repair::RepairStats,
+    /// The title, when a title with renditions was received rung by rung ([`ladder`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The title's rungs: the first (reason `start`), then every switch.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rung_timeline: Vec<crate::play::RungChange>,
+    /// Each rung's reception, in order (the counters above are their sums).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rung_receptions: Vec<BroadcastStats>,
 }
 
 impl BroadcastStats {
@@ -168,17 +181,26 @@ enum Joined {
 }
 
 /// Receives `args.name` from its broadcast on the server; writes `--out`, `--stats-json`.
+/// A title with renditions broadcast per rung is received from the rung that fits
+/// ([`ladder`]).
 pub fn play(args: &PlayConfig) -> anyhow::Result<BroadcastStats> {
     let control = args.control(Duration::from_secs(10))?;
     let asked = Instant::now();
     let list = control.broadcasts()?;
     let rtt = asked.elapsed();
-    let info = list
-        .broadcasts
+    let (plain, rungs): (Vec<BroadcastInfo>, Vec<BroadcastInfo>) =
+        list.broadcasts.into_iter().partition(|b| b.rung.is_none());
+    if let Some(info) = plain.into_iter().find(|b| b.object.name == args.name) {
+        return play_described(args, &info, asked, rtt);
+    }
+    let rungs: Vec<BroadcastInfo> = rungs
         .into_iter()
-        .find(|b| b.object.name == args.name)
-        .with_context(|| format!("no broadcast of {:?} on {}", args.name, args.server))?;
-    play_described(args, &info, asked, rtt)
+        .filter(|b| b.rung.as_ref().is_some_and(|r| r.title == args.name))
+        .collect();
+    if !rungs.is_empty() {
+        return ladder::play_title(args, rungs);
+    }
+    bail!("no broadcast of {:?} on {}", args.name, args.server)
 }
 
 /// Receives the broadcast `info`, described by an answer to a request sent at `asked` that
@@ -190,23 +212,81 @@ pub fn play_described(
     rtt: Duration,
 ) -> anyhow::Result<BroadcastStats> {
     check_request(args, info)?;
+    let out = crate::playout::open_output(args.out.as_deref())?;
+    let (stats, _) = receive(args, info, (asked, rtt), out, Part::whole())?;
+    write_stats(args, &stats)?;
+    Ok(stats)
+}
+
+/// Writes `--stats-json`, if asked.
+pub(crate) fn write_stats(args: &PlayConfig, stats: &BroadcastStats) -> anyhow::Result<()> {
+    if let Some(p) = &args.stats_json {
+        std::fs::write(p, serde_json::to_vec_pretty(stats)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// The part of a broadcast's object a reception writes.
+pub(crate) struct Part<'a> {
+    /// The first byte written: the object's start (0), or a random-access point (a rung
+    /// switched to at a segment boundary).
+    pub from_byte: u64,
+    /// Fed the reception's measurements about every 100 ms; the reception's output ends at
+    /// the byte it returns (a segment boundary: a rung switch). None: to the object's end.
+    pub steer: Option<&'a mut dyn Steer>,
+}
+
+impl Part<'_> {
+    /// The whole object, not steered.
+    pub(crate) fn whole() -> Part<'static> {
+        Part {
+            from_byte: 0,
+            steer: None,
+        }
+    }
+}
+
+/// Receives `part` of the broadcast `info` into `out` (see [`play_described`] for
+/// `timing`: when the description was asked for and its round trip). Its statistics, and
+/// the byte its output was cut at when the steer ended it (None: it ran to the end).
+pub(crate) fn receive(
+    args: &PlayConfig,
+    info: &BroadcastInfo,
+    (asked, rtt): (Instant, Duration),
+    out: Box<dyn Write + Send>,
+    part: Part<'_>,
+) -> anyhow::Result<(BroadcastStats, Option<u64>)> {
     // Never ciphertext to the output: an encrypted title is decrypted segment by segment
     // with the key its viewer token fetches, asked before any group is joined.
     let protection = protection_of(args, &info.object.name)?;
     let impair = Impairer::new(&args.impair)?;
-    let arrived = asked + rtt / 2;
     let plan = tune::plan_of(info)?;
-    let tp = tune::tune(&plan, info, info.elapsed_s, MARGIN_S)?;
-    let (mut rx, codewords) = receiver_of(info)?;
+    let first = first_codeword(info, part.from_byte)?;
+    // Placed in the timetable now, just before joining: the time since the description's
+    // middle (the rest of its round trip, the key's request, planning) is not spent as if
+    // listening (an arrival just before a codeword's transmission would miss its first
+    // packets, and take it a period later).
+    let arrived = Instant::now();
+    let since_s = arrived
+        .saturating_duration_since(asked + rtt / 2)
+        .as_secs_f64();
+    let arrival_s = info.elapsed_s + since_s;
+    let tp = tune::tune_from(&plan, info, arrival_s, MARGIN_S, first)?;
+    let (mut rx, codewords) = receiver_of(info, first)?;
+    let mut chans = open_channels(&tp)?;
+    let mut run = Run::new(&tp, arrived, args.broadcast_repair);
+    // The channels due now are joined before the digests are fetched: their packets wait in
+    // the sockets' buffers meanwhile, instead of going by unheard.
+    run.arrival_s = arrival_s;
+    run.schedule(&mut chans, arrived.elapsed().as_secs_f64(), &rx)?;
     let digests = authenticate(args, info, &tp, &mut rx)?;
-    let chans = open_channels(&tp)?;
-    let out = crate::playout::open_output(args.out.as_deref())?;
-    let mut out = match protection {
-        Some(p) => p.writer(out, 0, info.object.size_bytes)?,
+    let out = match protection {
+        Some(p) => p.writer(out, part.from_byte, info.object.size_bytes)?,
         None => out,
     };
+    let mut out = Window::new(out, rx.output_start(), part.from_byte);
     let cpu0 = thread_cpu_s();
-    let mut run = Run::new(&tp, arrived, args.broadcast_repair);
     run.unicast = unicast_repair(args, info, arrived)?;
     let deadline = (tp.end_s + GRACE_S).min(args.max_seconds.max(0.0));
     let mut reception = Reception {
@@ -216,14 +296,89 @@ pub fn play_described(
         rx,
         impair,
     };
-    reception.receive(&mut *out, deadline)?;
-    reception.end(args, &mut *out)?;
-    let stats = reception.stats(info, &tp, codewords, cpu0);
-    if let Some(p) = &args.stats_json {
-        std::fs::write(p, serde_json::to_vec_pretty(&stats)?)
-            .with_context(|| format!("writing {}", p.display()))?;
+    reception.receive(&mut out, deadline, part.steer)?;
+    let cut = out.cut;
+    if cut.is_some() {
+        // Switched: the output ends at the boundary; nothing more is asked of this rung.
+        out.flush()?;
+        reception.leave_all();
+    } else {
+        reception.end(args, &mut out)?;
     }
-    Ok(stats)
+    let stats = reception.stats(info, &tp, codewords, cpu0);
+    Ok((stats, cut))
+}
+
+/// The codeword of `info`'s object holding byte `from_byte` (0 for 0).
+fn first_codeword(info: &BroadcastInfo, from_byte: u64) -> anyhow::Result<u32> {
+    if from_byte == 0 {
+        return Ok(0);
+    }
+    let p = params_of(&info.object, &info.fec, 0)?.partition()?;
+    if from_byte >= info.object.size_bytes {
+        bail!(
+            "byte {from_byte} is past the end of {} ({} bytes)",
+            info.object.name,
+            info.object.size_bytes
+        );
+    }
+    // The last codeword starting at or before the byte.
+    let blocks = p.blocks();
+    let (mut lo, mut hi) = (0u32, blocks);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if p.block_offset(mid) <= from_byte {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
+}
+
+/// The output of a reception: the receive core's bytes from the object's byte `start` on,
+/// of which those before `from` are dropped (a start at a random-access point inside a
+/// codeword) and those from `cut` on (a rung switch's boundary, once set) are not written.
+struct Window {
+    out: Box<dyn Write + Send>,
+    /// The object's byte the next byte handed here is.
+    pos: u64,
+    from: u64,
+    cut: Option<u64>,
+}
+
+impl Window {
+    fn new(out: Box<dyn Write + Send>, start: u64, from: u64) -> Window {
+        Window {
+            out,
+            pos: start,
+            from,
+            cut: None,
+        }
+    }
+
+    /// Whether the output has reached its cut.
+    fn done(&self) -> bool {
+        self.cut.is_some_and(|c| self.pos >= c)
+    }
+}
+
+impl Write for Window {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let (lo, hi) = (self.pos, self.pos + buf.len() as u64);
+        let from = self.from.max(lo);
+        let to = self.cut.map_or(hi, |c| c.min(hi));
+        if to > from {
+            let (a, b) = ((from - lo) as usize, (to - lo) as usize);
+            self.out.write_all(&buf[a..b])?;
+        }
+        self.pos = hi;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// What decrypting the title `name` needs (`None`: it is clear): its segments and the key
@@ -241,7 +396,7 @@ fn protection_of(
 
 /// Refuses what a broadcast receiver cannot do (`--http`) or take (a title over the limits
 /// of `args`) before anything is joined or allocated.
-fn check_request(args: &PlayConfig, info: &BroadcastInfo) -> anyhow::Result<()> {
+pub(crate) fn check_request(args: &PlayConfig, info: &BroadcastInfo) -> anyhow::Result<()> {
     if args.http.is_some() {
         bail!("--http is not available with a broadcast yet: use --out FILE or --out -");
     }
@@ -253,10 +408,10 @@ fn check_request(args: &PlayConfig, info: &BroadcastInfo) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// The receive core of a broadcast (its window is the whole title, released at once) and
-/// the title's codewords.
-fn receiver_of(info: &BroadcastInfo) -> anyhow::Result<(Receiver, u32)> {
-    let params = params_of(&info.object, &info.fec, 0)?;
+/// The receive core of a broadcast from codeword `first` (its window is the rest of the
+/// title, released at once) and the title's codewords.
+fn receiver_of(info: &BroadcastInfo, first: u32) -> anyhow::Result<(Receiver, u32)> {
+    let params = params_of(&info.object, &info.fec, first)?;
     let codewords = u32::try_from(info.plan.codewords)?;
     let rx = Receiver::new(
         params,
@@ -281,10 +436,29 @@ struct Reception {
 }
 
 impl Reception {
-    /// Follows the schedule, receives and writes until the title is complete or `deadline`
-    /// (seconds after the arrival) has passed.
-    fn receive(&mut self, out: &mut dyn Write, deadline: f64) -> anyhow::Result<()> {
+    /// Follows the schedule, receives and writes until the title is complete, `deadline`
+    /// (seconds after the arrival) has passed, or the output has reached the cut `steer`
+    /// set (fed the measurements every [`STEER_EVERY`]).
+    fn receive(
+        &mut self,
+        out: &mut Window,
+        deadline: f64,
+        mut steer: Option<&mut dyn Steer>,
+    ) -> anyhow::Result<()> {
+        let mut steered = Instant::now();
         loop {
+            if let (Some(s), None) = (steer.as_deref_mut(), out.cut) {
+                if steered.elapsed() >= STEER_EVERY {
+                    steered = Instant::now();
+                    let st = self.rx.stats();
+                    out.cut = s.observe(&Measured {
+                        valid_symbols: st.packets_valid,
+                        missed_symbols: st.packets_missed,
+                        symbol_len: self.rx.params().symbol_len,
+                        released_to: out.pos,
+                    });
+                }
+            }
             let now_s = self.run.arrived.elapsed().as_secs_f64();
             if let Some(f) = &mut self.digests {
                 f.pump(&mut self.rx, 0);
@@ -294,7 +468,7 @@ impl Reception {
                 .run
                 .receive(&mut self.chans, &mut self.rx, &mut self.impair, now_s)?;
             self.run.write(&mut self.rx, out)?;
-            if self.rx.is_complete() || now_s > deadline {
+            if self.rx.is_complete() || now_s > deadline || out.done() {
                 return Ok(());
             }
             if !got {
@@ -319,11 +493,16 @@ impl Reception {
             self.run.write(&mut self.rx, out)?;
         }
         out.flush()?;
-        let now_s = arrived.elapsed().as_secs_f64();
+        self.leave_all();
+        Ok(())
+    }
+
+    /// Leaves every channel.
+    fn leave_all(&mut self) {
+        let now_s = self.run.arrived.elapsed().as_secs_f64();
         for c in &mut self.chans {
             leave(c, now_s);
         }
-        Ok(())
     }
 
     /// The statistics of the reception of `info` (planned as `tp`, `codewords` long), whose
@@ -343,7 +522,7 @@ impl Reception {
             object: info.object.name.clone(),
             broadcast: info.id.clone(),
             scheme: info.scheme.clone(),
-            arrival_s: info.elapsed_s,
+            arrival_s: run.arrival_s,
             plan_worst_wait_s: info.plan.worst_wait_s,
             wait_s: tp.playback_start_s,
             first_byte_s: run.first_byte_s,
@@ -365,6 +544,9 @@ impl Reception {
             cpu_s: thread_cpu_s() - cpu0,
             impair: self.impair.stats(),
             repair: run.unicast.as_ref().map(|r| r.stats()).unwrap_or_default(),
+            title: None,
+            rung_timeline: Vec::new(),
+            rung_receptions: Vec::new(),
         }
     }
 }
@@ -558,6 +740,8 @@ struct Run {
     lossy: bool,
     /// Completes over HTTP what the broadcast did not by a codeword's playing time.
     unicast: Option<crate::repair::Repair>,
+    /// When the receiver tuned in, seconds after the broadcast's start.
+    arrival_s: f64,
 }
 
 impl Run {
@@ -574,6 +758,7 @@ impl Run {
             max_at_once: 0,
             lossy: false,
             unicast: None,
+            arrival_s: 0.0,
         }
     }
 
@@ -788,4 +973,36 @@ fn thread_cpu_s() -> f64 {
     // SAFETY: a valid timespec out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes before `from` are dropped, bytes from the cut on are not written, and the
+    /// position counts every byte handed in.
+    #[test]
+    fn a_window_writes_from_its_start_to_its_cut() {
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        struct Sink(std::sync::mpsc::Sender<Vec<u8>>);
+        impl Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                let _ = self.0.send(buf.to_vec());
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut w = Window::new(Box::new(Sink(tx)), 100, 105);
+        w.write_all(&[1; 10]).unwrap();
+        assert!(!w.done());
+        w.cut = Some(112);
+        w.write_all(&[2; 10]).unwrap();
+        assert!(w.done());
+        w.write_all(&[3; 10]).unwrap();
+        assert_eq!(w.pos, 130);
+        let got: Vec<u8> = rx.try_iter().flatten().collect();
+        assert_eq!(got, [vec![1; 5], vec![2; 2]].concat());
+    }
 }

@@ -87,55 +87,74 @@ pub(super) fn title_of(args: &PlayConfig) -> Option<Title> {
 
 /// A rung as played: its object, its decision inputs and its segment boundaries.
 #[derive(Clone, Debug)]
-struct RungMedia {
-    object: String,
-    rung: Rung,
+pub(crate) struct RungMedia {
+    /// The rendition's object.
+    pub object: String,
+    /// What the decision knows of it.
+    pub rung: Rung,
     /// Random-access points: (seconds, byte offset).
-    points: Vec<(f64, u64)>,
+    pub points: Vec<(f64, u64)>,
     /// A fragmented MP4's initialization segment length (the bytes before its first
     /// fragment); None for MPEG-TS.
-    init_len: Option<u64>,
+    pub init_len: Option<u64>,
 }
 
-/// The title's rungs, lowest bitrate first (the video renditions if it has any; one
-/// rendition per bitrate).
-fn ladder_of(control: &ControlClient, title: &Title) -> anyhow::Result<Vec<RungMedia>> {
-    let video = title.renditions.iter().any(|r| r.width.is_some());
-    let mut chosen: Vec<&RenditionJson> = title
-        .renditions
-        .iter()
-        .filter(|r| !video || r.width.is_some())
+/// The rungs of a ladder out of a title's renditions `all`, lowest bitrate first: the
+/// video renditions if it has any (`width` says which), one rendition per bitrate. Unicast
+/// and broadcast play order a title the same way.
+pub(crate) fn ladder_order<T>(
+    all: Vec<T>,
+    bitrate_bps: impl Fn(&T) -> u64,
+    width: impl Fn(&T) -> Option<u32>,
+) -> Vec<T> {
+    let video = all.iter().any(|r| width(r).is_some());
+    let mut chosen: Vec<T> = all
+        .into_iter()
+        .filter(|r| !video || width(r).is_some())
         .collect();
-    chosen.sort_by_key(|r| r.bitrate_bps);
-    chosen.dedup_by_key(|r| r.bitrate_bps);
+    chosen.sort_by_key(|r| bitrate_bps(r));
+    chosen.dedup_by_key(|r| bitrate_bps(r));
+    chosen
+}
+
+/// The title's rungs, lowest bitrate first ([`ladder_order`]).
+fn ladder_of(control: &ControlClient, title: &Title) -> anyhow::Result<Vec<RungMedia>> {
+    let chosen = ladder_order(
+        title.renditions.iter().collect(),
+        |r| r.bitrate_bps,
+        |r| r.width,
+    );
     chosen
         .into_iter()
-        .map(|r| rung_of(control, r))
+        .map(|r| rung_of(control, &r.object, r.bitrate_bps))
         .collect::<anyhow::Result<Vec<_>>>()
         .with_context(|| format!("reading the renditions of {}", title.name))
 }
 
-fn rung_of(control: &ControlClient, r: &RenditionJson) -> anyhow::Result<RungMedia> {
-    let info = control.object(&r.object)?;
-    let index = control.media_index(&r.object)?;
+/// The rung of rendition `object` of `bitrate_bps`: its FEC parameters and random-access
+/// points from the server.
+pub(crate) fn rung_of(
+    control: &ControlClient,
+    object: &str,
+    bitrate_bps: u64,
+) -> anyhow::Result<RungMedia> {
+    let info = control.object(object)?;
+    let index = control.media_index(object)?;
     let points: Vec<(f64, u64)> = index
         .points
         .iter()
         .map(|p| (p.time_s, p.offset_bytes))
         .collect();
     if points.is_empty() {
-        bail!(
-            "{} has no random-access points: it cannot be switched at segment boundaries",
-            r.object
-        );
+        bail!("{object} has no random-access points: it cannot be switched at segment boundaries");
     }
     let init_len = match index.container.as_str() {
         "mp4" => Some(points[0].1).filter(|&l| l > 0),
         _ => None,
     };
     Ok(RungMedia {
-        object: r.object.clone(),
-        rung: Rung::new(r.bitrate_bps, info.source_symbols, info.repair_symbols),
+        object: object.to_string(),
+        rung: Rung::new(bitrate_bps, info.source_symbols, info.repair_symbols),
         points,
         init_len,
     })
@@ -143,7 +162,7 @@ fn rung_of(control: &ControlClient, r: &RenditionJson) -> anyhow::Result<RungMed
 
 /// The output shared by the rungs' sessions (each session's playout writes its part).
 #[derive(Clone)]
-struct SharedOut(Arc<Mutex<Box<dyn Write + Send>>>);
+pub(crate) struct SharedOut(pub Arc<Mutex<Box<dyn Write + Send>>>);
 
 impl Write for SharedOut {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -163,19 +182,32 @@ impl Write for SharedOut {
 
 /// A switch decided during a session and where its output ends.
 #[derive(Clone, Copy, Debug)]
-struct Decided {
+pub(crate) struct Decided {
     /// When it was decided, from the start of play.
-    at: Duration,
-    from: usize,
-    to: usize,
-    reason: Reason,
+    pub at: Duration,
+    /// The rung left.
+    pub from: usize,
+    /// The rung played next.
+    pub to: usize,
+    /// Why.
+    pub reason: Reason,
     /// The random-access point the output switches at: its time.
-    media_s: f64,
+    pub media_s: f64,
+}
+
+/// Whether the receive rate is a signal of the rung decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RateSignal {
+    /// A session's rate: it falls behind the bitrate when the path cannot carry it.
+    Measured,
+    /// A broadcast's: its channels' rates are the plan's, not the path's (a receiver that
+    /// holds what comes next listens to no channel at all): loss is the only signal.
+    Ignored,
 }
 
 /// Feeds a session's measurements to the decision; ends the session at a segment
 /// boundary when the rung is to change.
-struct RungSteer<'a> {
+pub(crate) struct RungSteer<'a> {
     abr: &'a mut Abr,
     /// Play's start (the decision's clock).
     clock: Instant,
@@ -185,10 +217,33 @@ struct RungSteer<'a> {
     start_offset: u64,
     /// (time, valid symbols, missed symbols) over the last [`WINDOW`].
     samples: VecDeque<(Duration, u64, u64)>,
-    decided: Option<Decided>,
+    /// Whether the receive rate counts.
+    rate: RateSignal,
+    /// The switch decided, once it is.
+    pub decided: Option<Decided>,
 }
 
-impl RungSteer<'_> {
+impl<'a> RungSteer<'a> {
+    /// The steer of a reception of the rung with random-access `points` from byte
+    /// `start_offset`, deciding with `abr` on `clock`.
+    pub(crate) fn new(
+        abr: &'a mut Abr,
+        clock: Instant,
+        points: &'a [(f64, u64)],
+        start_offset: u64,
+        rate: RateSignal,
+    ) -> RungSteer<'a> {
+        RungSteer {
+            abr,
+            clock,
+            points,
+            start_offset,
+            samples: VecDeque::new(),
+            rate,
+            decided: None,
+        }
+    }
+
     /// The observation of `m` taken at `at`, over the samples of the window.
     fn observation(&mut self, at: Duration, m: &Measured) -> Observation {
         self.samples
@@ -216,9 +271,9 @@ impl RungSteer<'_> {
         Observation {
             at,
             loss: (expected >= MIN_EXPECTED_SYMBOLS).then(|| missed as f64 / expected as f64),
-            received_bps: (span >= WINDOW.mul_f64(0.75)).then(|| {
-                (valid as f64 * f64::from(m.symbol_len) * 8.0 / span.as_secs_f64()) as u64
-            }),
+            received_bps: (self.rate == RateSignal::Measured && span >= WINDOW.mul_f64(0.75)).then(
+                || (valid as f64 * f64::from(m.symbol_len) * 8.0 / span.as_secs_f64()) as u64,
+            ),
         }
     }
 }
@@ -271,7 +326,7 @@ pub(super) fn play_title(
         bail!("--start-codeword names a codeword of one object: use --start-at with a title");
     }
     let control = args.control(Duration::from_secs(10))?;
-    let ladder = ladder_of(&control, &title)?;
+    let ladder = pinned(ladder_of(&control, &title)?, args.rung, &title.name)?;
     let clock = Instant::now();
     let config = AbrConfig {
         max_bitrate_bps: args.max_bitrate_bps,
@@ -298,25 +353,19 @@ pub(super) fn play_title(
     loop {
         let rung = &ladder[abr.current()];
         let rung_args = rung_args(args, rung, media_s, sessions.is_empty(), clock)?;
-        let mut out_here = out.clone();
-        if let (Some(len), true) = (rung.init_len, media_s > 0.0) {
-            // A start inside the rung: its initialization segment first.
-            out_here.write_all(&control.head_bytes(&rung.object, len)?)?;
-        }
-        let out_rung: Box<dyn Write + Send> = match (rung.init_len, all.is_empty()) {
-            // After a switch, an MPEG-TS rung's first packets are marked.
-            (None, false) => Box::new(super::ts_mark::TsDiscontinuity::new(out_here)),
-            _ => Box::new(out_here),
+        let switched = match all.is_empty() {
+            true => Entry::First,
+            false => Entry::Switched,
         };
+        let out_rung = rung_output(&control, rung, &out, media_s, switched)?;
         let local = LocalSetup::with(&rung_args, socket, None, Some(out_rung))?;
-        let mut steer = RungSteer {
-            abr: &mut abr,
+        let mut steer = RungSteer::new(
+            &mut abr,
             clock,
-            points: &rung.points,
-            start_offset: start_offset(&rung.points, rung_args.start_at),
-            samples: VecDeque::new(),
-            decided: None,
-        };
+            &rung.points,
+            start_offset(&rung.points, rung_args.start_at),
+            RateSignal::Measured,
+        );
         let stats = super::play_with(&rung_args, socket, local, Some(&mut steer))?;
         let decided = steer.decided;
         sessions.push(RungSession::of(&stats, media_s));
@@ -338,9 +387,55 @@ pub(super) fn play_title(
     }
 }
 
+/// How a rung's output begins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// The title's first rung.
+    First,
+    /// A rung switched to.
+    Switched,
+}
+
+/// The output of `rung` played from `media_s` into `out`: a CMAF rung started inside the
+/// title gets its initialization segment written first; an MPEG-TS rung switched to has
+/// the first packet of each PID marked with the `discontinuity_indicator`.
+pub(crate) fn rung_output(
+    control: &ControlClient,
+    rung: &RungMedia,
+    out: &SharedOut,
+    media_s: f64,
+    entry: Entry,
+) -> anyhow::Result<Box<dyn Write + Send>> {
+    let mut out_here = out.clone();
+    if let (Some(len), true) = (rung.init_len, media_s > 0.0) {
+        // A start inside the rung: its initialization segment first.
+        out_here.write_all(&control.head_bytes(&rung.object, len)?)?;
+    }
+    Ok(match (rung.init_len, entry) {
+        // After a switch, an MPEG-TS rung's first packets are marked.
+        (None, Entry::Switched) => Box::new(super::ts_mark::TsDiscontinuity::new(out_here)),
+        _ => Box::new(out_here),
+    })
+}
+
+/// The rungs of `ladder` a play may use: rung `pin` only when given (`--rung`), or all.
+pub(crate) fn pinned<T>(ladder: Vec<T>, pin: Option<usize>, title: &str) -> anyhow::Result<Vec<T>> {
+    let Some(n) = pin else {
+        return Ok(ladder);
+    };
+    let len = ladder.len();
+    match ladder.into_iter().nth(n) {
+        Some(r) => Ok(vec![r]),
+        None => bail!(
+            "--rung {n}: {title} has {len} rungs (0 to {})",
+            len.saturating_sub(1)
+        ),
+    }
+}
+
 /// The byte a session of a rung with random-access `points` starts at from `start_at`
 /// (the point at or before it, as the server picks it; 0 from the start).
-fn start_offset(points: &[(f64, u64)], start_at: Option<f64>) -> u64 {
+pub(crate) fn start_offset(points: &[(f64, u64)], start_at: Option<f64>) -> u64 {
     start_at.map_or(0, |t| {
         points
             .iter()
@@ -351,7 +446,7 @@ fn start_offset(points: &[(f64, u64)], start_at: Option<f64>) -> u64 {
 }
 
 /// The timeline entry of the switch `d` over `ladder`, made at `at` from the start of play.
-fn change_of(ladder: &[RungMedia], d: Decided, at: Duration) -> RungChange {
+pub(crate) fn change_of(ladder: &[RungMedia], d: Decided, at: Duration) -> RungChange {
     RungChange {
         decided_at_s: d.at.as_secs_f64(),
         at_s: at.as_secs_f64(),
@@ -415,14 +510,13 @@ mod tests {
 
     /// A steer over [`POINTS`] whose session starts at byte `start_offset`.
     fn steer(abr: &mut Abr, start_offset: u64) -> RungSteer<'_> {
-        RungSteer {
+        RungSteer::new(
             abr,
-            clock: Instant::now(),
-            points: &POINTS,
+            Instant::now(),
+            &POINTS,
             start_offset,
-            samples: VecDeque::new(),
-            decided: None,
-        }
+            RateSignal::Measured,
+        )
     }
 
     /// A switch ends the output at the first boundary at or after what the playout has;
@@ -457,6 +551,33 @@ mod tests {
         let mut steer = steer(&mut abr, 1000);
         steer.observe(&measured(0, 0, 0));
         assert_eq!(steer.observe(&measured(50, 50, 0)), Some(2000));
+    }
+
+    /// Unicast and broadcast play order a title's renditions alike: the video ones, one per
+    /// bitrate, lowest first; `--rung N` keeps rung N of that order only.
+    #[test]
+    fn ladders_are_ordered_and_pinned() {
+        let all = vec![
+            (900, Some(640)),
+            (300, Some(320)),
+            (64, None),
+            (300, Some(320)),
+        ];
+        let ladder = ladder_order(all, |r| r.0, |r| r.1);
+        assert_eq!(ladder, vec![(300, Some(320)), (900, Some(640))]);
+        assert_eq!(pinned(ladder.clone(), None, "t").unwrap(), ladder);
+        assert_eq!(
+            pinned(ladder.clone(), Some(1), "t").unwrap(),
+            vec![(900, Some(640))]
+        );
+        let e = pinned(ladder, Some(2), "t").unwrap_err().to_string();
+        assert!(e.contains("has 2 rungs"), "{e}");
+        let audio = ladder_order(
+            vec![(64, None), (32, None)],
+            |r| r.0,
+            |r: &(u64, Option<u32>)| r.1,
+        );
+        assert_eq!(audio, vec![(32, None), (64, None)]);
     }
 
     /// Past the last boundary the title ends on the rung it plays.

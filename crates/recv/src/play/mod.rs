@@ -33,7 +33,7 @@
 
 mod http;
 mod keepalive;
-mod ladder;
+pub(crate) mod ladder;
 mod resume;
 mod session;
 mod setup;
@@ -54,6 +54,7 @@ use isnode_proto::keepalive::LossReport;
 
 pub use crate::config::{AcceptFrom, CutShort, PlayConfig, ReleaseArg, VerifyDigests};
 pub use http::{HttpListener, HttpOut, HttpServe};
+pub(crate) use session::{Measured, Steer};
 pub use setup::{SessionSetup, SourceFilter};
 pub use stats::{EndReason, LostRange, PlayStats, RungChange, RungSession};
 

@@ -184,7 +184,7 @@ pub struct RungChange {
 
 impl RungChange {
     /// The first rung, `object` from `media_s`; its bitrate is filled by the caller.
-    pub(super) fn start(object: &str, bitrate_bps: u64, media_s: f64) -> RungChange {
+    pub(crate) fn start(object: &str, bitrate_bps: u64, media_s: f64) -> RungChange {
         RungChange {
             decided_at_s: 0.0,
             at_s: 0.0,

@@ -679,5 +679,6 @@ fn describe(obj: &Obj, plan: &Plan, req: &PlanRequest) -> BroadcastInfo {
         bytes_sent: 0,
         automatic: false,
         viewers_redirected: 0,
+        rung: None,
     }
 }

@@ -260,6 +260,7 @@ fn broadcasts(sh: &ApiState) -> Vec<StatusBroadcast> {
             viewers: b.viewers.load(Ordering::Relaxed),
             automatic: b.automatic,
             send_rate_bps: b.send_rate_bps,
+            rung: b.rung.clone(),
         })
         .collect()
 }
