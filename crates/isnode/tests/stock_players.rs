@@ -8,7 +8,7 @@
 //! Side by side with a reference (the same encodes segmented by ffmpeg's own HLS and DASH
 //! muxers, served as static files through the same shaping front), each player plays
 //! isnode's title and then the reference on one schedule (8 Mbit/s, 1 Mbit/s from 12 s or
-//! once isnode's run is on the top rung, 8 Mbit/s again 24 s later): isnode's run must be on
+//! once isnode's run is on the top rung, 8 Mbit/s again 16 s later): isnode's run must be on
 //! the top rung before the drop, step down to 360p or lower after it, and stall and fall
 //! behind no more than the reference's (tolerances justified at their constants). Both rung
 //! timelines are printed, and written for `isnode bench timelines` when
@@ -293,7 +293,7 @@ const FAST_S: f64 = 12.0;
 /// Seconds at 8 Mbit/s at most, waiting for the top rung.
 const FAST_MAX_S: u64 = 60;
 /// Seconds at 1 Mbit/s after the drop.
-const SLOW_S: u64 = 24;
+const SLOW_S: u64 = 16;
 /// Seconds back at 8 Mbit/s after the slow phase (stepping up: reported, not asserted).
 const RECOVER_S: u64 = 12;
 
