@@ -7,7 +7,9 @@
 //! is `401`; the stored bytes alone do not decode; the key's bytes appear in no log line,
 //! metrics scrape, `/v1/status`, error body, command output or UDP datagram (captured on
 //! the loopback with `dumpcap`) of the run; `node.key` is
-//! 0600 and a key file others may read is refused.
+//! 0600 and a key file others may read is refused. A title of MPEG-TS renditions ingested
+//! with `--encrypt` has one key for every rung: each variant of its master playlist plays
+//! to its clear file's frames, and `isnode play --rung N` writes rung N's clear file.
 //!
 //! These tests need Debian's `ffmpeg` and `tshark` packages (`bash scripts/test` installs
 //! them); without them they fail, saying so.
@@ -352,6 +354,74 @@ fn an_encrypted_ts_title_plays_with_a_token_and_its_key_leaks_nowhere() {
         for form in key_forms(&key) {
             assert!(!contains(bytes, &form), "the key is in {what}");
         }
+    }
+}
+
+/// Two MPEG-TS renditions ingested as one title with `--encrypt`: one key (the same bytes
+/// from either rung's key route, 401 without a token), every variant of `master.m3u8` an
+/// AES-128 playlist whose frames are its clear file's, and `isnode play --rung N` with the
+/// token writes rung N's clear file byte for byte.
+#[test]
+fn an_encrypted_ts_ladder_has_one_key_and_plays_every_rung() {
+    let vol = Vol::create(&[]);
+    let rungs: Vec<std::path::PathBuf> = [("320x180", "300k"), ("480x270", "600k")]
+        .iter()
+        .enumerate()
+        .map(|(i, &r)| media::encode_rung(vol.dir.path(), &format!("r{i}"), r, false, "6"))
+        .collect();
+    let mut args = vec!["ingest", "--encrypt", "--name", "show"];
+    args.extend(rungs.iter().map(|f| f.to_str().unwrap()));
+    let out = isnode(&vol, &args);
+    assert!(out.status.success(), "{}", text(&out));
+    let viewer = token(&vol, "v", "viewer");
+    let server = Server::start(&vol, &[]);
+    let keys: Vec<Vec<u8>> = (0..2)
+        .map(|i| {
+            let path = format!("/v1/objects/show%40{i}/key");
+            let (status, _, _) = get_raw(server.addr, &path);
+            assert_eq!(status, 401, "{path} without a token");
+            let (status, head, key) = get_raw(server.addr, &format!("{path}?token={viewer}"));
+            assert_eq!(status, 200, "{path}: {head}");
+            key
+        })
+        .collect();
+    assert_eq!(keys[0].len(), 16);
+    assert_eq!(keys[0], keys[1], "one key for the title");
+    let master = format!("/v1/objects/show/master.m3u8?token={viewer}");
+    let (status, _, body) = get_raw(server.addr, &master);
+    assert_eq!(status, 200);
+    let master = String::from_utf8(body).unwrap();
+    assert_eq!(master.matches("#EXT-X-STREAM-INF").count(), 2, "{master}");
+    for (i, clear) in rungs.iter().enumerate() {
+        let url = format!(
+            "{}/v1/objects/show%40{i}/index.m3u8?token={viewer}",
+            server.url()
+        );
+        let (_, _, body) = get_raw(server.addr, &url[server.url().len()..]);
+        let playlist = String::from_utf8(body).unwrap();
+        assert!(
+            playlist.contains("#EXT-X-KEY:METHOD=AES-128,"),
+            "{playlist}"
+        );
+        let clear_s = clear.to_str().unwrap();
+        assert_eq!(
+            video_framemd5(&url),
+            video_framemd5(clear_s),
+            "rung {i}'s frames"
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let rung = i.to_string();
+        let extra = ["--token", viewer.as_str(), "--rung", rung.as_str()];
+        let played = play_run(&server, &vol, "show", &format!("rung{i}"), &extra, deadline);
+        assert!(
+            played.status.success(),
+            "isnode play --rung {i}: {}",
+            played.log
+        );
+        assert!(
+            played.bytes() == std::fs::read(clear).unwrap(),
+            "rung {i}: the clear file"
+        );
     }
 }
 

@@ -203,7 +203,8 @@ fn encrypt_boxes(
 }
 
 /// A content key with its id and constant IV: one object's, or shared by the renditions of
-/// a title (one `ContentProtection` per adaptation set names every rung's key).
+/// a title (one `ContentProtection` per adaptation set names every rung's key; MPEG-TS
+/// renditions take the key and key id, each segment its own IV).
 pub struct TitleKey {
     key: ContentKey,
     params: CencParams,
@@ -227,6 +228,17 @@ impl TitleKey {
                 iv: d.iv(),
             },
         }
+    }
+
+    /// The content key (MPEG-TS renditions take it with [`TitleKey::key_id`]; their IVs are
+    /// per segment).
+    pub(crate) fn key(&self) -> &ContentKey {
+        &self.key
+    }
+
+    /// The key id.
+    pub(crate) fn key_id(&self) -> [u8; 16] {
+        self.params.key_id
     }
 
     /// A new random key, key id and IV.

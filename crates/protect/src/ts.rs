@@ -32,13 +32,7 @@ pub(crate) fn encrypt(
     let (key, key_id) = match keys {
         Keys::Random => (ContentKey::generate(), new_key_id()),
         Keys::Derived(d) => (d.key().clone(), d.key_id()),
-        Keys::Shared(_) => {
-            return Err(ProtectError::Unsupported(
-                "--encrypt of a title with renditions is built for CMAF (fragmented MP4) \
-                 renditions only"
-                    .into(),
-            ))
-        }
+        Keys::Shared(k) => (k.key().clone(), k.key_id()),
     };
     let iv_of = |i: u32| match keys {
         Keys::Derived(d) => d.segment_iv(i),

@@ -282,7 +282,7 @@ fn store_renditions(
     args: &IngestArgs,
 ) -> anyhow::Result<TitleRecord> {
     let mut renditions = Vec::with_capacity(scans.len());
-    // `--encrypt`: CENC cbcs under one key for the whole title (CMAF renditions only).
+    // `--encrypt`: one key for the whole title (CMAF: CENC cbcs; MPEG-TS: AES-128 per segment).
     let protect = match args.encrypt {
         true => Some((
             super::protect::node_key(vol.root(), args)?,
