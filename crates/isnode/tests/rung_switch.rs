@@ -55,9 +55,24 @@ fn title(cmaf: bool) -> (Vol, Server) {
     (vol, server)
 }
 
-/// Plays the title through a relay whose loss rises from 5 s to 12 s; the stats JSON and
-/// the output's path.
-fn play_through_relay(vol: &Vol, server: &Server, ext: &str) -> (Value, PathBuf) {
+/// What happens to the server while the title plays.
+#[derive(Clone, Copy, PartialEq)]
+enum During {
+    /// Nothing.
+    Nothing,
+    /// `kill -9` this long after play starts, and a new server on the same address 300 ms
+    /// later (the client resumes its rung's session there).
+    KillAndRestartAfter(Duration),
+}
+
+/// Plays the title through a relay whose loss rises from 5 s to 12 s, `during` happening to
+/// the server meanwhile; the stats JSON and the output's path.
+fn play_through_relay(
+    vol: &Vol,
+    server: &mut Server,
+    ext: &str,
+    during: During,
+) -> (Value, PathBuf) {
     let relay_port = free_port().to_string();
     let client_port = free_port().to_string();
     let deadline = Instant::now() + Duration::from_secs(80);
@@ -77,20 +92,31 @@ fn play_through_relay(vol: &Vol, server: &Server, ext: &str) -> (Value, PathBuf)
     ));
     let out = vol.path(&format!("out.{ext}"));
     let stats = vol.path("stats.json");
-    let played = command()
-        .args(["play", "show", "--server", &server.url()])
-        .args(["--port", &client_port, "--session-port", &relay_port])
-        .args(["--max-seconds", "70", "--timeout-s", "10"])
-        .arg("--out")
-        .arg(&out)
-        .arg("--stats-json")
-        .arg(&stats)
-        .stdin(Stdio::null())
-        .output()
-        .expect("running isnode play");
-    assert!(Instant::now() < deadline, "play took too long");
-    let log = text(&played);
-    assert!(played.status.success(), "play failed:\n{log}");
+    let log = vol.path("play.log");
+    let mut play = ChildGuard(Some(
+        command()
+            .args(["play", "show", "--server", &server.url()])
+            .args(["--port", &client_port, "--session-port", &relay_port])
+            .args(["--max-seconds", "70", "--timeout-s", "10"])
+            .arg("--out")
+            .arg(&out)
+            .arg("--stats-json")
+            .arg(&stats)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("the play log"))
+            .spawn()
+            .expect("running isnode play"),
+    ));
+    if let During::KillAndRestartAfter(after) = during {
+        std::thread::sleep(after);
+        server.kill9();
+        std::thread::sleep(Duration::from_millis(300));
+        *server = Server::start_on(vol, server.addr.port(), &[], &[]);
+    }
+    let status = play.wait_until(deadline, "isnode play");
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "play failed:\n{log}");
     drop(relay.0.take().map(|mut c| c.kill()));
     let json: Value = serde_json::from_slice(&std::fs::read(&stats).expect("the stats JSON"))
         .expect("stats JSON");
@@ -214,18 +240,35 @@ fn record_timeline(json: &Value, kind: &str) {
 
 #[test]
 fn ts_play_steps_down_under_loss_and_back_up() {
-    let (vol, server) = title(false);
-    let (json, out) = play_through_relay(&vol, &server, "ts");
+    let (vol, mut server) = title(false);
+    let (json, out) = play_through_relay(&vol, &mut server, "ts", During::Nothing);
     check_ts(&json, &out);
     record_timeline(&json, "ts");
 }
 
 #[test]
 fn cmaf_play_steps_down_under_loss_and_back_up() {
-    let (vol, server) = title(true);
-    let (json, out) = play_through_relay(&vol, &server, "mp4");
+    let (vol, mut server) = title(true);
+    let (json, out) = play_through_relay(&vol, &mut server, "mp4", During::Nothing);
     check_cmaf(&json, &out);
     record_timeline(&json, "cmaf");
+}
+
+/// The server is killed (`kill -9`) 14 s into play, after the steps down (loss from 5 s to
+/// 12 s; the bottom rung from about 11 s until the first step up at about 19 s), and
+/// restarted on its address: the client resumes the session of the rung it was on and goes
+/// on switching (back up after the loss); its MPEG-TS output decodes whole and lasts the
+/// title.
+#[test]
+fn play_resumes_across_a_server_restart_and_keeps_switching() {
+    let (vol, mut server) = title(false);
+    let kill = During::KillAndRestartAfter(Duration::from_secs(14));
+    let (json, out) = play_through_relay(&vol, &mut server, "ts", kill);
+    assert!(
+        json["resumes"].as_u64().unwrap_or(0) >= 1,
+        "no resume: {json}"
+    );
+    check_ts(&json, &out);
 }
 
 /// `--rung N` plays rung N of the ladder (0: the lowest bitrate) only: the output is that
