@@ -112,6 +112,16 @@ pub fn run(
     config: &ServeConfig,
     reload: impl Fn() -> anyhow::Result<ServeConfig>,
 ) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("creating the signal runtime")?;
+    // The handlers before the API answers: a SIGTERM as soon as it does drains, rather than
+    // ending the process as the default action would.
+    let signals = {
+        let _in = rt.enter();
+        Signals::new()?
+    };
     let handle = start(volume_dir, config)
         .with_context(|| format!("starting the server on {}", volume_dir.display()))?;
     eprintln!(
@@ -119,11 +129,7 @@ pub fn run(
         handle.url(),
         handle.engine().name()
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("creating the signal runtime")?;
-    let outcome = rt.block_on(supervise(&handle, &reload));
+    let outcome = rt.block_on(supervise(&handle, &reload, signals));
     handle.shutdown();
     match outcome? {
         Stop::Failed(why) => anyhow::bail!("the server stopped: {why}"),
@@ -142,14 +148,34 @@ enum Stop {
     Drained(Drained),
 }
 
+/// The signals the server answers, their handlers installed (in a runtime's context).
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
+            hup: signal(SignalKind::hangup()).context("SIGHUP handler")?,
+        })
+    }
+}
+
 /// Waits for signals: SIGHUP reloads, SIGTERM/SIGINT drains.
 async fn supervise(
     handle: &ServerHandle,
     reload: &impl Fn() -> anyhow::Result<ServeConfig>,
+    signals: Signals,
 ) -> anyhow::Result<Stop> {
-    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
+    let Signals {
+        mut term,
+        mut int,
+        mut hup,
+    } = signals;
     notify(&[sd_notify::NotifyState::Ready]);
     loop {
         if let Some(why) = handle.failure() {
