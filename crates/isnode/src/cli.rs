@@ -385,24 +385,39 @@ pub(crate) enum BenchCommand {
 /// `bench background`.
 #[derive(Args, Debug)]
 pub(crate) struct BackgroundBenchArgs {
-    /// Paced clients (one title each).
+    /// Paced clients (one title each) of the first level.
     #[arg(long, default_value_t = 8)]
     pub clients: usize,
+    /// The most clients: the clients alone double from --clients while every stream is
+    /// valid, up to this, then bisect; the phases run at the most clients valid alone (no
+    /// ramp when at most --clients).
+    #[arg(long, default_value_t = 0)]
+    pub max_clients: usize,
+    /// Bisection steps after the first level with an invalid stream.
+    #[arg(long, default_value_t = 3)]
+    pub bisect_steps: usize,
     /// Bitrate of each title.
     #[arg(long, default_value_t = 4_000_000)]
     pub bitrate: u64,
     /// Playing time of each title, seconds.
     #[arg(long, default_value_t = 30)]
     pub title_seconds: u64,
+    /// Block sizes of the volume, bytes, comma-separated: the whole benchmark once per
+    /// size, on a volume of its own (default: `volume create`'s).
+    #[arg(long, value_delimiter = ',')]
+    pub block_sizes: Vec<u32>,
+    /// Also run the phases beside one busy thread (a competing CPU load of one core).
+    #[arg(long)]
+    pub cpu_load: bool,
     /// Most bytes per second the server and the background work read from the volume's disk.
     #[arg(long, default_value_t = 12_000_000)]
     pub disk_read_limit: u64,
     /// Most memory of the server and the background work, page cache included, bytes.
     #[arg(long, default_value_t = 256 << 20)]
     pub memory_limit: u64,
-    /// The server's block pool, bytes (default: 12 MiB per client and 16 MiB, what
-    /// admission asks for; each client plays its own title, so every block is read from
-    /// the disk once whatever the pool).
+    /// The server's block pool, bytes (default: what admission asks of each client for the
+    /// volume's block size, and 16 MiB, within the memory limit less 64 MiB; each client
+    /// plays its own title, so every block is read from the disk once whatever the pool).
     #[arg(long)]
     pub cache_size_bytes: Option<u64>,
     /// The background scrub's rate cap, bits per second.

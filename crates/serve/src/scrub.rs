@@ -11,6 +11,10 @@
 //! sessions'). The same load is written for the other processes on the volume
 //! (`viewer_pace.rs`).
 //!
+//! The thread runs at background priority ([`isnode_sys::priority`]: nice 19, the lowest
+//! best-effort I/O level), so that its digests and parity checks take CPU only where the
+//! viewers' threads leave some.
+//!
 //! Between passes it waits [`PASS_PAUSE_S`] s. Progress and findings are counters of
 //! [`ScrubState`], in the metrics (`isnode_scrub_*`) and `GET /v1/status` (`scrub`).
 
@@ -116,6 +120,10 @@ pub(crate) struct Scrub {
 
 /// The thread's body: passes while the server runs (idle while `scrub_rate_bps` is 0).
 pub(crate) fn run(sh: Scrub) {
+    // Its CPU and reads lose every contest with the viewers' threads.
+    if let Err(e) = isnode_sys::priority::lower_this_thread() {
+        tracing::warn!("background scrub: its priority stays the server's: {e}");
+    }
     while !sh.stop.is_stopped() {
         if sh.config.load().scrub_rate_bps == 0 {
             sh.state.rate_bps.store(0, Ordering::Relaxed);
