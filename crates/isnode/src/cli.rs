@@ -409,6 +409,18 @@ pub(crate) struct BackgroundBenchArgs {
     /// Also run the phases beside one busy thread (a competing CPU load of one core).
     #[arg(long)]
     pub cpu_load: bool,
+    /// The clients' nice value (they stand in for players on other machines: the
+    /// machine's other work competes with the server, not with them; below 0 needs root).
+    #[arg(long, default_value_t = -10, allow_negative_numbers = true)]
+    pub client_nice: i32,
+    /// The background work's CPU and I/O priority: low (as isnode runs it: nice 19, the
+    /// lowest best-effort I/O level) or normal (the server's own, as before).
+    #[arg(long, value_enum, default_value = "low")]
+    pub background_priority: BackgroundPriorityArg,
+    /// Run the server and the rebuild from this isnode binary instead of this one (the
+    /// clients stay this one's): before/after runs.
+    #[arg(long)]
+    pub server_exe: Option<PathBuf>,
     /// Most bytes per second the server and the background work read from the volume's disk.
     #[arg(long, default_value_t = 12_000_000)]
     pub disk_read_limit: u64,
@@ -435,6 +447,15 @@ pub(crate) struct BackgroundBenchArgs {
     /// A short run (2 clients of 2 Mbit/s, 8 s titles); exit 1 when any output differs.
     #[arg(long)]
     pub check: bool,
+}
+
+/// `bench background --background-priority`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BackgroundPriorityArg {
+    /// nice 19 and the lowest best-effort I/O level.
+    Low,
+    /// The server's own priority.
+    Normal,
 }
 
 /// `bench soak`.

@@ -6,6 +6,10 @@
 //! every contest.
 //!
 //! Threads and processes started by the thread afterwards inherit both.
+//!
+//! `ISNODE_BACKGROUND_PRIORITY=normal` in the environment leaves the priority as it is (the
+//! behaviour before, for before/after measurements: `isnode bench background
+//! --background-priority normal`).
 
 use std::io;
 
@@ -20,9 +24,30 @@ const IOPRIO_WHO_PROCESS: i32 = 1;
 /// Bits of the level below the class in an I/O priority.
 const IOPRIO_CLASS_SHIFT: u32 = 13;
 
-/// Puts the calling thread at background priority (CPU and I/O); an error says which
-/// call failed.
-pub fn lower_this_thread() -> io::Result<()> {
+/// The environment variable that keeps background work at normal priority (`normal`).
+pub const PRIORITY_ENV: &str = "ISNODE_BACKGROUND_PRIORITY";
+
+/// What [`lower_this_thread`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The thread runs at background priority now.
+    Lowered,
+    /// [`PRIORITY_ENV`] said `normal`: nothing changed.
+    KeptNormal,
+}
+
+/// Puts the calling thread at background priority (CPU and I/O), unless [`PRIORITY_ENV`]
+/// says `normal`; an error says which call failed.
+pub fn lower_this_thread() -> io::Result<Applied> {
+    if std::env::var(PRIORITY_ENV).is_ok_and(|v| v == "normal") {
+        return Ok(Applied::KeptNormal);
+    }
+    lower_unconditionally()?;
+    Ok(Applied::Lowered)
+}
+
+/// [`lower_this_thread`] whatever the environment says.
+fn lower_unconditionally() -> io::Result<()> {
     // SAFETY: gettid has no preconditions.
     #[allow(unsafe_code)]
     let tid = unsafe { libc::gettid() };
@@ -78,7 +103,7 @@ mod tests {
     fn a_lowered_thread_runs_at_nice_19_and_others_keep_theirs() {
         let before = this_thread_nice().unwrap();
         let lowered = std::thread::spawn(|| {
-            lower_this_thread().unwrap();
+            lower_unconditionally().unwrap();
             this_thread_nice().unwrap()
         })
         .join()

@@ -15,6 +15,12 @@
 //!    `VOLUME/run/viewer-pace.json`), started once every client has started;
 //! 4. with [`CpuLoad::OneCore`], the three again beside one busy thread ([`busy`]).
 //!
+//! The clients stand in for players on other machines: they run at `client_nice` (root:
+//! -10 by default), so that the machine's other work and the busy core compete with the
+//! server and its background work, not with them (at nice 0 on a machine shared with
+//! builds, their own underruns made streams invalid while the server's slack never fell
+//! below 224 ms).
+//!
 //! Each phase counts the valid streams (no underrun, every full second at 95 % of the
 //! bitrate or more), the server's late bursts, the clients' underruns, the smallest
 //! playback slack the server reported (its status, sampled every 200 ms) and the
@@ -33,6 +39,7 @@ mod busy;
 mod report;
 mod trace;
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -52,8 +59,10 @@ pub use trace::StreamTrace;
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct BackgroundConfig {
-    /// The isnode binary (server, clients, rebuild).
+    /// The isnode binary (clients, titles; server and rebuild unless `server_exe`).
     pub isnode_exe: PathBuf,
+    /// Another isnode binary for the server and the rebuild (before/after runs).
+    pub server_exe: Option<PathBuf>,
     /// Paced clients (one title each) of the first level.
     pub clients: usize,
     /// The most clients the ramp tries (at most `clients`: no ramp, `clients` it is).
@@ -76,10 +85,42 @@ pub struct BackgroundConfig {
     pub block_len: Option<u32>,
     /// Whether the phases run again beside a busy core.
     pub cpu_load: CpuLoad,
+    /// The clients' nice value: they stand in for players on other machines, so the
+    /// machine's other work (and the busy core) competes with the server, not with them.
+    pub client_nice: i32,
+    /// The background work's priority (the server's scrub thread, the rebuild).
+    pub priority: BackgroundPriority,
     /// Where the volume is made (a directory on the disk to throttle).
     pub dir: PathBuf,
     /// Seed of the titles.
     pub seed: u64,
+}
+
+/// The CPU and I/O priority of the background work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum BackgroundPriority {
+    /// As isnode runs it: nice 19, the lowest best-effort I/O level
+    /// (`isnode_sys::priority`).
+    Low,
+    /// The server's own (`ISNODE_BACKGROUND_PRIORITY=normal`): the behaviour before.
+    Normal,
+}
+
+impl BackgroundPriority {
+    /// The environment the server and the rebuild get.
+    fn env(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            BackgroundPriority::Low => None,
+            BackgroundPriority::Normal => Some(("ISNODE_BACKGROUND_PRIORITY", "normal")),
+        }
+    }
+}
+
+impl BackgroundConfig {
+    /// The binary of the server and the rebuild.
+    fn server_exe(&self) -> &Path {
+        self.server_exe.as_deref().unwrap_or(&self.isnode_exe)
+    }
 }
 
 /// One phase's figures.
@@ -123,6 +164,12 @@ pub struct LevelRow {
     pub pool_bytes: u64,
     /// Clients refused by the server (admission: the pool, the disk).
     pub refused: u64,
+    /// Streams with an underrun.
+    pub streams_stalled: usize,
+    /// The server's late bursts.
+    pub late_bursts: u64,
+    /// The smallest playback slack the server reported, ms.
+    pub min_slack_ms: Option<i64>,
 }
 
 /// The benchmark's report.
@@ -140,6 +187,8 @@ pub struct BackgroundReport {
     pub title_s: u64,
     /// The volume's block length, bytes.
     pub block_len: u32,
+    /// The background work's priority.
+    pub priority: BackgroundPriority,
     /// The ramp's levels, alone, in the order run.
     pub ramp: Vec<LevelRow>,
     /// The most clients valid alone (the load of the phases; the first level when none
@@ -239,6 +288,7 @@ pub fn run(
         bitrate_bps: cfg.bitrate_bps,
         title_s: cfg.title_s,
         block_len: params.block_len,
+        priority: cfg.priority,
         ramp,
         clients,
         pool_bytes: bench.pool(clients),
@@ -306,6 +356,9 @@ fn ramp(
             valid: row.valid,
             pool_bytes: b.pool(n),
             refused: row.trace.refused,
+            streams_stalled: row.trace.streams_with_underruns,
+            late_bursts: row.late_bursts,
+            min_slack_ms: row.min_slack_ms,
         });
         if row.valid == n {
             if good.as_ref().is_none_or(|(g, _)| *g < n) {
@@ -548,7 +601,8 @@ fn start_server(
         group: Some(group),
         output: Output::Silent,
         block_io: BlockIo::Direct,
-        ..ServerSpec::new(&cfg.isnode_exe, vol, "127.0.0.1", "gso", pool_bytes)
+        env: cfg.priority.env(),
+        ..ServerSpec::new(cfg.server_exe(), vol, "127.0.0.1", "gso", pool_bytes)
     })
 }
 
@@ -569,8 +623,11 @@ struct RebuildDone {
 /// Starts `isnode volume rebuild --member REBUILT --json` in the group.
 fn rebuild(cfg: &BackgroundConfig, group: &Cgroup, vol: &Path) -> anyhow::Result<RebuildRun> {
     let report = vol.with_extension("rebuild.json");
-    let child = group
-        .command(&cfg.isnode_exe)
+    let mut command = group.command(cfg.server_exe());
+    if let Some((k, v)) = cfg.priority.env() {
+        command.env(k, v);
+    }
+    let child = command
         .args(["--volume", &vol.display().to_string(), "volume", "rebuild"])
         .args(["--member", &REBUILT.to_string(), "--json"])
         .stdin(Stdio::null())
@@ -629,7 +686,8 @@ impl Client {
         let out = prefix.with_extension("out");
         let stats = prefix.with_extension("json");
         let _ = std::fs::remove_file(&stats);
-        let child = Command::new(&cfg.isnode_exe)
+        let mut command = Command::new(&cfg.isnode_exe);
+        command
             .args(["play", name, "--server", base, "--out"])
             .arg(&out)
             .arg("--stats-json")
@@ -637,9 +695,19 @@ impl Client {
             .args(["--max-seconds", &(cfg.title_s * 2 + 30).to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(prefix.with_extension("stderr"))?)
-            .spawn()
-            .context("starting isnode play")?;
+            .stderr(std::fs::File::create(prefix.with_extension("stderr"))?);
+        let nice = cfg.client_nice;
+        // SAFETY: setpriority is async-signal-safe and touches only the new child.
+        #[allow(unsafe_code)]
+        unsafe {
+            command.pre_exec(
+                move || match libc::setpriority(libc::PRIO_PROCESS, 0, nice) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()),
+                },
+            )
+        };
+        let child = command.spawn().context("starting isnode play")?;
         Ok(Client {
             child: Some(child),
             out,

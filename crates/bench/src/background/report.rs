@@ -6,17 +6,18 @@ use super::{BackgroundReport, CpuLoad, PhaseRow};
 pub fn format_table(r: &BackgroundReport) -> String {
     let mut s = format!(
         "disk {} read-limited to {:.1} MB/s, memory {} MiB; {} KiB blocks; titles of {:.1} \
-         Mbit/s, {} s; load average {} -> {}\n",
+         Mbit/s, {} s; background priority {:?}; load average {} -> {}\n",
         r.disk,
         r.disk_read_bps as f64 / 1e6,
         r.memory_bytes >> 20,
         r.block_len >> 10,
         r.bitrate_bps as f64 / 1e6,
         r.title_s,
+        r.priority,
         r.load_average.0,
         r.load_average.1,
     );
-    s.push_str("alone, ramp: ");
+    s.push_str("alone, ramp:\n  ");
     let ramp: Vec<String> = r
         .ramp
         .iter()
@@ -26,14 +27,17 @@ pub fn format_table(r: &BackgroundReport) -> String {
                 n => format!(", {n} refused"),
             };
             format!(
-                "{}/{} ({} MiB pool{refused})",
+                "{}/{} ({} MiB pool{refused}; {} stalled, {} late bursts, min slack {} ms)",
                 l.valid,
                 l.clients,
-                l.pool_bytes >> 20
+                l.pool_bytes >> 20,
+                l.streams_stalled,
+                l.late_bursts,
+                l.min_slack_ms.map_or("-".into(), |m| m.to_string()),
             )
         })
         .collect();
-    s.push_str(&ramp.join(", "));
+    s.push_str(&ramp.join("\n  "));
     s.push_str(&format!(
         "\nmost clients valid alone: {} (pool {} MiB)\n",
         r.clients,

@@ -77,6 +77,8 @@ pub(crate) struct ServerSpec<'a> {
     pub(crate) block_io: BlockIo,
     /// HTTPS with this certificate and key (PEM files) instead of plain HTTP.
     pub(crate) tls: Option<(&'a Path, &'a Path)>,
+    /// One more variable in its environment.
+    pub(crate) env: Option<(&'a str, &'a str)>,
 }
 
 impl<'a> ServerSpec<'a> {
@@ -100,6 +102,7 @@ impl<'a> ServerSpec<'a> {
             output: Output::Stderr,
             block_io: BlockIo::FromEnvironment,
             tls: None,
+            env: None,
         }
     }
 }
@@ -137,6 +140,9 @@ pub(crate) fn start(spec: &ServerSpec) -> anyhow::Result<(ServerChild, String)> 
             .arg(cert)
             .arg("--tls-key")
             .arg(key);
+    }
+    if let Some((k, v)) = spec.env {
+        command.env(k, v);
     }
     if spec.block_io == BlockIo::Direct {
         command.env_remove("ISNODE_BUFFERED_IO");

@@ -351,7 +351,8 @@ fn write_json(path: &std::path::Path, report: &impl serde::Serialize) -> anyhow:
 
 /// `bench background`.
 pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Result<ExitCode> {
-    use isnode_bench::background::{self, BackgroundConfig, CpuLoad};
+    use crate::cli::BackgroundPriorityArg;
+    use isnode_bench::background::{self, BackgroundConfig, BackgroundPriority, CpuLoad};
     let (clients, bitrate_bps, title_s) = match args.check {
         true => (2, 2_000_000, 8),
         false => (args.clients, args.bitrate, args.title_seconds),
@@ -359,6 +360,10 @@ pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Resu
     anyhow::ensure!((1..=500).contains(&clients), "--clients must be 1 to 500");
     anyhow::ensure!(args.max_clients <= 500, "--max-clients must be at most 500");
     anyhow::ensure!(args.bisect_steps <= 10, "--bisect-steps must be at most 10");
+    anyhow::ensure!(
+        (-20..=19).contains(&args.client_nice),
+        "--client-nice must be -20 to 19"
+    );
     anyhow::ensure!(
         (4..=3600).contains(&title_s),
         "--title-seconds must be 4 to 3600"
@@ -379,6 +384,8 @@ pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Resu
     for block_len in blocks {
         let cfg = BackgroundConfig {
             isnode_exe: std::env::current_exe().context("finding the isnode binary")?,
+            server_exe: args.server_exe.clone(),
+            client_nice: args.client_nice,
             clients,
             max_clients: if args.check { 0 } else { args.max_clients },
             bisect_steps: args.bisect_steps,
@@ -392,6 +399,10 @@ pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Resu
             cpu_load: match args.cpu_load {
                 true => CpuLoad::OneCore,
                 false => CpuLoad::Idle,
+            },
+            priority: match args.background_priority {
+                BackgroundPriorityArg::Low => BackgroundPriority::Low,
+                BackgroundPriorityArg::Normal => BackgroundPriority::Normal,
             },
             dir: args.dir.clone(),
             seed: args.seed,
