@@ -409,6 +409,10 @@ pub(crate) struct BackgroundBenchArgs {
     /// Also run the phases beside one busy thread (a competing CPU load of one core).
     #[arg(long)]
     pub cpu_load: bool,
+    /// What each client buffers before its paced playout starts, ms (`play
+    /// --prebuffer-ms`): a player's start-up buffer, as `bench load --startup-buffer 1`.
+    #[arg(long, default_value_t = 1000)]
+    pub prebuffer_ms: u64,
     /// The clients' nice value (they stand in for players on other machines: the
     /// machine's other work competes with the server, not with them; below 0 needs root).
     #[arg(long, default_value_t = -10, allow_negative_numbers = true)]

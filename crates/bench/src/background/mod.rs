@@ -21,8 +21,8 @@
 //! builds, their own underruns made streams invalid while the server's slack never fell
 //! below 224 ms).
 //!
-//! Each phase counts the valid streams (no underrun, every full second at 95 % of the
-//! bitrate or more), the server's late bursts, the clients' underruns, the smallest
+//! Each phase counts the valid streams (no underrun after a start-up buffer of
+//! `prebuffer_ms`, every full second at 95 % of the bitrate or more), the server's late bursts, the clients' underruns, the smallest
 //! playback slack the server reported (its status, sampled every 200 ms) and the
 //! background work's rate; and traces what bounds it ([`trace`]): each stream's underruns
 //! and worst second, the throttled disk's use of its limit, the server's CPU and the
@@ -85,6 +85,9 @@ pub struct BackgroundConfig {
     pub block_len: Option<u32>,
     /// Whether the phases run again beside a busy core.
     pub cpu_load: CpuLoad,
+    /// What each client buffers before its paced playout starts, ms (`isnode play
+    /// --prebuffer-ms`; a player's start-up buffer, as `bench load`'s one second).
+    pub prebuffer_ms: u64,
     /// The clients' nice value: they stand in for players on other machines, so the
     /// machine's other work (and the busy core) competes with the server, not with them.
     pub client_nice: i32,
@@ -189,6 +192,10 @@ pub struct BackgroundReport {
     pub block_len: u32,
     /// The background work's priority.
     pub priority: BackgroundPriority,
+    /// Each client's start-up buffer, ms.
+    pub prebuffer_ms: u64,
+    /// The clients' nice value.
+    pub client_nice: i32,
     /// The ramp's levels, alone, in the order run.
     pub ramp: Vec<LevelRow>,
     /// The most clients valid alone (the load of the phases; the first level when none
@@ -289,6 +296,8 @@ pub fn run(
         title_s: cfg.title_s,
         block_len: params.block_len,
         priority: cfg.priority,
+        prebuffer_ms: cfg.prebuffer_ms,
+        client_nice: cfg.client_nice,
         ramp,
         clients,
         pool_bytes: bench.pool(clients),
@@ -371,6 +380,7 @@ fn ramp(
         n = match bad {
             None if n < most => (n * 2).min(most),
             None => break,
+            Some(_) if most <= cfg.clients => break, // one level asked: no ramp
             Some(x) => {
                 let lo = good.as_ref().map_or(0, |(g, _)| *g);
                 if bisections >= cfg.bisect_steps || x - lo <= 1 {
@@ -693,6 +703,7 @@ impl Client {
             .arg("--stats-json")
             .arg(&stats)
             .args(["--max-seconds", &(cfg.title_s * 2 + 30).to_string()])
+            .args(["--prebuffer-ms", &cfg.prebuffer_ms.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(prefix.with_extension("stderr"))?);

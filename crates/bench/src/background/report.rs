@@ -6,7 +6,8 @@ use super::{BackgroundReport, CpuLoad, PhaseRow};
 pub fn format_table(r: &BackgroundReport) -> String {
     let mut s = format!(
         "disk {} read-limited to {:.1} MB/s, memory {} MiB; {} KiB blocks; titles of {:.1} \
-         Mbit/s, {} s; background priority {:?}; load average {} -> {}\n",
+         Mbit/s, {} s; background priority {:?}; clients at nice {}, {} ms buffered; load \
+         average {} -> {}\n",
         r.disk,
         r.disk_read_bps as f64 / 1e6,
         r.memory_bytes >> 20,
@@ -14,6 +15,8 @@ pub fn format_table(r: &BackgroundReport) -> String {
         r.bitrate_bps as f64 / 1e6,
         r.title_s,
         r.priority,
+        r.client_nice,
+        r.prebuffer_ms,
         r.load_average.0,
         r.load_average.1,
     );

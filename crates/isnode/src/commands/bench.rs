@@ -361,6 +361,10 @@ pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Resu
     anyhow::ensure!(args.max_clients <= 500, "--max-clients must be at most 500");
     anyhow::ensure!(args.bisect_steps <= 10, "--bisect-steps must be at most 10");
     anyhow::ensure!(
+        args.prebuffer_ms <= 10_000,
+        "--prebuffer-ms must be at most 10000"
+    );
+    anyhow::ensure!(
         (-20..=19).contains(&args.client_nice),
         "--client-nice must be -20 to 19"
     );
@@ -386,6 +390,7 @@ pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Resu
             isnode_exe: std::env::current_exe().context("finding the isnode binary")?,
             server_exe: args.server_exe.clone(),
             client_nice: args.client_nice,
+            prebuffer_ms: args.prebuffer_ms,
             clients,
             max_clients: if args.check { 0 } else { args.max_clients },
             bisect_steps: args.bisect_steps,
