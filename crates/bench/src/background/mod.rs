@@ -266,10 +266,12 @@ pub fn run(
         limits,
         &vol,
     )?;
+    let outputs = outputs_dir(work.path())?;
     let bench = Bench {
         cfg,
         group: &group,
         vol: &vol,
+        outputs: outputs.path(),
         params,
     };
     let (ramp, clients, alone) = ramp(&bench, &titles, progress)?;
@@ -307,6 +309,15 @@ pub fn run(
     })
 }
 
+/// A directory for the clients' outputs in memory (`/dev/shm`), else in `work`: players
+/// write nothing to disk, and a client's write held up by the machine's writeback (the
+/// rebuild's writes, other work's) stalled its playout while the server was on time.
+fn outputs_dir(work: &Path) -> anyhow::Result<tempfile::TempDir> {
+    let shm = Path::new("/dev/shm");
+    let parent = if shm.is_dir() { shm } else { work };
+    tempfile::tempdir_in(parent).with_context(|| format!("a directory in {}", parent.display()))
+}
+
 /// The competing loads the phases run beside.
 fn cpu_loads(asked: CpuLoad) -> Vec<CpuLoad> {
     match asked {
@@ -330,6 +341,8 @@ struct Bench<'a> {
     cfg: &'a BackgroundConfig,
     group: &'a Cgroup,
     vol: &'a Path,
+    /// Where the clients write their outputs (memory: [`outputs_dir`]).
+    outputs: &'a Path,
     params: isnode_store::VolumeParams,
 }
 
@@ -570,7 +583,7 @@ fn play(
 ) -> anyhow::Result<(Vec<Client>, SlackWatch, Option<RebuildRun>)> {
     let cfg = b.cfg;
     let deadline = Instant::now() + phase_limit(cfg, titles.len());
-    let work = b.vol.parent().context("the volume's directory")?;
+    let work = b.outputs;
     let mut watch = SlackWatch::default();
     let mut clients = Vec::new();
     let gap = spacing(titles.len(), cfg.title_s);

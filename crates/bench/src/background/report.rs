@@ -41,8 +41,13 @@ pub fn format_table(r: &BackgroundReport) -> String {
         })
         .collect();
     s.push_str(&ramp.join("\n  "));
+    let all_valid = r.ramp.iter().any(|l| l.valid == l.clients);
     s.push_str(&format!(
-        "\nmost clients valid alone: {} (pool {} MiB)\n",
+        "\n{} {} (pool {} MiB)\n",
+        match all_valid {
+            true => "most clients valid alone:",
+            false => "no level valid alone; the phases at the first level:",
+        },
         r.clients,
         r.pool_bytes >> 20
     ));
