@@ -611,10 +611,11 @@ pub(crate) struct StartupBenchArgs {
 pub(crate) struct LoadBenchArgs {
     /// isnode engines to load, in order (empty: none); `ENGINE@PATH` loads that engine of
     /// another isnode binary (before/after in one run); `ENGINE/BYTES` serves a volume of
-    /// that block length (default 1 MiB; e.g. `gso/65536`). `http` loads isnode's content
-    /// path (`GET /o/NAME`) with the paced TCP readers nginx gets; `hls`, HLS players (the
-    /// playlist, then its segments' byte ranges on one kept-alive connection); `https` and
-    /// `hls-tls`, the same over HTTPS (a self-signed certificate made for the run).
+    /// that block length (default: a new volume's, 64 KiB; e.g. `gso/1048576`). `http`
+    /// loads isnode's content path (`GET /o/NAME`) with the paced TCP readers nginx gets;
+    /// `hls`, HLS players (the playlist, then its segments' byte ranges on one kept-alive
+    /// connection); `https` and `hls-tls`, the same over HTTPS (a self-signed certificate
+    /// made for the run).
     #[arg(long, value_delimiter = ',', default_value = "gso,uring-zc")]
     pub engines: Vec<String>,
     /// nginx variants to load after the engines: sendfile, aio (sendfile in `aio threads`),

@@ -853,3 +853,34 @@ impl SlackWatch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use isnode_store::VolumeParams;
+
+    #[test]
+    fn the_pool_is_what_admission_asks_for_the_block_within_the_memory_limit() {
+        let mib = |b: u32| VolumeParams {
+            block_len: b,
+            ..VolumeParams::default()
+        };
+        // 1 MiB: 8 members x 2 blocks a client; 64 KiB: 8 x 4 blocks (a run of 32 packets
+        // in blocks of 45).
+        assert_eq!(pool_bytes(&mib(1 << 20), 1, 1 << 40), (16 + 16) << 20);
+        assert_eq!(pool_bytes(&mib(64 << 10), 1, 1 << 40), (2 + 16) << 20);
+        // 24 clients of 1 MiB blocks in 256 MiB: capped at the limit less the headroom,
+        // where the old sizing (12 MiB a client and 16) asked 304 MiB.
+        assert_eq!(
+            pool_bytes(&mib(1 << 20), 24, 256 << 20),
+            (256 << 20) - MEMORY_HEADROOM
+        );
+    }
+
+    #[test]
+    fn clients_start_a_second_apart_or_closer_to_play_together() {
+        assert_eq!(spacing(8, 30), Duration::from_secs(1));
+        assert_eq!(spacing(30, 30), Duration::from_millis(500));
+        assert_eq!(spacing(0, 30), Duration::from_secs(1));
+    }
+}
