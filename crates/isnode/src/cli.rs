@@ -405,24 +405,55 @@ pub(crate) struct TimelinesBenchArgs {
 /// `bench background`.
 #[derive(Args, Debug)]
 pub(crate) struct BackgroundBenchArgs {
-    /// Paced clients (one title each).
+    /// Paced clients (one title each) of the first level.
     #[arg(long, default_value_t = 8)]
     pub clients: usize,
+    /// The most clients: the clients alone double from --clients while every stream is
+    /// valid, up to this, then bisect; the phases run at the most clients valid alone (no
+    /// ramp when at most --clients).
+    #[arg(long, default_value_t = 0)]
+    pub max_clients: usize,
+    /// Bisection steps after the first level with an invalid stream.
+    #[arg(long, default_value_t = 3)]
+    pub bisect_steps: usize,
     /// Bitrate of each title.
     #[arg(long, default_value_t = 4_000_000)]
     pub bitrate: u64,
     /// Playing time of each title, seconds.
     #[arg(long, default_value_t = 30)]
     pub title_seconds: u64,
+    /// Block sizes of the volume, bytes, comma-separated: the whole benchmark once per
+    /// size, on a volume of its own (default: `volume create`'s).
+    #[arg(long, value_delimiter = ',')]
+    pub block_sizes: Vec<u32>,
+    /// Also run the phases beside one busy thread (a competing CPU load of one core).
+    #[arg(long)]
+    pub cpu_load: bool,
+    /// What each client buffers before its paced playout starts, ms (`play
+    /// --prebuffer-ms`): a player's start-up buffer, as `bench load --startup-buffer 1`.
+    #[arg(long, default_value_t = 1000)]
+    pub prebuffer_ms: u64,
+    /// The clients' nice value (they stand in for players on other machines: the
+    /// machine's other work competes with the server, not with them; below 0 needs root).
+    #[arg(long, default_value_t = -10, allow_negative_numbers = true)]
+    pub client_nice: i32,
+    /// The background work's CPU and I/O priority: low (as isnode runs it: nice 19, the
+    /// lowest best-effort I/O level) or normal (the server's own, as before).
+    #[arg(long, value_enum, default_value = "low")]
+    pub background_priority: BackgroundPriorityArg,
+    /// Run the server and the rebuild from this isnode binary instead of this one (the
+    /// clients stay this one's): before/after runs.
+    #[arg(long)]
+    pub server_exe: Option<PathBuf>,
     /// Most bytes per second the server and the background work read from the volume's disk.
     #[arg(long, default_value_t = 12_000_000)]
     pub disk_read_limit: u64,
     /// Most memory of the server and the background work, page cache included, bytes.
     #[arg(long, default_value_t = 256 << 20)]
     pub memory_limit: u64,
-    /// The server's block pool, bytes (default: 12 MiB per client and 16 MiB, what
-    /// admission asks for; each client plays its own title, so every block is read from
-    /// the disk once whatever the pool).
+    /// The server's block pool, bytes (default: what admission asks of each client for the
+    /// volume's block size, and 16 MiB, within the memory limit less 64 MiB; each client
+    /// plays its own title, so every block is read from the disk once whatever the pool).
     #[arg(long)]
     pub cache_size_bytes: Option<u64>,
     /// The background scrub's rate cap, bits per second.
@@ -440,6 +471,15 @@ pub(crate) struct BackgroundBenchArgs {
     /// A short run (2 clients of 2 Mbit/s, 8 s titles); exit 1 when any output differs.
     #[arg(long)]
     pub check: bool,
+}
+
+/// `bench background --background-priority`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BackgroundPriorityArg {
+    /// nice 19 and the lowest best-effort I/O level.
+    Low,
+    /// The server's own priority.
+    Normal,
 }
 
 /// `bench soak`.
@@ -591,13 +631,13 @@ pub(crate) struct StartupBenchArgs {
 pub(crate) struct LoadBenchArgs {
     /// isnode engines to load, in order (empty: none); `ENGINE@PATH` loads that engine of
     /// another isnode binary (before/after in one run); `ENGINE/BYTES` serves a volume of
-    /// that block length (default 1 MiB; e.g. `gso/65536`). `http` loads isnode's content
-    /// path (`GET /o/NAME`) with the paced TCP readers nginx gets; `hls`, HLS players (the
-    /// playlist, then its segments' byte ranges on one kept-alive connection); `https` and
-    /// `hls-tls`, the same over HTTPS (a self-signed certificate made for the run).
-    /// `ENGINE+enc` (e.g. `gso+enc`) serves the same titles encrypted at ingest (HLS
-    /// AES-128); the table then gives each such row's server CPU per GB over its clear
-    /// row's (pair them as `gso,gso+enc,gso+enc,gso` to alternate the order).
+    /// that block length (default: a new volume's, 64 KiB; e.g. `gso/1048576`). `http`
+    /// loads isnode's content path (`GET /o/NAME`) with the paced TCP readers nginx gets;
+    /// `hls`, HLS players (the playlist, then its segments' byte ranges on one kept-alive
+    /// connection); `https` and `hls-tls`, the same over HTTPS (a self-signed certificate
+    /// made for the run). `ENGINE+enc` (e.g. `gso+enc`) serves the same titles encrypted at
+    /// ingest (HLS AES-128); the table then gives each such row's server CPU per GB over its
+    /// clear row's (pair them as `gso,gso+enc,gso+enc,gso` to alternate the order).
     #[arg(long, value_delimiter = ',', default_value = "gso,uring-zc")]
     pub engines: Vec<String>,
     /// nginx variants to load after the engines: sendfile, aio (sendfile in `aio threads`),

@@ -863,7 +863,9 @@ fn serve_admission_per_client() {
 /// one copy shared), a session of a second title would need 16 + 2 > 16 (refused).
 #[test]
 fn serve_admission_cache_size() {
-    let vol = Vol::create(&[]);
+    // 1 MiB blocks (the default before 64 KiB): a 16 MiB pool holds one title's working set
+    // and not two.
+    let vol = Vol::create(&["--block-size", "1048576"]);
     vol.add_ts("one.ts", 2_000_000, 3.0, 53);
     vol.add_ts("two.ts", 2_000_000, 3.0, 54);
     let server = Server::start(&vol, &["--cache-size", &(16u64 << 20).to_string()]);
@@ -926,7 +928,8 @@ fn serve_admission_disk_read() {
 /// would be ~17 MiB). The test allows 8 MiB of growth for 49 sessions' bookkeeping.
 #[test]
 fn serve_memory_flat() {
-    let vol = Vol::create(&[]);
+    // 1 MiB blocks (the default before 64 KiB): the bound on misses below counts them.
+    let vol = Vol::create(&["--block-size", "1048576"]);
     vol.add_ts("pop.ts", 1_000_000, 6.0, 61);
     // More sessions from 127.0.0.1 than the default per-client limit (16).
     let server = Server::start(

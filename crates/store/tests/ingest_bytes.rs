@@ -147,8 +147,20 @@ fn many_codewords_per_block_and_a_short_last_codeword() {
 
 #[test]
 fn default_shape_several_blocks_per_member() {
-    // 1 MiB blocks of 1436-byte packets, 223 + 32 symbols over 8 members.
+    // 64 KiB blocks of 1436-byte packets (45 a block), 223 + 32 symbols over 8 members:
+    // a member's run of a codeword (32 packets) spans block boundaries.
     ingest_matches_reference(VolumeParams::default(), 3 * 223 * 1408 * 12 + 5);
+}
+
+#[test]
+fn one_mib_blocks_span_many_codewords() {
+    // The default before 64 KiB (volumes made then keep it): 730 packets a block, about 22
+    // codewords of one member's runs in each.
+    let params = VolumeParams {
+        block_len: 1 << 20,
+        ..VolumeParams::default()
+    };
+    ingest_matches_reference(params, 3 * 223 * 1408 * 12 + 5);
 }
 
 #[test]

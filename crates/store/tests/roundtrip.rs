@@ -53,7 +53,11 @@ fn sizes(p: &VolumeParams) -> Vec<usize> {
 
 #[test]
 fn edge_sizes_round_trip_small_and_default_shapes() {
-    for params in [small(), VolumeParams::default()] {
+    let one_mib = VolumeParams {
+        block_len: 1 << 20,
+        ..VolumeParams::default()
+    };
+    for params in [small(), VolumeParams::default(), one_mib] {
         let dir = tempfile::tempdir().unwrap();
         let mut vol = Volume::create(dir.path(), params, None).unwrap();
         for (i, len) in sizes(&params).into_iter().enumerate() {
@@ -195,4 +199,26 @@ fn names_and_duplicates_are_refused_without_side_effects() {
     isnode_store::ingest(&mut vol, &rep, &mut &b"new content"[..], 11, &mut |_| {}).unwrap();
     assert_eq!(get(&vol, "a").unwrap(), b"new content");
     assert_eq!(segments(dir.path()).len(), before.len());
+}
+
+#[test]
+fn a_volume_keeps_the_block_length_it_was_made_with() {
+    // A volume made with 1 MiB blocks (the default before 64 KiB) opens with 1 MiB blocks,
+    // and its objects read back; a new volume gets the default.
+    let dir = tempfile::tempdir().unwrap();
+    let old = VolumeParams {
+        block_len: 1 << 20,
+        ..VolumeParams::default()
+    };
+    let bytes = data(3 * 223 * 1408 + 17, 7);
+    {
+        let mut vol = Volume::create(dir.path(), old, None).unwrap();
+        put(&mut vol, "old.bin", &bytes);
+    }
+    let vol = Volume::open(dir.path()).unwrap();
+    assert_eq!(vol.params().block_len, 1 << 20);
+    assert_eq!(get(&vol, "old.bin").unwrap(), bytes);
+    let fresh = tempfile::tempdir().unwrap();
+    let vol = Volume::open_or_create(fresh.path()).unwrap();
+    assert_eq!(vol.params().block_len, 64 << 10);
 }

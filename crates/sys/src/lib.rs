@@ -1,6 +1,7 @@
 //! isnode's system calls and time, apart from every decision: the UDP send calls of the
 //! engines (GSO `sendmsg`, `sendmmsg`, `sendto`, multicast options), the events threads
-//! sleep on (`eventfd`, `ppoll`), the server's clock and its stop signal. It knows no
+//! sleep on (`eventfd`, `ppoll`), the server's clock and its stop signal, the priority of
+//! background work (`nice`, `ioprio_set`). It knows no
 //! isnode type; everything above it passes values in.
 
 pub mod clock;
@@ -8,4 +9,5 @@ pub mod event;
 pub mod fds;
 pub mod fileview;
 pub mod net;
+pub mod priority;
 pub mod stop;

@@ -25,6 +25,34 @@ pub(crate) fn process_cpu_s(pid: u32) -> anyhow::Result<f64> {
     Ok((utime + stime) as f64 / hz)
 }
 
+/// user + sys CPU seconds of the threads of process `pid` named `name` (their `comm`), from
+/// /proc/PID/task/TID/stat (0 when none is found).
+pub(crate) fn threads_cpu_s(pid: u32, name: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0.0;
+    };
+    // SAFETY: sysconf has no preconditions.
+    #[allow(unsafe_code)]
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let mut ticks = 0u64;
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
+            continue;
+        };
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(Vec::new(), |(_, r)| r.split_whitespace().collect());
+        let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+        ticks += field(11).unwrap_or(0) + field(12).unwrap_or(0);
+    }
+    ticks as f64 / hz
+}
+
 /// Resident set size of a process in bytes (VmRSS), from /proc/PID/status.
 pub(crate) fn process_rss_bytes(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;

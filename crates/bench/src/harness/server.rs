@@ -77,6 +77,8 @@ pub(crate) struct ServerSpec<'a> {
     pub(crate) block_io: BlockIo,
     /// HTTPS with this certificate and key (PEM files) instead of plain HTTP.
     pub(crate) tls: Option<(&'a Path, &'a Path)>,
+    /// One more variable in its environment.
+    pub(crate) env: Option<(&'a str, &'a str)>,
 }
 
 impl<'a> ServerSpec<'a> {
@@ -100,6 +102,7 @@ impl<'a> ServerSpec<'a> {
             output: Output::Stderr,
             block_io: BlockIo::FromEnvironment,
             tls: None,
+            env: None,
         }
     }
 }
@@ -138,6 +141,9 @@ pub(crate) fn start(spec: &ServerSpec) -> anyhow::Result<(ServerChild, String)> 
             .arg("--tls-key")
             .arg(key);
     }
+    if let Some((k, v)) = spec.env {
+        command.env(k, v);
+    }
     if spec.block_io == BlockIo::Direct {
         command.env_remove("ISNODE_BUFFERED_IO");
     }
@@ -149,13 +155,44 @@ pub(crate) fn start(spec: &ServerSpec) -> anyhow::Result<(ServerChild, String)> 
             .stderr(Stdio::null()),
     };
     let child = command.spawn().context("starting isnode serve")?;
-    let server = ServerChild(child);
+    let mut server = ServerChild(child);
     let base = match spec.tls {
         Some(_) => format!("https://{listen}"),
         None => format!("http://{listen}"),
     };
-    wait_ready(&agent(spec.tls.map(|(cert, _)| cert))?, &base)?;
+    let agent = agent(spec.tls.map(|(cert, _)| cert))?;
+    let mut ended = None;
+    let answered = answers_in_time(|| {
+        if let Ok(Some(status)) = server.0.try_wait() {
+            ended = Some(status);
+            return true;
+        }
+        agent.get(format!("{base}/v1/objects")).call().is_ok()
+    });
+    if let Some(status) = ended {
+        bail!(
+            "isnode serve ended before it answered on {base}: {status}{}",
+            ended_why(status, spec)
+        );
+    }
+    if !answered {
+        bail!("the server did not answer on {base} within 20 s");
+    }
     Ok((server, base))
+}
+
+/// What a server's early end likely means: killed (SIGKILL) in a group with a memory
+/// limit is the kernel's out-of-memory killer.
+fn ended_why(status: std::process::ExitStatus, spec: &ServerSpec) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.signal(), spec.group) {
+        (Some(libc::SIGKILL), Some(_)) => format!(
+            " (killed: its group's memory limit is likely too small for its {} MiB pool \
+             and the rest)",
+            spec.cache_size_bytes >> 20
+        ),
+        _ => String::new(),
+    }
 }
 
 /// The flags of a server on the bench's own network (a veth pair in a namespace, not
@@ -193,14 +230,6 @@ fn serve_knows(exe: &Path, flag: &str) -> bool {
         .args(["serve", "--help"])
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(flag))
-}
-
-/// Waits until the server at `base` answers `GET /v1/objects` (through `agent`).
-pub(crate) fn wait_ready(agent: &ureq::Agent, base: &str) -> anyhow::Result<()> {
-    if !answers_in_time(|| agent.get(format!("{base}/v1/objects")).call().is_ok()) {
-        bail!("the server did not answer on {base} within 20 s");
-    }
-    Ok(())
 }
 
 /// Asks `answers` every 100 ms until it says yes or 20 s have passed; whether it said yes.

@@ -351,12 +351,23 @@ fn write_json(path: &std::path::Path, report: &impl serde::Serialize) -> anyhow:
 
 /// `bench background`.
 pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Result<ExitCode> {
-    use isnode_bench::background::{self, BackgroundConfig};
+    use crate::cli::BackgroundPriorityArg;
+    use isnode_bench::background::{self, BackgroundConfig, BackgroundPriority, CpuLoad};
     let (clients, bitrate_bps, title_s) = match args.check {
         true => (2, 2_000_000, 8),
         false => (args.clients, args.bitrate, args.title_seconds),
     };
     anyhow::ensure!((1..=500).contains(&clients), "--clients must be 1 to 500");
+    anyhow::ensure!(args.max_clients <= 500, "--max-clients must be at most 500");
+    anyhow::ensure!(args.bisect_steps <= 10, "--bisect-steps must be at most 10");
+    anyhow::ensure!(
+        args.prebuffer_ms <= 10_000,
+        "--prebuffer-ms must be at most 10000"
+    );
+    anyhow::ensure!(
+        (-20..=19).contains(&args.client_nice),
+        "--client-nice must be -20 to 19"
+    );
     anyhow::ensure!(
         (4..=3600).contains(&title_s),
         "--title-seconds must be 4 to 3600"
@@ -369,27 +380,50 @@ pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Resu
         args.memory_limit >= 32 << 20,
         "--memory-limit must be at least 32 MiB"
     );
-    let cfg = BackgroundConfig {
-        isnode_exe: std::env::current_exe().context("finding the isnode binary")?,
-        clients,
-        bitrate_bps,
-        title_s,
-        disk_read_bps: args.disk_read_limit,
-        memory_bytes: args.memory_limit,
-        cache_size_bytes: args
-            .cache_size_bytes
-            .unwrap_or((clients as u64 * 12 + 16) << 20),
-        scrub_rate_bps: args.scrub_rate_bps,
-        dir: args.dir.clone(),
-        seed: args.seed,
+    let blocks: Vec<Option<u32>> = match args.block_sizes.is_empty() {
+        true => vec![None],
+        false => args.block_sizes.iter().map(|b| Some(*b)).collect(),
     };
-    let report = background::run(&cfg, &mut |m| eprintln!("background: {m}"))
-        .context("running the background benchmark")?;
-    print!("{}", background::format_table(&report));
-    if let Some(path) = &args.json {
-        write_json(path, &report)?;
+    let mut reports = Vec::new();
+    for block_len in blocks {
+        let cfg = BackgroundConfig {
+            isnode_exe: std::env::current_exe().context("finding the isnode binary")?,
+            server_exe: args.server_exe.clone(),
+            client_nice: args.client_nice,
+            prebuffer_ms: args.prebuffer_ms,
+            clients,
+            max_clients: if args.check { 0 } else { args.max_clients },
+            bisect_steps: args.bisect_steps,
+            bitrate_bps,
+            title_s,
+            disk_read_bps: args.disk_read_limit,
+            memory_bytes: args.memory_limit,
+            cache_size_bytes: args.cache_size_bytes,
+            scrub_rate_bps: args.scrub_rate_bps,
+            block_len,
+            cpu_load: match args.cpu_load {
+                true => CpuLoad::OneCore,
+                false => CpuLoad::Idle,
+            },
+            priority: match args.background_priority {
+                BackgroundPriorityArg::Low => BackgroundPriority::Low,
+                BackgroundPriorityArg::Normal => BackgroundPriority::Normal,
+            },
+            dir: args.dir.clone(),
+            seed: args.seed,
+        };
+        let report = background::run(&cfg, &mut |m| eprintln!("background: {m}"))
+            .context("running the background benchmark")?;
+        print!("{}", background::format_table(&report));
+        reports.push(report);
     }
-    let all_identical = report.rows.iter().all(|r| r.identical == r.clients);
+    if let Some(path) = &args.json {
+        write_json(path, &reports)?;
+    }
+    let all_identical = reports
+        .iter()
+        .flat_map(|r| &r.rows)
+        .all(|r| r.identical == r.clients);
     Ok(if args.check && !all_identical {
         ExitCode::FAILURE
     } else {

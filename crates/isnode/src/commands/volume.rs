@@ -169,8 +169,18 @@ fn report_viewer_pace(pace: &ViewerFilePace) {
     }
 }
 
+/// Puts background work at background priority (nice 19, the lowest best-effort I/O
+/// level: [`isnode_sys::priority`]) before it starts a thread: beside a server its CPU and
+/// reads lose every contest with the viewers'; alone, nothing competes.
+fn lower_priority(what: &str) {
+    if let Err(e) = isnode_sys::priority::lower_this_thread() {
+        eprintln!("{what}: running at normal priority: {e}");
+    }
+}
+
 /// `volume scrub`: exit status 0 when clean, 1 when damage was found.
 pub(super) fn scrub(root: &Path, args: &ScrubArgs) -> anyhow::Result<ExitCode> {
+    lower_priority("scrub");
     let vol = Volume::open(root).with_context(|| format!("opening {}", root.display()))?;
     let bar = crate::progress::bytes(0, "scrub");
     let mut pace = pace_of(root, args.rate_bps, 0);
@@ -273,6 +283,7 @@ fn print_scrub(r: &ScrubReport, elapsed_s: f64) {
 
 /// `volume rebuild --member N`.
 pub(super) fn rebuild(root: &Path, args: &RebuildArgs) -> anyhow::Result<ExitCode> {
+    lower_priority("rebuild");
     let mut vol = Volume::open(root).with_context(|| format!("opening {}", root.display()))?;
     if args.member >= vol.params().members {
         anyhow::bail!(
