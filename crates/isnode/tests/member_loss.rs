@@ -170,6 +170,9 @@ fn flipped_bytes_across_members() {
     assert_repairs(&v, &[("a", &a), ("b", &b)]);
 }
 
+/// A stored packet of the default shape: 1408 bytes of symbol and its header.
+const PACKET_BYTES: u64 = 1436;
+
 /// Default shape: flipped bytes in the packets of one member (a bad disk).
 #[test]
 fn flipped_bytes_default_shape() {
@@ -180,11 +183,15 @@ fn flipped_bytes_default_shape() {
     let m = rng.below(8) as usize;
     let seg = &v.segment_files()[m];
     let mut bytes = fs::read(seg).unwrap();
-    // Within the packets actually stored (each codeword puts 32 packets of 1436 bytes on a member).
-    let used = 3 * 32 * 1436;
+    // Within the packets actually stored: each whole codeword puts 31 or 32 packets of 1436
+    // bytes on a member, laid from the start of its blocks, `block_len / 1436` a block.
+    let block = u64::from(isnode_store::VolumeParams::default().block_len);
+    let per_block = block / PACKET_BYTES;
     for _ in 0..10 {
-        let at = rng.below(used) as usize;
-        bytes[at] ^= 0x5a;
+        let p = rng.below(2 * 31);
+        let within = rng.below(PACKET_BYTES);
+        let at = (p / per_block) * block + (p % per_block) * PACKET_BYTES + within;
+        bytes[at as usize] ^= 0x5a;
     }
     fs::write(seg, &bytes).unwrap();
     v.assert_cat("a", &a);

@@ -740,34 +740,36 @@ mod tests {
         assert_eq!(l.proc_read_bytes_per_wire_byte, None, "no wire bytes");
     }
 
+    /// One level of one valid stream, 1 GB of title delivered for `cpu_s` of server CPU.
+    fn one_level(cpu_s: f64) -> Vec<LevelResult> {
+        let mut tally = Tally::new(1);
+        let nominal = Nominal {
+            rate_bytes_per_s: 1000.0,
+            startup_buffer_s: 1.0,
+            slack_bytes: 0.0,
+        };
+        tally.accept(0, nominal, 1.0);
+        let m = Measured {
+            streams: 1,
+            pass_fraction: 0.5,
+            seconds: 10.0,
+            server_cpu_s: cpu_s,
+            receivers_cpu_s: 0.0,
+            server_rss_bytes: 0,
+            io: ServerIo::default(),
+        };
+        let judged = vec![Judged {
+            verdict: verdict(true, 0.1),
+            title_bytes: 1e9,
+            wire_bytes: 1_000_000_000,
+            packets: 1,
+            receives: 1,
+        }];
+        vec![level_result(&m, &tally, judged)]
+    }
+
     #[test]
     fn encrypted_engines_pair_with_their_clear_rows_in_order() {
-        let level = |cpu_s: f64| {
-            let mut tally = Tally::new(1);
-            let nominal = Nominal {
-                rate_bytes_per_s: 1000.0,
-                startup_buffer_s: 1.0,
-                slack_bytes: 0.0,
-            };
-            tally.accept(0, nominal, 1.0);
-            let m = Measured {
-                streams: 1,
-                pass_fraction: 0.5,
-                seconds: 10.0,
-                server_cpu_s: cpu_s,
-                receivers_cpu_s: 0.0,
-                server_rss_bytes: 0,
-                io: ServerIo::default(),
-            };
-            let judged = vec![Judged {
-                verdict: verdict(true, 0.1),
-                title_bytes: 1e9,
-                wire_bytes: 1_000_000_000,
-                packets: 1,
-                receives: 1,
-            }];
-            vec![level_result(&m, &tally, judged)]
-        };
         let servers: Vec<ServerResult> = [
             ("gso", 2.0),
             ("gso+enc", 2.2),
@@ -777,7 +779,7 @@ mod tests {
             ("http+enc", 1.0),
         ]
         .into_iter()
-        .map(|(name, cpu)| ServerResult::new(name, level(cpu)))
+        .map(|(name, cpu)| ServerResult::new(name, one_level(cpu)))
         .collect();
         let pairs = encrypted_pairs(&servers);
         assert_eq!(
@@ -792,32 +794,6 @@ mod tests {
 
     #[test]
     fn https_engines_are_compared_with_nginx_over_tls() {
-        let level = |cpu_s: f64| {
-            let mut tally = Tally::new(1);
-            let nominal = Nominal {
-                rate_bytes_per_s: 1000.0,
-                startup_buffer_s: 1.0,
-                slack_bytes: 0.0,
-            };
-            tally.accept(0, nominal, 1.0);
-            let m = Measured {
-                streams: 1,
-                pass_fraction: 0.5,
-                seconds: 10.0,
-                server_cpu_s: cpu_s,
-                receivers_cpu_s: 0.0,
-                server_rss_bytes: 0,
-                io: ServerIo::default(),
-            };
-            let judged = vec![Judged {
-                verdict: verdict(true, 0.1),
-                title_bytes: 1e9,
-                wire_bytes: 1_000_000_000,
-                packets: 1,
-                receives: 1,
-            }];
-            vec![level_result(&m, &tally, judged)]
-        };
         let mut servers: Vec<ServerResult> = [
             ("http", 2.0),
             ("https", 6.0),
@@ -826,7 +802,7 @@ mod tests {
             ("nginx-tls", 3.0),
         ]
         .into_iter()
-        .map(|(name, cpu)| ServerResult::new(name, level(cpu)))
+        .map(|(name, cpu)| ServerResult::new(name, one_level(cpu)))
         .collect();
         set_ratios(&mut servers);
         let ratios: Vec<Option<f64>> = servers.iter().map(|s| s.cpu_ratio_to_nginx).collect();

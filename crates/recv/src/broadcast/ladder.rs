@@ -4,8 +4,8 @@
 //!
 //! The receiver orders the rungs as unicast play does ([`ladder_order`]: the video
 //! renditions, lowest bitrate first), reads each one's random-access points, and starts on
-//! the rung the decision picks ([`Abr`]: the highest not above `--max-bitrate`), or on the
-//! one `--rung N` pins. It receives that rung's broadcast as any broadcast (its channels'
+//! the rung the decision picks ([`crate::abr::Abr`]: the highest not above
+//! `--max-bitrate`), or on the one `--rung N` pins. It receives that rung's broadcast as any broadcast (its channels'
 //! groups joined and left as its plan says), with the rung decision fed the reception's
 //! loss every 100 ms (not its receive rate: a broadcast's channels run at the plan's rates,
 //! and a receiver holding what comes next listens to none). When the decision switches, the
@@ -22,17 +22,15 @@
 //! inside it.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
 use super::{check_request, receive, write_stats, BroadcastStats, Part};
-use crate::abr::{Abr, AbrConfig};
 use crate::config::PlayConfig;
 use crate::play::ladder::{
-    change_of, ladder_order, pinned, rung_of, rung_output, start_offset, Entry, RateSignal,
-    RungMedia, RungSteer, SharedOut,
+    change_of, ladder_order, pinned, rung_of, rung_output, start_ladder, start_offset, Entry,
+    RateSignal, RungMedia, RungSteer,
 };
 use crate::play::RungChange;
 use isnode_proto::broadcast::BroadcastInfo;
@@ -60,19 +58,7 @@ pub fn play_title(args: &PlayConfig, rungs: Vec<BroadcastInfo>) -> anyhow::Resul
         .with_context(|| format!("reading the renditions of {}", args.name))?;
     let ids: Vec<String> = chosen.into_iter().map(|b| b.id).collect();
     let clock = Instant::now();
-    let config = AbrConfig {
-        max_bitrate_bps: args.max_bitrate_bps,
-        ..AbrConfig::default()
-    };
-    let mut abr = Abr::new(
-        ladder.iter().map(|r| r.rung).collect(),
-        config,
-        Duration::ZERO,
-    )
-    .with_context(|| format!("the ladder of {}", args.name))?;
-    let out = SharedOut(Arc::new(Mutex::new(crate::playout::open_output(
-        args.out.as_deref(),
-    )?)));
+    let (mut abr, out) = start_ladder(args, &ladder, &args.name)?;
     let first = &ladder[abr.current()];
     let mut timeline = vec![RungChange::start(
         &first.object,

@@ -328,19 +328,7 @@ pub(super) fn play_title(
     let control = args.control(Duration::from_secs(10))?;
     let ladder = pinned(ladder_of(&control, &title)?, args.rung, &title.name)?;
     let clock = Instant::now();
-    let config = AbrConfig {
-        max_bitrate_bps: args.max_bitrate_bps,
-        ..AbrConfig::default()
-    };
-    let mut abr = Abr::new(
-        ladder.iter().map(|r| r.rung).collect(),
-        config,
-        Duration::ZERO,
-    )
-    .with_context(|| format!("the ladder of {}", title.name))?;
-    let out = SharedOut(Arc::new(Mutex::new(crate::playout::open_output(
-        args.out.as_deref(),
-    )?)));
+    let (mut abr, out) = start_ladder(args, &ladder, &title.name)?;
     let mut media_s = args.start_at.unwrap_or(0.0);
     let first = &ladder[abr.current()];
     let mut timeline = vec![RungChange::start(
@@ -416,6 +404,29 @@ pub(crate) fn rung_output(
         (None, Entry::Switched) => Box::new(super::ts_mark::TsDiscontinuity::new(out_here)),
         _ => Box::new(out_here),
     })
+}
+
+/// The rung decision of `ladder` (title `name`) under `--max-bitrate`, and the output
+/// every rung's session writes into, in turn.
+pub(crate) fn start_ladder(
+    args: &PlayConfig,
+    ladder: &[RungMedia],
+    name: &str,
+) -> anyhow::Result<(Abr, SharedOut)> {
+    let config = AbrConfig {
+        max_bitrate_bps: args.max_bitrate_bps,
+        ..AbrConfig::default()
+    };
+    let abr = Abr::new(
+        ladder.iter().map(|r| r.rung).collect(),
+        config,
+        Duration::ZERO,
+    )
+    .with_context(|| format!("the ladder of {name}"))?;
+    let out = SharedOut(Arc::new(Mutex::new(crate::playout::open_output(
+        args.out.as_deref(),
+    )?)));
+    Ok((abr, out))
 }
 
 /// The rungs of `ladder` a play may use: rung `pin` only when given (`--rung`), or all.
