@@ -15,7 +15,7 @@ use crate::cenc::{
     bad, boxed, entry_kind, map_children, original_format, rewrite_path, trak_id,
     trex_default_size, video_subsamples, CencError, Track, TrackKind, PATTERN,
 };
-use crate::cenc_fragment::{read_traf, shift_trun};
+use crate::cenc_fragment::{read_traf, sample_in_mdat, shift_trun};
 
 /// One AES-128 block decryption under the content key.
 pub trait BlockDecipher {
@@ -181,19 +181,7 @@ fn decrypt_samples(
     d: &dyn BlockDecipher,
 ) -> Result<(), CencError> {
     for &(off, size) in samples {
-        let start = off
-            .checked_sub(moof_len)
-            .and_then(|s| usize::try_from(s).ok())
-            .filter(|&s| s >= 8)
-            .ok_or(CencError::Unsupported(
-                "a sample outside the mdat after its moof".into(),
-            ))?;
-        let sample = start
-            .checked_add(size as usize)
-            .and_then(|end| mdat.get_mut(start..end))
-            .ok_or(CencError::Unsupported(
-                "a sample past the mdat's end".into(),
-            ))?;
+        let sample = sample_in_mdat(mdat, moof_len, (off, size))?;
         match track.kind {
             TrackKind::Video { length_size, hevc } => {
                 let subs = video_subsamples(sample, length_size, hevc)?;

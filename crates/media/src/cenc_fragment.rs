@@ -145,19 +145,7 @@ fn encrypt_samples(
 ) -> Result<Option<Vec<Vec<Subsample>>>, CencError> {
     let mut subs = Vec::with_capacity(traf.samples.len());
     for &(off, size) in &traf.samples {
-        let start = off
-            .checked_sub(moof_len)
-            .and_then(|s| usize::try_from(s).ok())
-            .filter(|&s| s >= 8)
-            .ok_or(CencError::Unsupported(
-                "a sample outside the mdat after its moof".into(),
-            ))?;
-        let sample = start
-            .checked_add(size as usize)
-            .and_then(|end| mdat.get_mut(start..end))
-            .ok_or(CencError::Unsupported(
-                "a sample past the mdat's end".into(),
-            ))?;
+        let sample = sample_in_mdat(mdat, moof_len, (off, size))?;
         match track.kind {
             TrackKind::Video { length_size, hevc } => {
                 let s = video_subsamples(sample, length_size, hevc)?;
@@ -375,4 +363,26 @@ pub fn remap_mfra(mfra: &[u8], moved: &dyn Fn(u64) -> Option<u64>) -> Result<Vec
         slot.copy_from_slice(&len.to_be_bytes());
     }
     Ok(out)
+}
+
+/// The bytes of the sample at file offset `off` (`size` bytes) in `mdat`, the box that
+/// follows a `moof` of `moof_len` bytes (the sample's data past the `mdat` header).
+pub(crate) fn sample_in_mdat(
+    mdat: &mut [u8],
+    moof_len: u64,
+    (off, size): (u64, u32),
+) -> Result<&mut [u8], CencError> {
+    let start = off
+        .checked_sub(moof_len)
+        .and_then(|s| usize::try_from(s).ok())
+        .filter(|&s| s >= 8)
+        .ok_or(CencError::Unsupported(
+            "a sample outside the mdat after its moof".into(),
+        ))?;
+    start
+        .checked_add(size as usize)
+        .and_then(|end| mdat.get_mut(start..end))
+        .ok_or(CencError::Unsupported(
+            "a sample past the mdat's end".into(),
+        ))
 }
