@@ -8,7 +8,6 @@
 
 mod serve_support;
 
-use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -37,19 +36,6 @@ fn client(i: usize) -> IpAddr {
         1 + (i / 200) as u8,
         2 + (i % 200) as u8,
     ))
-}
-
-/// Sends `GET path` from `from` and returns the connection without reading the answer.
-fn send_get(server: SocketAddr, from: IpAddr, path: &str) -> TcpStream {
-    use socket2::{Domain, Socket, Type};
-    let sock = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    sock.bind(&SocketAddr::new(from, 0).into()).unwrap();
-    sock.connect_timeout(&server.into(), Duration::from_secs(5))
-        .unwrap();
-    let mut s: TcpStream = sock.into();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {server}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    s
 }
 
 /// 700 anonymous requests for the index of titles the edge lacks, from 70 clients, each

@@ -195,20 +195,6 @@ fn one_slash_64_starts_at_most_its_share_of_fills() {
     drop((conns, other));
 }
 
-/// Sends `GET path` from `from` and returns the connection without reading the answer.
-fn send_get(server: SocketAddr, from: IpAddr, path: &str) -> std::net::TcpStream {
-    use socket2::{Domain, Socket, Type};
-    use std::io::Write;
-    let sock = Socket::new(Domain::for_address(server), Type::STREAM, None).unwrap();
-    sock.bind(&SocketAddr::new(from, 0).into()).unwrap();
-    sock.connect_timeout(&server.into(), Duration::from_secs(5))
-        .unwrap();
-    let mut s: std::net::TcpStream = sock.into();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {server}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    s
-}
-
 /// A broadcast on IPv6 multicast groups (the server's default `ff15::/64`, `ip_version` 6)
 /// in a namespace of the test's own: `isnode play --broadcast` from `[::1]` writes the
 /// title byte for byte with no codeword lost.
@@ -219,25 +205,38 @@ fn a_broadcast_on_ipv6_multicast_groups() {
         let vol = Vol::create(&[]);
         let original = vol.add_ts("t.ts", 2_000_000, 4.0, 63);
         let server = Server::start_at(&vol, IpAddr::V6(Ipv6Addr::LOCALHOST), &[]);
-        let body = serde_json::json!({
-            "object": "t.ts", "scheme": "cautious-harmonic", "max_wait_s": 2.0, "ip_version": 6
-        })
-        .to_string();
-        let r = server.req("POST", "/v1/broadcasts", Some(&body));
-        assert_eq!(r.status, 201, "{}", r.body);
+        let r = broadcast_v6(&server);
         let groups = r.json()["channels"].to_string();
         assert!(groups.contains("ff15:"), "groups of the channels: {groups}");
         let deadline = Instant::now() + Duration::from_secs(60);
         let played = play_run(&server, &vol, "t.ts", "b6", &["--broadcast"], deadline);
-        // Lateness on a loaded machine fails the exit status, not the bytes: the bytes and
-        // the lost codewords are what this test is about.
-        assert!(
-            played.bytes() == original,
-            "broadcast output differs: {}",
-            played.log
-        );
-        assert!(played.log.contains(", 0 lost,"), "{}", played.log);
+        assert_whole_broadcast(&played, &original);
     });
+}
+
+/// Starts a broadcast of `t.ts` on `server`'s IPv6 groups (cautious harmonic, 2 s wait):
+/// its `201` answer.
+fn broadcast_v6(server: &Server) -> Resp {
+    let body = serde_json::json!({
+        "object": "t.ts", "scheme": "cautious-harmonic", "max_wait_s": 2.0, "ip_version": 6
+    })
+    .to_string();
+    let r = server.req("POST", "/v1/broadcasts", Some(&body));
+    assert_eq!(r.status, 201, "{}", r.body);
+    r
+}
+
+/// `play --broadcast` wrote `original` whole with no codeword lost (lateness on a loaded
+/// machine fails the exit status, not the bytes: the bytes and the lost codewords are what
+/// these tests are about).
+#[track_caller]
+fn assert_whole_broadcast(played: &Played, original: &[u8]) {
+    assert!(
+        played.bytes() == original,
+        "broadcast output differs: {}",
+        played.log
+    );
+    assert!(played.log.contains(", 0 lost,"), "{}", played.log);
 }
 
 /// Three edges on `[::1]`, each named in the node list by its `http://[::1]:PORT` URL: every
@@ -427,20 +426,10 @@ fn everything_in_a_namespace_without_ipv4() {
         assert!(played.bytes() == original, "the played output differs");
         let content = server.req("GET", "/v1/objects/t.ts/index.m3u8", None);
         assert_eq!(content.status, 200, "{}", content.body);
-        let body = serde_json::json!({
-            "object": "t.ts", "scheme": "cautious-harmonic", "max_wait_s": 2.0, "ip_version": 6
-        })
-        .to_string();
-        let r = server.req("POST", "/v1/broadcasts", Some(&body));
-        assert_eq!(r.status, 201, "{}", r.body);
+        broadcast_v6(&server);
         let deadline = Instant::now() + Duration::from_secs(60);
         let played = play_run(&server, &vol, "t.ts", "b6only", &["--broadcast"], deadline);
-        assert!(
-            played.bytes() == original,
-            "broadcast output differs: {}",
-            played.log
-        );
-        assert!(played.log.contains(", 0 lost,"), "{}", played.log);
+        assert_whole_broadcast(&played, &original);
     });
 }
 
@@ -482,12 +471,7 @@ fn a_broadcast_crosses_a_bridge_of_ipv6_only_namespaces() {
             std::fs::read(&got).unwrap() == original,
             "the content differs"
         );
-        let body = serde_json::json!({
-            "object": "t.ts", "scheme": "cautious-harmonic", "max_wait_s": 2.0, "ip_version": 6
-        })
-        .to_string();
-        let r = server.req("POST", "/v1/broadcasts", Some(&body));
-        assert_eq!(r.status, 201, "{}", r.body);
+        broadcast_v6(&server);
     });
     let played: Vec<Played> = std::thread::scope(|scope| {
         let runs: Vec<_> = [1, 2]
@@ -506,7 +490,6 @@ fn a_broadcast_crosses_a_bridge_of_ipv6_only_namespaces() {
             .collect()
     });
     for p in &played {
-        assert!(p.bytes() == original, "broadcast output differs: {}", p.log);
-        assert!(p.log.contains(", 0 lost,"), "{}", p.log);
+        assert_whole_broadcast(p, &original);
     }
 }

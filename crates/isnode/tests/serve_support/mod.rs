@@ -982,3 +982,17 @@ impl Drop for TmpfsMount {
         }
     }
 }
+
+/// Sends `GET path` to `server` from `from` (an address of the test's own) and returns the
+/// connection without reading the answer.
+pub(crate) fn send_get(server: SocketAddr, from: IpAddr, path: &str) -> TcpStream {
+    use socket2::{Domain, Socket, Type};
+    let sock = Socket::new(Domain::for_address(server), Type::STREAM, None).unwrap();
+    sock.bind(&SocketAddr::new(from, 0).into()).unwrap();
+    sock.connect_timeout(&server.into(), Duration::from_secs(5))
+        .unwrap();
+    let mut s: TcpStream = sock.into();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {server}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    s
+}
