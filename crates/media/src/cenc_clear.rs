@@ -10,12 +10,12 @@
 //! headers are clear), as [`crate::cenc::video_subsamples`] found them when encrypting: this
 //! decrypts what this crate encrypted, not any packager's `cbcs`.
 
-use crate::boxes::{be32, child, children};
+use crate::boxes::{child, children};
 use crate::cenc::{
     bad, boxed, entry_kind, map_children, original_format, rewrite_path, trak_id,
     trex_default_size, video_subsamples, CencError, Track, TrackKind, PATTERN,
 };
-use crate::cenc_fragment::{read_traf, sample_in_mdat, shift_trun};
+use crate::cenc_fragment::{moof_payload, read_traf, sample_in_mdat, shift_trun};
 
 /// One AES-128 block decryption under the content key.
 pub trait BlockDecipher {
@@ -219,13 +219,7 @@ pub fn clear_fragment(
     iv: &[u8; 16],
     d: &dyn BlockDecipher,
 ) -> Result<Vec<u8>, CencError> {
-    if moof_box.len() > crate::cenc::MAX_MOOF_BYTES
-        || be32(moof_box, 0).map(|s| s as usize) != Some(moof_box.len())
-        || moof_box.get(4..8) != Some(b"moof")
-    {
-        return bad("a moof with a 64-bit size, or over 16 MiB");
-    }
-    let moof = moof_box.get(8..).unwrap_or(&[]);
+    let moof = moof_payload(moof_box)?;
     let traf_count = children(moof).filter(|(k, _)| k == b"traf").count();
     let size_of = |id: u32| {
         tracks

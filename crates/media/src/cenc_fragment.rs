@@ -216,13 +216,7 @@ pub fn protect_fragment(
     p: &CencParams,
     cipher: &dyn BlockCipher,
 ) -> Result<Vec<u8>, CencError> {
-    if moof_box.len() > MAX_MOOF_BYTES
-        || be32(moof_box, 0).map(|s| s as usize) != Some(moof_box.len())
-        || moof_box.get(4..8) != Some(b"moof")
-    {
-        return bad("a moof with a 64-bit size, or over 16 MiB");
-    }
-    let moof = moof_box.get(8..).unwrap_or(&[]);
+    let moof = moof_payload(moof_box)?;
     let traf_count = children(moof).filter(|(k, _)| k == b"traf").count();
     let size_of = |id: u32| {
         tracks
@@ -385,4 +379,16 @@ pub(crate) fn sample_in_mdat(
         .ok_or(CencError::Unsupported(
             "a sample past the mdat's end".into(),
         ))
+}
+
+/// The children of the whole `moof` box `moof_box` (its bytes past the header), once its
+/// 32-bit size is its length and it is at most [`MAX_MOOF_BYTES`].
+pub(crate) fn moof_payload(moof_box: &[u8]) -> Result<&[u8], CencError> {
+    if moof_box.len() > MAX_MOOF_BYTES
+        || be32(moof_box, 0).map(|s| s as usize) != Some(moof_box.len())
+        || moof_box.get(4..8) != Some(b"moof")
+    {
+        return bad("a moof with a 64-bit size, or over 16 MiB");
+    }
+    Ok(moof_box.get(8..).unwrap_or(&[]))
 }
