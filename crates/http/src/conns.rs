@@ -55,6 +55,8 @@ pub struct ConnLimits {
     pub idle_timeout_ns: u64,
     /// A response body without progress for this long is dropped, nanoseconds.
     pub write_timeout_ns: u64,
+    /// Each connection's send buffer (`SO_SNDBUF`), bytes; `None`: the kernel's autotuning.
+    pub send_buffer_bytes: Option<usize>,
 }
 
 /// What one connection is doing, shared by its byte stream, its requests and the
@@ -555,6 +557,11 @@ impl ConnServer {
             }
         }
         let _ = tcp.set_nodelay(true);
+        if let Some(bytes) = self.limits.send_buffer_bytes {
+            if let Err(e) = isnode_sys::net::set_send_buffer(&tcp, bytes) {
+                tracing::debug!(%peer, "control API: send buffer of {bytes} bytes: {e}");
+            }
+        }
         // Counted at once, not when its task first runs: under a flood the accept loop
         // admits many connections before any of their tasks runs, and each must count
         // against the cap from its accept.
@@ -671,6 +678,7 @@ mod tests {
             header_timeout_ns: 5 * S,
             idle_timeout_ns: 30 * S,
             write_timeout_ns: 20 * S,
+            send_buffer_bytes: None,
         }
     }
 

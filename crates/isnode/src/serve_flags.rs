@@ -158,6 +158,10 @@ pub(crate) struct ServeFlags {
     /// 30000).
     #[arg(long)]
     pub api_write_timeout_ms: Option<u64>,
+    /// Each API connection's send buffer (bytes; 0: the kernel's autotuning; default
+    /// 262144): bounds the HTTP mirror's pages a slow reader's socket holds.
+    #[arg(long)]
+    pub api_send_buffer_bytes: Option<u64>,
     /// Most sessions at once under the sendfile engine (one socket each; default from the
     /// open files limit).
     #[arg(long)]
@@ -325,7 +329,7 @@ impl ServeFlags {
             broadcast_max_wait_s, api_header_timeout_ms, api_idle_timeout_ms,
             shutdown_grace_s, broadcast_default_duration_s, broadcast_max_duration_s,
             broadcast_budget_percent, upload_stall_timeout_ms, upload_min_rate_bps,
-            api_write_timeout_ms, max_unvalidated_sessions, max_unvalidated_per_client,
+            api_write_timeout_ms, api_send_buffer_bytes, max_unvalidated_sessions, max_unvalidated_per_client,
             anonymous_viewers, encrypt, licence_ttl_s, scrub_rate_bps, member_probe_interval_ms, origin,
             origin_endpoint, origin_region, fill_parallel_ranges, fill_range_bytes,
             cache_max_bytes, origin_check_interval_s, prefill_rate_bps, nodes,

@@ -359,3 +359,51 @@ fn objects_added_after_the_start_leave_the_api_its_descriptors() {
     assert!(!log.contains("Too many open files"), "{log}");
     println!("{} objects stored before the refusal", stored.len());
 }
+
+/// The server-side send buffer (`tb` of `ss -tm`, the kernel's doubled `SO_SNDBUF`) of the
+/// connection from `client`, on the server at `server`.
+fn server_send_buffer(server: SocketAddr, client: SocketAddr) -> u64 {
+    let out = std::process::Command::new("ss")
+        .args(["-tmnH", "state", "established"])
+        .output()
+        .expect("ss (iproute2) runs: scripts/test installs it");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let ours = line.contains(&format!(" {server} ")) && line.contains(&format!(" {client}"));
+        let mem = lines.next().unwrap_or_default();
+        if !ours {
+            continue;
+        }
+        let tb = mem
+            .split([',', '(', ')'])
+            .find_map(|f| f.strip_prefix("tb"));
+        return tb.and_then(|v| v.parse().ok()).expect("tb in ss's skmem");
+    }
+    panic!("no established connection {server} <- {client} in: {text}");
+}
+
+/// A reader that stops reading a large body: the server's socket keeps the send buffer
+/// `--api-send-buffer-bytes` asks (the kernel doubles it) instead of autotuning up to
+/// `tcp_wmem`'s 4 MiB, which holds the HTTP mirror's pages (0 gives autotuning back).
+#[test]
+fn a_slow_readers_socket_keeps_the_configured_send_buffer() {
+    let vol = Vol::create(&[]);
+    vol.add_ts("big.ts", 8_000_000, 8.0, 5);
+    for (flag, bounded) in [("131072", true), ("0", false)] {
+        let server = Server::start(&vol, &["--api-send-buffer-bytes", flag]);
+        let mut s = TcpStream::connect(server.addr).expect("connect");
+        s.write_all(b"GET /o/big.ts HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("request");
+        let mut first = [0u8; 4096];
+        s.read_exact(&mut first).expect("the answer starts");
+        // The socket's queue fills while the reader waits.
+        std::thread::sleep(Duration::from_millis(500));
+        let local = s.local_addr().expect("addr");
+        let tb = server_send_buffer(server.addr, local);
+        match bounded {
+            true => assert_eq!(tb, 2 * 131_072, "--api-send-buffer-bytes {flag}"),
+            false => assert!(tb > 2 * 131_072, "autotuned buffer {tb}"),
+        }
+    }
+}

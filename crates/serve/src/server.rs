@@ -266,6 +266,10 @@ fn api_limits(
         header_timeout_ns: config.api_header_timeout_ms.saturating_mul(1_000_000),
         idle_timeout_ns: config.api_idle_timeout_ms.saturating_mul(1_000_000),
         write_timeout_ns: config.api_write_timeout_ms.saturating_mul(1_000_000),
+        send_buffer_bytes: match config.api_send_buffer_bytes {
+            0 => None,
+            n => usize::try_from(n).ok(),
+        },
     };
     Ok((limits, sendfile_sessions, descriptors))
 }

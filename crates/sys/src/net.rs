@@ -123,6 +123,26 @@ pub fn send_socket(dest: &SocketAddr, multicast: Multicast) -> io::Result<UdpSoc
     Ok(sock)
 }
 
+/// Sets the send buffer of the socket `fd` to `bytes` (`SO_SNDBUF`: the kernel doubles it
+/// for its bookkeeping, caps it at `net.core.wmem_max`, and stops autotuning it).
+pub fn set_send_buffer(fd: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).map_err(io::Error::other)?;
+    // SAFETY: setsockopt with a valid fd and an int option value.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&raw const v).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    match r {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
 /// The index of the interface called `name`, if there is one.
 pub fn interface_index(name: &str) -> Option<u32> {
     let c = std::ffi::CString::new(name).ok()?;
