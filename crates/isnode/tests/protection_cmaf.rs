@@ -374,3 +374,84 @@ fn play_of_an_encrypted_cmaf_title_writes_the_clear_file() {
     assert!(msg.contains("viewer role"), "{msg}");
     assert_eq!(std::fs::read(&refused).map_or(0, |b| b.len()), 0);
 }
+
+/// `play --broadcast` of an encrypted CMAF title with a viewer token writes the clear CMAF
+/// file, byte for byte what unicast play writes (the input less its `sidx`); without a
+/// token it fails naming the viewer role and writes nothing (never ciphertext). In a
+/// namespace of the test's own (the server sends the broadcast to multicast groups on its
+/// loopback).
+#[test]
+fn play_broadcast_of_an_encrypted_cmaf_title_writes_the_clear_file() {
+    let ns = serve_support::netns::Netns::with_loopback_multicast();
+    ns.run(|| {
+        let vol = Vol::create(&[]);
+        let clear = make_cmaf(vol.dir.path());
+        let ingest = isnode(
+            &vol,
+            &[
+                "ingest",
+                "--encrypt",
+                "--name",
+                "enc.mp4",
+                clear.to_str().unwrap(),
+            ],
+        );
+        assert!(ingest.status.success(), "{}", text(&ingest));
+        let viewer = token(&vol, "v", "viewer");
+        let operator = token(&vol, "o", "operator");
+        let server = Server::start(&vol, &[]);
+        let body = r#"{"object": "enc.mp4", "scheme": "cautious-harmonic", "max_wait_s": 10.0}"#;
+        let auth = format!("Bearer {operator}");
+        let r = http(
+            server.addr,
+            None,
+            "POST",
+            "/v1/broadcasts",
+            Some(body),
+            &[("Authorization", &auth)],
+        );
+        assert_eq!(r.status, 201, "{}", r.body);
+        let out_path = vol.path("broadcast.mp4");
+        let play = |extra: &[&str]| {
+            command()
+                .args(["play", "enc.mp4", "--broadcast", "--server", &server.url()])
+                .arg("--out")
+                .arg(&out_path)
+                .args(["--max-seconds", "40"])
+                .args(extra)
+                .output()
+                .expect("running isnode play --broadcast")
+        };
+        let out = play(&[]);
+        let msg = text(&out);
+        assert!(!out.status.success(), "played without a token: {msg}");
+        assert!(
+            msg.contains("viewer role") && msg.contains("encrypted"),
+            "{msg}"
+        );
+        assert_eq!(
+            std::fs::metadata(&out_path).map_or(0, |m| m.len()),
+            0,
+            "{msg}"
+        );
+        let out = play(&["--token", &viewer]);
+        assert!(out.status.success(), "{}", text(&out));
+        let got = std::fs::read(&out_path).unwrap();
+        let expected = without_sidx(&std::fs::read(&clear).unwrap());
+        assert!(
+            got == expected,
+            "the broadcast wrote {} bytes, not the {} of the clear file less sidx",
+            got.len(),
+            expected.len()
+        );
+        for map in ["0:v", "0:a"] {
+            let (want, _) = framemd5(&clear, map, None);
+            let (frames, clean) = framemd5(&out_path, map, None);
+            assert!(
+                clean,
+                "{map}: ffmpeg reported errors on the broadcast's output"
+            );
+            assert_eq!(frames, want, "{map}: the broadcast's output's frames");
+        }
+    });
+}
