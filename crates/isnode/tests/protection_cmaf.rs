@@ -455,3 +455,85 @@ fn play_broadcast_of_an_encrypted_cmaf_title_writes_the_clear_file() {
         }
     });
 }
+
+/// `bytes` (an MP4) without its top-level boxes of the kinds `drop`.
+fn without_boxes(bytes: &[u8], drop: &[&[u8; 4]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let size = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        assert!(size >= 8, "a box size of {size} at byte {at}");
+        if !drop.iter().any(|k| &bytes[at + 4..at + 8] == *k) {
+            out.extend_from_slice(&bytes[at..at + size]);
+        }
+        at += size;
+    }
+    out
+}
+
+/// The bytes of an MP4 before its first top-level `moof` (its init segment).
+fn init_of(bytes: &[u8]) -> &[u8] {
+    let mut at = 0usize;
+    while &bytes[at + 4..at + 8] != b"moof" {
+        at += u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    }
+    &bytes[..at]
+}
+
+/// `isnode play --start-at 6` of an encrypted CMAF title with a viewer token writes the
+/// clear init segment and then the clear fragments from the random-access point at or
+/// before 6 s: the fragments byte for byte what `--start-at 6` of the same file ingested
+/// clear writes (less the `sidx` boxes encryption drops, and the `mfra`, whose entries name
+/// fragments not written), and it decodes to the clear file's last video frames.
+#[test]
+fn play_start_at_of_an_encrypted_cmaf_title_writes_the_clear_fragments_from_there() {
+    let vol = Vol::create(&[]);
+    let clear = make_cmaf(vol.dir.path());
+    for (name, encrypt) in [("enc.mp4", true), ("clear.mp4", false)] {
+        let mut args = vec!["ingest", "--name", name, clear.to_str().unwrap()];
+        if encrypt {
+            args.insert(1, "--encrypt");
+        }
+        let out = isnode(&vol, &args);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let viewer = token(&vol, "v", "viewer");
+    let server = Server::start(&vol, &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let from = ["--start-at", "6", "--as-fast-as-possible"];
+    let (_, plain) = play_to_end(&server, &vol, "clear.mp4", "plain", &from, deadline);
+    let extra = [&from[..], &["--token", &viewer]].concat();
+    let (_, got) = play_to_end(&server, &vol, "enc.mp4", "enc", &extra, deadline);
+    let clear_bytes = std::fs::read(&clear).unwrap();
+    assert_eq!(
+        &plain[4..8],
+        b"moof",
+        "clear --start-at starts at a fragment"
+    );
+    assert!(plain.len() * 3 < clear_bytes.len() * 2, "6 s into 12 s");
+    let fragments = without_boxes(&plain, &[b"sidx", b"mfra"]);
+    let expected = [init_of(&without_sidx(&clear_bytes)), &fragments[..]].concat();
+    assert!(
+        got == expected,
+        "play --start-at wrote {} bytes, not the {} of the clear init and fragments",
+        got.len(),
+        expected.len()
+    );
+    let played = vol.path("from6.mp4");
+    std::fs::write(&played, &got).unwrap();
+    // Each frame's size and MD5 (ffmpeg times the output from its first fragment's).
+    let pictures = |lines: Vec<String>| -> Vec<String> {
+        let fields = |l: &String| l.rsplitn(3, ',').take(2).collect::<Vec<_>>().join(",");
+        lines.iter().map(fields).collect()
+    };
+    let (want, _) = framemd5(&clear, "0:v", None);
+    let (frames, clean) = framemd5(&played, "0:v", None);
+    assert!(clean, "ffmpeg reported errors on the output from 6 s");
+    let (want, frames) = (pictures(want), pictures(frames));
+    assert!(
+        frames.len() >= 100 && want.ends_with(&frames),
+        "{} frames from 6 s, not the clear file's last ones (of {})",
+        frames.len(),
+        want.len()
+    );
+}
