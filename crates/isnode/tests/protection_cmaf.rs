@@ -5,7 +5,9 @@
 //! cached, and `401` without a token; ffmpeg given that key decodes the stored object to
 //! the clear file's video and audio frames (framemd5); without it, it does not; the HLS
 //! playlists of the encrypted title carry a `SAMPLE-AES` Clear Key line with its key id.
-//! `isnode play` with a viewer token writes the clear CMAF file (the input less its `sidx`).
+//! `isnode play` with a viewer token writes the clear CMAF file (the input less its `sidx`),
+//! over unicast and broadcast alike, and with `--start-at` the clear init segment and then
+//! the clear fragments from that point, byte for byte the same file ingested clear's.
 //!
 //! ffmpeg 5.1 (Debian 12) matches CENC sample information to the wrong fragment when it
 //! reads every `moof` at open (a file without `sidx`), so the decryptions here read with
@@ -536,4 +538,26 @@ fn play_start_at_of_an_encrypted_cmaf_title_writes_the_clear_fragments_from_ther
         frames.len(),
         want.len()
     );
+    // `--http` from there: its clear length is not known before the fragments arrive, so
+    // play stops, saying so, instead of announcing a wrong length.
+    let listen = format!("127.0.0.1:{}", free_port());
+    let stderr = vol.path("http.stderr");
+    let mut child = ChildGuard(Some(
+        command()
+            .args(["play", "enc.mp4", "--server", &server.url()])
+            .args(["--token", &viewer, "--start-at", "6", "--http", &listen])
+            .args(["--max-seconds", "30"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("spawning isnode play --http"),
+    ));
+    let status = child.wait_until(deadline, "isnode play --http --start-at");
+    let msg = std::fs::read_to_string(&stderr).unwrap_or_default();
+    assert!(
+        !status.success(),
+        "--http --start-at of a cbcs title: {msg}"
+    );
+    assert!(msg.contains("--http plays it from its start only"), "{msg}");
 }
