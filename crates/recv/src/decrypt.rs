@@ -37,9 +37,18 @@ pub enum Scheme {
     /// HLS AES-128: these segments, each under its IV.
     Aes128(Vec<Segment>),
     /// CENC `cbcs` of a CMAF file (the IV and the samples are found in its boxes), with its
-    /// init segment (the object's bytes before its first fragment: what decrypting from a
-    /// later fragment needs; `None` from an older server, whose playlist names none).
-    Cbcs(Option<Vec<u8>>),
+    /// init segment (what decrypting from a later fragment needs).
+    Cbcs(Init),
+}
+
+/// The init segment of a CMAF title (the object's bytes before its first fragment).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Init {
+    /// Fetched.
+    Fetched(Vec<u8>),
+    /// Not at hand, and why (an older server's playlist names none; the fetch failed): the
+    /// title plays from its first byte only.
+    Missing(String),
 }
 
 /// What decrypting a title needs. `Debug` shows no key.
@@ -100,6 +109,19 @@ pub fn parse_playlist(text: &str) -> anyhow::Result<Vec<Segment>> {
     Ok(out)
 }
 
+/// The init segment of the CMAF title `name` whose playlist is `text` (a failure is kept
+/// for a start past the first byte to report: from the first byte it is not needed).
+fn init_segment(control: &ControlClient, name: &str, text: &str) -> Init {
+    let fetched = parse_map(text).and_then(|(uri, range)| control.object_range(name, &uri, range));
+    match fetched {
+        Ok(bytes) => Init::Fetched(bytes),
+        Err(e) => {
+            tracing::debug!("the init segment of {name:?}: {e:#}");
+            Init::Missing(format!("{e:#}"))
+        }
+    }
+}
+
 /// The init segment of a CMAF playlist: its `EXT-X-MAP`'s URI and byte range (offset,
 /// length), starting at the object's first byte and at most [`MAX_INIT_BYTES`].
 pub fn parse_map(text: &str) -> anyhow::Result<(String, (u64, u64))> {
@@ -141,11 +163,9 @@ fn parse_iv(hex: &str) -> Option<[u8; 16]> {
 pub fn fetch(control: &ControlClient, name: &str) -> anyhow::Result<Protection> {
     let scheme = match control.hls_playlist(name)? {
         // An older server answers 501 for the HLS of a cbcs title.
-        None => Scheme::Cbcs(None),
+        None => Scheme::Cbcs(Init::Missing("the server's playlist names none".into())),
         Some(text) if text.contains("#EXT-X-KEY:METHOD=SAMPLE-AES") => {
-            let (uri, range) = parse_map(&text)
-                .with_context(|| format!("reading the init segment of the title {name:?}"))?;
-            Scheme::Cbcs(Some(control.object_range(name, &uri, range)?))
+            Scheme::Cbcs(init_segment(control, name, &text))
         }
         Some(text) => Scheme::Aes128(
             parse_playlist(&text)
@@ -211,10 +231,10 @@ impl Protection {
                 );
                 return match (start, init) {
                     (0, _) => Ok(Box::new(w)),
-                    (_, Some(init)) => Ok(Box::new(w.starting_at_fragment(&init, start)?)),
-                    (_, None) => bail!(
-                        "the server names no init segment of this encrypted CMAF title: it \
-                         plays from its start only (byte {start} is not it)"
+                    (_, Init::Fetched(init)) => Ok(Box::new(w.starting_at_fragment(&init, start)?)),
+                    (_, Init::Missing(why)) => bail!(
+                        "no init segment of this encrypted CMAF title ({why}): it plays from \
+                         its start only (byte {start} is not it)"
                     ),
                 };
             }
@@ -377,7 +397,7 @@ mod tests {
         // A cbcs title from a later byte without its init segment: refused, nothing written.
         let p = Protection {
             key: ContentKey::generate(),
-            scheme: Scheme::Cbcs(None),
+            scheme: Scheme::Cbcs(Init::Missing("none named".into())),
             expires_unix_s: None,
         };
         assert!(p.clone().writer(Box::new(io::sink()), 100, 1000).is_err());
@@ -385,7 +405,7 @@ mod tests {
         // An init segment that is no moov: refused.
         let p = Protection {
             key: ContentKey::generate(),
-            scheme: Scheme::Cbcs(Some(b"\0\0\0\x08free".to_vec())),
+            scheme: Scheme::Cbcs(Init::Fetched(b"\0\0\0\x08free".to_vec())),
             expires_unix_s: None,
         };
         let e = p.writer(Box::new(io::sink()), 100, 1000).err().unwrap();
