@@ -15,6 +15,8 @@
 //! need the segment cuts, and the cuts need the whole clear file's index, while a filling
 //! object's length is fixed when it begins. Requests wait for it as for a fill's first
 //! codewords. Clear bytes are never an object; the clear spool goes when the fill ends.
+//! docs/protocol.md ("Serving an encrypted fill before it completes") designs the way past
+//! this: a plan of the cuts beside the origin object, checked against its ETag.
 
 use std::io::Write;
 use std::path::PathBuf;

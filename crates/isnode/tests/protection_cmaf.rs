@@ -5,7 +5,9 @@
 //! cached, and `401` without a token; ffmpeg given that key decodes the stored object to
 //! the clear file's video and audio frames (framemd5); without it, it does not; the HLS
 //! playlists of the encrypted title carry a `SAMPLE-AES` Clear Key line with its key id.
-//! `isnode play` with a viewer token writes the clear CMAF file (the input less its `sidx`).
+//! `isnode play` with a viewer token writes the clear CMAF file (the input less its `sidx`),
+//! over unicast and broadcast alike, and with `--start-at` the clear init segment and then
+//! the clear fragments from that point, byte for byte the same file ingested clear's.
 //!
 //! ffmpeg 5.1 (Debian 12) matches CENC sample information to the wrong fragment when it
 //! reads every `moof` at open (a file without `sidx`), so the decryptions here read with
@@ -373,4 +375,189 @@ fn play_of_an_encrypted_cmaf_title_writes_the_clear_file() {
     let msg = text(&out);
     assert!(msg.contains("viewer role"), "{msg}");
     assert_eq!(std::fs::read(&refused).map_or(0, |b| b.len()), 0);
+}
+
+/// `play --broadcast` of an encrypted CMAF title with a viewer token writes the clear CMAF
+/// file, byte for byte what unicast play writes (the input less its `sidx`); without a
+/// token it fails naming the viewer role and writes nothing (never ciphertext). In a
+/// namespace of the test's own (the server sends the broadcast to multicast groups on its
+/// loopback).
+#[test]
+fn play_broadcast_of_an_encrypted_cmaf_title_writes_the_clear_file() {
+    let ns = serve_support::netns::Netns::with_loopback_multicast();
+    ns.run(|| {
+        let vol = Vol::create(&[]);
+        let clear = make_cmaf(vol.dir.path());
+        let ingest = isnode(
+            &vol,
+            &[
+                "ingest",
+                "--encrypt",
+                "--name",
+                "enc.mp4",
+                clear.to_str().unwrap(),
+            ],
+        );
+        assert!(ingest.status.success(), "{}", text(&ingest));
+        let viewer = token(&vol, "v", "viewer");
+        let operator = token(&vol, "o", "operator");
+        let server = Server::start(&vol, &[]);
+        let body = r#"{"object": "enc.mp4", "scheme": "cautious-harmonic", "max_wait_s": 10.0}"#;
+        let auth = format!("Bearer {operator}");
+        let r = http(
+            server.addr,
+            None,
+            "POST",
+            "/v1/broadcasts",
+            Some(body),
+            &[("Authorization", &auth)],
+        );
+        assert_eq!(r.status, 201, "{}", r.body);
+        let out_path = vol.path("broadcast.mp4");
+        let play = |extra: &[&str]| {
+            command()
+                .args(["play", "enc.mp4", "--broadcast", "--server", &server.url()])
+                .arg("--out")
+                .arg(&out_path)
+                .args(["--max-seconds", "40"])
+                .args(extra)
+                .output()
+                .expect("running isnode play --broadcast")
+        };
+        let out = play(&[]);
+        let msg = text(&out);
+        assert!(!out.status.success(), "played without a token: {msg}");
+        assert!(
+            msg.contains("viewer role") && msg.contains("encrypted"),
+            "{msg}"
+        );
+        assert_eq!(
+            std::fs::metadata(&out_path).map_or(0, |m| m.len()),
+            0,
+            "{msg}"
+        );
+        let out = play(&["--token", &viewer]);
+        assert!(out.status.success(), "{}", text(&out));
+        let got = std::fs::read(&out_path).unwrap();
+        let expected = without_sidx(&std::fs::read(&clear).unwrap());
+        assert!(
+            got == expected,
+            "the broadcast wrote {} bytes, not the {} of the clear file less sidx",
+            got.len(),
+            expected.len()
+        );
+        for map in ["0:v", "0:a"] {
+            let (want, _) = framemd5(&clear, map, None);
+            let (frames, clean) = framemd5(&out_path, map, None);
+            assert!(
+                clean,
+                "{map}: ffmpeg reported errors on the broadcast's output"
+            );
+            assert_eq!(frames, want, "{map}: the broadcast's output's frames");
+        }
+    });
+}
+
+/// `bytes` (an MP4) without its top-level boxes of the kinds `drop`.
+fn without_boxes(bytes: &[u8], drop: &[&[u8; 4]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let size = u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        assert!(size >= 8, "a box size of {size} at byte {at}");
+        if !drop.iter().any(|k| &bytes[at + 4..at + 8] == *k) {
+            out.extend_from_slice(&bytes[at..at + size]);
+        }
+        at += size;
+    }
+    out
+}
+
+/// The bytes of an MP4 before its first top-level `moof` (its init segment).
+fn init_of(bytes: &[u8]) -> &[u8] {
+    let mut at = 0usize;
+    while &bytes[at + 4..at + 8] != b"moof" {
+        at += u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    }
+    &bytes[..at]
+}
+
+/// `isnode play --start-at 6` of an encrypted CMAF title with a viewer token writes the
+/// clear init segment and then the clear fragments from the random-access point at or
+/// before 6 s: the fragments byte for byte what `--start-at 6` of the same file ingested
+/// clear writes (less the `sidx` boxes encryption drops, and the `mfra`, whose entries name
+/// fragments not written), and it decodes to the clear file's last video frames.
+#[test]
+fn play_start_at_of_an_encrypted_cmaf_title_writes_the_clear_fragments_from_there() {
+    let vol = Vol::create(&[]);
+    let clear = make_cmaf(vol.dir.path());
+    for (name, encrypt) in [("enc.mp4", true), ("clear.mp4", false)] {
+        let mut args = vec!["ingest", "--name", name, clear.to_str().unwrap()];
+        if encrypt {
+            args.insert(1, "--encrypt");
+        }
+        let out = isnode(&vol, &args);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let viewer = token(&vol, "v", "viewer");
+    let server = Server::start(&vol, &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let from = ["--start-at", "6", "--as-fast-as-possible"];
+    let (_, plain) = play_to_end(&server, &vol, "clear.mp4", "plain", &from, deadline);
+    let extra = [&from[..], &["--token", &viewer]].concat();
+    let (_, got) = play_to_end(&server, &vol, "enc.mp4", "enc", &extra, deadline);
+    let clear_bytes = std::fs::read(&clear).unwrap();
+    assert_eq!(
+        &plain[4..8],
+        b"moof",
+        "clear --start-at starts at a fragment"
+    );
+    assert!(plain.len() * 3 < clear_bytes.len() * 2, "6 s into 12 s");
+    let fragments = without_boxes(&plain, &[b"sidx", b"mfra"]);
+    let expected = [init_of(&without_sidx(&clear_bytes)), &fragments[..]].concat();
+    assert!(
+        got == expected,
+        "play --start-at wrote {} bytes, not the {} of the clear init and fragments",
+        got.len(),
+        expected.len()
+    );
+    let played = vol.path("from6.mp4");
+    std::fs::write(&played, &got).unwrap();
+    // Each frame's size and MD5 (ffmpeg times the output from its first fragment's).
+    let pictures = |lines: Vec<String>| -> Vec<String> {
+        let fields = |l: &String| l.rsplitn(3, ',').take(2).collect::<Vec<_>>().join(",");
+        lines.iter().map(fields).collect()
+    };
+    let (want, _) = framemd5(&clear, "0:v", None);
+    let (frames, clean) = framemd5(&played, "0:v", None);
+    assert!(clean, "ffmpeg reported errors on the output from 6 s");
+    let (want, frames) = (pictures(want), pictures(frames));
+    assert!(
+        frames.len() >= 100 && want.ends_with(&frames),
+        "{} frames from 6 s, not the clear file's last ones (of {})",
+        frames.len(),
+        want.len()
+    );
+    // `--http` from there: its clear length is not known before the fragments arrive, so
+    // play stops, saying so, instead of announcing a wrong length.
+    let listen = format!("127.0.0.1:{}", free_port());
+    let stderr = vol.path("http.stderr");
+    let mut child = ChildGuard(Some(
+        command()
+            .args(["play", "enc.mp4", "--server", &server.url()])
+            .args(["--token", &viewer, "--start-at", "6", "--http", &listen])
+            .args(["--max-seconds", "30"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("spawning isnode play --http"),
+    ));
+    let status = child.wait_until(deadline, "isnode play --http --start-at");
+    let msg = std::fs::read_to_string(&stderr).unwrap_or_default();
+    assert!(
+        !status.success(),
+        "--http --start-at of a cbcs title: {msg}"
+    );
+    assert!(msg.contains("--http plays it from its start only"), "{msg}");
 }

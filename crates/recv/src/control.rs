@@ -575,6 +575,43 @@ impl ControlClient {
         }
     }
 
+    /// `GET` of `len` bytes from `offset` of the resource `uri` of the object `name` (a URI
+    /// of its playlist, relative to `/v1/objects/{name}/`), with a `Range` header: the
+    /// bytes, exactly `len` of them (an answer other than `206` with that many is an error).
+    pub fn object_range(
+        &self,
+        name: &str,
+        uri: &str,
+        (offset, len): (u64, u64),
+    ) -> anyhow::Result<Vec<u8>> {
+        if len == 0 || uri.contains("://") || uri.starts_with('/') {
+            bail!("an init segment of {len} bytes at {uri:?}: not one of the title's ranges");
+        }
+        let url = format!("{}/v1/objects/{name}/{uri}", self.base);
+        let range = format!("bytes={offset}-{}", offset + len - 1);
+        let mut resp = self
+            .req(self.agent.get(&url))
+            .header("Range", &range)
+            .call()?;
+        if resp.status().as_u16() != 206 {
+            Self::body("fetching the title's init segment", 206, resp)?;
+            bail!("fetching the title's init segment failed");
+        }
+        let bytes = resp
+            .body_mut()
+            .with_config()
+            .limit(len)
+            .read_to_vec()
+            .context("reading the title's init segment")?;
+        if bytes.len() as u64 != len {
+            bail!(
+                "the title's init segment: {} bytes where {len} were asked for",
+                bytes.len()
+            );
+        }
+        Ok(bytes)
+    }
+
     /// Whether `name` is encrypted, from its HLS playlist: an MPEG-TS title's carries
     /// `#EXT-X-KEY` lines, and a CMAF title in CENC `cbcs` answers `501` (its MPD plays
     /// it). Any other answer (a clear title, a container without a playlist) is clear.

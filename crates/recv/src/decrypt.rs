@@ -12,6 +12,8 @@ use isnode_keys::content::ContentKey;
 
 use crate::control::ControlClient;
 
+/// Largest init segment (`ftyp` + `moov`) of a CMAF title fetched, bytes.
+const MAX_INIT_BYTES: u64 = 64 << 20;
 /// Most segments taken from a playlist.
 const MAX_SEGMENTS: usize = 100_000;
 /// Longest segment decrypted, bytes (held whole while its ciphertext arrives): what
@@ -34,8 +36,19 @@ pub struct Segment {
 pub enum Scheme {
     /// HLS AES-128: these segments, each under its IV.
     Aes128(Vec<Segment>),
-    /// CENC `cbcs` of a CMAF file (the IV and the samples are found in its boxes).
-    Cbcs,
+    /// CENC `cbcs` of a CMAF file (the IV and the samples are found in its boxes), with its
+    /// init segment (what decrypting from a later fragment needs).
+    Cbcs(Init),
+}
+
+/// The init segment of a CMAF title (the object's bytes before its first fragment).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Init {
+    /// Fetched.
+    Fetched(Vec<u8>),
+    /// Not at hand, and why (an older server's playlist names none; the fetch failed): the
+    /// title plays from its first byte only.
+    Missing(String),
 }
 
 /// What decrypting a title needs. `Debug` shows no key.
@@ -96,6 +109,42 @@ pub fn parse_playlist(text: &str) -> anyhow::Result<Vec<Segment>> {
     Ok(out)
 }
 
+/// The init segment of the CMAF title `name` whose playlist is `text` (a failure is kept
+/// for a start past the first byte to report: from the first byte it is not needed).
+fn init_segment(control: &ControlClient, name: &str, text: &str) -> Init {
+    let fetched = parse_map(text).and_then(|(uri, range)| control.object_range(name, &uri, range));
+    match fetched {
+        Ok(bytes) => Init::Fetched(bytes),
+        Err(e) => {
+            tracing::debug!("the init segment of {name:?}: {e:#}");
+            Init::Missing(format!("{e:#}"))
+        }
+    }
+}
+
+/// The init segment of a CMAF playlist: its `EXT-X-MAP`'s URI and byte range (offset,
+/// length), starting at the object's first byte and at most [`MAX_INIT_BYTES`].
+pub fn parse_map(text: &str) -> anyhow::Result<(String, (u64, u64))> {
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("#EXT-X-MAP:URI=\""))
+        .context("a CMAF playlist without an EXT-X-MAP")?;
+    let (uri, rest) = line
+        .split_once('"')
+        .context("an EXT-X-MAP URI without its end")?;
+    let range = rest
+        .strip_prefix(",BYTERANGE=\"")
+        .and_then(|r| r.strip_suffix('"'))
+        .context("an EXT-X-MAP without its byte range")?;
+    let (len, offset) = range.split_once('@').context("a byte range without @")?;
+    let len: u64 = len.parse().context("the init segment's length")?;
+    let offset: u64 = offset.parse().context("the init segment's offset")?;
+    if offset != 0 || len == 0 || len > MAX_INIT_BYTES {
+        bail!("an init segment of {len} bytes at byte {offset} (one at byte 0, at most {MAX_INIT_BYTES})");
+    }
+    Ok((uri.to_string(), (offset, len)))
+}
+
 fn parse_iv(hex: &str) -> Option<[u8; 16]> {
     let hex = hex.trim();
     if hex.len() != 32 || !hex.is_ascii() {
@@ -114,8 +163,10 @@ fn parse_iv(hex: &str) -> Option<[u8; 16]> {
 pub fn fetch(control: &ControlClient, name: &str) -> anyhow::Result<Protection> {
     let scheme = match control.hls_playlist(name)? {
         // An older server answers 501 for the HLS of a cbcs title.
-        None => Scheme::Cbcs,
-        Some(text) if text.contains("#EXT-X-KEY:METHOD=SAMPLE-AES") => Scheme::Cbcs,
+        None => Scheme::Cbcs(Init::Missing("the server's playlist names none".into())),
+        Some(text) if text.contains("#EXT-X-KEY:METHOD=SAMPLE-AES") => {
+            Scheme::Cbcs(init_segment(control, name, &text))
+        }
         Some(text) => Scheme::Aes128(
             parse_playlist(&text)
                 .with_context(|| format!("reading the segments of the encrypted title {name:?}"))?,
@@ -161,7 +212,8 @@ pub(crate) fn for_session(
 
 impl Protection {
     /// A writer of the clear media to `out`, fed the object's bytes (`object_len` in all)
-    /// from byte `start` (which must start a segment; a CMAF title's first byte).
+    /// from byte `start` (which must start a segment; of a CMAF title, a fragment, whose
+    /// clear output then starts with the title's clear init segment).
     pub fn writer(
         self,
         out: Box<dyn Write + Send>,
@@ -170,17 +222,22 @@ impl Protection {
     ) -> anyhow::Result<Box<dyn Write + Send>> {
         let segments = match self.scheme {
             Scheme::Aes128(s) => s,
-            Scheme::Cbcs if start == 0 => {
-                return Ok(Box::new(crate::decrypt_cmaf::CmafWriter::new(
+            Scheme::Cbcs(init) => {
+                let w = crate::decrypt_cmaf::CmafWriter::new(
                     out,
                     &self.key,
                     object_len,
                     self.expires_unix_s,
-                )))
+                );
+                return match (start, init) {
+                    (0, _) => Ok(Box::new(w)),
+                    (_, Init::Fetched(init)) => Ok(Box::new(w.starting_at_fragment(&init, start)?)),
+                    (_, Init::Missing(why)) => bail!(
+                        "no init segment of this encrypted CMAF title ({why}): it plays from \
+                         its start only (byte {start} is not it)"
+                    ),
+                };
             }
-            Scheme::Cbcs => bail!(
-                "an encrypted CMAF title plays from its start (its moov says how to decrypt                  it); byte {start} is not it"
-            ),
         };
         let Some(next) = segments.iter().position(|s| s.offset == start) else {
             bail!(
@@ -319,6 +376,40 @@ mod tests {
         let e = w.write_all(&stored).unwrap_err().to_string();
         assert!(e.contains("expired"), "{e}");
         assert!(out.0.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_cmaf_playlists_init_segment_is_its_map_at_byte_0() {
+        let text = "#EXTM3U\n#EXT-X-KEY:METHOD=SAMPLE-AES,URI=\"data:k\"\n\
+                    #EXT-X-MAP:URI=\"content?isnode_version=3&ext=.mp4\",BYTERANGE=\"1234@0\"\n";
+        let (uri, range) = parse_map(text).unwrap();
+        assert_eq!(uri, "content?isnode_version=3&ext=.mp4");
+        assert_eq!(range, (0, 1234));
+        for bad in [
+            "#EXT-X-MAP:URI=\"c\",BYTERANGE=\"1234@8\"\n",
+            "#EXT-X-MAP:URI=\"c\",BYTERANGE=\"0@0\"\n",
+            "#EXT-X-MAP:URI=\"c\",BYTERANGE=\"99999999999@0\"\n",
+            "#EXT-X-MAP:URI=\"c\"\n",
+            "#EXTM3U\n",
+        ] {
+            assert!(parse_map(bad).is_err(), "{bad}");
+        }
+        // A cbcs title from a later byte without its init segment: refused, nothing written.
+        let p = Protection {
+            key: ContentKey::generate(),
+            scheme: Scheme::Cbcs(Init::Missing("none named".into())),
+            expires_unix_s: None,
+        };
+        assert!(p.clone().writer(Box::new(io::sink()), 100, 1000).is_err());
+        assert!(p.writer(Box::new(io::sink()), 0, 1000).is_ok());
+        // An init segment that is no moov: refused.
+        let p = Protection {
+            key: ContentKey::generate(),
+            scheme: Scheme::Cbcs(Init::Fetched(b"\0\0\0\x08free".to_vec())),
+            expires_unix_s: None,
+        };
+        let e = p.writer(Box::new(io::sink()), 100, 1000).err().unwrap();
+        assert!(e.to_string().contains("moov"), "{e}");
     }
 
     #[test]

@@ -81,6 +81,17 @@ pub(crate) struct CmafWriter {
     tracks: Option<(Vec<Track>, [u8; 16])>,
     /// Each fragment's first byte in the object and in the clear file (for `mfra`).
     moved: Vec<(u64, u64)>,
+    /// What becomes of an `mfra`.
+    mfra: Mfra,
+}
+
+/// What the writer does with an `mfra` (the fragment random-access index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mfra {
+    /// Writes it with its offsets moved to the clear file's fragments (from the start).
+    Remap,
+    /// Leaves it out (from a later fragment: it names fragments not written).
+    Drop,
 }
 
 impl CmafWriter {
@@ -103,7 +114,31 @@ impl CmafWriter {
             passing: 0,
             tracks: None,
             moved: Vec::new(),
+            mfra: Mfra::Remap,
         }
+    }
+
+    /// This writer fed from object byte `start` (a fragment's first) instead of the first:
+    /// it first writes the clear form of `init` (the object's bytes before its first
+    /// fragment, which must end with the `moov`), and leaves the `mfra` out.
+    pub(crate) fn starting_at_fragment(mut self, init: &[u8], start: u64) -> io::Result<Self> {
+        let init_len = init.len() as u64;
+        if start < init_len || start > self.object_len {
+            return Err(io::Error::other(format!(
+                "byte {start} is not a fragment of the encrypted title (its init segment is \
+                 {init_len} bytes of {})",
+                self.object_len
+            )));
+        }
+        self.write_all(init)?;
+        if self.tracks.is_none() || self.passing > 0 || !self.buf.is_empty() {
+            return Err(io::Error::other(
+                "the encrypted title's init segment does not end with its moov",
+            ));
+        }
+        self.taken = start;
+        self.mfra = Mfra::Drop;
+        Ok(self)
     }
 
     /// The object byte `buf` starts at.
@@ -155,6 +190,10 @@ impl CmafWriter {
                 self.tracks = Some((cm.tracks, cm.iv));
                 Ok(true)
             }
+            b"mfra" if self.mfra == Mfra::Drop => {
+                self.buf.drain(..len);
+                Ok(true)
+            }
             b"mfra" => {
                 let boxed: Vec<u8> = self.buf.drain(..len).collect();
                 let moved = &self.moved;
@@ -171,6 +210,13 @@ impl CmafWriter {
                 Ok(true)
             }
             b"moof" => self.fragment(h, left),
+            _ if self.mfra == Mfra::Drop && self.moved.is_empty() => {
+                Err(io::Error::other(format!(
+                    "byte {} of the encrypted CMAF title starts no fragment (a {:?})",
+                    self.at(),
+                    String::from_utf8_lossy(&h.kind)
+                )))
+            }
             b"mdat" => Err(io::Error::other(
                 "an mdat outside a fragment: not a CMAF title",
             )),

@@ -46,7 +46,7 @@ use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 
 use crate::control::{leading_skip_bytes, ControlClient};
 use crate::impair::Impairer;
@@ -158,14 +158,11 @@ fn play_with(
     let mut served = None;
     let result = SessionSetup::from_info(&info, source).and_then(|setup| {
         // `--http` of an encrypted title announces the clear length its segments decrypt to.
-        let clear_len = match &protection {
-            Some(_) => Some(
-                info.clear_output_bytes
-                    .context("the server gave no clear length for an encrypted title")?,
-            ),
-            None => None,
+        let len = match &protection {
+            Some(_) => OutputLen::Clear(info.clear_output_bytes),
+            None => OutputLen::Stored,
         };
-        let (out, server) = local.output(args, &setup, skip, clear_len)?;
+        let (out, server) = local.output(args, &setup, skip, len)?;
         served = server;
         let out = match protection {
             Some((p, start)) => p.writer(out, start, info.object.size_bytes)?,
@@ -269,21 +266,35 @@ impl LocalSetup {
         args: &PlayConfig,
         setup: &SessionSetup,
         skip: u64,
-        clear_len: Option<u64>,
+        len: OutputLen,
     ) -> anyhow::Result<(Box<dyn Write + Send>, Option<HttpServe>)> {
         Ok(match (self.out.take(), self.http.take()) {
             (Some(out), _) => (out, None),
             (None, listener) => {
                 let listener = listener.context("no output")?;
-                let len = match clear_len {
-                    Some(n) => n,
-                    None => setup.output_len()?.saturating_sub(skip),
+                let len = match len {
+                    OutputLen::Clear(Some(n)) => n,
+                    OutputLen::Clear(None) => bail!(
+                        "the server gave no clear length for this encrypted title from this \
+                         point (a CMAF title's from a later fragment is not known before it \
+                         arrives): --http plays it from its start only"
+                    ),
+                    OutputLen::Stored => setup.output_len()?.saturating_sub(skip),
                 };
                 let (server, out) = listener.serve(&setup.object, len, args.out.as_deref())?;
                 (Box::new(out), Some(server))
             }
         })
     }
+}
+
+/// How long a session's output is (what `--http` announces).
+#[derive(Clone, Copy, Debug)]
+enum OutputLen {
+    /// The stored bytes from the start point (a clear title).
+    Stored,
+    /// The clear media of an encrypted title, as the server gave it (`None`: not known).
+    Clear(Option<u64>),
 }
 
 /// The session of the server's answer; an answer naming a broadcast is the error

@@ -79,7 +79,7 @@ fn created(
     s: &StreamShared,
     fdt: SessionFdt,
     at: Option<Located>,
-    clear_output_bytes: Option<u64>,
+    output: Output,
 ) -> Response {
     let obj = &s.object;
     let secret = s.owner.map(|o| key_hex(&o.secret)).unwrap_or_default();
@@ -107,20 +107,44 @@ fn created(
         start_time_s: at.map(|a| a.time_s),
         seek_by: at.map(|a| a.by),
         origin_etag: obj.origin_etag.clone(),
-        encrypted: clear_output_bytes.is_some(),
-        clear_output_bytes,
+        encrypted: output != Output::Stored,
+        clear_output_bytes: match output {
+            Output::Decrypted(n) => Some(n),
+            Output::Stored | Output::DecryptedUnknown => None,
+        },
     };
     (StatusCode::CREATED, Json(body)).into_response()
 }
 
-/// Bytes of clear media in the segments of `p` from the one starting at or after object
-/// byte `start` to the end.
-fn clear_bytes_from(p: &isnode_store::ProtectionRecord, start: u64) -> u64 {
-    p.segments
-        .iter()
-        .filter(|s| s.offset_bytes >= start)
-        .map(|s| s.clear_length)
-        .sum()
+/// What a session's output is, once the client has done its part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Output {
+    /// The stored bytes (a clear title).
+    Stored,
+    /// The clear media of an encrypted title, this many bytes.
+    Decrypted(u64),
+    /// The clear media of a CENC `cbcs` title from a later fragment: its length is not
+    /// recorded (the clear fragments' lengths are not in its row).
+    DecryptedUnknown,
+}
+
+/// The output of a session of an object protected by `p` (`None`: clear) from object
+/// byte `start`: an AES-128 title's clear bytes in the segments from the one starting at
+/// or after `start` to the end; a `cbcs` title's whole clear length from its start.
+fn output_from(p: Option<&isnode_store::ProtectionRecord>, start: u64) -> Output {
+    match p {
+        None => Output::Stored,
+        Some(p) if p.method == isnode_store::protection::METHOD_CENC_CBCS && start > 0 => {
+            Output::DecryptedUnknown
+        }
+        Some(p) => Output::Decrypted(
+            p.segments
+                .iter()
+                .filter(|s| s.offset_bytes >= start)
+                .map(|s| s.clear_length)
+                .sum(),
+        ),
+    }
 }
 
 pub(super) async fn create_session(
@@ -177,8 +201,8 @@ pub(super) async fn create_session(
                 || obj.layout.codeword_offset(s.start_codeword),
                 |a| a.offset_bytes,
             );
-            let clear = protection.as_ref().map(|p| clear_bytes_from(p, start_byte));
-            created(&sh, &s, fdt, at, clear)
+            let output = output_from(protection.as_ref(), start_byte);
+            created(&sh, &s, fdt, at, output)
         }
         Err(e) => session_error(&sh, e).into_response(),
     }
