@@ -126,13 +126,23 @@ pub fn send_socket(dest: &SocketAddr, multicast: Multicast) -> io::Result<UdpSoc
 /// Sets the send buffer of the socket `fd` to `bytes` (`SO_SNDBUF`: the kernel doubles it
 /// for its bookkeeping, caps it at `net.core.wmem_max`, and stops autotuning it).
 pub fn set_send_buffer(fd: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    set_buffer(fd, libc::SO_SNDBUF, bytes)
+}
+
+/// Sets the receive buffer of the socket `fd` to `bytes` (`SO_RCVBUF`: doubled by the
+/// kernel, capped at `net.core.rmem_max`, no longer autotuned).
+pub fn set_receive_buffer(fd: &impl AsRawFd, bytes: usize) -> io::Result<()> {
+    set_buffer(fd, libc::SO_RCVBUF, bytes)
+}
+
+fn set_buffer(fd: &impl AsRawFd, name: libc::c_int, bytes: usize) -> io::Result<()> {
     let v = libc::c_int::try_from(bytes).map_err(io::Error::other)?;
     // SAFETY: setsockopt with a valid fd and an int option value.
     let r = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
+            name,
             (&raw const v).cast(),
             size_of::<libc::c_int>() as libc::socklen_t,
         )
