@@ -285,6 +285,12 @@ impl Steer for RungSteer<'_> {
         }
         let at = self.clock.elapsed();
         let obs = self.observation(at, m);
+        tracing::debug!(
+            ?obs,
+            valid = m.valid_symbols,
+            missed = m.missed_symbols,
+            "rung steer"
+        );
         let switch = self.abr.observe(obs)?;
         // The first boundary at or after what the playout has: the output stays whole
         // segments of one rung, then of the next.
@@ -296,6 +302,7 @@ impl Steer for RungSteer<'_> {
         };
         tracing::info!(
             from = switch.from, to = switch.to, reason = ?switch.reason,
+            loss = ?obs.loss, received_bps = ?obs.received_bps,
             "switching rung at {media_s:.3} s (byte {offset})"
         );
         self.decided = Some(Decided {
@@ -492,6 +499,8 @@ fn rung_args(
         bail!("--max-seconds ran out between two rungs of the title");
     }
     a.max_seconds = left;
+    // Every rung's injected loss follows one schedule, from play's start.
+    a.play_started = Some(args.play_started.unwrap_or(clock));
     Ok(a)
 }
 
