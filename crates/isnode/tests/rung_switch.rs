@@ -124,9 +124,17 @@ fn play_through_relay(
 }
 
 /// The timeline stepped down for loss, then back up when clean
-/// ([`serve_support::media::check_down_then_up`]), and nothing was lost (its entries).
+/// ([`serve_support::media::check_down_then_up`]), from the top rung a first estimate
+/// allowed, and nothing was lost (its entries).
 fn check_timeline(json: &Value) -> usize {
     let line = serve_support::media::check_down_then_up(json);
+    // The first estimate, probed over HTTP on loopback, allows the top rung.
+    let estimate = json["first_estimate_bps"].as_u64();
+    eprintln!("first estimate: {estimate:?} bit/s");
+    assert!(
+        estimate.is_some_and(|e| e >= line[0].to_bitrate_bps),
+        "a first estimate that allows the top rung: {json}"
+    );
     eprintln!(
         "play: {} underruns, {} ms stalled, {} codewords repaired over HTTP, {:.1} s",
         json["underruns"],
@@ -259,6 +267,10 @@ fn a_pinned_rung_plays_that_rendition_only() {
     let timeline = json["rung_timeline"].as_array().expect("a timeline");
     assert_eq!(timeline.len(), 1, "{json}");
     assert_eq!(timeline[0]["to"], "show@0", "{json}");
+    assert!(
+        json.get("first_estimate_bps").is_none(),
+        "a pinned rung is not probed: {json}"
+    );
     let refused = command()
         .args(["play", "show", "--server", &server.url(), "--rung", "3"])
         .arg("--out")

@@ -63,7 +63,9 @@ pub fn play_title(args: &PlayConfig, rungs: Vec<BroadcastInfo>) -> anyhow::Resul
         .with_context(|| format!("reading the renditions of {}", args.name))?;
     let ids: Vec<String> = chosen.into_iter().map(|b| b.id).collect();
     let clock = Instant::now();
-    let (mut abr, out) = start_ladder(args, &ladder, &args.name)?;
+    // No first estimate: probing the server over unicast would add the per-receiver
+    // egress a broadcast exists to avoid (docs/protocol.md, "Switching rungs").
+    let (mut abr, out) = start_ladder(args, &ladder, &args.name, None)?;
     let first = &ladder[abr.current()];
     let mut timeline = vec![RungChange::start(
         &first.object,
