@@ -8,7 +8,9 @@
 //! rung's initialization segment before its fragments; each
 //! rung's run decoded on its own: ffmpeg's file demuxer reads one `moov`).
 //!
-//! `--rung N` pins a rung: the output is that rendition's file.
+//! `--rung N` pins a rung: the output is that rendition's file. Play starts under a first
+//! estimate of the path's rate, probed over HTTP: the top rung on loopback, the middle one
+//! through an HTTP front shaped to 1 Mbit/s.
 //!
 //! These tests need Debian's `ffmpeg` package (`bash scripts/test` installs it); without
 //! it they fail, saying so.
@@ -280,4 +282,74 @@ fn a_pinned_rung_plays_that_rendition_only() {
         .expect("running isnode play");
     assert!(!refused.status.success());
     assert!(text(&refused).contains("has 3 rungs"), "{}", text(&refused));
+}
+
+/// A first estimate from a slow HTTP path: the server's HTTP answers pass through a front
+/// shaped to 1 Mbit/s (`serve_support::front`), the UDP stream does not. The client's probe
+/// of the top rung's start measures about 1 Mbit/s, 0.7 of it is the first estimate, and
+/// play starts on the highest rung under it, not the top; the stream itself is clean, so
+/// the decision steps up to the top after its clean period (the estimate is a start, not a
+/// cap), and the MPEG-TS output decodes whole.
+#[test]
+fn a_slow_http_path_starts_play_below_the_top_rung() {
+    let (vol, server) = title(false);
+    let front = serve_support::front::Front::start(server.addr, Default::default());
+    front.shaper.set_rate(1_000_000);
+    let (out, stats, log) = (
+        vol.path("slow.ts"),
+        vol.path("slow.json"),
+        vol.path("slow.log"),
+    );
+    let mut play = ChildGuard(Some(
+        command()
+            .args(["play", "show", "--server", &front.url()])
+            .args(["--max-seconds", "70", "--timeout-s", "10"])
+            .arg("--out")
+            .arg(&out)
+            .arg("--stats-json")
+            .arg(&stats)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("the play log"))
+            .spawn()
+            .expect("running isnode play"),
+    ));
+    let status = play.wait_until(Instant::now() + Duration::from_secs(80), "isnode play");
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "play failed:\n{log}");
+    let json: Value = serde_json::from_slice(&std::fs::read(&stats).expect("the stats JSON"))
+        .expect("stats JSON");
+    let timeline = json["rung_timeline"].as_array().expect("a rung timeline");
+    let estimate = json["first_estimate_bps"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no first estimate: {json}"));
+    let first = timeline[0]["to_bitrate_bps"].as_u64().expect("a bitrate");
+    let top = timeline
+        .iter()
+        .filter_map(|c| c["to_bitrate_bps"].as_u64())
+        .max()
+        .expect("bitrates");
+    eprintln!(
+        "first estimate {estimate} bit/s through a 1 Mbit/s front: started at {first} bit/s, \
+         up to {top} bit/s: {timeline:?}"
+    );
+    // 0.7 of the front's 1 Mbit/s, within what a 300 ms sample of 16 KiB charges allows.
+    assert!(
+        (350_000..=1_000_000).contains(&estimate),
+        "the estimate {estimate} bit/s: {json}"
+    );
+    assert_eq!(timeline[0]["reason"], "start", "{json}");
+    assert_eq!(
+        timeline[0]["to"], "show@1",
+        "under the estimate, not the top: {json}"
+    );
+    assert!(first <= estimate, "{json}");
+    assert!(
+        timeline[1..]
+            .iter()
+            .any(|c| c["reason"] == "clean" && c["to"] == "show@2"),
+        "the clean stream steps up to the top: {json}"
+    );
+    assert_eq!(json["codewords_unrecoverable"], 0, "{json}");
+    decodes_cleanly(out.to_str().expect("utf-8 path"));
 }
