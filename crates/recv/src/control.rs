@@ -640,7 +640,8 @@ impl ControlClient {
 
     /// Reads at most `len` bytes (at most [`MAX_HEAD_BYTES`]) of object `name` from its
     /// start (`GET /o/{name}` with a `Range`), for at most `budget` after the first bytes
-    /// came, and times them: a sample of the path's rate (`isnode play TITLE`'s first
+    /// came (which must come within [`PROBE_FIRST_BYTE`] + `budget`), and times them: a
+    /// sample of the path's rate (`isnode play TITLE`'s first
     /// estimate, [`crate::abr::first_estimate_bps`]). The bytes are dropped.
     pub fn probe(&self, name: &str, len: u64, budget: Duration) -> anyhow::Result<ProbeSample> {
         use std::io::Read;
@@ -648,9 +649,15 @@ impl ControlClient {
             bail!("a probe of {len} bytes of {name}: between 1 and {MAX_HEAD_BYTES} are read");
         }
         let url = format!("{}/o/{name}", self.base);
+        // The whole probe within its budget and the first bytes' wait (PROBE_FIRST_BYTE):
+        // a server slow to answer (an edge still filling the rung) gives no estimate
+        // rather than a late start.
         let req = self
             .req(self.agent.get(&url))
-            .header("Range", format!("bytes=0-{}", len - 1));
+            .header("Range", format!("bytes=0-{}", len - 1))
+            .config()
+            .timeout_global(Some(PROBE_FIRST_BYTE + budget))
+            .build();
         let mut resp = req.call().with_context(|| format!("GET {url}"))?;
         if !matches!(resp.status().as_u16(), 200 | 206) {
             Self::body("probing the path", 206, resp)?;
@@ -726,6 +733,10 @@ impl ControlClient {
 /// Largest playlist read to tell whether a title is encrypted, bytes (a day of 2 s segments
 /// with a key line each is about 12 MiB; the key lines come before the first segment).
 const MAX_PLAYLIST_BYTES: u64 = 16 << 20;
+
+/// How long [`ControlClient::probe`] waits for its first bytes, at most (the whole probe
+/// takes at most this plus its budget).
+pub const PROBE_FIRST_BYTE: Duration = Duration::from_secs(1);
 
 /// What [`ControlClient::probe`] measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
