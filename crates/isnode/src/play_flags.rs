@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use isnode_recv::config::{AcceptFrom, ReleaseArg, RepairGroups, VerifyDigests};
-use isnode_recv::impair::ImpairConfig;
+use isnode_recv::impair::{ImpairConfig, LossStep};
 use isnode_recv::RelayArgs;
 
 use crate::choice::ChoiceParser;
@@ -63,6 +63,12 @@ pub(crate) struct PlayArgs {
     /// Injected loss and corruption.
     #[command(flatten)]
     pub(crate) impair: ImpairFlags,
+
+    /// From SECONDS after play's start on, lose received packets at rate LOSS (repeatable:
+    /// e.g. `--loss-step 4:0.3 --loss-step 9:0` for a loss that rises, then ends; a title
+    /// with renditions follows one schedule across its rungs).
+    #[arg(long, value_name = "SECONDS:LOSS")]
+    pub(crate) loss_step: Vec<LossStep>,
 
     /// Write the output as soon as it is decoded instead of pacing it at the object's bitrate.
     #[arg(long)]
@@ -231,6 +237,8 @@ impl PlayArgs {
             out: self.out,
             stats_json: self.stats_json,
             impair: self.impair.into(),
+            loss_steps: self.loss_step,
+            play_started: None,
             as_fast_as_possible: self.as_fast_as_possible,
             port: self.port,
             bind: self.bind,
@@ -322,7 +330,7 @@ pub(crate) struct RelayFlags {
     /// From SECONDS after the first datagram on, lose packets at rate LOSS (repeatable:
     /// e.g. `--loss-step 8:0.25 --loss-step 18:0` for a loss that rises, then ends).
     #[arg(long, value_name = "SECONDS:LOSS")]
-    pub(crate) loss_step: Vec<isnode_recv::relay::LossStep>,
+    pub(crate) loss_step: Vec<LossStep>,
 }
 
 impl From<RelayFlags> for RelayArgs {
@@ -398,7 +406,24 @@ mod tests {
             "32",
             "--max-seconds",
             "60",
+            "--loss-step",
+            "9:0",
+            "--loss-step",
+            "4:0.3",
         ]);
+        assert_eq!(
+            a.loss_step,
+            [
+                LossStep {
+                    after_s: 9.0,
+                    loss: 0.0
+                },
+                LossStep {
+                    after_s: 4.0,
+                    loss: 0.3
+                }
+            ]
+        );
         assert_eq!(a.session_port, Some(7001));
         assert_eq!(a.port, 7002);
         assert_eq!(

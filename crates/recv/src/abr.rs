@@ -262,6 +262,27 @@ impl Abr {
     }
 }
 
+/// A path's rate is measured for a first estimate only if the probe's bytes after its first
+/// read span at least this long, or are at least [`MIN_PROBE_BYTES`] (a few reads coming
+/// at once tell nothing of a rate).
+pub const MIN_PROBE_SPAN: Duration = Duration::from_millis(10);
+/// See [`MIN_PROBE_SPAN`].
+pub const MIN_PROBE_BYTES: u64 = 32 << 10;
+/// The share of the measured rate a first estimate allows for a rung's bitrate: the stream
+/// carries repair symbols on top (1/7 more at k = 223, m = 32; 1/3 at k = 12, m = 4) and
+/// headers, and a TCP probe measures the path before the stream competes with anything.
+pub const PROBE_HEADROOM: f64 = 0.7;
+
+/// The first estimate of a probe that read `bytes` after its first read over `span`:
+/// [`PROBE_HEADROOM`] of their rate, or None when the sample is too short to tell a rate.
+pub fn first_estimate_bps(bytes: u64, span: Duration) -> Option<u64> {
+    if span.is_zero() || (span < MIN_PROBE_SPAN && bytes < MIN_PROBE_BYTES) {
+        return None;
+    }
+    let bps = bytes as f64 * 8.0 / span.as_secs_f64() * PROBE_HEADROOM;
+    Some(bps.min(u64::MAX as f64) as u64)
+}
+
 /// The highest rung whose bitrate is at most `cap` (the lowest if none is).
 fn highest_under(rungs: &[Rung], cap: u64) -> usize {
     rungs

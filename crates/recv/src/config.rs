@@ -5,8 +5,9 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::time::Instant;
 
-use crate::impair::ImpairConfig;
+use crate::impair::{ImpairConfig, LossStep};
 
 /// Default `resume_after_ms`.
 pub const DEFAULT_RESUME_AFTER_MS: u64 = 1000;
@@ -48,6 +49,16 @@ pub struct PlayConfig {
 
     /// Injected loss and corruption.
     pub impair: ImpairConfig,
+
+    /// Steps of the injected loss (`--loss-step SECONDS:LOSS`): from SECONDS after
+    /// [`PlayConfig::play_started`] on, packets are lost at rate LOSS (burst length,
+    /// corruption and seed those of `impair`).
+    pub loss_steps: Vec<LossStep>,
+
+    /// When play started, the time `loss_steps` count from (None: the session's request, or
+    /// the broadcast's description). A title's play sets it to its own start, so that every
+    /// rung's session or reception follows one schedule.
+    pub play_started: Option<Instant>,
 
     /// Write the output as soon as it is decoded instead of pacing it at the object's bitrate.
     pub as_fast_as_possible: bool,
@@ -318,6 +329,8 @@ impl PlayConfig {
                 seed: 1,
                 ..ImpairConfig::default()
             },
+            loss_steps: Vec::new(),
+            play_started: None,
             as_fast_as_possible: false,
             port: 0,
             bind: None,

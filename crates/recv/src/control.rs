@@ -675,6 +675,61 @@ impl ControlClient {
         Ok(bytes)
     }
 
+    /// Reads at most `len` bytes (at most [`MAX_HEAD_BYTES`]) of object `name` from its
+    /// start (`GET /o/{name}` with a `Range`), for at most `budget` after the first bytes
+    /// came (which must come within [`PROBE_FIRST_BYTE`] + `budget`), and times them: a
+    /// sample of the path's rate (`isnode play TITLE`'s first
+    /// estimate, [`crate::abr::first_estimate_bps`]). The bytes are dropped.
+    pub fn probe(&self, name: &str, len: u64, budget: Duration) -> anyhow::Result<ProbeSample> {
+        use std::io::Read;
+        if len == 0 || len > MAX_HEAD_BYTES {
+            bail!("a probe of {len} bytes of {name}: between 1 and {MAX_HEAD_BYTES} are read");
+        }
+        let url = format!("{}/o/{name}", self.base);
+        // The whole probe within its budget and the first bytes' wait (PROBE_FIRST_BYTE):
+        // a server slow to answer (an edge still filling the rung) gives no estimate
+        // rather than a late start.
+        let req = self
+            .req(self.agent.get(&url))
+            .header("Range", format!("bytes=0-{}", len - 1))
+            .config()
+            .timeout_global(Some(PROBE_FIRST_BYTE + budget))
+            .build();
+        let mut resp = req.call().with_context(|| format!("GET {url}"))?;
+        if !matches!(resp.status().as_u16(), 200 | 206) {
+            Self::body("probing the path", 206, resp)?;
+            bail!("probing the path with {name} failed");
+        }
+        let mut body = resp.body_mut().with_config().limit(len).reader();
+        let mut buf = vec![0u8; 16 << 10];
+        let (mut first, mut last, mut after_first) = (None::<std::time::Instant>, None, 0u64);
+        let mut total = 0u64;
+        while total < len && first.is_none_or(|t| t.elapsed() < budget) {
+            let n = body
+                .read(&mut buf)
+                .with_context(|| format!("reading {url}"))?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            match first {
+                None => first = Some(std::time::Instant::now()),
+                Some(_) => {
+                    after_first += n as u64;
+                    last = Some(std::time::Instant::now());
+                }
+            }
+        }
+        let span = match (first, last) {
+            (Some(f), Some(l)) => l.saturating_duration_since(f),
+            _ => Duration::ZERO,
+        };
+        Ok(ProbeSample {
+            bytes_after_first: after_first,
+            span,
+        })
+    }
+
     /// `GET /v1/objects/{name}`.
     pub fn object(&self, name: &str) -> anyhow::Result<ObjectInfo> {
         let url = format!("{}/v1/objects/{name}", self.base);
@@ -715,6 +770,20 @@ impl ControlClient {
 /// Largest playlist read to tell whether a title is encrypted, bytes (a day of 2 s segments
 /// with a key line each is about 12 MiB; the key lines come before the first segment).
 const MAX_PLAYLIST_BYTES: u64 = 16 << 20;
+
+/// How long [`ControlClient::probe`] waits for its first bytes, at most (the whole probe
+/// takes at most this plus its budget).
+pub const PROBE_FIRST_BYTE: Duration = Duration::from_secs(1);
+
+/// What [`ControlClient::probe`] measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeSample {
+    /// Bytes read after the first read that returned any (the first one's time is the
+    /// start: the request's round trip and the server's first byte are not the path's rate).
+    pub bytes_after_first: u64,
+    /// From the first read to the last.
+    pub span: Duration,
+}
 
 /// Most bytes [`ControlClient::head_bytes`] reads (a CMAF initialization segment is a few
 /// kilobytes).

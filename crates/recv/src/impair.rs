@@ -22,6 +22,8 @@
 //! Everything is driven by a ChaCha8 generator seeded with the given seed: the same seed and
 //! the same sequence of packet lengths give the same decisions on every machine.
 
+use std::time::Duration;
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -83,6 +85,20 @@ pub enum ImpairError {
         burst: f64,
         /// The smallest feasible burst length, P / (1 - P).
         min_burst: f64,
+    },
+    /// A loss step's time is not a time (negative, infinite or not a number).
+    #[error("a loss step's time must be seconds >= 0, got {0}")]
+    NotATime(f64),
+    /// A loss step that cannot be taken.
+    #[error("--loss-step {after_s}:{loss}")]
+    Step {
+        /// The step's time.
+        after_s: f64,
+        /// The step's loss rate.
+        loss: f64,
+        /// What is wrong with it.
+        #[source]
+        source: Box<ImpairError>,
     },
 }
 
@@ -198,6 +214,148 @@ impl Impairer {
     /// Counters so far.
     pub fn stats(&self) -> ImpairStats {
         self.stats
+    }
+
+    /// True if it never drops nor corrupts a packet from now on.
+    fn is_transparent(&self) -> bool {
+        self.p <= 0.0 && !self.bad && self.corrupt <= 0.0
+    }
+}
+
+/// One `--loss-step SECONDS:LOSS` (of `isnode relay` and `isnode play`): the loss rate
+/// from a time on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LossStep {
+    /// Seconds after the schedule's start (the relay's first datagram; play's start).
+    pub after_s: f64,
+    /// The loss rate from then on, in [0, 1].
+    pub loss: f64,
+}
+
+impl std::str::FromStr for LossStep {
+    type Err = String;
+
+    /// `SECONDS:LOSS`, e.g. `8:0.25`.
+    fn from_str(s: &str) -> Result<LossStep, String> {
+        let (t, l) = s
+            .split_once(':')
+            .ok_or_else(|| format!("{s:?}: a loss step is SECONDS:LOSS, e.g. 8:0.25"))?;
+        let after_s: f64 = t
+            .trim()
+            .parse()
+            .map_err(|e| format!("{t:?}: not seconds: {e}"))?;
+        let loss: f64 = l
+            .trim()
+            .parse()
+            .map_err(|e| format!("{l:?}: not a loss rate: {e}"))?;
+        if !after_s.is_finite() || after_s < 0.0 {
+            return Err(format!("{t:?}: seconds must be >= 0"));
+        }
+        Ok(LossStep { after_s, loss })
+    }
+}
+
+/// A step not taken yet.
+#[derive(Clone, Debug)]
+struct Pending {
+    at: Duration,
+    loss: f64,
+    impairer: Impairer,
+}
+
+/// An [`Impairer`] whose loss rate changes at the times of its [`LossStep`]s: from a step's
+/// time on, the loss is the step's, the burst length and corruption the configuration's,
+/// drawn from the seed `seed + step number` (1 for the earliest step). The caller tells the
+/// time since the schedule's start ([`ScheduledImpairer::advance`]).
+#[derive(Clone, Debug)]
+pub struct ScheduledImpairer {
+    now: Impairer,
+    /// The steps not taken yet, the latest first (popped in time order).
+    pending: Vec<Pending>,
+    /// Counters of the impairers replaced by a step.
+    before: ImpairStats,
+}
+
+impl ScheduledImpairer {
+    /// The impairment of `config`, changed by `steps` (in any order); every step checked.
+    pub fn new(
+        config: &ImpairConfig,
+        steps: &[LossStep],
+    ) -> Result<ScheduledImpairer, ImpairError> {
+        let now = Impairer::new(config)?;
+        let mut steps = steps.to_vec();
+        steps.sort_by(|a, b| a.after_s.total_cmp(&b.after_s));
+        let mut pending = steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let err = |source| ImpairError::Step {
+                    after_s: s.after_s,
+                    loss: s.loss,
+                    source: Box::new(source),
+                };
+                let at = Duration::try_from_secs_f64(s.after_s)
+                    .map_err(|_| err(ImpairError::NotATime(s.after_s)))?;
+                let step = ImpairConfig {
+                    loss: s.loss,
+                    seed: config.seed.wrapping_add(i as u64 + 1),
+                    ..*config
+                };
+                let impairer = Impairer::new(&step).map_err(err)?;
+                Ok(Pending {
+                    at,
+                    loss: s.loss,
+                    impairer,
+                })
+            })
+            .collect::<Result<Vec<_>, ImpairError>>()?;
+        pending.reverse();
+        Ok(ScheduledImpairer {
+            now,
+            pending,
+            before: ImpairStats::default(),
+        })
+    }
+
+    /// True if neither the impairment now nor any step ever drops or corrupts a packet.
+    pub fn is_transparent(&self) -> bool {
+        self.now.is_transparent() && self.pending.iter().all(|p| p.impairer.is_transparent())
+    }
+
+    /// Takes the steps due `since_start` after the schedule's start.
+    pub fn advance(&mut self, since_start: Duration) {
+        while self.pending.last().is_some_and(|p| since_start >= p.at) {
+            if let Some(p) = self.pending.pop() {
+                tracing::info!(
+                    "injected loss {} from {:.1} s on",
+                    p.loss,
+                    p.at.as_secs_f64()
+                );
+                self.before = self.before.plus(self.now.stats());
+                self.now = p.impairer;
+            }
+        }
+    }
+
+    /// Decides the fate of one packet (see [`Impairer::apply`]).
+    pub fn apply(&mut self, packet: &mut [u8]) -> Verdict {
+        self.now.apply(packet)
+    }
+
+    /// Counters so far, over every step taken.
+    pub fn stats(&self) -> ImpairStats {
+        self.before.plus(self.now.stats())
+    }
+}
+
+impl ImpairStats {
+    /// The counters of both.
+    pub fn plus(self, other: ImpairStats) -> ImpairStats {
+        ImpairStats {
+            packets: self.packets + other.packets,
+            dropped: self.dropped + other.dropped,
+            corrupted: self.corrupted + other.corrupted,
+        }
     }
 }
 
@@ -365,5 +523,64 @@ mod tests {
         .unwrap();
         assert_eq!(c.apply(&mut []), Verdict::Pass);
         assert_eq!(c.apply(&mut [0]), Verdict::Corrupted);
+    }
+
+    #[test]
+    fn loss_steps_parse_and_are_checked() {
+        let s: LossStep = "8:0.25".parse().unwrap();
+        assert_eq!(
+            s,
+            LossStep {
+                after_s: 8.0,
+                loss: 0.25
+            }
+        );
+        assert!("8".parse::<LossStep>().is_err());
+        assert!("-1:0.1".parse::<LossStep>().is_err());
+        assert!("x:0.1".parse::<LossStep>().is_err());
+        // A step's loss is checked as --loss is, and named.
+        let bad = ScheduledImpairer::new(&ImpairConfig::default(), &["1:1.5".parse().unwrap()])
+            .unwrap_err();
+        assert!(
+            matches!(&bad, ImpairError::Step { source, .. }
+                if matches!(**source, ImpairError::NotAProbability { .. })),
+            "{bad:?}"
+        );
+        assert_eq!(bad.to_string(), "--loss-step 1:1.5");
+        let never = LossStep {
+            after_s: f64::NAN,
+            loss: 0.1,
+        };
+        assert!(ScheduledImpairer::new(&ImpairConfig::default(), &[never]).is_err());
+    }
+
+    /// Steps given in any order are taken in time order, each from its time on, with the
+    /// counters summed over them.
+    #[test]
+    fn a_schedule_changes_the_loss_at_its_steps() {
+        let steps: Vec<LossStep> = ["12:0", "5:1"].iter().map(|s| s.parse().unwrap()).collect();
+        let mut imp = ScheduledImpairer::new(&ImpairConfig::default(), &steps).unwrap();
+        assert!(!imp.is_transparent(), "a step loses packets");
+        let run = |imp: &mut ScheduledImpairer, at_s: u64| {
+            imp.advance(Duration::from_secs(at_s));
+            (0..100)
+                .filter(|_| imp.apply(&mut [0u8; 4]) == Verdict::Drop)
+                .count()
+        };
+        assert_eq!(run(&mut imp, 0), 0, "no loss before the first step");
+        assert_eq!(run(&mut imp, 4), 0);
+        assert_eq!(run(&mut imp, 5), 100, "loss 1 from 5 s on");
+        assert_eq!(run(&mut imp, 11), 100);
+        assert_eq!(run(&mut imp, 12), 0, "the loss ends at 12 s");
+        assert_eq!(
+            imp.stats(),
+            ImpairStats {
+                packets: 500,
+                dropped: 200,
+                corrupted: 0
+            }
+        );
+        let none = ScheduledImpairer::new(&ImpairConfig::default(), &["3:0".parse().unwrap()]);
+        assert!(none.unwrap().is_transparent());
     }
 }

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::impair::{ImpairConfig, Impairer, Verdict};
+pub use crate::impair::LossStep;
+use crate::impair::{ImpairConfig, ScheduledImpairer, Verdict};
 use crate::net::{enable_gro, grow_recv_buffer, set_poll_timeout, Batch};
 
 /// What `isnode relay` does (its flags are the CLI's `RelayFlags`).
@@ -37,38 +38,6 @@ pub struct RelayArgs {
     /// datagram on, the loss rate is this (the burst length, corruption and seed stay
     /// those of `impair`; each step draws from its own seed, `seed + step number`).
     pub loss_steps: Vec<LossStep>,
-}
-
-/// One `--loss-step`: the loss rate from a time on.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LossStep {
-    /// Seconds after the relay's first datagram.
-    pub after_s: f64,
-    /// The loss rate from then on, in [0, 1].
-    pub loss: f64,
-}
-
-impl std::str::FromStr for LossStep {
-    type Err = String;
-
-    /// `SECONDS:LOSS`, e.g. `8:0.25`.
-    fn from_str(s: &str) -> Result<LossStep, String> {
-        let (t, l) = s
-            .split_once(':')
-            .ok_or_else(|| format!("{s:?}: a loss step is SECONDS:LOSS, e.g. 8:0.25"))?;
-        let after_s: f64 = t
-            .trim()
-            .parse()
-            .map_err(|e| format!("{t:?}: not seconds: {e}"))?;
-        let loss: f64 = l
-            .trim()
-            .parse()
-            .map_err(|e| format!("{l:?}: not a loss rate: {e}"))?;
-        if !after_s.is_finite() || after_s < 0.0 {
-            return Err(format!("{t:?}: seconds must be >= 0"));
-        }
-        Ok(LossStep { after_s, loss })
-    }
 }
 
 impl RelayArgs {
@@ -115,16 +84,14 @@ pub struct Relay {
     socket: UdpSocket,
     out: UdpSocket,
     args: RelayArgs,
-    impairer: Impairer,
-    /// The impairers of `--loss-step`, in time order, each with its start.
-    steps: Vec<(Duration, Impairer)>,
+    /// `--loss`, changed by the `--loss-step`s from the first datagram on.
+    impairer: ScheduledImpairer,
 }
 
 impl Relay {
     /// Checks the arguments and binds `--listen`.
     pub fn bind(args: &RelayArgs) -> anyhow::Result<Relay> {
-        let impairer = Impairer::new(&args.impair)?;
-        let steps = loss_steps(args)?;
+        let impairer = ScheduledImpairer::new(&args.impair, &args.loss_steps)?;
         let socket =
             UdpSocket::bind(args.listen).with_context(|| format!("binding UDP {}", args.listen))?;
         let any: SocketAddr = if args.to.is_ipv4() {
@@ -138,7 +105,6 @@ impl Relay {
             out,
             args: args.clone(),
             impairer,
-            steps,
         })
     }
 
@@ -167,7 +133,6 @@ impl Relay {
         let start = Instant::now();
         let mut last: Option<Instant> = None;
         let mut first: Option<Instant> = None;
-        self.steps.reverse(); // popped in time order
         while !stop.load(Ordering::Relaxed) && start.elapsed() < max {
             if let (Some(idle), Some(last)) = (idle_exit, last) {
                 if last.elapsed() >= idle {
@@ -178,7 +143,7 @@ impl Relay {
             if n > 0 {
                 last = Some(Instant::now());
                 let first = *first.get_or_insert(Instant::now());
-                self.step(first);
+                self.impairer.advance(first.elapsed());
             }
             for i in 0..n {
                 stats.packets_in += 1;
@@ -209,44 +174,6 @@ impl Relay {
     }
 }
 
-/// The impairers of `args.loss_steps`, checked, in time order with their start.
-fn loss_steps(args: &RelayArgs) -> anyhow::Result<Vec<(Duration, Impairer)>> {
-    let mut steps = args.loss_steps.clone();
-    steps.sort_by(|a, b| a.after_s.total_cmp(&b.after_s));
-    steps
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let config = ImpairConfig {
-                loss: s.loss,
-                seed: args.impair.seed.wrapping_add(i as u64 + 1),
-                ..args.impair
-            };
-            let at = Duration::try_from_secs_f64(s.after_s)
-                .with_context(|| format!("--loss-step {}:{}", s.after_s, s.loss))?;
-            let impairer = Impairer::new(&config)
-                .with_context(|| format!("--loss-step {}:{}", s.after_s, s.loss))?;
-            Ok((at, impairer))
-        })
-        .collect()
-}
-
-impl Relay {
-    /// Takes the `--loss-step`s due `first` + their time (steps are in reverse time order).
-    fn step(&mut self, first: Instant) {
-        while self
-            .steps
-            .last()
-            .is_some_and(|(at, _)| first.elapsed() >= *at)
-        {
-            if let Some((at, step)) = self.steps.pop() {
-                tracing::info!("relay: loss step at {:.1} s", at.as_secs_f64());
-                self.impairer = step;
-            }
-        }
-    }
-}
-
 /// Binds and runs a relay (see [`Relay`]).
 pub fn relay(args: &RelayArgs, stop: &AtomicBool) -> anyhow::Result<RelayStats> {
     Relay::bind(args)?.run(stop)
@@ -272,32 +199,6 @@ impl RelayStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn loss_steps_parse_and_are_checked() {
-        let s: LossStep = "8:0.25".parse().unwrap();
-        assert_eq!(
-            s,
-            LossStep {
-                after_s: 8.0,
-                loss: 0.25
-            }
-        );
-        assert!("8".parse::<LossStep>().is_err());
-        assert!("-1:0.1".parse::<LossStep>().is_err());
-        assert!("x:0.1".parse::<LossStep>().is_err());
-        let mut args = RelayArgs::new(
-            "127.0.0.1:0".parse().unwrap(),
-            "127.0.0.1:9".parse().unwrap(),
-        );
-        args.loss_steps = vec!["12:0".parse().unwrap(), "5:0.4".parse().unwrap()];
-        let steps = loss_steps(&args).unwrap();
-        let at: Vec<_> = steps.iter().map(|s| s.0.as_secs()).collect();
-        assert_eq!(at, [5, 12], "in time order");
-        // A step's loss is checked as --loss is.
-        args.loss_steps = vec!["1:1.5".parse().unwrap()];
-        assert!(loss_steps(&args).is_err());
-    }
 
     /// A step at 0 s applies from the first datagram on.
     #[test]

@@ -242,3 +242,65 @@ pub(crate) fn validate_mpd(mpd: &str) {
     cmd.arg("-c").arg(SCRIPT).arg(&xsd).arg(&file);
     run(cmd, "validating the MPD against DASH-MPD.xsd");
 }
+
+/// One entry of a rung timeline (`rung_timeline` of `isnode play --stats-json`, unicast or
+/// broadcast): why, to what bitrate, at what time of the title.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct RungStep {
+    /// `start`, `loss`, `rate` or `clean`.
+    pub reason: String,
+    /// The rung played from then on, bit/s.
+    pub to_bitrate_bps: u64,
+    /// The segment boundary it switched at (seconds of the title).
+    pub media_s: f64,
+}
+
+/// Prints a play's rung timeline (for docs/benchmarks.md, `-- --nocapture`) and checks it
+/// steps down for loss and later back up once clean: it starts (`start`), a step down for
+/// `loss` goes below the first rung, a later `clean` step goes above the rung before it,
+/// and every switch is at a later boundary than the one before. Its entries.
+#[track_caller]
+pub(crate) fn check_down_then_up(stats: &serde_json::Value) -> Vec<RungStep> {
+    let timeline = stats["rung_timeline"].as_array().expect("a rung timeline");
+    for c in timeline {
+        eprintln!(
+            "rung: decided {:>6.2} s, switched {:>6.2} s, title {:>5.1} s, {:>7} -> {:>7} bit/s, {}",
+            c["decided_at_s"].as_f64().unwrap_or(0.0),
+            c["at_s"].as_f64().unwrap_or(0.0),
+            c["media_s"].as_f64().unwrap_or(0.0),
+            c["from_bitrate_bps"].as_u64().unwrap_or(0),
+            c["to_bitrate_bps"].as_u64().unwrap_or(0),
+            c["reason"].as_str().unwrap_or("?"),
+        );
+    }
+    let line: Vec<RungStep> = timeline
+        .iter()
+        .map(|c| RungStep {
+            reason: c["reason"].as_str().expect("reason").to_string(),
+            to_bitrate_bps: c["to_bitrate_bps"].as_u64().expect("to_bitrate_bps"),
+            media_s: c["media_s"].as_f64().expect("media_s"),
+        })
+        .collect();
+    let shown = format!("{line:?}\n{}", serde_json::to_string_pretty(stats).unwrap());
+    assert_eq!(line[0].reason, "start", "{shown}");
+    let top = line[0].to_bitrate_bps;
+    let down = line
+        .iter()
+        .position(|c| c.reason == "loss")
+        .unwrap_or_else(|| panic!("no step down for loss: {shown}"));
+    assert!(line[down].to_bitrate_bps < top, "{shown}");
+    let up = line[down..]
+        .iter()
+        .position(|c| c.reason == "clean")
+        .unwrap_or_else(|| panic!("no step up after the loss: {shown}"));
+    let up = down + up;
+    assert!(
+        line[up].to_bitrate_bps > line[up - 1].to_bitrate_bps,
+        "{shown}"
+    );
+    assert!(
+        line.windows(2).all(|w| w[1].media_s > w[0].media_s),
+        "switches at increasing boundaries: {shown}"
+    );
+    line
+}

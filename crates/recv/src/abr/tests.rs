@@ -237,3 +237,44 @@ proptest! {
         }
     }
 }
+
+/// A probe's first estimate: 0.7 of its rate, none from a sample too short to tell one,
+/// and play starts on the highest rung under it and the cap.
+#[test]
+fn a_probe_gives_a_first_estimate_when_it_tells_a_rate() {
+    // 125 000 bytes in 1 s: 1 Mbit/s, 0.7 of it allowed.
+    assert_eq!(
+        first_estimate_bps(125_000, Duration::from_secs(1)),
+        Some(700_000)
+    );
+    // A slow path read for the probe's whole budget: few bytes, a long span.
+    assert_eq!(
+        first_estimate_bps(12_500, Duration::from_millis(400)),
+        Some(175_000)
+    );
+    // A fast path: many bytes in under the least span.
+    assert_eq!(
+        first_estimate_bps(256 << 10, Duration::from_millis(2)),
+        Some((262_144.0 * 8.0 / 0.002 * PROBE_HEADROOM) as u64)
+    );
+    // Nothing after the first read, or a few reads at once: no rate.
+    assert_eq!(first_estimate_bps(0, Duration::ZERO), None);
+    assert_eq!(first_estimate_bps(16 << 10, Duration::ZERO), None);
+    assert_eq!(first_estimate_bps(16 << 10, Duration::from_millis(1)), None);
+    let start = |estimate| {
+        let config = AbrConfig {
+            start_estimate_bps: estimate,
+            ..AbrConfig::default()
+        };
+        Abr::new(ladder(), config, Duration::ZERO)
+            .unwrap()
+            .current()
+    };
+    // 400 kbit/s measured: 280 kbit/s allowed, the 150 kbit/s rung (300 kbit/s is above).
+    assert_eq!(start(first_estimate_bps(50_000, Duration::from_secs(1))), 0);
+    assert_eq!(
+        start(first_estimate_bps(125_000, Duration::from_secs(1))),
+        2
+    );
+    assert_eq!(start(None), 2, "no estimate: the top");
+}

@@ -5,7 +5,7 @@
 //! source group the packet after `(sbn, esi)` is `(sbn, esi + 1)`, or `(next, 0)` once
 //! `esi` was the codeword's last (`k - 1`). Anything else after the first packet seen is a
 //! loss: a jump within a codeword, the head of a new codeword (it starts past ESI 0), or
-//! the tail of the previous one (it ended before `k - 1`). An ESI lower than the last one
+//! the tail of the previous one (it ended before `k - 1`), counted in packets. An ESI lower than the last one
 //! of the same codeword starts a new transmission of it (a channel of one codeword sends
 //! it again and again); the same packet twice is a duplicate. The first packet seen may be
 //! anywhere in a codeword (the channel was joined while it was being sent): no loss. (A
@@ -21,31 +21,32 @@ pub struct SourceOrder {
 impl SourceOrder {
     /// Takes the source packet `(sbn, esi)` of a codeword of `k` source packets, the
     /// codeword of the previous one having `k_of_last` (asked only when the codeword
-    /// changes); true if a source packet went missing before it. Repair packets
-    /// (`esi >= k`) and duplicates are ignored.
+    /// changes); how many source packets went missing just before it (0: none; whole
+    /// codewords lost in between are not counted). Repair packets (`esi >= k`) and
+    /// duplicates are ignored.
     pub fn push(
         &mut self,
         (sbn, esi): (u32, u32),
         k: u32,
         k_of_last: impl FnOnce(u32) -> u32,
-    ) -> bool {
+    ) -> u32 {
         if esi >= k {
-            return false;
+            return 0;
         }
         let Some((last_sbn, last_esi)) = self.last else {
             self.last = Some((sbn, esi));
-            return false;
+            return 0;
         };
         if (sbn, esi) == (last_sbn, last_esi) {
-            return false; // a duplicate
+            return 0; // a duplicate
         }
         self.last = Some((sbn, esi));
         if sbn == last_sbn && esi > last_esi {
-            return esi > last_esi + 1;
+            return esi - last_esi - 1;
         }
         // A new transmission: of another codeword, or of this one again.
-        let tail_lost = last_esi.saturating_add(1) < k_of_last(last_sbn);
-        esi > 0 || tail_lost
+        let tail_lost = k_of_last(last_sbn).saturating_sub(last_esi.saturating_add(1));
+        esi.saturating_add(tail_lost)
     }
 }
 
@@ -57,7 +58,7 @@ mod tests {
 
     fn run(packets: &[(u32, u32)]) -> Vec<bool> {
         let mut o = SourceOrder::default();
-        packets.iter().map(|&p| o.push(p, K, |_| K)).collect()
+        packets.iter().map(|&p| o.push(p, K, |_| K) > 0).collect()
     }
 
     #[test]
@@ -120,11 +121,23 @@ mod tests {
     #[test]
     fn a_short_last_codeword_ends_at_its_own_k() {
         let mut o = SourceOrder::default();
-        assert!(!o.push((7, 0), 2, |_| 2));
-        assert!(!o.push((7, 1), 2, |_| 2));
-        assert!(
-            !o.push((0, 0), K, |_| 2),
+        assert_eq!(o.push((7, 0), 2, |_| 2), 0);
+        assert_eq!(o.push((7, 1), 2, |_| 2), 0);
+        assert_eq!(
+            o.push((0, 0), K, |_| 2),
+            0,
             "7 had two source packets: none lost"
         );
+    }
+
+    /// The packets missing are counted: within a codeword, and a tail and a head together.
+    #[test]
+    fn the_missing_packets_are_counted() {
+        let mut o = SourceOrder::default();
+        let counts: Vec<u32> = [(1, 1), (1, 3), (2, 2), (2, 3), (3, 0)]
+            .iter()
+            .map(|&p| o.push(p, K, |_| K))
+            .collect();
+        assert_eq!(counts, [0, 1, 2, 0, 0], "ESI 2 of 1; 0 and 1 of 2");
     }
 }

@@ -7,8 +7,12 @@
 //! the rung the decision picks ([`crate::abr::Abr`]: the highest not above
 //! `--max-bitrate`), or on the one `--rung N` pins. It receives that rung's broadcast as any broadcast (its channels'
 //! groups joined and left as its plan says), with the rung decision fed the reception's
-//! loss every 100 ms (not its receive rate: a broadcast's channels run at the plan's rates,
-//! and a receiver holding what comes next listens to none). When the decision switches, the
+//! loss every 100 ms: the source packets missing between those heard on each channel
+//! (a channel joined in the middle of a codeword has lost nothing: the receive core's
+//! missed symbols would count its first packets, and a rung just switched to, joining all
+//! its channels at once, would look lossy and be left again). Not its receive rate: a
+//! broadcast's channels run at the plan's rates, and a receiver holding what comes next
+//! listens to none. The decision steps up after a clean period as unicast play's does. When the decision switches, the
 //! reception's output ends at the first segment boundary at or after what it has written,
 //! its groups are left, and the new rung's broadcast is tuned into for the codewords from
 //! that boundary on: the output goes on with the new rung's key frame, marked as unicast
@@ -28,6 +32,7 @@ use anyhow::{bail, Context};
 
 use super::{check_request, receive, write_stats, BroadcastStats, Part};
 use crate::config::PlayConfig;
+use crate::impair::ImpairStats;
 use crate::play::ladder::{
     change_of, ladder_order, pinned, rung_of, rung_output, start_ladder, start_offset, Entry,
     RateSignal, RungMedia, RungSteer,
@@ -58,7 +63,9 @@ pub fn play_title(args: &PlayConfig, rungs: Vec<BroadcastInfo>) -> anyhow::Resul
         .with_context(|| format!("reading the renditions of {}", args.name))?;
     let ids: Vec<String> = chosen.into_iter().map(|b| b.id).collect();
     let clock = Instant::now();
-    let (mut abr, out) = start_ladder(args, &ladder, &args.name)?;
+    // No first estimate: probing the server over unicast would add the per-receiver
+    // egress a broadcast exists to avoid (docs/protocol.md, "Switching rungs").
+    let (mut abr, out) = start_ladder(args, &ladder, &args.name, None)?;
     let first = &ladder[abr.current()];
     let mut timeline = vec![RungChange::start(
         &first.object,
@@ -134,6 +141,8 @@ fn rung_args(args: &PlayConfig, rung: &RungMedia, clock: Instant) -> anyhow::Res
         bail!("--max-seconds ran out between two rungs of the title");
     }
     a.max_seconds = left;
+    // Every rung's injected loss follows one schedule, from play's start.
+    a.play_started = Some(args.play_started.unwrap_or(clock));
     Ok(a)
 }
 
@@ -157,6 +166,9 @@ fn merge(
     m.packets_unverified = sum(|r| r.packets_unverified);
     m.bytes_out = sum(|r| r.bytes_out);
     m.cpu_s = receptions.iter().map(|r| r.cpu_s).sum();
+    m.impair = receptions
+        .iter()
+        .fold(ImpairStats::default(), |a, r| a.plus(r.impair));
     m.authenticated = receptions.iter().all(|r| r.authenticated);
     if let Some(first) = receptions.first() {
         m.wait_s = first.wait_s;

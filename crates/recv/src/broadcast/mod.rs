@@ -25,7 +25,7 @@ use serde::Serialize;
 use crate::config::{CutShort, PlayConfig, VerifyDigests};
 use crate::control::params_of;
 use crate::digest_fetch::{fetch_now, symbols_of, DigestFetcher};
-use crate::impair::{ImpairStats, Impairer, Verdict};
+use crate::impair::{ImpairStats, ScheduledImpairer, Verdict};
 use crate::play::{Measured, Steer};
 use crate::receiver::{Output, PacketClass, Receiver, ReceiverConfig, Release};
 use isnode_proto::broadcast::BroadcastInfo;
@@ -260,7 +260,9 @@ pub(crate) fn receive(
     // Never ciphertext to the output: an encrypted title is decrypted segment by segment
     // with the key its viewer token fetches, asked before any group is joined.
     let protection = protection_of(args, &info.object.name)?;
-    let impair = Impairer::new(&args.impair)?;
+    let impair = ScheduledImpairer::new(&args.impair, &args.loss_steps)?;
+    // The injected loss's schedule counts from play's start (a title's), else from asking.
+    let impair_from = args.play_started.unwrap_or(asked);
     let plan = tune::plan_of(info)?;
     let first = first_codeword(info, part.from_byte)?;
     // Placed in the timetable now, just before joining: the time since the description's
@@ -295,6 +297,7 @@ pub(crate) fn receive(
         digests,
         rx,
         impair,
+        impair_from,
     };
     reception.receive(&mut out, deadline, part.steer)?;
     let cut = out.cut;
@@ -432,7 +435,9 @@ struct Reception {
     chans: Vec<Chan>,
     digests: Option<DigestFetcher>,
     rx: Receiver,
-    impair: Impairer,
+    impair: ScheduledImpairer,
+    /// The time `impair`'s steps count from.
+    impair_from: Instant,
 }
 
 impl Reception {
@@ -450,10 +455,9 @@ impl Reception {
             if let (Some(s), None) = (steer.as_deref_mut(), out.cut) {
                 if steered.elapsed() >= STEER_EVERY {
                     steered = Instant::now();
-                    let st = self.rx.stats();
                     out.cut = s.observe(&Measured {
-                        valid_symbols: st.packets_valid,
-                        missed_symbols: st.packets_missed,
+                        valid_symbols: self.run.source_heard,
+                        missed_symbols: self.run.source_missing,
                         symbol_len: self.rx.params().symbol_len,
                         released_to: out.pos,
                     });
@@ -464,6 +468,7 @@ impl Reception {
                 f.pump(&mut self.rx, 0);
             }
             self.run.schedule(&mut self.chans, now_s, &self.rx)?;
+            self.impair.advance(self.impair_from.elapsed());
             let got = self
                 .run
                 .receive(&mut self.chans, &mut self.rx, &mut self.impair, now_s)?;
@@ -738,6 +743,12 @@ struct Run {
     max_at_once: usize,
     /// A packet went missing: every channel joined from now on adds its repair group.
     lossy: bool,
+    /// Source packets heard on the channels, and those missing between them
+    /// ([`gap::SourceOrder`]): the loss the rung decision sees. Not the receive core's
+    /// missed symbols: a channel joined in the middle of a codeword has not missed its
+    /// first packets, it was not listening.
+    source_heard: u64,
+    source_missing: u64,
     /// Completes over HTTP what the broadcast did not by a codeword's playing time.
     unicast: Option<crate::repair::Repair>,
     /// When the receiver tuned in, seconds after the broadcast's start.
@@ -757,6 +768,8 @@ impl Run {
             max_late_s: 0.0,
             max_at_once: 0,
             lossy: false,
+            source_heard: 0,
+            source_missing: 0,
             unicast: None,
             arrival_s: 0.0,
         }
@@ -841,7 +854,7 @@ impl Run {
         &mut self,
         chans: &mut [Chan],
         rx: &mut Receiver,
-        impair: &mut Impairer,
+        impair: &mut ScheduledImpairer,
         now_s: f64,
     ) -> anyhow::Result<bool> {
         let mut buf = [0u8; 2048];
@@ -884,10 +897,14 @@ impl Run {
             c.stats.repair_bytes += bytes;
         } else {
             c.stats.source_bytes += bytes;
+            self.source_heard += 1;
         }
         let part = rx.partition();
-        c.order
-            .push((sbn, esi), k, |last| part.source_symbols(last))
+        let missing = c
+            .order
+            .push((sbn, esi), k, |last| part.source_symbols(last));
+        self.source_missing += u64::from(missing);
+        missing > 0
     }
 
     /// Writes what the receive core releases (zeros for what is lost); checks each

@@ -285,6 +285,12 @@ impl Steer for RungSteer<'_> {
         }
         let at = self.clock.elapsed();
         let obs = self.observation(at, m);
+        tracing::debug!(
+            ?obs,
+            valid = m.valid_symbols,
+            missed = m.missed_symbols,
+            "rung steer"
+        );
         let switch = self.abr.observe(obs)?;
         // The first boundary at or after what the playout has: the output stays whole
         // segments of one rung, then of the next.
@@ -296,6 +302,7 @@ impl Steer for RungSteer<'_> {
         };
         tracing::info!(
             from = switch.from, to = switch.to, reason = ?switch.reason,
+            loss = ?obs.loss, received_bps = ?obs.received_bps,
             "switching rung at {media_s:.3} s (byte {offset})"
         );
         self.decided = Some(Decided {
@@ -327,8 +334,9 @@ pub(super) fn play_title(
     }
     let control = args.control(Duration::from_secs(10))?;
     let ladder = pinned(ladder_of(&control, &title)?, args.rung, &title.name)?;
+    let estimate = first_estimate(&control, args, &ladder);
     let clock = Instant::now();
-    let (mut abr, out) = start_ladder(args, &ladder, &title.name)?;
+    let (mut abr, out) = start_ladder(args, &ladder, &title.name, estimate)?;
     let mut media_s = args.start_at.unwrap_or(0.0);
     let first = &ladder[abr.current()];
     let mut timeline = vec![RungChange::start(
@@ -368,6 +376,7 @@ pub(super) fn play_title(
                 end.flush().context("writing the output")?;
                 let mut merged = super::stats::merge(&title.name, stats, &all, sessions, timeline);
                 merged.duration_s = clock.elapsed().as_secs_f64();
+                merged.first_estimate_bps = estimate;
                 super::write_stats_json(args, &merged)?;
                 return Ok(merged);
             }
@@ -406,15 +415,18 @@ pub(crate) fn rung_output(
     })
 }
 
-/// The rung decision of `ladder` (title `name`) under `--max-bitrate`, and the output
-/// every rung's session writes into, in turn.
+/// The rung decision of `ladder` (title `name`) under `--max-bitrate` and the first
+/// `estimate` (bit/s; None: the cap only), and the output every rung's session writes
+/// into, in turn.
 pub(crate) fn start_ladder(
     args: &PlayConfig,
     ladder: &[RungMedia],
     name: &str,
+    estimate: Option<u64>,
 ) -> anyhow::Result<(Abr, SharedOut)> {
     let config = AbrConfig {
         max_bitrate_bps: args.max_bitrate_bps,
+        start_estimate_bps: estimate,
         ..AbrConfig::default()
     };
     let abr = Abr::new(
@@ -427,6 +439,42 @@ pub(crate) fn start_ladder(
         args.out.as_deref(),
     )?)));
     Ok((abr, out))
+}
+
+/// Bytes a probe of the path reads at most (`isnode play TITLE`'s first estimate).
+const PROBE_BYTES: u64 = 256 << 10;
+/// How long a probe reads at most after its first bytes: what it may add to the start.
+const PROBE_BUDGET: Duration = Duration::from_millis(300);
+
+/// The first estimate of the path's rate for a play of `ladder` (bit/s): the start of the
+/// highest rung under `--max-bitrate` read over HTTP (`GET /o/{NAME@i}`, at most
+/// [`PROBE_BYTES`] for at most [`PROBE_BUDGET`] after its first bytes) and timed
+/// ([`crate::abr::first_estimate_bps`]). None for a pinned or one-rung ladder, or when the
+/// probe fails or tells no rate (play then starts under the cap only).
+fn first_estimate(control: &ControlClient, args: &PlayConfig, ladder: &[RungMedia]) -> Option<u64> {
+    if ladder.len() < 2 || args.rung.is_some() {
+        return None;
+    }
+    let top = ladder
+        .iter()
+        .rposition(|r| r.rung.bitrate_bps <= args.max_bitrate_bps)
+        .unwrap_or(0);
+    let object = &ladder[top].object;
+    match control.probe(object, PROBE_BYTES, PROBE_BUDGET) {
+        Ok(p) => {
+            let estimate = crate::abr::first_estimate_bps(p.bytes_after_first, p.span);
+            tracing::info!(
+                "first estimate {estimate:?} bit/s: {} bytes of {object} in {:.1} ms",
+                p.bytes_after_first,
+                p.span.as_secs_f64() * 1000.0
+            );
+            estimate
+        }
+        Err(e) => {
+            tracing::info!("no first estimate (probing {object}: {e:#}): starting under the cap");
+            None
+        }
+    }
 }
 
 /// The rungs of `ladder` a play may use: rung `pin` only when given (`--rung`), or all.
@@ -492,6 +540,8 @@ fn rung_args(
         bail!("--max-seconds ran out between two rungs of the title");
     }
     a.max_seconds = left;
+    // Every rung's injected loss follows one schedule, from play's start.
+    a.play_started = Some(args.play_started.unwrap_or(clock));
     Ok(a)
 }
 

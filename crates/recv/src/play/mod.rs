@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 use crate::control::{leading_skip_bytes, ControlClient};
-use crate::impair::Impairer;
+use crate::impair::ScheduledImpairer;
 use isnode_proto::keepalive::LossReport;
 
 pub use crate::config::{AcceptFrom, CutShort, PlayConfig, ReleaseArg, VerifyDigests};
@@ -225,7 +225,7 @@ impl LocalSetup {
     /// the source filter) and grows the socket's receive buffer.
     fn check(args: &PlayConfig, socket: &UdpSocket) -> anyhow::Result<LocalSetup> {
         // Check everything local before asking the server for anything.
-        Impairer::new(&args.impair)?;
+        ScheduledImpairer::new(&args.impair, &args.loss_steps)?;
         let http = args.http.map(HttpListener::bind).transpose()?;
         let out = match http {
             None => Some(crate::playout::open_output(args.out.as_deref())?),
@@ -241,7 +241,7 @@ impl LocalSetup {
         http: Option<HttpListener>,
         out: Option<Box<dyn Write + Send>>,
     ) -> anyhow::Result<LocalSetup> {
-        Impairer::new(&args.impair)?;
+        ScheduledImpairer::new(&args.impair, &args.loss_steps)?;
         let linger = secs_arg(args.http_linger_s, "--http-linger-s")?;
         let addr = socket.local_addr()?;
         let port = args.session_port.unwrap_or(addr.port());

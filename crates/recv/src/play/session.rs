@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use isnode_wire::DATA_HEADER_LEN;
 
 use crate::digest_fetch::{ahead_codewords, symbols_of, DigestFetcher};
-use crate::impair::{Impairer, Verdict};
+use crate::impair::{ScheduledImpairer, Verdict};
 use crate::loss::LossMeter;
 use crate::net::{enable_gro, grow_recv_buffer, set_poll_timeout, Batch};
 use crate::playout::{self, AtDeadline, Pacing, PlayoutConfig, PlayoutStats};
@@ -126,8 +126,12 @@ struct Feed<'a> {
     /// How far ahead digests are fetched.
     digests_ahead: u32,
     source: &'a SourceFilter,
-    /// Injected loss and corruption; None when `--loss` and `--corrupt` are 0.
-    impairer: Option<Impairer>,
+    /// Injected loss and corruption; None when `--loss`, `--corrupt` and every
+    /// `--loss-step` are 0.
+    impairer: Option<ScheduledImpairer>,
+    /// From play's start to the session's request: the impairer's time is the receive
+    /// loop's (from the request) plus this.
+    impair_lead: Duration,
     counts: LoopCounts,
     /// The bounded queue to the playout thread.
     pieces: Producer,
@@ -317,7 +321,11 @@ impl Feed<'_> {
                 continue;
             }
             // A truncated datagram fails the CRC check: the core counts it corrupt.
-            let verdict = self.impairer.as_mut().map(|i| i.apply(packet));
+            let lead = self.impair_lead;
+            let verdict = self.impairer.as_mut().map(|i| {
+                i.advance(at + lead);
+                i.apply(packet)
+            });
             if verdict != Some(Verdict::Drop) {
                 kept.push(i);
             }
@@ -617,10 +625,12 @@ pub(super) struct Aids<'a> {
 /// What a session measured, for a [`Steer`] (about every 100 ms).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Measured {
-    /// Valid symbols received so far (source and repair).
+    /// Valid symbols received so far (source and repair; a broadcast's reception: the
+    /// source packets heard on its channels).
     pub valid_symbols: u64,
     /// Symbols missed so far (below the highest ESI received of their codeword, corrupt
-    /// ones included: what the loss meter counts).
+    /// ones included: what the loss meter counts; a broadcast's reception: the source
+    /// packets missing between those heard on each channel).
     pub missed_symbols: u64,
     /// Bytes of a symbol.
     pub symbol_len: u32,
@@ -755,7 +765,10 @@ pub(super) fn run_session(
     let queue_limit =
         crate::limits::queue_limit_bytes(setup.bitrate_bps, codeword_bytes, args.max_queue_bytes);
     // Checked even when it does nothing, as `play_on` checks it before the session.
-    let impairer = Impairer::new(&args.impair)?;
+    let impairer = ScheduledImpairer::new(&args.impair, &args.loss_steps)?;
+    let impair_lead = args
+        .play_started
+        .map_or(Duration::ZERO, |s| requested.saturating_duration_since(s));
     let (pieces, to_play) = queue::bounded(queue_limit);
     let repair = start_repair(args, setup, &rx, requested)?;
     let mut feed = Feed {
@@ -763,7 +776,8 @@ pub(super) fn run_session(
         digests,
         digests_ahead: ahead_codewords(config.effective_window_codewords()),
         source: &setup.source,
-        impairer: (!args.impair.is_transparent()).then_some(impairer),
+        impairer: (!impairer.is_transparent()).then_some(impairer),
+        impair_lead,
         counts: LoopCounts::default(),
         pieces,
         bitrate_bps: setup.bitrate_bps,

@@ -158,6 +158,10 @@ pub struct PlayStats {
     /// their sums).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rung_sessions: Vec<RungSession>,
+    /// A title with renditions: the first estimate of the path's rate its first rung was
+    /// chosen under (bit/s; absent when there was none: a pinned rung, a failed probe).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_estimate_bps: Option<u64>,
 }
 
 /// One entry of [`PlayStats::rung_timeline`].
@@ -548,5 +552,6 @@ pub(super) fn assemble(
         playout_queue: QueueStats::default(),
         rung_timeline: Vec::new(),
         rung_sessions: Vec::new(),
+        first_estimate_bps: None,
     }
 }

@@ -489,7 +489,7 @@ impl BroadcastWorld {
                 let last = a.last[at].replace((sbn, esi));
                 last.is_some_and(|(s, e)| esi < k && s == sbn && esi > e + 1)
             }
-            _ => a.orders[at].push((sbn, esi), k, |last| part.source_symbols(last)),
+            _ => a.orders[at].push((sbn, esi), k, |last| part.source_symbols(last)) > 0,
         };
         if told && !a.on {
             a.on = true;
