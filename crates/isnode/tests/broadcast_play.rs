@@ -65,6 +65,43 @@ fn start_client(server: &Server, vol: &Vol, i: usize, lossy: bool) -> Client {
     }
 }
 
+/// Checks one finished client of `scheme` (its output is the title's `bytes`, nothing lost,
+/// every packet authenticated, its wait within the plan's, a clean client joined no repair
+/// group); whether it was late (a codeword late, or its first byte past the wait).
+fn client_was_late(c: &Client, bytes: &[u8], scheme: &str, worst_wait_s: f64) -> bool {
+    let out = std::fs::read(&c.out).expect("a client's output");
+    assert!(
+        out == bytes,
+        "{scheme}: output of {:?} differs from the title",
+        c.out
+    );
+    let st: Value = serde_json::from_slice(&std::fs::read(&c.stats).expect("stats")).expect("JSON");
+    assert_eq!(st["codewords_lost"], 0, "{scheme}: {st}");
+    // Every packet was checked against the server's digests (fetched in time).
+    assert_eq!(st["authenticated"], true, "{scheme}: {st}");
+    assert_eq!(st["packets_forged"], 0, "{scheme}: {st}");
+    let wait = st["wait_s"].as_f64().unwrap();
+    assert!(
+        wait <= worst_wait_s + 1e-6,
+        "{scheme}: wait {wait} > plan {worst_wait_s}"
+    );
+    if !c.lossy {
+        assert_eq!(
+            st["repair_groups_joined"], 0,
+            "{scheme}: clean client: {st}"
+        );
+        assert_eq!(st["symbols_repaired"], 0, "{scheme}: clean client: {st}");
+    } else {
+        assert!(st["impair"]["dropped"].as_u64().unwrap() > 0, "{st}");
+    }
+    let first = st["first_byte_s"].as_f64().unwrap();
+    let late = st["late_codewords"] != 0 || first > worst_wait_s + 0.25;
+    if late {
+        eprintln!("{scheme}: a client was late: first byte at {first} s: {st}");
+    }
+    late
+}
+
 /// Whether a client's statistics (at `stats`) show it lost nothing and was only late.
 fn only_late(stats: &std::path::Path) -> bool {
     let Ok(text) = std::fs::read(stats) else {
@@ -129,40 +166,10 @@ fn run_scheme(server: &Server, vol: &Vol, bytes: &[u8], scheme: &str, seed: u64)
         }
     }
     let (e1, sent1) = sample(server, &id);
-    let mut late_clients = 0;
-    for c in &clients {
-        let out = std::fs::read(&c.out).expect("a client's output");
-        assert!(
-            out == bytes,
-            "{scheme}: output of {:?} differs from the title",
-            c.out
-        );
-        let st: Value =
-            serde_json::from_slice(&std::fs::read(&c.stats).expect("stats")).expect("JSON");
-        assert_eq!(st["codewords_lost"], 0, "{scheme}: {st}");
-        // Every packet was checked against the server's digests (fetched in time).
-        assert_eq!(st["authenticated"], true, "{scheme}: {st}");
-        assert_eq!(st["packets_forged"], 0, "{scheme}: {st}");
-        let wait = st["wait_s"].as_f64().unwrap();
-        assert!(
-            wait <= worst_wait_s + 1e-6,
-            "{scheme}: wait {wait} > plan {worst_wait_s}"
-        );
-        let first = st["first_byte_s"].as_f64().unwrap();
-        if st["late_codewords"] != 0 || first > worst_wait_s + 0.25 {
-            eprintln!("{scheme}: a client was late: first byte at {first} s: {st}");
-            late_clients += 1;
-        }
-        if !c.lossy {
-            assert_eq!(
-                st["repair_groups_joined"], 0,
-                "{scheme}: clean client: {st}"
-            );
-            assert_eq!(st["symbols_repaired"], 0, "{scheme}: clean client: {st}");
-        } else {
-            assert!(st["impair"]["dropped"].as_u64().unwrap() > 0, "{st}");
-        }
-    }
+    let late_clients = clients
+        .iter()
+        .filter(|c| client_was_late(c, bytes, scheme, worst_wait_s))
+        .count();
     // Lateness is the machine's timing, not the plan's (the simulation checks the plan's
     // waits on a virtual clock): a loaded 2-core machine made one client in 21 a codeword
     // 0.63 s late. A plan or receiver that makes clients late does it to most of them.
