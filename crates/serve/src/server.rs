@@ -663,6 +663,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         cluster: Arc::new(cluster),
         fills,
         catalog_slots: tokio::sync::Semaphore::new(crate::api::state::CATALOG_THREADS),
+        disk_read_slots: tokio::sync::Semaphore::new(crate::api::state::DISK_READ_THREADS),
         mirror: crate::api::mirror::Mirror::new(config.http_mirror_bytes),
     });
     let mut handle = ServerHandle {

@@ -32,7 +32,7 @@ use isnode_proto::ErrorBody;
 use super::mirror::{Filling, Held};
 use super::pool_read::{gather_source, PoolRead};
 use super::{error, ApiError, Asker, Sh};
-use crate::api::state::ApiState;
+use crate::api::state::{ApiState, DISK_READ_SLOT_WAIT};
 use isnode_pool::cache::BlockKey;
 use isnode_pool::front::Wait;
 use isnode_pool::objects::ObjectInfo;
@@ -411,6 +411,12 @@ impl ContentBody {
                 Some(f) => (0, f.data_len()),
                 None => (from, to),
             };
+            let wait = DISK_READ_SLOT_WAIT;
+            let slot = tokio::time::timeout(wait, sh.disk_read_slots.acquire())
+                .await
+                .map_err(|_| format!("no disk read slot for codeword {sbn} within {wait:?}"))?
+                .map_err(|e| format!("reading codeword {sbn}: {e}"))?;
+            let sh = sh.clone();
             let read = tokio::task::spawn_blocking(move || {
                 let mut out = Vec::with_capacity(hi.saturating_sub(lo));
                 PoolRead::new(&sh, &obj).source_range(sbn, lo, hi, &mut out)?;
@@ -419,6 +425,7 @@ impl ContentBody {
             let data = read
                 .await
                 .map_err(|e| format!("reading codeword {sbn}: {e}"))??;
+            drop(slot);
             let Some(filling) = filling else {
                 return Ok(Bytes::from(data));
             };

@@ -64,10 +64,24 @@ pub(crate) struct ApiState {
     /// Codewords players read, held once as contiguous bytes sent with `sendfile`
     /// (`http_mirror_bytes`; `None` when 0).
     pub mirror: Option<Arc<crate::api::mirror::Mirror>>,
+    /// The content bodies reading codewords from disk at once ([`DISK_READ_THREADS`]),
+    /// each on a blocking thread with a codeword's buffer; the rest wait holding neither.
+    pub disk_read_slots: tokio::sync::Semaphore,
 }
 
 /// Blocking threads the API's catalog work takes at most.
 pub(crate) const CATALOG_THREADS: usize = 32;
+
+/// Blocking threads content bodies read codewords from disk on, at most. Measured: 216
+/// HTTP readers of a library larger than memory on a throttled disk each held a blocking
+/// thread and a codeword's buffer while waiting for it (tokio's pool allows 512), and the
+/// server's memory cgroup's OOM killer ended it (64 MB of heap beside a 22 MiB pool).
+/// 32 keeps 256 block reads in flight on an 8-member volume: more than a disk queues.
+pub(crate) const DISK_READ_THREADS: usize = 32;
+
+/// Longest a content body waits for a disk read slot: as long as a body may wait for its
+/// blocks.
+pub(crate) const DISK_READ_SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl ApiState {
     /// Writes the tokens' last uses beside the token file if they changed (blocking); a
