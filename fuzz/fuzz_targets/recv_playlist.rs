@@ -1,9 +1,10 @@
 //! Fuzz the client's reading of an encrypted title's HLS playlist (`isnode play` of an
 //! AES-128 title, issue 32): never a panic; what it takes is bounded, contiguous from byte
-//! 0, each segment a positive multiple of 16 bytes.
+//! 0, each segment a positive multiple of 16 bytes. And of a CMAF playlist's `EXT-X-MAP`
+//! (the init segment a start past byte 0 fetches): at byte 0, at most 64 MiB, never empty.
 #![no_main]
 
-use isnode_recv::decrypt::parse_playlist;
+use isnode_recv::decrypt::{parse_map, parse_playlist};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -18,5 +19,9 @@ fuzz_target!(|data: &[u8]| {
             at += s.len;
         }
         assert!(!segments.is_empty() && segments.len() <= 100_000);
+    }
+    if let Ok((_, (offset, len))) = parse_map(text) {
+        assert_eq!(offset, 0);
+        assert!(len > 0 && len <= 64 << 20);
     }
 });
