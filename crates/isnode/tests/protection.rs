@@ -50,13 +50,6 @@ fn get_raw(addr: SocketAddr, path: &str) -> (u16, String, Vec<u8>) {
     (status, head, raw[split + 4..].to_vec())
 }
 
-/// `isnode token add --role ROLE`: the token.
-fn token(vol: &Vol, name: &str, role: &str) -> String {
-    let out = isnode(vol, &["token", "add", "--name", name, "--role", role]);
-    assert!(out.status.success(), "{}", text(&out));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// The video frames' MD5s of `input` (ffmpeg's framemd5, its comment lines dropped).
 fn video_framemd5(input: &str) -> Vec<String> {
     let out = Command::new(tool("ffmpeg"))
@@ -530,59 +523,9 @@ fn play_broadcast_of_an_encrypted_title_decrypts_with_a_token_and_not_without() 
         let vol = Vol::create(&[]);
         let clear = vol.path("clear.ts");
         gen_ts(&clear, 2_000_000, 6.0, 9);
-        let clear_bytes = std::fs::read(&clear).unwrap();
-        let ingest = isnode(
-            &vol,
-            &[
-                "ingest",
-                "--encrypt",
-                "--name",
-                "enc.ts",
-                clear.to_str().unwrap(),
-            ],
-        );
-        assert!(ingest.status.success(), "{}", text(&ingest));
-        let viewer = token(&vol, "v", "viewer");
-        let operator = token(&vol, "o", "operator");
-        let server = Server::start(&vol, &[]);
-        let body = r#"{"object": "enc.ts", "scheme": "cautious-harmonic", "max_wait_s": 10.0}"#;
-        let auth = format!("Bearer {operator}");
-        let r = http(
-            server.addr,
-            None,
-            "POST",
-            "/v1/broadcasts",
-            Some(body),
-            &[("Authorization", &auth)],
-        );
-        assert_eq!(r.status, 201, "{}", r.body);
-        let out_path = vol.path("broadcast.ts");
-        let play = |extra: &[&str]| {
-            command()
-                .args(["play", "enc.ts", "--broadcast", "--server", &server.url()])
-                .arg("--out")
-                .arg(&out_path)
-                .args(["--max-seconds", "40"])
-                .args(extra)
-                .output()
-                .expect("running isnode play --broadcast")
-        };
-        let out = play(&[]);
-        let msg = text(&out);
-        assert!(!out.status.success(), "played without a token: {msg}");
+        let got = encrypted_broadcast_output(&vol, &clear, "enc.ts");
         assert!(
-            msg.contains("viewer role") && msg.contains("encrypted"),
-            "{msg}"
-        );
-        assert_eq!(
-            std::fs::metadata(&out_path).map_or(0, |m| m.len()),
-            0,
-            "{msg}"
-        );
-        let out = play(&["--token", &viewer]);
-        assert!(out.status.success(), "{}", text(&out));
-        assert!(
-            std::fs::read(&out_path).unwrap() == clear_bytes,
+            got == std::fs::read(&clear).unwrap(),
             "the broadcast's decrypted output differs from the clear file"
         );
     });

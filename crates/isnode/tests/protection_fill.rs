@@ -16,13 +16,6 @@ use std::time::{Duration, Instant};
 
 use serve_support::*;
 
-/// `isnode token add --role ROLE`: the token.
-fn token(vol: &Vol, name: &str, role: &str) -> String {
-    let out = isnode(vol, &["token", "add", "--name", name, "--role", role]);
-    assert!(out.status.success(), "{}", text(&out));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// One raw HTTP/1.1 request with a binary body: status and body bytes.
 fn raw(addr: SocketAddr, method: &str, path: &str, headers: &str, body: &[u8]) -> (u16, Vec<u8>) {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");

@@ -116,6 +116,62 @@ pub(crate) fn text(out: &std::process::Output) -> String {
     )
 }
 
+/// `isnode token add --role ROLE`: the token.
+pub(crate) fn token(vol: &Vol, name: &str, role: &str) -> String {
+    let out = isnode(vol, &["token", "add", "--name", name, "--role", role]);
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `clear` ingested encrypted as `name` and broadcast (cautious harmonic) by a server on
+/// `vol`; `isnode play --broadcast` without a token must fail naming the viewer role and
+/// write nothing (never ciphertext), then with a viewer token succeed: what it wrote. Run
+/// it inside a namespace with loopback multicast (`netns::Netns`).
+pub(crate) fn encrypted_broadcast_output(vol: &Vol, clear: &Path, name: &str) -> Vec<u8> {
+    let clear = clear.to_str().expect("a UTF-8 path");
+    let ingest = isnode(vol, &["ingest", "--encrypt", "--name", name, clear]);
+    assert!(ingest.status.success(), "{}", text(&ingest));
+    let viewer = token(vol, "v", "viewer");
+    let operator = token(vol, "o", "operator");
+    let server = Server::start(vol, &[]);
+    let body =
+        format!(r#"{{"object": "{name}", "scheme": "cautious-harmonic", "max_wait_s": 10.0}}"#);
+    let auth = format!("Bearer {operator}");
+    let headers = [("Authorization", auth.as_str())];
+    let r = http(
+        server.addr,
+        None,
+        "POST",
+        "/v1/broadcasts",
+        Some(&body),
+        &headers,
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let out_path = vol.path(&format!("broadcast-{name}"));
+    let play = |extra: &[&str]| {
+        command()
+            .args(["play", name, "--broadcast", "--server", &server.url()])
+            .arg("--out")
+            .arg(&out_path)
+            .args(["--max-seconds", "40"])
+            .args(extra)
+            .output()
+            .expect("running isnode play --broadcast")
+    };
+    let out = play(&[]);
+    let msg = text(&out);
+    assert!(!out.status.success(), "played without a token: {msg}");
+    assert!(
+        msg.contains("viewer role") && msg.contains("encrypted"),
+        "{msg}"
+    );
+    let written = std::fs::metadata(&out_path).map_or(0, |m| m.len());
+    assert_eq!(written, 0, "{msg}");
+    let out = play(&["--token", &viewer]);
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::read(&out_path).expect("the broadcast's output")
+}
+
 /// A child process killed (and reaped) when dropped.
 pub(crate) struct ChildGuard(pub Option<Child>);
 
