@@ -67,6 +67,27 @@ enum During {
     KillAndRestartAfter(Duration),
 }
 
+/// `isnode play show` from `server` (at most 70 s) with `extra` flags, its output, stats
+/// JSON and log at `files` (`(out, stats, log)`).
+fn spawn_play(server: &str, extra: &[&str], files: (&Path, &Path, &Path)) -> ChildGuard {
+    let (out, stats, log) = files;
+    ChildGuard(Some(
+        command()
+            .args(["play", "show", "--server", server])
+            .args(extra)
+            .args(["--max-seconds", "70", "--timeout-s", "10"])
+            .arg("--out")
+            .arg(out)
+            .arg("--stats-json")
+            .arg(stats)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("the play log"))
+            .spawn()
+            .expect("running isnode play"),
+    ))
+}
+
 /// Plays the title through a relay whose loss rises from 5 s to 12 s, `during` happening to
 /// the server meanwhile; the stats JSON and the output's path.
 fn play_through_relay(
@@ -95,21 +116,8 @@ fn play_through_relay(
     let out = vol.path(&format!("out.{ext}"));
     let stats = vol.path("stats.json");
     let log = vol.path("play.log");
-    let mut play = ChildGuard(Some(
-        command()
-            .args(["play", "show", "--server", &server.url()])
-            .args(["--port", &client_port, "--session-port", &relay_port])
-            .args(["--max-seconds", "70", "--timeout-s", "10"])
-            .arg("--out")
-            .arg(&out)
-            .arg("--stats-json")
-            .arg(&stats)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("the play log"))
-            .spawn()
-            .expect("running isnode play"),
-    ));
+    let ports = ["--port", &client_port, "--session-port", &relay_port];
+    let mut play = spawn_play(&server.url(), &ports, (&out, &stats, &log));
     if let During::KillAndRestartAfter(after) = during {
         std::thread::sleep(after);
         server.kill9();
@@ -300,20 +308,7 @@ fn a_slow_http_path_starts_play_below_the_top_rung() {
         vol.path("slow.json"),
         vol.path("slow.log"),
     );
-    let mut play = ChildGuard(Some(
-        command()
-            .args(["play", "show", "--server", &front.url()])
-            .args(["--max-seconds", "70", "--timeout-s", "10"])
-            .arg("--out")
-            .arg(&out)
-            .arg("--stats-json")
-            .arg(&stats)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("the play log"))
-            .spawn()
-            .expect("running isnode play"),
-    ));
+    let mut play = spawn_play(&front.url(), &[], (&out, &stats, &log));
     let status = play.wait_until(Instant::now() + Duration::from_secs(80), "isnode play");
     let log = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(status.success(), "play failed:\n{log}");
