@@ -573,18 +573,45 @@ fn log_started(
     (engine, read_io, threads, slots): (EngineKind, ReadIo, usize, u32),
     api_max_connections: usize,
 ) {
+    let pool_bytes = u64::from(slots) * shared.control.cache.block_len() as u64;
     tracing::info!(
         listen = %handle.local_addr,
         keepalive_port = shared.keepalive_port,
         engine = engine.name(),
         read_io = ?read_io,
         threads,
-        cache_bytes = u64::from(slots) * shared.control.cache.block_len() as u64,
+        cache_bytes = pool_bytes,
         bitrate_budget_bps = config.bitrate_budget_bps(),
         max_sessions_per_client = config.max_sessions_per_client,
         api_max_connections,
         "isnode serve started"
     );
+    warn_if_memory_short(pool_bytes, config.http_mirror_bytes);
+}
+
+/// What a server needs beside its pool and mirror (threads, catalog, sockets, itself):
+/// measured, 17-20 MB of RSS beyond the pool (`bench load`, 8 to 256 UDP streams).
+const OWN_MEMORY_BYTES: u64 = 24 << 20;
+
+/// Warns when this process's cgroup memory limit cannot hold the pool, the HTTP mirror
+/// and the server itself: the kernel's OOM killer would end it under load.
+fn warn_if_memory_short(pool_bytes: u64, mirror_bytes: u64) {
+    let Some(limit) = isnode_sys::memory::cgroup_limit_bytes() else {
+        return;
+    };
+    let needs = pool_bytes
+        .saturating_add(mirror_bytes)
+        .saturating_add(OWN_MEMORY_BYTES);
+    if needs > limit {
+        tracing::warn!(
+            limit_bytes = limit,
+            pool_bytes,
+            http_mirror_bytes = mirror_bytes,
+            "the memory cgroup's limit is below the pool, the HTTP mirror and 24 MiB for the \
+             server: lower cache_size_bytes or http_mirror_bytes, or the kernel's OOM killer \
+             may end the server under load (README: Memory)"
+        );
+    }
 }
 
 /// The control half's handles, over the data plane `started`.

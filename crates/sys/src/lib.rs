@@ -8,6 +8,7 @@ pub mod clock;
 pub mod event;
 pub mod fds;
 pub mod fileview;
+pub mod memory;
 pub mod net;
 pub mod priority;
 pub mod stop;

@@ -194,11 +194,11 @@ pub(crate) fn ramp_isnode(
         (true, None) => anyhow::bail!("engine {engine}: no certificate made for the run"),
         (false, _) => None,
     };
+    if let Some(m) = &mirror {
+        extra.extend(["--http-mirror-bytes", m]);
+    }
     let serve_engine = if player.is_some() {
         extra.extend(["--max-content-readers", HTTP_MAX_READERS]);
-        if let Some(m) = &mirror {
-            extra.extend(["--http-mirror-bytes", m]);
-        }
         HTTP_SERVER_ENGINE
     } else {
         kind
@@ -225,7 +225,8 @@ pub(crate) fn ramp_isnode(
 /// The pool and HTTP mirror of an HTTP server under a memory limit: the room the limit
 /// leaves, less [`HTTP_HEADROOM_BYTES`], split a quarter to the pool (blocks only pass
 /// through it on their way into the mirror) and three quarters to the mirror (what players
-/// are sent from); `None` for the mirror (its default) without a limit or for a UDP engine.
+/// are sent from); `None` for the mirror (its default) without a limit, none (0) for a
+/// UDP engine under one (nothing reads the mirror there: its budget is not the server's).
 fn http_memory(pool: u64, player: Option<Player>, limit: Option<u64>) -> (u64, Option<u64>) {
     match (player, limit) {
         (Some(_), Some(_)) => {
@@ -233,7 +234,8 @@ fn http_memory(pool: u64, player: Option<Player>, limit: Option<u64>) -> (u64, O
             let pool_share = (room / 4).max(8 << 20).min(room);
             (pool_share, Some(room - pool_share))
         }
-        _ => (pool, None),
+        (None, Some(_)) => (pool, Some(0)),
+        (_, None) => (pool, None),
     }
 }
 
@@ -521,7 +523,7 @@ mod tests {
         let m = m.expect("a mirror budget");
         assert_eq!(p + m + HTTP_HEADROOM_BYTES, pool);
         assert_eq!((p, m), (22 << 20, 66 << 20));
-        assert_eq!(http_memory(pool, None, Some(128 << 20)), (pool, None));
+        assert_eq!(http_memory(pool, None, Some(128 << 20)), (pool, Some(0)));
         assert_eq!(http_memory(pool, Some(Player::Hls), None), (pool, None));
     }
 }
