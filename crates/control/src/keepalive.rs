@@ -38,7 +38,7 @@ const MAX_BATCHES_PER_DRAIN: usize = 64;
 /// session's timeout is seconds).
 const NAP: Duration = Duration::from_millis(100);
 /// Receive buffer asked for (holds a nap's worth of datagrams of many thousand sessions).
-const RCVBUF_BYTES: libc::c_int = 4 << 20;
+const RCVBUF_BYTES: usize = 4 << 20;
 /// Bytes kept of each datagram: one more than a keepalive, so a longer one is seen as such.
 const SLOT_BYTES: usize = KEEPALIVE_LEN + 1;
 
@@ -48,16 +48,8 @@ pub fn bind(control: SocketAddr) -> std::io::Result<UdpSocket> {
     let sock =
         UdpSocket::bind(control).or_else(|_| UdpSocket::bind(SocketAddr::new(control.ip(), 0)))?;
     sock.set_nonblocking(true)?;
-    // SAFETY: setsockopt reads one c_int from a valid pointer of the given length.
-    unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&RCVBUF_BYTES as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
+    // A smaller buffer (the kernel's `rmem_max`) still receives: not an error.
+    let _ = isnode_sys::net::set_receive_buffer(&sock, RCVBUF_BYTES);
     Ok(sock)
 }
 

@@ -18,7 +18,7 @@ use crate::harness::keepalive::{Datagrams, Live, Route};
 use crate::harness::metrics::{self, metric};
 use crate::harness::server::{self, ServerChild, ServerSpec};
 use crate::harness::session::Sessions;
-use crate::udp::{server_ip, set_int_option};
+use crate::udp::server_ip;
 
 /// Receive buffer asked for each session's socket.
 const RCVBUF_BYTES: usize = 2 << 20;
@@ -311,8 +311,7 @@ impl IsnodeServer {
 }
 
 fn set_rcvbuf(socket: &UdpSocket) {
-    let v = libc::c_int::try_from(RCVBUF_BYTES).unwrap_or(libc::c_int::MAX);
-    set_int_option(socket, libc::SOL_SOCKET, libc::SO_RCVBUF, v);
+    let _ = isnode_sys::net::set_receive_buffer(socket, RCVBUF_BYTES);
 }
 
 #[cfg(test)]
