@@ -588,28 +588,7 @@ impl ControlClient {
             bail!("an init segment of {len} bytes at {uri:?}: not one of the title's ranges");
         }
         let url = format!("{}/v1/objects/{name}/{uri}", self.base);
-        let range = format!("bytes={offset}-{}", offset + len - 1);
-        let mut resp = self
-            .req(self.agent.get(&url))
-            .header("Range", &range)
-            .call()?;
-        if resp.status().as_u16() != 206 {
-            Self::body("fetching the title's init segment", 206, resp)?;
-            bail!("fetching the title's init segment failed");
-        }
-        let bytes = resp
-            .body_mut()
-            .with_config()
-            .limit(len)
-            .read_to_vec()
-            .context("reading the title's init segment")?;
-        if bytes.len() as u64 != len {
-            bail!(
-                "the title's init segment: {} bytes where {len} were asked for",
-                bytes.len()
-            );
-        }
-        Ok(bytes)
+        self.ranged_get(&url, (offset, len), "the title's init segment")
     }
 
     /// Whether `name` is encrypted, from its HLS playlist: an MPEG-TS title's carries
@@ -655,22 +634,35 @@ impl ControlClient {
             bail!("{len} bytes of the start of {name}: between 1 and {MAX_HEAD_BYTES} are read");
         }
         let url = format!("{}/o/{name}", self.base);
-        let req = self
-            .req(self.agent.get(&url))
-            .header("Range", format!("bytes=0-{}", len - 1));
+        self.ranged_get(&url, (0, len), "the start of the object")
+    }
+
+    /// `GET url` of the `len` (> 0) bytes from `offset` (a `Range` request): exactly those
+    /// bytes, or an error naming `what` (an answer other than `206` with that many).
+    fn ranged_get(
+        &self,
+        url: &str,
+        (offset, len): (u64, u64),
+        what: &str,
+    ) -> anyhow::Result<Vec<u8>> {
+        let range = format!("bytes={offset}-{}", offset + len - 1);
+        let req = self.req(self.agent.get(url)).header("Range", &range);
         let mut resp = req.call().with_context(|| format!("GET {url}"))?;
         if resp.status().as_u16() != 206 {
-            Self::body("reading the start of the object", 206, resp)?;
-            bail!("reading the start of {name} failed");
+            Self::body(&format!("reading {what}"), 206, resp)?;
+            bail!("reading {what} failed");
         }
         let bytes = resp
             .body_mut()
             .with_config()
             .limit(len)
             .read_to_vec()
-            .with_context(|| format!("reading {url}"))?;
+            .with_context(|| format!("reading {what} from {url}"))?;
         if bytes.len() as u64 != len {
-            bail!("{url}: {} bytes, not the {len} asked for", bytes.len());
+            bail!(
+                "{what} at {url}: {} bytes, not the {len} asked for",
+                bytes.len()
+            );
         }
         Ok(bytes)
     }
