@@ -163,6 +163,39 @@ impl Cgroup {
         Ok(())
     }
 
+    /// Sets (or changes) the group's memory limit.
+    pub fn set_memory_limit(&self, bytes: u64) -> anyhow::Result<()> {
+        self.apply(Limits {
+            disk_read_bps: None,
+            memory_bytes: Some(bytes),
+        })
+    }
+
+    /// Moves the running process `pid` into the group (its memory already charged
+    /// elsewhere stays there; what it takes from now on is charged here).
+    pub fn add_process(&self, pid: u32) -> anyhow::Result<()> {
+        for d in &self.dirs {
+            let procs = d.join("cgroup.procs");
+            std::fs::write(&procs, pid.to_string())
+                .with_context(|| format!("writing {pid} to {}", procs.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of memory charged to the group now (v1 `memory.usage_in_bytes`, v2
+    /// `memory.current`).
+    pub fn memory_charged_bytes(&self) -> anyhow::Result<u64> {
+        let file = match self.version {
+            Version::V1 => self.dirs[1].join("memory.usage_in_bytes"),
+            Version::V2 => self.dirs[0].join("memory.current"),
+        };
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        text.trim()
+            .parse()
+            .with_context(|| format!("{}: {text:?}", file.display()))
+    }
+
     /// The disk whose reads are limited, `major:minor`.
     pub fn disk(&self) -> (u32, u32) {
         self.disk

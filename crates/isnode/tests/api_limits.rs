@@ -407,3 +407,84 @@ fn a_slow_readers_socket_keeps_the_configured_send_buffer() {
         }
     }
 }
+
+/// A content reader is refused (`503`, saying memory is short) while the server's memory
+/// cgroup cannot hold it: when the limit holds no reader's share beside the pool, the
+/// server and the headroom (an eighth of the limit, at least 16 MiB), and when what the
+/// group really holds leaves no headroom (here a process of the test's holding 480 MiB in
+/// the same group); once there is room it is served. A node under a memory limit turns
+/// players away instead of being ended, with all of them, by the kernel's OOM killer. The
+/// server is moved into a group of the test's own (v1 or v2; root needed).
+#[test]
+fn content_readers_are_refused_while_the_memory_limit_leaves_no_room() {
+    use isnode_bench::cgroup::{Cgroup, Limits};
+    const MIB: u64 = 1 << 20;
+    let vol = Vol::create(&[]);
+    let title = vol.add_ts("t.ts", 2_000_000, 4.0, 9);
+    let name = format!("isnode-t{}-memory-gate", std::process::id());
+    let group = Cgroup::create(&name, Limits::default(), &vol.root)
+        .expect("a memory cgroup of the test's own (root and cgroup controllers are needed)");
+    let server = Server::start(&vol, &["--cache-size-bytes", &(32 * MIB).to_string()]);
+    let get = |limit_bytes: u64| {
+        group
+            .set_memory_limit(limit_bytes)
+            .expect("setting the limit");
+        std::thread::sleep(Duration::from_millis(250)); // past the gate's last reading
+        server.req("GET", "/o/t.ts", None)
+    };
+    assert_eq!(server.req("GET", "/o/t.ts", None).status, 200, "unlimited");
+    group.add_process(server.pid()).expect("moving the server");
+    let charged = group.memory_charged_bytes().expect("the group's usage");
+    // 64 MiB: less than the 32 MiB pool, 24 MiB for the server and 16 MiB of headroom.
+    let r = get(charged + 64 * MIB);
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(
+        r.body.contains("holds 0 readers beside the pool"),
+        "{}",
+        r.body
+    );
+    // 512 MiB, of which another process of the group holds about 480 MiB (and the
+    // headroom is 64 MiB): the shares fit, what is held does not leave the headroom.
+    // (Allowed 32 MiB more, the holder leaves the headroom's eighth of the limit as room
+    // to judge in, either side.)
+    // It allocates once it is in the group (a line on its stdin), then says so.
+    let script = "import sys, time; sys.stdin.readline(); b = b'x' * (470 << 20); \
+                  print(1, flush=True); time.sleep(60)";
+    let mut holder = std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 holding memory");
+    let (mut stdin, stdout) = (holder.stdin.take(), holder.stdout.take());
+    let holder = ChildGuard(Some(holder));
+    group.add_process(holder.id()).expect("moving the holder");
+    group
+        .set_memory_limit(charged + 512 * MIB)
+        .expect("raising the limit");
+    stdin
+        .as_mut()
+        .expect("its stdin")
+        .write_all(b"go\n")
+        .expect("telling the holder");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(stdout.expect("its stdout")),
+        &mut line,
+    )
+    .expect("the holder allocated");
+    assert_eq!(line.trim(), "1", "the holder allocated");
+    let r = get(charged + 512 * MIB);
+    assert_eq!(r.status, 503, "with the holder: {}", r.body.len());
+    assert!(r.body.contains("MiB kept free"), "{}", r.body);
+    drop(holder);
+    let r = get(charged + 512 * MIB);
+    assert_eq!(r.status, 200, "once the holder is gone");
+    assert_eq!(
+        r.header("content-length"),
+        Some(title.len().to_string().as_str())
+    );
+    let refused = "isnode_http_readers_refused_memory_total";
+    assert_eq!(server.metrics().get(refused), 2.0);
+    drop(server); // before the group, which is removed only once empty
+}

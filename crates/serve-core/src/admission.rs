@@ -24,6 +24,7 @@ use isnode_proto::Limit;
 use crate::pacer::blocks_of;
 
 pub mod disk;
+pub mod memory;
 
 /// The limits a new session is admitted under.
 #[derive(Clone, Debug)]

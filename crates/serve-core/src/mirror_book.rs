@@ -46,6 +46,9 @@ struct Region {
 #[derive(Debug)]
 pub struct MirrorBook {
     budget_bytes: u64,
+    /// Most that may be held: the budget, or what a lowered budget could not give back
+    /// at once (pinned and filling regions), which only falls until the budget holds.
+    ceiling_bytes: u64,
     held_bytes: u64,
     tick: u64,
     regions: HashMap<RegionKey, Region>,
@@ -61,6 +64,7 @@ impl MirrorBook {
     pub fn new(budget_bytes: u64) -> MirrorBook {
         MirrorBook {
             budget_bytes,
+            ceiling_bytes: budget_bytes,
             held_bytes: 0,
             tick: 0,
             regions: HashMap::new(),
@@ -76,6 +80,40 @@ impl MirrorBook {
     /// Regions held (ready or filling).
     pub fn regions(&self) -> usize {
         self.regions.len()
+    }
+
+    /// The budget in force.
+    pub fn budget_bytes(&self) -> u64 {
+        self.budget_bytes
+    }
+
+    /// Changes the budget (the server shrinks the mirror when its memory is wanted for
+    /// readers, and grows it back): least recently used, unpinned ready regions are given
+    /// back until what is held fits; punch the regions returned. Pinned and filling regions
+    /// stay: until they are done the book may hold more than a lowered budget, and claims
+    /// fill nothing new meanwhile.
+    pub fn set_budget(&mut self, budget_bytes: u64) -> Vec<RegionKey> {
+        self.budget_bytes = budget_bytes;
+        let mut victims = Vec::new();
+        let mut held = self.held_bytes;
+        for key in self.lru.values() {
+            if held <= budget_bytes {
+                break;
+            }
+            if let Some(r) = self.regions.get(key).filter(|r| r.pins == 0) {
+                held -= r.bytes;
+                victims.push(*key);
+            }
+        }
+        for key in &victims {
+            if let Some(r) = self.regions.remove(key) {
+                self.lru.remove(&r.used);
+                self.held_bytes -= r.bytes;
+            }
+        }
+        self.ceiling_bytes = budget_bytes.max(self.held_bytes);
+        self.check();
+        victims
     }
 
     /// Whether any region of object `toi` is held.
@@ -172,7 +210,7 @@ impl MirrorBook {
     }
 
     fn check(&self) {
-        debug_assert!(self.held_bytes <= self.budget_bytes);
+        debug_assert!(self.held_bytes <= self.ceiling_bytes);
         debug_assert_eq!(
             self.held_bytes,
             self.regions.values().map(|r| r.bytes).sum::<u64>()
@@ -237,6 +275,25 @@ mod tests {
     }
 
     #[test]
+    fn a_lowered_budget_gives_back_unpinned_regions_and_fills_nothing_until_it_fits() {
+        let mut b = MirrorBook::new(200);
+        for s in 0..4 {
+            assert!(matches!(b.claim(k(s), 50), Claim::Fill { .. }));
+            b.filled(k(s), FillEnd::Ready);
+        }
+        for s in 1..4 {
+            b.unpin(k(s));
+        }
+        // Region 0 is pinned: the others go, oldest first, until 60 fits... it cannot.
+        assert_eq!(b.set_budget(60), vec![k(1), k(2), k(3)]);
+        assert_eq!(b.held_bytes(), 50);
+        assert_eq!(b.claim(k(4), 50), Claim::Bypass, "over the budget");
+        b.unpin(k(0));
+        assert_eq!(b.set_budget(200), vec![]);
+        assert_eq!(b.claim(k(4), 50), Claim::Fill { evicted: vec![] });
+    }
+
+    #[test]
     fn a_failed_fill_is_forgotten_and_too_big_is_bypassed() {
         let mut b = MirrorBook::new(100);
         assert!(matches!(b.claim(k(0), 60), Claim::Fill { .. }));
@@ -247,11 +304,13 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the order of claims, fills and unpins: the budget holds, a pinned or
-        /// filling region is never given back, and every region evicted was ready.
+        /// Whatever the order of claims, fills, unpins and budget changes: the budget
+        /// holds (over a lowered one only by pinned or filling regions, and no claim
+        /// fills meanwhile), a pinned or filling region is never given back, and every
+        /// region evicted was ready.
         #[test]
         fn the_budget_holds_and_pins_are_respected(
-            ops in proptest::collection::vec((0u8..3, 0u32..12), 1..400)
+            ops in proptest::collection::vec((0u8..4, 0u32..12), 1..400)
         ) {
             let mut b = MirrorBook::new(500);
             let mut pins: HashMap<RegionKey, u32> = HashMap::new();
@@ -262,6 +321,7 @@ mod tests {
                     0 => match b.claim(key, 100 + u64::from(s) * 10) {
                         Claim::Ready => *pins.entry(key).or_default() += 1,
                         Claim::Fill { evicted } => {
+                            prop_assert!(b.held_bytes() <= b.budget_bytes());
                             for e in evicted {
                                 prop_assert_eq!(pins.get(&e).copied().unwrap_or(0), 0);
                                 prop_assert!(!filling.contains(&e));
@@ -277,14 +337,27 @@ mod tests {
                             pins.remove(&f);
                         }
                     },
-                    _ => if let Some(p) = pins.get_mut(&key).filter(|p| **p > 0) {
+                    2 => if let Some(p) = pins.get_mut(&key).filter(|p| **p > 0) {
                         if !filling.contains(&key) {
                             *p -= 1;
                             b.unpin(key);
                         }
                     },
+                    _ => {
+                        let budget = u64::from(s) * 50;
+                        for e in b.set_budget(budget) {
+                            prop_assert_eq!(pins.get(&e).copied().unwrap_or(0), 0);
+                            prop_assert!(!filling.contains(&e));
+                        }
+                        let kept: u64 = pins
+                            .iter()
+                            .filter(|(_, p)| **p > 0)
+                            .map(|(k, _)| 100 + u64::from(k.sbn) * 10)
+                            .sum();
+                        prop_assert!(b.held_bytes() <= budget.max(kept));
+                    }
                 }
-                prop_assert!(b.held_bytes() <= 500);
+                prop_assert!(b.held_bytes() <= 600);
             }
         }
     }

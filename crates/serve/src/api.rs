@@ -19,6 +19,7 @@ mod hybrid;
 mod licence;
 mod manifests;
 mod media;
+pub(crate) mod memory_gate;
 pub(crate) mod mirror;
 mod owner;
 mod pool_read;
@@ -98,12 +99,14 @@ pub(crate) fn serve(
         let _ = ready.send(Ok(()));
         let reaper = tokio::spawn(reap(sh.clone()));
         let sampler = tokio::spawn(status::sample_egress(sh.clone()));
+        let memory = tokio::spawn(memory_gate::watch(sh.clone()));
         let last_use = tokio::spawn(write_last_use(sh.clone()));
         let prober = tokio::spawn(isnode_control::cluster::probe::run(prober(&sh)));
         // Connections still busy 2 s after the stop are dropped.
         server.run(listener, stop, Duration::from_secs(2)).await;
         reaper.abort();
         sampler.abort();
+        memory.abort();
         last_use.abort();
         prober.abort();
         // The last uses since the last write.

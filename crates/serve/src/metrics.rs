@@ -31,6 +31,7 @@ pub(crate) struct Metrics {
     pub http_bytes: AtomicU64,
     pub http_readers_active: AtomicU64,
     pub http_readers_refused: AtomicU64,
+    pub http_readers_refused_memory: AtomicU64,
     pub repair_requests: AtomicU64,
     pub repair_packets: AtomicU64,
     /// The labelled families (auth, upload, start-up latency).
@@ -120,6 +121,9 @@ pub struct MetricsSnapshot {
     pub http_readers_active: u64,
     /// Content and repair requests refused by `--max-content-readers` (`503`).
     pub http_readers_refused: u64,
+    /// Content and repair requests refused for memory (`503`: the memory cgroup's
+    /// headroom would be spent).
+    pub http_readers_refused_memory: u64,
     /// Bytes the HTTP mirror holds (codewords gathered once, sent with `sendfile`).
     pub http_mirror_bytes: u64,
     /// Content frames sent from the HTTP mirror.
@@ -176,6 +180,7 @@ impl Metrics {
             http_bytes: AtomicU64::new(0),
             http_readers_active: AtomicU64::new(0),
             http_readers_refused: AtomicU64::new(0),
+            http_readers_refused_memory: AtomicU64::new(0),
             repair_requests: AtomicU64::new(0),
             repair_packets: AtomicU64::new(0),
             families: expose::Families::new(),

@@ -589,30 +589,43 @@ fn log_started(
     warn_if_memory_short(pool_bytes, config.http_mirror_bytes);
 }
 
-/// What a server needs beside its pool and mirror (threads, catalog, sockets, itself):
-/// measured, 17-20 MB of RSS beyond the pool (`bench load`, 8 to 256 UDP streams).
-const OWN_MEMORY_BYTES: u64 = 24 << 20;
-
-/// Warns when this process's cgroup memory limit cannot hold the pool, the HTTP mirror
-/// and the server itself: the kernel's OOM killer would end it under load.
+/// Says how many HTTP readers (at their least) this process's cgroup memory limit holds
+/// beside the pool, the server itself and the headroom (the HTTP mirror gives way to them:
+/// `api/memory_gate.rs`), and warns when that is fewer than [`FEW_READERS`].
 fn warn_if_memory_short(pool_bytes: u64, mirror_bytes: u64) {
+    use isnode_serve_core::admission::memory::{
+        headroom_bytes, READER_FLOOR_BYTES, SERVER_OWN_BYTES,
+    };
     let Some(limit) = isnode_sys::memory::cgroup_limit_bytes() else {
         return;
     };
-    let needs = pool_bytes
-        .saturating_add(mirror_bytes)
-        .saturating_add(OWN_MEMORY_BYTES);
-    if needs > limit {
+    let beside = pool_bytes
+        .saturating_add(SERVER_OWN_BYTES)
+        .saturating_add(headroom_bytes(limit));
+    let readers = limit.saturating_sub(beside) / READER_FLOOR_BYTES;
+    if readers < FEW_READERS {
         tracing::warn!(
             limit_bytes = limit,
             pool_bytes,
+            readers,
+            "the memory cgroup's limit leaves room for {readers} HTTP readers beside the pool, \
+             24 MiB for the server and the headroom kept free: lower cache_size_bytes or \
+             raise the limit (README: Memory)"
+        );
+    } else {
+        tracing::info!(
+            limit_bytes = limit,
+            pool_bytes,
             http_mirror_bytes = mirror_bytes,
-            "the memory cgroup's limit is below the pool, the HTTP mirror and 24 MiB for the \
-             server: lower cache_size_bytes or http_mirror_bytes, or the kernel's OOM killer \
-             may end the server under load (README: Memory)"
+            readers,
+            "under a memory limit: at most {readers} HTTP readers, and the HTTP mirror gives \
+             way to them (README: Memory)"
         );
     }
 }
+
+/// Fewer HTTP readers than this under a memory limit is worth a warning at start.
+const FEW_READERS: u64 = 64;
 
 /// The control half's handles, over the data plane `started`.
 fn control_handles(
@@ -668,6 +681,12 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
     let started = start_plane(&o, &cell, &stop, &wakes, first_packet)?;
     let deps = &started.deps;
     let control = control_handles(&o, cell, (objects, sessions, broadcasts), &started, &wakes);
+    let mirror = crate::api::mirror::Mirror::new(config.http_mirror_bytes);
+    let pool_bytes = u64::from(control.cache.slots()) * control.cache.block_len() as u64;
+    let memory_gate = crate::api::memory_gate::MemoryGate::new(
+        pool_bytes,
+        mirror.clone().map(|m| (m, config.http_mirror_bytes)),
+    );
     let shared = Arc::new(ApiState {
         control,
         metrics,
@@ -691,7 +710,8 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         fills,
         catalog_slots: tokio::sync::Semaphore::new(crate::api::state::CATALOG_THREADS),
         disk_read_slots: tokio::sync::Semaphore::new(crate::api::state::DISK_READ_THREADS),
-        mirror: crate::api::mirror::Mirror::new(config.http_mirror_bytes),
+        memory_gate,
+        mirror,
     });
     let mut handle = ServerHandle {
         local_addr,

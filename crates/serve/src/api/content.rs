@@ -36,6 +36,7 @@ use crate::api::state::{ApiState, DISK_READ_SLOT_WAIT};
 use isnode_pool::cache::BlockKey;
 use isnode_pool::front::Wait;
 use isnode_pool::objects::ObjectInfo;
+use isnode_serve_core::admission::memory::{headroom_bytes, Short, Verdict};
 
 /// `GET`/`HEAD` of an object's original bytes.
 pub(super) async fn content(
@@ -171,7 +172,8 @@ fn answer_plan(
     Ok((status, base, plan))
 }
 
-/// One of the `--max-content-readers` places of a body being produced (freed on drop).
+/// One of the `--max-content-readers` places of a body being produced (freed on drop),
+/// taken only if the memory gate admits one more reader (`api/memory_gate.rs`).
 struct ReaderPermit(Arc<ApiState>);
 
 impl ReaderPermit {
@@ -186,7 +188,27 @@ impl ReaderPermit {
                 format!("{max} content readers already (--max-content-readers): try again"),
             ));
         }
-        Ok(ReaderPermit(sh.clone()))
+        let readers = m.http_readers_active.load(Ordering::Acquire);
+        let permit = ReaderPermit(sh.clone());
+        if let Verdict::Refuse { limit_bytes, why } = sh.memory_gate.admit(readers) {
+            m.http_readers_refused_memory
+                .fetch_add(1, Ordering::Relaxed);
+            let (limit_mib, free_mib) = (limit_bytes >> 20, headroom_bytes(limit_bytes) >> 20);
+            let what = match why {
+                Short::Shares { most } => format!(
+                    "the memory limit's {limit_mib} MiB holds {most} readers beside the pool"
+                ),
+                Short::Held { held_bytes } => format!(
+                    "{} MiB of the memory limit's {limit_mib} MiB held, {free_mib} MiB kept free",
+                    held_bytes >> 20
+                ),
+            };
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("out of memory for another reader: {what}: try again"),
+            ));
+        }
+        Ok(permit)
     }
 }
 
@@ -376,7 +398,9 @@ impl ContentBody {
                 Some(region) => {
                     region.frame(want.from, want.to.min(want.from + MIRROR_FRAME_BYTES))
                 }
-                None => data.get(want.from..want.to).map(Bytes::copy_from_slice),
+                None => data
+                    .get(want.from..want.to.min(want.from + CHUNK_BYTES))
+                    .map(Bytes::copy_from_slice),
             };
         }
         self.read_later(want, Some(filling));
@@ -398,8 +422,8 @@ impl ContentBody {
         gather_source(&self.obj, sbn, from, to, &mut peek, out)
     }
 
-    /// Reads `want` on the blocking pool (the whole codeword into the mirror when
-    /// `filling`), after a fill's front reached it.
+    /// Reads `want` (at most [`CHUNK_BYTES`] of it) on the blocking pool (the whole
+    /// codeword into the mirror when `filling`), after a fill's front reached it.
     fn read_later(&mut self, want: Want, filling: Option<Filling>) {
         let (sh, obj) = (self.sh.clone(), self.obj.clone());
         // A codeword at a fill's front is waited for without a thread; only the read
@@ -407,9 +431,11 @@ impl ContentBody {
         self.reading = Some(tokio::spawn(async move {
             let Want { sbn, from, to } = want;
             at_front(&sh, &obj, sbn).await?;
+            // A copy reads one chunk (its blocks stay in the pool for the next): a reader
+            // holds a chunk, not the rest of a codeword, while its connection sends it.
             let (lo, hi) = match &filling {
                 Some(f) => (0, f.data_len()),
-                None => (from, to),
+                None => (from, to.min(from.saturating_add(CHUNK_BYTES))),
             };
             let wait = DISK_READ_SLOT_WAIT;
             let slot = tokio::time::timeout(wait, sh.disk_read_slots.acquire())
@@ -434,7 +460,10 @@ impl ContentBody {
                 None => None,
             };
             frame
-                .or_else(|| data.get(from..to).map(Bytes::copy_from_slice))
+                .or_else(|| {
+                    data.get(from..to.min(from + CHUNK_BYTES))
+                        .map(Bytes::copy_from_slice)
+                })
                 .ok_or_else(|| format!("codeword {sbn} does not hold bytes {from}..{to}"))
         }));
     }

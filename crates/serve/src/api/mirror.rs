@@ -92,6 +92,16 @@ impl Mirror {
         self.lock().book.held_bytes()
     }
 
+    /// Changes the budget (the memory gate shrinks it as readers come under a memory
+    /// limit); codewords no response pins are given back until what is held fits.
+    pub(crate) fn set_budget(&self, budget_bytes: u64) {
+        let mut inner = self.lock();
+        if inner.book.budget_bytes() != budget_bytes {
+            let evicted = inner.book.set_budget(budget_bytes);
+            inner.give_back(&evicted);
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }

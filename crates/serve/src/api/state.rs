@@ -67,6 +67,8 @@ pub(crate) struct ApiState {
     /// The content bodies reading codewords from disk at once ([`DISK_READ_THREADS`]),
     /// each on a blocking thread with a codeword's buffer; the rest wait holding neither.
     pub disk_read_slots: tokio::sync::Semaphore,
+    /// Refuses new content readers when the memory cgroup's headroom would be spent.
+    pub memory_gate: crate::api::memory_gate::MemoryGate,
 }
 
 /// Blocking threads the API's catalog work takes at most.
@@ -189,6 +191,7 @@ impl ApiState {
             http_bytes: load(&m.http_bytes),
             http_readers_active: load(&m.http_readers_active),
             http_readers_refused: load(&m.http_readers_refused),
+            http_readers_refused_memory: load(&m.http_readers_refused_memory),
             http_mirror_bytes: self.mirror.as_ref().map_or(0, |x| x.held_bytes()),
             http_mirror_frames: self.mirror.as_ref().map_or(0, |x| load(&x.frames)),
             http_mirror_fills: self.mirror.as_ref().map_or(0, |x| load(&x.fills)),

@@ -516,6 +516,11 @@ const SCALARS: &[Scalar] = &[
         "Content and repair requests refused by --max-content-readers",
         |s| s.http_readers_refused,
     ),
+    counter(
+        "isnode_http_readers_refused_memory",
+        "Content and repair requests refused because the memory cgroup's headroom would be spent",
+        |s| s.http_readers_refused_memory,
+    ),
     gauge(
         "isnode_http_mirror_bytes",
         "Bytes the HTTP mirror holds (codewords gathered once, sent with sendfile)",
