@@ -429,6 +429,11 @@ pub(crate) struct BackgroundBenchArgs {
     /// Also run the phases beside one busy thread (a competing CPU load of one core).
     #[arg(long)]
     pub cpu_load: bool,
+    /// Where the node and the clients run: split (the server, its background work, the
+    /// busy thread and the benchmark on one core, the clients, standing in for players on
+    /// other machines, on the others) or shared (wherever the kernel runs them).
+    #[arg(long, value_enum, default_value = "split")]
+    pub cores: CoresArg,
     /// What each client buffers before its paced playout starts, ms (`play
     /// --prebuffer-ms`): a player's start-up buffer, as `bench load --startup-buffer 1`.
     #[arg(long, default_value_t = 1000)]
@@ -471,6 +476,15 @@ pub(crate) struct BackgroundBenchArgs {
     /// A short run (2 clients of 2 Mbit/s, 8 s titles); exit 1 when any output differs.
     #[arg(long)]
     pub check: bool,
+}
+
+/// `bench background --cores`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CoresArg {
+    /// The node on one core, the clients on the others.
+    Split,
+    /// Everything wherever the kernel runs it.
+    Shared,
 }
 
 /// `bench background --background-priority`.

@@ -141,29 +141,13 @@ fn encrypt_boxes(
                 let Some(tracks) = tracks.as_deref() else {
                     return refuse("a moof before the moov: not a CMAF file".into());
                 };
-                let moof = read_box(file, &b, isnode_media::cenc::MAX_MOOF_BYTES as u64, "moof")?;
-                let m = match at < len {
-                    true => top_box(file, at, len)?,
-                    false => {
-                        return refuse(format!("a moof at byte {} with no mdat after it", b.at))
-                    }
-                };
-                if &m.kind != b"mdat" {
-                    return refuse(format!("a moof at byte {} not followed by its mdat", b.at));
-                }
-                at += m.len;
-                let mut mdat = read_box(file, &m, MAX_MDAT_BYTES, "fragment's mdat")?;
-                let out = isnode_media::cenc_fragment::protect_fragment(
-                    &moof, &mut mdat, tracks, p, cipher,
-                )
-                .map_err(|source| ProtectError::Cenc {
-                    context: format!("the fragment at byte {}", b.at),
-                    source,
-                })?;
-                w.write_all(&out).map_err(io("writing the spool"))?;
+                let (moof, mdat, mdat_len) =
+                    encrypt_fragment(file, &b, (at, len), tracks, (p, cipher))?;
+                at += mdat_len;
+                w.write_all(&moof).map_err(io("writing the spool"))?;
                 w.write_all(&mdat).map_err(io("writing the spool"))?;
                 moved.push((b.at, written));
-                written += (out.len() + mdat.len()) as u64;
+                written += (moof.len() + mdat.len()) as u64;
                 fragments += 1;
             }
             b"mdat" => {
@@ -173,19 +157,7 @@ fn encrypt_boxes(
                 ))
             }
             b"mfra" => {
-                let mfra = read_box(file, &b, MAX_MOOV_BYTES, "mfra")?;
-                let content = mfra.get(b.header as usize..).unwrap_or_default();
-                let find = |old: u64| {
-                    let i = moved.binary_search_by_key(&old, |m| m.0).ok()?;
-                    moved.get(i).map(|m| m.1)
-                };
-                let out =
-                    isnode_media::cenc_fragment::remap_mfra(content, &find).map_err(|source| {
-                        ProtectError::Cenc {
-                            context: "the mfra".into(),
-                            source,
-                        }
-                    })?;
+                let out = remap_mfra(file, &b, &moved)?;
                 w.write_all(&out).map_err(io("writing the spool"))?;
                 written += out.len() as u64;
             }
@@ -200,6 +172,47 @@ fn encrypt_boxes(
         return refuse("no fragment (moof): not a fragmented MP4".into());
     }
     Ok((fragments, dropped))
+}
+
+/// The fragment whose `moof` is `b`, its `mdat` at `at` (of the input's `len` bytes),
+/// encrypted: the new `moof`, the encrypted `mdat`, and the `mdat`'s length in the input.
+fn encrypt_fragment(
+    file: &File,
+    b: &TopBox,
+    (at, len): (u64, u64),
+    tracks: &[Track],
+    (p, cipher): (&CencParams, &Cipher),
+) -> Result<(Vec<u8>, Vec<u8>, u64), ProtectError> {
+    let moof = read_box(file, b, isnode_media::cenc::MAX_MOOF_BYTES as u64, "moof")?;
+    if at >= len {
+        return refuse(format!("a moof at byte {} with no mdat after it", b.at));
+    }
+    let m = top_box(file, at, len)?;
+    if &m.kind != b"mdat" {
+        return refuse(format!("a moof at byte {} not followed by its mdat", b.at));
+    }
+    let mut mdat = read_box(file, &m, MAX_MDAT_BYTES, "fragment's mdat")?;
+    let out = isnode_media::cenc_fragment::protect_fragment(&moof, &mut mdat, tracks, p, cipher)
+        .map_err(|source| ProtectError::Cenc {
+            context: format!("the fragment at byte {}", b.at),
+            source,
+        })?;
+    Ok((out, mdat, m.len))
+}
+
+/// The `mfra` box `b` with its fragments' offsets moved to where they are written
+/// (`moved`: each fragment's first byte in the input and in the output, in order).
+fn remap_mfra(file: &File, b: &TopBox, moved: &[(u64, u64)]) -> Result<Vec<u8>, ProtectError> {
+    let mfra = read_box(file, b, MAX_MOOV_BYTES, "mfra")?;
+    let content = mfra.get(b.header as usize..).unwrap_or_default();
+    let find = |old: u64| {
+        let i = moved.binary_search_by_key(&old, |m| m.0).ok()?;
+        moved.get(i).map(|m| m.1)
+    };
+    isnode_media::cenc_fragment::remap_mfra(content, &find).map_err(|source| ProtectError::Cenc {
+        context: "the mfra".into(),
+        source,
+    })
 }
 
 /// A content key with its id and constant IV: one object's, or shared by the renditions of

@@ -627,6 +627,24 @@ fn warn_if_memory_short(pool_bytes: u64, mirror_bytes: u64) {
 /// Fewer HTTP readers than this under a memory limit is worth a warning at start.
 const FEW_READERS: u64 = 64;
 
+/// The HTTP mirror, and the memory gate that weighs readers and the mirror against the
+/// pool under a memory limit.
+fn content_memory(
+    config: &ServeConfig,
+    control: &Control,
+) -> (
+    Option<Arc<crate::api::mirror::Mirror>>,
+    crate::api::memory_gate::MemoryGate,
+) {
+    let mirror = crate::api::mirror::Mirror::new(config.http_mirror_bytes);
+    let pool_bytes = u64::from(control.cache.slots()) * control.cache.block_len() as u64;
+    let gate = crate::api::memory_gate::MemoryGate::new(
+        pool_bytes,
+        mirror.clone().map(|m| (m, config.http_mirror_bytes)),
+    );
+    (mirror, gate)
+}
+
 /// The control half's handles, over the data plane `started`.
 fn control_handles(
     o: &Opened,
@@ -681,12 +699,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
     let started = start_plane(&o, &cell, &stop, &wakes, first_packet)?;
     let deps = &started.deps;
     let control = control_handles(&o, cell, (objects, sessions, broadcasts), &started, &wakes);
-    let mirror = crate::api::mirror::Mirror::new(config.http_mirror_bytes);
-    let pool_bytes = u64::from(control.cache.slots()) * control.cache.block_len() as u64;
-    let memory_gate = crate::api::memory_gate::MemoryGate::new(
-        pool_bytes,
-        mirror.clone().map(|m| (m, config.http_mirror_bytes)),
-    );
+    let (mirror, memory_gate) = content_memory(config, &control);
     let shared = Arc::new(ApiState {
         control,
         metrics,

@@ -36,6 +36,7 @@
 //! refused, and count as invalid.
 
 mod busy;
+mod cores;
 mod report;
 mod trace;
 
@@ -53,6 +54,7 @@ use crate::harness::process::{process_cpu_s, threads_cpu_s};
 use crate::harness::server::{self, BlockIo, Output, ServerChild, ServerSpec};
 use busy::BusyCore;
 pub use busy::CpuLoad;
+pub use cores::Cores;
 pub use report::format_table;
 pub use trace::StreamTrace;
 
@@ -85,6 +87,8 @@ pub struct BackgroundConfig {
     pub block_len: Option<u32>,
     /// Whether the phases run again beside a busy core.
     pub cpu_load: CpuLoad,
+    /// Where the node and the clients run.
+    pub cores: Cores,
     /// What each client buffers before its paced playout starts, ms (`isnode play
     /// --prebuffer-ms`; a player's start-up buffer, as `bench load`'s one second).
     pub prebuffer_ms: u64,
@@ -196,6 +200,8 @@ pub struct BackgroundReport {
     pub prebuffer_ms: u64,
     /// The clients' nice value.
     pub client_nice: i32,
+    /// Where the node and the clients ran ([`Cores::Shared`] when the machine has one CPU).
+    pub cores: Cores,
     /// The ramp's levels, alone, in the order run.
     pub ramp: Vec<LevelRow>,
     /// The most clients valid alone (the load of the phases; the first level when none
@@ -267,8 +273,10 @@ pub fn run(
         &vol,
     )?;
     let outputs = outputs_dir(work.path())?;
+    let client_cpus = cores::place(cfg.cores)?;
     let bench = Bench {
         cfg,
+        client_cpus,
         group: &group,
         vol: &vol,
         outputs: outputs.path(),
@@ -300,6 +308,10 @@ pub fn run(
         priority: cfg.priority,
         prebuffer_ms: cfg.prebuffer_ms,
         client_nice: cfg.client_nice,
+        cores: match client_cpus {
+            Some(_) => Cores::Split,
+            None => Cores::Shared,
+        },
         ramp,
         clients,
         pool_bytes: bench.pool(clients),
@@ -344,6 +356,8 @@ struct Bench<'a> {
     /// Where the clients write their outputs (memory: [`outputs_dir`]).
     outputs: &'a Path,
     params: isnode_store::VolumeParams,
+    /// The CPUs the clients run on (`None`: wherever the kernel runs them).
+    client_cpus: Option<libc::cpu_set_t>,
 }
 
 impl Bench<'_> {
@@ -593,7 +607,7 @@ fn play(
             watch.sample(base);
         }
         let prefix = work.join(format!("c{i}"));
-        clients.push(Client::start(cfg, base, name, &prefix)?);
+        clients.push(Client::start(cfg, (base, name), &prefix, b.client_cpus)?);
     }
     let mut rebuild_run = None;
     while clients.iter_mut().any(|c| c.running()) {
@@ -702,9 +716,9 @@ struct Client {
 impl Client {
     fn start(
         cfg: &BackgroundConfig,
-        base: &str,
-        name: &str,
+        (base, name): (&str, &str),
         prefix: &Path,
+        cpus: Option<libc::cpu_set_t>,
     ) -> anyhow::Result<Client> {
         let out = prefix.with_extension("out");
         let stats = prefix.with_extension("json");
@@ -721,15 +735,19 @@ impl Client {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(prefix.with_extension("stderr"))?);
         let nice = cfg.client_nice;
-        // SAFETY: setpriority is async-signal-safe and touches only the new child.
+        // SAFETY: setpriority and sched_setaffinity are async-signal-safe and touch only
+        // the new child.
         #[allow(unsafe_code)]
         unsafe {
-            command.pre_exec(
-                move || match libc::setpriority(libc::PRIO_PROCESS, 0, nice) {
+            command.pre_exec(move || {
+                if let Some(cpus) = &cpus {
+                    cores::run_on(cpus)?;
+                }
+                match libc::setpriority(libc::PRIO_PROCESS, 0, nice) {
                     0 => Ok(()),
                     _ => Err(std::io::Error::last_os_error()),
-                },
-            )
+                }
+            })
         };
         let child = command.spawn().context("starting isnode play")?;
         Ok(Client {

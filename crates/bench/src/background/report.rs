@@ -6,8 +6,8 @@ use super::{BackgroundReport, CpuLoad, PhaseRow};
 pub fn format_table(r: &BackgroundReport) -> String {
     let mut s = format!(
         "disk {} read-limited to {:.1} MB/s, memory {} MiB; {} KiB blocks; titles of {:.1} \
-         Mbit/s, {} s; background priority {:?}; clients at nice {}, {} ms buffered; load \
-         average {} -> {}\n",
+         Mbit/s, {} s; background priority {:?}; clients at nice {}, {} ms buffered; cores \
+         {:?}; load average {} -> {}\n",
         r.disk,
         r.disk_read_bps as f64 / 1e6,
         r.memory_bytes >> 20,
@@ -17,6 +17,7 @@ pub fn format_table(r: &BackgroundReport) -> String {
         r.priority,
         r.client_nice,
         r.prebuffer_ms,
+        r.cores,
         r.load_average.0,
         r.load_average.1,
     );

@@ -351,8 +351,8 @@ fn write_json(path: &std::path::Path, report: &impl serde::Serialize) -> anyhow:
 
 /// `bench background`.
 pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Result<ExitCode> {
-    use crate::cli::BackgroundPriorityArg;
-    use isnode_bench::background::{self, BackgroundConfig, BackgroundPriority, CpuLoad};
+    use crate::cli::{BackgroundPriorityArg, CoresArg};
+    use isnode_bench::background::{self, BackgroundConfig, BackgroundPriority, Cores, CpuLoad};
     let (clients, bitrate_bps, title_s) = match args.check {
         true => (2, 2_000_000, 8),
         false => (args.clients, args.bitrate, args.title_seconds),
@@ -404,6 +404,10 @@ pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Resu
             cpu_load: match args.cpu_load {
                 true => CpuLoad::OneCore,
                 false => CpuLoad::Idle,
+            },
+            cores: match args.cores {
+                CoresArg::Split => Cores::Split,
+                CoresArg::Shared => Cores::Shared,
             },
             priority: match args.background_priority {
                 BackgroundPriorityArg::Low => BackgroundPriority::Low,

@@ -185,24 +185,28 @@ fn play_with(
             },
         )
     });
-    let resume::Finished {
-        held,
-        reported,
-        refused,
-    } = resumer.finish();
-    delete_last(held.as_ref(), &info, &control);
+    let finished = resumer.finish();
+    delete_last(finished.held.as_ref(), &info, &control);
+    finish_play(args, result, finished, (served, local.linger), requested)
+}
+
+/// After the session: the resumer's reports added to the stats, the stats written, a
+/// stream served over `--http` left to linger (within the deadline), the end checked.
+fn finish_play(
+    args: &PlayConfig,
+    result: anyhow::Result<PlayStats>,
+    finished: resume::Finished,
+    (served, linger): (Option<HttpServe>, Duration),
+    requested: Instant,
+) -> anyhow::Result<PlayStats> {
     let mut stats = result?;
-    add_reported(&mut stats, reported);
+    add_reported(&mut stats, finished.reported);
     write_stats_json(args, &stats)?;
     if let Some(server) = served {
         let deadline = session::deadline_after(requested, args.max_seconds)?;
-        server.linger(
-            local
-                .linger
-                .min(deadline.saturating_duration_since(Instant::now())),
-        );
+        server.linger(linger.min(deadline.saturating_duration_since(Instant::now())));
     }
-    check_end(args, &stats, refused)?;
+    check_end(args, &stats, finished.refused)?;
     Ok(stats)
 }
 
