@@ -431,7 +431,9 @@ fn init_of(bytes: &[u8]) -> &[u8] {
 /// clear init segment and then the clear fragments from the random-access point at or
 /// before 6 s: the fragments byte for byte what `--start-at 6` of the same file ingested
 /// clear writes (less the `sidx` boxes encryption drops, and the `mfra`, whose entries name
-/// fragments not written), and it decodes to the clear file's last video frames.
+/// fragments not written), and it decodes to the clear file's last video frames. Of the
+/// clear title, `--start-at 6` writes its init segment (less its `sidx`) first too, and
+/// decodes to the same frames.
 #[test]
 fn play_start_at_of_an_encrypted_cmaf_title_writes_the_clear_fragments_from_there() {
     let vol = Vol::create(&[]);
@@ -452,14 +454,19 @@ fn play_start_at_of_an_encrypted_cmaf_title_writes_the_clear_fragments_from_ther
     let extra = [&from[..], &["--token", &viewer]].concat();
     let (_, got) = play_to_end(&server, &vol, "enc.mp4", "enc", &extra, deadline);
     let clear_bytes = std::fs::read(&clear).unwrap();
-    assert_eq!(
-        &plain[4..8],
-        b"moof",
-        "clear --start-at starts at a fragment"
+    // Clear `--start-at` writes the title's init segment (less its `sidx`), then the stored
+    // bytes from a fragment on: its output plays alone.
+    let clear_init = without_sidx(&clear_bytes);
+    let clear_init = init_of(&clear_init);
+    assert!(
+        plain.starts_with(clear_init),
+        "clear --start-at starts with the init segment"
     );
+    let from_fragment = &plain[clear_init.len()..];
+    assert_eq!(&from_fragment[4..8], b"moof", "then a fragment");
     assert!(plain.len() * 3 < clear_bytes.len() * 2, "6 s into 12 s");
-    let fragments = without_boxes(&plain, &[b"sidx", b"mfra"]);
-    let expected = [init_of(&without_sidx(&clear_bytes)), &fragments[..]].concat();
+    let fragments = without_boxes(from_fragment, &[b"sidx", b"mfra"]);
+    let expected = [clear_init, &fragments[..]].concat();
     assert!(
         got == expected,
         "play --start-at wrote {} bytes, not the {} of the clear init and fragments",
@@ -482,6 +489,16 @@ fn play_start_at_of_an_encrypted_cmaf_title_writes_the_clear_fragments_from_ther
         "{} frames from 6 s, not the clear file's last ones (of {})",
         frames.len(),
         want.len()
+    );
+    // The clear title's output from 6 s plays alone too: the same frames.
+    let plain_played = vol.path("plain-from6.mp4");
+    std::fs::write(&plain_played, &plain).unwrap();
+    let (plain_frames, clean) = framemd5(&plain_played, "0:v", None);
+    assert!(clean, "ffmpeg reported errors on the clear output from 6 s");
+    assert_eq!(
+        pictures(plain_frames),
+        frames,
+        "the clear output's frames from 6 s"
     );
     // `--http` from there: its clear length is not known before the fragments arrive, so
     // play stops, saying so, instead of announcing a wrong length.

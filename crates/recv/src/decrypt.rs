@@ -192,12 +192,18 @@ pub(crate) fn for_session(
     control: &ControlClient,
     info: &isnode_proto::SessionInfo,
 ) -> anyhow::Result<Option<(Protection, u64)>> {
-    use crate::control::SessionInfoExt;
     if !info.encrypted {
         return Ok(None);
     }
     let protection = fetch(control, &info.object.name)?;
-    let start = match info.start_offset_bytes {
+    Ok(Some((protection, output_start(info)?)))
+}
+
+/// The object byte the output of session `info` starts at: its start point, or its first
+/// codeword's first byte.
+pub(crate) fn output_start(info: &isnode_proto::SessionInfo) -> anyhow::Result<u64> {
+    use crate::control::SessionInfoExt;
+    Ok(match info.start_offset_bytes {
         Some(offset) => offset,
         None => {
             let part = info.params()?.partition()?;
@@ -206,8 +212,7 @@ pub(crate) fn for_session(
                 false => 0,
             }
         }
-    };
-    Ok(Some((protection, start)))
+    })
 }
 
 impl Protection {

@@ -16,6 +16,7 @@
 
 pub mod abr;
 pub mod broadcast;
+pub mod cmaf_init;
 pub mod config;
 pub mod control;
 pub mod decrypt;

@@ -33,7 +33,7 @@ use serde::Deserialize;
 
 use super::session::{Measured, Steer};
 use super::stats::{EndReason, PlayStats, RungChange, RungSession};
-use super::LocalSetup;
+use super::{InitBy, LocalSetup};
 use crate::abr::{Abr, AbrConfig, Observation, Reason, Rung};
 use crate::config::PlayConfig;
 use crate::control::ControlClient;
@@ -354,7 +354,7 @@ pub(super) fn play_title(
             false => Entry::Switched,
         };
         let out_rung = rung_output(&control, rung, &out, media_s, switched)?;
-        let local = LocalSetup::with(&rung_args, socket, None, Some(out_rung))?;
+        let local = LocalSetup::with(&rung_args, socket, (None, Some(out_rung)), InitBy::Caller)?;
         let mut steer = RungSteer::new(
             &mut abr,
             clock,

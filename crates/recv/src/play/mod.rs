@@ -157,17 +157,14 @@ fn play_with(
     let mut resumer = opening.resumer(args, auth.is_some(), keepalive)?;
     let mut served = None;
     let result = SessionSetup::from_info(&info, source).and_then(|setup| {
-        // `--http` of an encrypted title announces the clear length its segments decrypt to.
-        let len = match &protection {
-            Some(_) => OutputLen::Clear(info.clear_output_bytes),
-            None => OutputLen::Stored,
-        };
-        let (out, server) = local.output(args, &setup, skip, len)?;
+        let (out, server) = open_output(
+            args,
+            &mut local,
+            (&setup, skip),
+            (&info, &control),
+            protection,
+        )?;
         served = server;
-        let out = match protection {
-            Some((p, start)) => p.writer(out, start, info.object.size_bytes)?,
-            None => out,
-        };
         run_session(
             args,
             socket,
@@ -188,6 +185,39 @@ fn play_with(
     let finished = resumer.finish();
     delete_last(finished.held.as_ref(), &info, &control);
     finish_play(args, result, finished, (served, local.linger), requested)
+}
+
+/// The session's output (the local one, or `--http`'s with its length announced): an
+/// encrypted title's decrypted, a clear CMAF title's started past its first byte with the
+/// title's init segment first (`cmaf_init`).
+fn open_output(
+    args: &PlayConfig,
+    local: &mut LocalSetup,
+    (setup, skip): (&SessionSetup, u64),
+    (info, control): (&isnode_proto::SessionInfo, &ControlClient),
+    protection: Option<(crate::decrypt::Protection, u64)>,
+) -> anyhow::Result<(Box<dyn Write + Send>, Option<HttpServe>)> {
+    let init = match (&protection, local.init) {
+        (None, InitBy::Play) => crate::cmaf_init::clear_init(control, info),
+        _ => None,
+    };
+    // `--http` of an encrypted title announces the clear length its segments decrypt to.
+    let len = match &protection {
+        Some(_) => OutputLen::Clear(info.clear_output_bytes),
+        None => OutputLen::Stored {
+            init_bytes: init.as_ref().map_or(0, |i| i.len() as u64),
+        },
+    };
+    let (mut out, server) = local.output(args, setup, skip, len)?;
+    let out = match (protection, init) {
+        (Some((p, start)), _) => p.writer(out, start, info.object.size_bytes)?,
+        (None, Some(init)) => {
+            out.write_all(&init).context("writing the init segment")?;
+            out
+        }
+        (None, None) => out,
+    };
+    Ok((out, server))
 }
 
 /// After the session: the resumer's reports added to the stats, the stats written, a
@@ -222,6 +252,18 @@ struct LocalSetup {
     addr: SocketAddr,
     /// The port the server is asked to send to (`--session-port`, else the socket's).
     port: u16,
+    /// Who writes a CMAF title's init segment before an output from a later point.
+    init: InitBy,
+}
+
+/// Who writes a clear CMAF title's init segment before an output that starts past the
+/// title's first byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InitBy {
+    /// The play, before the session's bytes (`cmaf_init`).
+    Play,
+    /// Its caller, into the output it gave (a rung of a ladder: `ladder::rung_output`).
+    Caller,
 }
 
 impl LocalSetup {
@@ -235,15 +277,15 @@ impl LocalSetup {
             None => Some(crate::playout::open_output(args.out.as_deref())?),
             Some(_) => None,
         };
-        LocalSetup::with(args, socket, http, out)
+        LocalSetup::with(args, socket, (http, out), InitBy::Play)
     }
 
     /// [`LocalSetup::check`] with the output (or HTTP listener) already open.
     fn with(
         args: &PlayConfig,
         socket: &UdpSocket,
-        http: Option<HttpListener>,
-        out: Option<Box<dyn Write + Send>>,
+        (http, out): (Option<HttpListener>, Option<Box<dyn Write + Send>>),
+        init: InitBy,
     ) -> anyhow::Result<LocalSetup> {
         ScheduledImpairer::new(&args.impair, &args.loss_steps)?;
         let linger = secs_arg(args.http_linger_s, "--http-linger-s")?;
@@ -260,6 +302,7 @@ impl LocalSetup {
             out,
             addr,
             port,
+            init,
         })
     }
 
@@ -283,7 +326,9 @@ impl LocalSetup {
                          point (a CMAF title's from a later fragment is not known before it \
                          arrives): --http plays it from its start only"
                     ),
-                    OutputLen::Stored => setup.output_len()?.saturating_sub(skip),
+                    OutputLen::Stored { init_bytes } => {
+                        setup.output_len()?.saturating_sub(skip) + init_bytes
+                    }
                 };
                 let (server, out) = listener.serve(&setup.object, len, args.out.as_deref())?;
                 (Box::new(out), Some(server))
@@ -295,8 +340,12 @@ impl LocalSetup {
 /// How long a session's output is (what `--http` announces).
 #[derive(Clone, Copy, Debug)]
 enum OutputLen {
-    /// The stored bytes from the start point (a clear title).
-    Stored,
+    /// The stored bytes from the start point (a clear title), after `init_bytes` of its
+    /// init segment (a CMAF title from a later fragment).
+    Stored {
+        /// The init segment written first, bytes (0: none).
+        init_bytes: u64,
+    },
     /// The clear media of an encrypted title, as the server gave it (`None`: not known).
     Clear(Option<u64>),
 }
