@@ -500,14 +500,24 @@ fn play_start_at_of_an_encrypted_cmaf_title_writes_the_clear_fragments_from_ther
         frames,
         "the clear output's frames from 6 s"
     );
-    // `--http` from there: its clear length is not known before the fragments arrive, so
-    // play stops, saying so, instead of announcing a wrong length.
+    http_from_a_later_fragment_stops(&server, &vol, &viewer, deadline);
+}
+
+/// `play --http --start-at 6` of the encrypted CMAF title `enc.mp4`: its clear length is
+/// not known before the fragments arrive, so play stops, saying so, instead of announcing
+/// a wrong length.
+fn http_from_a_later_fragment_stops(
+    server: &Server,
+    vol: &Vol,
+    viewer: &str,
+    deadline: std::time::Instant,
+) {
     let listen = format!("127.0.0.1:{}", free_port());
     let stderr = vol.path("http.stderr");
     let mut child = ChildGuard(Some(
         command()
             .args(["play", "enc.mp4", "--server", &server.url()])
-            .args(["--token", &viewer, "--start-at", "6", "--http", &listen])
+            .args(["--token", viewer, "--start-at", "6", "--http", &listen])
             .args(["--max-seconds", "30"])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())

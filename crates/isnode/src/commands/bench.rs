@@ -349,14 +349,13 @@ fn write_json(path: &std::path::Path, report: &impl serde::Serialize) -> anyhow:
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// `bench background`.
-pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Result<ExitCode> {
-    use crate::cli::{BackgroundPriorityArg, CoresArg};
-    use isnode_bench::background::{self, BackgroundConfig, BackgroundPriority, Cores, CpuLoad};
-    let (clients, bitrate_bps, title_s) = match args.check {
-        true => (2, 2_000_000, 8),
-        false => (args.clients, args.bitrate, args.title_seconds),
-    };
+/// Refuses `bench background` flags out of their ranges (`clients` and `title_s` as the
+/// run will use them: `--check` has its own).
+fn check_background_args(
+    args: &crate::cli::BackgroundBenchArgs,
+    clients: usize,
+    title_s: u64,
+) -> anyhow::Result<()> {
     anyhow::ensure!((1..=500).contains(&clients), "--clients must be 1 to 500");
     anyhow::ensure!(args.max_clients <= 500, "--max-clients must be at most 500");
     anyhow::ensure!(args.bisect_steps <= 10, "--bisect-steps must be at most 10");
@@ -380,6 +379,18 @@ pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Resu
         args.memory_limit >= 32 << 20,
         "--memory-limit must be at least 32 MiB"
     );
+    Ok(())
+}
+
+/// `bench background`.
+pub(super) fn background(args: &crate::cli::BackgroundBenchArgs) -> anyhow::Result<ExitCode> {
+    use crate::cli::{BackgroundPriorityArg, CoresArg};
+    use isnode_bench::background::{self, BackgroundConfig, BackgroundPriority, Cores, CpuLoad};
+    let (clients, bitrate_bps, title_s) = match args.check {
+        true => (2, 2_000_000, 8),
+        false => (args.clients, args.bitrate, args.title_seconds),
+    };
+    check_background_args(args, clients, title_s)?;
     let blocks: Vec<Option<u32>> = match args.block_sizes.is_empty() {
         true => vec![None],
         false => args.block_sizes.iter().map(|b| Some(*b)).collect(),
