@@ -21,8 +21,7 @@ pub(crate) fn clear_init(control: &ControlClient, info: &SessionInfo) -> Option<
     let name = &info.object.name;
     let fetched = control.hls_playlist(name).and_then(|text| {
         let text = text.ok_or_else(|| anyhow::anyhow!("the server has no playlist of it"))?;
-        let (uri, range) = crate::decrypt::parse_map(&text)?;
-        control.object_range(name, &uri, range)
+        crate::decrypt::fetch_init(control, name, &text)
     });
     let init = match fetched {
         Ok(bytes) => bytes,

@@ -112,14 +112,23 @@ pub fn parse_playlist(text: &str) -> anyhow::Result<Vec<Segment>> {
 /// The init segment of the CMAF title `name` whose playlist is `text` (a failure is kept
 /// for a start past the first byte to report: from the first byte it is not needed).
 fn init_segment(control: &ControlClient, name: &str, text: &str) -> Init {
-    let fetched = parse_map(text).and_then(|(uri, range)| control.object_range(name, &uri, range));
-    match fetched {
+    match fetch_init(control, name, text) {
         Ok(bytes) => Init::Fetched(bytes),
         Err(e) => {
             tracing::debug!("the init segment of {name:?}: {e:#}");
             Init::Missing(format!("{e:#}"))
         }
     }
+}
+
+/// The bytes of the init segment the CMAF playlist `text` of title `name` names.
+pub(crate) fn fetch_init(
+    control: &ControlClient,
+    name: &str,
+    text: &str,
+) -> anyhow::Result<Vec<u8>> {
+    let (uri, range) = parse_map(text)?;
+    control.object_range(name, &uri, range)
 }
 
 /// The init segment of a CMAF playlist: its `EXT-X-MAP`'s URI and byte range (offset,

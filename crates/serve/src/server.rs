@@ -593,16 +593,10 @@ fn log_started(
 /// beside the pool, the server itself and the headroom (the HTTP mirror gives way to them:
 /// `api/memory_gate.rs`), and warns when that is fewer than [`FEW_READERS`].
 fn warn_if_memory_short(pool_bytes: u64, mirror_bytes: u64) {
-    use isnode_serve_core::admission::memory::{
-        headroom_bytes, READER_FLOOR_BYTES, SERVER_OWN_BYTES,
-    };
     let Some(limit) = isnode_sys::memory::cgroup_limit_bytes() else {
         return;
     };
-    let beside = pool_bytes
-        .saturating_add(SERVER_OWN_BYTES)
-        .saturating_add(headroom_bytes(limit));
-    let readers = limit.saturating_sub(beside) / READER_FLOOR_BYTES;
+    let readers = isnode_serve_core::admission::memory::readers_held(limit, pool_bytes);
     if readers < FEW_READERS {
         tracing::warn!(
             limit_bytes = limit,

@@ -99,8 +99,18 @@ pub fn mirror_budget_bytes(reading: Reading, configured_bytes: u64) -> u64 {
     configured_bytes.min(reading.limit_bytes.saturating_sub(beside))
 }
 
-/// Admits reader number `readers` (counting it) when the pool, the server, the headroom and
-/// a floor for each reader fit under the limit, and what `reading` held outside the mirror,
+/// The most readers `limit_bytes` holds at their floor ([`READER_FLOOR_BYTES`]) beside a
+/// pool of `pool_bytes`, the server and the headroom.
+pub fn readers_held(limit_bytes: u64, pool_bytes: u64) -> u64 {
+    let beside = pool_bytes
+        .saturating_add(SERVER_OWN_BYTES)
+        .saturating_add(headroom_bytes(limit_bytes));
+    limit_bytes.saturating_sub(beside) / READER_FLOOR_BYTES
+}
+
+/// Admits reader number `readers` (counting it: at least 1) when the pool, the server, the
+/// headroom and a floor for each reader fit under the limit ([`readers_held`]), and what
+/// `reading` held outside the mirror,
 /// the mirror's budget `mirror_budget_bytes`, a share for each of the `admitted_since`
 /// readers admitted after the reading and for this one, and the headroom fit too.
 pub fn admit_reader(
@@ -110,12 +120,8 @@ pub fn admit_reader(
     (pool_bytes, readers): (u64, u64),
 ) -> Verdict {
     let limit_bytes = reading.limit_bytes;
-    let headroom = headroom_bytes(limit_bytes);
-    let beside = pool_bytes
-        .saturating_add(SERVER_OWN_BYTES)
-        .saturating_add(headroom);
-    if beside.saturating_add(readers.saturating_mul(READER_FLOOR_BYTES)) > limit_bytes {
-        let most = limit_bytes.saturating_sub(beside) / READER_FLOOR_BYTES;
+    let most = readers_held(limit_bytes, pool_bytes);
+    if readers > most {
         return Verdict::Refuse {
             limit_bytes,
             why: Short::Shares { most },
@@ -127,7 +133,7 @@ pub fn admit_reader(
     let needs = held_bytes
         .saturating_add(mirror_budget_bytes)
         .saturating_add(READER_BYTES)
-        .saturating_add(headroom);
+        .saturating_add(headroom_bytes(limit_bytes));
     match needs <= limit_bytes {
         true => Verdict::Admit,
         false => Verdict::Refuse {
