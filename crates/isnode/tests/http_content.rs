@@ -564,7 +564,8 @@ fn play_through_heavy_bursty_loss_is_identical_thanks_to_unicast_repair() {
 
 /// `play --http` serves the decoded stream to a local player: `ffprobe` reads it as the
 /// source, `ffmpeg` decodes it, a plain `GET` is the source byte for byte and a `Range` of
-/// what has arrived is answered `206`.
+/// what has arrived is answered `206`. Its temporary file is unlinked from the start, so
+/// that a player killed mid-stream leaves nothing in `TMPDIR`.
 #[test]
 fn play_http_serves_the_stream_to_ffprobe_and_ffmpeg() {
     let vol = Vol::create(&[]);
@@ -575,8 +576,11 @@ fn play_http_serves_the_stream_to_ffprobe_and_ffmpeg() {
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let stderr = vol.path("play-http.stderr");
+    let tmp = vol.path("play-tmp");
+    std::fs::create_dir(&tmp).unwrap();
     let mut child = ChildGuard(Some(
         command()
+            .env("TMPDIR", &tmp)
             .args([
                 "play",
                 "clip.ts",
@@ -608,6 +612,11 @@ fn play_http_serves_the_stream_to_ffprobe_and_ffmpeg() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "play --http left files in TMPDIR: {left:?}"
+    );
     let url = format!("http://{listen}/");
     let (d, cs) = media::probe(&url);
     assert_eq!(cs, codecs);

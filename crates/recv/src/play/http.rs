@@ -1,8 +1,9 @@
 //! `isnode play NAME --http 127.0.0.1:PORT`: the decoded stream, served progressively to a
 //! local player over HTTP/1.1 (`mpv http://127.0.0.1:PORT/`, `ffmpeg -i http://...`).
 //!
-//! The playout writes the object into a file (`--out FILE`, or a temporary file removed at
-//! the end) through [`HttpOut`]; every path of the listener serves that file as it grows:
+//! The playout writes the object into a file (`--out FILE`, or a temporary file unlinked as
+//! soon as it is made, so that nothing is left however the process ends) through
+//! [`HttpOut`]; every path of the listener serves that file as it grows:
 //! - `GET`/`HEAD` with `Content-Length` of the whole object (known from the start);
 //! - a single `Range` (parsed by [`isnode_proto::range`]): `206`; `416` past the end;
 //!   several ranges are answered with the whole body (`200`, as RFC 9110 allows);
@@ -14,9 +15,10 @@
 //! no request has been active for `--http-linger-s`.
 
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -42,7 +44,8 @@ struct Progress {
 
 /// What the writer and the connections share.
 struct Stream {
-    path: PathBuf,
+    /// The output file, read by every connection (a temporary one is already unlinked).
+    file: File,
     len: u64,
     content_type: String,
     progress: Mutex<Progress>,
@@ -110,8 +113,6 @@ pub struct HttpServe {
     stream: Arc<Stream>,
     addr: SocketAddr,
     thread: Option<JoinHandle<()>>,
-    /// A temporary file to remove at the end.
-    temp: Option<PathBuf>,
 }
 
 /// A MIME type from the object name's extension (what a player would be told).
@@ -153,24 +154,33 @@ impl HttpListener {
         let listener = self.0;
         let addr = listener.local_addr()?;
         let (path, temp) = match out {
-            Some(p) => (p.to_path_buf(), None),
+            Some(p) => (p.to_path_buf(), false),
             None => {
                 let p = std::env::temp_dir().join(format!(
                     "isnode-play-{}-{:016x}.part",
                     std::process::id(),
                     rand::random::<u64>()
                 ));
-                (p.clone(), Some(p))
+                (p, true)
             }
         };
         let file = File::options()
+            .read(true)
             .write(true)
             .create(true)
             .truncate(true)
             .open(&path)
             .with_context(|| format!("creating {}", path.display()))?;
+        if temp {
+            // Unlinked at once: the file lives while its descriptors do, and nothing is
+            // left behind however the process ends.
+            std::fs::remove_file(&path).with_context(|| format!("unlinking {}", path.display()))?;
+        }
+        let reader = file
+            .try_clone()
+            .with_context(|| format!("reopening {}", path.display()))?;
         let stream = Arc::new(Stream {
-            path,
+            file: reader,
             len,
             content_type: content_type_of(name).to_string(),
             progress: Mutex::default(),
@@ -192,7 +202,6 @@ impl HttpListener {
                 stream,
                 addr,
                 thread: Some(thread),
-                temp,
             },
             out,
         ))
@@ -229,9 +238,6 @@ impl Drop for HttpServe {
         self.stream.grew.notify_all();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
-        }
-        if let Some(p) = &self.temp {
-            let _ = std::fs::remove_file(p);
         }
     }
 }
@@ -347,7 +353,6 @@ fn serve_one(mut conn: TcpStream, s: &Stream) -> io::Result<()> {
 
 /// Sends bytes `r` of the output file as they are written.
 fn send_body(conn: &mut TcpStream, s: &Stream, r: std::ops::Range<u64>) -> io::Result<()> {
-    let mut file = File::open(&s.path)?;
     let mut buf = vec![0u8; 64 * 1024];
     let mut at = r.start;
     while at < r.end {
@@ -356,8 +361,7 @@ fn send_body(conn: &mut TcpStream, s: &Stream, r: std::ops::Range<u64>) -> io::R
             return Err(io::Error::other(format!("the stream stopped at byte {at}")));
         }
         let n = ready.min(r.end - at).min(buf.len() as u64) as usize;
-        file.seek(SeekFrom::Start(at))?;
-        file.read_exact(&mut buf[..n])?;
+        s.file.read_exact_at(&mut buf[..n], at)?;
         conn.write_all(&buf[..n])?;
         at += n as u64;
     }
