@@ -58,7 +58,8 @@ pub(crate) fn make(dir: &Path, container: Container, seconds: u32) -> PathBuf {
 /// Encodes one rung of a ladder: `seconds` of a test pattern of `size` (`WxH`) at video
 /// bitrate `rate` (`400k`) with a tone (AAC, 32 kbit/s), a key frame every 2 s (the rungs'
 /// key frames aligned), to `dir/NAME.ts` (MPEG-TS) or, with `cmaf`, `dir/NAME.mp4`
-/// (fragmented MP4, `-movflags +cmaf`).
+/// (fragmented MP4, `-movflags +cmaf+global_sidx`: its init segment ends with a `sidx` of
+/// the whole file, as DASH packagers write it).
 #[track_caller]
 pub(crate) fn encode_rung(
     dir: &Path,
@@ -89,7 +90,7 @@ pub(crate) fn encode_rung(
         "25",
     ]);
     if cmaf {
-        args.extend(["-movflags", "+cmaf"]);
+        args.extend(["-movflags", "+cmaf+global_sidx"]);
     } else {
         args.extend(["-f", "mpegts"]);
     }
@@ -117,7 +118,8 @@ pub(crate) fn top_boxes(b: &[u8]) -> Vec<([u8; 4], usize, usize)> {
 }
 
 /// A CMAF output of `runs` rungs played in turn is one track switch per rung: each rung's
-/// initialization segment (`ftyp` + `moov`) then its fragments, every run decoding cleanly
+/// initialization segment (`ftyp` + `moov`; a `sidx` only in the first, the title's own
+/// head) then its fragments, every run decoding cleanly
 /// with ffmpeg (a file demuxer applies the first `moov` only, so the runs are decoded one
 /// by one, as a player appends them).
 #[track_caller]
@@ -141,6 +143,14 @@ pub(crate) fn check_cmaf_runs(out: &Path, runs: usize) {
         std::fs::write(&part, &bytes[from..to]).expect("writing a part");
         let kinds: Vec<[u8; 4]> = top_boxes(&bytes[from..to]).iter().map(|b| b.0).collect();
         assert_eq!(&kinds[..2], &[*b"ftyp", *b"moov"], "part {i}: {kinds:?}");
+        // The title's own head (from its first byte) has the `sidx` of the whole file; a
+        // rung entered later gets its init segment without it (its offsets would be wrong).
+        let sidx = kinds.contains(b"sidx");
+        assert_eq!(
+            sidx,
+            i == 0,
+            "part {i}: a sidx only in the first: {kinds:?}"
+        );
         assert!(kinds.contains(b"moof"), "part {i} has fragments");
         decodes_cleanly(part.to_str().expect("utf-8 path"));
     }

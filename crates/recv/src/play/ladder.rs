@@ -405,8 +405,11 @@ pub(crate) fn rung_output(
 ) -> anyhow::Result<Box<dyn Write + Send>> {
     let mut out_here = out.clone();
     if let (Some(len), true) = (rung.init_len, media_s > 0.0) {
-        // A start inside the rung: its initialization segment first.
-        out_here.write_all(&control.head_bytes(&rung.object, len)?)?;
+        // A start inside the rung: its initialization segment first, less its `sidx` (its
+        // offsets name the whole file's fragments), as a plain play writes it.
+        let head = control.head_bytes(&rung.object, len)?;
+        let init = crate::cmaf_init::without_sidx(&head).unwrap_or(head);
+        out_here.write_all(&init)?;
     }
     Ok(match (rung.init_len, entry) {
         // After a switch, an MPEG-TS rung's first packets are marked.
