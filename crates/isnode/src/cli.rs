@@ -714,8 +714,8 @@ pub(crate) struct LoadBenchArgs {
     #[arg(long, requires = "disk_read_limit", value_name = "PERCENT",
           value_parser = clap::value_parser!(u32).range(1..=100))]
     pub disk_admission: Option<u32>,
-    /// Also write the figures (load_max_valid.svg, load_cpu_per_gb.svg, load_startup.svg)
-    /// into this directory.
+    /// Also write the figures (load_max_valid.svg, load_cpu_per_gb.svg, load_startup.svg,
+    /// load_valid.svg) into this directory.
     #[arg(long)]
     pub plots: Option<PathBuf>,
     /// Also write the results as JSON to this file.

@@ -2,6 +2,8 @@
 //! - `load_max_valid.svg`: the most valid streams of each engine and nginx (bars);
 //! - `load_cpu_per_gb.svg`: server CPU per GB of title bytes against concurrent streams, one
 //!   line per server over the levels of its ramp;
+//! - `load_valid.svg`: the share of judged streams that were valid against concurrent
+//!   streams, a line per server (what the bars leave out when levels fail);
 //! - `load_startup.svg`: the distribution (CDF) of the start-up delays of every stream of
 //!   each server's highest passing level (its first level when none passed).
 
@@ -13,10 +15,11 @@ use super::report::LoadReport;
 use crate::plot::{bars, cdf, lines, Chart, LineStyle, Series};
 
 /// File names of the figures, in the order written.
-pub const FILES: [&str; 3] = [
+pub const FILES: [&str; 4] = [
     "load_max_valid.svg",
     "load_cpu_per_gb.svg",
     "load_startup.svg",
+    "load_valid.svg",
 ];
 
 /// The run's key parameters, for every figure's subtitle.
@@ -34,8 +37,24 @@ fn subtitle(r: &LoadReport) -> String {
     )
 }
 
-/// The three figures' SVG texts, in [`FILES`]' order.
-pub fn render(r: &LoadReport) -> [String; 3] {
+/// A line per server over the levels of its ramp: `f` of each level against its streams.
+fn per_level(r: &LoadReport, f: &dyn Fn(&super::report::LevelResult) -> f64) -> Vec<Series> {
+    r.servers
+        .iter()
+        .map(|s| {
+            let mut points: Vec<(f64, f64)> =
+                s.levels.iter().map(|l| (l.streams as f64, f(l))).collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            Series {
+                name: s.server.clone(),
+                points,
+            }
+        })
+        .collect()
+}
+
+/// The figures' SVG texts, in [`FILES`]' order.
+pub fn render(r: &LoadReport) -> [String; 4] {
     let sub = subtitle(r);
     let chart = |title: &str, x: &str, y: &str| Chart {
         title: title.into(),
@@ -48,22 +67,8 @@ pub fn render(r: &LoadReport) -> [String; 3] {
         .iter()
         .map(|s| (s.server.clone(), s.max_valid_streams.unwrap_or(0) as f64))
         .collect();
-    let cpu: Vec<Series> = r
-        .servers
-        .iter()
-        .map(|s| {
-            let mut points: Vec<(f64, f64)> = s
-                .levels
-                .iter()
-                .map(|l| (l.streams as f64, l.cpu_s_per_title_gb))
-                .collect();
-            points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            Series {
-                name: s.server.clone(),
-                points,
-            }
-        })
-        .collect();
+    let cpu = per_level(r, &|l| l.cpu_s_per_title_gb);
+    let valid = per_level(r, &|l| 100.0 * l.valid as f64 / l.sessions.max(1) as f64);
     let startup: Vec<Series> = r
         .servers
         .iter()
@@ -101,6 +106,15 @@ pub fn render(r: &LoadReport) -> [String; 3] {
             ),
             &startup,
             LineStyle::Steps,
+        ),
+        lines(
+            &chart(
+                "Valid streams against concurrent streams",
+                "concurrent streams",
+                "valid, % of judged streams",
+            ),
+            &valid,
+            LineStyle::Marked,
         ),
     ]
 }
