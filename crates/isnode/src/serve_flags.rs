@@ -85,6 +85,10 @@ pub(crate) struct ServeFlags {
     /// and sent with `sendfile` (default 256 MiB; 0: none).
     #[arg(long)]
     pub http_mirror_bytes: Option<u64>,
+    /// Make the HTTP mirror's files in this directory, a tmpfs mounted with
+    /// `huge=within_size` so that they get huge pages (default: `memfd`s).
+    #[arg(long)]
+    pub http_mirror_dir: Option<PathBuf>,
     /// Speed-up of the start-up burst (default 4; 0 or 1: none).
     #[arg(long)]
     pub start_burst_factor: Option<u32>,
@@ -337,7 +341,7 @@ impl ServeFlags {
             load_bound);
         overlay_some!(config, flags; max_bitrate_bps, threads, api_threads, multicast_if, max_volume_bytes,
             max_sendfile_sessions, tokens_file, node_key_file, cluster_key_file,
-            api_max_connections, tls_cert, tls_key, node_name, cluster_ca_file);
+            api_max_connections, tls_cert, tls_key, node_name, cluster_ca_file, http_mirror_dir);
         if flags.plain_http {
             config.plain_http = true;
         }

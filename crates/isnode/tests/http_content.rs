@@ -711,6 +711,21 @@ fn the_mirror_sends_the_source_bytes_while_it_gives_codewords_back() {
     let vol = Vol::create(&[]);
     let bytes = std::sync::Arc::new(ts_title(&vol));
     let server = Server::start(&vol, &["--http-mirror-bytes", "1000000"]);
+    readers_under_pressure(&server, &bytes, 1_000_000);
+    readers_done(&server);
+    drop(server);
+
+    // Without a mirror every frame is copied, and no byte is held.
+    let server = Server::start(&vol, &["--http-mirror-bytes", "0"]);
+    assert_ranges(&server, &bytes, 21, "no mirror");
+    let m = server.metrics();
+    assert_eq!(m.get("isnode_http_mirror_frames_total"), 0.0, "{}", m.0);
+}
+
+/// Eight readers at once, each asking for four random ranges and then the whole title,
+/// get the source's bytes from a mirror of `budget_bytes` that must give codewords back
+/// and gather them again.
+fn readers_under_pressure(server: &Server, bytes: &std::sync::Arc<Vec<u8>>, budget_bytes: u64) {
     let addr = server.addr;
     let readers: Vec<_> = (0..8u64)
         .map(|i| {
@@ -728,7 +743,7 @@ fn the_mirror_sends_the_source_bytes_while_it_gives_codewords_back() {
                 }
                 let full = raw(addr, "GET", "/o/clip.ts", &[]);
                 assert!(
-                    full.status == 200 && full.body == *bytes,
+                    full.status == 200 && full.body == **bytes,
                     "reader {i}: whole body"
                 );
             })
@@ -745,13 +760,138 @@ fn the_mirror_sends_the_source_bytes_while_it_gives_codewords_back() {
         "codewords were given back and gathered again: {}",
         m.0
     );
-    assert!(m.get("isnode_http_mirror_bytes") <= 1_000_000.0, "{}", m.0);
+    assert!(
+        m.get("isnode_http_mirror_bytes") <= budget_bytes as f64,
+        "{}",
+        m.0
+    );
+}
+
+/// A tmpfs mounted with `huge=within_size` for the test, unmounted when dropped.
+struct HugeTmpfs(std::path::PathBuf);
+
+impl HugeTmpfs {
+    fn mount(dir: std::path::PathBuf) -> HugeTmpfs {
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "huge=within_size,size=64m", "tmpfs"])
+            .arg(&dir)
+            .output()
+            .expect("running mount");
+        assert!(
+            out.status.success(),
+            "mounting a tmpfs with huge pages (root is needed): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        HugeTmpfs(dir)
+    }
+}
+
+impl Drop for HugeTmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Huge pages the kernel has given shmem files (tmpfs included) so far.
+fn shmem_huge_pages() -> u64 {
+    let path = "/sys/kernel/mm/transparent_hugepage/hugepages-2048kB/stats/shmem_alloc";
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{path}: {e} (no transparent huge pages here)"))
+        .trim()
+        .parse()
+        .expect("a count")
+}
+
+/// The mirror's files in a tmpfs with huge pages (`--http-mirror-dir`): memory comes and
+/// goes a huge page (several codewords) at a time, and under the same pressure every
+/// reader still gets the source's bytes; the files do get huge pages.
+#[test]
+fn the_mirror_in_a_huge_page_tmpfs_gives_back_whole_huge_pages() {
+    let vol = Vol::create(&[]);
+    let file = media::make(vol.dir.path(), Container::Ts, 60);
+    let bytes = std::sync::Arc::new(vol.add_file("clip.ts", &file));
+    let tmpfs = HugeTmpfs::mount(vol.path("mirror"));
+    let dir = tmpfs.0.to_str().unwrap().to_string();
+    let before = shmem_huge_pages();
+    // Room for two huge pages: fewer than the title's codewords need.
+    let budget = 4u64 << 20;
+    assert!(bytes.len() as u64 > 2 * budget, "{} bytes", bytes.len());
+    let server = Server::start(
+        &vol,
+        &[
+            "--http-mirror-bytes",
+            &budget.to_string(),
+            "--http-mirror-dir",
+            &dir,
+        ],
+    );
+    // A slow reader: its socket holds sent pages of codewords long after their extents
+    // are given back (a huge page punched in part would be zeroed under it).
+    let slow = {
+        let (addr, bytes) = (server.addr, bytes.clone());
+        std::thread::spawn(move || slow_whole_body(addr, &bytes))
+    };
+    readers_under_pressure(&server, &bytes, budget);
+    slow.join().expect("the slow reader failed");
+    assert!(
+        shmem_huge_pages() > before,
+        "the mirror's files got no huge page"
+    );
     readers_done(&server);
     drop(server);
 
-    // Without a mirror every frame is copied, and no byte is held.
-    let server = Server::start(&vol, &["--http-mirror-bytes", "0"]);
-    assert_ranges(&server, &bytes, 21, "no mirror");
-    let m = server.metrics();
-    assert_eq!(m.get("isnode_http_mirror_frames_total"), 0.0, "{}", m.0);
+    // A directory that is not on a tmpfs (its files would be written back to a disk) stops
+    // the server at start, saying why.
+    let on_disk = vol.path("on-disk");
+    std::fs::create_dir(&on_disk).unwrap();
+    let stderr = vol.path("serve-on-disk.stderr");
+    let mut child = ChildGuard(Some(
+        command()
+            .arg("--volume")
+            .arg(&vol.root)
+            .arg("serve")
+            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+            .args(["--http-mirror-dir", on_disk.to_str().unwrap()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("spawning isnode serve"),
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = child.wait_until(deadline, "serve with a mirror directory on a disk");
+    let said = std::fs::read_to_string(&stderr).unwrap();
+    assert!(
+        !status.success() && said.contains("is not on a tmpfs"),
+        "{status}: {said}"
+    );
+}
+
+/// `GET /o/clip.ts` read 64 KiB at a time, 10 ms apart; the body must be `bytes`.
+fn slow_whole_body(addr: SocketAddr, bytes: &[u8]) {
+    let mut conn = TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let req = b"GET /o/clip.ts HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    conn.write_all(req).unwrap();
+    let mut got = Vec::with_capacity(bytes.len() + 1024);
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = conn.read(&mut buf).expect("reading the body");
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let at = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a header")
+        + 4;
+    assert!(got[at..] == *bytes, "the slow reader's body differs");
 }

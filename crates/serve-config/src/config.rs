@@ -220,6 +220,11 @@ pub struct ServeConfig {
     /// bytes in memory and sent with `sendfile` (0: none; every response copies out of
     /// the pool). Fixed at start.
     pub http_mirror_bytes: u64,
+    /// Where the HTTP mirror's files are made (unnamed, `O_TMPFILE`): a tmpfs mounted with
+    /// `huge=within_size` (or `always`), so that they get huge pages and `sendfile` of them
+    /// takes a folio at a time; memory is then taken and given back a huge page at a time.
+    /// `None`: files in memory of their own (`memfd`), a page at a time.
+    pub http_mirror_dir: Option<PathBuf>,
     /// Start-up burst: a session's first codewords go out this many times faster than its
     /// rate, within the headroom above the bitrate budget. 0 or 1: no burst.
     pub start_burst_factor: u32,
@@ -498,6 +503,7 @@ impl Default for ServeConfig {
             read_io: ReadIo::Uring,
             max_content_readers: DEFAULT_MAX_CONTENT_READERS,
             http_mirror_bytes: DEFAULT_HTTP_MIRROR_BYTES,
+            http_mirror_dir: None,
             start_burst_factor: DEFAULT_START_BURST_FACTOR,
             start_burst_ms: DEFAULT_START_BURST_MS,
             broadcast_groups: default_broadcast_groups(),

@@ -618,6 +618,32 @@ fn warn_if_memory_short(pool_bytes: u64, mirror_bytes: u64) {
     }
 }
 
+/// `http_mirror_dir`, if set, must be a directory on a tmpfs (files elsewhere would be
+/// written back to a disk); one mounted without huge pages works, and is said.
+fn check_mirror_dir(config: &ServeConfig) -> Result<(), ServeError> {
+    let Some(dir) = config
+        .http_mirror_dir
+        .as_deref()
+        .filter(|_| config.http_mirror_bytes > 0)
+    else {
+        return Ok(());
+    };
+    let pages = isnode_sys::fileview::tmpfs_pages(dir)
+        .map_err(|e| ServeError::Config(format!("http_mirror_dir {}: {e}", dir.display())))?;
+    match pages {
+        isnode_sys::fileview::TmpfsPages::Huge => tracing::info!(
+            dir = %dir.display(),
+            "the HTTP mirror's files get huge pages: memory comes and goes a huge page at a time"
+        ),
+        isnode_sys::fileview::TmpfsPages::Small => tracing::warn!(
+            dir = %dir.display(),
+            "http_mirror_dir is a tmpfs without huge pages (mount it with huge=within_size): \
+             its files get pages only, and memory still comes and goes a huge page at a time"
+        ),
+    }
+    Ok(())
+}
+
 /// Fewer HTTP readers than this under a memory limit is worth a warning at start.
 const FEW_READERS: u64 = 64;
 
@@ -626,17 +652,22 @@ const FEW_READERS: u64 = 64;
 fn content_memory(
     config: &ServeConfig,
     control: &Control,
-) -> (
-    Option<Arc<crate::api::mirror::Mirror>>,
-    crate::api::memory_gate::MemoryGate,
-) {
-    let mirror = crate::api::mirror::Mirror::new(config.http_mirror_bytes);
+) -> Result<
+    (
+        Option<Arc<crate::api::mirror::Mirror>>,
+        crate::api::memory_gate::MemoryGate,
+    ),
+    ServeError,
+> {
+    check_mirror_dir(config)?;
+    let mirror =
+        crate::api::mirror::Mirror::new(config.http_mirror_bytes, config.http_mirror_dir.clone());
     let pool_bytes = u64::from(control.cache.slots()) * control.cache.block_len() as u64;
     let gate = crate::api::memory_gate::MemoryGate::new(
         pool_bytes,
         mirror.clone().map(|m| (m, config.http_mirror_bytes)),
     );
-    (mirror, gate)
+    Ok((mirror, gate))
 }
 
 /// The control half's handles, over the data plane `started`.
@@ -693,7 +724,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
     let started = start_plane(&o, &cell, &stop, &wakes, first_packet)?;
     let deps = &started.deps;
     let control = control_handles(&o, cell, (objects, sessions, broadcasts), &started, &wakes);
-    let (mirror, memory_gate) = content_memory(config, &control);
+    let (mirror, memory_gate) = content_memory(config, &control)?;
     let shared = Arc::new(ApiState {
         control,
         metrics,

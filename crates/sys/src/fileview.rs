@@ -11,6 +11,8 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::RwLock;
 
 /// Bytes of a page: what [`ViewFile::punch`] removes whole.
@@ -36,15 +38,27 @@ impl ViewFile {
     /// A new in-memory file of `len` bytes (a whole number of pages), holding no page yet,
     /// mapped shared and registered. `name` shows in `/proc/PID/fd`.
     pub fn new(name: &str, len: usize) -> io::Result<ViewFile> {
-        if len == 0 || len % PAGE_BYTES != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("a view file of {len} bytes is not a whole number of pages"),
-            ));
-        }
+        check_len(len)?;
         let cname = std::ffi::CString::new(name).map_err(io::Error::other)?;
         // SAFETY: a valid C string; the returned descriptor is checked and then owned.
         let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        ViewFile::from_raw(raw, len)
+    }
+
+    /// [`ViewFile::new`], the file an unnamed one in directory `dir` (`O_TMPFILE`): on a
+    /// tmpfs mounted with `huge=within_size` (or `always`) its pages come as huge pages,
+    /// which a `memfd` does not get.
+    pub fn new_in(dir: &Path, len: usize) -> io::Result<ViewFile> {
+        check_len(len)?;
+        let cdir = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(io::Error::other)?;
+        let flags = libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC;
+        // SAFETY: a valid C string; the returned descriptor is checked and then owned.
+        let raw = unsafe { libc::open(cdir.as_ptr(), flags, 0o600) };
+        ViewFile::from_raw(raw, len)
+    }
+
+    /// The view of `raw` (a new descriptor, or -1 with `errno` set), `len` bytes.
+    fn from_raw(raw: RawFd, len: usize) -> io::Result<ViewFile> {
         if raw < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -196,6 +210,90 @@ pub fn largest_folio_bytes() -> usize {
     largest
 }
 
+/// Bytes of a PMD-sized huge page (`hpage_pmd_size`; 2 MiB if it cannot be read): the
+/// largest folio a tmpfs file gets.
+pub fn huge_page_bytes() -> usize {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
+        .ok()
+        .and_then(|t| t.trim().parse::<usize>().ok())
+        .filter(|&b| b >= PAGE_BYTES && b.is_power_of_two())
+        .unwrap_or(2 << 20)
+}
+
+/// What a tmpfs gives the files made in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TmpfsPages {
+    /// Huge pages (mounted with `huge=always` or `huge=within_size`).
+    Huge,
+    /// Pages only (no `huge=` option, or `never`).
+    Small,
+}
+
+/// Whether `dir` is a directory on a tmpfs, and what pages its files get; an error
+/// otherwise (files elsewhere would be written back to a disk).
+pub fn tmpfs_pages(dir: &Path) -> io::Result<TmpfsPages> {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let path = std::fs::canonicalize(dir)?;
+    if !path.is_dir() {
+        return Err(io::Error::other(format!(
+            "{} is not a directory",
+            path.display()
+        )));
+    }
+    let cpath = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: `statfs` is plain data, valid all zeros.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and a `statfs` the kernel fills.
+    if unsafe { libc::statfs(cpath.as_ptr(), &mut fs) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if fs.f_type as i64 != TMPFS_MAGIC {
+        return Err(io::Error::other(format!(
+            "{} is not on a tmpfs",
+            path.display()
+        )));
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(
+        match mount_options(&mountinfo, &path).is_some_and(huge_option) {
+            true => TmpfsPages::Huge,
+            false => TmpfsPages::Small,
+        },
+    )
+}
+
+/// The super-block options (after ` - TYPE SOURCE `) of the mount of `mountinfo` whose
+/// mount point is the longest prefix of `path`.
+fn mount_options<'a>(mountinfo: &'a str, path: &Path) -> Option<&'a str> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let point = line.split(' ').nth(4)?;
+            let (_, tail) = line.split_once(" - ")?;
+            let options = tail.split(' ').nth(2)?;
+            path.starts_with(point).then_some((point.len(), options))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, options)| options)
+}
+
+/// Whether tmpfs options ask for huge pages.
+fn huge_option(options: &str) -> bool {
+    options
+        .split(',')
+        .any(|o| o == "huge=always" || o == "huge=within_size")
+}
+
+fn check_len(len: usize) -> io::Result<()> {
+    if len == 0 || len % PAGE_BYTES != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a view file of {len} bytes is not a whole number of pages"),
+        ));
+    }
+    Ok(())
+}
+
 fn to_off(v: usize) -> io::Result<libc::off_t> {
     libc::off_t::try_from(v).map_err(io::Error::other)
 }
@@ -254,6 +352,32 @@ pub fn sendfile(sock: BorrowedFd<'_>, file: RawFd, offset: u64, len: usize) -> i
 mod tests {
     use super::*;
     use std::io::Read;
+
+    #[test]
+    fn the_mount_of_a_path_and_its_huge_option_are_read() {
+        let info = "22 1 8:1 / / rw - ext4 /dev/vda rw\n\
+                    30 22 0:5 / /run rw - tmpfs tmpfs rw,size=10m\n\
+                    31 30 0:6 / /run/m rw - tmpfs tmpfs rw,size=64m,huge=within_size\n";
+        let at = |p: &str| mount_options(info, Path::new(p));
+        assert_eq!(at("/run/m/x"), Some("rw,size=64m,huge=within_size"));
+        assert_eq!(
+            at("/run/mx"),
+            Some("rw,size=10m"),
+            "a prefix of the name is not a parent"
+        );
+        assert_eq!(at("/var"), Some("rw"));
+        assert!(huge_option("rw,huge=always") && !huge_option("rw,huge=never"));
+        assert!(tmpfs_pages(&std::env::temp_dir().join("no-such-dir")).is_err());
+    }
+
+    #[test]
+    fn a_view_in_a_directory_holds_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = ViewFile::new_in(dir.path(), 2 * PAGE_BYTES).unwrap();
+        v.write(100, b"mirror").unwrap();
+        assert_eq!(v.bytes(100..106).unwrap(), b"mirror");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "unnamed");
+    }
 
     #[test]
     fn a_buffer_in_a_view_is_found_with_its_offset() {

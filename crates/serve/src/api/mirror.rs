@@ -5,21 +5,25 @@
 //! again into the socket, once per reader.
 //!
 //! A codeword is gathered out of the pool once (by the first response that needs it) and
-//! then shared by every response until it is the least recently used one when room is
-//! needed (`http_mirror_bytes`; [`MirrorBook`] decides). Its slot in the object's file
-//! starts on a folio (a page, or the largest huge page the kernel may give the file:
-//! `largest_folio_bytes`), so that giving it back removes whole folios: a socket still
-//! holding one keeps the old pages, never pages zeroed or rewritten under it. A response that finds its
-//! codeword being filled by another, or no room, copies it as before.
+//! then shared by every response until its extent is the least recently used one when room
+//! is needed (`http_mirror_bytes`; [`MirrorBook`] decides). Memory is taken and given back
+//! in extents of whole folios: with files in memory of their own (`memfd`), a folio is a
+//! page (or the largest huge page the kernel may give them: `largest_folio_bytes`) and a
+//! codeword's slot is an extent; with files in a tmpfs mounted with huge pages
+//! (`--http-mirror-dir`), an extent is a huge page holding the slots of several codewords
+//! one after another. Giving an extent back removes whole folios: a socket still holding
+//! one keeps the old pages, never pages zeroed or rewritten under it. A response that finds
+//! its codeword being filled by another, or no room, copies it as before.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::body::Bytes;
 use isnode_pool::objects::ObjectInfo;
-use isnode_serve_core::mirror_book::{Claim, FillEnd, MirrorBook, RegionKey};
-use isnode_sys::fileview::{largest_folio_bytes, ViewFile};
+use isnode_serve_core::mirror_book::{Claim, ExtentKey, FillEnd, MirrorBook, Place, RegionKey};
+use isnode_sys::fileview::{huge_page_bytes, largest_folio_bytes, ViewFile, PAGE_BYTES};
 
 /// Most objects with a file in the mirror at once (each holds one descriptor).
 const MAX_FILES: usize = 256;
@@ -37,16 +41,65 @@ pub(crate) struct Mirror {
 
 struct Inner {
     book: MirrorBook,
-    /// What a codeword's slot is a multiple of: the largest folio the kernel may give the
-    /// files (a slot given back must be whole folios).
-    slot_align: usize,
+    /// What an extent is a multiple of: the largest folio the kernel may give the files
+    /// (memory given back must be whole folios).
+    folio_bytes: usize,
+    /// Where the files are made: `None` for `memfd`s.
+    dir: Option<PathBuf>,
     files: HashMap<u32, Arc<ObjectFile>>,
 }
 
-/// One object's file: codeword `sbn` at `sbn * slot_bytes`.
+/// One object's file, laid out by its shape.
 struct ObjectFile {
     view: ViewFile,
+    shape: Shape,
+}
+
+/// How an object's file is laid out: extents of `extent_bytes`, each holding `per_extent`
+/// slots of `slot_bytes` from its start (codeword `sbn` in extent `sbn / per_extent`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
     slot_bytes: usize,
+    per_extent: u32,
+    extent_bytes: usize,
+}
+
+impl Shape {
+    /// The shape for codewords of at most `data_bytes` and folios of `folio_bytes` (a
+    /// power of two, at least a page).
+    fn of(data_bytes: usize, folio_bytes: usize) -> Shape {
+        let slot_bytes = round_up(data_bytes, PAGE_BYTES);
+        let extent_bytes = round_up(slot_bytes, folio_bytes);
+        let per_extent = u32::try_from(extent_bytes / slot_bytes).unwrap_or(1).max(1);
+        Shape {
+            slot_bytes,
+            per_extent,
+            extent_bytes,
+        }
+    }
+
+    /// Where codeword `sbn`'s slot begins in the file.
+    fn offset(&self, sbn: u32) -> usize {
+        let extent = (sbn / self.per_extent) as usize * self.extent_bytes;
+        extent + (sbn % self.per_extent) as usize * self.slot_bytes
+    }
+
+    /// Codeword `sbn` of object `toi`'s extent in the book's terms.
+    fn place(&self, toi: u32, sbn: u32) -> Place {
+        Place {
+            extent: ExtentKey {
+                toi,
+                index: sbn / self.per_extent,
+            },
+            extent_bytes: self.extent_bytes as u64,
+        }
+    }
+
+    /// Bytes of the file of an object of `codewords`.
+    fn file_bytes(&self, codewords: u32) -> Option<usize> {
+        let extents = codewords.div_ceil(self.per_extent) as usize;
+        self.extent_bytes.checked_mul(extents)
+    }
 }
 
 /// What a response gets for one codeword.
@@ -71,13 +124,19 @@ pub(crate) struct Region {
 pub(crate) struct Filling(Option<Region>);
 
 impl Mirror {
-    /// A mirror of at most `budget_bytes` (0: none).
-    pub(crate) fn new(budget_bytes: u64) -> Option<Arc<Mirror>> {
+    /// A mirror of at most `budget_bytes` (0: none), its files `memfd`s or (`dir`) unnamed
+    /// files in that directory (a tmpfs with huge pages: extents of a huge page).
+    pub(crate) fn new(budget_bytes: u64, dir: Option<PathBuf>) -> Option<Arc<Mirror>> {
         (budget_bytes > 0).then(|| {
+            let folio_bytes = match dir {
+                Some(_) => huge_page_bytes(),
+                None => largest_folio_bytes(),
+            };
             Arc::new(Mirror {
                 inner: Mutex::new(Inner {
                     book: MirrorBook::new(budget_bytes),
-                    slot_align: largest_folio_bytes(),
+                    folio_bytes,
+                    dir,
                     files: HashMap::new(),
                 }),
                 frames: AtomicU64::new(0),
@@ -116,8 +175,8 @@ impl Mirror {
             sbn,
         };
         let mut inner = self.lock();
-        let slot_bytes = round_up(layout.codeword_data_len(0) as usize, inner.slot_align);
-        let fill = match inner.book.claim(key, slot_bytes as u64) {
+        let shape = Shape::of(layout.codeword_data_len(0) as usize, inner.folio_bytes);
+        let fill = match inner.book.claim(key, shape.place(key.toi, sbn)) {
             Claim::Ready => false,
             Claim::Fill { evicted } => {
                 inner.give_back(&evicted);
@@ -129,7 +188,7 @@ impl Mirror {
             }
         };
         // A file only for an object with a codeword held: a claim bypassed opens none.
-        let Some(file) = inner.file(obj, slot_bytes) else {
+        let Some(file) = inner.file(obj, shape) else {
             match fill {
                 true => inner.book.filled(key, FillEnd::Failed),
                 false => inner.book.unpin(key),
@@ -158,7 +217,7 @@ impl Mirror {
 
 impl Inner {
     /// `obj`'s file, made if it has none and there is room for one more.
-    fn file(&mut self, obj: &ObjectInfo, slot_bytes: usize) -> Option<Arc<ObjectFile>> {
+    fn file(&mut self, obj: &ObjectInfo, shape: Shape) -> Option<Arc<ObjectFile>> {
         let toi = obj.rec.toi;
         if let Some(f) = self.files.get(&toi) {
             return Some(f.clone());
@@ -169,29 +228,34 @@ impl Inner {
                 return None;
             }
         }
-        let len = slot_bytes.checked_mul(obj.layout.codewords() as usize)?;
-        let view = match ViewFile::new(&format!("isnode-mirror-{toi}"), len) {
+        let len = shape.file_bytes(obj.layout.codewords())?;
+        let made = match &self.dir {
+            Some(dir) => ViewFile::new_in(dir, len),
+            None => ViewFile::new(&format!("isnode-mirror-{toi}"), len),
+        };
+        let view = match made {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(object = %obj.rec.name, "HTTP mirror file: {e}");
                 return None;
             }
         };
-        let file = Arc::new(ObjectFile { view, slot_bytes });
+        let file = Arc::new(ObjectFile { view, shape });
         self.files.insert(toi, file.clone());
         Some(file)
     }
 
-    /// Gives back the pages of `evicted` (under the lock: no fill of the same codeword
-    /// can start before its old pages are gone); a file left with no codeword is closed.
-    fn give_back(&mut self, evicted: &[RegionKey]) {
+    /// Gives back the pages of `evicted` (under the lock: no fill of a codeword in them
+    /// can start before their old pages are gone); a file left with no codeword is closed.
+    fn give_back(&mut self, evicted: &[ExtentKey]) {
         for key in evicted {
             let Some(file) = self.files.get(&key.toi) else {
                 continue;
             };
-            let at = key.sbn as usize * file.slot_bytes;
-            if let Err(e) = file.view.punch(at, file.slot_bytes) {
-                tracing::warn!("HTTP mirror: giving back codeword {}: {e}", key.sbn);
+            let extent_bytes = file.shape.extent_bytes;
+            let at = key.index as usize * extent_bytes;
+            if let Err(e) = file.view.punch(at, extent_bytes) {
+                tracing::warn!("HTTP mirror: giving back extent {}: {e}", key.index);
             }
             if !self.book.holds_object(key.toi) {
                 self.files.remove(&key.toi);
@@ -232,7 +296,7 @@ struct Frame {
 
 impl AsRef<[u8]> for Frame {
     fn as_ref(&self) -> &[u8] {
-        let at = self.region.key.sbn as usize * self.region.file.slot_bytes;
+        let at = self.region.file.shape.offset(self.region.key.sbn);
         self.region
             .file
             .view
@@ -245,7 +309,7 @@ impl Filling {
     /// Writes the codeword's whole data (`data`) into its slot: ready, shared from now on.
     pub(crate) fn fill(mut self, data: &[u8]) -> Option<Region> {
         let region = self.0.take()?;
-        let at = region.key.sbn as usize * region.file.slot_bytes;
+        let at = region.file.shape.offset(region.key.sbn);
         let written = (data.len() == region.data_len)
             .then(|| region.file.view.write(at, data).ok())
             .flatten();
