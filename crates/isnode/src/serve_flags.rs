@@ -434,6 +434,7 @@ mod tests {
             cluster_key_file: Some("ck".into()),
             node_name: Some("n".into()),
             cluster_ca_file: Some("ca".into()),
+            http_mirror_dir: Some("m".into()),
             origin_access_key_id: Some("k".into()),
             origin_secret_access_key: Some(isnode_serve::Secret::new("s")),
             ..ServeConfig::default()
