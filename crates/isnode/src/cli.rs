@@ -652,6 +652,8 @@ pub(crate) struct LoadBenchArgs {
     /// made for the run). `ENGINE+enc` (e.g. `gso+enc`) serves the same titles encrypted at
     /// ingest (HLS AES-128); the table then gives each such row's server CPU per GB over its
     /// clear row's (pair them as `gso,gso+enc,gso+enc,gso` to alternate the order).
+    /// `HTTP_ENGINE+huge` (e.g. `http+huge`) keeps the server's HTTP mirror in huge pages:
+    /// a tmpfs mounted with `huge=within_size` for it (`serve --http-mirror-dir`; root).
     #[arg(long, value_delimiter = ',', default_value = "gso,uring-zc")]
     pub engines: Vec<String>,
     /// nginx variants to load after the engines: sendfile, aio (sendfile in `aio threads`),

@@ -15,6 +15,7 @@ use super::tls::{TlsPair, Wire};
 use super::validity::{judge, Nominal, StreamRecord};
 use super::workload::{schedule, WorkloadConfig};
 use crate::harness::process::{process_cpu_s, process_read_bytes, process_rss_bytes};
+use crate::harness::tmpfs::HugeTmpfs;
 
 /// Receiver threads.
 const RECEIVER_THREADS: usize = 2;
@@ -197,6 +198,22 @@ pub(crate) fn ramp_isnode(
     if let Some(m) = &mirror {
         extra.extend(["--http-mirror-bytes", m]);
     }
+    // Declared before the server, so that it is unmounted after the server stops.
+    let huge = match (spec.mirror, player) {
+        (MirrorPages::Memfd, _) => None,
+        (MirrorPages::Huge, Some(_)) => {
+            let dir = vol.with_file_name(format!("mirror-{}", std::process::id()));
+            let size = huge_tmpfs_bytes(mirror.as_deref().and_then(|m| m.parse().ok()));
+            Some(HugeTmpfs::mount(&dir, size)?)
+        }
+        (MirrorPages::Huge, None) => anyhow::bail!("engine {engine}: +huge is for HTTP engines"),
+    };
+    let huge_dir = huge
+        .as_ref()
+        .map(|t| t.dir().to_string_lossy().into_owned());
+    if let Some(d) = &huge_dir {
+        extra.extend(["--http-mirror-dir", d]);
+    }
     let serve_engine = if player.is_some() {
         extra.extend(["--max-content-readers", HTTP_MAX_READERS]);
         HTTP_SERVER_ENGINE
@@ -257,15 +274,36 @@ pub(crate) enum Titles {
 /// The suffix of an engine that serves the titles encrypted.
 pub(crate) const ENCRYPTED_SUFFIX: &str = "+enc";
 
-/// One `--engines` entry: `ENGINE[+enc][/BLOCK_BYTES][@PATH]`: the engine, whether it serves
-/// the titles encrypted, the block length of the volume it serves (default: the store's),
-/// and the `isnode` binary (default: this one).
+/// The suffix of an HTTP engine whose server keeps its HTTP mirror in huge pages.
+pub(crate) const HUGE_SUFFIX: &str = "+huge";
+
+/// Where an HTTP server's mirror keeps its files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MirrorPages {
+    /// `memfd`s (the server's default).
+    Memfd,
+    /// A tmpfs with huge pages the benchmark mounts for the server (`--http-mirror-dir`).
+    Huge,
+}
+
+/// Room of the tmpfs of a `+huge` server: its mirror's budget, and a huge page per title
+/// file's last extent to spare.
+fn huge_tmpfs_bytes(mirror_bytes: Option<u64>) -> u64 {
+    mirror_bytes.unwrap_or(256 << 20) + (64 << 20)
+}
+
+/// One `--engines` entry: `ENGINE[+enc][+huge][/BLOCK_BYTES][@PATH]`: the engine, whether it
+/// serves the titles encrypted, whether its HTTP mirror is in huge pages, the block length
+/// of the volume it serves (default: the store's), and the `isnode` binary (default: this
+/// one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct EngineSpec<'a> {
     /// The `--engine` of `isnode serve`.
     pub(crate) kind: &'a str,
     /// Clear or encrypted titles.
     pub(crate) titles: Titles,
+    /// Where its HTTP mirror keeps its files.
+    pub(crate) mirror: MirrorPages,
     /// The volume's block length in bytes, if not the default.
     pub(crate) block_len: Option<u32>,
     /// Another `isnode` binary.
@@ -273,7 +311,7 @@ pub(crate) struct EngineSpec<'a> {
 }
 
 impl<'a> EngineSpec<'a> {
-    /// Parses `ENGINE[+enc][/BLOCK_BYTES][@PATH]`.
+    /// Parses `ENGINE[+enc][+huge][/BLOCK_BYTES][@PATH]` (the suffixes in either order).
     pub(crate) fn parse(engine: &'a str) -> anyhow::Result<EngineSpec<'a>> {
         let (head, exe) = match engine.split_once('@') {
             Some((head, exe)) => (head, Some(Path::new(exe))),
@@ -288,13 +326,19 @@ impl<'a> EngineSpec<'a> {
             }
             None => (head, None),
         };
-        let (kind, titles) = match kind.strip_suffix(ENCRYPTED_SUFFIX) {
-            Some(k) => (k, Titles::Encrypted),
-            None => (kind, Titles::Clear),
-        };
+        let (mut kind, mut titles, mut mirror) = (kind, Titles::Clear, MirrorPages::Memfd);
+        for _ in 0..2 {
+            if let Some(k) = kind.strip_suffix(ENCRYPTED_SUFFIX) {
+                (kind, titles) = (k, Titles::Encrypted);
+            }
+            if let Some(k) = kind.strip_suffix(HUGE_SUFFIX) {
+                (kind, mirror) = (k, MirrorPages::Huge);
+            }
+        }
         Ok(EngineSpec {
             kind,
             titles,
+            mirror,
             block_len,
             exe,
         })
@@ -513,6 +557,17 @@ mod tests {
         let s = EngineSpec::parse("gso+enc/65536").unwrap();
         assert_eq!((s.kind, s.titles), ("gso", Titles::Encrypted));
         assert_eq!(s.label(), "gso-enc-65536");
+        for e in ["http+huge+enc@/x", "http+enc+huge"] {
+            let s = EngineSpec::parse(e).unwrap();
+            assert_eq!(
+                (s.kind, s.titles, s.mirror),
+                ("http", Titles::Encrypted, MirrorPages::Huge)
+            );
+        }
+        assert_eq!(
+            EngineSpec::parse("http").unwrap().mirror,
+            MirrorPages::Memfd
+        );
         assert!(EngineSpec::parse("gso/64k").is_err());
     }
 
