@@ -844,6 +844,21 @@ fn the_mirror_in_a_huge_page_tmpfs_gives_back_whole_huge_pages() {
     readers_done(&server);
     drop(server);
 
+    // A mirror larger than its tmpfs (64 MiB) works, and the server says so.
+    let server = Server::start(
+        &vol,
+        &[
+            "--http-mirror-bytes",
+            &(128u64 << 20).to_string(),
+            "--http-mirror-dir",
+            &dir,
+        ],
+    );
+    assert_ranges(&server, &bytes, 7, "a mirror larger than its tmpfs");
+    let log = server.log_text();
+    assert!(log.contains("smaller than the mirror"), "{log}");
+    drop(server);
+
     // A directory that is not on a tmpfs (its files would be written back to a disk) stops
     // the server at start, saying why.
     let on_disk = vol.path("on-disk");

@@ -619,7 +619,8 @@ fn warn_if_memory_short(pool_bytes: u64, mirror_bytes: u64) {
 }
 
 /// `http_mirror_dir`, if set, must be a directory on a tmpfs (files elsewhere would be
-/// written back to a disk); one mounted without huge pages works, and is said.
+/// written back to a disk); one mounted without huge pages, or smaller than the mirror,
+/// works, and is said.
 fn check_mirror_dir(config: &ServeConfig) -> Result<(), ServeError> {
     let Some(dir) = config
         .http_mirror_dir
@@ -628,18 +629,28 @@ fn check_mirror_dir(config: &ServeConfig) -> Result<(), ServeError> {
     else {
         return Ok(());
     };
-    let pages = isnode_sys::fileview::tmpfs_pages(dir)
+    let fs = isnode_sys::fileview::tmpfs_of(dir)
         .map_err(|e| ServeError::Config(format!("http_mirror_dir {}: {e}", dir.display())))?;
-    match pages {
+    let shown = dir.display();
+    match fs.pages {
         isnode_sys::fileview::TmpfsPages::Huge => tracing::info!(
-            dir = %dir.display(),
+            dir = %shown,
             "the HTTP mirror's files get huge pages: memory comes and goes a huge page at a time"
         ),
         isnode_sys::fileview::TmpfsPages::Small => tracing::warn!(
-            dir = %dir.display(),
+            dir = %shown,
             "http_mirror_dir is a tmpfs without huge pages (mount it with huge=within_size): \
              its files get pages only, and memory still comes and goes a huge page at a time"
         ),
+    }
+    if fs.size_bytes < config.http_mirror_bytes {
+        tracing::warn!(
+            dir = %shown,
+            size_bytes = fs.size_bytes,
+            http_mirror_bytes = config.http_mirror_bytes,
+            "http_mirror_dir's tmpfs is smaller than the mirror: codewords past it are copied \
+             instead (mount it with size= at least http_mirror_bytes)"
+        );
     }
     Ok(())
 }

@@ -229,9 +229,18 @@ pub enum TmpfsPages {
     Small,
 }
 
-/// Whether `dir` is a directory on a tmpfs, and what pages its files get; an error
-/// otherwise (files elsewhere would be written back to a disk).
-pub fn tmpfs_pages(dir: &Path) -> io::Result<TmpfsPages> {
+/// A tmpfs: what pages its files get and how large it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tmpfs {
+    /// Huge pages or pages only.
+    pub pages: TmpfsPages,
+    /// Its size (`size=`), bytes.
+    pub size_bytes: u64,
+}
+
+/// Whether `dir` is a directory on a tmpfs, what pages its files get and how large it is;
+/// an error otherwise (files elsewhere would be written back to a disk).
+pub fn tmpfs_of(dir: &Path) -> io::Result<Tmpfs> {
     const TMPFS_MAGIC: i64 = 0x0102_1994;
     let path = std::fs::canonicalize(dir)?;
     if !path.is_dir() {
@@ -254,12 +263,12 @@ pub fn tmpfs_pages(dir: &Path) -> io::Result<TmpfsPages> {
         )));
     }
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(
-        match mount_options(&mountinfo, &path).is_some_and(huge_option) {
-            true => TmpfsPages::Huge,
-            false => TmpfsPages::Small,
-        },
-    )
+    let pages = match mount_options(&mountinfo, &path).is_some_and(huge_option) {
+        true => TmpfsPages::Huge,
+        false => TmpfsPages::Small,
+    };
+    let size_bytes = (fs.f_blocks as u64).saturating_mul(fs.f_bsize as u64);
+    Ok(Tmpfs { pages, size_bytes })
 }
 
 /// The super-block options (after ` - TYPE SOURCE `) of the mount of `mountinfo` whose
@@ -367,7 +376,7 @@ mod tests {
         );
         assert_eq!(at("/var"), Some("rw"));
         assert!(huge_option("rw,huge=always") && !huge_option("rw,huge=never"));
-        assert!(tmpfs_pages(&std::env::temp_dir().join("no-such-dir")).is_err());
+        assert!(tmpfs_of(&std::env::temp_dir().join("no-such-dir")).is_err());
     }
 
     #[test]
