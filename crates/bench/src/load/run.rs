@@ -199,15 +199,7 @@ pub(crate) fn ramp_isnode(
         extra.extend(["--http-mirror-bytes", m]);
     }
     // Declared before the server, so that it is unmounted after the server stops.
-    let huge = match (spec.mirror, player) {
-        (MirrorPages::Memfd, _) => None,
-        (MirrorPages::Huge, Some(_)) => {
-            let dir = vol.with_file_name(format!("mirror-{}", std::process::id()));
-            let size = huge_tmpfs_bytes(mirror.as_deref().and_then(|m| m.parse().ok()));
-            Some(HugeTmpfs::mount(&dir, size)?)
-        }
-        (MirrorPages::Huge, None) => anyhow::bail!("engine {engine}: +huge is for HTTP engines"),
-    };
+    let huge = huge_mirror(&spec, player.is_some(), vol, mirror.as_deref())?;
     let huge_dir = huge
         .as_ref()
         .map(|t| t.dir().to_string_lossy().into_owned());
@@ -286,10 +278,28 @@ pub(crate) enum MirrorPages {
     Huge,
 }
 
-/// Room of the tmpfs of a `+huge` server: its mirror's budget, and a huge page per title
-/// file's last extent to spare.
-fn huge_tmpfs_bytes(mirror_bytes: Option<u64>) -> u64 {
-    mirror_bytes.unwrap_or(256 << 20) + (64 << 20)
+/// The tmpfs of a `+huge` HTTP server beside volume `vol` (`None` for the others): room for
+/// its mirror's budget (`mirror`, bytes; the server's default 256 MiB) and 64 MiB more (an
+/// object's last huge page is partly used).
+fn huge_mirror(
+    spec: &EngineSpec<'_>,
+    http: bool,
+    vol: &Path,
+    mirror: Option<&str>,
+) -> anyhow::Result<Option<HugeTmpfs>> {
+    match (spec.mirror, http) {
+        (MirrorPages::Memfd, _) => Ok(None),
+        (MirrorPages::Huge, false) => {
+            anyhow::bail!("engine {}: +huge is for HTTP engines", spec.kind)
+        }
+        (MirrorPages::Huge, true) => {
+            let dir = vol.with_file_name(format!("mirror-{}", std::process::id()));
+            let budget = mirror
+                .and_then(|m| m.parse::<u64>().ok())
+                .unwrap_or(256 << 20);
+            Ok(Some(HugeTmpfs::mount(&dir, budget + (64 << 20))?))
+        }
+    }
 }
 
 /// One `--engines` entry: `ENGINE[+enc][+huge][/BLOCK_BYTES][@PATH]`: the engine, whether it
