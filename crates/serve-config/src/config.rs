@@ -1052,6 +1052,8 @@ impl ServeConfig {
             api_idle_timeout_ms,
             api_write_timeout_ms,
             api_send_buffer_bytes,
+            http_mirror_bytes,
+            http_mirror_dir,
             max_sendfile_sessions,
             tokens_file,
             insecure_open_operator_routes,
@@ -1160,9 +1162,14 @@ mod tests {
         let mut b = ServeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9)),
             max_sessions_per_client: 3,
+            http_mirror_dir: Some("/run/m".into()),
             ..ServeConfig::default()
         };
-        assert_eq!(a.keep_restart_only(&mut b), vec!["listen"]);
+        assert_eq!(
+            a.keep_restart_only(&mut b),
+            vec!["listen", "http_mirror_dir"]
+        );
+        assert_eq!(b.http_mirror_dir, None);
         assert_eq!(b.listen, a.listen, "the running value is kept");
         assert_eq!(b.max_sessions_per_client, 3, "a reloadable value applies");
     }
