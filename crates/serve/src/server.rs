@@ -620,13 +620,20 @@ fn warn_if_memory_short(pool_bytes: u64, mirror_bytes: u64) {
 
 /// `http_mirror_dir`, if set, must be a directory on a tmpfs (files elsewhere would be
 /// written back to a disk); one mounted without huge pages, or smaller than the mirror,
-/// works, and is said.
+/// works, and is said. Without it, `memfd` files that get huge pages are said too.
 fn check_mirror_dir(config: &ServeConfig) -> Result<(), ServeError> {
-    let Some(dir) = config
-        .http_mirror_dir
-        .as_deref()
-        .filter(|_| config.http_mirror_bytes > 0)
-    else {
+    if config.http_mirror_bytes == 0 {
+        return Ok(());
+    }
+    let Some(dir) = config.http_mirror_dir.as_deref() else {
+        let folio_bytes = isnode_sys::fileview::largest_folio_bytes();
+        if folio_bytes > isnode_sys::fileview::PAGE_BYTES {
+            tracing::info!(
+                folio_bytes,
+                "the HTTP mirror's memfd files get huge pages (the kernel's shmem_enabled): \
+                 memory comes and goes a huge page at a time"
+            );
+        }
         return Ok(());
     };
     let fs = isnode_sys::fileview::tmpfs_of(dir)
