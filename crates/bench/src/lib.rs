@@ -26,6 +26,7 @@ pub mod serve;
 pub mod soak;
 pub mod startup;
 pub mod timelines;
+pub mod tmpfs;
 mod udp;
 pub mod upload;
 pub mod verify;

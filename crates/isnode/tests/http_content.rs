@@ -767,35 +767,6 @@ fn readers_under_pressure(server: &Server, bytes: &std::sync::Arc<Vec<u8>>, budg
     );
 }
 
-/// A tmpfs mounted with `huge=within_size` for the test, unmounted when dropped.
-struct HugeTmpfs(std::path::PathBuf);
-
-impl HugeTmpfs {
-    fn mount(dir: std::path::PathBuf) -> HugeTmpfs {
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "huge=within_size,size=64m", "tmpfs"])
-            .arg(&dir)
-            .output()
-            .expect("running mount");
-        assert!(
-            out.status.success(),
-            "mounting a tmpfs with huge pages (root is needed): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        HugeTmpfs(dir)
-    }
-}
-
-impl Drop for HugeTmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-    }
-}
-
 /// Huge pages the kernel has given shmem files (tmpfs included) so far.
 fn shmem_huge_pages() -> u64 {
     let path = "/sys/kernel/mm/transparent_hugepage/hugepages-2048kB/stats/shmem_alloc";
@@ -814,8 +785,9 @@ fn the_mirror_in_a_huge_page_tmpfs_gives_back_whole_huge_pages() {
     let vol = Vol::create(&[]);
     let file = media::make(vol.dir.path(), Container::Ts, 60);
     let bytes = std::sync::Arc::new(vol.add_file("clip.ts", &file));
-    let tmpfs = HugeTmpfs::mount(vol.path("mirror"));
-    let dir = tmpfs.0.to_str().unwrap().to_string();
+    let tmpfs = isnode_bench::tmpfs::HugeTmpfs::mount(&vol.path("mirror"), 64 << 20)
+        .expect("a tmpfs with huge pages for the mirror");
+    let dir = tmpfs.dir().to_str().unwrap().to_string();
     let before = shmem_huge_pages();
     // Room for two huge pages: fewer than the title's codewords need.
     let budget = 4u64 << 20;

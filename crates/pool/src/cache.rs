@@ -201,6 +201,11 @@ impl Cache {
         &self.inner.stats
     }
 
+    /// Bytes of the whole pool (every slot).
+    pub fn pool_bytes(&self) -> u64 {
+        u64::from(self.slots()) * self.inner.block_len as u64
+    }
+
     /// Bytes of the pool holding ready blocks.
     pub fn bytes_cached(&self) -> u64 {
         u64::from(self.inner.lock().ready_slots()) * self.inner.block_len as u64

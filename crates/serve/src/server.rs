@@ -570,10 +570,10 @@ fn log_started(
     handle: &ServerHandle,
     shared: &ApiState,
     config: &ServeConfig,
-    (engine, read_io, threads, slots): (EngineKind, ReadIo, usize, u32),
+    (engine, read_io, threads): (EngineKind, ReadIo, usize),
     api_max_connections: usize,
 ) {
-    let pool_bytes = u64::from(slots) * shared.control.cache.block_len() as u64;
+    let pool_bytes = shared.control.cache.pool_bytes();
     tracing::info!(
         listen = %handle.local_addr,
         keepalive_port = shared.keepalive_port,
@@ -620,20 +620,13 @@ fn warn_if_memory_short(pool_bytes: u64, mirror_bytes: u64) {
 
 /// `http_mirror_dir`, if set, must be a directory on a tmpfs (files elsewhere would be
 /// written back to a disk); one mounted without huge pages, or smaller than the mirror,
-/// works, and is said. Without it, `memfd` files that get huge pages are said too.
+/// works, and is said.
 fn check_mirror_dir(config: &ServeConfig) -> Result<(), ServeError> {
-    if config.http_mirror_bytes == 0 {
-        return Ok(());
-    }
-    let Some(dir) = config.http_mirror_dir.as_deref() else {
-        let folio_bytes = isnode_sys::fileview::largest_folio_bytes();
-        if folio_bytes > isnode_sys::fileview::PAGE_BYTES {
-            tracing::info!(
-                folio_bytes,
-                "the HTTP mirror's memfd files get huge pages (the kernel's shmem_enabled): \
-                 memory comes and goes a huge page at a time"
-            );
-        }
+    let Some(dir) = config
+        .http_mirror_dir
+        .as_deref()
+        .filter(|_| config.http_mirror_bytes > 0)
+    else {
         return Ok(());
     };
     let fs = isnode_sys::fileview::tmpfs_of(dir)
@@ -680,9 +673,8 @@ fn content_memory(
     check_mirror_dir(config)?;
     let mirror =
         crate::api::mirror::Mirror::new(config.http_mirror_bytes, config.http_mirror_dir.clone());
-    let pool_bytes = u64::from(control.cache.slots()) * control.cache.block_len() as u64;
     let gate = crate::api::memory_gate::MemoryGate::new(
-        pool_bytes,
+        control.cache.pool_bytes(),
         mirror.clone().map(|m| (m, config.http_mirror_bytes)),
     );
     Ok((mirror, gate))
@@ -788,7 +780,7 @@ pub fn start(volume_dir: &Path, config: &ServeConfig) -> Result<ServerHandle, Se
         &handle,
         &shared,
         config,
-        (o.engine, o.read_io, o.threads, o.slots),
+        (o.engine, o.read_io, o.threads),
         o.limits.max_connections,
     );
     Ok(handle)

@@ -15,7 +15,7 @@ use super::tls::{TlsPair, Wire};
 use super::validity::{judge, Nominal, StreamRecord};
 use super::workload::{schedule, WorkloadConfig};
 use crate::harness::process::{process_cpu_s, process_read_bytes, process_rss_bytes};
-use crate::harness::tmpfs::HugeTmpfs;
+use crate::tmpfs::HugeTmpfs;
 
 /// Receiver threads.
 const RECEIVER_THREADS: usize = 2;

@@ -130,7 +130,7 @@ impl Mirror {
         (budget_bytes > 0).then(|| {
             let folio_bytes = match dir {
                 Some(_) => huge_page_bytes(),
-                None => largest_folio_bytes(),
+                None => memfd_folio_bytes(),
             };
             Arc::new(Mirror {
                 inner: Mutex::new(Inner {
@@ -338,6 +338,20 @@ impl Drop for Filling {
                 .filled(region.key, FillEnd::Failed);
         }
     }
+}
+
+/// The largest folio the kernel may give the mirror's `memfd` files; huge pages (the
+/// kernel's `shmem_enabled`) are said.
+fn memfd_folio_bytes() -> usize {
+    let folio_bytes = largest_folio_bytes();
+    if folio_bytes > PAGE_BYTES {
+        tracing::info!(
+            folio_bytes,
+            "the HTTP mirror's memfd files get huge pages (the kernel's shmem_enabled): memory \
+             comes and goes a huge page at a time"
+        );
+    }
+    folio_bytes
 }
 
 fn round_up(n: usize, align: usize) -> usize {

@@ -174,7 +174,7 @@ impl ApiState {
             cache_hits: load(&cs.hits),
             cache_misses: load(&cs.misses),
             cache_bytes: cache.bytes_cached(),
-            cache_pool_bytes: u64::from(cache.slots()) * cache.block_len() as u64,
+            cache_pool_bytes: cache.pool_bytes(),
             cache_read_bytes: load(&cs.bytes_read),
             member_errors: self.members.errors(),
             symbols_rebuilt: load(&p.symbols_rebuilt),

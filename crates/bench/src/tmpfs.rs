@@ -1,5 +1,6 @@
-//! A tmpfs mounted with huge pages for one server's HTTP mirror (`isnode serve
-//! --http-mirror-dir`), unmounted when dropped.
+//! A tmpfs mounted with huge pages for a server's HTTP mirror (`isnode serve
+//! --http-mirror-dir`), unmounted when dropped: `bench load`'s `+huge` engines and the
+//! tests of the mirror.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -7,14 +8,14 @@ use std::process::Command;
 use anyhow::Context;
 
 /// A tmpfs mounted with `huge=within_size` at a directory of the run's own.
-pub(crate) struct HugeTmpfs {
+pub struct HugeTmpfs {
     dir: PathBuf,
 }
 
 impl HugeTmpfs {
     /// Mounts a tmpfs of `size_bytes` with huge pages at `dir` (made if missing; root is
     /// needed).
-    pub(crate) fn mount(dir: &Path, size_bytes: u64) -> anyhow::Result<HugeTmpfs> {
+    pub fn mount(dir: &Path, size_bytes: u64) -> anyhow::Result<HugeTmpfs> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let options = format!("huge=within_size,size={size_bytes},mode=0700");
         let out = Command::new("mount")
@@ -34,7 +35,7 @@ impl HugeTmpfs {
     }
 
     /// The mount point.
-    pub(crate) fn dir(&self) -> &Path {
+    pub fn dir(&self) -> &Path {
         &self.dir
     }
 }
